@@ -1,0 +1,86 @@
+"""Typed client for Strata and any OpenAI/vLLM-compatible server.
+
+Depends on httpx and pydantic only; it never imports the engine or the server.
+"""
+
+from ._client import AsyncStrataClient, StrataClient
+from ._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    InternalServerError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    StrataError,
+    UnprocessableEntityError,
+)
+from ._logprobs import (
+    ChatChoiceLogprobs,
+    ChatTokenLogprob,
+    CompletionLogprobs,
+    TopLogprob,
+    parse_token_id,
+)
+from ._models import (
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    ChatMessage,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    DetokenizeResponse,
+    Model,
+    ModelList,
+    PromptTokensDetails,
+    TokenizeResponse,
+    TokenizerInfo,
+    Usage,
+)
+from ._streaming import AsyncStream, Stream
+from ._version import __version__
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncStrataClient",
+    "AsyncStream",
+    "AuthenticationError",
+    "BadRequestError",
+    "ChatChoiceLogprobs",
+    "ChatChunkChoice",
+    "ChatCompletion",
+    "ChatCompletionChoice",
+    "ChatCompletionChunk",
+    "ChatDelta",
+    "ChatMessage",
+    "ChatTokenLogprob",
+    "Completion",
+    "CompletionChoice",
+    "CompletionChunk",
+    "CompletionLogprobs",
+    "DetokenizeResponse",
+    "InternalServerError",
+    "Model",
+    "ModelList",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "PromptTokensDetails",
+    "RateLimitError",
+    "StrataClient",
+    "StrataError",
+    "Stream",
+    "TokenizeResponse",
+    "TokenizerInfo",
+    "TopLogprob",
+    "UnprocessableEntityError",
+    "Usage",
+    "__version__",
+    "parse_token_id",
+]

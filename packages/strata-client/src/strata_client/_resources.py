@@ -1,0 +1,209 @@
+"""The route groups of a client: ``completions``, ``chat.completions`` and ``models``.
+
+Each ``create`` keyword is the wire field of the same name (``None``: not sent, the server's
+default applies); ``extra_body`` adds or overrides fields; ``timeout`` overrides the
+client's timeout for this call only. ``model=None`` uses the first model the server lists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._base_client import Timeout, wire_body
+from ._models import ChatCompletion, ChatCompletionChunk, Completion, CompletionChunk, ModelList
+from ._streaming import AsyncStream, Stream
+
+if TYPE_CHECKING:
+    from ._client import AsyncStrataClient, StrataClient
+
+COMPLETIONS_PATH = "/v1/completions"
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+
+Prompt = str | list[str] | list[int] | list[list[int]]
+Stop = str | list[str]
+Message = dict[str, Any]
+
+
+class Completions:
+    """``POST /v1/completions``."""
+
+    def __init__(self, client: StrataClient) -> None:
+        self._client = client
+
+    def create(
+        self,
+        *,
+        prompt: Prompt,
+        model: str | None = None,
+        max_tokens: int | None = 16,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        stop: Stop | None = None,
+        logprobs: int | bool | None = None,
+        top_logprobs: int | None = None,
+        echo: bool | None = None,
+        allowed_token_ids: list[int] | None = None,
+        logprob_token_ids: list[int] | None = None,
+        return_tokens_as_token_ids: bool | None = None,
+        stream: bool = False,
+        stream_options: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: Timeout | None = None,
+    ) -> Completion | Stream[CompletionChunk]:
+        """Complete ``prompt`` (text, token ids, or a batch of either: one choice each).
+
+        ``logprobs=N`` (or ``True`` with ``top_logprobs=N``) returns the legacy logprob
+        object per choice; ``echo`` adds the prompt's tokens first; ``allowed_token_ids``
+        restricts sampling (Strata then lists those ids with full-vocabulary values);
+        ``return_tokens_as_token_ids`` makes every token string ``"token_id:<id>"``.
+        ``stream=True`` returns a ``Stream`` of ``CompletionChunk``.
+        """
+        body = wire_body(locals())
+        return self._client._create(COMPLETIONS_PATH, body, timeout, Completion, CompletionChunk)
+
+
+class ChatCompletions:
+    """``POST /v1/chat/completions``."""
+
+    def __init__(self, client: StrataClient) -> None:
+        self._client = client
+
+    def create(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        max_completion_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        stop: Stop | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+        allowed_token_ids: list[int] | None = None,
+        response_format: dict[str, Any] | None = None,
+        stream: bool = False,
+        stream_options: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: Timeout | None = None,
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]:
+        """Answer ``messages`` (rendered by the model's chat template).
+
+        ``logprobs=True`` with ``top_logprobs=N`` returns ``choices[i].logprobs.content``;
+        ``allowed_token_ids`` restricts sampling (on chat, values are renormalised over the
+        allowed ids). ``stream=True`` returns a ``Stream`` of ``ChatCompletionChunk``.
+        """
+        body = wire_body(locals())
+        return self._client._create(
+            CHAT_COMPLETIONS_PATH, body, timeout, ChatCompletion, ChatCompletionChunk
+        )
+
+
+class Chat:
+    """Namespace so that calls read ``client.chat.completions.create(...)``."""
+
+    def __init__(self, client: StrataClient) -> None:
+        self.completions = ChatCompletions(client)
+
+
+class Models:
+    """``GET /v1/models``."""
+
+    def __init__(self, client: StrataClient) -> None:
+        self._client = client
+
+    def list(self) -> ModelList:
+        """The models the server serves (``.data[i].id``)."""
+        return self._client._get(MODELS_PATH, ModelList)
+
+
+class AsyncCompletions:
+    """Async ``POST /v1/completions``; see ``Completions.create`` for the arguments."""
+
+    def __init__(self, client: AsyncStrataClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        *,
+        prompt: Prompt,
+        model: str | None = None,
+        max_tokens: int | None = 16,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        stop: Stop | None = None,
+        logprobs: int | bool | None = None,
+        top_logprobs: int | None = None,
+        echo: bool | None = None,
+        allowed_token_ids: list[int] | None = None,
+        logprob_token_ids: list[int] | None = None,
+        return_tokens_as_token_ids: bool | None = None,
+        stream: bool = False,
+        stream_options: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: Timeout | None = None,
+    ) -> Completion | AsyncStream[CompletionChunk]:
+        """Complete ``prompt``; ``stream=True`` returns an ``AsyncStream``."""
+        body = wire_body(locals())
+        return await self._client._create(
+            COMPLETIONS_PATH, body, timeout, Completion, CompletionChunk
+        )
+
+
+class AsyncChatCompletions:
+    """Async ``POST /v1/chat/completions``; see ``ChatCompletions.create``."""
+
+    def __init__(self, client: AsyncStrataClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        max_completion_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        stop: Stop | None = None,
+        logprobs: bool | None = None,
+        top_logprobs: int | None = None,
+        allowed_token_ids: list[int] | None = None,
+        response_format: dict[str, Any] | None = None,
+        stream: bool = False,
+        stream_options: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: Timeout | None = None,
+    ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
+        """Answer ``messages``; ``stream=True`` returns an ``AsyncStream``."""
+        body = wire_body(locals())
+        return await self._client._create(
+            CHAT_COMPLETIONS_PATH, body, timeout, ChatCompletion, ChatCompletionChunk
+        )
+
+
+class AsyncChat:
+    """Namespace so that calls read ``client.chat.completions.create(...)``."""
+
+    def __init__(self, client: AsyncStrataClient) -> None:
+        self.completions = AsyncChatCompletions(client)
+
+
+class AsyncModels:
+    """Async ``GET /v1/models``."""
+
+    def __init__(self, client: AsyncStrataClient) -> None:
+        self._client = client
+
+    async def list(self) -> ModelList:
+        """The models the server serves (``.data[i].id``)."""
+        return await self._client._get(MODELS_PATH, ModelList)
