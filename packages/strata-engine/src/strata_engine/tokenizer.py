@@ -194,7 +194,9 @@ class Tokenizer:
         if self.add_bos and bos_id is None:
             raise ModelLoadError("GGUF asks for a BOS token but has no tokenizer.ggml.bos_token_id")
         if self.add_eos and eos_id is None:
-            raise ModelLoadError("GGUF asks for an EOS token but has no tokenizer.ggml.eos_token_id")
+            raise ModelLoadError(
+                "GGUF asks for an EOS token but has no tokenizer.ggml.eos_token_id"
+            )
 
         # tokenizers panics on a merge whose parts or result are not in the vocabulary; such a
         # merge can never produce a token id, so it is left out.
@@ -215,7 +217,9 @@ class Tokenizer:
         ]
         self._user_texts = [p for p, t in zip(self._pieces, types) if t == TOKEN_USER_DEFINED]
         self._token_bytes = [
-            piece.encode("utf-8") if t != TOKEN_NORMAL and t != TOKEN_BYTE else _piece_to_bytes(piece)
+            piece.encode("utf-8")
+            if t != TOKEN_NORMAL and t != TOKEN_BYTE
+            else _piece_to_bytes(piece)
             for piece, t in zip(self._pieces, types)
         ]
 
@@ -279,6 +283,12 @@ class Tokenizer:
             ids.append(self.eos_id)
         return ids
 
+    def split_words(self, text: str) -> list[str]:
+        """The pieces the pre-tokenizer cuts plain text into (BPE never merges across them);
+        for checking a pre-tokenizer's regexes."""
+        pieces = self._pre_tokenizer.pre_tokenize_str(text)
+        return [_piece_to_bytes(piece).decode("utf-8", errors="replace") for piece, _ in pieces]
+
     def is_special(self, token_id: int) -> bool:
         """Control / unknown tokens: the ones a `skip_special` decode leaves out."""
         return self._types[token_id] in (TOKEN_CONTROL, TOKEN_UNKNOWN)
@@ -301,9 +311,7 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
         """Ids -> text; bytes that are not valid UTF-8 become U+FFFD."""
-        parts = (
-            self._token_bytes[i] for i in ids if not (skip_special and self.is_special(i))
-        )
+        parts = (self._token_bytes[i] for i in ids if not (skip_special and self.is_special(i)))
         return b"".join(parts).decode("utf-8", errors="replace")
 
     def new_decoder(self, skip_special: bool = False) -> IncrementalDecoder:

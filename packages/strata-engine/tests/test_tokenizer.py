@@ -1,0 +1,308 @@
+"""The tokenizer against llama.cpp: golden ids, special tokens, byte-level decoding, streaming."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from strata_engine.api import ModelLoadError
+from strata_engine.tokenizer import Tokenizer
+
+MODEL_PATH = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+DATA = Path(__file__).parent / "data"
+GOLDEN = sorted(DATA.glob("tokenizer_reference_*.json"))
+
+
+def _load_golden(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def smollm_meta() -> dict:
+    if not MODEL_PATH.exists():
+        pytest.skip(f"SmolLM2 model not cached at {MODEL_PATH}")
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(MODEL_PATH)
+    return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
+
+
+@pytest.fixture(scope="module")
+def tok(smollm_meta: dict) -> Tokenizer:
+    return Tokenizer.from_metadata(smollm_meta)
+
+
+def _with_pre(meta: dict, pre: str) -> dict:
+    return {**meta, "tokenizer.ggml.pre": pre}
+
+
+# --- golden ids from llama.cpp -------------------------------------------------------------
+
+
+def test_golden_files_exist_and_cover_a_broad_corpus() -> None:
+    names = {p.name for p in GOLDEN}
+    assert "tokenizer_reference_smollm2.json" in names
+    doc = _load_golden(DATA / "tokenizer_reference_smollm2.json")
+    texts = [c["text"] for c in doc["cases"]]
+    assert len(texts) >= 40
+    assert any("<|im_start|>" in t for t in texts)
+    assert any("\u200d" in t for t in texts)  # an emoji ZWJ sequence
+    assert any(t.isdigit() and len(t) >= 10 for t in texts)
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
+def test_ids_equal_llama_cpp(smollm_meta: dict, path: Path) -> None:
+    doc = _load_golden(path)
+    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, doc["pre"]))
+    wrong = []
+    for case in doc["cases"]:
+        got = tokenizer.encode(case["text"])
+        got_plain = tokenizer.encode(case["text"], parse_special=False)
+        if got != case["ids"] or got_plain != case["ids_plain"]:
+            wrong.append((case["text"], got, case["ids"], got_plain, case["ids_plain"]))
+    assert not wrong, f"{len(wrong)} of {len(doc['cases'])} differ from llama.cpp: {wrong[:3]}"
+
+
+def _fuzz_corpus(n: int, seed: int) -> list[str]:
+    """Random strings over the character classes the pre-tokenizer regexes care about."""
+    alphabet = (
+        "abcXYZ019 \t\n\r'’.,!?-_()[]{}<>|$+=^~`\"\\/é́ßÆ你好世界ひらがなカタ한글"
+        "שלוםمرحبا١٢३①½\u00a0\u2003\u3000\u200b\u200d😀🍕👍🏽🇫🇷❤️"
+    )
+    pieces = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "'s", "'LL", "   ", "\n\n"]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = [
+            rng.choice(pieces) if rng.random() < 0.08 else rng.choice(alphabet)
+            for _ in range(rng.randint(1, 40))
+        ]
+        out.append("".join(parts))
+    return out
+
+
+@pytest.mark.parametrize("pre", ["smollm", "llama-bpe", "qwen2"])
+def test_ids_equal_live_llama_cpp(smollm_meta: dict, pre: str, tmp_path: Path) -> None:
+    """Against llama.cpp itself, when llama-cpp-python is installed: corpus plus fuzz."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+    gguf = pytest.importorskip("gguf")
+    path = MODEL_PATH
+    if pre != smollm_meta["tokenizer.ggml.pre"]:
+        path = tmp_path / "vocab.gguf"
+        _write_vocab_gguf(gguf, path, pre)
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, pre))
+    texts = [c["text"] for c in _load_golden(DATA / "tokenizer_reference_smollm2.json")["cases"]]
+    texts += _fuzz_corpus(300, seed=1234)
+    wrong = []
+    for text in texts:
+        for special in (True, False):
+            want = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
+            got = tokenizer.encode(text, parse_special=special)
+            if got != want:
+                wrong.append((text, special, got, want))
+    assert not wrong, f"{len(wrong)} of {2 * len(texts)} differ from llama.cpp: {wrong[:3]}"
+
+
+def _write_vocab_gguf(gguf, path: Path, pre: str) -> None:
+    """SmolLM2's metadata, no tensors, another pre-tokenizer: enough for vocab_only."""
+    reader = gguf.GGUFReader(MODEL_PATH)
+    writer = gguf.GGUFWriter(path, reader.fields["general.architecture"].contents())
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = pre if key == "tokenizer.ggml.pre" else field.contents()
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+# --- model facts ---------------------------------------------------------------------------
+
+
+def test_smollm2_special_ids(tok: Tokenizer) -> None:
+    assert tok.vocab_size == 49152
+    assert tok.eog_ids == frozenset({0, 2})  # <|endoftext|> and <|im_end|>
+    assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 2)
+    assert tok.add_bos is False
+    assert tok.encode("Hello")[0] != tok.bos_id
+
+
+def test_chat_prompt_has_sixteen_ids(tok: Tokenizer) -> None:
+    prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.encode(prompt)
+    assert len(ids) == 16
+    assert ids[0] == 1 and ids[10] == 2 and ids.count(1) == 2
+
+
+# --- special tokens ------------------------------------------------------------------------
+
+
+def test_special_tokens_parsed_only_when_asked(tok: Tokenizer) -> None:
+    assert tok.encode("<|im_start|>") == [1]
+    assert tok.encode("a<|im_end|>b") == tok.encode("a") + [2] + tok.encode("b")
+    plain = tok.encode("<|im_start|>", parse_special=False)
+    assert len(plain) > 1 and 1 not in plain
+    assert tok.decode(plain) == "<|im_start|>"
+
+
+def test_decode_skip_special(tok: Tokenizer) -> None:
+    ids = tok.encode("<|im_start|>user\nhi<|im_end|>")
+    assert tok.decode(ids) == "<|im_start|>user\nhi<|im_end|>"
+    assert tok.decode(ids, skip_special=True) == "user\nhi"
+
+
+# --- decoding ------------------------------------------------------------------------------
+
+
+def test_round_trip(tok: Tokenizer) -> None:
+    texts = [c["text"] for c in _load_golden(DATA / "tokenizer_reference_smollm2.json")["cases"]]
+    texts += _fuzz_corpus(100, seed=7)
+    for text in texts:
+        assert tok.decode(tok.encode(text)) == text
+        assert tok.decode(tok.encode(text, parse_special=False)) == text
+
+
+def test_token_bytes_and_piece(tok: Tokenizer) -> None:
+    (the,) = tok.encode(" the")
+    assert tok.token_piece(the) == "Ġthe"
+    assert tok.token_bytes(the) == b" the"
+    assert tok.token_text(the) == " the"
+    assert tok.token_text(2) == "<|im_end|>"
+    assert tok.token_bytes(2) == b"<|im_end|>"
+
+
+def test_token_text_of_a_partial_character(tok: Tokenizer) -> None:
+    # In the GPT-2 byte alphabet, printable Latin-1 bytes stand for themselves: the vocab
+    # entry "é" is the lone byte 0xE9, never valid UTF-8 on its own.
+    lone = tok.token_piece(180)
+    assert lone == "é"
+    assert tok.token_bytes(180) == b"\xe9"
+    assert tok.token_text(180) == "bytes:\\xe9"
+    # An emoji spread over several tokens: each part shows its own bytes.
+    ids = tok.encode("😀")
+    assert len(ids) > 1
+    parts = [tok.token_bytes(i) for i in ids]
+    assert b"".join(parts) == "😀".encode()
+    hexed = "bytes:" + "".join(f"\\x{b:02x}" for b in parts[0])
+    assert tok.token_text(ids[0]) == hexed
+    assert "\ufffd" not in "".join(tok.token_text(i) for i in ids)
+
+
+def test_decode_replaces_broken_bytes(tok: Tokenizer) -> None:
+    (a,) = tok.encode("a")
+    assert tok.decode([180, a]) == "\ufffda"
+
+
+def test_incremental_decoder_never_breaks_a_character(tok: Tokenizer) -> None:
+    text = "I love 🍕 and 👨‍👩‍👧‍👦! 你好 😀"
+    ids = tok.encode(text)
+    decoder = tok.new_decoder()
+    pieces = [decoder.push(i) for i in ids]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "" in pieces  # some token ended inside a character and was held back
+    assert "".join(pieces) + decoder.flush() == text
+
+
+def test_incremental_decoder_equals_full_decode(tok: Tokenizer) -> None:
+    rng = random.Random(99)
+    for _ in range(200):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(1, 12))]
+        decoder = tok.new_decoder()
+        streamed = "".join(decoder.push(i) for i in ids) + decoder.flush()
+        assert streamed == tok.decode(ids)
+
+
+def test_incremental_decoder_flushes_a_dangling_tail(tok: Tokenizer) -> None:
+    ids = tok.encode("😀")
+    decoder = tok.new_decoder()
+    assert "".join(decoder.push(i) for i in ids[:-1]) == ""
+    assert decoder.flush() == "\ufffd"
+
+
+# --- pre-tokenizer regexes (llama.cpp golden files exist for these too) ---------------------
+# Expected splits are read off llama.cpp's regexes by hand.
+
+
+@pytest.mark.parametrize(
+    ("pre", "text", "words"),
+    [
+        ("smollm", "x 1234567", ["x", " ", "1", "2", "3", "4", "5", "6", "7"]),
+        ("qwen2", "x 1234567", ["x", " ", "1", "2", "3", "4", "5", "6", "7"]),
+        ("llama-bpe", "x 1234567", ["x", " ", "123", "456", "7"]),
+        ("gpt-2", "x 1234567", ["x", " 1234567"]),
+        ("smollm", "YOU'LL you'll", ["YOU", "'", "LL", " you", "'ll"]),
+        ("llama-bpe", "YOU'LL you'll", ["YOU", "'LL", " you", "'ll"]),
+        ("qwen2", "YOU'LL you'll", ["YOU", "'LL", " you", "'ll"]),
+        ("smollm", "$foo  bar\n\n", ["$", "foo", " ", " bar", "\n\n"]),
+        ("llama-bpe", "$foo  bar\n\n", ["$foo", " ", " bar", "\n\n"]),
+        ("llama-bpe", "a;\n\n  b", ["a", ";\n\n", " ", " b"]),
+    ],
+)
+def test_pre_tokenizer_regexes(smollm_meta: dict, pre: str, text: str, words: list) -> None:
+    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, pre))
+    assert tokenizer.split_words(text) == words
+
+
+# --- metadata handling without the model ----------------------------------------------------
+
+
+def _tiny_meta(**overrides) -> dict:
+    """A hand-made byte-level vocabulary: single bytes, one merge, two special tokens."""
+    singles = [chr(c) for c in range(0x21, 0x7F)] + ["Ġ"]
+    tokens = singles + ["ab", "<|eot_id|>", "<tool>"]
+    meta = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": ["a b"],
+        "tokenizer.ggml.token_type": [1] * len(singles) + [1, 1, 4],
+        "tokenizer.ggml.eos_token_id": 0,
+    }
+    meta.update(overrides)
+    return meta
+
+
+def test_eog_heuristic_marks_known_end_tokens() -> None:
+    tokenizer = Tokenizer.from_metadata(_tiny_meta())
+    eot = tokenizer.vocab_size - 2
+    assert tokenizer.eog_ids == frozenset({0, eot})
+    # promoted to a control token: split out only when parsing specials, skipped on request
+    assert tokenizer.encode("ab<|eot_id|>") == [tokenizer.vocab_size - 3, eot]
+    assert eot not in tokenizer.encode("<|eot_id|>", parse_special=False)
+    assert tokenizer.decode([eot], skip_special=True) == ""
+
+
+def test_user_defined_tokens_split_even_without_special_parsing() -> None:
+    tokenizer = Tokenizer.from_metadata(_tiny_meta())
+    tool = tokenizer.vocab_size - 1
+    assert tokenizer.encode("a<tool>", parse_special=False)[-1] == tool
+    assert tokenizer.decode([tool], skip_special=True) == "<tool>"
+
+
+def test_add_bos_from_metadata() -> None:
+    tokenizer = Tokenizer.from_metadata(
+        _tiny_meta(**{"tokenizer.ggml.bos_token_id": 5, "tokenizer.ggml.add_bos_token": True})
+    )
+    assert tokenizer.encode("ab")[0] == 5
+    assert tokenizer.encode("ab", add_special=False)[0] != 5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"tokenizer.ggml.model": "llama"}, "llama"),
+        ({"tokenizer.ggml.model": "bert"}, "bert"),
+        ({"tokenizer.ggml.pre": "deepseek-coder"}, "deepseek-coder"),
+        ({"tokenizer.ggml.tokens": []}, "tokens"),
+    ],
+)
+def test_unsupported_tokenizers_are_named(overrides: dict, named: str) -> None:
+    with pytest.raises(ModelLoadError, match=named):
+        Tokenizer.from_metadata(_tiny_meta(**overrides))
