@@ -1,0 +1,135 @@
+"""The transformer (llama / qwen2 / qwen3), written once, calling `Ops` for every heavy step.
+
+The forward pass takes a flat batch of tokens from any number of sequences (prefill
+chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from strata_engine.api import ModelLoadError
+from strata_engine.config import ModelConfig
+from strata_engine.gguf_loader import GGUFFile
+from strata_engine.ops import AttentionMeta, Ops
+from strata_engine.weights import Weight, vector
+
+
+@dataclass
+class Layer:
+    attn_norm: torch.Tensor
+    wq: Weight
+    wk: Weight
+    wv: Weight
+    wo: Weight
+    bq: torch.Tensor | None
+    bk: torch.Tensor | None
+    bv: torch.Tensor | None
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    ffn_norm: torch.Tensor
+    w_gate: Weight
+    w_up: Weight
+    w_down: Weight
+
+
+class Rope:
+    """cos/sin tables per absolute position (fp32, computed in float64): the same for any batch."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        half = cfg.rope_dim // 2
+        inv = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim)
+        angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
+        self.cos = torch.from_numpy(np.cos(angles).astype(np.float32))
+        self.sin = torch.from_numpy(np.sin(angles).astype(np.float32))
+        self.style = cfg.rope_style
+        self.dim = cfg.rope_dim
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: [T, H, D]. Each output element is one multiply-multiply-add of fixed inputs."""
+        pos = positions.to(torch.int64)
+        cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
+        rot, rest = x[..., : self.dim], x[..., self.dim :]
+        if self.style == "interleaved":
+            a, b = rot[..., 0::2], rot[..., 1::2]
+            out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+        else:
+            half = self.dim // 2
+            a, b = rot[..., :half], rot[..., half:]
+            out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+        return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+
+
+class Transformer:
+    def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops) -> None:
+        self.cfg = cfg
+        self.ops = ops
+        t = gguf.tensors
+
+        def need(name: str):
+            if name not in t:
+                raise ModelLoadError(f"model file lacks tensor {name}")
+            return t[name]
+
+        def opt_vec(name: str) -> torch.Tensor | None:
+            return vector(t[name]) if name in t else None
+
+        self.embedding = Weight.from_info(need("token_embd.weight"))
+        self.output = Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
+        self.norm = vector(need("output_norm.weight"))
+        self.layers = []
+        for i in range(cfg.n_layers):
+            p = f"blk.{i}."
+            self.layers.append(
+                Layer(
+                    attn_norm=vector(need(p + "attn_norm.weight")),
+                    wq=Weight.from_info(need(p + "attn_q.weight")),
+                    wk=Weight.from_info(need(p + "attn_k.weight")),
+                    wv=Weight.from_info(need(p + "attn_v.weight")),
+                    wo=Weight.from_info(need(p + "attn_output.weight")),
+                    bq=opt_vec(p + "attn_q.bias"),
+                    bk=opt_vec(p + "attn_k.bias"),
+                    bv=opt_vec(p + "attn_v.bias"),
+                    q_norm=opt_vec(p + "attn_q_norm.weight"),
+                    k_norm=opt_vec(p + "attn_k_norm.weight"),
+                    ffn_norm=vector(need(p + "ffn_norm.weight")),
+                    w_gate=Weight.from_info(need(p + "ffn_gate.weight")),
+                    w_up=Weight.from_info(need(p + "ffn_up.weight")),
+                    w_down=Weight.from_info(need(p + "ffn_down.weight")),
+                )
+            )
+        self.rope = Rope(cfg)
+
+    @torch.inference_mode()
+    def forward(
+        self, ids: torch.Tensor, meta: AttentionMeta, kv: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """Hidden states after the final norm, [T, hidden], for the step's flat tokens."""
+        cfg, ops = self.cfg, self.ops
+        n = ids.shape[0]
+        x = ops.embed(self.embedding, ids)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
+            h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
+            q = ops.linear(h, layer.wq, layer.bq).view(n, cfg.n_heads, cfg.head_dim)
+            k = ops.linear(h, layer.wk, layer.bk).view(n, cfg.n_kv_heads, cfg.head_dim)
+            v = ops.linear(h, layer.wv, layer.bv).view(n, cfg.n_kv_heads, cfg.head_dim)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
+                k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
+            q = self.rope(q, meta.positions)
+            k = self.rope(k, meta.positions)
+            k_cache.view(-1, cfg.n_kv_heads, cfg.head_dim)[meta.slots] = k
+            v_cache.view(-1, cfg.n_kv_heads, cfg.head_dim)[meta.slots] = v
+            a = ops.attention(q, k_cache, v_cache, meta).view(n, -1)
+            x = x + ops.linear(a, layer.wo)
+            h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
+            x = x + ops.linear(ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
+        return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [R, vocab] for the selected rows only."""
+        return self.ops.linear(hidden, self.output)

@@ -1,0 +1,157 @@
+"""The operations the model calls, behind one interface with interchangeable backends.
+
+`NativeOps` (C kernels, see native/kernels.c) is batch-invariant by construction: a row's
+result never depends on the rest of the batch. `TorchOps` uses MKL GEMMs and SDPA: faster
+to write, not batch-invariant, kept as the fallback where the kernels cannot build and as
+the "invariance off" switch for tests and benchmarks. A GPU backend implements the same
+methods with Triton kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from strata_engine.weights import Weight
+
+
+@dataclass(frozen=True)
+class AttentionMeta:
+    """Where each token of a step sits: its sequence's block table row and its position."""
+
+    positions: torch.Tensor  # [T] int32 absolute positions
+    token_seq: torch.Tensor  # [T] int32 row of `block_tables` for each token
+    block_tables: torch.Tensor  # [S, max_blocks] int32
+    slots: torch.Tensor  # [T] int64 flat cache slot (block * block_size + offset) to write
+    block_size: int
+
+
+class Ops(Protocol):
+    invariant: bool
+
+    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor: ...
+    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor: ...
+    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
+    def attention(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+    ) -> torch.Tensor: ...
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class NativeOps:
+    """Batch-invariant CPU ops on the C kernels."""
+
+    invariant = True
+
+    def __init__(self, num_threads: int) -> None:
+        from strata_engine.native import library
+
+        self.lib = library()
+        self.threads = num_threads
+
+    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        x = x.contiguous()
+        m = x.shape[0]
+        y = torch.empty(m, w.out_features, dtype=torch.float32)
+        if m:
+            self.lib.strata_matmul(
+                x.data_ptr(), m, w.in_features, w.raw.data_ptr(), w.kernel_type, w.out_features,
+                _ptr(bias), y.data_ptr(), self.threads,
+            )  # fmt: skip
+        return y
+
+    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
+        ids = ids.to(torch.int64).contiguous()
+        out = torch.empty(ids.shape[0], w.in_features, dtype=torch.float32)
+        self.lib.strata_gather_rows(
+            w.raw.data_ptr(), w.kernel_type, w.in_features, ids.data_ptr(), ids.shape[0], out.data_ptr()
+        )
+        return out
+
+    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        rows = x.numel() // x.shape[-1]
+        self.lib.strata_rmsnorm(
+            x.data_ptr(), rows, x.shape[-1], weight.data_ptr(), eps, y.data_ptr(), self.threads
+        )
+        return y
+
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate.contiguous(), up.contiguous()
+        out = torch.empty_like(gate)
+        self.lib.strata_silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), out.data_ptr(), self.threads)
+        return out
+
+    def attention(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+    ) -> torch.Tensor:
+        t, h, d = q.shape
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        self.lib.strata_attention(
+            q.data_ptr(), t, h, k_cache.shape[2], d, k_cache.data_ptr(), v_cache.data_ptr(),
+            meta.block_size, meta.block_tables.data_ptr(), meta.block_tables.shape[1],
+            meta.token_seq.data_ptr(), meta.positions.data_ptr(), 1.0 / math.sqrt(d),
+            out.data_ptr(), self.threads,
+        )  # fmt: skip
+        return out
+
+
+class TorchOps:
+    """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
+
+    invariant = False
+
+    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, w.dense(), bias)
+
+    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
+        return w.dense()[ids.to(torch.int64)]
+
+    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    def attention(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+    ) -> torch.Tensor:
+        out = torch.empty_like(q)
+        group = q.shape[1] // k_cache.shape[2]
+        bs = meta.block_size
+        for row in torch.unique(meta.token_seq).tolist():
+            idx = (meta.token_seq == row).nonzero().squeeze(1)
+            pos = meta.positions[idx].to(torch.int64)
+            n = int(pos.max()) + 1
+            table = meta.block_tables[row].to(torch.int64)
+            j = torch.arange(n)
+            slots = table[j // bs] * bs + j % bs
+            k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
+            v = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
+            mask = j[None, :] <= pos[:, None]
+            o = F.scaled_dot_product_attention(q[idx].transpose(0, 1), k, v, attn_mask=mask)
+            out[idx] = o.transpose(0, 1)
+        return out
+
+
+def make_ops(invariant: bool = True, num_threads: int | None = None) -> Ops:
+    """The best available backend: the native kernels when they build, else torch."""
+    threads = num_threads or torch.get_num_threads()
+    if invariant:
+        from strata_engine.native import NativeUnavailable
+
+        try:
+            return NativeOps(threads)
+        except NativeUnavailable:
+            pass
+    return TorchOps()

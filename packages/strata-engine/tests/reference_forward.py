@@ -1,0 +1,78 @@
+"""An independent float64 forward pass for tests: gguf-py's reader and dequantizer, no cache,
+full causal attention, RoPE via complex rotation. It shares no code with the engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+class ReferenceModel:
+    def __init__(self, path: str) -> None:
+        reader = GGUFReader(path)
+        self.meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")}
+        arch = self.meta["general.architecture"]
+        g = lambda k, d=None: self.meta.get(f"{arch}.{k}", d)  # noqa: E731
+        self.arch = arch
+        self.n_layers = g("block_count")
+        self.n_heads = g("attention.head_count")
+        self.n_kv = g("attention.head_count_kv")
+        self.hidden = g("embedding_length")
+        self.head_dim = g("attention.key_length", self.hidden // self.n_heads)
+        self.eps = g("attention.layer_norm_rms_epsilon")
+        self.base = g("rope.freq_base", 10000.0)
+        self.w: dict[str, torch.Tensor] = {}
+        for t in reader.tensors:
+            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+            vals = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(shape)
+            self.w[t.name] = torch.from_numpy(vals)
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * w
+
+    def _rope(self, x: torch.Tensor) -> torch.Tensor:
+        t, h, d = x.shape
+        freqs = self.base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        ang = torch.arange(t, dtype=torch.float64)[:, None] * freqs[None, :]
+        rot = torch.polar(torch.ones_like(ang), ang)[:, None, :]
+        if self.arch == "llama":  # stored rows are permuted: rotate adjacent pairs
+            z = torch.view_as_complex(x.reshape(t, h, d // 2, 2).contiguous())
+            return torch.view_as_real(z * rot).reshape(t, h, d)
+        z = torch.complex(x[..., : d // 2], x[..., d // 2 :])
+        z = z * rot
+        return torch.cat((z.real, z.imag), dim=-1)
+
+    @torch.no_grad()
+    def logprobs(self, ids: list[int]) -> torch.Tensor:
+        """float64 log-probabilities [T, vocab] for every position."""
+        w = self.w
+        x = w["token_embd.weight"][torch.tensor(ids)]
+        t = len(ids)
+        mask = torch.full((t, t), float("-inf"), dtype=torch.float64).triu(1)
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            h = self._rms(x, w[p + "attn_norm.weight"])
+            q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
+            k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
+            v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0)
+            q = q.reshape(t, self.n_heads, self.head_dim)
+            k = k.reshape(t, self.n_kv, self.head_dim)
+            v = v.reshape(t, self.n_kv, self.head_dim)
+            if p + "attn_q_norm.weight" in w:
+                q = self._rms(q, w[p + "attn_q_norm.weight"])
+                k = self._rms(k, w[p + "attn_k_norm.weight"])
+            q, k = self._rope(q), self._rope(k)
+            rep = self.n_heads // self.n_kv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5 + mask
+            a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
+            x = x + a @ w[p + "attn_output.weight"].T
+            h = self._rms(x, w[p + "ffn_norm.weight"])
+            gate = h @ w[p + "ffn_gate.weight"].T
+            x = x + (torch.nn.functional.silu(gate) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+        x = self._rms(x, w["output_norm.weight"])
+        head = w.get("output.weight", w["token_embd.weight"])
+        return torch.log_softmax(x @ head.T, dim=-1)
