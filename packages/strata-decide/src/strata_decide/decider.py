@@ -1,0 +1,114 @@
+"""One decision: labels, prompt, read(s) and the distribution over a question's options.
+
+Each question is read on its own (its prompt holds only the state and that question), so an
+answer never depends on question ids, question order or which other questions share a
+request. In the rotations mode every cyclic rotation of the option order is read and the
+per-option probabilities are combined by geometric mean, which cancels position bias at
+the cost of one read per option.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
+
+from .distribution import Distribution, from_raw, geometric_mean, with_temperature
+from .errors import ContextOverflowError
+from .labels import Label, LabelBook
+from .prompts import messages, render
+from .questions import Content, Option, Question
+from .read import read_labels, upstream_failure
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer distribution over ``question.options`` (in their order) and its cost."""
+
+    question: Question
+    distribution: Distribution
+    prompt_tokens: int
+    completion_tokens: int
+    reads: int
+
+    @property
+    def probabilities(self) -> dict[str, float]:
+        return dict(zip(self.question.names, self.distribution.probabilities, strict=True))
+
+    @property
+    def answer(self) -> str:
+        return self.question.names[self.distribution.argmax]
+
+
+@dataclass(frozen=True)
+class DecideOptions:
+    """How reads are made: rotations on/off, a calibration temperature (1 = none), and how
+    many reads may be in flight at once (the upstream batches them)."""
+
+    rotations: bool = False
+    temperature: float = 1.0
+    max_concurrent_reads: int = 16
+
+
+class Decider:
+    """Decides questions about states through one server (and one served model)."""
+
+    def __init__(
+        self,
+        client: AsyncStrataClient,
+        model: str | None = None,
+        options: DecideOptions | None = None,
+        labels: LabelBook | None = None,
+    ):
+        self.client = client
+        self.model = model
+        self.options = options or DecideOptions()
+        self.labels = labels or LabelBook(client)
+        self._slots = asyncio.Semaphore(self.options.max_concurrent_reads)
+
+    async def decide(self, state: Content, question: Question) -> Decision:
+        """Read ``question`` about ``state`` and return its distribution over the options."""
+        labels = await self.labels.labels_for(question.kind, len(question.options))
+        label_ids = [label.token_id for label in labels]
+        shifts = range(len(question.options)) if self.options.rotations else range(1)
+        reads = await asyncio.gather(
+            *(self._read_rotation(state, question, labels, label_ids, s) for s in shifts)
+        )
+        distributions = [distribution for distribution, _, _ in reads]
+        combined = distributions[0] if len(distributions) == 1 else geometric_mean(distributions)
+        return Decision(
+            question=question,
+            distribution=with_temperature(combined, self.options.temperature),
+            prompt_tokens=sum(prompt for _, prompt, _ in reads),
+            completion_tokens=sum(completion for _, _, completion in reads),
+            reads=len(reads),
+        )
+
+    async def _read_rotation(
+        self,
+        state: Content,
+        question: Question,
+        labels: list[Label],
+        label_ids: list[int],
+        shift: int,
+    ) -> tuple[Distribution, int, int]:
+        """Read with the options rotated left by ``shift``; map the result back to option order."""
+        options = rotate(list(question.options), shift)
+        async with self._slots:
+            try:
+                prompt = await render(self.client, messages(state, question, options, labels))
+            except (APIStatusError, APIConnectionError) as error:
+                raise upstream_failure(error) from error
+            if len(prompt.token_ids) + 1 > prompt.max_model_len:
+                raise ContextOverflowError(len(prompt.token_ids), prompt.max_model_len)
+            raw = await read_labels(self.client, self.model, prompt.token_ids, label_ids)
+        # position j shows option (j + shift) % n: put each value back at its option's index
+        n = len(options)
+        raw_by_option = [raw.raw_logprobs[(i - shift) % n] for i in range(n)]
+        return from_raw(raw_by_option), raw.prompt_tokens, raw.completion_tokens
+
+
+def rotate(options: list[Option], shift: int) -> list[Option]:
+    """The options rotated left by ``shift`` (shift 0: the caller's order)."""
+    return options[shift:] + options[:shift]

@@ -1,0 +1,230 @@
+"""The Litestar app: ``POST /v1/systemone``, ``GET /v1/models``, ``GET /health``.
+
+Each question of a request is decided on its own (see ``strata_decide.decider``), all of
+them concurrently; the state's prompt prefix is shared through the upstream's prefix cache.
+``model`` may be the served model's name or an alias (``jev``, ``jev-latest``, any
+``jev-*``); the response names the served model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from pydantic import ValidationError
+from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
+
+from ..answers import answer_json
+from ..decider import DecideOptions, Decider, Decision
+from ..errors import ContextOverflowError, LabelError, UpstreamError
+from ..labels import LabelBook
+from ..questions import from_wire
+from .encoding import MAX_BODY_BYTES, decode_body
+from .errors import Refusal, json_response, refusal_response, validation_response
+from .schema import parse_request, validation_detail
+
+ALIASES = ("jev", "jev-latest")
+ALIAS_PREFIX = "jev-"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Where the upstream is, how to reach it, and how decisions are made."""
+
+    upstream: str = "http://127.0.0.1:8000"
+    api_key: str | None = None
+    upstream_api_key: str | None = None
+    upstream_timeout: float = 60.0
+    decide: DecideOptions = field(default_factory=DecideOptions)
+
+
+class Gateway:
+    """Holds the upstream client and the decider; resolves model names."""
+
+    def __init__(self, config: GatewayConfig):
+        self.config = config
+        self.client: AsyncStrataClient | None = None
+        self.labels: LabelBook | None = None
+        self._deciders: dict[str, Decider] = {}
+        self._served: list[Any] | None = None
+
+    async def start(self) -> None:
+        self.client = AsyncStrataClient(
+            base_url=self.config.upstream,
+            api_key=self.config.upstream_api_key,
+            timeout=self.config.upstream_timeout,
+            max_retries=1,
+        )
+        self.labels = LabelBook(self.client)
+
+    def decider(self, model: str) -> Decider:
+        """The decider for a served model (one per model: its own read slots, shared labels)."""
+        if model not in self._deciders:
+            self._deciders[model] = Decider(self.client, model, self.config.decide, self.labels)
+        return self._deciders[model]
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def served_models(self) -> list[Any]:
+        """The upstream's models (fetched once; an upstream failure is a 502)."""
+        if self._served is None:
+            try:
+                served = (await self.client.models.list()).data
+            except (APIStatusError, APIConnectionError) as error:
+                raise Refusal(
+                    502, "upstream_error", f"upstream model list failed: {error}"
+                ) from error
+            if not served:
+                raise Refusal(502, "upstream_error", "the upstream serves no model")
+            self._served = served
+        return self._served
+
+    async def resolve(self, name: str) -> str:
+        """The served model a request's ``model`` names; 404 for a name that is neither."""
+        served = [model.id for model in await self.served_models()]
+        if name in served:
+            return name
+        if name in ALIASES or name.startswith(ALIAS_PREFIX):
+            return served[0]
+        raise Refusal(
+            404,
+            "model_not_found",
+            f"model {name!r} is not served; try {served[0]!r} or 'jev-latest'",
+        )
+
+    def check_auth(self, request: Request) -> None:
+        """Bearer auth when an API key is set; with none set, any Authorization is ignored."""
+        if self.config.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip(), self.config.api_key
+        ):
+            raise Refusal(
+                401,
+                "authentication_error",
+                "missing or invalid API key (Authorization: Bearer <key>)",
+            )
+
+    async def system_one(self, request: Request) -> Response:
+        self.check_auth(request)
+        body = decode_body(await request.body(), request.headers.get("content-encoding"))
+        try:
+            parsed = parse_request(body)
+        except ValidationError as error:
+            return validation_response(validation_detail(error))
+        model = await self.resolve(parsed.model)
+        wire = parsed.model_dump(mode="json")
+        ids = list(wire["questions"])
+        decisions = await decide_all(
+            self.decider(model), wire["state"], [wire["questions"][i] for i in ids]
+        )
+        answers = {qid: answer_json(decision) for qid, decision in zip(ids, decisions, strict=True)}
+        check_finite(answers)
+        usage = {
+            "input_tokens": sum(d.prompt_tokens for d in decisions),
+            "output_tokens": sum(d.completion_tokens for d in decisions),
+        }
+        return json_response({"model": model, "answers": answers, "usage": usage})
+
+    async def models(self, request: Request) -> Response:
+        self.check_auth(request)
+        served = await self.served_models()
+        names = [model.id for model in served] + list(ALIASES)
+        released = datetime.fromtimestamp(served[0].created or 0, UTC).date().isoformat()
+        return json_response(
+            {
+                "object": "list",
+                "data": [{"id": name, "object": "model", "owned_by": "strata"} for name in names],
+                "models": [
+                    {
+                        "name": name,
+                        "description": f"{served[0].id} served by Strata",
+                        "release_date": released,
+                    }
+                    for name in names
+                ],
+            }
+        )
+
+
+async def decide_all(
+    decider: Decider, state: Any, questions: list[dict[str, Any]]
+) -> list[Decision]:
+    """Every question decided on its own, concurrently; library errors become refusals."""
+    try:
+        return await asyncio.gather(*(decider.decide(state, from_wire(q)) for q in questions))
+    except ContextOverflowError as error:
+        raise Refusal(400, "tokens_exceeded", str(error)) from error
+    except LabelError as error:
+        raise Refusal(400, "unsupported_options", str(error)) from error
+    except UpstreamError as error:
+        raise Refusal(502, "upstream_error", str(error)) from error
+    except ValueError as error:  # non-finite upstream values
+        raise Refusal(502, "upstream_error", f"upstream values unusable: {error}") from error
+
+
+def check_finite(value: Any) -> None:
+    """A response must never carry NaN or inf; if the upstream led us there, that is a 502."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Refusal(502, "upstream_error", "upstream logprobs gave a non-finite answer")
+    if isinstance(value, dict):
+        for item in value.values():
+            check_finite(item)
+
+
+def _http_exception(_: Request, error: HTTPException) -> Response:
+    """Litestar's own refusals (unknown route, wrong method, body too large) in the gateway shape."""
+    error_type = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+        error.status_code, "bad_request"
+    )
+    return refusal_response(Refusal(error.status_code, error_type, str(error.detail)))
+
+
+def _refusal(_: Request, error: Refusal) -> Response:
+    return refusal_response(error)
+
+
+def _unexpected(_: Request, error: Exception) -> Response:
+    return refusal_response(
+        Refusal(500, "unknown", f"internal error: {type(error).__name__}: {error}")
+    )
+
+
+def create_app(config: GatewayConfig) -> Litestar:
+    """The gateway app for ``config`` (the upstream client opens on startup)."""
+    gateway = Gateway(config)
+
+    @post("/v1/systemone", status_code=200)
+    async def system_one(request: Request) -> Response:
+        return await gateway.system_one(request)
+
+    @get("/v1/models")
+    async def models(request: Request) -> Response:
+        return await gateway.models(request)
+
+    @get("/health")
+    async def health() -> Response:
+        return json_response({"status": "ok"})
+
+    return Litestar(
+        route_handlers=[system_one, models, health],
+        on_startup=[gateway.start],
+        on_shutdown=[gateway.stop],
+        exception_handlers={
+            Refusal: _refusal,
+            HTTPException: _http_exception,
+            Exception: _unexpected,
+        },
+        request_max_body_size=MAX_BODY_BYTES,
+        openapi_config=None,
+    )

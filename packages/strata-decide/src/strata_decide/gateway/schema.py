@@ -1,0 +1,79 @@
+"""The request contract of ``POST /v1/systemone``, checked by pydantic.
+
+Validation failures are reported in the vendor's 422 shape: one item per problem, each with
+``type``, ``loc`` (starting with ``"body"``), ``msg`` and ``input``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+
+Content = StrictStr | dict[str, Any] | list[Any]
+
+MAX_CHOICE_OPTIONS = 255
+MAX_SCORE_LEVELS = 10
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChoiceQuestion(_Strict):
+    type: Literal["choice"]
+    instructions: Content | None = None
+    criteria: dict[str, Content | None] = Field(min_length=2, max_length=MAX_CHOICE_OPTIONS)
+
+
+class ScoreQuestion(_Strict):
+    type: Literal["score"]
+    instructions: Content | None = None
+    criteria: list[Content] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+
+
+class NoulCriteria(_Strict):
+    true: Content | None = None
+    false: Content | None = None
+
+
+class NoulQuestion(_Strict):
+    type: Literal["noul"]
+    instructions: Content | None = None
+    criteria: NoulCriteria | None = None
+
+    @model_validator(mode="after")
+    def _needs_something_to_ask(self) -> NoulQuestion:
+        described = self.criteria is not None and (
+            self.criteria.true is not None or self.criteria.false is not None
+        )
+        if self.instructions is None and not described:
+            raise ValueError("a noul question needs instructions or a described true/false outcome")
+        return self
+
+
+Question = Annotated[ChoiceQuestion | ScoreQuestion | NoulQuestion, Field(discriminator="type")]
+
+
+class SystemOneRequest(_Strict):
+    model: StrictStr
+    state: Content
+    questions: dict[str, Question] = Field(min_length=1)
+
+
+def parse_request(body: bytes) -> SystemOneRequest:
+    """The request parsed and validated; pydantic's ValidationError if it breaks the contract."""
+    return SystemOneRequest.model_validate_json(body)
+
+
+def validation_detail(error: ValidationError) -> list[dict[str, Any]]:
+    """The 422 ``detail`` list: ``{"type", "loc", "msg", "input"}`` per problem."""
+    return [
+        {
+            "type": item["type"],
+            "loc": ["body", *item["loc"]],
+            "msg": item["msg"],
+            "input": item.get("input"),
+        }
+        for item in error.errors(include_url=False, include_context=False)
+    ]

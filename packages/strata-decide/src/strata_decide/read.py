@@ -1,0 +1,111 @@
+"""The one-token read: ask the server for the labels' raw logprobs at the answer position.
+
+One ``/v1/completions`` call with the prompt as token ids, ``max_tokens: 1``,
+``temperature: 0``, ``allowed_token_ids`` = the labels, ``logprobs`` = the number of labels
+and ``return_tokens_as_token_ids``. On Strata (and any server with the same semantics) the
+generated position's ``top_logprobs`` then lists every allowed id with its raw
+full-vocabulary logprob, keyed ``token_id:<id>``.
+
+Server failures become the errors of ``strata_decide.errors``: a prompt over the context is
+ContextOverflowError, anything else UpstreamError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from strata_client import (
+    APIConnectionError,
+    APIStatusError,
+    AsyncStrataClient,
+    Completion,
+    CompletionLogprobs,
+)
+
+from .errors import ContextOverflowError, UpstreamError
+
+CONTEXT_PHRASE = "maximum context length"
+
+
+@dataclass(frozen=True)
+class RawRead:
+    """The raw logprob of each label (in label order) and the prompt's token count."""
+
+    raw_logprobs: list[float]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+async def read_labels(
+    client: AsyncStrataClient,
+    model: str | None,
+    prompt_ids: Sequence[int],
+    label_ids: Sequence[int],
+) -> RawRead:
+    """The labels' raw logprobs at the position after ``prompt_ids``."""
+    label_ids = list(label_ids)
+    try:
+        completion = await client.completions.create(
+            model=model,
+            prompt=list(prompt_ids),
+            max_tokens=1,
+            temperature=0,
+            logprobs=len(label_ids),
+            allowed_token_ids=label_ids,
+            return_tokens_as_token_ids=True,
+        )
+    except (APIStatusError, APIConnectionError) as error:
+        raise upstream_failure(error) from error
+    values = first_position(completion).values_of(0, label_ids)
+    missing = [token_id for token_id, value in values.items() if value is None]
+    if missing:
+        raise UpstreamError(
+            f"the server left allowed label ids {missing} out of top_logprobs; it must list "
+            "every allowed id with its raw logprob"
+        )
+    usage = completion.usage
+    return RawRead(
+        raw_logprobs=[float(values[token_id]) for token_id in label_ids],
+        prompt_tokens=usage.prompt_tokens if usage else len(prompt_ids),
+        completion_tokens=usage.completion_tokens if usage else 1,
+    )
+
+
+async def read_top(
+    client: AsyncStrataClient, model: str | None, prompt_ids: Sequence[int], top: int = 20
+) -> dict[int, float]:
+    """The server's own top-``top`` at the position after ``prompt_ids``, keyed by token id."""
+    try:
+        completion = await client.completions.create(
+            model=model,
+            prompt=list(prompt_ids),
+            max_tokens=1,
+            temperature=0,
+            logprobs=top,
+            return_tokens_as_token_ids=True,
+        )
+    except (APIStatusError, APIConnectionError) as error:
+        raise upstream_failure(error) from error
+    return first_position(completion).top_by_id(0)
+
+
+def first_position(completion: Completion) -> CompletionLogprobs:
+    """The logprobs object of the single choice, checked to hold one generated position."""
+    if not completion.choices or completion.choices[0].logprobs is None:
+        raise UpstreamError("the server's completion has no logprobs")
+    logprobs = completion.choices[0].logprobs
+    if not logprobs.top_logprobs or logprobs.top_logprobs[0] is None:
+        raise UpstreamError("the server's completion has no top_logprobs for the answer token")
+    return logprobs
+
+
+def upstream_failure(error: APIStatusError | APIConnectionError) -> Exception:
+    """The strata_decide error for a failed call: context overflow, or an upstream failure."""
+    if isinstance(error, APIStatusError):
+        if error.status_code == 400 and CONTEXT_PHRASE in (error.message or "").lower():
+            return ContextOverflowError(
+                None, None, f"the prompt does not fit the model: {error.message}"
+            )
+        return UpstreamError(f"upstream answered {error.status_code}: {error.message}")
+    return UpstreamError(f"upstream unreachable: {error.message or type(error).__name__}")
