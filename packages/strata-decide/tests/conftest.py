@@ -24,10 +24,10 @@ CHAR_BASE = 1000
 
 
 def _merged_codes() -> dict[str, int]:
-    """Two-letter codes that are single tokens: upper+upper pairs with an even code-point sum."""
+    """Words that are single tokens: Yes, No, and upper+upper pairs with an even code-point sum."""
     codes = [a + b for a in string.ascii_uppercase for b in string.ascii_uppercase]
     merged = [code for code in codes if (ord(code[0]) + ord(code[1])) % 2 == 0]
-    return {code: 500_000 + i for i, code in enumerate(merged)}
+    return {code: 500_000 + i for i, code in enumerate(["Yes", "No", *merged])}
 
 
 @dataclass
@@ -96,29 +96,45 @@ class FakeUpstream:
     def tokenize(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if "messages" in body:
-            ids = self.encode(self.render(body["messages"], body.get("add_generation_prompt", True)))
+            ids = self.encode(
+                self.render(body["messages"], body.get("add_generation_prompt", True))
+            )
         else:
             ids = self.encode(body["prompt"])
-        return httpx.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": self.max_model_len})
+        return httpx.Response(
+            200, json={"tokens": ids, "count": len(ids), "max_model_len": self.max_model_len}
+        )
 
     def detokenize(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"prompt": self.decode(json.loads(request.content)["tokens"])})
+        return httpx.Response(
+            200, json={"prompt": self.decode(json.loads(request.content)["tokens"])}
+        )
 
     def models(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"object": "list", "data": [{"id": self.model, "object": "model", "created": 0}]})
+        return httpx.Response(
+            200,
+            json={"object": "list", "data": [{"id": self.model, "object": "model", "created": 0}]},
+        )
 
     def completions(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         self.completion_calls.append(body)
         if self.fail_completions_with is not None:
-            return httpx.Response(self.fail_completions_with, json={"error": {"message": "boom", "type": "x"}})
+            return httpx.Response(
+                self.fail_completions_with, json={"error": {"message": "boom", "type": "x"}}
+            )
         if self.context_error:
             message = "This model's maximum context length is 10 tokens."
-            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
+            return httpx.Response(
+                400, json={"error": {"message": message, "type": "BadRequestError"}}
+            )
         prompt = body["prompt"]
         allowed = body.get("allowed_token_ids")
         if allowed is None:  # a plain top-N read: the labels of the prompt plus filler tokens
-            values = self.raw_logprobs(prompt, [self.encode(label)[0] for label, _ in self.option_lines(self.decode(prompt))])
+            values = self.raw_logprobs(
+                prompt,
+                [self.encode(label)[0] for label, _ in self.option_lines(self.decode(prompt))],
+            )
             values.update({900 + k: -12.0 - k for k in range(body["logprobs"])})
             top = dict(sorted(values.items(), key=lambda kv: -kv[1])[: body["logprobs"]])
         else:
@@ -130,9 +146,20 @@ class FakeUpstream:
             "top_logprobs": [{f"token_id:{i}": v for i, v in top.items()}],
             "text_offset": [0],
         }
-        choice = {"index": 0, "text": self.decode([best]), "logprobs": logprobs, "finish_reason": "length"}
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1}
-        return httpx.Response(200, json={"id": "x", "model": self.model, "choices": [choice], "usage": usage})
+        choice = {
+            "index": 0,
+            "text": self.decode([best]),
+            "logprobs": logprobs,
+            "finish_reason": "length",
+        }
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": 1,
+            "total_tokens": len(prompt) + 1,
+        }
+        return httpx.Response(
+            200, json={"id": "x", "model": self.model, "choices": [choice], "usage": usage}
+        )
 
 
 @pytest.fixture

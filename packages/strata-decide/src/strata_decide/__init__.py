@@ -8,7 +8,13 @@ probabilities, confidence), ``decider`` (one decision, rotations), ``calibrate``
 
 from .decider import DecideOptions, Decider, Decision
 from .distribution import Distribution
-from .errors import ContextOverflowError, DecideError, LabelCollisionError, LabelError, UpstreamError
+from .errors import (
+    ContextOverflowError,
+    DecideError,
+    LabelCollisionError,
+    LabelError,
+    UpstreamError,
+)
 from .questions import Option, Question, choice, from_wire, noul, score
 
 __all__ = [

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
 
 from .distribution import Distribution, from_raw, geometric_mean, with_temperature
-from .errors import ContextOverflowError
+from .errors import ContextOverflowError, upstream_failure
 from .labels import Label, LabelBook
 from .prompts import messages, render
 from .questions import Content, Option, Question
-from .read import read_labels, upstream_failure
+from .read import read_labels
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ DecideError
 
 from __future__ import annotations
 
+from strata_client import APIConnectionError, APIStatusError
+
+CONTEXT_PHRASE = "maximum context length"
+
 
 class DecideError(Exception):
     """Base class of every strata_decide error."""
@@ -37,3 +41,18 @@ class ContextOverflowError(DecideError):
 
 class UpstreamError(DecideError):
     """The upstream server could not be reached, timed out, or answered outside its contract."""
+
+
+def upstream_failure(error: APIStatusError | APIConnectionError) -> DecideError:
+    """The strata_decide error for a failed upstream call.
+
+    A 400 naming the "maximum context length" (the phrase OpenAI-style servers use) is a
+    ContextOverflowError; every other failure is an UpstreamError.
+    """
+    if isinstance(error, APIStatusError):
+        if error.status_code == 400 and CONTEXT_PHRASE in (error.message or "").lower():
+            return ContextOverflowError(
+                None, None, f"the prompt does not fit the model: {error.message}"
+            )
+        return UpstreamError(f"upstream answered {error.status_code}: {error.message}")
+    return UpstreamError(f"upstream unreachable: {error.message or type(error).__name__}")

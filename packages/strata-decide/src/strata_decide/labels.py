@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 
-from strata_client import APIStatusError, AsyncStrataClient
+from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
 
-from .errors import LabelCollisionError, LabelError
+from .errors import LabelCollisionError, LabelError, upstream_failure
 from .questions import Kind
 
 YES_NO = ("Yes", "No")
@@ -117,13 +117,14 @@ class LabelBook:
 
     async def _single_token(self, form: str) -> int | None:
         prefix = await self._prefix()
-        tokens = (await self._client.tokenize(form)).tokens
-        if tokens[: len(prefix)] != prefix or len(tokens) != len(prefix) + 1:
-            return None
-        token_id = tokens[-1]
-        if (await self._client.detokenize([token_id])).prompt != form:
-            return None
-        return token_id
+        try:
+            tokens = (await self._client.tokenize(form)).tokens
+            if tokens[: len(prefix)] != prefix or len(tokens) != len(prefix) + 1:
+                return None
+            decoded = (await self._client.detokenize([tokens[-1]])).prompt
+        except (APIStatusError, APIConnectionError) as error:
+            raise upstream_failure(error) from error
+        return tokens[-1] if decoded == form else None
 
     async def _prefix(self) -> list[int]:
         """What ``/tokenize`` puts before any text (a BOS token, or nothing)."""
@@ -131,6 +132,10 @@ class LabelBook:
             if self._special_prefix is None:
                 try:
                     self._special_prefix = list((await self._client.tokenize("")).tokens)
-                except APIStatusError:  # a server that refuses empty text adds no prefix we can see
-                    self._special_prefix = []
+                except APIStatusError as error:
+                    if error.status_code >= 500:
+                        raise upstream_failure(error) from error
+                    self._special_prefix = []  # a server refusing empty text: no visible prefix
+                except APIConnectionError as error:
+                    raise upstream_failure(error) from error
         return self._special_prefix

@@ -23,9 +23,7 @@ from strata_client import (
     CompletionLogprobs,
 )
 
-from .errors import ContextOverflowError, UpstreamError
-
-CONTEXT_PHRASE = "maximum context length"
+from .errors import UpstreamError, upstream_failure
 
 
 @dataclass(frozen=True)
@@ -98,14 +96,3 @@ def first_position(completion: Completion) -> CompletionLogprobs:
     if not logprobs.top_logprobs or logprobs.top_logprobs[0] is None:
         raise UpstreamError("the server's completion has no top_logprobs for the answer token")
     return logprobs
-
-
-def upstream_failure(error: APIStatusError | APIConnectionError) -> Exception:
-    """The strata_decide error for a failed call: context overflow, or an upstream failure."""
-    if isinstance(error, APIStatusError):
-        if error.status_code == 400 and CONTEXT_PHRASE in (error.message or "").lower():
-            return ContextOverflowError(
-                None, None, f"the prompt does not fit the model: {error.message}"
-            )
-        return UpstreamError(f"upstream answered {error.status_code}: {error.message}")
-    return UpstreamError(f"upstream unreachable: {error.message or type(error).__name__}")
