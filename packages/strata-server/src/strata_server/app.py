@@ -1,0 +1,190 @@
+"""The Litestar app: routes, auth, error envelopes and metrics around a loaded engine.
+
+Handlers read the raw body and decode it with `protocol.decode_request` (strict), so every
+validation failure takes the same path to the OpenAI error envelope.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Litestar, MediaType, Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.response import Stream
+from strata_engine.api import RequestError
+
+from strata_server.chat import chat_complete, chat_plan, stream_chat
+from strata_server.completions import complete, completion_plan, stream_completion
+from strata_server.context import ServerContext, ServerSettings, new_request_id
+from strata_server.errors import EXCEPTION_HANDLERS, ApiError, error_body
+from strata_server.generation import ClientDisconnected, until_disconnect
+from strata_server.metrics import metrics_middleware
+from strata_server.plan import Plan, engine_requests
+from strata_server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    decode_request,
+    encode,
+)
+from strata_server.responses import SSE_DONE, sse
+from strata_server.tokenizer_routes import detokenize, models, tokenize, tokenizer_info
+
+log = logging.getLogger("strata_server")
+
+ROUTES = frozenset(
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/tokenize",
+        "/detokenize",
+        "/tokenizer_info",
+        "/health",
+        "/metrics",
+    }
+)
+CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the metrics do
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    return Response(content=encode(value), status_code=status, media_type=MediaType.JSON)
+
+
+def event_stream(chunks: AsyncIterator[bytes]) -> Stream:
+    return Stream(
+        _errors_in_stream(chunks),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _errors_in_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Once headers are sent, a failure becomes an SSE `error` event (which SDKs raise)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (ApiError, RequestError) as exc:
+        status = exc.status if isinstance(exc, ApiError) else 400
+        yield sse(error_body(exc.message, status, exc.param))
+        yield SSE_DONE
+    except Exception as exc:
+        log.exception("error while streaming", exc_info=exc)
+        yield sse(error_body(f"Internal server error: {type(exc).__name__}", 500))
+        yield SSE_DONE
+
+
+def checked_requests(ctx: ServerContext, plan: Plan, request_id: str) -> list:
+    """The plan's engine requests, each passed through `engine.check` before anything runs.
+
+    So an engine refusal is a plain 400 even for a stream, never an error after headers.
+    """
+    requests = engine_requests(plan, ctx.limits.ctx_size, request_id)
+    for request in requests:
+        ctx.engine.check(request)
+    return requests
+
+
+def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
+    """Build the app around an already loaded engine (`strata_engine.AsyncEngine`)."""
+    ctx = ServerContext(engine=engine, settings=settings or ServerSettings())
+
+    def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+        key = ctx.settings.api_key
+        if key is None:
+            return
+        given = connection.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            raise ApiError(
+                "Missing or invalid API key: send `Authorization: Bearer <key>`.",
+                status=401,
+                code="invalid_api_key",
+            )
+
+    async def finish(request: Request, work: Any) -> Response:
+        try:
+            return json_response(await until_disconnect(request.receive, work))
+        except ClientDisconnected:
+            return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
+
+    @post("/completions", status_code=200)
+    async def completions(request: Request) -> Response | Stream:
+        """OpenAI legacy completions with full logprobs (see docs/DETAILS.md)."""
+        body = decode_request(await request.body(), CompletionRequest)
+        plan = completion_plan(body, ctx)
+        request_id = new_request_id("cmpl")
+        requests = checked_requests(ctx, plan, request_id)
+        if body.stream:
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return event_stream(stream_completion(plan, requests, ctx, request_id, include_usage))
+        return await finish(request, complete(plan, requests, ctx, request_id))
+
+    @post("/chat/completions", status_code=200)
+    async def chat_completions(request: Request) -> Response | Stream:
+        """Chat completions through the model's chat template, with logprobs."""
+        body = decode_request(await request.body(), ChatCompletionRequest)
+        plan = chat_plan(body, ctx)
+        request_id = new_request_id("chatcmpl")
+        requests = checked_requests(ctx, plan, request_id)
+        if body.stream:
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return event_stream(stream_chat(plan, requests, ctx, request_id, include_usage))
+        return await finish(request, chat_complete(plan, requests, ctx, request_id))
+
+    @get("/models")
+    async def list_models() -> Response:
+        """The one served model."""
+        return json_response(models(ctx))
+
+    @post("/tokenize", status_code=200)
+    async def tokenize_route(request: Request) -> Response:
+        """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
+        return json_response(tokenize(decode_request(await request.body(), TokenizeRequest), ctx))
+
+    @post("/detokenize", status_code=200)
+    async def detokenize_route(request: Request) -> Response:
+        """vLLM detokenize: `tokens` -> `prompt` text."""
+        body = decode_request(await request.body(), DetokenizeRequest)
+        return json_response(detokenize(body, ctx))
+
+    @get("/tokenizer_info")
+    async def tokenizer_info_route() -> Response:
+        """Special tokens and chat template (lm-evaluation-harness's remote tokenizer)."""
+        return json_response(tokenizer_info(ctx))
+
+    @get("/health")
+    async def health() -> Response:
+        """200 once the model is loaded (the app only exists after loading)."""
+        return json_response({"status": "ok", "model": ctx.served_name})
+
+    @get("/metrics", media_type="text/plain; version=0.0.4")
+    async def metrics() -> str:
+        """Prometheus text: requests, tokens, latency histograms, engine queue depth."""
+        return ctx.metrics.render(engine.stats())
+
+    v1 = Router(
+        path="/v1",
+        route_handlers=[completions, chat_completions, list_models],
+        guards=[require_api_key],
+    )
+    app = Litestar(
+        route_handlers=[
+            v1,
+            tokenize_route,
+            detokenize_route,
+            tokenizer_info_route,
+            health,
+            metrics,
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        middleware=[metrics_middleware(ctx.metrics, ROUTES)],
+        openapi_config=OpenAPIConfig(title="Strata server", version="0.1.0"),
+    )
+    app.state.ctx = ctx
+    return app

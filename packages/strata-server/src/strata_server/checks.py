@@ -1,0 +1,179 @@
+"""One set of rules for both routes: each function raises a 400 `ApiError` naming the field.
+
+The routes reduce their bodies to a `Plan` and call `check_plan`; nothing route-specific
+lives here except the parameter names the route passes in for messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from strata_server.errors import ApiError
+from strata_server.plan import Plan
+
+MAX_N = 128  # choices per prompt; a bound so one request cannot queue unbounded work
+MIN_TEMPERATURE = 1e-5  # below this sampling is greedy (dividing by ~0 would overflow)
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the loaded model and the server flags allow."""
+
+    vocab_size: int
+    ctx_size: int
+    max_logprobs: int = 20
+
+
+def check_model(requested: str | None, served: str) -> None:
+    """An absent model name means the served one; any other name is unknown (404, as vLLM)."""
+    if requested is not None and requested != served:
+        raise ApiError(
+            f"The model `{requested}` does not exist; this server serves `{served}`.",
+            param="model",
+            status=404,
+            code="model_not_found",
+        )
+
+
+def resolve_top_n(logprobs: bool | int | None, top_logprobs: int | None, param: str) -> int | None:
+    """The number of alternatives per position, or None for no logprobs at all.
+
+    `logprobs: N` (legacy completions), or `logprobs: true` with `top_logprobs: N` (chat form,
+    also accepted on completions). `top_logprobs` without `logprobs` is refused, as vLLM does.
+    """
+    if logprobs is None or logprobs is False:
+        if top_logprobs is not None:
+            raise ApiError("`top_logprobs` needs `logprobs` set to true.", param="top_logprobs")
+        return None
+    if logprobs is True:
+        return 0 if top_logprobs is None else top_logprobs
+    return logprobs
+
+
+def check_logprobs(plan: Plan, limits: Limits) -> None:
+    """The logprob rules shared by completions and chat.
+
+    - the alternatives count is within 0..max_logprobs, or up to the number of allowed ids
+      when `allowed_token_ids` is given (the listing is bounded by that set);
+    - every named id (prompt, allowed, logprob ids, stop ids) is inside the vocabulary;
+    - each prompt plus `max_tokens` fits in the context.
+    """
+    if plan.top_n is not None:
+        cap = limits.max_logprobs
+        if plan.allowed_ids is not None:
+            cap = max(cap, len(plan.allowed_ids))
+        if not 0 <= plan.top_n <= cap:
+            raise ApiError(
+                f"`{plan.top_n_param}` must be between 0 and {cap}, got {plan.top_n}"
+                + (" (the server's --max-logprobs)." if cap == limits.max_logprobs else "."),
+                param=plan.top_n_param,
+            )
+    elif plan.named_ids:
+        raise ApiError("`logprob_token_ids` needs `logprobs` set.", param="logprob_token_ids")
+    if plan.allowed_ids is not None and not plan.allowed_ids:
+        raise ApiError("`allowed_token_ids` must not be empty.", param="allowed_token_ids")
+    for prompt in plan.prompts:
+        check_ids_in_vocab(prompt, limits.vocab_size, plan.ids_param)
+    check_ids_in_vocab(plan.allowed_ids or (), limits.vocab_size, "allowed_token_ids")
+    check_ids_in_vocab(plan.named_ids, limits.vocab_size, "logprob_token_ids")
+    check_ids_in_vocab(plan.stop_token_ids, limits.vocab_size, "stop_token_ids")
+    for prompt in plan.prompts:
+        check_context(len(prompt), plan.max_tokens, limits.ctx_size, plan.ids_param)
+
+
+def check_ids_in_vocab(ids: Iterable[int], vocab_size: int, param: str) -> None:
+    for token_id in ids:
+        if not 0 <= token_id < vocab_size:
+            raise ApiError(
+                f"Token id {token_id} in `{param}` is outside the vocabulary "
+                f"(valid ids are 0..{vocab_size - 1}).",
+                param=param,
+                code="token_id_out_of_vocab",
+            )
+
+
+def check_context(prompt_len: int, max_tokens: int | None, ctx_size: int, param: str) -> None:
+    """A prompt that cannot fit (with its completion) is a 400 clients recognise by phrase."""
+    if prompt_len == 0:
+        raise ApiError("The prompt is empty; send at least one token.", param=param)
+    wanted = prompt_len + (max_tokens or 0)
+    if prompt_len > ctx_size or wanted > ctx_size:
+        raise ApiError(
+            f"This model's maximum context length is {ctx_size} tokens. However, you requested "
+            f"{wanted} tokens ({prompt_len} in the prompt, {max_tokens or 0} for the "
+            "completion). Please reduce the prompt or max_tokens.",
+            param=param,
+            code="context_length_exceeded",
+        )
+    if max_tokens is None and prompt_len >= ctx_size:
+        raise ApiError(
+            f"This model's maximum context length is {ctx_size} tokens and the prompt uses "
+            f"{prompt_len}, leaving no room for a completion.",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+def check_max_tokens(max_tokens: int | None, echo: bool, param: str = "max_tokens") -> None:
+    """`max_tokens` >= 1, or 0 together with `echo` (pure prompt scoring), as vLLM."""
+    if max_tokens is None:
+        return
+    if max_tokens < 0 or (max_tokens == 0 and not echo):
+        raise ApiError(
+            f"`{param}` must be at least 1 (0 is allowed only with `echo`), got {max_tokens}.",
+            param=param,
+        )
+
+
+def check_sampling(
+    *,
+    n: int,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    seed: int | None,
+    vocab_size: int,
+) -> tuple[float, float, int]:
+    """Validate the sampling knobs; return (temperature, top_p, top_k) with defaults applied."""
+    if not 1 <= n <= MAX_N:
+        raise ApiError(f"`n` must be between 1 and {MAX_N}, got {n}.", param="n")
+    t = 1.0 if temperature is None else temperature
+    if not (math.isfinite(t) and t >= 0):
+        raise ApiError(f"`temperature` must be a finite number >= 0, got {t}.", param="temperature")
+    if t < MIN_TEMPERATURE:
+        t = 0.0
+    p = 1.0 if top_p is None else top_p
+    if not (math.isfinite(p) and 0 < p <= 1):
+        raise ApiError(f"`top_p` must be in (0, 1], got {p}.", param="top_p")
+    k = 0 if top_k is None or top_k == -1 else top_k
+    if k < 0:
+        raise ApiError(f"`top_k` must be -1, 0 or positive, got {top_k}.", param="top_k")
+    if k >= vocab_size:
+        k = 0  # a cut at or above the vocabulary keeps every token
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ApiError(f"`seed` must fit in 64 bits, got {seed}.", param="seed")
+    return t, p, k
+
+
+def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`stop` as a tuple of non-empty strings (an empty stop string would end every reply)."""
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if any(s == "" for s in stops):
+        raise ApiError("`stop` strings must not be empty.", param="stop")
+    return stops
+
+
+def refuse_unsupported(**fields: object) -> None:
+    """Fields the server parses but does not implement: refused, never silently ignored.
+
+    Each value passes when it is None or the neutral value (0 penalties, empty bias).
+    """
+    for name, value in fields.items():
+        if value is None or value == 0 or value == {} or value == []:
+            continue
+        raise ApiError(f"`{name}` is not supported by this server.", param=name, code="unsupported")

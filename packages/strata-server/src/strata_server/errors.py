@@ -1,0 +1,104 @@
+"""One error type for every refusal, and the handlers that turn any failure into the envelope.
+
+Every response that is not a success has the OpenAI shape
+`{"error": {"message", "type", "param", "code"}}`, whatever raised it: our own checks, the
+engine's `RequestError`, Litestar's routing/size errors, or a bug (500, still enveloped).
+Clients retry 5xx, so a 5xx must only ever mean a server fault, never a bad request.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
+from strata_engine.api import RequestError
+
+log = logging.getLogger("strata_server")
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class ApiError(Exception):
+    """A request the server refuses: HTTP `status` with an OpenAI error envelope."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.code = code
+
+
+def error_body(
+    message: str, status: int, param: str | None = None, code: str | None = None
+) -> dict:
+    """The envelope as plain data (used for responses and for in-stream SSE errors)."""
+    error_type = _ERROR_TYPES.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def error_response(
+    message: str, status: int, param: str | None = None, code: str | None = None
+) -> Response:
+    return Response(
+        content=msgspec.json.encode(error_body(message, status, param, code)),
+        status_code=status,
+        media_type=MediaType.JSON,
+    )
+
+
+def handle_api_error(_: Request, exc: ApiError) -> Response:
+    return error_response(exc.message, exc.status, exc.param, exc.code)
+
+
+def handle_engine_refusal(_: Request, exc: RequestError) -> Response:
+    """The engine's own refusals (ids outside the vocabulary, context overflow, template errors)."""
+    return error_response(exc.message, 400, exc.param)
+
+
+def handle_http_exception(_: Request, exc: HTTPException) -> Response:
+    """Litestar's own refusals (unknown route, wrong method, body too large) in our envelope."""
+    status = exc.status_code
+    detail = exc.detail or "Request refused"
+    if status == 404:
+        detail = "Not found: no such route"
+    headers: dict[str, Any] = dict(exc.headers or {})
+    response = error_response(detail, status, code=None)
+    response.headers.update(headers)
+    return response
+
+
+def handle_unexpected(_: Request, exc: Exception) -> Response:
+    """A server bug: log it and still answer in the envelope."""
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(f"Internal server error: {type(exc).__name__}", 500)
+
+
+EXCEPTION_HANDLERS = {
+    ApiError: handle_api_error,
+    RequestError: handle_engine_refusal,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

@@ -1,0 +1,242 @@
+"""Wire types of the OpenAI/vLLM-compatible routes, decoded strictly with msgspec.
+
+Requests are decoded from the raw body by `decode_request` (never by Litestar's lenient
+converter), so `"max_tokens": "5"` or `true` for an integer is a 400, not a silent coercion.
+Unknown fields are ignored, as OpenAI and vLLM do, so newer clients keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from strata_server.errors import ApiError
+
+T = TypeVar("T")
+
+TokenIds = list[int]
+PromptInput = str | list[str | int | list[int]]
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class CompletionRequest(msgspec.Struct):
+    """`POST /v1/completions` body (OpenAI legacy completions plus vLLM extensions)."""
+
+    prompt: PromptInput
+    model: str | None = None
+    max_tokens: int | None = 16
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: bool | int | None = None
+    top_logprobs: int | None = None
+    echo: bool = False
+    allowed_token_ids: list[int] | None = None
+    logprob_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool = False
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+    user: str | None = None
+
+
+class TextPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(msgspec.Struct):
+    """`POST /v1/chat/completions` body."""
+
+    messages: list[ChatMessage]
+    model: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    allowed_token_ids: list[int] | None = None
+    logprob_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool = False
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+
+class TokenizeRequest(msgspec.Struct):
+    """vLLM `POST /tokenize`: either `prompt` or `messages` (the rendered chat prompt)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(msgspec.Struct):
+    model: str | None = None
+    tokens: list[int] = msgspec.field(default_factory=list)
+
+
+# ---------------------------------------------------------------- responses
+
+
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
+class Usage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class CompletionLogprobs(msgspec.Struct):
+    """The legacy logprobs object: four lists of equal length, one entry per returned token."""
+
+    tokens: list[str] = msgspec.field(default_factory=list)
+    token_logprobs: list[float | None] = msgspec.field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = msgspec.field(default_factory=list)
+    text_offset: list[int] = msgspec.field(default_factory=list)
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: str | None
+
+
+class CompletionResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None
+    object: Literal["text_completion"] = "text_completion"
+
+
+class TopLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatLogprobEntry(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(msgspec.Struct):
+    content: list[ChatLogprobEntry] | None
+    refusal: None = None
+
+
+class ChatMessageOut(msgspec.Struct):
+    role: str
+    content: str | None
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: ChatMessageOut
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+
+
+class ChatCompletionResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage | None
+    object: Literal["chat.completion"] = "chat.completion"
+
+
+class ChatDelta(msgspec.Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(msgspec.Struct):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+
+
+def decode_request(body: bytes, request_type: type[T]) -> T:
+    """Decode a JSON body strictly into `request_type`, or raise a 400 `ApiError`.
+
+    msgspec's message names the JSON path of the bad value; that path's first key becomes the
+    envelope's `param`.
+    """
+    if not body.strip():
+        raise ApiError("The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        return msgspec.json.decode(body, type=request_type, strict=True)
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        if isinstance(exc, msgspec.ValidationError):
+            raise ApiError(f"Invalid request: {message}", param=_param_of(message)) from None
+        raise ApiError(f"Malformed JSON body: {message}", code="invalid_json") from None
+
+
+def _param_of(message: str) -> str | None:
+    """`... - at `$.prompt[0]`` -> "prompt"; a missing field names itself."""
+    if "at `$." in message:
+        path = message.rsplit("at `$.", 1)[1].rstrip("`")
+        return path.split("[", 1)[0].split(".", 1)[0] or None
+    if message.startswith("Object missing required field `"):
+        return message.split("`", 2)[1]
+    return None
+
+
+def encode(value: Any) -> bytes:
+    """Serialise a response struct (or plain data) to JSON bytes."""
+    return msgspec.json.encode(value)

@@ -1,0 +1,188 @@
+"""The HTTP layer around a stand-in engine: envelopes, framing, auth, cancellation.
+
+Values and real model behaviour are tested against the real server in tests/test_server_*.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+from fakes import FakeEngine
+from litestar.testing import TestClient
+from strata_engine.api import Request, SamplingParams
+from strata_server import ServerSettings, create_app
+from strata_server.generation import ClientDisconnected, choice_events, until_disconnect
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def client(engine: FakeEngine):
+    with TestClient(create_app(engine, ServerSettings(max_logprobs=5))) as c:
+        yield c
+
+
+def assert_envelope(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "status"),
+    [
+        (b"{not json", {"content-type": "application/json"}, 400),
+        (b"prompt=hi", {"content-type": "application/x-www-form-urlencoded"}, 400),
+        (b'{"prompt": "hi", "max_tokens": "3"}', {"content-type": "application/json"}, 400),
+        (b'{"prompt": "hi", "n": 1e400}', {"content-type": "application/json"}, 400),
+        (b'{"prompt": [[[1]]]}', {"content-type": "application/json"}, 400),
+        (b'{"prompt": "hi", "model": "other"}', {"content-type": "application/json"}, 404),
+        (b'{"prompt": [1, 300]}', {"content-type": "application/json"}, 400),
+    ],
+)
+def test_bad_bodies_get_the_envelope(client, content, headers, status) -> None:
+    response = client.post("/v1/completions", content=content, headers=headers)
+    assert_envelope(response, status)
+    good = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    assert good.status_code == 200 and good.json()["choices"][0]["text"] == "aa"
+
+
+def test_unknown_route_and_method_get_the_envelope(client) -> None:
+    assert_envelope(client.get("/v1/nothing"), 404)
+    assert_envelope(client.get("/v1/completions"), 405)
+
+
+def test_non_streamed_completion_shape(client) -> None:
+    body = client.post(
+        "/v1/completions", json={"prompt": ["hi", "yo"], "max_tokens": 2, "logprobs": 1}
+    ).json()
+    assert body["object"] == "text_completion" and body["model"] == "fake-model"
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    lp = body["choices"][0]["logprobs"]
+    assert lp["tokens"] == ["a", "a"] and lp["text_offset"] == [0, 1]
+    assert body["usage"]["prompt_tokens"] == 4 and body["usage"]["completion_tokens"] == 4
+
+
+def test_streamed_completion_with_logprobs_and_usage(client) -> None:
+    payload = {
+        "prompt": "hi",
+        "max_tokens": 3,
+        "logprobs": 2,
+        "echo": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with client.stream("POST", "/v1/completions", json=payload) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [msgspec.json.decode(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 3
+    pieces = [c["choices"][0] for c in chunks[:-1]]
+    assert "".join(p["text"] for p in pieces) == "hiaaa"
+    offsets = [o for p in pieces for o in p["logprobs"]["text_offset"]]
+    assert offsets == [0, 1, 2, 3, 4]
+    assert pieces[-1]["finish_reason"] == "length"
+
+
+def test_echo_with_zero_max_tokens_scores_the_prompt_only(client) -> None:
+    body = client.post(
+        "/v1/completions", json={"prompt": "abc", "max_tokens": 0, "echo": True, "logprobs": 0}
+    ).json()
+    choice = body["choices"][0]
+    assert choice["text"] == "abc" and choice["finish_reason"] == "length"
+    assert choice["logprobs"]["token_logprobs"][0] is None
+    assert len(choice["logprobs"]["tokens"]) == 3
+
+
+def test_chat_without_template_is_a_clear_400(client) -> None:
+    error = assert_envelope(
+        client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}),
+        400,
+    )
+    assert "chat template" in error["message"]
+
+
+def test_response_format_is_refused(client) -> None:
+    payload = {
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_object"},
+    }
+    error = assert_envelope(client.post("/v1/chat/completions", json=payload), 400)
+    assert error["param"] == "response_format"
+
+
+def test_api_key_guards_v1_only(engine) -> None:
+    with TestClient(create_app(engine, ServerSettings(api_key="sekrit"))) as c:
+        assert_envelope(c.post("/v1/completions", json={"prompt": "x"}), 401)
+        bad = {"authorization": "Bearer wrong"}
+        assert_envelope(c.post("/v1/completions", json={"prompt": "x"}, headers=bad), 401)
+        good = {"authorization": "Bearer sekrit"}
+        assert c.post("/v1/completions", json={"prompt": "x"}, headers=good).status_code == 200
+        assert c.get("/health").status_code == 200
+
+
+def test_metrics_count_requests_and_tokens(client) -> None:
+    client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
+    client.post("/v1/completions", content=b"{")
+    text = client.get("/metrics").text
+    assert 'strata_requests_total{route="/v1/completions",status="200"} 1' in text
+    assert 'strata_requests_total{route="/v1/completions",status="400"} 1' in text
+    assert "strata_generated_tokens_total 3" in text
+    assert "strata_prompt_tokens_total 2" in text
+    assert "strata_engine_waiting 0" in text
+    assert 'strata_request_duration_seconds_count{route="/v1/completions"} 2' in text
+
+
+def test_tokenize_detokenize_round_trip(client) -> None:
+    ids = client.post("/tokenize", json={"prompt": "hé"}).json()
+    assert ids["tokens"] == list("hé".encode()) and ids["count"] == 3
+    assert client.post("/detokenize", json={"tokens": ids["tokens"]}).json() == {"prompt": "hé"}
+    error = assert_envelope(client.post("/detokenize", json={"tokens": [1, 9999]}), 400)
+    assert "9999" in error["message"]
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+def test_leaving_the_event_stream_aborts_every_choice() -> None:
+    engine = FakeEngine(step_delay=0.01)
+    requests = [Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=50))] * 3
+
+    async def read_two() -> None:
+        events = choice_events(engine, requests)
+        seen = 0
+        async for _ in events:
+            seen += 1
+            if seen == 2:
+                break
+        await events.aclose()
+
+    asyncio.run(read_two())
+    assert engine.active == 0 and engine.aborted == 3
+
+
+def test_a_disconnect_cancels_a_non_streamed_generation() -> None:
+    engine = FakeEngine(step_delay=0.01)
+    request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=1000))
+
+    async def consume() -> int:
+        return sum([1 async for _ in choice_events(engine, [request])])
+
+    async def receive() -> dict:
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def run() -> None:
+        with pytest.raises(ClientDisconnected):
+            await until_disconnect(receive, consume())
+
+    asyncio.run(run())
+    assert engine.active == 0 and engine.aborted == 1
