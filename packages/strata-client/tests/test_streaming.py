@@ -9,6 +9,7 @@ import httpx
 import pytest
 from strata_client import (
     APIStatusError,
+    APITimeoutError,
     BadRequestError,
     ChatCompletionChunk,
     CompletionChunk,
@@ -167,3 +168,22 @@ def test_crlf_line_endings_parse(client, mock, make_sse):
     mock.post("/v1/completions").respond(200, content=body)
     chunks = list(client.completions.create(model="m", prompt="x", stream=True))
     assert [c.choices[0].text for c in chunks] == ["ok"]
+
+
+class StallingStream(TrackedStream):
+    """Delivers its first event, then the read times out."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.pieces[0]
+        raise httpx.ReadTimeout("stalled")
+
+
+def test_a_stall_mid_stream_is_an_api_timeout_error_and_closes(client, mock, make_sse):
+    body = StallingStream(make_sse({"choices": [{"index": 0, "text": "a"}]}), piece=10_000)
+    mock.post("/v1/completions").mock(return_value=httpx.Response(200, stream=body))
+    stream = client.completions.create(model="m", prompt="x", stream=True)
+    seen = []
+    with pytest.raises(APITimeoutError):
+        for chunk in stream:
+            seen.append(chunk.choices[0].text)
+    assert seen == ["a"] and body.closed

@@ -2,7 +2,9 @@
 
 The server sends ``data: {json}`` events separated by blank lines and ends with
 ``data: [DONE]``. An event whose JSON has an ``"error"`` key is a failure reported after
-the 200 status went out; it raises ``APIStatusError``.
+the 200 status went out; it raises ``APIStatusError``. A connection that breaks or stalls
+mid-stream raises ``APIConnectionError`` / ``APITimeoutError`` (never retried: chunks were
+already delivered).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Generic, Self, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from ._exceptions import StrataError, error_from_event
+from ._exceptions import StrataError, error_from_event, error_from_transport
 
 ChunkT = TypeVar("ChunkT", bound=BaseModel)
 
@@ -99,6 +101,8 @@ class Stream(Generic[ChunkT]):
                 if data == DONE:
                     return
                 yield decode_chunk(data, self._chunk_type, self.response)
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, self.response.request) from exc
         finally:
             self.close()
 
@@ -136,6 +140,8 @@ class AsyncStream(Generic[ChunkT]):
                 if data == DONE:
                     return
                 yield decode_chunk(data, self._chunk_type, self.response)
+        except httpx.TransportError as exc:
+            raise error_from_transport(exc, self.response.request) from exc
         finally:
             await self.close()
 
