@@ -1,0 +1,255 @@
+"""``strata-decide``: decide | parity | calibrate | serve | bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from strata_client import AsyncStrataClient
+from tqdm import tqdm
+
+from . import questions
+from .answers import answer_json
+from .calibrate import Calibration, calibrate, load_examples, read_examples
+from .decider import DecideOptions, Decider, Decision
+from .errors import DecideError
+from .parity import DEFAULT_TOLERANCE, run_parity
+from .samples import QUESTIONS, STATES
+
+DEFAULT_SERVER = os.environ.get("STRATA_BASE_URL", "http://127.0.0.1:8000")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strata-decide", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def server_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--server", default=DEFAULT_SERVER, help="upstream Strata server URL")
+        sub.add_argument("--server-api-key", default=None, help="API key of the upstream server")
+        sub.add_argument("--model", default=None, help="served model (default: the first listed)")
+        sub.add_argument("--timeout", type=float, default=120.0, help="seconds per upstream call")
+
+    def mode_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--rotations", action="store_true", help="read every cyclic option order")
+        sub.add_argument("--calibration", default=None, help="calibration JSON from `calibrate`")
+
+    decide = commands.add_parser(
+        "decide", help="one state, one question: the answer and its probabilities"
+    )
+    server_args(decide)
+    mode_args(decide)
+    decide.add_argument("--state", required=True, help="the state text; @FILE reads a file")
+    decide.add_argument("--type", choices=["choice", "score", "noul"], default="choice")
+    decide.add_argument("--instructions", default=None, help="the question")
+    decide.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME[=DESCRIPTION]",
+        help="a choice option (repeat); a score level description (repeat, lowest first)",
+    )
+    decide.add_argument("--true", dest="true_text", default=None, help="noul: what counts as yes")
+    decide.add_argument("--false", dest="false_text", default=None, help="noul: what counts as no")
+    decide.add_argument("--json", action="store_true", help="print JSON")
+
+    parity = commands.add_parser("parity", help="named-id read vs the server's own top-20")
+    server_args(parity)
+    parity.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    parity.add_argument("--json", action="store_true", help="print the full report as JSON")
+
+    calib = commands.add_parser("calibrate", help="fit a temperature on labelled JSONL examples")
+    server_args(calib)
+    calib.add_argument("--data", required=True, help='JSONL of {"state", "question", "answer"}')
+    calib.add_argument("--out", default="calibration.json")
+    calib.add_argument("--rotations", action="store_true")
+
+    serve = commands.add_parser("serve", help="the typed-decision gateway (POST /v1/systemone)")
+    serve.add_argument("--upstream", default=DEFAULT_SERVER, help="Strata server URL")
+    serve.add_argument("--upstream-api-key", default=None)
+    serve.add_argument("--upstream-timeout", type=float, default=60.0)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8100)
+    serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    mode_args(serve)
+
+    bench = commands.add_parser("bench", help="5 states x 3 questions through the gateway")
+    target = bench.add_mutually_exclusive_group()
+    target.add_argument("--gateway", default=None, help="a running gateway's URL")
+    target.add_argument("--upstream", default=DEFAULT_SERVER, help="start a gateway on this server")
+    bench.add_argument("--api-key", default=None, help="the gateway's API key")
+    bench.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DecideError as error:
+        print(f"strata-decide {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:
+        print(f"strata-decide {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def decide_options(args: argparse.Namespace) -> DecideOptions:
+    temperature = Calibration.load(args.calibration).temperature if args.calibration else 1.0
+    return DecideOptions(rotations=args.rotations, temperature=temperature)
+
+
+def upstream(args: argparse.Namespace) -> AsyncStrataClient:
+    return AsyncStrataClient(
+        base_url=args.server, api_key=args.server_api_key, timeout=args.timeout
+    )
+
+
+def question_from_args(args: argparse.Namespace) -> questions.Question:
+    if args.type == "noul":
+        return questions.noul(args.instructions, {"true": args.true_text, "false": args.false_text})
+    if args.type == "score":
+        return questions.score(args.instructions, args.option)
+    criteria = dict(
+        option.split("=", 1) if "=" in option else (option, None) for option in args.option
+    )
+    return questions.choice(args.instructions, criteria)
+
+
+def run_decide(args: argparse.Namespace) -> int:
+    state = Path(args.state[1:]).read_text() if args.state.startswith("@") else args.state
+    question = question_from_args(args)
+    if len(question.options) < 2:
+        raise ValueError("give at least two --option")
+
+    async def run() -> tuple[str, Decision]:
+        async with upstream(args) as client:
+            model = args.model or (await client.models.list()).data[0].id
+            return model, await Decider(client, model, decide_options(args)).decide(state, question)
+
+    model, decision = asyncio.run(run())
+    answer = answer_json(decision)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "model": model,
+                    "answer": answer,
+                    "reads": decision.reads,
+                    "prompt_tokens": decision.prompt_tokens,
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+        return 0
+    print(f"answer: {decision.answer}")
+    for key in ("confidence", "score", "noul"):
+        if key in answer:
+            print(f"{key}: {answer[key]:.4f}")
+    print(f"label mass: {decision.distribution.mass:.4f}   reads: {decision.reads}")
+    width = max(len(name) for name in question.names)
+    for name, p in decision.probabilities.items():
+        print(f"  {name:<{width}}  {p:.4f}  {'#' * round(40 * p)}")
+    return 0
+
+
+def run_parity_command(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with upstream(args) as client:
+            with tqdm(total=len(STATES) * len(QUESTIONS), desc="parity", disable=None) as bar:
+                return await run_parity(
+                    client, args.model, STATES, QUESTIONS, args.tolerance, bar.update
+                )
+
+    report = asyncio.run(run())
+    summary = report.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for key in (
+            "cases",
+            "labels_compared",
+            "max_abs_diff",
+            "mean_abs_diff",
+            "mean_diff",
+            "argmax_agreement",
+        ):
+            print(f"{key}: {summary[key]}")
+        print("PASS" if report.passed else f"FAIL (tolerance {args.tolerance})")
+    return 0 if report.passed else 1
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    examples = load_examples(args.data)
+
+    async def run() -> Calibration:
+        async with upstream(args) as client:
+            decider = Decider(client, args.model, DecideOptions(rotations=args.rotations))
+            with tqdm(total=len(examples), desc="calibrate", disable=None) as bar:
+                distributions = await read_examples(decider, examples, bar.update)
+        return calibrate(distributions, [example.answer for example in examples])
+
+    result = asyncio.run(run())
+    result.save(args.out)
+    print(f"temperature: {result.temperature:.4f}  ({result.examples} examples) -> {args.out}")
+    print(f"ECE:   {result.ece_before:.4f} -> {result.ece_after:.4f}")
+    print(f"Brier: {result.brier_before:.4f} -> {result.brier_after:.4f}")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from .gateway import GatewayConfig
+    from .gateway.serve import serve
+
+    config = GatewayConfig(
+        upstream=args.upstream,
+        api_key=args.api_key,
+        upstream_api_key=args.upstream_api_key,
+        upstream_timeout=args.upstream_timeout,
+        decide=decide_options(args),
+    )
+    serve(config, args.host, args.port)
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from .bench import bench_gateway
+    from .gateway import GatewayConfig
+    from .gateway.serve import background
+
+    started = (
+        nullcontext(args.gateway)
+        if args.gateway
+        else background(GatewayConfig(upstream=args.upstream))
+    )
+    with (
+        started as url,
+        tqdm(total=len(STATES) * len(QUESTIONS), desc="bench", disable=None) as bar,
+    ):
+        result = bench_gateway(url, STATES, QUESTIONS, api_key=args.api_key, on_decision=bar.update)
+    summary = result.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"{summary['decisions']} decisions in {summary['wall_s']:.3f} s: "
+            f"{summary['decisions_per_s']:.2f}/s, p50 {summary['p50_ms']:.1f} ms, "
+            f"p95 {summary['p95_ms']:.1f} ms"
+        )
+    return 0
+
+
+COMMANDS = {
+    "decide": run_decide,
+    "parity": run_parity_command,
+    "calibrate": run_calibrate,
+    "serve": run_serve,
+    "bench": run_bench,
+}
