@@ -4,8 +4,9 @@
 
 Needs `llama-cpp-python` (the reference implementation) and `gguf`. For the SmolLM2 model it
 records ids as the model file says (pre-tokenizer `smollm`). For the `llama-bpe` (Llama-3) and
-`qwen2` pre-tokenizers it writes a vocabulary-only GGUF that is SmolLM2's with only
-`tokenizer.ggml.pre` changed, so llama.cpp itself gives the ids for those regexes too.
+`qwen2` pre-tokenizers it writes a vocabulary-only GGUF that is SmolLM2's with
+`tokenizer.ggml.pre` changed and a few tokens added (`extra_tokens` / `extra_merges` in the
+output), so llama.cpp itself gives the ids for those regexes too.
 Each case holds the ids with special-token parsing on (`ids`) and off (`ids_plain`), both with
 `add_special` (BOS/EOS only where the model asks for them).
 """
@@ -23,11 +24,17 @@ import llama_cpp
 DEFAULT_MODEL = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 OUT_DIR = Path(__file__).resolve().parents[1] / "packages/strata-engine/tests/data"
 
-# Variants: output name -> the tokenizer.ggml.pre value (None: as the file says).
-VARIANTS: dict[str, str | None] = {
-    "smollm2": None,
-    "smollm2_llama-bpe": "llama-bpe",
-    "smollm2_qwen2": "qwen2",
+# Variants: output name -> (tokenizer.ggml.pre, extra vocabulary entries, extra merges).
+# SmolLM2's vocabulary has no multi-digit tokens and no upper-case contractions, so the
+# Llama-3 / Qwen2 variants add a few (appended, as the last ids and lowest-ranked merges) to
+# make digit grouping, case-insensitive contractions and `ignore_merges` visible in the ids:
+# " zqxj" is a vocabulary entry that no merge produces.
+_EXTRA_TOKENS = ["12", "123", "45", "456", "78", "789", "'L", "'LL", "'T", "Ġzqxj"]
+_EXTRA_MERGES = ["1 2", "12 3", "4 5", "45 6", "7 8", "78 9", "' L", "'L L", "' T"]
+VARIANTS: dict[str, tuple[str | None, list[str], list[str]]] = {
+    "smollm2": (None, [], []),
+    "smollm2_llama-bpe": ("llama-bpe", _EXTRA_TOKENS, _EXTRA_MERGES),
+    "smollm2_qwen2": ("qwen2", _EXTRA_TOKENS, _EXTRA_MERGES),
 }
 
 CORPUS: list[str] = [
@@ -38,6 +45,8 @@ CORPUS: list[str] = [
     "I'm sure you'll see they've done what we'd said, isn't it?",
     "I'M SURE YOU'LL SEE THEY'VE DONE WHAT WE'D SAID, ISN'T IT?",
     "rock'n'roll 'quoted' ''double''",
+    "YOU'LL DON'T, you'll don't",
+    " zqxj zqxjv zqxj",
     # numbers: single digits vs groups of three vs runs
     "1",
     "12",
@@ -47,6 +56,7 @@ CORPUS: list[str] = [
     "pi is 3.14159265358979, e is 2.71828",
     "Call 555-0199 or +1 (800) 123-4567 before 2024-12-31T23:59:59Z.",
     "x1y22z333w4444 v55555",
+    "123456789 1234567 78 4567",
     "١٢٣ ४५६ ①②③ ½ Ⅻ",  # non-ASCII digits and numerals
     # code
     "def add(a, b):\n    return a + b\n",
@@ -102,18 +112,25 @@ CORPUS: list[str] = [
 ]
 
 
-def _copy_with_pre(src: Path, dst: Path, pre: str) -> None:
-    """Write a tensor-free GGUF with `src`'s metadata and `tokenizer.ggml.pre` replaced."""
+def _write_variant(src: Path, dst: Path, pre: str, tokens: list[str], merges: list[str]) -> None:
+    """A tensor-free GGUF: `src`'s metadata with another pre-tokenizer and extra vocabulary."""
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
+    meta = {k: f.contents() for k, f in reader.fields.items()}
+    replaced = {
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": meta["tokenizer.ggml.tokens"] + tokens,
+        "tokenizer.ggml.token_type": meta["tokenizer.ggml.token_type"] + [1] * len(tokens),
+        "tokenizer.ggml.merges": meta["tokenizer.ggml.merges"] + merges,
+        f"{arch}.vocab_size": len(meta["tokenizer.ggml.tokens"]) + len(tokens),
+    }
     writer = gguf.GGUFWriter(dst, arch)
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
-        value = pre if key == "tokenizer.ggml.pre" else field.contents()
         vtype = field.types[0]
         sub_type = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(key, value, vtype, sub_type=sub_type)
+        writer.add_key_value(key, replaced.get(key, meta[key]), vtype, sub_type=sub_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -140,17 +157,19 @@ def main() -> None:
     model = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_MODEL
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, pre in VARIANTS.items():
+        for name, (pre, tokens, merges) in VARIANTS.items():
             path = model
             if pre is not None:
                 path = Path(tmp) / f"{name}.gguf"
-                _copy_with_pre(model, path, pre)
+                _write_variant(model, path, pre, tokens, merges)
             cases, file_pre = _reference(path)
             out = OUT_DIR / f"tokenizer_reference_{name}.json"
             doc = {
                 "source": f"llama-cpp-python {llama_cpp.__version__}, vocab_only",
                 "model": model.name,
                 "pre": file_pre,
+                "extra_tokens": tokens,
+                "extra_merges": merges,
                 "add_special": True,
                 "cases": cases,
             }

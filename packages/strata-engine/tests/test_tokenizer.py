@@ -38,6 +38,17 @@ def _with_pre(meta: dict, pre: str) -> dict:
     return {**meta, "tokenizer.ggml.pre": pre}
 
 
+def _variant_overrides(meta: dict, doc: dict) -> dict:
+    """The metadata a golden file was made with: SmolLM2's, another pre-tokenizer, extra tokens."""
+    extra = doc["extra_tokens"]
+    return {
+        "tokenizer.ggml.pre": doc["pre"],
+        "tokenizer.ggml.tokens": meta["tokenizer.ggml.tokens"] + extra,
+        "tokenizer.ggml.token_type": meta["tokenizer.ggml.token_type"] + [1] * len(extra),
+        "tokenizer.ggml.merges": meta["tokenizer.ggml.merges"] + doc["extra_merges"],
+    }
+
+
 # --- golden ids from llama.cpp -------------------------------------------------------------
 
 
@@ -55,7 +66,7 @@ def test_golden_files_exist_and_cover_a_broad_corpus() -> None:
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
 def test_ids_equal_llama_cpp(smollm_meta: dict, path: Path) -> None:
     doc = _load_golden(path)
-    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, doc["pre"]))
+    tokenizer = Tokenizer.from_metadata({**smollm_meta, **_variant_overrides(smollm_meta, doc)})
     wrong = []
     for case in doc["cases"]:
         got = tokenizer.encode(case["text"])
@@ -83,19 +94,18 @@ def _fuzz_corpus(n: int, seed: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("pre", ["smollm", "llama-bpe", "qwen2"])
-def test_ids_equal_live_llama_cpp(smollm_meta: dict, pre: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
+def test_ids_equal_live_llama_cpp(smollm_meta: dict, path: Path, tmp_path: Path) -> None:
     """Against llama.cpp itself, when llama-cpp-python is installed: corpus plus fuzz."""
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
     gguf = pytest.importorskip("gguf")
-    path = MODEL_PATH
-    if pre != smollm_meta["tokenizer.ggml.pre"]:
-        path = tmp_path / "vocab.gguf"
-        _write_vocab_gguf(gguf, path, pre)
-    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, pre))
-    texts = [c["text"] for c in _load_golden(DATA / "tokenizer_reference_smollm2.json")["cases"]]
-    texts += _fuzz_corpus(300, seed=1234)
+    doc = _load_golden(path)
+    overrides = _variant_overrides(smollm_meta, doc)
+    gguf_path = tmp_path / "vocab.gguf"
+    _write_vocab_gguf(gguf, gguf_path, overrides)
+    llm = llama_cpp.Llama(str(gguf_path), vocab_only=True, verbose=False)
+    tokenizer = Tokenizer.from_metadata({**smollm_meta, **overrides})
+    texts = [c["text"] for c in doc["cases"]] + _fuzz_corpus(300, seed=1234)
     wrong = []
     for text in texts:
         for special in (True, False):
@@ -106,14 +116,16 @@ def test_ids_equal_live_llama_cpp(smollm_meta: dict, pre: str, tmp_path: Path) -
     assert not wrong, f"{len(wrong)} of {2 * len(texts)} differ from llama.cpp: {wrong[:3]}"
 
 
-def _write_vocab_gguf(gguf, path: Path, pre: str) -> None:
-    """SmolLM2's metadata, no tensors, another pre-tokenizer: enough for vocab_only."""
+def _write_vocab_gguf(gguf, path: Path, overrides: dict) -> None:
+    """SmolLM2's metadata with `overrides`, no tensors: enough for llama.cpp's vocab_only."""
     reader = gguf.GGUFReader(MODEL_PATH)
-    writer = gguf.GGUFWriter(path, reader.fields["general.architecture"].contents())
+    arch = reader.fields["general.architecture"].contents()
+    overrides = {**overrides, f"{arch}.vocab_size": len(overrides["tokenizer.ggml.tokens"])}
+    writer = gguf.GGUFWriter(path, arch)
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
-        value = pre if key == "tokenizer.ggml.pre" else field.contents()
+        value = overrides[key] if key in overrides else field.contents()
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(key, value, vtype, sub_type=sub)
