@@ -58,35 +58,30 @@ def server_url() -> Iterator[str]:
     """Base URL of a real server on the default model (`--parallel 2`)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log_file = tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log", delete=False)
-    log_path = Path(log_file.name)
-    command = [
-        sys.executable,
-        "-m",
-        "strata_server",
-        "--model",
-        "default",
-        "--port",
-        str(port),
-        "--parallel",
-        "2",
-        "--log-level",
-        "warning",
-    ]
-    process = subprocess.Popen(
-        command,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        _wait_for_health(url, process, log_path)
-        yield url
-    finally:
-        process.terminate()
+    with tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log") as log_file:
+        log_path = Path(log_file.name)
+        command = [
+            sys.executable,
+            "-m",
+            "strata_server",
+            "--model",
+            "default",
+            "--port",
+            str(port),
+            "--parallel",
+            "2",
+            "--log-level",
+            "warning",
+        ]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
         try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log_file.close()
+            _wait_for_health(url, process, log_path)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -32,7 +32,12 @@ def chat_ids(server_url: str) -> list[int]:
 
 def test_chat_logprobs_shape(client: OpenAI, model: str) -> None:
     reply = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=5, temperature=0, logprobs=True, top_logprobs=4
+        model=model,
+        messages=MESSAGES,
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=4,
     )
     choice = reply.choices[0]
     content = choice.logprobs.content
@@ -64,10 +69,15 @@ def test_chat_text_and_token_id_prompts_agree(
 ) -> None:
     """The same next token gets the same value through all three routes to it."""
     chat = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=1, temperature=0, logprobs=True, top_logprobs=5
+        model=model,
+        messages=MESSAGES,
+        max_tokens=1,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=5,
     ).choices[0]
     rendered = httpx.post(f"{server_url}/detokenize", json={"tokens": chat_ids}).json()["prompt"]
-    kwargs = dict(model=model, max_tokens=1, temperature=0, logprobs=5)
+    kwargs = {"model": model, "max_tokens": 1, "temperature": 0, "logprobs": 5}
     by_ids = client.completions.create(prompt=chat_ids, **kwargs).choices[0]
     by_text = client.completions.create(prompt=rendered, **kwargs).choices[0]
     entry = chat.logprobs.content[0]
@@ -101,7 +111,8 @@ def test_chat_allowed_ids_are_renormalised(client: OpenAI, model: str, server_ur
     assert entry.logprob == max(t.logprob for t in entry.top_logprobs)
 
     chat_ids = httpx.post(
-        f"{server_url}/tokenize", json={"messages": MESSAGES, "add_generation_prompt": True}
+        f"{server_url}/tokenize",
+        json={"messages": MESSAGES, "add_generation_prompt": True},
     ).json()["tokens"]
     raw = (
         client.completions.create(
@@ -110,7 +121,10 @@ def test_chat_allowed_ids_are_renormalised(client: OpenAI, model: str, server_ur
             max_tokens=1,
             temperature=0,
             logprobs=len(allowed),
-            extra_body={"allowed_token_ids": allowed, "return_tokens_as_token_ids": True},
+            extra_body={
+                "allowed_token_ids": allowed,
+                "return_tokens_as_token_ids": True,
+            },
         )
         .choices[0]
         .logprobs.top_logprobs[0]
@@ -124,9 +138,14 @@ def test_chat_allowed_ids_are_renormalised(client: OpenAI, model: str, server_ur
 
 
 def test_chat_streaming_with_logprobs_matches_the_whole_reply(client: OpenAI, model: str) -> None:
-    kwargs = dict(
-        model=model, messages=MESSAGES, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2
-    )
+    kwargs = {
+        "model": model,
+        "messages": MESSAGES,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     whole = client.chat.completions.create(**kwargs).choices[0]
     text, entries, usage, roles = "", [], None, []
     stream = client.chat.completions.create(

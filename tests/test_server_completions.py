@@ -116,7 +116,14 @@ def test_echo_returns_prompt_rows_and_offsets_rebuild_the_text(
 
 
 def test_echo_offsets_do_not_count_token_id_placeholders(client: OpenAI, model: str) -> None:
-    kwargs = dict(model=model, prompt=PROMPT, max_tokens=2, temperature=0, logprobs=0, echo=True)
+    kwargs = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": 2,
+        "temperature": 0,
+        "logprobs": 0,
+        "echo": True,
+    }
     plain = client.completions.create(**kwargs).choices[0]
     as_ids = client.completions.create(
         **kwargs, extra_body={"return_tokens_as_token_ids": True}
@@ -157,7 +164,11 @@ def test_allowed_ids_report_raw_values_equal_to_an_unrestricted_read(
     labels = [ranked[3], ranked[7], ranked[15]]
     allowed = [id_of(label) for label in labels]
     restricted = read_one(
-        client, model, PROMPT, logprobs=len(allowed), extra_body={"allowed_token_ids": allowed}
+        client,
+        model,
+        PROMPT,
+        logprobs=len(allowed),
+        extra_body={"allowed_token_ids": allowed},
     )
     top = restricted.logprobs.top_logprobs[0]
     assert set(top) == set(labels)  # the listing is exactly the allowed ids
@@ -237,7 +248,14 @@ def test_no_logprobs_gives_null(client: OpenAI, model: str) -> None:
 
 
 def test_streaming_with_logprobs_matches_the_whole_reply(client: OpenAI, model: str) -> None:
-    kwargs = dict(model=model, prompt=PROMPT, max_tokens=6, temperature=0, logprobs=3, echo=True)
+    kwargs = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": 3,
+        "echo": True,
+    }
     whole = client.completions.create(**kwargs)
     stream = client.completions.create(
         **kwargs, stream=True, stream_options={"include_usage": True}
@@ -278,9 +296,14 @@ def test_stop_strings_and_usage(client: OpenAI, model: str) -> None:
 
 
 def test_n_with_seed_gives_reproducible_choices(client: OpenAI, model: str) -> None:
-    kwargs = dict(
-        model=model, prompt="Once upon a time", max_tokens=8, temperature=1.0, n=3, seed=7
-    )
+    kwargs = {
+        "model": model,
+        "prompt": "Once upon a time",
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "n": 3,
+        "seed": 7,
+    }
     first = [c.text for c in client.completions.create(**kwargs).choices]
     second = [c.text for c in client.completions.create(**kwargs).choices]
     assert first == second

@@ -42,13 +42,19 @@ COMPLETION_REFUSALS = {
     "string in token ids": ({"prompt": [1, "a"]}, "prompt"),
     "nested junk": ({"prompt": [[1, [2, [3]]]]}, "prompt"),
     "object prompt": ({"prompt": {"text": "x"}}, "prompt"),
-    "top_logprobs without logprobs": ({"prompt": "x", "top_logprobs": 2}, "top_logprobs"),
+    "top_logprobs without logprobs": (
+        {"prompt": "x", "top_logprobs": 2},
+        "top_logprobs",
+    ),
     "too many logprobs": ({"prompt": "x", "logprobs": 21}, "logprobs"),
     "negative logprobs": ({"prompt": "x", "logprobs": -1}, "logprobs"),
     "huge n": ({"prompt": "x", "n": 10**12}, "n"),
     "float overflow": ({"prompt": "x", "temperature": 1e400}, "temperature"),
     "negative temperature": ({"prompt": "x", "temperature": -1}, "temperature"),
-    "empty allowed ids": ({"prompt": "x", "allowed_token_ids": []}, "allowed_token_ids"),
+    "empty allowed ids": (
+        {"prompt": "x", "allowed_token_ids": []},
+        "allowed_token_ids",
+    ),
     "logit_bias unsupported": ({"prompt": "x", "logit_bias": {"5": 10}}, "logit_bias"),
 }
 
@@ -59,7 +65,11 @@ def test_completion_refusals(http: httpx.Client, case: str) -> None:
     # json.dumps cannot write 1e400; send the text so the server sees the literal
     content = httpx.Request("POST", "/", json=body).content.replace(b"Infinity", b"1e400")
     error = assert_refused(
-        http.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+        http.post(
+            "/v1/completions",
+            content=content,
+            headers={"content-type": "application/json"},
+        )
     )
     assert error["param"] == param
     assert_still_serving(http)
@@ -67,11 +77,23 @@ def test_completion_refusals(http: httpx.Client, case: str) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"{", b'{"prompt": "x",}', b"", b"null", b"[]", b"\xff\xfe\x00", b'{"prompt": "x"} trailing'],
+    [
+        b"{",
+        b'{"prompt": "x",}',
+        b"",
+        b"null",
+        b"[]",
+        b"\xff\xfe\x00",
+        b'{"prompt": "x"} trailing',
+    ],
 )
 def test_malformed_json(http: httpx.Client, content: bytes) -> None:
     assert_refused(
-        http.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+        http.post(
+            "/v1/completions",
+            content=content,
+            headers={"content-type": "application/json"},
+        )
     )
     assert_still_serving(http)
 
@@ -130,12 +152,18 @@ CHAT_REFUSALS = {
     "logprobs as int": ({"logprobs": 3}, "logprobs"),
     "top_logprobs without logprobs": ({"top_logprobs": 3}, "top_logprobs"),
     "too many top_logprobs": ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    "response_format": ({"response_format": {"type": "json_object"}}, "response_format"),
+    "response_format": (
+        {"response_format": {"type": "json_object"}},
+        "response_format",
+    ),
     "image part": (
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
         "messages",
     ),
-    "out-of-vocab allowed id": ({"allowed_token_ids": [VOCAB_SIZE + 7]}, "allowed_token_ids"),
+    "out-of-vocab allowed id": (
+        {"allowed_token_ids": [VOCAB_SIZE + 7]},
+        "allowed_token_ids",
+    ),
     "negative max_tokens": ({"max_tokens": -5}, "max_tokens"),
 }
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-LONG = dict(prompt="Write a long story about a dragon who", max_tokens=40)
-SHORT = dict(prompt="The three primary colours are", max_tokens=3)
+LONG = {"prompt": "Write a long story about a dragon who", "max_tokens": 40}
+SHORT = {"prompt": "The three primary colours are", "max_tokens": 3}
 
 
 def read(result) -> tuple:
@@ -48,8 +48,15 @@ def test_overlapping_requests_get_their_own_rows(server_url: str) -> None:
     assert short_first == short_alone and long_second == long_alone
 
 
-def test_sampled_requests_with_seeds_are_independent_of_company(server_url: str) -> None:
-    sampled = dict(prompt="My favourite food is", max_tokens=12, temperature=0.9, seed=3)
+def test_sampled_requests_with_seeds_are_independent_of_company(
+    server_url: str,
+) -> None:
+    sampled = {
+        "prompt": "My favourite food is",
+        "max_tokens": 12,
+        "temperature": 0.9,
+        "seed": 3,
+    }
 
     async def sample(*extra: dict) -> list:
         client = AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
@@ -67,7 +74,12 @@ def test_sampled_requests_with_seeds_are_independent_of_company(server_url: str)
 
 
 def test_a_disconnected_stream_frees_its_slot(server_url: str) -> None:
-    body = {"prompt": "Count forever: 1, 2, 3,", "max_tokens": 400, "stream": True, "logprobs": 1}
+    body = {
+        "prompt": "Count forever: 1, 2, 3,",
+        "max_tokens": 400,
+        "stream": True,
+        "logprobs": 1,
+    }
     with httpx.Client(base_url=server_url, timeout=60) as http:
         with http.stream("POST", "/v1/completions", json=body) as response:
             lines = response.iter_lines()

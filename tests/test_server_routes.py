@@ -72,5 +72,10 @@ def test_metrics_count_requests_and_tokens(http: httpx.Client) -> None:
 
 def test_openapi_schema_lists_the_routes(http: httpx.Client) -> None:
     paths = http.get("/schema/openapi.json").json()["paths"]
-    for route in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
+    for route in (
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
+    ):
         assert route in paths

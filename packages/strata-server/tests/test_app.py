@@ -40,10 +40,18 @@ def assert_envelope(response, status: int) -> dict:
     [
         (b"{not json", {"content-type": "application/json"}, 400),
         (b"prompt=hi", {"content-type": "application/x-www-form-urlencoded"}, 400),
-        (b'{"prompt": "hi", "max_tokens": "3"}', {"content-type": "application/json"}, 400),
+        (
+            b'{"prompt": "hi", "max_tokens": "3"}',
+            {"content-type": "application/json"},
+            400,
+        ),
         (b'{"prompt": "hi", "n": 1e400}', {"content-type": "application/json"}, 400),
         (b'{"prompt": [[[1]]]}', {"content-type": "application/json"}, 400),
-        (b'{"prompt": "hi", "model": "other"}', {"content-type": "application/json"}, 404),
+        (
+            b'{"prompt": "hi", "model": "other"}',
+            {"content-type": "application/json"},
+            404,
+        ),
         (b'{"prompt": [1, 300]}', {"content-type": "application/json"}, 400),
     ],
 )
@@ -94,7 +102,8 @@ def test_streamed_completion_with_logprobs_and_usage(client) -> None:
 
 def test_echo_with_zero_max_tokens_scores_the_prompt_only(client) -> None:
     body = client.post(
-        "/v1/completions", json={"prompt": "abc", "max_tokens": 0, "echo": True, "logprobs": 0}
+        "/v1/completions",
+        json={"prompt": "abc", "max_tokens": 0, "echo": True, "logprobs": 0},
     ).json()
     choice = body["choices"][0]
     assert choice["text"] == "abc" and choice["finish_reason"] == "length"
@@ -104,7 +113,10 @@ def test_echo_with_zero_max_tokens_scores_the_prompt_only(client) -> None:
 
 def test_chat_without_template_is_a_clear_400(client) -> None:
     error = assert_envelope(
-        client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}),
+        client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+        ),
         400,
     )
     assert "chat template" in error["message"]

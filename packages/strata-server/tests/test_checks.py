@@ -15,7 +15,11 @@ from strata_server.checks import (
 )
 from strata_server.errors import ApiError
 from strata_server.plan import Plan, choice_seed, logprob_params
-from strata_server.protocol import ChatCompletionRequest, CompletionRequest, decode_request
+from strata_server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    decode_request,
+)
 
 LIMITS = Limits(vocab_size=1000, ctx_size=100, max_logprobs=20)
 
@@ -39,7 +43,10 @@ def refusal(fn, *args, **kwargs) -> ApiError:
         (b'{"prompt": [[1, [2]]]}', "prompt"),
         (b'{"prompt": {"a": 1}}', "prompt"),
         (b'{"prompt": "x", "temperature": 1e999}', "temperature"),
-        (b'{"prompt": "x", "stream_options": {"include_usage": "yes"}}', "stream_options"),
+        (
+            b'{"prompt": "x", "stream_options": {"include_usage": "yes"}}',
+            "stream_options",
+        ),
         (b'{"max_tokens": 3}', "prompt"),
     ],
 )

@@ -56,7 +56,11 @@ def test_allowed_ids_list_their_raw_values_best_first_ties_by_lower_id() -> None
         named={120: -7.0, 121: -5.0, 119: -5.0, 122: -9.0, 50: -0.5},
     )
     p = plan(top_n=3, allowed_ids=(119, 120, 121, 122))
-    assert alternatives(row, p) == [(119, -5.0), (121, -5.0), (120, -7.0)]  # 50 is not allowed
+    assert alternatives(row, p) == [
+        (119, -5.0),
+        (121, -5.0),
+        (120, -7.0),
+    ]  # 50 is not allowed
     assert list(legacy_top(row, p, TOK)) == ["w", "y", "x"]
     # fewer than all: the chosen token still appears, with its own (raw) value
     assert legacy_top(row, plan(top_n=1, allowed_ids=(119, 120, 121, 122)), TOK) == {
@@ -97,7 +101,10 @@ def test_echo_offsets_index_the_returned_text() -> None:
     )
     merged = merge_legacy([frag, step, stop])
     returned = text + "!"
-    assert merged.text_offset[-2:] == [5, 6]  # the stop token sits at the end of the text
+    assert merged.text_offset[-2:] == [
+        5,
+        6,
+    ]  # the stop token sits at the end of the text
     assert merged.tokens[-1] == "<eos>"
     lengths = {len(merged.tokens), len(merged.token_logprobs), len(merged.top_logprobs)}
     assert lengths == {len(merged.text_offset)}
@@ -114,7 +121,9 @@ def test_offsets_never_count_token_id_placeholders() -> None:
 
 def test_chat_entry_uses_renormalised_values_with_allowed_ids() -> None:
     row = LogprobRow(
-        token_id=120, logprob=-7.0, renormalized={120: math.log(0.75), 121: math.log(0.25)}
+        token_id=120,
+        logprob=-7.0,
+        renormalized={120: math.log(0.75), 121: math.log(0.25)},
     )
     entry = chat_entry(row, plan(top_n=2, allowed_ids=(120, 121), renormalize=True), TOK)
     assert entry.token == "x" and entry.bytes == [120]
@@ -138,7 +147,12 @@ def test_usage_counts_a_shared_prompt_once_and_every_generated_token() -> None:
     for i, tally in enumerate(tallies):
         for k in range(i + 1):
             tally.see(
-                Step(token_id=1, text="x", logprobs=None, num_cached_tokens=2 if i == 0 else 0)
+                Step(
+                    token_id=1,
+                    text="x",
+                    logprobs=None,
+                    num_cached_tokens=2 if i == 0 else 0,
+                )
             )
     u = usage(p, tallies)
     assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (5, 10, 15)

@@ -61,7 +61,8 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     template_kwargs = body.chat_template_kwargs or {}
     if reserved := RESERVED_TEMPLATE_KWARGS & template_kwargs.keys():
         raise ApiError(
-            f"`chat_template_kwargs` may not set {sorted(reserved)}.", param="chat_template_kwargs"
+            f"`chat_template_kwargs` may not set {sorted(reserved)}.",
+            param="chat_template_kwargs",
         )
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -175,7 +176,11 @@ async def stream_chat(
     if include_usage:
         yield sse(
             ChatCompletionChunk(
-                id=request_id, created=created, model=ctx.served_name, choices=[], usage=reply_usage
+                id=request_id,
+                created=created,
+                model=ctx.served_name,
+                choices=[],
+                usage=reply_usage,
             )
         )
     yield SSE_DONE

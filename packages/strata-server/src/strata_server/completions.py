@@ -191,7 +191,11 @@ async def stream_completion(
     if include_usage:
         yield sse(
             CompletionResponse(
-                id=request_id, created=created, model=ctx.served_name, choices=[], usage=reply_usage
+                id=request_id,
+                created=created,
+                model=ctx.served_name,
+                choices=[],
+                usage=reply_usage,
             )
         )
     yield SSE_DONE
