@@ -179,7 +179,12 @@ class Tokenizer:
         if len(vocab) != self.vocab_size:
             raise ModelLoadError("GGUF vocabulary has duplicate tokens")
 
-        types = list(token_types) if token_types is not None else [TOKEN_NORMAL] * self.vocab_size
+        if token_types is None:
+            types = [TOKEN_NORMAL] * self.vocab_size
+        elif len(token_types) < self.vocab_size:
+            raise ModelLoadError("GGUF tokenizer.ggml.token_type is shorter than the vocabulary")
+        else:
+            types = [int(t) for t in token_types[: self.vocab_size]]
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
         eog = {i for i in (eos_id, *extra_eog_ids) if i is not None}
         for i, piece in enumerate(self._pieces):
@@ -213,15 +218,20 @@ class Tokenizer:
         # Control and unknown tokens are split out only when parsing specials; user-defined
         # tokens always (llama.cpp's tokenizer_st_partition).
         self._special_texts = [
-            p for p, t in zip(self._pieces, types) if t in (TOKEN_CONTROL, TOKEN_UNKNOWN)
+            p
+            for p, t in zip(self._pieces, types, strict=True)
+            if t in (TOKEN_CONTROL, TOKEN_UNKNOWN)
         ]
-        self._user_texts = [p for p, t in zip(self._pieces, types) if t == TOKEN_USER_DEFINED]
+        self._user_texts = [
+            p for p, t in zip(self._pieces, types, strict=True) if t == TOKEN_USER_DEFINED
+        ]
         self._token_bytes = [
             piece.encode("utf-8")
             if t != TOKEN_NORMAL and t != TOKEN_BYTE
             else _piece_to_bytes(piece)
-            for piece, t in zip(self._pieces, types)
+            for piece, t in zip(self._pieces, types, strict=True)
         ]
+        self._with_specials = self._rust_tokenizer(self._special_texts + self._user_texts)
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
@@ -230,7 +240,8 @@ class Tokenizer:
         if model != "gpt2":
             kind = " (SentencePiece)" if model == "llama" else ""
             raise ModelLoadError(
-                f"unsupported tokenizer model {model!r}{kind}: only 'gpt2' byte-level BPE is supported"
+                f"unsupported tokenizer model {model!r}{kind}: "
+                "only 'gpt2' (byte-level BPE) is supported"
             )
         tokens = meta.get("tokenizer.ggml.tokens")
         merges = meta.get("tokenizer.ggml.merges")
@@ -265,11 +276,8 @@ class Tokenizer:
         return tok
 
     @cached_property
-    def _with_specials(self) -> _RustTokenizer:
-        return self._rust_tokenizer(self._special_texts + self._user_texts)
-
-    @cached_property
     def _without_specials(self) -> _RustTokenizer:
+        # Rarely used (parse_special=False), so built on first use.
         return self._rust_tokenizer(self._user_texts)
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

@@ -1,0 +1,99 @@
+"""Paged KV-cache blocks: allocation, content-hashed prefix sharing, ref counts, LRU eviction.
+
+A full block is identified by the hash of (previous block's hash, its token ids), so two
+sequences with the same prefix share the same physical blocks. Blocks no sequence uses stay
+cached (evictable, least recently used first) until their memory is needed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from strata_engine.sequence import Sequence
+
+
+def block_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
+    return hash((prev, tokens))
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.free: deque[int] = deque(range(num_blocks))  # never used or content dropped
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, LRU first
+        self.by_hash: dict[int, int] = {}
+        self.content: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (hash, tokens)
+
+    @property
+    def num_available(self) -> int:
+        return len(self.free) + len(self.evictable)
+
+    def _take(self) -> int | None:
+        if self.free:
+            block = self.free.popleft()
+        elif self.evictable:
+            block, _ = self.evictable.popitem(last=False)
+            h, _tokens = self.content.pop(block)
+            del self.by_hash[h]
+        else:
+            return None
+        self.ref[block] = 1
+        return block
+
+    def _chain(self, seq: Sequence, n_blocks: int) -> list[int]:
+        hashes, prev = [], None
+        bs = self.block_size
+        for i in range(n_blocks):
+            prev = block_hash(prev, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+            hashes.append(prev)
+        return hashes
+
+    def admit(self, seq: Sequence, use_cache: bool) -> None:
+        """Attach cached prefix blocks (at most len-1 tokens: the last one must be computed)."""
+        if not use_cache:
+            return
+        bs = self.block_size
+        full = (len(seq) - 1) // bs
+        for i, h in enumerate(self._chain(seq, full)):
+            block = self.by_hash.get(h)
+            if block is None or self.content[block][1] != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+                break
+            if self.ref[block] == 0:
+                self.evictable.pop(block, None)
+            self.ref[block] += 1
+            seq.block_table.append(block)
+        seq.num_computed = seq.num_cached = len(seq.block_table) * bs
+
+    def ensure(self, seq: Sequence, n_tokens: int) -> bool:
+        """Give `seq` blocks for its first n_tokens; False (nothing taken) if memory is short."""
+        need = -(-n_tokens // self.block_size) - len(seq.block_table)
+        if need > self.num_available:
+            return False
+        for _ in range(need):
+            block = self._take()
+            assert block is not None
+            seq.block_table.append(block)
+        return True
+
+    def register(self, seq: Sequence) -> None:
+        """Publish the sequence's newly completed full blocks to the prefix cache."""
+        bs = self.block_size
+        full = min(seq.num_computed // bs, len(seq.block_table))
+        for i, h in enumerate(self._chain(seq, full)):
+            block = seq.block_table[i]
+            if block in self.content or h in self.by_hash:
+                continue
+            self.content[block] = (h, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+            self.by_hash[h] = block
+
+    def release(self, seq: Sequence) -> None:
+        for block in seq.block_table:
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                if block in self.content:
+                    self.evictable[block] = None
+                else:
+                    self.free.append(block)
+        seq.block_table = []

@@ -1,0 +1,60 @@
+"""`strata-engine`: run a real generation with logprobs straight from the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from strata_engine.api import EngineError, LogprobParams, Request, SamplingParams, Step
+from strata_engine.engine import LLMEngine
+from strata_engine.model_store import resolve_model
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="strata-engine", description="Generate text with logprobs from a GGUF model.")
+    ap.add_argument("--model", default="default", help="GGUF path, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument("--prompt", default="What is the capital of France?", help="user message (chat) or raw text")
+    ap.add_argument("--raw", action="store_true", help="send --prompt as raw text, not through the chat template")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--logprobs", type=int, default=5, help="top-N alternatives to show per token")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", action="store_true", help="print one JSON object per token")
+    args = ap.parse_args(argv)
+    try:
+        engine = LLMEngine(resolve_model(args.model), num_threads=args.threads)
+        tok = engine.tokenizer
+        if args.raw or engine.chat_template is None:
+            ids = tok.encode(args.prompt)
+        else:
+            text = engine.chat_template.render([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
+            ids = tok.encode(text, add_special=False)
+        request = Request(
+            tuple(ids),
+            SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed),
+            LogprobParams(top_n=args.logprobs),
+        )
+        events = engine.generate(request)
+    except EngineError as exc:
+        print(f"strata-engine: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"# model {engine.model_name} loaded in {engine.load_seconds:.2f} s; prompt {len(ids)} tokens", file=sys.stderr)
+    steps = [e for e in events if isinstance(e, Step)]
+    for step in steps:
+        row = step.logprobs
+        if args.json:
+            print(json.dumps({
+                "token": tok.token_text(step.token_id), "id": step.token_id, "logprob": row.logprob,
+                "top": {tok.token_text(i): v for i, v in row.top},
+            }))  # fmt: skip
+        else:
+            alts = "  ".join(f"{tok.token_text(i)!r} {v:.3f}" for i, v in row.top)
+            print(f"{tok.token_text(step.token_id)!r:>16} {row.logprob:8.4f}   | {alts}")
+    print(f"\n{''.join(s.text for s in steps)}  [finish: {steps[-1].finish_reason if steps else 'length'}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

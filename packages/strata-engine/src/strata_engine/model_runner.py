@@ -1,0 +1,62 @@
+"""Builds one step's flat batch from the scheduled work, runs the model, returns fp32 logprobs.
+
+Only rows that someone reads get logits: the last row of a chunk that samples, and every
+row whose next prompt token a request wants scored (echo / prompt logprobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from strata_engine.model import Transformer
+from strata_engine.logprobs import log_softmax_rows
+from strata_engine.ops import AttentionMeta
+from strata_engine.scheduler import Work
+
+
+@dataclass(frozen=True)
+class RowRef:
+    work: Work
+    position: int  # the position whose output this row is (it predicts token position+1)
+
+
+class ModelRunner:
+    def __init__(self, model: Transformer, num_blocks: int, block_size: int) -> None:
+        cfg = model.cfg
+        self.model = model
+        self.block_size = block_size
+        shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
+        self.kv = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layers)]
+
+    def run(self, work: list[Work]) -> tuple[list[RowRef], torch.Tensor]:
+        ids, positions, token_seq, slots, rows = [], [], [], [], []
+        bs = self.block_size
+        max_blocks = max(len(w.seq.block_table) for w in work)
+        tables = torch.zeros(len(work), max_blocks, dtype=torch.int32)
+        flat = 0
+        select: list[int] = []
+        for i, w in enumerate(work):
+            seq = w.seq
+            tables[i, : len(seq.block_table)] = torch.tensor(seq.block_table, dtype=torch.int32)
+            for p in range(w.start, w.end):
+                ids.append(seq.token_ids[p])
+                positions.append(p)
+                token_seq.append(i)
+                slots.append(seq.block_table[p // bs] * bs + p % bs)
+                scores_prompt = seq.wants_prompt_rows and p + 1 < seq.num_prompt
+                if scores_prompt or (w.samples and p == w.end - 1):
+                    rows.append(RowRef(w, p))
+                    select.append(flat)
+                flat += 1
+        meta = AttentionMeta(
+            positions=torch.tensor(positions, dtype=torch.int32),
+            token_seq=torch.tensor(token_seq, dtype=torch.int32),
+            block_tables=tables,
+            slots=torch.tensor(slots, dtype=torch.int64),
+            block_size=bs,
+        )
+        hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64), meta, self.kv)
+        logits = self.model.logits(hidden[torch.tensor(select, dtype=torch.int64)])
+        return rows, log_softmax_rows(logits)

@@ -1,0 +1,93 @@
+"""Who runs this step, and how many tokens each: continuous batching with chunked prefill.
+
+Decoding sequences go first (one token each), then prefill chunks fill the rest of the
+step's token budget, so a long prompt never stalls running streams. When KV memory is
+short, the youngest running sequence is preempted (its blocks freed, recomputed later);
+a request that fits the context is never failed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from strata_engine.block_manager import BlockManager
+from strata_engine.sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class Work:
+    seq: Sequence
+    start: int  # first token index computed this step
+    end: int  # one past the last
+
+    @property
+    def samples(self) -> bool:
+        """Whether this chunk reaches the end of the sequence, so its last row picks a token."""
+        return self.end == len(self.seq)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_running: int, step_tokens: int, prefix_cache: bool = True) -> None:
+        self.blocks = blocks
+        self.max_running = max_running
+        self.step_tokens = step_tokens
+        self.prefix_cache = prefix_cache
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.release(seq)
+        seq.num_computed = 0
+        seq.status = Status.WAITING
+        if seq.wants_prompt_rows:  # recomputed from scratch: score the prompt again
+            seq.prompt_rows = [None]
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        seq.status = Status.FINISHED
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq)
+
+    def schedule(self) -> list[Work]:
+        budget = self.step_tokens
+        work: list[Work] = []
+        for seq in list(self.running):  # oldest first
+            if budget <= 0:
+                break
+            if seq.status is not Status.RUNNING:
+                continue
+            n = min(len(seq) - seq.num_computed, budget)
+            while not self.blocks.ensure(seq, seq.num_computed + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING:
+                work.append(Work(seq, seq.num_computed, seq.num_computed + n))
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            seq = self.waiting[0]
+            use_cache = self.prefix_cache and not seq.wants_prompt_rows
+            self.blocks.admit(seq, use_cache)
+            n = min(len(seq) - seq.num_computed, budget)
+            if not self.blocks.ensure(seq, seq.num_computed + n):
+                self.blocks.release(seq)
+                seq.num_computed = 0
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            work.append(Work(seq, seq.num_computed, seq.num_computed + n))
+            budget -= n
+        return work

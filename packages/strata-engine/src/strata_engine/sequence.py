@@ -1,0 +1,46 @@
+"""One request's state inside the engine; nothing about a request lives anywhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum, auto
+
+from strata_engine.api import EngineEvent, LogprobRow, Request
+from strata_engine.sampler import Sampler
+from strata_engine.text_stream import TextStream
+
+
+class Status(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+class Sequence:
+    def __init__(self, request: Request, text: TextStream, emit: Callable[[EngineEvent | None], None]) -> None:
+        self.request = request
+        self.token_ids: list[int] = list(request.prompt_ids)
+        self.num_prompt = len(request.prompt_ids)
+        self.num_computed = 0  # tokens whose K/V is in the cache
+        self.num_cached = 0  # prompt tokens taken from the prefix cache at admission
+        self.block_table: list[int] = []
+        self.status = Status.WAITING
+        self.sampler = Sampler(request.sampling)
+        self.text = text
+        self.emit = emit  # receives events; None means "no more events"
+        self.prompt_rows: list[LogprobRow | None] | None = (
+            [None] if request.logprobs.prompt_logprobs else None
+        )
+        self.prompt_scores_sent = False
+        self.aborted = False
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.num_prompt
+
+    @property
+    def wants_prompt_rows(self) -> bool:
+        return self.prompt_rows is not None and not self.prompt_scores_sent
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
