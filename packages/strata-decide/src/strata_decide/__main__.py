@@ -1,0 +1,7 @@
+"""``python -m strata_decide`` runs the command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
