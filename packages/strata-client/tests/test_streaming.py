@@ -137,8 +137,17 @@ def test_an_error_event_raises_and_closes(client, mock, make_sse):
 
 def test_an_error_event_without_a_status_code_is_a_server_error(client, mock, make_sse):
     mock.post("/v1/completions").respond(200, content=make_sse({"error": {"message": "oom"}}))
-    with pytest.raises(InternalServerError, match="oom"):
+    with pytest.raises(InternalServerError, match="oom") as info:
         list(client.completions.create(model="m", prompt="x", stream=True))
+    assert info.value.status_code == 500
+
+
+def test_an_error_event_with_a_string_code_takes_its_status_from_the_type(client, mock, make_sse):
+    error = {"message": "bad stop", "type": "invalid_request_error", "param": "stop", "code": None}
+    mock.post("/v1/completions").respond(200, content=make_sse({"error": error}))
+    with pytest.raises(BadRequestError) as info:
+        list(client.completions.create(model="m", prompt="x", stream=True))
+    assert (info.value.status_code, info.value.param) == (400, "stop")
 
 
 def test_an_http_error_on_a_stream_request_raises_before_streaming(client, mock):

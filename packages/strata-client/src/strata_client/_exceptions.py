@@ -195,15 +195,31 @@ def error_from_response(response: httpx.Response) -> APIStatusError:
     return cls(response.status_code, details, body=body, response=response)
 
 
+# Error ``type`` names (OpenAI's and vLLM's) that say which status an in-stream error stands for.
+_STATUS_BY_ERROR_TYPE = {
+    "invalid_request_error": 400,
+    "BadRequestError": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "NotFoundError": 404,
+    "rate_limit_error": 429,
+}
+
+
 def error_from_event(event: dict[str, Any], response: httpx.Response) -> APIStatusError:
     """The exception for a stream event ``{"error": {...}}`` sent after a 200 status.
 
-    The status is the event's ``code`` when that is an HTTP error code (servers put the
-    status there), else 500: the stream failed after it started.
+    The status is the event's ``code`` when that is an HTTP error code (vLLM puts it
+    there), else the one its ``type`` names (``invalid_request_error`` -> 400, ...), else
+    500: the stream failed after it started.
     """
     details = details_from_body(event, fallback="Error in stream.")
     code = details.code
-    status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+    if isinstance(code, int) and 400 <= code <= 599:
+        status = code
+    else:
+        status = _STATUS_BY_ERROR_TYPE.get(details.error_type or "", 500)
     return error_class_for(status)(status, details, body=event, response=response)
 
 
