@@ -49,7 +49,8 @@ COMPLETION_REFUSALS = {
     "too many logprobs": ({"prompt": "x", "logprobs": 21}, "logprobs"),
     "negative logprobs": ({"prompt": "x", "logprobs": -1}, "logprobs"),
     "huge n": ({"prompt": "x", "n": 10**12}, "n"),
-    "float overflow": ({"prompt": "x", "temperature": 1e400}, "temperature"),
+    "float overflow": (b'{"prompt": "x", "temperature": 1e400}', "temperature"),
+    "integer overflow": (b'{"prompt": "x", "max_tokens": 1' + b"0" * 400 + b"}", "max_tokens"),
     "negative temperature": ({"prompt": "x", "temperature": -1}, "temperature"),
     "empty allowed ids": (
         {"prompt": "x", "allowed_token_ids": []},
@@ -62,8 +63,7 @@ COMPLETION_REFUSALS = {
 @pytest.mark.parametrize("case", list(COMPLETION_REFUSALS))
 def test_completion_refusals(http: httpx.Client, case: str) -> None:
     body, param = COMPLETION_REFUSALS[case]
-    # json.dumps cannot write 1e400; send the text so the server sees the literal
-    content = httpx.Request("POST", "/", json=body).content.replace(b"Infinity", b"1e400")
+    content = body if isinstance(body, bytes) else httpx.Request("POST", "/", json=body).content
     error = assert_refused(
         http.post(
             "/v1/completions",

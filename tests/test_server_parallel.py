@@ -73,6 +73,25 @@ def test_sampled_requests_with_seeds_are_independent_of_company(
     assert together == alone
 
 
+def wait_until_idle(http: httpx.Client, seconds: float) -> float | None:
+    deadline = time.monotonic() + seconds
+    running = None
+    while time.monotonic() < deadline:
+        running = metric(http.get("/metrics").text, "strata_engine_running")
+        if running == 0:
+            break
+        time.sleep(0.2)
+    return running
+
+
+def test_a_client_that_gives_up_frees_its_slot(server_url: str) -> None:
+    body = {"prompt": "Count forever: 1, 2, 3,", "max_tokens": 4000, "ignore_eos": True}
+    with httpx.Client(base_url=server_url, timeout=60) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/completions", json=body, timeout=1.0)
+        assert wait_until_idle(http, 5) == 0
+
+
 def test_a_disconnected_stream_frees_its_slot(server_url: str) -> None:
     body = {
         "prompt": "Count forever: 1, 2, 3,",
@@ -87,15 +106,7 @@ def test_a_disconnected_stream_frees_its_slot(server_url: str) -> None:
             assert next(lines) == ""
             assert next(lines).startswith("data: ")
         # the connection is closed; the engine must abort the request promptly
-        deadline = time.monotonic() + 10
-        running = None
-        while time.monotonic() < deadline:
-            metrics = http.get("/metrics").text
-            running = metric(metrics, "strata_engine_running")
-            if running == 0:
-                break
-            time.sleep(0.2)
-        assert running == 0
+        assert wait_until_idle(http, 5) == 0
         ok = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
         assert ok.status_code == 200
 

@@ -101,11 +101,12 @@ def check_context(prompt_len: int, max_tokens: int | None, ctx_size: int, param:
         raise ApiError("The prompt is empty; send at least one token.", param=param)
     wanted = prompt_len + (max_tokens or 0)
     if prompt_len > ctx_size or wanted > ctx_size:
+        blame = param if prompt_len >= ctx_size else "max_tokens"
         raise ApiError(
             f"This model's maximum context length is {ctx_size} tokens. However, you requested "
             f"{wanted} tokens ({prompt_len} in the prompt, {max_tokens or 0} for the "
             "completion). Please reduce the prompt or max_tokens.",
-            param=param,
+            param=blame,
             code="context_length_exceeded",
         )
     if max_tokens is None and prompt_len >= ctx_size:
