@@ -37,10 +37,14 @@ PROBE_BATCH = 32
 
 @dataclass(frozen=True)
 class Label:
-    """A label as shown in the prompt (``text``) and the one token that stands for it."""
+    """A label as shown in the prompt (``text``) and the one token that stands for it.
+
+    ``form`` is the exact text of that token: ``text`` itself or ``" " + text``.
+    """
 
     text: str
     token_id: int
+    form: str = ""
 
 
 def choice_candidates() -> Iterator[str]:
@@ -70,7 +74,7 @@ class LabelBook:
 
     def __init__(self, client: AsyncStrataClient):
         self._client = client
-        self._token_of: dict[str, int | None] = {}
+        self._token_of: dict[str, tuple[int, str] | None] = {}
         self._special_prefix: list[int] | None = None
         self._lock = asyncio.Lock()
 
@@ -86,20 +90,24 @@ class LabelBook:
             raise LabelError(f"a {kind} question takes at most {len(fixed)} options, got {count}")
         labels = []
         for text in fixed[:count]:
-            token_id = await self.token_of(text)
-            if token_id is None:
+            label = await self.label(text)
+            if label is None:
                 raise LabelError(f"label {text!r} is not a single token in the served tokenizer")
-            labels.append(Label(text, token_id))
+            labels.append(label)
         return check_distinct(labels)
 
-    async def token_of(self, text: str) -> int | None:
-        """The one token for ``text`` (tried as ``text``, then ``" " + text``), or None."""
+    async def label(self, text: str) -> Label | None:
+        """``text`` as a label if it is one token (as ``text`` or ``" " + text``), else None."""
         if text not in self._token_of:
-            token_id = await self._single_token(text)
-            if token_id is None:
-                token_id = await self._single_token(" " + text)
-            self._token_of[text] = token_id
-        return self._token_of[text]
+            found = None
+            for form in (text, " " + text):
+                token_id = await self._single_token(form)
+                if token_id is not None:
+                    found = (token_id, form)
+                    break
+            self._token_of[text] = found
+        found = self._token_of[text]
+        return None if found is None else Label(text, *found)
 
     async def _first_single_tokens(self, candidates: Iterator[str], count: int) -> list[Label]:
         """The first ``count`` candidates that are single tokens, probing a batch at a time."""
@@ -111,8 +119,8 @@ class LabelBook:
                     f"the served tokenizer has only {len(found)} single-token labels; "
                     f"the question has {count} options"
                 )
-            ids = await asyncio.gather(*(self.token_of(text) for text in batch))
-            found.extend(Label(t, i) for t, i in zip(batch, ids, strict=True) if i is not None)
+            labels = await asyncio.gather(*(self.label(text) for text in batch))
+            found.extend(label for label in labels if label is not None)
         return found[:count]
 
     async def _single_token(self, form: str) -> int | None:
