@@ -1,0 +1,216 @@
+"""Tiny random GGUF models written with gguf.GGUFWriter, one per supported architecture.
+
+Each model has two layers, hidden 256 (so every K-quant fits a row) and a ~300-token
+byte-level BPE vocabulary, and stores its 2-D weights in a rotating mix of weight types so
+that one model holds every type the engine supports. Types gguf-py can quantize are
+quantized from random normal values; the rest (K-quants and other fallback types) are
+random blocks with sane fp16 scales, written as raw bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGUFWriter, quants
+from gguf import GGMLQuantizationType as QT
+
+SUPPORTED_TYPES = (
+    QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K,
+)  # fmt: skip
+NATIVE_TYPES = (QT.F32, QT.Q4_0, QT.Q4_1, QT.Q8_0)  # what the C kernels read in block form
+EXTRA_FALLBACK_TYPES = (QT.Q2_K, QT.Q3_K, QT.IQ4_NL)  # dequantised by gguf-py at load time
+
+HIDDEN = 256
+FFN = 512
+N_LAYERS = 2
+N_HEADS = 4
+N_KV_HEADS = 2
+CTX = 256
+
+# fp16 scale fields of the types gguf-py cannot quantize: byte offset -> (low, high) of the
+# value written there, chosen so that dequantised weights are of order 0.05.
+_RAW_SCALES: dict[QT, dict[int, tuple[float, float]]] = {
+    QT.Q4_K: {0: (1e-4, 3e-4), 2: (1e-3, 2e-3)},  # d, dmin
+    QT.Q5_K: {0: (5e-5, 1.5e-4), 2: (1e-3, 2e-3)},  # d, dmin
+    QT.Q6_K: {208: (2e-5, 6e-5)},  # d (after ql, qh, scales)
+    QT.Q3_K: {108: (5e-4, 1.5e-3)},  # d (after hmask, qs, scales)
+    QT.Q2_K: {80: (1e-3, 3e-3), 82: (1e-3, 3e-3)},  # d, dmin
+    QT.IQ4_NL: {0: (5e-4, 1.5e-3)},  # d
+    QT.Q8_1: {0: (1e-3, 3e-3), 2: (-1.0, 1.0)},  # d, s (types gguf-py cannot dequantize)
+    QT.Q8_K: {},  # its d is an fp32; left random, the engine must refuse the type anyway
+}
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """One tiny model: architecture, tokenizer pre-splitter, head layout and weight types."""
+
+    name: str
+    arch: str
+    pre: str
+    tied: bool  # no output.weight: the head reuses token_embd.weight
+    head_dim: int
+    type_offset: int  # where in SUPPORTED_TYPES the rotation of weight types starts
+
+
+TINY_SPECS = (
+    TinySpec("llama-tied", "llama", "smollm", tied=True, head_dim=64, type_offset=0),
+    TinySpec("qwen2-untied", "qwen2", "qwen2", tied=False, head_dim=64, type_offset=4),
+    TinySpec("qwen3-untied", "qwen3", "qwen2", tied=False, head_dim=128, type_offset=8),
+)
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's byte-to-printable-character table (byte-level BPE vocabulary entries)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[b] = chr(b)
+        else:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+_MERGES = (
+    "Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "r e", "a t", "e n", "Ġ s", "Ġ w", "Ġ o",
+    "i s", "o r", "e s", "Ġ c", "Ġ b", "a n", "Ġa n", "Ġan d", "i t", "Ġ f", "Ġ p", "l l", "Ġ m",
+    "o u", "Ġ i", "Ġi s", "Ġ d", "in g", "e d", "Ċ Ċ", "Ġ 1", "Ġ Ġ", "ĠĠ ĠĠ",
+)  # fmt: skip
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def tiny_vocabulary() -> tuple[list[str], list[str], list[int]]:
+    """(tokens, merges, token types): 256 byte tokens, the merged pieces, then the specials."""
+    tokens = _byte_symbols()
+    for merge in _MERGES:
+        left, right = merge.split(" ")
+        assert left in tokens and right in tokens, merge
+        tokens.append(left + right)
+    tokens += SPECIAL_TOKENS
+    types = [1] * (len(tokens) - len(SPECIAL_TOKENS)) + [3] * len(SPECIAL_TOKENS)
+    return tokens, list(_MERGES), types
+
+
+VOCAB_SIZE = len(tiny_vocabulary()[0])
+BOS_ID = VOCAB_SIZE - 3  # <|endoftext|>
+EOS_ID = VOCAB_SIZE - 1  # <|im_end|>
+
+
+def random_blocks(qtype: QT, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """Random stored blocks of a type gguf-py cannot quantize, with sane fp16 scales."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    rows, cols = shape
+    data = rng.integers(0, 256, size=(rows * cols // block, type_size), dtype=np.uint8)
+    for offset, (low, high) in _RAW_SCALES[qtype].items():
+        scale = rng.uniform(low, high, size=data.shape[0]).astype(np.float16)
+        data[:, offset : offset + 2] = scale.view(np.uint8).reshape(-1, 2)
+    return data.reshape(rows, cols // block * type_size)
+
+
+def encode_tensor(values: np.ndarray, qtype: QT, rng: np.random.Generator) -> np.ndarray:
+    """The stored form of a 2-D tensor in `qtype` (quantised, or random blocks)."""
+    if qtype in _RAW_SCALES:
+        return random_blocks(qtype, values.shape, rng)
+    return quants.quantize(values.astype(np.float32), qtype)
+
+
+def add_weight(
+    writer: GGUFWriter, name: str, values: np.ndarray, qtype: QT, rng: np.random.Generator
+) -> None:
+    writer.add_tensor(name, encode_tensor(values, qtype, rng), raw_dtype=qtype)
+
+
+def _add_tokenizer(writer: GGUFWriter, pre: str) -> None:
+    tokens, merges, types = tiny_vocabulary()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_add_bos_token(False)
+
+
+def write_tiny_model(
+    path: Path, spec: TinySpec, seed: int = 0, overrides: dict[str, QT] | None = None
+) -> Path:
+    """Write `spec` as a GGUF file at `path`; weights are random (seeded).
+
+    `overrides` forces the type of named 2-D weights (to write a type the engine must refuse).
+    """
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), spec.arch)
+    writer.add_block_count(N_LAYERS)
+    writer.add_context_length(CTX)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(N_HEADS)
+    writer.add_head_count_kv(N_KV_HEADS)
+    writer.add_key_length(spec.head_dim)
+    writer.add_value_length(spec.head_dim)
+    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_freq_base(10000.0 if spec.arch == "llama" else 1000000.0)
+    writer.add_layer_norm_rms_eps(1e-5 if spec.arch == "llama" else 1e-6)
+    writer.add_vocab_size(VOCAB_SIZE)
+    _add_tokenizer(writer, spec.pre)
+
+    types = iter(
+        SUPPORTED_TYPES[(spec.type_offset + i) % len(SUPPORTED_TYPES)] for i in range(10**6)
+    )
+
+    def matrix(name: str, rows: int, cols: int, std: float) -> None:
+        qtype = next(types)
+        qtype = (overrides or {}).get(name, qtype)
+        add_weight(writer, name, rng.normal(0.0, std, size=(rows, cols)), qtype, rng)
+
+    def vec(name: str, n: int, center: float, std: float) -> None:
+        writer.add_tensor(name, (center + rng.normal(0.0, std, size=n)).astype(np.float32))
+
+    q_out, kv_out = N_HEADS * spec.head_dim, N_KV_HEADS * spec.head_dim
+    matrix("token_embd.weight", VOCAB_SIZE, HIDDEN, 0.15)
+    for i in range(N_LAYERS):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", HIDDEN, 1.0, 0.1)
+        matrix(p + "attn_q.weight", q_out, HIDDEN, 0.05)
+        matrix(p + "attn_k.weight", kv_out, HIDDEN, 0.05)
+        matrix(p + "attn_v.weight", kv_out, HIDDEN, 0.05)
+        if spec.arch == "qwen2":
+            vec(p + "attn_q.bias", q_out, 0.0, 0.1)
+            vec(p + "attn_k.bias", kv_out, 0.0, 0.1)
+            vec(p + "attn_v.bias", kv_out, 0.0, 0.1)
+        if spec.arch == "qwen3":
+            vec(p + "attn_q_norm.weight", spec.head_dim, 1.0, 0.1)
+            vec(p + "attn_k_norm.weight", spec.head_dim, 1.0, 0.1)
+        matrix(p + "attn_output.weight", HIDDEN, q_out, 0.05)
+        vec(p + "ffn_norm.weight", HIDDEN, 1.0, 0.1)
+        matrix(p + "ffn_gate.weight", FFN, HIDDEN, 0.05)
+        matrix(p + "ffn_up.weight", FFN, HIDDEN, 0.05)
+        matrix(p + "ffn_down.weight", HIDDEN, FFN, 0.05)
+    vec("output_norm.weight", HIDDEN, 1.0, 0.1)
+    if not spec.tied:
+        matrix("output.weight", VOCAB_SIZE, HIDDEN, 0.15)
+    _write(writer)
+    return path
+
+
+def write_tensor_file(
+    path: Path, tensors: dict[str, tuple[np.ndarray, QT]], arch: str = "llama"
+) -> Path:
+    """A GGUF holding only the given stored tensors (name -> (stored array, type))."""
+    writer = GGUFWriter(str(path), arch)
+    for name, (stored, qtype) in tensors.items():
+        writer.add_tensor(name, stored, raw_dtype=qtype)
+    _write(writer)
+    return path
+
+
+def _write(writer: GGUFWriter) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
