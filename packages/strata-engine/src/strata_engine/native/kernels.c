@@ -52,98 +52,159 @@ static int64_t row_bytes(int wtype, int K) {
     }
 }
 
+/*
+ * The dot-product sequence every output uses: acc = fma(x[k:k+16], w[k:k+16], acc) for
+ * k = 0, 16, 32, ... (the last step masked when K is not a multiple of 16), then hsum16.
+ * dot_1x1, dot_4x4 and the fused small-batch path below all follow it exactly.
+ */
+static inline float dot_1x1(const float *x, const float *w, int K) {
+    __m512 acc = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(w + k), acc);
+    if (k < K) acc = _mm512_fmadd_ps(load_tail(x + k, k, K), load_tail(w + k, k, K), acc);
+    return hsum16(acc);
+}
+
+/* Four rows x four outputs at once; each output sees exactly dot_1x1's sequence. */
+static inline void dot_4x4(const float *x, int64_t ldx, const float *w, int K, float *y, int64_t ldy) {
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+           a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
+    int k = 0;
+#define STEP(LOAD)                                                                                        \
+    {                                                                                                     \
+        __m512 v0 = LOAD(w0), v1 = LOAD(w1), v2 = LOAD(w2), v3 = LOAD(w3), xv;                            \
+        xv = LOAD(x0); a00 = _mm512_fmadd_ps(xv, v0, a00); a01 = _mm512_fmadd_ps(xv, v1, a01);            \
+        a02 = _mm512_fmadd_ps(xv, v2, a02); a03 = _mm512_fmadd_ps(xv, v3, a03);                           \
+        xv = LOAD(x1); a10 = _mm512_fmadd_ps(xv, v0, a10); a11 = _mm512_fmadd_ps(xv, v1, a11);            \
+        a12 = _mm512_fmadd_ps(xv, v2, a12); a13 = _mm512_fmadd_ps(xv, v3, a13);                           \
+        xv = LOAD(x2); a20 = _mm512_fmadd_ps(xv, v0, a20); a21 = _mm512_fmadd_ps(xv, v1, a21);            \
+        a22 = _mm512_fmadd_ps(xv, v2, a22); a23 = _mm512_fmadd_ps(xv, v3, a23);                           \
+        xv = LOAD(x3); a30 = _mm512_fmadd_ps(xv, v0, a30); a31 = _mm512_fmadd_ps(xv, v1, a31);            \
+        a32 = _mm512_fmadd_ps(xv, v2, a32); a33 = _mm512_fmadd_ps(xv, v3, a33);                           \
+    }
+#define FULL(p) _mm512_loadu_ps((p) + k)
+#define TAIL(p) load_tail((p) + k, k, K)
+    for (; k + 16 <= K; k += 16) STEP(FULL)
+    if (k < K) STEP(TAIL)
+#undef FULL
+#undef TAIL
+#undef STEP
+    y[0] = hsum16(a00); y[1] = hsum16(a01); y[2] = hsum16(a02); y[3] = hsum16(a03);
+    y += ldy; y[0] = hsum16(a10); y[1] = hsum16(a11); y[2] = hsum16(a12); y[3] = hsum16(a13);
+    y += ldy; y[0] = hsum16(a20); y[1] = hsum16(a21); y[2] = hsum16(a22); y[3] = hsum16(a23);
+    y += ldy; y[0] = hsum16(a30); y[1] = hsum16(a31); y[2] = hsum16(a32); y[3] = hsum16(a33);
+}
+
+/* Dequantise 32 weights of block b of a quantised row into two registers (gguf-py's values). */
+static inline void dequant_block(int wtype, const uint8_t *row, int b, __m512 *lo, __m512 *hi) {
+    if (wtype == WT_Q8_0) {
+        const uint8_t *blk = row + b * 34;
+        __m512 d = _mm512_set1_ps(f16_to_f32(blk));
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))), d);
+        return;
+    }
+    const __m512i low4 = _mm512_set1_epi32(15);
+    const uint8_t *blk = row + b * (wtype == WT_Q4_0 ? 18 : 20);
+    __m512 d = _mm512_set1_ps(f16_to_f32(blk));
+    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + (wtype == WT_Q4_0 ? 2 : 4))));
+    __m512i ql = _mm512_and_si512(q, low4), qh = _mm512_srli_epi32(q, 4);
+    if (wtype == WT_Q4_0) {
+        const __m512i eight = _mm512_set1_epi32(8);
+        *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ql, eight)));
+        *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(qh, eight)));
+    } else {
+        __m512 m = _mm512_set1_ps(f16_to_f32(blk + 2));
+        *lo = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(ql)), m);
+        *hi = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(qh)), m);
+    }
+}
+
 /* Dequantise one weight row into dst[K], bit-identical to gguf-py's numpy dequantizer. */
 static void dequant_row(int wtype, const uint8_t *src, float *dst, int K) {
     if (wtype == WT_F32) {
         memcpy(dst, src, (size_t)K * 4);
         return;
     }
-    const __m512i low4 = _mm512_set1_epi32(15);
     for (int b = 0; b < K / 32; b++) {
-        float *o = dst + b * 32;
-        if (wtype == WT_Q8_0) {
-            const uint8_t *blk = src + b * 34;
-            __m512 d = _mm512_set1_ps(f16_to_f32(blk));
-            __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2));
-            __m128i q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
-            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
-            _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d));
-        } else {
-            int step = wtype == WT_Q4_0 ? 18 : 20;
-            const uint8_t *blk = src + b * step;
-            __m512 d = _mm512_set1_ps(f16_to_f32(blk));
-            const uint8_t *qs = blk + (wtype == WT_Q4_0 ? 2 : 4);
-            __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
-            __m512i lo = _mm512_and_si512(q, low4);
-            __m512i hi = _mm512_srli_epi32(q, 4);
-            if (wtype == WT_Q4_0) {
-                const __m512i eight = _mm512_set1_epi32(8);
-                _mm512_storeu_ps(o, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight))));
-                _mm512_storeu_ps(o + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight))));
-            } else {
-                __m512 m = _mm512_set1_ps(f16_to_f32(blk + 2));
-                _mm512_storeu_ps(o, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), m));
-                _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), m));
+        __m512 lo, hi;
+        dequant_block(wtype, src, b, &lo, &hi);
+        _mm512_storeu_ps(dst + b * 32, lo);
+        _mm512_storeu_ps(dst + b * 32 + 16, hi);
+    }
+}
+
+/* Few rows (decode): dequantise each block in registers and use it at once, no panel. */
+static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
+                         float *y, int nthreads) {
+    int64_t rb = row_bytes(wtype, (int)K);
+    int nb = (int)(K / 32);
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = w + n * rb;
+        for (int64_t m0 = 0; m0 < M; m0 += 4) {
+            int rows = M - m0 < 4 ? (int)(M - m0) : 4;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int b = 0; b < nb; b++) {
+                __m512 lo, hi;
+                dequant_block(wtype, row, b, &lo, &hi);
+                for (int i = 0; i < rows; i++) {
+                    const float *xr = x + (m0 + i) * K + b * 32;
+                    acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), lo, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), hi, acc[i]);
+                }
             }
+            for (int i = 0; i < rows; i++) y[(m0 + i) * N + n] = hsum16(acc[i]);
         }
     }
 }
 
-/* One output: acc over k in steps of 16 with fma, then the fixed horizontal sum. */
-static inline float dot_1x1(const float *x, const float *w, int K) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 16) acc = _mm512_fmadd_ps(load_tail(x + k, k, K), load_tail(w + k, k, K), acc);
-    return hsum16(acc);
-}
-
-/* Four rows x four outputs at once; each output sees exactly dot_1x1's sequence. */
-static inline void dot_4x4(const float *x, int64_t ldx, const float *w, int K, float *y, int64_t ldy) {
-    __m512 a[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) a[i][j] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k += 16) {
-        __m512 wv[4], xv;
-        for (int j = 0; j < 4; j++) wv[j] = load_tail(w + (int64_t)j * K + k, k, K);
-        for (int i = 0; i < 4; i++) {
-            xv = load_tail(x + i * ldx + k, k, K);
-            for (int j = 0; j < 4; j++) a[i][j] = _mm512_fmadd_ps(xv, wv[j], a[i][j]);
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) y[i * ldy + j] = hsum16(a[i][j]);
-}
+#define FUSED_MAX_ROWS 8
 
 /*
  * y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]), W in `wtype` blocks.
- * Parallel over panels of PANEL outputs; each thread dequantises its panel once.
+ * Few rows: fused dequantise-and-dot. More rows: parallel over panels of PANEL outputs,
+ * each dequantised once into fp32 and reused by every row. Both give the same bits.
  */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads) {
     int64_t rb = row_bytes(wtype, (int)K);
-    int64_t npanels = (N + PANEL - 1) / PANEL;
+    if (wtype != WT_F32 && M <= FUSED_MAX_ROWS) {
+        matmul_fused(x, M, K, w, wtype, N, y, nthreads);
+    } else {
+        int64_t npanels = (N + PANEL - 1) / PANEL;
 #pragma omp parallel num_threads(nthreads)
-    {
-        float *panel = (float *)aligned_alloc(64, (size_t)PANEL * K * 4 + 64);
+        {
+            float *panel = wtype == WT_F32 ? NULL : (float *)aligned_alloc(64, (size_t)PANEL * K * 4 + 64);
 #pragma omp for schedule(static)
-        for (int64_t p = 0; p < npanels; p++) {
-            int64_t n0 = p * PANEL;
-            int64_t np = N - n0 < PANEL ? N - n0 : PANEL;
-            for (int64_t j = 0; j < np; j++) dequant_row(wtype, w + (n0 + j) * rb, panel + j * K, (int)K);
-            int64_t m = 0;
-            for (; m + 4 <= M; m += 4) {
-                int64_t j = 0;
-                for (; j + 4 <= np; j += 4) dot_4x4(x + m * K, K, panel + j * K, (int)K, y + m * N + n0 + j, N);
-                for (; j < np; j++)
-                    for (int i = 0; i < 4; i++) y[(m + i) * N + n0 + j] = dot_1x1(x + (m + i) * K, panel + j * K, (int)K);
+            for (int64_t p = 0; p < npanels; p++) {
+                int64_t n0 = p * PANEL;
+                int64_t np = N - n0 < PANEL ? N - n0 : PANEL;
+                const float *pw;
+                if (wtype == WT_F32) {
+                    pw = (const float *)(w + n0 * rb);
+                } else {
+                    for (int64_t j = 0; j < np; j++) dequant_row(wtype, w + (n0 + j) * rb, panel + j * K, (int)K);
+                    pw = panel;
+                }
+                int64_t m = 0;
+                for (; m + 4 <= M; m += 4) {
+                    int64_t j = 0;
+                    for (; j + 4 <= np; j += 4) dot_4x4(x + m * K, K, pw + j * K, (int)K, y + m * N + n0 + j, N);
+                    for (; j < np; j++)
+                        for (int i = 0; i < 4; i++) y[(m + i) * N + n0 + j] = dot_1x1(x + (m + i) * K, pw + j * K, (int)K);
+                }
+                for (; m < M; m++)
+                    for (int64_t j = 0; j < np; j++) y[m * N + n0 + j] = dot_1x1(x + m * K, pw + j * K, (int)K);
             }
-            for (; m < M; m++)
-                for (int64_t j = 0; j < np; j++) y[m * N + n0 + j] = dot_1x1(x + m * K, panel + j * K, (int)K);
-            if (bias)
-                for (int64_t mm = 0; mm < M; mm++)
-                    for (int64_t j = 0; j < np; j++) y[mm * N + n0 + j] += bias[n0 + j];
+            free(panel);
         }
-        free(panel);
     }
+    if (bias)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
 /* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */
