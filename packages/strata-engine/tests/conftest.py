@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from strata_engine.engine import LLMEngine
 from strata_engine.model_store import resolve_model
 

@@ -10,11 +10,6 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGUFReader, quants
 from gguf import GGMLQuantizationType as QT
-from strata_engine.api import ModelLoadError
-from strata_engine.engine import LLMEngine
-from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.ops import NativeOps, TorchOps
-from strata_engine.weights import Weight, dequantize
 from tiny_models import (
     EXTRA_FALLBACK_TYPES,
     NATIVE_TYPES,
@@ -25,6 +20,12 @@ from tiny_models import (
     write_tensor_file,
     write_tiny_model,
 )
+
+from strata_engine.api import ModelLoadError
+from strata_engine.engine import LLMEngine
+from strata_engine.gguf_loader import GGUFFile, TensorInfo
+from strata_engine.ops import NativeOps, TorchOps
+from strata_engine.weights import Weight, dequantize
 
 N_OUT = 300  # not a multiple of the kernel's 16-row panels nor of its 4x4 tiles
 
