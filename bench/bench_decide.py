@@ -1,0 +1,169 @@
+"""Decision benchmark: 5 states x 3 questions through the gateway vs naive llama-cpp-python.
+
+    python bench/bench_decide.py [--upstream URL] [--model-path GGUF] [--json]
+
+Strata side: a gateway (in-process, free port) in front of ``--upstream`` (or of a
+strata-server this script starts on the default model); each of the 15 decisions is one
+``POST /v1/systemone`` with one question; the questions of a state share its prefix.
+
+Naive side, in the same run: the same 15 prompts (the same token ids) evaluated by
+``llama_cpp.Llama`` from scratch each time (full prompt, no prefix reuse), then the labels'
+logprobs read from the last position's logits. Skipped with a message when llama-cpp-python
+is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from strata_client import AsyncStrataClient
+from strata_decide.bench import BenchResult, bench_gateway
+from strata_decide.distribution import from_raw
+from strata_decide.gateway import GatewayConfig
+from strata_decide.gateway.serve import background, free_port
+from strata_decide.labels import LabelBook
+from strata_decide.prompts import messages, render
+from strata_decide.questions import from_wire
+from strata_decide.samples import QUESTIONS, STATES
+
+DEFAULT_GGUF = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@contextmanager
+def strata_server(upstream: str | None):
+    """The given upstream, or a strata-server started here on the default model."""
+    if upstream:
+        yield upstream
+        return
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable,
+        "-m",
+        "strata_server",
+        "--model",
+        "default",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    process = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("strata-server did not start")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def prompts_and_labels(upstream: str) -> list[tuple[list[int], list[int]]]:
+    """The 15 prompts exactly as the gateway renders them, with their label ids."""
+    async with AsyncStrataClient(base_url=upstream, timeout=300) as client:
+        book, cases = LabelBook(client), []
+        for state in STATES:
+            for wire in QUESTIONS.values():
+                question = from_wire(wire)
+                labels = await book.labels_for(question.kind, len(question.options))
+                prompt = await render(client, messages(state, question, question.options, labels))
+                cases.append((prompt.token_ids, [label.token_id for label in labels]))
+        return cases
+
+
+def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
+    """Each prompt evaluated from scratch by llama.cpp; labels read from the last logits."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return {"skipped": "llama-cpp-python is not installed (pip install llama-cpp-python)"}
+    llm = llama_cpp.Llama(
+        model_path=str(model_path),
+        logits_all=False,
+        n_ctx=4096,
+        n_threads=os.cpu_count(),
+        verbose=False,
+    )
+    latencies, distributions = [], []
+    started = time.perf_counter()
+    for prompt_ids, label_ids in cases:
+        sent = time.perf_counter()
+        llm.reset()
+        llm.eval(prompt_ids)
+        logits = [float(x) for x in llm.scores[llm.n_tokens - 1]]
+        top = max(logits)
+        log_norm = top + math.log(math.fsum(math.exp(v - top) for v in logits))
+        distributions.append(from_raw([logits[i] - log_norm for i in label_ids]))
+        latencies.append(time.perf_counter() - sent)
+    wall = time.perf_counter() - started
+    return {"result": BenchResult(len(latencies), wall, latencies), "distributions": distributions}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--upstream", default=None, help="a running strata-server (default: start one)"
+    )
+    parser.add_argument("--model-path", type=Path, default=DEFAULT_GGUF, help="GGUF for llama.cpp")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    report: dict[str, Any] = {}
+    with strata_server(args.upstream) as upstream:
+        with background(GatewayConfig(upstream=upstream, upstream_timeout=300)) as gateway:
+            report["strata_gateway"] = bench_gateway(gateway, STATES, QUESTIONS).summary()
+        cases = prompts_and_labels_sync(upstream)
+    report["prompt_tokens"] = [len(ids) for ids, _ in cases]
+    naive = naive_llama_cpp(args.model_path, cases)
+    if "skipped" in naive:
+        report["llama_cpp_naive"] = {"skipped": naive["skipped"]}
+    else:
+        report["llama_cpp_naive"] = naive["result"].summary()
+        speedup = report["llama_cpp_naive"]["wall_s"] / report["strata_gateway"]["wall_s"]
+        report["strata_speedup"] = speedup
+
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"prompts: {len(cases)}, tokens each {min(report['prompt_tokens'])}..{max(report['prompt_tokens'])}"
+    )
+    for name in ("strata_gateway", "llama_cpp_naive"):
+        row = report[name]
+        if "skipped" in row:
+            print(f"{name}: skipped: {row['skipped']}")
+            continue
+        print(
+            f"{name}: {row['decisions']} decisions in {row['wall_s']:.3f} s = "
+            f"{row['decisions_per_s']:.2f}/s, p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms"
+        )
+    if "strata_speedup" in report:
+        print(f"strata vs naive llama.cpp: {report['strata_speedup']:.2f}x")
+    return 0
+
+
+def prompts_and_labels_sync(upstream: str) -> list[tuple[list[int], list[int]]]:
+    return asyncio.run(prompts_and_labels(upstream))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
