@@ -6,6 +6,9 @@ Strata side: a gateway (in-process, free port) in front of ``--upstream`` (or of
 strata-server this script starts on the default model); each of the 15 decisions is one
 ``POST /v1/systemone`` with one question; the questions of a state share its prefix.
 
+The same again with the rotations mode on (every cyclic option order read), to show its
+cost.
+
 Naive side, in the same run: the same 15 prompts (the same token ids) evaluated by
 ``llama_cpp.Llama`` from scratch each time (full prompt, no prefix reuse), then the labels'
 logprobs read from the last position's logits. Skipped with a message when llama-cpp-python
@@ -27,14 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from strata_client import AsyncStrataClient
 from strata_decide.bench import BenchResult, bench_gateway
+from strata_decide.decider import DecideOptions
 from strata_decide.distribution import from_raw
 from strata_decide.gateway import GatewayConfig
 from strata_decide.gateway.serve import background, free_port
 from strata_decide.labels import LabelBook
 from strata_decide.prompts import messages, render
 from strata_decide.questions import from_wire
+from strata_decide.read import read_labels
 from strata_decide.samples import QUESTIONS, STATES
 
 DEFAULT_GGUF = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,17 +83,20 @@ def strata_server(upstream: str | None):
         process.wait(timeout=30)
 
 
-async def prompts_and_labels(upstream: str) -> list[tuple[list[int], list[int]]]:
-    """The 15 prompts exactly as the gateway renders them, with their label ids."""
+async def prompts_and_labels(upstream: str) -> tuple[list[tuple[list[int], list[int]]], list]:
+    """The 15 prompts exactly as the gateway renders them, their label ids, Strata's reads."""
     async with AsyncStrataClient(base_url=upstream, timeout=300) as client:
-        book, cases = LabelBook(client), []
+        book, cases, reads = LabelBook(client), [], []
         for state in STATES:
             for wire in QUESTIONS.values():
                 question = from_wire(wire)
                 labels = await book.labels_for(question.kind, len(question.options))
                 prompt = await render(client, messages(state, question, question.options, labels))
-                cases.append((prompt.token_ids, [label.token_id for label in labels]))
-        return cases
+                label_ids = [label.token_id for label in labels]
+                cases.append((prompt.token_ids, label_ids))
+                raw = await read_labels(client, None, prompt.token_ids, label_ids)
+                reads.append(from_raw(raw.raw_logprobs))
+        return cases, reads
 
 
 def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
@@ -120,18 +129,20 @@ def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--upstream", default=None, help="a running strata-server (default: start one)"
-    )
+    parser.add_argument("--upstream", default=None, help="a running strata-server (default: start one)")
     parser.add_argument("--model-path", type=Path, default=DEFAULT_GGUF, help="GGUF for llama.cpp")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     report: dict[str, Any] = {}
     with strata_server(args.upstream) as upstream:
-        with background(GatewayConfig(upstream=upstream, upstream_timeout=300)) as gateway:
-            report["strata_gateway"] = bench_gateway(gateway, STATES, QUESTIONS).summary()
-        cases = prompts_and_labels_sync(upstream)
+        for name, rotations in (("strata_gateway", False), ("strata_gateway_rotations", True)):
+            config = GatewayConfig(
+                upstream=upstream, upstream_timeout=300, decide=DecideOptions(rotations=rotations)
+            )
+            with background(config) as gateway:
+                report[name] = bench_gateway(gateway, STATES, QUESTIONS).summary()
+        cases, strata_reads = asyncio.run(prompts_and_labels(upstream))
     report["prompt_tokens"] = [len(ids) for ids, _ in cases]
     naive = naive_llama_cpp(args.model_path, cases)
     if "skipped" in naive:
@@ -140,6 +151,11 @@ def main() -> int:
         report["llama_cpp_naive"] = naive["result"].summary()
         speedup = report["llama_cpp_naive"]["wall_s"] / report["strata_gateway"]["wall_s"]
         report["strata_speedup"] = speedup
+        report["max_abs_prob_diff_vs_llama_cpp"] = max(
+            abs(a - b)
+            for ours, theirs in zip(strata_reads, naive["distributions"], strict=True)
+            for a, b in zip(ours.probabilities, theirs.probabilities, strict=True)
+        )
 
     if args.json:
         print(json.dumps(report, indent=2))
@@ -147,7 +163,7 @@ def main() -> int:
     print(
         f"prompts: {len(cases)}, tokens each {min(report['prompt_tokens'])}..{max(report['prompt_tokens'])}"
     )
-    for name in ("strata_gateway", "llama_cpp_naive"):
+    for name in ("strata_gateway", "strata_gateway_rotations", "llama_cpp_naive"):
         row = report[name]
         if "skipped" in row:
             print(f"{name}: skipped: {row['skipped']}")
@@ -157,12 +173,11 @@ def main() -> int:
             f"{row['decisions_per_s']:.2f}/s, p50 {row['p50_ms']:.1f} ms, p95 {row['p95_ms']:.1f} ms"
         )
     if "strata_speedup" in report:
-        print(f"strata vs naive llama.cpp: {report['strata_speedup']:.2f}x")
+        print(
+            f"strata vs naive llama.cpp: {report['strata_speedup']:.2f}x faster; label "
+            f"probabilities differ by at most {report['max_abs_prob_diff_vs_llama_cpp']:.2e}"
+        )
     return 0
-
-
-def prompts_and_labels_sync(upstream: str) -> list[tuple[list[int], list[int]]]:
-    return asyncio.run(prompts_and_labels(upstream))
 
 
 if __name__ == "__main__":

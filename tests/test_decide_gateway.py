@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from strata_decide.gateway import GatewayConfig
-from strata_decide.gateway.serve import background
 from typesafe_sdk import (
     Choice,
     Noul,
@@ -24,6 +22,9 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
+from strata_decide.gateway import GatewayConfig
+from strata_decide.gateway.serve import background
+
 STATE = (
     "Subject: charged twice\n\nHello, I ordered running shoes on Monday and my bank shows two "
     "identical charges of $89.99. Please refund the duplicate as soon as possible. Dana"
@@ -33,9 +34,7 @@ TONE = Choice(
     criteria={"calm": "Neutral or polite", "angry": "Upset or hostile", "excited": None},
 )
 URGENCY = Score(instructions="How urgent is it?", criteria=["Can wait", "This week", "Today"])
-BILLING = Noul(
-    instructions="Is the message about billing?", criteria={"true": "Payments or refunds"}
-)
+BILLING = Noul(instructions="Is the message about billing?", criteria={"true": "Payments or refunds"})
 NO_RETRY = RetryPolicy(max_retries=0)
 
 
@@ -254,9 +253,7 @@ def test_input_over_the_context_is_400_tokens_exceeded(gateway: str, server_url:
 
 
 def test_bearer_auth_when_a_key_is_set(server_url: str):
-    with background(
-        GatewayConfig(upstream=server_url, api_key="s3cret", upstream_timeout=300)
-    ) as url:
+    with background(GatewayConfig(upstream=server_url, api_key="s3cret", upstream_timeout=300)) as url:
         with sdk(url, api_key="wrong") as client, pytest.raises(TypeSafeAuthenticationError):
             client.system_one(STATE, {"b": BILLING})
         with sdk(url, api_key="s3cret") as client:

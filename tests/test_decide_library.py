@@ -6,6 +6,7 @@ import asyncio
 import math
 
 import pytest
+
 from strata_client import AsyncStrataClient
 from strata_decide import questions
 from strata_decide.decider import DecideOptions, Decider
@@ -43,9 +44,7 @@ def test_every_question_about_a_state_shares_the_state_prefix(server_url: str):
             question = questions.from_wire(wire)
             labels = await book.labels_for(question.kind, len(question.options))
             prompts.append(
-                (
-                    await render(client, messages(STATES[0], question, question.options, labels))
-                ).token_ids
+                (await render(client, messages(STATES[0], question, question.options, labels))).token_ids
             )
         return await state_prefix(client, STATES[0]), prompts
 

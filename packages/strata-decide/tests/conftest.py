@@ -32,6 +32,7 @@ def _merged_codes() -> dict[str, int]:
 
 @dataclass
 class FakeUpstream:
+    url: str = UPSTREAM
     model: str = "fake-model"
     max_model_len: int = 4096
     mass: float = 0.8
@@ -96,9 +97,7 @@ class FakeUpstream:
     def tokenize(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if "messages" in body:
-            ids = self.encode(
-                self.render(body["messages"], body.get("add_generation_prompt", True))
-            )
+            ids = self.encode(self.render(body["messages"], body.get("add_generation_prompt", True)))
         else:
             ids = self.encode(body["prompt"])
         return httpx.Response(
@@ -106,9 +105,7 @@ class FakeUpstream:
         )
 
     def detokenize(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, json={"prompt": self.decode(json.loads(request.content)["tokens"])}
-        )
+        return httpx.Response(200, json={"prompt": self.decode(json.loads(request.content)["tokens"])})
 
     def models(self, request: httpx.Request) -> httpx.Response:
         return httpx.Response(
@@ -125,9 +122,7 @@ class FakeUpstream:
             )
         if self.context_error:
             message = "This model's maximum context length is 10 tokens."
-            return httpx.Response(
-                400, json={"error": {"message": message, "type": "BadRequestError"}}
-            )
+            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
         prompt = body["prompt"]
         allowed = body.get("allowed_token_ids")
         if allowed is None:  # a plain top-N read: the labels of the prompt plus filler tokens
@@ -157,13 +152,13 @@ class FakeUpstream:
             "completion_tokens": 1,
             "total_tokens": len(prompt) + 1,
         }
-        return httpx.Response(
-            200, json={"id": "x", "model": self.model, "choices": [choice], "usage": usage}
-        )
+        return httpx.Response(200, json={"id": "x", "model": self.model, "choices": [choice], "usage": usage})
 
 
 @pytest.fixture
-def fake() -> FakeUpstream:
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
+    """The fake upstream, mocked at its URL; $STRATA_BASE_URL points clients at it."""
+    monkeypatch.setenv("STRATA_BASE_URL", UPSTREAM)
     upstream = FakeUpstream()
     with respx.mock(base_url=UPSTREAM, assert_all_called=False) as mock:
         mock.get("/v1/models").mock(side_effect=upstream.models)

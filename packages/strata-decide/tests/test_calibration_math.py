@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+
 from strata_decide import questions
 from strata_decide.calibrate import (
     Calibration,

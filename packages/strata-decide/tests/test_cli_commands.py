@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import UPSTREAM
+
 from strata_decide.cli import main
 
 
@@ -15,7 +15,7 @@ def test_decide_prints_answer_probabilities_and_mass_as_json(fake, capsys):
         [
             "decide",
             "--server",
-            UPSTREAM,
+            fake.url,
             "--state",
             "I am furious",
             "--instructions",
@@ -41,7 +41,7 @@ def test_decide_text_output_and_state_from_file(fake, capsys, tmp_path):
         [
             "decide",
             "--server",
-            UPSTREAM,
+            fake.url,
             "--state",
             f"@{tmp_path / 'state.txt'}",
             "--type",
@@ -57,13 +57,13 @@ def test_decide_text_output_and_state_from_file(fake, capsys, tmp_path):
 
 
 def test_parity_exit_code_follows_the_tolerance(fake, capsys):
-    assert main(["parity", "--server", UPSTREAM, "--json"]) == 0
+    assert main(["parity", "--server", fake.url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["max_abs_diff"] == 0.0
     original = fake.raw_logprobs
     fake.raw_logprobs = lambda ids, allowed: {
         i: v + 0.01 * (len(fake.completion_calls) % 2) for i, v in original(ids, allowed).items()
     }
-    assert main(["parity", "--server", UPSTREAM]) == 1
+    assert main(["parity", "--server", fake.url]) == 1
     assert "FAIL" in capsys.readouterr().out
 
 
@@ -72,12 +72,11 @@ def test_calibrate_writes_a_reusable_file(fake, tmp_path, capsys):
     question = {"type": "choice", "criteria": {"calm": None, "angry": None}}
     fake.preference = {"calm": 3.0}  # confidently "calm", but half the answers are "angry"
     lines = [
-        {"state": f"s{i}", "question": question, "answer": "calm" if i % 2 else "angry"}
-        for i in range(10)
+        {"state": f"s{i}", "question": question, "answer": "calm" if i % 2 else "angry"} for i in range(10)
     ]
     data.write_text("\n".join(json.dumps(line) for line in lines))
     out = tmp_path / "calib.json"
-    assert main(["calibrate", "--server", UPSTREAM, "--data", str(data), "--out", str(out)]) == 0
+    assert main(["calibrate", "--server", fake.url, "--data", str(data), "--out", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert saved["temperature"] > 5  # over-confident reader: softened a lot
     assert saved["ece_after"] < saved["ece_before"]
@@ -87,7 +86,7 @@ def test_calibrate_writes_a_reusable_file(fake, tmp_path, capsys):
             [
                 "decide",
                 "--server",
-                UPSTREAM,
+                fake.url,
                 "--state",
                 "s",
                 "--option",
@@ -107,9 +106,6 @@ def test_calibrate_writes_a_reusable_file(fake, tmp_path, capsys):
 
 def test_errors_become_exit_code_2_with_a_message(fake, capsys):
     fake.fail_completions_with = 500
-    assert (
-        main(["decide", "--server", UPSTREAM, "--state", "s", "--option", "a", "--option", "b"])
-        == 2
-    )
+    assert main(["decide", "--server", fake.url, "--state", "s", "--option", "a", "--option", "b"]) == 2
     assert "UpstreamError" in capsys.readouterr().err
-    assert main(["decide", "--server", UPSTREAM, "--state", "s", "--option", "a"]) == 2
+    assert main(["decide", "--server", fake.url, "--state", "s", "--option", "a"]) == 2

@@ -6,7 +6,7 @@ import asyncio
 import math
 
 import pytest
-from conftest import UPSTREAM
+
 from strata_client import AsyncStrataClient
 from strata_decide import questions
 from strata_decide.decider import DecideOptions, Decider
@@ -19,7 +19,7 @@ TONE = questions.choice("What is the tone?", {"calm": None, "angry": None, "happ
 
 def decide(question, state=STATE, options=None, model="fake-model"):
     async def run():
-        async with AsyncStrataClient(base_url=UPSTREAM) as client:
+        async with AsyncStrataClient() as client:
             return await Decider(client, model, options).decide(state, question)
 
     return asyncio.run(run())
@@ -41,7 +41,7 @@ def test_one_read_with_the_documented_request(fake):
     assert body["return_tokens_as_token_ids"] is True
     assert all(isinstance(i, int) for i in body["prompt"])
     assert decision.probabilities == pytest.approx(
-        dict(zip(["calm", "angry", "happy"], softmax([1, 2, 0])))
+        dict(zip(["calm", "angry", "happy"], softmax([1, 2, 0]), strict=True))
     )
     assert decision.answer == "angry"
     assert decision.distribution.mass == pytest.approx(0.8, abs=1e-12)
@@ -60,7 +60,7 @@ def test_prompt_puts_the_state_first_and_never_shows_question_ids(fake):
 
 
 async def _prefix():
-    async with AsyncStrataClient(base_url=UPSTREAM) as client:
+    async with AsyncStrataClient() as client:
         return await state_prefix(client, STATE)
 
 
@@ -74,13 +74,13 @@ def test_position_bias_without_rotations_and_cancelled_with_them(fake):
     fake.position_bias = [2.0, 0.0, -1.0]  # the first listed option is favoured
     plain = decide(TONE)
     assert plain.probabilities == pytest.approx(
-        dict(zip(["calm", "angry", "happy"], softmax([2.0, 1.0, -0.5])))
+        dict(zip(["calm", "angry", "happy"], softmax([2.0, 1.0, -0.5]), strict=True))
     )
     fake.completion_calls.clear()
     rotated = decide(TONE, options=DecideOptions(rotations=True))
     assert len(fake.completion_calls) == 3  # one read per rotation
     # every option sat at every position once: the geometric mean leaves the content only
-    expected = dict(zip(["calm", "angry", "happy"], softmax([0.0, 1.0, 0.5])))
+    expected = dict(zip(["calm", "angry", "happy"], softmax([0.0, 1.0, 0.5]), strict=True))
     assert rotated.probabilities == pytest.approx(expected, abs=1e-12)
     assert rotated.answer == "angry" and plain.answer == "calm"
     assert rotated.reads == 3
@@ -114,9 +114,7 @@ def test_upstream_failure_is_an_upstream_error(fake):
 
 def test_unreachable_upstream_is_an_upstream_error():
     async def run():
-        async with AsyncStrataClient(
-            base_url="http://127.0.0.1:9", max_retries=0, timeout=2
-        ) as client:
+        async with AsyncStrataClient(base_url="http://127.0.0.1:9", max_retries=0, timeout=2) as client:
             return await Decider(client, "m").decide(STATE, TONE)
 
     with pytest.raises(UpstreamError, match="unreachable"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from strata_decide.distribution import (
     choice_confidence,
     expected_score,

@@ -7,8 +7,8 @@ import json
 import math
 
 import pytest
-from conftest import UPSTREAM
 from litestar.testing import TestClient
+
 from strata_decide.gateway import GatewayConfig, create_app
 
 STATE = "I was charged twice. Please help."
@@ -29,7 +29,7 @@ QUESTIONS = {
 
 @pytest.fixture
 def gateway(fake):
-    with TestClient(create_app(GatewayConfig(upstream=UPSTREAM))) as client:
+    with TestClient(create_app(GatewayConfig(upstream=fake.url))) as client:
         yield client
 
 
@@ -171,9 +171,7 @@ def test_malformed_json_is_422_and_the_next_request_still_works(gateway):
 
 
 def test_unknown_model_is_a_404_refusal(gateway):
-    response = post(
-        gateway, {"model": "gpt-4", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
-    )
+    response = post(gateway, {"model": "gpt-4", "state": "x", "questions": {"q": QUESTIONS["billing"]}})
     assert response.status_code == 404
     assert response.json() == {
         "detail": {"error_type": "model_not_found", "message": response.json()["detail"]["message"]}
@@ -191,9 +189,7 @@ def test_input_over_the_context_is_400_tokens_exceeded(fake, gateway):
 
 def test_upstream_failure_is_a_502_upstream_error(fake, gateway):
     fake.fail_completions_with = 500
-    response = post(
-        gateway, {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
-    )
+    response = post(gateway, {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}})
     assert response.status_code == 502
     assert response.json()["detail"]["error_type"] == "upstream_error"
 
@@ -201,16 +197,14 @@ def test_upstream_failure_is_a_502_upstream_error(fake, gateway):
 def test_unreachable_upstream_is_a_502_without_hanging():
     config = GatewayConfig(upstream="http://127.0.0.1:9", upstream_timeout=2.0)
     with TestClient(create_app(config)) as client:
-        response = post(
-            client, {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
-        )
+        response = post(client, {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}})
     assert response.status_code == 502
     assert response.json()["detail"]["error_type"] == "upstream_error"
 
 
 def test_bearer_auth_when_a_key_is_set(fake):
     body = {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
-    with TestClient(create_app(GatewayConfig(upstream=UPSTREAM, api_key="sekret"))) as client:
+    with TestClient(create_app(GatewayConfig(upstream=fake.url, api_key="sekret"))) as client:
         missing = post(client, body)
         wrong = post(client, body, headers={"Authorization": "Bearer nope"})
         right = post(client, body, headers={"Authorization": "Bearer sekret"})
@@ -226,14 +220,9 @@ def test_authorization_is_ignored_when_auth_is_off(gateway):
 
 
 def test_gzip_body_is_read_and_unknown_encodings_refused(gateway):
-    raw = json.dumps(
-        {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
-    ).encode()
+    raw = json.dumps({"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}).encode()
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
-    assert (
-        gateway.post("/v1/systemone", content=gzip.compress(raw), headers=headers).status_code
-        == 200
-    )
+    assert gateway.post("/v1/systemone", content=gzip.compress(raw), headers=headers).status_code == 200
     headers["content-encoding"] = "br"
     refused = gateway.post("/v1/systemone", content=raw, headers=headers)
     assert refused.status_code == 415

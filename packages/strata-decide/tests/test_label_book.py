@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import UPSTREAM
+
 from strata_client import AsyncStrataClient
 from strata_decide.errors import LabelCollisionError, LabelError
 from strata_decide.labels import Label, LabelBook, check_distinct
@@ -13,7 +13,7 @@ from strata_decide.labels import Label, LabelBook, check_distinct
 
 def labels_for(kind: str, count: int):
     async def run():
-        async with AsyncStrataClient(base_url=UPSTREAM) as client:
+        async with AsyncStrataClient() as client:
             return await LabelBook(client).labels_for(kind, count)
 
     return asyncio.run(run())

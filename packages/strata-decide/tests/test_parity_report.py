@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import UPSTREAM
+
 from strata_client import AsyncStrataClient
 from strata_decide.parity import run_parity
 from strata_decide.samples import QUESTIONS, STATES
@@ -13,7 +13,7 @@ from strata_decide.samples import QUESTIONS, STATES
 
 def parity(tolerance=1e-6):
     async def run():
-        async with AsyncStrataClient(base_url=UPSTREAM) as client:
+        async with AsyncStrataClient() as client:
             return await run_parity(client, "fake-model", STATES[:2], QUESTIONS, tolerance)
 
     return asyncio.run(run())

@@ -84,9 +84,7 @@ def load_examples(path: str | Path) -> list[Example]:
         try:
             item = json.loads(line)
             question = from_wire(item["question"])
-            examples.append(
-                Example(item["state"], question, answer_index(question, item["answer"]))
-            )
+            examples.append(Example(item["state"], question, answer_index(question, item["answer"])))
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{path}:{number}: {error}") from error
     return examples
@@ -101,9 +99,7 @@ def nll(distributions: Sequence[Distribution], answers: Sequence[int], temperatu
     return total / len(answers)
 
 
-def fit_temperature(
-    distributions: Sequence[Distribution], answers: Sequence[int], steps: int = 80
-) -> float:
+def fit_temperature(distributions: Sequence[Distribution], answers: Sequence[int], steps: int = 80) -> float:
     """The temperature minimising NLL, by golden-section search over log T in [0.05, 20]."""
     if not answers:
         raise ValueError("no examples to fit a temperature on")
@@ -123,9 +119,7 @@ def fit_temperature(
     return math.exp((low + high) / 2)
 
 
-def ece(
-    distributions: Sequence[Distribution], answers: Sequence[int], bins: int = ECE_BINS
-) -> float:
+def ece(distributions: Sequence[Distribution], answers: Sequence[int], bins: int = ECE_BINS) -> float:
     """Expected calibration error of the top probability, equal-width bins."""
     binned: list[list[tuple[float, bool]]] = [[] for _ in range(bins)]
     for d, answer in zip(distributions, answers, strict=True):

@@ -12,8 +12,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from strata_client import AsyncStrataClient
 from tqdm import tqdm
+
+from strata_client import AsyncStrataClient
 
 from . import questions
 from .answers import answer_json
@@ -40,9 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--rotations", action="store_true", help="read every cyclic option order")
         sub.add_argument("--calibration", default=None, help="calibration JSON from `calibrate`")
 
-    decide = commands.add_parser(
-        "decide", help="one state, one question: the answer and its probabilities"
-    )
+    decide = commands.add_parser("decide", help="one state, one question: the answer and its probabilities")
     server_args(decide)
     mode_args(decide)
     decide.add_argument("--state", required=True, help="the state text; @FILE reads a file")
@@ -84,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--gateway", default=None, help="a running gateway's URL")
     target.add_argument("--upstream", default=DEFAULT_SERVER, help="start a gateway on this server")
     bench.add_argument("--api-key", default=None, help="the gateway's API key")
+    bench.add_argument(
+        "--rotations", action="store_true", help="the started gateway reads every option order"
+    )
     bench.add_argument("--json", action="store_true")
     return parser
 
@@ -106,9 +108,7 @@ def decide_options(args: argparse.Namespace) -> DecideOptions:
 
 
 def upstream(args: argparse.Namespace) -> AsyncStrataClient:
-    return AsyncStrataClient(
-        base_url=args.server, api_key=args.server_api_key, timeout=args.timeout
-    )
+    return AsyncStrataClient(base_url=args.server, api_key=args.server_api_key, timeout=args.timeout)
 
 
 def question_from_args(args: argparse.Namespace) -> questions.Question:
@@ -116,9 +116,7 @@ def question_from_args(args: argparse.Namespace) -> questions.Question:
         return questions.noul(args.instructions, {"true": args.true_text, "false": args.false_text})
     if args.type == "score":
         return questions.score(args.instructions, args.option)
-    criteria = dict(
-        option.split("=", 1) if "=" in option else (option, None) for option in args.option
-    )
+    criteria = dict(option.split("=", 1) if "=" in option else (option, None) for option in args.option)
     return questions.choice(args.instructions, criteria)
 
 
@@ -164,9 +162,7 @@ def run_parity_command(args: argparse.Namespace) -> int:
     async def run() -> Any:
         async with upstream(args) as client:
             with tqdm(total=len(STATES) * len(QUESTIONS), desc="parity", disable=None) as bar:
-                return await run_parity(
-                    client, args.model, STATES, QUESTIONS, args.tolerance, bar.update
-                )
+                return await run_parity(client, args.model, STATES, QUESTIONS, args.tolerance, bar.update)
 
     report = asyncio.run(run())
     summary = report.summary()
@@ -224,11 +220,8 @@ def run_bench(args: argparse.Namespace) -> int:
     from .gateway import GatewayConfig
     from .gateway.serve import background
 
-    started = (
-        nullcontext(args.gateway)
-        if args.gateway
-        else background(GatewayConfig(upstream=args.upstream))
-    )
+    config = GatewayConfig(upstream=args.upstream, decide=DecideOptions(rotations=args.rotations))
+    started = nullcontext(args.gateway) if args.gateway else background(config)
     with (
         started as url,
         tqdm(total=len(STATES) * len(QUESTIONS), desc="bench", disable=None) as bar,

@@ -74,9 +74,7 @@ def geometric_mean(distributions: Sequence[Distribution]) -> Distribution:
         raise ValueError("geometric mean of no distributions")
     count = len(distributions)
     width = len(distributions[0].log_probabilities)
-    mean_logs = [
-        math.fsum(d.log_probabilities[i] for d in distributions) / count for i in range(width)
-    ]
+    mean_logs = [math.fsum(d.log_probabilities[i] for d in distributions) / count for i in range(width)]
     mass = math.fsum(d.mass for d in distributions) / count
     return Distribution(normalise(mean_logs)[0], mass)
 

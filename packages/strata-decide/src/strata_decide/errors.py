@@ -51,8 +51,6 @@ def upstream_failure(error: APIStatusError | APIConnectionError) -> DecideError:
     """
     if isinstance(error, APIStatusError):
         if error.status_code == 400 and CONTEXT_PHRASE in (error.message or "").lower():
-            return ContextOverflowError(
-                None, None, f"the prompt does not fit the model: {error.message}"
-            )
+            return ContextOverflowError(None, None, f"the prompt does not fit the model: {error.message}")
         return UpstreamError(f"upstream answered {error.status_code}: {error.message}")
     return UpstreamError(f"upstream unreachable: {error.message or type(error).__name__}")

@@ -69,11 +69,7 @@ class ParityReport:
     @property
     def passed(self) -> bool:
         """Something was compared, every value within tolerance, every judged argmax agreeing."""
-        return (
-            bool(self.diffs)
-            and self.max_abs_diff <= self.tolerance
-            and self.argmax_agreement == 1.0
-        )
+        return bool(self.diffs) and self.max_abs_diff <= self.tolerance and self.argmax_agreement == 1.0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -85,9 +81,7 @@ class ParityReport:
             "argmax_agreement": self.argmax_agreement,
             "tolerance": self.tolerance,
             "passed": self.passed,
-            "per_case": [
-                {k: v for k, v in asdict(case).items() if k != "diffs"} for case in self.cases
-            ],
+            "per_case": [{k: v for k, v in asdict(case).items() if k != "diffs"} for case in self.cases],
         }
 
 
@@ -106,9 +100,8 @@ async def check_case(
         prompt = await render(client, messages(state, question, list(question.options), chosen))
     except (APIStatusError, APIConnectionError) as error:
         raise upstream_failure(error) from error
-    named = dict(
-        zip(label_ids, (await read_labels(client, model, prompt.token_ids, label_ids)).raw_logprobs)
-    )
+    named_read = await read_labels(client, model, prompt.token_ids, label_ids)
+    named = dict(zip(label_ids, named_read.raw_logprobs, strict=True))
     plain = await read_top(client, model, prompt.token_ids, TOP_N)
     found = [token_id for token_id in label_ids if token_id in plain]
     diffs = [named[token_id] - plain[token_id] for token_id in found]

@@ -63,9 +63,7 @@ def score(instructions: Content | None, levels: Sequence[Content]) -> Question:
     return Question("score", _text_or_none(instructions), options)
 
 
-def noul(
-    instructions: Content | None, criteria: Mapping[str, Content | None] | None = None
-) -> Question:
+def noul(instructions: Content | None, criteria: Mapping[str, Content | None] | None = None) -> Question:
     """A yes/no question: options ``yes`` then ``no``, described by criteria true/false if given."""
     criteria = criteria or {}
     true_text, false_text = criteria.get("true"), criteria.get("false")

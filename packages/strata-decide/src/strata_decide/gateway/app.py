@@ -18,6 +18,7 @@ from typing import Any
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from pydantic import ValidationError
+
 from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
 
 from ..answers import answer_json
@@ -79,9 +80,7 @@ class Gateway:
             try:
                 served = (await self.client.models.list()).data
             except (APIStatusError, APIConnectionError) as error:
-                raise Refusal(
-                    502, "upstream_error", f"upstream model list failed: {error}"
-                ) from error
+                raise Refusal(502, "upstream_error", f"upstream model list failed: {error}") from error
             if not served:
                 raise Refusal(502, "upstream_error", "the upstream serves no model")
             self._served = served
@@ -106,9 +105,7 @@ class Gateway:
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip(), self.config.api_key
-        ):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.config.api_key):
             raise Refusal(
                 401,
                 "authentication_error",
@@ -125,9 +122,7 @@ class Gateway:
         model = await self.resolve(parsed.model)
         wire = parsed.model_dump(mode="json")
         ids = list(wire["questions"])
-        decisions = await decide_all(
-            self.decider(model), wire["state"], [wire["questions"][i] for i in ids]
-        )
+        decisions = await decide_all(self.decider(model), wire["state"], [wire["questions"][i] for i in ids])
         answers = {qid: answer_json(decision) for qid, decision in zip(ids, decisions, strict=True)}
         check_finite(answers)
         usage = {
@@ -157,9 +152,7 @@ class Gateway:
         )
 
 
-async def decide_all(
-    decider: Decider, state: Any, questions: list[dict[str, Any]]
-) -> list[Decision]:
+async def decide_all(decider: Decider, state: Any, questions: list[dict[str, Any]]) -> list[Decision]:
     """Every question decided on its own, concurrently; library errors become refusals."""
     try:
         return await asyncio.gather(*(decider.decide(state, from_wire(q)) for q in questions))
@@ -195,9 +188,7 @@ def _refusal(_: Request, error: Refusal) -> Response:
 
 
 def _unexpected(_: Request, error: Exception) -> Response:
-    return refusal_response(
-        Refusal(500, "unknown", f"internal error: {type(error).__name__}: {error}")
-    )
+    return refusal_response(Refusal(500, "unknown", f"internal error: {type(error).__name__}: {error}"))
 
 
 def create_app(config: GatewayConfig) -> Litestar:

@@ -67,7 +67,5 @@ def decode_body(body: bytes, content_encoding: str | None) -> bytes:
                 400, "invalid_encoding", f"the body is not valid {encoding} data: {error}"
             ) from error
         if len(body) > MAX_BODY_BYTES:
-            raise Refusal(
-                413, "request_too_large", f"the decompressed body exceeds {MAX_BODY_BYTES} bytes"
-            )
+            raise Refusal(413, "request_too_large", f"the decompressed body exceeds {MAX_BODY_BYTES} bytes")
     return body

@@ -28,9 +28,7 @@ class Refusal(Exception):
 def json_response(body: Any, status_code: int = 200) -> Response:
     """A JSON response, UTF-8, never with NaN/inf (those raise: they would be a bug here)."""
     content = json.dumps(body, ensure_ascii=False, allow_nan=False, default=_jsonable)
-    return Response(
-        content=content.encode("utf-8"), status_code=status_code, media_type="application/json"
-    )
+    return Response(content=content.encode("utf-8"), status_code=status_code, media_type="application/json")
 
 
 def refusal_response(refusal: Refusal) -> Response:

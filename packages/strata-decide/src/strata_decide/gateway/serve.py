@@ -26,14 +26,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def background(
-    config: GatewayConfig, host: str = "127.0.0.1", startup_s: float = 30.0
-) -> Iterator[str]:
+def background(config: GatewayConfig, host: str = "127.0.0.1", startup_s: float = 30.0) -> Iterator[str]:
     """The gateway on a free port on a daemon thread; yields its base URL, stops on exit."""
     port = free_port(host)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host=host, port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://{host}:{port}"
