@@ -237,3 +237,10 @@ def test_unknown_route_and_method_use_the_refusal_shape(gateway):
     assert missing.status_code == 404 and missing.json()["detail"]["error_type"] == "not_found"
     wrong = gateway.get("/v1/systemone")
     assert wrong.status_code == 405 and set(wrong.json()["detail"]) == {"error_type", "message"}
+
+
+def test_zstd_body_is_read_when_zstd_is_available(gateway):
+    zstd = pytest.importorskip("backports.zstd")
+    raw = json.dumps({"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}).encode()
+    headers = {"content-type": "application/json", "content-encoding": "zstd"}
+    assert gateway.post("/v1/systemone", content=zstd.compress(raw), headers=headers).status_code == 200

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="the typed-decision gateway (POST /v1/systemone)")
     serve.add_argument("--upstream", default=DEFAULT_SERVER, help="Strata server URL")
     serve.add_argument("--upstream-api-key", default=None)
-    serve.add_argument("--upstream-timeout", type=float, default=60.0)
+    serve.add_argument("--upstream-timeout", type=float, default=120.0)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8100)
     serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")

@@ -41,7 +41,7 @@ class GatewayConfig:
     upstream: str = "http://127.0.0.1:8000"
     api_key: str | None = None
     upstream_api_key: str | None = None
-    upstream_timeout: float = 60.0
+    upstream_timeout: float = 120.0
     decide: DecideOptions = field(default_factory=DecideOptions)
 
 
