@@ -208,8 +208,11 @@ def test_bearer_auth_when_a_key_is_set(fake):
         missing = post(client, body)
         wrong = post(client, body, headers={"Authorization": "Bearer nope"})
         right = post(client, body, headers={"Authorization": "Bearer sekret"})
+        odd = client.post(
+            "/v1/systemone", json=body, headers={"Authorization": "Bearer s\xe9kret".encode("latin-1")}
+        )
         models = client.get("/v1/models")
-    assert missing.status_code == wrong.status_code == models.status_code == 401
+    assert missing.status_code == wrong.status_code == models.status_code == odd.status_code == 401
     assert missing.json()["detail"]["error_type"] == "authentication_error"
     assert right.status_code == 200
 

@@ -105,7 +105,8 @@ class Gateway:
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.config.api_key):
+        given, expected = token.strip().encode(), self.config.api_key.encode()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
             raise Refusal(
                 401,
                 "authentication_error",
