@@ -185,6 +185,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[metrics_middleware(ctx.metrics, ROUTES)],
         openapi_config=OpenAPIConfig(title="Strata server", version="0.1.0"),
+        logging_config=None,  # the CLI configures logging; an embedding process keeps its own
     )
     app.state.ctx = ctx
     return app
