@@ -219,4 +219,5 @@ def create_app(config: GatewayConfig) -> Litestar:
         },
         request_max_body_size=MAX_BODY_BYTES,
         openapi_config=None,
+        logging_config=None,  # uvicorn logs requests; upstream calls stay quiet
     )
