@@ -160,14 +160,10 @@ async def run_all(engine: AsyncEngine, url: str, groups: list[list[list[int]]], 
         same = [warm[0]] * len(seq_a)  # fully cached prompt: isolates the fixed per-request cost
         rows += await paired(direct, over_http, same, same, "1 client, cached")
         rows.append(
-            await timed(
-                [direct(p) for p in conc_a], clients, f"direct engine.generate, {clients} clients"
-            )
+            await timed([direct(p) for p in conc_a], clients, f"direct engine.generate, {clients} clients")
         )
         rows.append(
-            await timed(
-                [over_http(p) for p in conc_b], clients, f"HTTP /v1/completions, {clients} clients"
-            )
+            await timed([over_http(p) for p in conc_b], clients, f"HTTP /v1/completions, {clients} clients")
         )
     return rows
 

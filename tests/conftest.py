@@ -48,9 +48,7 @@ def _wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> Non
         except httpx.TransportError:
             pass
         time.sleep(0.25)
-    pytest.fail(
-        f"strata-server not healthy after {STARTUP_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}"
-    )
+    pytest.fail(f"strata-server not healthy after {STARTUP_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
 
 
 @pytest.fixture(scope="session")

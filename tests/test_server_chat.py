@@ -45,9 +45,7 @@ def test_chat_logprobs_shape(client: OpenAI, model: str) -> None:
     for entry in content:
         assert len(entry.top_logprobs) == 4
         assert entry.logprob == entry.top_logprobs[0].logprob  # greedy
-        assert bytes(entry.bytes).decode(errors="replace") == entry.token or entry.token.startswith(
-            "bytes:"
-        )
+        assert bytes(entry.bytes).decode(errors="replace") == entry.token or entry.token.startswith("bytes:")
         values = [t.logprob for t in entry.top_logprobs]
         assert values == sorted(values, reverse=True)
     assert reply.usage.completion_tokens == len(content)
@@ -91,9 +89,7 @@ def test_chat_text_and_token_id_prompts_agree(
 
 def test_chat_allowed_ids_are_renormalised(client: OpenAI, model: str, server_url: str) -> None:
     labels = [" yes", " no", "yes", "no", "Yes", "No"]
-    ids = [
-        httpx.post(f"{server_url}/tokenize", json={"prompt": t}).json()["tokens"] for t in labels
-    ]
+    ids = [httpx.post(f"{server_url}/tokenize", json={"prompt": t}).json()["tokens"] for t in labels]
     allowed = sorted({i[0] for i in ids if len(i) == 1})
     assert len(allowed) >= 2
     chat = client.chat.completions.create(
@@ -148,9 +144,7 @@ def test_chat_streaming_with_logprobs_matches_the_whole_reply(client: OpenAI, mo
     }
     whole = client.chat.completions.create(**kwargs).choices[0]
     text, entries, usage, roles = "", [], None, []
-    stream = client.chat.completions.create(
-        **kwargs, stream=True, stream_options={"include_usage": True}
-    )
+    stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
     for chunk in stream:
         usage = chunk.usage or usage
         for c in chunk.choices:
@@ -160,9 +154,7 @@ def test_chat_streaming_with_logprobs_matches_the_whole_reply(client: OpenAI, mo
                 entries += c.logprobs.content
     assert roles[0] == "assistant"
     assert text == whole.message.content
-    assert [(e.token, e.logprob) for e in entries] == [
-        (e.token, e.logprob) for e in whole.logprobs.content
-    ]
+    assert [(e.token, e.logprob) for e in entries] == [(e.token, e.logprob) for e in whole.logprobs.content]
     assert usage is not None and usage.completion_tokens == len(whole.logprobs.content)
 
 

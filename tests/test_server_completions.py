@@ -51,7 +51,7 @@ def test_text_prompt_logprobs_are_a_consistent_distribution(client: OpenAI, mode
     lp = choice.logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
     assert 1 <= len(lp.tokens) <= 4
-    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
         assert 5 <= len(top) <= 6
         assert top[token] == value  # the chosen token's value is the same float everywhere
         assert value == max(top.values())  # greedy picks the best (lm-eval's exact check)
@@ -67,9 +67,7 @@ def test_token_id_prompt_equals_text_prompt(client: OpenAI, model: str, server_u
     assert by_ids.text == by_text.text
 
 
-def test_batched_prompts_get_one_choice_each_in_order(
-    client: OpenAI, model: str, server_url: str
-) -> None:
+def test_batched_prompts_get_one_choice_each_in_order(client: OpenAI, model: str, server_url: str) -> None:
     prompts = [PROMPT, "1, 2, 3, 4,", "Water is made of"]
     alone = [read_one(client, model, p).logprobs.top_logprobs[0] for p in prompts]
     batched_text = client.completions.create(
@@ -107,9 +105,9 @@ def test_echo_returns_prompt_rows_and_offsets_rebuild_the_text(
     assert all(v is not None for v in lp.token_logprobs[1:])
     assert len(lp.tokens) >= len(ids) + 1
     assert lp.text_offset[0] == 0
-    ends = lp.text_offset[1:] + [len(choice.text)]
-    pieces = [choice.text[a:b] for a, b in zip(lp.text_offset, ends)]
-    for token, piece in zip(lp.tokens, pieces):
+    ends = [*lp.text_offset[1:], len(choice.text)]
+    pieces = [choice.text[a:b] for a, b in zip(lp.text_offset, ends, strict=True)]
+    for token, piece in zip(lp.tokens, pieces, strict=True):
         if not token.startswith("bytes:") and token != "<|im_end|>":
             assert piece == token
     assert "".join(pieces) == choice.text
@@ -125,17 +123,13 @@ def test_echo_offsets_do_not_count_token_id_placeholders(client: OpenAI, model: 
         "echo": True,
     }
     plain = client.completions.create(**kwargs).choices[0]
-    as_ids = client.completions.create(
-        **kwargs, extra_body={"return_tokens_as_token_ids": True}
-    ).choices[0]
+    as_ids = client.completions.create(**kwargs, extra_body={"return_tokens_as_token_ids": True}).choices[0]
     assert as_ids.logprobs.text_offset == plain.logprobs.text_offset
     assert all(t.startswith("token_id:") for t in as_ids.logprobs.tokens)
     assert as_ids.logprobs.token_logprobs == plain.logprobs.token_logprobs
 
 
-def test_echo_prompt_rows_match_next_token_reads(
-    client: OpenAI, model: str, server_url: str
-) -> None:
+def test_echo_prompt_rows_match_next_token_reads(client: OpenAI, model: str, server_url: str) -> None:
     """The echoed value of prompt token i is what a read of prompt[:i] gives that token."""
     ids = tokenize(server_url, PROMPT)
     echoed = client.completions.create(
@@ -148,17 +142,13 @@ def test_echo_prompt_rows_match_next_token_reads(
     ).choices[0]
     assert len(echoed.logprobs.tokens) == len(ids)  # max_tokens 0: pure prompt scoring
     position = len(ids) - 1
-    read = read_one(
-        client, model, ids[:position], extra_body={"logprob_token_ids": [ids[position]]}
-    )
+    read = read_one(client, model, ids[:position], extra_body={"logprob_token_ids": [ids[position]]})
     assert read.logprobs.top_logprobs[0][f"token_id:{ids[position]}"] == pytest.approx(
         echoed.logprobs.token_logprobs[position], abs=1e-5
     )
 
 
-def test_allowed_ids_report_raw_values_equal_to_an_unrestricted_read(
-    client: OpenAI, model: str
-) -> None:
+def test_allowed_ids_report_raw_values_equal_to_an_unrestricted_read(client: OpenAI, model: str) -> None:
     free = read_one(client, model, PROMPT).logprobs.top_logprobs[0]
     ranked = sorted(free, key=free.get, reverse=True)
     labels = [ranked[3], ranked[7], ranked[15]]
@@ -190,9 +180,7 @@ def test_allowed_ids_far_outside_the_top_are_still_listed(client: OpenAI, model:
 
 def test_a_large_label_set_is_read_in_one_call(client: OpenAI, model: str) -> None:
     allowed = list(range(1000, 1255))  # 255 options, beyond --max-logprobs 20
-    choice = read_one(
-        client, model, PROMPT, logprobs=255, extra_body={"allowed_token_ids": allowed}
-    )
+    choice = read_one(client, model, PROMPT, logprobs=255, extra_body={"allowed_token_ids": allowed})
     top = choice.logprobs.top_logprobs[0]
     assert {id_of(label) for label in top} == set(allowed)
     values = list(top.values())
@@ -257,9 +245,7 @@ def test_streaming_with_logprobs_matches_the_whole_reply(client: OpenAI, model: 
         "echo": True,
     }
     whole = client.completions.create(**kwargs)
-    stream = client.completions.create(
-        **kwargs, stream=True, stream_options={"include_usage": True}
-    )
+    stream = client.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
     text, tokens, values, tops, offsets, usage, finish = "", [], [], [], [], None, None
     for chunk in stream:
         if chunk.usage is not None:

@@ -124,13 +124,9 @@ def test_out_of_vocabulary_ids_are_named(http: httpx.Client) -> None:
 
 def test_over_the_context_says_maximum_context_length(http: httpx.Client) -> None:
     ctx = http.get("/v1/models").json()["data"][0]["max_model_len"]
-    error = assert_refused(
-        http.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": ctx})
-    )
+    error = assert_refused(http.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": ctx}))
     assert "maximum context length" in error["message"]
-    error = assert_refused(
-        http.post("/v1/completions", json={"prompt": [1] * (ctx + 1), "max_tokens": 1})
-    )
+    error = assert_refused(http.post("/v1/completions", json={"prompt": [1] * (ctx + 1), "max_tokens": 1}))
     assert "maximum context length" in error["message"]
     error = assert_refused(http.post("/v1/completions", json={"prompt": "x", "max_tokens": 10**40}))
     assert "maximum context length" in error["message"]
@@ -138,9 +134,7 @@ def test_over_the_context_says_maximum_context_length(http: httpx.Client) -> Non
 
 
 def test_unknown_model_is_404(http: httpx.Client) -> None:
-    error = assert_refused(
-        http.post("/v1/completions", json={"prompt": "x", "model": "gpt-9"}), 404
-    )
+    error = assert_refused(http.post("/v1/completions", json={"prompt": "x", "model": "gpt-9"}), 404)
     assert error["param"] == "model"
     assert_still_serving(http)
 
@@ -190,9 +184,7 @@ def test_unknown_routes_and_methods(http: httpx.Client) -> None:
 def test_the_sdk_raises_typed_errors(server_url: str) -> None:
     client = OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(
-            model="ignored", prompt="x", max_tokens=-1, extra_body={"model": None}
-        )
+        client.completions.create(model="ignored", prompt="x", max_tokens=-1, extra_body={"model": None})
     assert "max_tokens" in str(bad.value)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="x", max_tokens=1)

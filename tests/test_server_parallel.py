@@ -25,9 +25,7 @@ async def run(server_url: str, *requests: dict, stagger_s: float = 0.0) -> list[
 
     async def one(delay: float, body: dict):
         await asyncio.sleep(delay)
-        return await client.completions.create(
-            model=model, temperature=0, logprobs=5, echo=False, **body
-        )
+        return await client.completions.create(model=model, temperature=0, logprobs=5, echo=False, **body)
 
     results = await asyncio.gather(*(one(i * stagger_s, b) for i, b in enumerate(requests)))
     await client.close()
@@ -35,9 +33,7 @@ async def run(server_url: str, *requests: dict, stagger_s: float = 0.0) -> list[
 
 
 def test_overlapping_requests_get_their_own_rows(server_url: str) -> None:
-    long_alone, short_alone = asyncio.run(run(server_url, LONG)) + asyncio.run(
-        run(server_url, SHORT)
-    )
+    long_alone, short_alone = asyncio.run(run(server_url, LONG)) + asyncio.run(run(server_url, SHORT))
     # the short request starts while the long one is decoding, and finishes first
     long_both, short_both = asyncio.run(run(server_url, LONG, SHORT, stagger_s=0.3))
     assert len(long_both[1]) == len(long_alone[1]) and len(short_both[1]) == len(short_alone[1])
@@ -62,9 +58,7 @@ def test_sampled_requests_with_seeds_are_independent_of_company(
         client = AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
         model = (await client.models.list()).data[0].id
         bodies = [sampled, *extra]
-        out = await asyncio.gather(
-            *(client.completions.create(model=model, logprobs=1, **b) for b in bodies)
-        )
+        out = await asyncio.gather(*(client.completions.create(model=model, logprobs=1, **b) for b in bodies))
         await client.close()
         return [read(r) for r in out]
 

@@ -31,12 +31,12 @@ def test_tokenize_round_trip_and_special_tokens(http: httpx.Client) -> None:
 
 def test_tokenize_messages_gives_the_rendered_chat_prompt(http: httpx.Client) -> None:
     messages = [{"role": "user", "content": "Hi there"}]
-    with_prompt = http.post(
-        "/tokenize", json={"messages": messages, "add_generation_prompt": True}
-    ).json()["tokens"]
-    without = http.post(
-        "/tokenize", json={"messages": messages, "add_generation_prompt": False}
-    ).json()["tokens"]
+    with_prompt = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": True}).json()[
+        "tokens"
+    ]
+    without = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()[
+        "tokens"
+    ]
     assert with_prompt[: len(without)] == without and len(with_prompt) > len(without)
     text = http.post("/detokenize", json={"tokens": with_prompt}).json()["prompt"]
     assert text.endswith("<|im_start|>assistant\n")
@@ -61,11 +61,7 @@ def test_metrics_count_requests_and_tokens(http: httpx.Client) -> None:
                 return float(line.split()[1])
         raise AssertionError(f"{name} missing")
 
-    assert (
-        value(after, "strata_generated_tokens_total")
-        - value(before, "strata_generated_tokens_total")
-        == 2
-    )
+    assert value(after, "strata_generated_tokens_total") - value(before, "strata_generated_tokens_total") == 2
     assert 'strata_requests_total{route="/v1/completions",status="200"}' in after
     assert "strata_request_duration_seconds_bucket" in after
 

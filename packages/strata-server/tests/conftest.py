@@ -1,5 +1,7 @@
 """Hand-made stand-ins for unit tests of the HTTP layer (framing, envelopes, cancellation).
 
+Offered as fixtures (`tokenizer`, `make_engine`) because tests import nothing by path.
+
 They honour the engine contract's shapes, not its numbers: model values are tested only
 against the real engine in tests/test_server_*.py.
 """
@@ -9,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import codecs
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import pytest
 
 from strata_engine.api import LogprobRow, PromptScores, Request, RequestError, Step
 
@@ -114,9 +118,7 @@ class FakeEngine:
             prompt = request.prompt_ids
             wants_rows = request.logprobs.top_n is not None
             if request.logprobs.prompt_logprobs:
-                rows = (None,) + tuple(
-                    self._row(p, prompt[p], request) for p in range(1, len(prompt))
-                )
+                rows = (None, *(self._row(p, prompt[p], request) for p in range(1, len(prompt))))
                 yield PromptScores(rows=rows, num_prompt_tokens=len(prompt))
             allowed = request.sampling.allowed_token_ids
             token = allowed[0] if allowed else ord("a")
@@ -137,3 +139,13 @@ class FakeEngine:
             self.active -= 1
             if not finished:
                 self.aborted += 1
+
+
+@pytest.fixture
+def tokenizer() -> ByteTokenizer:
+    return ByteTokenizer()
+
+
+@pytest.fixture
+def make_engine() -> Callable[..., FakeEngine]:
+    return FakeEngine

@@ -9,20 +9,20 @@ import asyncio
 
 import msgspec
 import pytest
-from fakes import FakeEngine
 from litestar.testing import TestClient
+
 from strata_engine.api import Request, SamplingParams
 from strata_server import ServerSettings, create_app
 from strata_server.generation import ClientDisconnected, choice_events, until_disconnect
 
 
 @pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
+def engine(make_engine):
+    return make_engine()
 
 
 @pytest.fixture
-def client(engine: FakeEngine):
+def client(engine):
     with TestClient(create_app(engine, ServerSettings(max_logprobs=5))) as c:
         yield c
 
@@ -164,8 +164,8 @@ def test_tokenize_detokenize_round_trip(client) -> None:
 # ---------------------------------------------------------------- cancellation
 
 
-def test_leaving_the_event_stream_aborts_every_choice() -> None:
-    engine = FakeEngine(step_delay=0.01)
+def test_leaving_the_event_stream_aborts_every_choice(make_engine) -> None:
+    engine = make_engine(step_delay=0.01)
     requests = [Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=50))] * 3
 
     async def read_two() -> None:
@@ -181,8 +181,8 @@ def test_leaving_the_event_stream_aborts_every_choice() -> None:
     assert engine.active == 0 and engine.aborted == 3
 
 
-def test_a_disconnect_cancels_a_non_streamed_generation() -> None:
-    engine = FakeEngine(step_delay=0.01)
+def test_a_disconnect_cancels_a_non_streamed_generation(make_engine) -> None:
+    engine = make_engine(step_delay=0.01)
     request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=1000))
 
     async def consume() -> int:

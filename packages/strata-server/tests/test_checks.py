@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from strata_server.checks import (
     Limits,
     check_logprobs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import msgspec
-from fakes import ByteTokenizer
+
 from strata_engine.api import LogprobRow, PromptScores, Step
 from strata_server.plan import Plan
 from strata_server.protocol import encode
@@ -21,8 +21,6 @@ from strata_server.responses import (
     usage,
 )
 
-TOK = ByteTokenizer()
-
 
 def plan(**kwargs) -> Plan:
     base = {"prompts": [[104, 105]], "max_tokens": 3, "top_n": 2}
@@ -30,26 +28,26 @@ def plan(**kwargs) -> Plan:
     return Plan(**base)
 
 
-def test_safe_logprob_never_lets_nan_or_inf_through() -> None:
+def test_safe_logprob_never_lets_nan_or_inf_through(tokenizer) -> None:
     assert safe_logprob(-math.inf) == -9999.0
     assert safe_logprob(math.nan) == -9999.0
     assert safe_logprob(-1e30) == -9999.0
     assert safe_logprob(math.inf) == 0.0
     assert safe_logprob(-0.25) == -0.25
     row = LogprobRow(token_id=97, logprob=-math.inf, top=((98, math.nan),))
-    body = encode(legacy_top(row, plan(), TOK))
+    body = encode(legacy_top(row, plan(), tokenizer))
     assert b"NaN" not in body and b"Infinity" not in body
     assert msgspec.json.decode(body) == {"b": -9999.0, "a": -9999.0}
 
 
-def test_legacy_top_adds_the_chosen_token_when_missing() -> None:
+def test_legacy_top_adds_the_chosen_token_when_missing(tokenizer) -> None:
     row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1), (98, -0.2), (100, -0.3)))
-    assert legacy_top(row, plan(top_n=2), TOK) == {"a": -0.1, "b": -0.2, "c": -3.0}
+    assert legacy_top(row, plan(top_n=2), tokenizer) == {"a": -0.1, "b": -0.2, "c": -3.0}
     chosen_in_top = LogprobRow(token_id=97, logprob=-0.1, top=((97, -0.1), (98, -0.2)))
-    assert legacy_top(chosen_in_top, plan(top_n=2), TOK) == {"a": -0.1, "b": -0.2}
+    assert legacy_top(chosen_in_top, plan(top_n=2), tokenizer) == {"a": -0.1, "b": -0.2}
 
 
-def test_allowed_ids_list_their_raw_values_best_first_ties_by_lower_id() -> None:
+def test_allowed_ids_list_their_raw_values_best_first_ties_by_lower_id(tokenizer) -> None:
     row = LogprobRow(
         token_id=120,
         logprob=-7.0,
@@ -61,44 +59,42 @@ def test_allowed_ids_list_their_raw_values_best_first_ties_by_lower_id() -> None
         (121, -5.0),
         (120, -7.0),
     ]  # 50 is not allowed
-    assert list(legacy_top(row, p, TOK)) == ["w", "y", "x"]
+    assert list(legacy_top(row, p, tokenizer)) == ["w", "y", "x"]
     # fewer than all: the chosen token still appears, with its own (raw) value
-    assert legacy_top(row, plan(top_n=1, allowed_ids=(119, 120, 121, 122)), TOK) == {
+    assert legacy_top(row, plan(top_n=1, allowed_ids=(119, 120, 121, 122)), tokenizer) == {
         "w": -5.0,
         "x": -7.0,
     }
 
 
-def test_logprob_token_ids_replace_the_natural_top_and_are_always_listed() -> None:
+def test_logprob_token_ids_replace_the_natural_top_and_are_always_listed(tokenizer) -> None:
     row = LogprobRow(token_id=97, logprob=-0.1, top=(), named={120: -12.0, 121: -11.0})
-    assert legacy_top(row, plan(top_n=5, named_ids=(120, 121)), TOK) == {
+    assert legacy_top(row, plan(top_n=5, named_ids=(120, 121)), tokenizer) == {
         "x": -12.0,
         "y": -11.0,
         "a": -0.1,
     }
 
 
-def test_token_id_labels() -> None:
+def test_token_id_labels(tokenizer) -> None:
     row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1),))
-    assert legacy_top(row, plan(top_n=1, as_token_ids=True), TOK) == {
+    assert legacy_top(row, plan(top_n=1, as_token_ids=True), tokenizer) == {
         "token_id:97": -0.1,
         "token_id:99": -3.0,
     }
 
 
-def test_echo_offsets_index_the_returned_text() -> None:
+def test_echo_offsets_index_the_returned_text(tokenizer) -> None:
     prompt = list("héllo".encode())  # é is two byte-tokens: both point at the é
     p = plan(prompts=[prompt], echo=True)
-    builder = LegacyBuilder(p, TOK)
-    rows = (None,) + tuple(LogprobRow(token_id=t, logprob=-1.0) for t in prompt[1:])
+    builder = LegacyBuilder(p, tokenizer)
+    rows = (None, *tuple(LogprobRow(token_id=t, logprob=-1.0) for t in prompt[1:]))
     text, frag = builder.prompt(prompt, PromptScores(rows=rows, num_prompt_tokens=len(prompt)))
     assert text == "héllo"
     assert frag.text_offset == [0, 1, 1, 2, 3, 4]
     assert frag.token_logprobs[0] is None and frag.top_logprobs[0] is None
     step = builder.step(Step(token_id=33, text="!", logprobs=LogprobRow(33, -2.0)))
-    stop = builder.step(
-        Step(token_id=256, text="", logprobs=LogprobRow(256, -0.5), finish_reason="stop")
-    )
+    stop = builder.step(Step(token_id=256, text="", logprobs=LogprobRow(256, -0.5), finish_reason="stop"))
     merged = merge_legacy([frag, step, stop])
     returned = text + "!"
     assert merged.text_offset[-2:] == [
@@ -111,21 +107,21 @@ def test_echo_offsets_index_the_returned_text() -> None:
     assert returned[merged.text_offset[-2] :] == "!"
 
 
-def test_offsets_never_count_token_id_placeholders() -> None:
-    builder = LegacyBuilder(plan(as_token_ids=True), TOK)
+def test_offsets_never_count_token_id_placeholders(tokenizer) -> None:
+    builder = LegacyBuilder(plan(as_token_ids=True), tokenizer)
     first = builder.step(Step(token_id=97, text="a", logprobs=LogprobRow(97, -1.0)))
     second = builder.step(Step(token_id=98, text="b", logprobs=LogprobRow(98, -1.0)))
     assert first.tokens == ["token_id:97"]
     assert first.text_offset + second.text_offset == [0, 1]
 
 
-def test_chat_entry_uses_renormalised_values_with_allowed_ids() -> None:
+def test_chat_entry_uses_renormalised_values_with_allowed_ids(tokenizer) -> None:
     row = LogprobRow(
         token_id=120,
         logprob=-7.0,
         renormalized={120: math.log(0.75), 121: math.log(0.25)},
     )
-    entry = chat_entry(row, plan(top_n=2, allowed_ids=(120, 121), renormalize=True), TOK)
+    entry = chat_entry(row, plan(top_n=2, allowed_ids=(120, 121), renormalize=True), tokenizer)
     assert entry.token == "x" and entry.bytes == [120]
     assert entry.logprob == math.log(0.75)
     assert [(t.token, t.logprob) for t in entry.top_logprobs] == [
@@ -134,9 +130,9 @@ def test_chat_entry_uses_renormalised_values_with_allowed_ids() -> None:
     ]
 
 
-def test_chat_entry_lists_exactly_top_n_raw_values() -> None:
+def test_chat_entry_lists_exactly_top_n_raw_values(tokenizer) -> None:
     row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1), (98, -0.2), (99, -3.0)))
-    entry = chat_entry(row, plan(top_n=2), TOK)
+    entry = chat_entry(row, plan(top_n=2), tokenizer)
     assert entry.logprob == -3.0
     assert [t.token for t in entry.top_logprobs] == ["a", "b"]
 
@@ -145,7 +141,7 @@ def test_usage_counts_a_shared_prompt_once_and_every_generated_token() -> None:
     p = plan(prompts=[[1, 2, 3], [4, 5]], n=2)
     tallies = [ChoiceTally() for _ in range(4)]
     for i, tally in enumerate(tallies):
-        for k in range(i + 1):
+        for _k in range(i + 1):
             tally.see(
                 Step(
                     token_id=1,

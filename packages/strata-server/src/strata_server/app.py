@@ -16,8 +16,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
-from strata_engine.api import RequestError
 
+from strata_engine.api import RequestError
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id

@@ -6,7 +6,6 @@ import time
 from collections.abc import AsyncIterator
 
 from strata_engine.api import Request, Step
-
 from strata_server.checks import (
     check_logprobs,
     check_max_tokens,
@@ -64,9 +63,7 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
             f"`chat_template_kwargs` may not set {sorted(reserved)}.",
             param="chat_template_kwargs",
         )
-    max_tokens = (
-        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    )
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     check_max_tokens(max_tokens, echo=False)
     temperature, top_p, top_k = check_sampling(
         n=body.n,
@@ -155,9 +152,7 @@ async def stream_chat(
 
     def chunk(choice: ChatChunkChoice) -> bytes:
         return sse(
-            ChatCompletionChunk(
-                id=request_id, created=created, model=ctx.served_name, choices=[choice]
-            )
+            ChatCompletionChunk(id=request_id, created=created, model=ctx.served_name, choices=[choice])
         )
 
     for i in range(plan.num_choices):
@@ -168,9 +163,7 @@ async def stream_chat(
             continue
         entry = _entry(plan, ctx, event)
         logprobs = ChatLogprobs(content=[entry]) if entry is not None else None
-        yield chunk(
-            ChatChunkChoice(index, ChatDelta(content=event.text), logprobs, event.finish_reason)
-        )
+        yield chunk(ChatChunkChoice(index, ChatDelta(content=event.text), logprobs, event.finish_reason))
     reply_usage = usage(plan, tallies)
     ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
     if include_usage:

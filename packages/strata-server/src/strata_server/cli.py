@@ -74,10 +74,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
 
     import uvicorn  # imported here so `--help` stays instant
+
     from strata_engine import AsyncEngine
     from strata_engine.api import ModelLoadError
     from strata_engine.model_store import resolve_model
-
     from strata_server.app import create_app
     from strata_server.context import ServerSettings
 

@@ -6,7 +6,6 @@ import time
 from collections.abc import AsyncIterator
 
 from strata_engine.api import PromptScores, Request, Step
-
 from strata_server.checks import (
     check_logprobs,
     check_max_tokens,
@@ -110,9 +109,7 @@ class CompletionChoiceState:
 
 
 def _choice_states(plan: Plan, ctx: ServerContext) -> list[CompletionChoiceState]:
-    return [
-        CompletionChoiceState(plan, prompt, ctx) for prompt in plan.prompts for _ in range(plan.n)
-    ]
+    return [CompletionChoiceState(plan, prompt, ctx) for prompt in plan.prompts for _ in range(plan.n)]
 
 
 async def complete(
@@ -167,9 +164,7 @@ async def stream_completion(
                 id=request_id,
                 created=created,
                 model=ctx.served_name,
-                choices=[
-                    CompletionChoice(index=index, text=text, logprobs=frag, finish_reason=finish)
-                ],
+                choices=[CompletionChoice(index=index, text=text, logprobs=frag, finish_reason=finish)],
                 usage=None,
             )
         )

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
+
 from strata_engine.api import RequestError
 
 log = logging.getLogger("strata_server")
@@ -49,19 +50,13 @@ class ApiError(Exception):
         self.code = code
 
 
-def error_body(
-    message: str, status: int, param: str | None = None, code: str | None = None
-) -> dict:
+def error_body(message: str, status: int, param: str | None = None, code: str | None = None) -> dict:
     """The envelope as plain data (used for responses and for in-stream SSE errors)."""
-    error_type = _ERROR_TYPES.get(
-        status, "server_error" if status >= 500 else "invalid_request_error"
-    )
+    error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-def error_response(
-    message: str, status: int, param: str | None = None, code: str | None = None
-) -> Response:
+def error_response(message: str, status: int, param: str | None = None, code: str | None = None) -> Response:
     return Response(
         content=msgspec.json.encode(error_body(message, status, param, code)),
         status_code=status,

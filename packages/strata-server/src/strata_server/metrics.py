@@ -42,7 +42,7 @@ class Histogram:
 
     def lines(self, name: str, labels: str) -> Iterable[str]:
         cumulative = 0
-        for bound, count in zip(self.buckets, self.counts):
+        for bound, count in zip(self.buckets, self.counts[:-1], strict=True):
             cumulative += count
             yield f'{name}_bucket{{{labels},le="{bound}"}} {cumulative}'
         cumulative += self.counts[-1]

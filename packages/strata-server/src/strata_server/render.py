@@ -19,15 +19,11 @@ class TokenizerLike(Protocol):
     bos_id: int | None
     add_bos: bool
 
-    def encode(
-        self, text: str, add_special: bool = True, parse_special: bool = True
-    ) -> list[int]: ...
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
 
 
 class ChatTemplateLike(Protocol):
-    def render(
-        self, messages: list[dict], add_generation_prompt: bool = True, **extra: Any
-    ) -> str: ...
+    def render(self, messages: list[dict], add_generation_prompt: bool = True, **extra: Any) -> str: ...
 
 
 def completion_prompts(prompt: PromptInput, tokenizer: TokenizerLike) -> list[list[int]]:

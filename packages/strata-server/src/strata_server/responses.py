@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
-from strata_engine.api import LogprobRow, PromptScores, Step
 
+from strata_engine.api import LogprobRow, PromptScores, Step
 from strata_server.plan import Plan
 from strata_server.protocol import (
     ChatLogprobEntry,
