@@ -1,5 +1,8 @@
 """An independent float64 forward pass for tests: gguf-py's reader and dequantizer, no cache,
-full causal attention, RoPE via complex rotation. It shares no code with the engine."""
+full causal attention, RoPE via complex rotation. It shares no code with the engine.
+
+It runs on one torch thread: its matmuls have only a few dozen rows, and on a busy 2-core
+machine spreading them over threads made each call ten times slower."""
 
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ from gguf.quants import dequantize
 class ReferenceModel:
     def __init__(self, path: str) -> None:
         reader = GGUFReader(path)
-        self.meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")}
+        self.meta = {
+            k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")
+        }
         arch = self.meta["general.architecture"]
         g = lambda k, d=None: self.meta.get(f"{arch}.{k}", d)  # noqa: E731
         self.arch = arch
@@ -23,6 +28,7 @@ class ReferenceModel:
         self.head_dim = g("attention.key_length", self.hidden // self.n_heads)
         self.eps = g("attention.layer_norm_rms_epsilon")
         self.base = g("rope.freq_base", 10000.0)
+        self.rope_dim = g("rope.dimension_count", self.head_dim)
         self.w: dict[str, torch.Tensor] = {}
         for t in reader.tensors:
             shape = tuple(int(d) for d in reversed(t.shape.tolist()))
@@ -33,20 +39,32 @@ class ReferenceModel:
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * w
 
     def _rope(self, x: torch.Tensor) -> torch.Tensor:
-        t, h, d = x.shape
+        """Rotate the first `rope_dim` dims of each head by position; the rest pass through."""
+        t, h, _ = x.shape
+        d = self.rope_dim
+        x, rest = x[..., :d], x[..., d:]
         freqs = self.base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         ang = torch.arange(t, dtype=torch.float64)[:, None] * freqs[None, :]
         rot = torch.polar(torch.ones_like(ang), ang)[:, None, :]
         if self.arch == "llama":  # stored rows are permuted: rotate adjacent pairs
             z = torch.view_as_complex(x.reshape(t, h, d // 2, 2).contiguous())
-            return torch.view_as_real(z * rot).reshape(t, h, d)
-        z = torch.complex(x[..., : d // 2], x[..., d // 2 :])
-        z = z * rot
-        return torch.cat((z.real, z.imag), dim=-1)
+            out = torch.view_as_real(z * rot).reshape(t, h, d)
+        else:  # neox style: rotate (i, i + d/2)
+            z = torch.complex(x[..., : d // 2], x[..., d // 2 :]) * rot
+            out = torch.cat((z.real, z.imag), dim=-1)
+        return torch.cat((out, rest), dim=-1)
 
     @torch.no_grad()
     def logprobs(self, ids: list[int]) -> torch.Tensor:
-        """float64 log-probabilities [T, vocab] for every position."""
+        """float64 log-probabilities [T, vocab] for every position (row p predicts token p+1)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._forward(ids)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
         w = self.w
         x = w["token_embd.weight"][torch.tensor(ids)]
         t = len(ids)
@@ -72,7 +90,11 @@ class ReferenceModel:
             x = x + a @ w[p + "attn_output.weight"].T
             h = self._rms(x, w[p + "ffn_norm.weight"])
             gate = h @ w[p + "ffn_gate.weight"].T
-            x = x + (torch.nn.functional.silu(gate) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+            x = (
+                x
+                + (torch.nn.functional.silu(gate) * (h @ w[p + "ffn_up.weight"].T))
+                @ w[p + "ffn_down.weight"].T
+            )
         x = self._rms(x, w["output_norm.weight"])
         head = w.get("output.weight", w["token_embd.weight"])
         return torch.log_softmax(x @ head.T, dim=-1)
