@@ -274,10 +274,16 @@ def test_stop_strings_and_usage(client: OpenAI, model: str) -> None:
     assert len(text) > 3
     stop = text[2:4]
     stopped = client.completions.create(
-        model=model, prompt="1, 2, 3, 4,", max_tokens=8, temperature=0, stop=[stop]
+        model=model, prompt="1, 2, 3, 4,", max_tokens=8, temperature=0, stop=[stop], logprobs=0
     ).choices[0]
     assert stopped.finish_reason == "stop"
     assert stop not in stopped.text and text.startswith(stopped.text)
+    # offsets stay exact up to the stop, though the engine held text back to look for it
+    lp = stopped.logprobs
+    ends = [*lp.text_offset[1:], None]
+    for token, start, end in zip(lp.tokens, lp.text_offset, ends, strict=True):
+        if end is not None and end <= len(stopped.text):
+            assert stopped.text[start:end] == token
     assert free.usage.total_tokens == free.usage.prompt_tokens + free.usage.completion_tokens
 
 

@@ -157,3 +157,12 @@ def test_usage_counts_a_shared_prompt_once_and_every_generated_token() -> None:
 
 def test_sse_frame() -> None:
     assert sse({"a": 1}) == b'data: {"a":1}\n\n'
+
+
+def test_offsets_follow_decoded_tokens_while_text_is_held_back(tokenizer) -> None:
+    """With a stop string pending the engine releases "" then "bc"; offsets still advance."""
+    builder = LegacyBuilder(plan(), tokenizer)
+    steps = [Step(97, "a", LogprobRow(97, -1.0)), Step(98, "", LogprobRow(98, -1.0))]
+    steps.append(Step(99, "bc", LogprobRow(99, -1.0), finish_reason="length"))
+    offsets = [o for s in steps for o in builder.step(s).text_offset]
+    assert offsets == [0, 1, 2]

@@ -115,13 +115,18 @@ def legacy_top(row: LogprobRow, plan: Plan, tokenizer: TokenizerLike) -> dict[st
 class LegacyBuilder:
     """Builds one choice's legacy logprobs lists, tracking character offsets.
 
-    `text_len` is the length of the text this choice has returned so far; a token's offset
-    is where its text starts in that returned text (prompt + completion with echo).
+    A token's offset is where its text starts in the text the choice returns (prompt +
+    completion with echo). It is counted by decoding the ids here rather than from the
+    engine's released text, which lags behind while a possible stop string is held back.
     """
 
     plan: Plan
     tokenizer: TokenizerLike
     text_len: int = 0
+    decoder: Any = None
+
+    def __post_init__(self) -> None:
+        self.decoder = self.tokenizer.new_decoder()  # the completion's own, as the engine's
 
     def prompt(
         self, prompt_ids: Sequence[int], scores: PromptScores | None
@@ -146,7 +151,7 @@ class LegacyBuilder:
         """One generated token (the stop token too), then advance past its text."""
         frag = CompletionLogprobs()
         self._add(frag, step.token_id, step.logprobs)
-        self.text_len += len(step.text)
+        self.text_len += len(self.decoder.push(step.token_id))
         return frag
 
     def _add(self, frag: CompletionLogprobs, token_id: int, row: LogprobRow | None) -> None:
