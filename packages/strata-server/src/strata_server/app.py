@@ -14,7 +14,6 @@ from typing import Any
 from litestar import Litestar, MediaType, Request, Response, Router, get, post
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
-from litestar.openapi import OpenAPIConfig
 from litestar.response import Stream
 
 from strata_engine.api import RequestError
@@ -24,6 +23,7 @@ from strata_server.context import ServerContext, ServerSettings, new_request_id
 from strata_server.errors import EXCEPTION_HANDLERS, ApiError, error_body
 from strata_server.generation import ClientDisconnected, until_disconnect
 from strata_server.metrics import metrics_middleware
+from strata_server.openapi import body_of, openapi_config
 from strata_server.plan import Plan, engine_requests
 from strata_server.protocol import (
     ChatCompletionRequest,
@@ -113,7 +113,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         except ClientDisconnected:
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
 
-    @post("/completions", status_code=200)
+    @post("/completions", status_code=200, operation_class=body_of(CompletionRequest))
     async def completions(request: Request) -> Response | Stream:
         """OpenAI legacy completions with full logprobs (see docs/DETAILS.md)."""
         body = decode_request(await request.body(), CompletionRequest)
@@ -125,7 +125,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
             return event_stream(stream_completion(plan, requests, ctx, request_id, include_usage))
         return await finish(request, complete(plan, requests, ctx, request_id))
 
-    @post("/chat/completions", status_code=200)
+    @post("/chat/completions", status_code=200, operation_class=body_of(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response | Stream:
         """Chat completions through the model's chat template, with logprobs."""
         body = decode_request(await request.body(), ChatCompletionRequest)
@@ -142,12 +142,12 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         """The one served model."""
         return json_response(models(ctx))
 
-    @post("/tokenize", status_code=200)
+    @post("/tokenize", status_code=200, operation_class=body_of(TokenizeRequest))
     async def tokenize_route(request: Request) -> Response:
         """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
         return json_response(tokenize(decode_request(await request.body(), TokenizeRequest), ctx))
 
-    @post("/detokenize", status_code=200)
+    @post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
     async def detokenize_route(request: Request) -> Response:
         """vLLM detokenize: `tokens` -> `prompt` text."""
         body = decode_request(await request.body(), DetokenizeRequest)
@@ -184,7 +184,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[metrics_middleware(ctx.metrics, ROUTES)],
-        openapi_config=OpenAPIConfig(title="Strata server", version="0.1.0"),
+        openapi_config=openapi_config(),
         logging_config=None,  # the CLI configures logging; an embedding process keeps its own
     )
     app.state.ctx = ctx
