@@ -28,7 +28,8 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
-        self.kv = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layers)]
+        # empty, not zeros: a slot is always written before it is read, and untouched pages cost no memory
+        self.kv = [(torch.empty(shape), torch.empty(shape)) for _ in range(cfg.n_layers)]
 
     def run(self, work: list[Work]) -> tuple[list[RowRef], torch.Tensor]:
         ids, positions, token_seq, slots, rows = [], [], [], [], []

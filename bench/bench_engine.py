@@ -1,0 +1,133 @@
+"""Engine speed on the default model, against llama.cpp (llama-cpp-python) in the same run.
+
+Prints load time, prefill tokens/s (512 tokens: last-position logits, and every position's
+logits), decode tokens/s (batch 1, 128 tokens) and peak memory, for Strata and llama.cpp,
+and the ratios. Each side runs in its own subprocess so memory figures are its own.
+
+    python bench/bench_engine.py [--threads 2] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+PROMPT_TOKENS = 512
+DECODE_TOKENS = 128
+
+
+def _prompt_ids(vocab_size: int) -> list[int]:
+    # A deterministic, varied prompt: ordinary token ids, no control tokens.
+    return [100 + (i * 7919) % (vocab_size - 200) for i in range(PROMPT_TOKENS)]
+
+
+def bench_strata(threads: int, repeat: int) -> dict:
+    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
+    from strata_engine.model_store import resolve_model
+
+    path = resolve_model("default")
+    t0 = time.perf_counter()
+    engine = LLMEngine(path, num_threads=threads, parallel=1)
+    load = time.perf_counter() - t0
+    ids = tuple(_prompt_ids(engine.vocab_size))
+
+    def timed(request: Request) -> tuple[float, list[float]]:
+        stamps: list[float] = []
+        done = []
+        start = time.perf_counter()
+        engine.add(request, lambda ev: stamps.append(time.perf_counter()) if isinstance(ev, Step) else done.append(ev))
+        while not any(d is None for d in done):
+            engine.step()
+        return start, stamps
+
+    best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
+    for r in range(repeat):
+        # distinct first token each round so the prefix cache cannot help
+        p = (ids[0] + r + 1,) + ids[1:]
+        start, stamps = timed(Request(p, SamplingParams(max_tokens=1, temperature=0)))
+        best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (stamps[0] - start))
+        p = (ids[0] + r + 101,) + ids[1:]
+        start = time.perf_counter()
+        engine.generate(Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True)))
+        best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
+        short = (ids[0] + r + 201,) + ids[1:16]
+        _, stamps = timed(Request(short, SamplingParams(max_tokens=DECODE_TOKENS, temperature=0, ignore_eos=True), LogprobParams(top_n=1)))
+        best["decode"] = max(best["decode"], (len(stamps) - 1) / (stamps[-1] - stamps[0]))
+    return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_llama_cpp(threads: int, repeat: int) -> dict:
+    import llama_cpp
+
+    from strata_engine.model_store import resolve_model
+
+    path = str(resolve_model("default"))
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(path, n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
+    load = time.perf_counter() - t0
+    llm_all = llama_cpp.Llama(path, n_ctx=1024, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
+    ids = _prompt_ids(llm.n_vocab())
+    best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
+    for r in range(repeat):
+        p = [ids[0] + r + 1, *ids[1:]]
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(p)
+        best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (time.perf_counter() - start))
+        llm_all.reset()
+        start = time.perf_counter()
+        llm_all.eval(p)
+        best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
+        llm.reset()
+        llm.eval(p[:16])
+        start = time.perf_counter()
+        tok = ids[20]
+        for _ in range(DECODE_TOKENS):
+            llm.eval([tok])
+            tok = int(llm.scores[llm.n_tokens - 1].argmax())
+        best["decode"] = max(best["decode"], DECODE_TOKENS / (time.perf_counter() - start))
+    return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.side:
+        fn = bench_strata if args.side == "strata" else bench_llama_cpp
+        print(json.dumps(fn(args.threads, args.repeat)))
+        return
+    results = {}
+    for side in ("strata", "llama.cpp"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            print(f"{side}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
+            continue
+        results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = [
+        ("load to ready (s)", "load_s"),
+        ("prefill 512, last logits (tok/s)", "prefill_last"),
+        ("prefill 512, all logits (tok/s)", "prefill_all"),
+        ("decode bs=1, 128 tok (tok/s)", "decode"),
+        ("peak RSS (MB)", "peak_rss_mb"),
+    ]
+    print(f"{'metric':36} {'strata':>10} {'llama.cpp':>10} {'ratio':>7}")
+    for label, key in rows:
+        s = results.get("strata", {}).get(key)
+        ll = results.get("llama.cpp", {}).get(key)
+        ratio = f"{s / ll:7.2f}" if s and ll else "      -"
+        fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"  # noqa: E731
+        print(f"{label:36} {fmt(s)} {fmt(ll)} {ratio}")
+
+
+if __name__ == "__main__":
+    main()

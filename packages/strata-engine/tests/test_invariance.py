@@ -1,0 +1,180 @@
+"""Bit-identical logprobs whatever the batch, chunking, prefix cache or route (issue 6).
+
+Every check runs twice: on the native (batch-invariant) ops it must find no difference at all;
+with invariance switched off (`invariant=False`: MKL GEMMs and SDPA) the same check must find
+one, which proves the check can fail.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+
+PROMPTS = [
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "1234567890 + 987654321 =",
+    "Ünïcödé text: 日本語の文章、中文句子, emoji 🚀🎉 and ß.",
+    "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n",
+    "Once upon a time",
+    "SELECT name, COUNT(*) FROM users GROUP BY name HAVING COUNT(*) > 1;",
+    "a",
+    "Translate to French: I love reading books in the evening.",
+    "    indented\n\t\ttabs\n\n\nnewlines",
+    "The mitochondria is the powerhouse of the",
+    "Q: 2+2=? A:",
+    "import numpy as np\nx = np.arange(10)\nprint(x.",
+    "Roses are red, violets are blue,",
+    "In 1969, Neil Armstrong became the first person to",
+]
+
+
+def _engine(model_path, invariant: bool, **kw) -> LLMEngine:
+    return LLMEngine(model_path, num_threads=2, invariant=invariant, **kw)
+
+
+@pytest.fixture(scope="module")
+def engines(model_path):
+    """One invariant and one non-invariant engine per module (loading takes well under a second)."""
+    return {True: _engine(model_path, True, parallel=32), False: _engine(model_path, False, parallel=32)}
+
+
+def _request(engine: LLMEngine, text: str, max_tokens: int = 6, echo: bool = True, **sampling) -> Request:
+    ids = tuple(engine.tokenizer.encode(text))
+    return Request(
+        ids,
+        SamplingParams(max_tokens=max_tokens, temperature=sampling.pop("temperature", 0.0), **sampling),
+        LogprobParams(top_n=5, prompt_logprobs=echo),
+    )
+
+
+def _signature(events) -> list:
+    """Every token id and every float a request got back, in order (compared with ==, i.e. bitwise)."""
+    out = []
+    for ev in events:
+        rows = ev.rows if isinstance(ev, PromptScores) else (ev.logprobs,)
+        if isinstance(ev, Step):
+            out.append(("step", ev.token_id, ev.text))
+        for row in rows:
+            if row is not None:
+                out.append((row.token_id, row.logprob, row.top))
+    return out
+
+
+def run_batch(engine: LLMEngine, requests: list[Request]) -> list[list]:
+    """Submit all requests at once and step until every one has finished."""
+    events: list[list] = [[] for _ in requests]
+    done: set[int] = set()
+    for i, req in enumerate(requests):
+        engine.add(req, lambda ev, i=i: events[i].append(ev) if ev is not None else done.add(i))
+    while len(done) < len(requests):
+        engine.step()
+    return [_signature(e) for e in events]
+
+
+def run_alone(engine: LLMEngine, request: Request) -> list:
+    return run_batch(engine, [request])[0]
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_batch_of_16_equals_each_alone(engines, invariant):
+    engine = engines[invariant]
+    requests = [_request(engine, p) for p in PROMPTS]
+    alone = [run_alone(engine, r) for r in requests]
+    together = run_batch(engine, requests)
+    differing = [i for i in range(len(requests)) if alone[i] != together[i]]
+    if invariant:
+        assert differing == []
+    else:
+        assert differing, "invariance off should change some bits (the check must be able to fail)"
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_needle_in_random_batches(engines, invariant):
+    engine = engines[invariant]
+    rng = random.Random(1234)
+    needle = _request(engine, PROMPTS[0], max_tokens=8)
+    reference = run_alone(engine, needle)
+    differences = 0
+    for _ in range(4):
+        fillers = [
+            _request(engine, " ".join(rng.choice(PROMPTS) for _ in range(rng.randint(1, 4))), max_tokens=rng.randint(1, 10))
+            for _ in range(rng.randint(1, 9))
+        ]
+        batch = list(fillers)
+        at = rng.randint(0, len(batch))
+        batch.insert(at, needle)
+        differences += run_batch(engine, batch)[at] != reference
+    if invariant:
+        assert differences == 0
+    else:
+        assert differences > 0
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_decode_equals_prefill(engines, invariant):
+    """Greedy-decode 16 tokens, then score prompt + tokens[:i] with echo: the same bits at every i."""
+    engine = engines[invariant]
+    prompt = tuple(engine.tokenizer.encode(PROMPTS[1]))
+    decoded = engine.generate(Request(prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)))
+    steps = [e for e in decoded if isinstance(e, Step)]
+    tokens = [s.token_id for s in steps]
+    mismatches = 0
+    for i in range(1, len(tokens) + 1):
+        echo = engine.generate(
+            Request(prompt + tuple(tokens[:i]), SamplingParams(max_tokens=0), LogprobParams(top_n=5, prompt_logprobs=True))
+        )
+        row = echo[0].rows[len(prompt) + i - 1]
+        decode_row = steps[i - 1].logprobs
+        mismatches += (row.token_id, row.logprob, row.top) != (decode_row.token_id, decode_row.logprob, decode_row.top)
+    if invariant:
+        assert mismatches == 0
+    else:
+        assert mismatches > 0
+
+
+@pytest.mark.parametrize("invariant", [True, False])
+def test_chunked_prefill_and_prefix_cache(model_path, invariant):
+    """One-shot prefill, several chunk sizes, and a warm prefix cache all give the same bits."""
+    text = " ".join(PROMPTS)  # ~250 tokens
+    results = []
+    for step_tokens in (512, 7, 16, 33, 100):
+        engine = _engine(model_path, invariant, step_tokens=step_tokens)
+        results.append(run_alone(engine, _request(engine, text, max_tokens=4, echo=False)))
+    engine = _engine(model_path, invariant)
+    shared = text[: len(text) // 2]
+    run_alone(engine, _request(engine, shared, max_tokens=1, echo=False))  # warms the cache
+    hot_events = []
+    engine.add(_request(engine, text, max_tokens=4, echo=False), lambda ev: hot_events.append(ev))
+    while hot_events[-1:] != [None]:
+        engine.step()
+    steps = [e for e in hot_events if isinstance(e, Step)]
+    assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
+    results.append(_signature(hot_events[:-1]))
+    distinct = {repr(r) for r in results}
+    if invariant:
+        assert len(distinct) == 1
+    else:
+        assert len(distinct) > 1
+
+
+def test_seeded_sampling_is_batch_invariant(engines):
+    engine = engines[True]
+    sampled = _request(engine, PROMPTS[6], max_tokens=12, echo=False, temperature=0.9, seed=77)
+    alone = run_alone(engine, sampled)
+    fillers = [_request(engine, p, max_tokens=5, temperature=0.7, seed=i) for i, p in enumerate(PROMPTS[:7])]
+    assert run_batch(engine, [*fillers[:3], sampled, *fillers[3:]])[3] == alone
+
+
+def test_preemption_under_memory_pressure_recomputes_identically(model_path):
+    """A KV budget too small for all requests at once: sequences are preempted and recomputed,
+    every request still finishes, and its bits equal a run with plenty of memory."""
+    roomy = _engine(model_path, True, parallel=8)
+    tight = _engine(model_path, True, parallel=8, kv_cache_mb=1, ctx_size=256)
+    requests = [_request(roomy, p, max_tokens=24, echo=False, ignore_eos=True) for p in PROMPTS[:8]]
+    assert tight.blocks.num_blocks * tight.blocks.block_size < sum(len(r.prompt_ids) + 24 for r in requests)
+    assert run_batch(tight, requests) == run_batch(roomy, requests)
