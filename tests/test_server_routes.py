@@ -75,3 +75,6 @@ def test_openapi_schema_lists_the_routes(http: httpx.Client) -> None:
         "/detokenize",
     ):
         assert route in paths
+    body = paths["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]
+    properties = body["schema"]["properties"]
+    assert {"prompt", "logprobs", "echo", "allowed_token_ids"} <= set(properties)
