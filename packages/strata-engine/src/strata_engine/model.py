@@ -14,7 +14,7 @@ import torch
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
-from strata_engine.ops import AttentionMeta, Ops
+from strata_engine.ops import AttentionMeta, Ops, RopeTable
 from strata_engine.weights import Weight, vector
 
 
@@ -36,31 +36,17 @@ class Layer:
     w_down: Weight
 
 
-class Rope:
-    """cos/sin tables per absolute position (fp32, computed in float64): the same for any batch."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        half = cfg.rope_dim // 2
-        inv = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim)
-        angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
-        self.cos = torch.from_numpy(np.cos(angles).astype(np.float32))
-        self.sin = torch.from_numpy(np.sin(angles).astype(np.float32))
-        self.style = cfg.rope_style
-        self.dim = cfg.rope_dim
-
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: [T, H, D]. Each output element is one multiply-multiply-add of fixed inputs."""
-        pos = positions.to(torch.int64)
-        cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
-        rot, rest = x[..., : self.dim], x[..., self.dim :]
-        if self.style == "interleaved":
-            a, b = rot[..., 0::2], rot[..., 1::2]
-            out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-        else:
-            half = self.dim // 2
-            a, b = rot[..., :half], rot[..., half:]
-            out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
-        return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+def rope_table(cfg: ModelConfig) -> RopeTable:
+    """cos/sin per absolute position (computed in float64, stored fp32): the same for any batch."""
+    half = cfg.rope_dim // 2
+    inv = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim)
+    angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
+    return RopeTable(
+        cos=torch.from_numpy(np.cos(angles).astype(np.float32)),
+        sin=torch.from_numpy(np.sin(angles).astype(np.float32)),
+        dim=cfg.rope_dim,
+        interleaved=cfg.rope_style == "interleaved",
+    )
 
 
 class Transformer:
@@ -101,7 +87,7 @@ class Transformer:
                     w_down=Weight.from_info(need(p + "ffn_down.weight")),
                 )
             )
-        self.rope = Rope(cfg)
+        self.rope = rope_table(cfg)
 
     @torch.inference_mode()
     def forward(
@@ -119,10 +105,9 @@ class Transformer:
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-            q = self.rope(q, meta.positions)
-            k = self.rope(k, meta.positions)
-            k_cache.view(-1, cfg.n_kv_heads, cfg.head_dim)[meta.slots] = k
-            v_cache.view(-1, cfg.n_kv_heads, cfg.head_dim)[meta.slots] = v
+            q = ops.rope(q, meta.positions, self.rope)
+            k = ops.rope(k, meta.positions, self.rope)
+            ops.kv_write(k, v, k_cache, v_cache, meta.slots)
             a = ops.attention(q, k_cache, v_cache, meta).view(n, -1)
             x = x + ops.linear(a, layer.wo)
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)

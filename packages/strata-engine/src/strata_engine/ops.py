@@ -30,6 +30,16 @@ class AttentionMeta:
     block_size: int
 
 
+@dataclass(frozen=True)
+class RopeTable:
+    """cos/sin per absolute position, [ctx, rot/2] fp32 (computed in float64 once)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    dim: int  # rotated dims (the first `dim` of each head)
+    interleaved: bool  # pairs (2i, 2i+1) as in llama GGUFs, else (i, i + dim/2)
+
+
 class Ops(Protocol):
     invariant: bool
 
@@ -40,6 +50,10 @@ class Ops(Protocol):
     def attention(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
     ) -> torch.Tensor: ...
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor: ...
+    def kv_write(
+        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+    ) -> None: ...
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -106,6 +120,25 @@ class NativeOps:
         return out
 
 
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+        x = x.contiguous().clone()
+        t, h, d = x.shape
+        self.lib.strata_rope(
+            x.data_ptr(), t, h, d, table.dim, positions.data_ptr(), table.cos.data_ptr(),
+            table.sin.data_ptr(), int(table.interleaved),
+        )  # fmt: skip
+        return x
+
+    def kv_write(
+        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+    ) -> None:
+        k, v = k.contiguous(), v.contiguous()
+        self.lib.strata_kv_write(
+            k.data_ptr(), v.data_ptr(), k.shape[0], k[0].numel(), slots.data_ptr(),
+            k_cache.data_ptr(), v_cache.data_ptr(),
+        )  # fmt: skip
+
+
 class TorchOps:
     """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
 
@@ -142,6 +175,26 @@ class TorchOps:
             o = F.scaled_dot_product_attention(q[idx].transpose(0, 1), k, v, attn_mask=mask)
             out[idx] = o.transpose(0, 1)
         return out
+
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+        pos = positions.to(torch.int64)
+        cos, sin = table.cos[pos][:, None, :], table.sin[pos][:, None, :]
+        rot, rest = x[..., : table.dim], x[..., table.dim :]
+        if table.interleaved:
+            a, b = rot[..., 0::2], rot[..., 1::2]
+            out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+        else:
+            half = table.dim // 2
+            a, b = rot[..., :half], rot[..., half:]
+            out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+        return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+
+    def kv_write(
+        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+    ) -> None:
+        k_cache.view(-1, *k.shape[1:])[slots] = k
+        v_cache.view(-1, *v.shape[1:])[slots] = v
 
 
 def make_ops(invariant: bool = True, num_threads: int | None = None) -> Ops:

@@ -30,6 +30,8 @@ SIGNATURES = {
     "strata_rmsnorm": [_P, _I64, _I64, _P, _F, _P, _I],
     "strata_silu_mul": [_P, _P, _I64, _P, _I],
     "strata_attention": [_P, _I64, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _F, _P, _I],
+    "strata_rope": [_P, _I64, _I, _I, _I, _P, _P, _P, _I],
+    "strata_kv_write": [_P, _P, _I64, _I64, _P, _P, _P],
 }
 
 

@@ -286,3 +286,35 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         free(acc);
     }
 }
+
+/*
+ * RoPE in place on x[T, H, D] (first `rot` dims). cos/sin: [ctx, rot/2] tables per absolute
+ * position. interleaved=1 pairs (2i, 2i+1) (llama GGUFs); 0 pairs (i, i+rot/2) (NeoX/qwen).
+ * Each element is a*c - b*s or a*s + b*c with separately rounded products.
+ */
+void strata_rope(float *x, int64_t T, int H, int D, int rot, const int32_t *pos, const float *cos_t,
+                 const float *sin_t, int interleaved) {
+    int half = rot / 2;
+    for (int64_t t = 0; t < T; t++) {
+        const float *c = cos_t + (int64_t)pos[t] * half, *s = sin_t + (int64_t)pos[t] * half;
+        for (int h = 0; h < H; h++) {
+            float *v = x + (t * H + h) * D;
+            for (int i = 0; i < half; i++) {
+                int ia = interleaved ? 2 * i : i, ib = interleaved ? 2 * i + 1 : i + half;
+                float a = v[ia], b = v[ib];
+                float ac = a * c[i], bs = b * s[i], as = a * s[i], bc = b * c[i];
+                v[ia] = ac - bs;
+                v[ib] = as + bc;
+            }
+        }
+    }
+}
+
+/* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them). */
+void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
+                     float *kc, float *vc) {
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
+        memcpy(vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
+    }
+}
