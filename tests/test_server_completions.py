@@ -302,3 +302,38 @@ def test_n_with_seed_gives_reproducible_choices(client: OpenAI, model: str) -> N
     assert len(set(first)) > 1  # each choice gets its own seed (seed + i)
     single = client.completions.create(**{**kwargs, "n": 1, "seed": 8}).choices[0].text
     assert single == first[1]
+
+
+def test_lm_eval_loglikelihood_payload(client: OpenAI, model: str, server_url: str) -> None:
+    """lm-evaluation-harness sends a batch of id lists with echo and reads prompt rows."""
+    context = tokenize(server_url, "Question: What is the capital of France?\nAnswer:")
+    continuation = tokenize(server_url, " Paris")
+    ids = context + continuation
+    reply = client.completions.create(
+        model=model,
+        prompt=[ids],
+        max_tokens=1,
+        logprobs=1,
+        echo=True,
+        temperature=0,
+        seed=1234,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    lp = reply.choices[0].logprobs
+    assert len(lp.tokens) == len(ids) + 1  # every prompt token, then the generated one
+    assert [id_of(t) for t in lp.tokens[: len(ids)]] == ids
+    for i in range(len(context), len(ids)):
+        top = lp.top_logprobs[i]
+        assert top[lp.tokens[i]] == lp.token_logprobs[i]
+        is_greedy = lp.token_logprobs[i] == max(top.values())
+        assert is_greedy == (len(top) == 1)  # an echoed non-argmax token is added beside the top 1
+
+
+def test_a_repeated_prompt_reports_cached_tokens(client: OpenAI, model: str) -> None:
+    prompt = "Cache me: " + "the quick brown fox jumps over the lazy dog. " * 12
+    first = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    second = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    assert second.usage.prompt_tokens == first.usage.prompt_tokens
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens
+    assert second.choices[0].text == first.choices[0].text
