@@ -56,7 +56,8 @@ class BlockManager:
             return
         bs = self.block_size
         full = (len(seq) - 1) // bs
-        for i, h in enumerate(self._chain(seq, full)):
+        hashes = self._chain(seq, full)
+        for i, h in enumerate(hashes):
             block = self.by_hash.get(h)
             if block is None or self.content[block][1] != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
                 break
@@ -64,6 +65,7 @@ class BlockManager:
                 self.evictable.pop(block, None)
             self.ref[block] += 1
             seq.block_table.append(block)
+        seq.block_hashes = hashes[: len(seq.block_table)]
         seq.num_computed = seq.num_cached = len(seq.block_table) * bs
 
     def ensure(self, seq: Sequence, n_tokens: int) -> bool:
@@ -81,14 +83,17 @@ class BlockManager:
         """Publish the sequence's newly completed full blocks to the prefix cache."""
         bs = self.block_size
         full = min(seq.num_computed // bs, len(seq.block_table))
-        for i, h in enumerate(self._chain(seq, full)):
+        for i in range(len(seq.block_hashes), full):
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            h = block_hash(seq.block_hashes[-1] if seq.block_hashes else None, tokens)
+            seq.block_hashes.append(h)
             block = seq.block_table[i]
-            if block in self.content or h in self.by_hash:
-                continue
-            self.content[block] = (h, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
-            self.by_hash[h] = block
+            if block not in self.content and h not in self.by_hash:
+                self.content[block] = (h, tokens)
+                self.by_hash[h] = block
 
     def release(self, seq: Sequence) -> None:
+        seq.block_hashes = []
         for block in seq.block_table:
             self.ref[block] -= 1
             if self.ref[block] == 0:

@@ -24,6 +24,7 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V is in the cache
         self.num_cached = 0  # prompt tokens taken from the prefix cache at admission
         self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # prefix hashes of the full blocks registered so far
         self.status = Status.WAITING
         self.sampler = Sampler(request.sampling)
         self.text = text
