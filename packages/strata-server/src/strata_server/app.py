@@ -16,6 +16,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
+from strata_engine.api import Request as EngineRequest
 from strata_engine.api import RequestError
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
@@ -38,18 +39,6 @@ from strata_server.tokenizer_routes import detokenize, models, tokenize, tokeniz
 
 log = logging.getLogger("strata_server")
 
-ROUTES = frozenset(
-    {
-        "/v1/completions",
-        "/v1/chat/completions",
-        "/v1/models",
-        "/tokenize",
-        "/detokenize",
-        "/tokenizer_info",
-        "/health",
-        "/metrics",
-    }
-)
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the metrics do
 
 
@@ -80,7 +69,7 @@ async def _errors_in_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes
         yield SSE_DONE
 
 
-def checked_requests(ctx: ServerContext, plan: Plan, request_id: str) -> list:
+def checked_requests(ctx: ServerContext, plan: Plan, request_id: str) -> list[EngineRequest]:
     """The plan's engine requests, each passed through `engine.check` before anything runs.
 
     So an engine refusal is a plain 400 even for a stream, never an error after headers.
@@ -183,7 +172,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
             metrics,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[metrics_middleware(ctx.metrics, ROUTES)],
+        middleware=[metrics_middleware(ctx.metrics)],
         openapi_config=openapi_config(),
         logging_config=None,  # the CLI configures logging; an embedding process keeps its own
     )
