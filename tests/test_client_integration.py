@@ -1,13 +1,8 @@
-"""Against a real running server (set STRATA_TEST_BASE_URL, e.g. http://127.0.0.1:8000).
-
-Skipped without it: the lead's integration suite starts the real server on the default
-model and points this file at it.
-"""
+"""strata-client against the real server on the default model (the `server_url` fixture)."""
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -19,10 +14,6 @@ from strata_client import (
     StrataClient,
 )
 
-BASE_URL = os.environ.get("STRATA_TEST_BASE_URL")
-
-pytestmark = pytest.mark.skipif(not BASE_URL, reason="STRATA_TEST_BASE_URL is not set")
-
 QUESTION = [
     {"role": "system", "content": "Answer with one word."},
     {"role": "user", "content": "Is the sky blue on a clear day? Answer yes or no."},
@@ -30,8 +21,8 @@ QUESTION = [
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[StrataClient]:
-    with StrataClient(base_url=BASE_URL, timeout=120.0) as client:
+def server(server_url: str) -> Iterator[StrataClient]:
+    with StrataClient(base_url=server_url, timeout=120.0) as client:
         assert client.health()
         yield client
 
