@@ -47,14 +47,14 @@ def bench_strata(threads: int, repeat: int) -> dict:
     best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
     for r in range(repeat):
         # distinct first token each round so the prefix cache cannot help
-        p = (ids[0] + r + 1,) + ids[1:]
+        p = (ids[0] + r + 1, *ids[1:])
         start, stamps = timed(Request(p, SamplingParams(max_tokens=1, temperature=0)))
         best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (stamps[0] - start))
-        p = (ids[0] + r + 101,) + ids[1:]
+        p = (ids[0] + r + 101, *ids[1:])
         start = time.perf_counter()
         engine.generate(Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True)))
         best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
-        short = (ids[0] + r + 201,) + ids[1:16]
+        short = (ids[0] + r + 201, *ids[1:16])
         _, stamps = timed(Request(short, SamplingParams(max_tokens=DECODE_TOKENS, temperature=0, ignore_eos=True), LogprobParams(top_n=1)))
         best["decode"] = max(best["decode"], (len(stamps) - 1) / (stamps[-1] - stamps[0]))
     return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

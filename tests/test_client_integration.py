@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterator
 
 import pytest
+
 from strata_client import (
     BadRequestError,
     ChatCompletion,

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from strata_engine.model import Transformer
 from strata_engine.logprobs import log_softmax_rows
+from strata_engine.model import Transformer
 from strata_engine.ops import AttentionMeta
 from strata_engine.scheduler import Work
 
