@@ -99,6 +99,12 @@ async def prompts_and_labels(upstream: str) -> tuple[list[tuple[list[int], list[
         return cases, reads
 
 
+def last_logits(llama_cpp: Any, llm: Any) -> list[float]:
+    """The last evaluated position's logits (with logits_all=False, ``llm.scores`` stays empty)."""
+    pointer = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return [float(pointer[i]) for i in range(llm.n_vocab())]
+
+
 def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) -> dict[str, Any]:
     """Each prompt evaluated from scratch by llama.cpp; labels read from the last logits."""
     try:
@@ -118,7 +124,7 @@ def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) 
         sent = time.perf_counter()
         llm.reset()
         llm.eval(prompt_ids)
-        logits = [float(x) for x in llm.scores[llm.n_tokens - 1]]
+        logits = last_logits(llama_cpp, llm)
         top = max(logits)
         log_norm = top + math.log(math.fsum(math.exp(v - top) for v in logits))
         distributions.append(from_raw([logits[i] - log_norm for i in label_ids]))
