@@ -15,7 +15,7 @@ from strata_server.checks import (
     resolve_top_n,
 )
 from strata_server.errors import ApiError
-from strata_server.plan import Plan, choice_seed, logprob_params
+from strata_server.plan import Plan, choice_seed, logprob_params, unique_ids
 from strata_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -228,3 +228,10 @@ def test_choice_seeds_differ_per_sample_and_stay_in_range() -> None:
     assert [choice_seed(10, i) for i in range(3)] == [10, 11, 12]
     assert 0 <= choice_seed(-1, 0) < 2**63
     assert 0 <= choice_seed(2**64 - 1, 5) < 2**63
+
+
+def test_repeated_allowed_ids_count_once_towards_the_cap() -> None:
+    allowed = unique_ids([7] * 30 + [8])
+    assert allowed == (7, 8)
+    big = Limits(vocab_size=1000, ctx_size=100, max_logprobs=1)
+    assert refusal(check_logprobs, plan(top_n=3, allowed_ids=allowed), big).param == "logprobs"

@@ -18,7 +18,7 @@ from strata_server.checks import (
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError
 from strata_server.generation import choice_events
-from strata_server.plan import Plan
+from strata_server.plan import Plan, unique_ids
 from strata_server.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -93,8 +93,8 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
         stop_token_ids=tuple(body.stop_token_ids or ()),
         ignore_eos=body.ignore_eos,
         top_n=top_n,
-        allowed_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
-        named_ids=tuple(body.logprob_token_ids or ()),
+        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
+        named_ids=unique_ids(body.logprob_token_ids or ()),
         renormalize=body.allowed_token_ids is not None,
         as_token_ids=body.return_tokens_as_token_ids,
         ids_param="messages",

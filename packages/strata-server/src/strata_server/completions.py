@@ -18,7 +18,7 @@ from strata_server.checks import (
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError
 from strata_server.generation import choice_events
-from strata_server.plan import Plan
+from strata_server.plan import Plan, unique_ids
 from strata_server.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -68,8 +68,8 @@ def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
         stop_token_ids=tuple(body.stop_token_ids or ()),
         ignore_eos=body.ignore_eos,
         top_n=resolve_top_n(body.logprobs, body.top_logprobs, "logprobs"),
-        allowed_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
-        named_ids=tuple(body.logprob_token_ids or ()),
+        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
+        named_ids=unique_ids(body.logprob_token_ids or ()),
         echo=body.echo,
         as_token_ids=body.return_tokens_as_token_ids,
         ids_param="prompt",

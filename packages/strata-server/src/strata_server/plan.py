@@ -7,6 +7,7 @@ what lets one set of rules (`check_logprobs`) serve completions and chat alike.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from strata_engine.api import LogprobParams, Request, SamplingParams
@@ -48,6 +49,11 @@ class Plan:
         return len(self.prompts) * self.n
 
 
+def unique_ids(ids: Iterable[int]) -> tuple[int, ...]:
+    """Ids in first-seen order without repeats (a repeated label is still one label)."""
+    return tuple(dict.fromkeys(ids))
+
+
 def choice_seed(seed: int | None, sample_index: int) -> int | None:
     """The seed of the `sample_index`-th sample of a prompt: `seed + i` (so n>1 differs)."""
     if seed is None:
@@ -67,7 +73,7 @@ def logprob_params(plan: Plan) -> LogprobParams:
     named: tuple[int, ...] = ()
     if plan.allowed_ids is not None and not plan.renormalize:
         named = plan.allowed_ids
-    named = tuple(dict.fromkeys(named + plan.named_ids))
+    named = unique_ids(named + plan.named_ids)
     return LogprobParams(
         top_n=0 if listing_from_names else plan.top_n,
         prompt_logprobs=plan.echo,
