@@ -47,6 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="context length in tokens (default: the model's own)",
     )
     parser.add_argument(
+        "--kv-cache-mb",
+        type=int,
+        default=1024,
+        help="memory budget of the paged KV cache in MiB (never less than one full-context request)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for the model (default: torch's default, usually the core count); "
+        "bit-identical results are promised for a fixed thread count",
+    )
+    parser.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="do not reuse KV blocks of shared prompt prefixes (results are identical either way)",
+    )
+    parser.add_argument(
         "--api-key",
         default=None,
         help="if set, /v1/* routes require the header 'Authorization: Bearer KEY'",
@@ -83,7 +101,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         path = resolve_model(args.model)
-        engine = AsyncEngine.from_path(path, parallel=args.parallel, ctx_size=args.ctx_size)
+        engine = AsyncEngine.from_path(
+            path,
+            parallel=args.parallel,
+            ctx_size=args.ctx_size,
+            kv_cache_mb=args.kv_cache_mb,
+            num_threads=args.threads,
+            prefix_cache=not args.no_prefix_cache,
+        )
     except ModelLoadError as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")
     settings = ServerSettings(
