@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import respx
+
 from strata_client import StrataClient
 
 BASE = "http://strata.test"

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import pytest_asyncio
+
 from strata_client import (
     APITimeoutError,
     AsyncStrataClient,
@@ -76,7 +77,7 @@ async def test_400_is_raised_after_one_call(aclient, mock, sleeps):
 async def test_typed_decision_422_shape(aclient, mock):
     body = {"detail": [{"type": "missing", "loc": ["body", "prompt"], "msg": "required"}]}
     mock.post("/tokenize").respond(422, json=body)
-    with pytest.raises(UnprocessableEntityError, match="body.prompt: required"):
+    with pytest.raises(UnprocessableEntityError, match=r"body\.prompt: required"):
         await aclient.tokenize(messages=[{"role": "user", "content": "x"}])
 
 

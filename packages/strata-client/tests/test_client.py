@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 import respx
+
 from strata_client import (
     ChatCompletion,
     Completion,

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from strata_client import (
     APIStatusError,
     AuthenticationError,

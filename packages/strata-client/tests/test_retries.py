@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+
 from strata_client import (
     APIConnectionError,
     APITimeoutError,

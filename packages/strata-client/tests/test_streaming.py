@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+
 from strata_client import (
     APIStatusError,
     APITimeoutError,
