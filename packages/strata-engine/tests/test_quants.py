@@ -81,9 +81,8 @@ def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(
         if len(info.shape) != 2:
             continue
         weight = Weight.from_info(info)
-        assert (weight.kernel_type != 0) == (info.qtype in NATIVE_TYPES and info.qtype != QT.F32), (
-            name
-        )
+        in_block_form = info.qtype in NATIVE_TYPES and info.qtype != QT.F32
+        assert (weight.kernel_type != 0) == in_block_form, name
         want = expected[name]
         np.testing.assert_array_equal(bits(weight.dense()), bits(want), err_msg=f"{name} dense")
         ids = torch.from_numpy(rng.integers(0, info.shape[0], size=2 * info.shape[0]))
