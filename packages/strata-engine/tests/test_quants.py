@@ -41,9 +41,7 @@ def gguf_py_values(path: Path) -> dict[str, np.ndarray]:
     out = {}
     for t in GGUFReader(path).tensors:
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        out[t.name] = np.asarray(
-            quants.dequantize(t.data, t.tensor_type), dtype=np.float32
-        ).reshape(shape)
+        out[t.name] = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
     return out
 
 
@@ -67,14 +65,10 @@ def test_load_time_dequantisation_is_gguf_py_bit_for_bit(tiny_file: Path) -> Non
     for name, info in GGUFFile(tiny_file).tensors.items():
         got = dequantize(info)
         assert got.shape == expected[name].shape, name
-        np.testing.assert_array_equal(
-            bits(got), bits(expected[name]), err_msg=f"{name} ({info.qtype.name})"
-        )
+        np.testing.assert_array_equal(bits(got), bits(expected[name]), err_msg=f"{name} ({info.qtype.name})")
 
 
-def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(
-    tiny_file: Path, native: NativeOps
-) -> None:
+def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(tiny_file: Path, native: NativeOps) -> None:
     expected = gguf_py_values(tiny_file)
     rng = np.random.default_rng(0)
     for name, info in GGUFFile(tiny_file).tensors.items():
@@ -197,8 +191,6 @@ def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
 def test_unsupported_weight_type_is_named(qtype: QT, tmp_path: Path) -> None:
     with pytest.raises(NotImplementedError):  # the premise: gguf-py cannot dequantize it either
         quants.dequantize(np.zeros(GGML_QUANT_SIZES[qtype][1], dtype=np.uint8), qtype)
-    path = write_tiny_model(
-        tmp_path / "m.gguf", TINY_SPECS[0], overrides={"blk.0.attn_q.weight": qtype}
-    )
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], overrides={"blk.0.attn_q.weight": qtype})
     with pytest.raises(ModelLoadError, match=rf"blk\.0\.attn_q\.weight.*{qtype.name}"):
         LLMEngine(path, num_threads=2, kv_cache_mb=16)

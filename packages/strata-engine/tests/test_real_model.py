@@ -59,9 +59,7 @@ CHAT_PROMPTS = {
         {"role": "assistant", "content": "Yes."},
         {"role": "user", "content": "And 21?"},
     ],
-    "chat-unicode": [
-        {"role": "user", "content": "¿Cómo estás? Réponds en français, s'il te plaît. 😊"}
-    ],
+    "chat-unicode": [{"role": "user", "content": "¿Cómo estás? Réponds en français, s'il te plaît. 😊"}],
     "chat-code": [{"role": "user", "content": "Explain this code: `print(sum(range(10)))`"}],
     "chat-math": [{"role": "user", "content": "Solve for x: 2x + 3 = 11."}],
 }
@@ -85,9 +83,7 @@ def test_prompt_set_is_varied_enough(engine: LLMEngine) -> None:
 
 
 @pytest.mark.parametrize("name", [*RAW_PROMPTS, *CHAT_PROMPTS])
-def test_logprobs_match_float64_reference_at_every_position(
-    engine: LLMEngine, reference, name: str
-) -> None:
+def test_logprobs_match_float64_reference_at_every_position(engine: LLMEngine, reference, name: str) -> None:
     ids = prompt_ids(engine, name)
     want = reference.logprobs(ids).float()  # [T, vocab]: row p predicts token p + 1
     want_top = torch.topk(want, TOP).indices  # [T, TOP]

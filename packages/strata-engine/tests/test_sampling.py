@@ -14,9 +14,7 @@ STORY = "Once upon a time, in a small village by the sea,"
 FRANCE = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
 
-def run(
-    engine: LLMEngine, text: str, logprobs: LogprobParams | None = None, **sampling
-) -> list[Step]:
+def run(engine: LLMEngine, text: str, logprobs: LogprobParams | None = None, **sampling) -> list[Step]:
     ids = engine.tokenizer.encode(text, add_special=False)
     request = Request(tuple(ids), SamplingParams(**sampling), logprobs or LogprobParams(top_n=5))
     return [e for e in engine.generate(request) if isinstance(e, Step)]
@@ -80,9 +78,7 @@ def test_narrow_sampling_equals_greedy(engine: LLMEngine, options: dict) -> None
 
 def test_stop_token_ids_end_with_that_token(engine: LLMEngine) -> None:
     greedy = run(engine, FRANCE, max_tokens=32, temperature=0.0)
-    stop_at = next(
-        i for i, s in enumerate(greedy) if i >= 2 and s.token_id not in tokens(greedy)[:i]
-    )
+    stop_at = next(i for i, s in enumerate(greedy) if i >= 2 and s.token_id not in tokens(greedy)[:i])
     stop_id = greedy[stop_at].token_id
     steps = run(engine, FRANCE, max_tokens=32, temperature=0.0, stop_token_ids=(stop_id,))
     assert tokens(steps) == tokens(greedy)[: stop_at + 1]

@@ -55,9 +55,7 @@ def test_logprobs_match_float64_reference(tiny_model, invariant: bool) -> None:
     want = reference.logprobs(prompt + generated[:-1]).numpy()
     assert got.shape == want.shape
     err = np.abs(got - want).max(axis=1)
-    assert err.max() <= TOLERANCE, (
-        f"{spec.name}: worst position {err.argmax()} off by {err.max():.3g}"
-    )
+    assert err.max() <= TOLERANCE, f"{spec.name}: worst position {err.argmax()} off by {err.max():.3g}"
     np.testing.assert_array_equal(got.argmax(axis=1), want.argmax(axis=1))
     # greedy decoding through the KV cache picks the reference's best token at every step
     assert generated == want[PROMPT_LEN - 1 :].argmax(axis=1).tolist()
@@ -73,9 +71,7 @@ def test_reference_sees_each_architectural_switch(tiny_model) -> None:
     if spec.arch == "qwen2":
         saved = {k: w.pop(k) for k in [k for k in w if k.endswith(".bias")]}
     elif spec.arch == "qwen3":
-        saved = {
-            k: w.pop(k) for k in [k for k in w if k.endswith(("q_norm.weight", "k_norm.weight"))]
-        }
+        saved = {k: w.pop(k) for k in [k for k in w if k.endswith(("q_norm.weight", "k_norm.weight"))]}
     else:
         reference.arch, saved = "qwen2", {}  # neox RoPE pairs instead of llama's interleaved
     try:

@@ -9,6 +9,7 @@ random blocks with sane fp16 scales, written as raw bytes.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,9 +160,7 @@ def write_tiny_model(
     writer.add_vocab_size(VOCAB_SIZE)
     _add_tokenizer(writer, spec.pre)
 
-    types = iter(
-        SUPPORTED_TYPES[(spec.type_offset + i) % len(SUPPORTED_TYPES)] for i in range(10**6)
-    )
+    types = itertools.cycle(SUPPORTED_TYPES[spec.type_offset :] + SUPPORTED_TYPES[: spec.type_offset])
 
     def matrix(name: str, rows: int, cols: int, std: float) -> None:
         qtype = next(types)
@@ -198,9 +197,7 @@ def write_tiny_model(
     return path
 
 
-def write_tensor_file(
-    path: Path, tensors: dict[str, tuple[np.ndarray, QT]], arch: str = "llama"
-) -> Path:
+def write_tensor_file(path: Path, tensors: dict[str, tuple[np.ndarray, QT]], arch: str = "llama") -> Path:
     """A GGUF holding only the given stored tensors (name -> (stored array, type))."""
     writer = GGUFWriter(str(path), arch)
     for name, (stored, qtype) in tensors.items():
