@@ -31,7 +31,7 @@ class SamplingParams:
 class LogprobParams:
     """Which log-probabilities the engine computes for a request (all fp32, full vocabulary)."""
 
-    top_n: int | None = None  # None: no rows for generated tokens; 0: the chosen token only
+    top_n: int | None = None  # None: no rows for generated tokens (unless named/renormalised ids are asked)
     prompt_logprobs: bool = False  # a row for every prompt position after the first (echo)
     named_ids: tuple[int, ...] = ()  # raw (full-vocabulary) values of these ids in every row
     renormalize_over: tuple[int, ...] | None = None  # also report values renormalised over these ids

@@ -147,7 +147,9 @@ class LLMEngine:
             self._finish(seq)
             return
         token = seq.sampler.sample(lp)
-        row = build_row(lp, token, req.logprobs, req.logprobs.top_n) if req.logprobs.top_n is not None else None
+        lpp = req.logprobs
+        wants_row = lpp.top_n is not None or lpp.named_ids or lpp.renormalize_over
+        row = build_row(lp, token, lpp, lpp.top_n or 0) if wants_row else None
         seq.token_ids.append(token)
         finish = None
         if (token in self.tokenizer.eog_ids and not s.ignore_eos) or token in s.stop_token_ids:
