@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from litestar import Litestar, MediaType, Request, Response, Router, get, post
@@ -30,6 +30,7 @@ from strata_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    GenerationRequest,
     TokenizeRequest,
     decode_request,
     encode,
@@ -96,9 +97,24 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
                 code="invalid_api_key",
             )
 
-    async def finish(request: Request, work: Any) -> Response:
+    async def generate(
+        request: Request,
+        body: GenerationRequest,
+        plan: Plan,
+        id_prefix: str,
+        stream: Callable[[Plan, list[EngineRequest], ServerContext, str, bool], AsyncIterator[bytes]],
+        whole: Callable[[Plan, list[EngineRequest], ServerContext, str], Awaitable[Any]],
+    ) -> Response | Stream:
+        """Run a checked plan as an SSE stream or one JSON reply, as the body asks."""
+        request_id = new_request_id(id_prefix)
+        requests = checked_requests(ctx, plan, request_id)
+        if body.stream:
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return event_stream(stream(plan, requests, ctx, request_id, include_usage))
         try:
-            return json_response(await until_disconnect(request.receive, work))
+            return json_response(
+                await until_disconnect(request.receive, whole(plan, requests, ctx, request_id))
+            )
         except ClientDisconnected:
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
 
@@ -107,24 +123,14 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         """OpenAI legacy completions with full logprobs (see docs/DETAILS.md)."""
         body = decode_request(await request.body(), CompletionRequest)
         plan = completion_plan(body, ctx)
-        request_id = new_request_id("cmpl")
-        requests = checked_requests(ctx, plan, request_id)
-        if body.stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return event_stream(stream_completion(plan, requests, ctx, request_id, include_usage))
-        return await finish(request, complete(plan, requests, ctx, request_id))
+        return await generate(request, body, plan, "cmpl", stream_completion, complete)
 
     @post("/chat/completions", status_code=200, operation_class=body_of(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response | Stream:
         """Chat completions through the model's chat template, with logprobs."""
         body = decode_request(await request.body(), ChatCompletionRequest)
         plan = chat_plan(body, ctx)
-        request_id = new_request_id("chatcmpl")
-        requests = checked_requests(ctx, plan, request_id)
-        if body.stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return event_stream(stream_chat(plan, requests, ctx, request_id, include_usage))
-        return await finish(request, chat_complete(plan, requests, ctx, request_id))
+        return await generate(request, body, plan, "chatcmpl", stream_chat, chat_complete)
 
     @get("/models")
     async def list_models() -> Response:

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from strata_engine.api import Request, Step
-from strata_server.checks import (
-    check_logprobs,
-    check_max_tokens,
-    check_model,
-    check_sampling,
-    normalize_stop,
-    refuse_unsupported,
-    resolve_top_n,
-)
+from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError
 from strata_server.generation import choice_events
-from strata_server.plan import Plan, unique_ids
+from strata_server.plan import Plan
+from strata_server.planning import checked_plan
 from strata_server.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -31,7 +23,8 @@ from strata_server.protocol import (
     ChatMessageOut,
 )
 from strata_server.render import chat_prompt_ids
-from strata_server.responses import SSE_DONE, ChoiceTally, chat_entry, sse, usage
+from strata_server.replies import sse_reply, whole_reply
+from strata_server.responses import ChoiceTally, chat_entry
 
 RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
 
@@ -65,43 +58,23 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
         )
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     check_max_tokens(max_tokens, echo=False)
-    temperature, top_p, top_k = check_sampling(
-        n=body.n,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        vocab_size=ctx.limits.vocab_size,
-    )
-    prompt = chat_prompt_ids(
-        body.messages,
-        ctx.engine.chat_template,
-        ctx.tokenizer,
-        add_generation_prompt=body.add_generation_prompt,
-        template_kwargs=template_kwargs,
-    )
-    top_n = resolve_top_n(body.logprobs, body.top_logprobs, "top_logprobs")
-    plan = Plan(
-        prompts=[prompt],
+    return checked_plan(
+        body,
+        ctx,
+        prompts=lambda: [
+            chat_prompt_ids(
+                body.messages,
+                ctx.engine.chat_template,
+                ctx.tokenizer,
+                add_generation_prompt=body.add_generation_prompt,
+                template_kwargs=template_kwargs,
+            )
+        ],
         max_tokens=max_tokens,
-        n=body.n,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=body.seed,
-        stop=normalize_stop(body.stop),
-        stop_token_ids=tuple(body.stop_token_ids or ()),
-        ignore_eos=body.ignore_eos,
-        top_n=top_n,
-        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
-        named_ids=unique_ids(body.logprob_token_ids or ()),
-        renormalize=body.allowed_token_ids is not None,
-        as_token_ids=body.return_tokens_as_token_ids,
+        logprobs=body.logprobs,
         ids_param="messages",
-        top_n_param="top_logprobs",
+        renormalize=body.allowed_token_ids is not None,
     )
-    check_logprobs(plan, ctx.limits)
-    return plan
 
 
 def _entry(plan: Plan, ctx: ServerContext, step: Step) -> ChatLogprobEntry | None:
@@ -110,36 +83,33 @@ def _entry(plan: Plan, ctx: ServerContext, step: Step) -> ChatLogprobEntry | Non
     return chat_entry(step.logprobs, plan, ctx.tokenizer)
 
 
+def _tallies(plan: Plan) -> list[ChoiceTally]:
+    return [ChoiceTally(prompt_tokens=len(plan.prompts[0])) for _ in range(plan.num_choices)]
+
+
 async def chat_complete(
     plan: Plan, requests: list[Request], ctx: ServerContext, request_id: str
 ) -> ChatCompletionResponse:
     """Run every choice to the end and build one chat reply."""
-    tallies = [ChoiceTally(prompt_tokens=len(plan.prompts[0])) for _ in range(plan.num_choices)]
+    tallies = _tallies(plan)
     entries: list[list[ChatLogprobEntry]] = [[] for _ in tallies]
     async for index, event in choice_events(ctx.engine, requests):
         tallies[index].see(event)
         if isinstance(event, Step) and (entry := _entry(plan, ctx, event)) is not None:
             entries[index].append(entry)
-    reply_usage = usage(plan, tallies)
-    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
-    return ChatCompletionResponse(
-        id=request_id,
-        created=int(time.time()),
-        model=ctx.served_name,
-        choices=[
-            ChatChoice(
-                index=i,
-                message=ChatMessageOut(role="assistant", content="".join(tally.text)),
-                logprobs=ChatLogprobs(content=entries[i]) if plan.top_n is not None else None,
-                finish_reason=tally.finish_reason or "length",
-            )
-            for i, tally in enumerate(tallies)
-        ],
-        usage=reply_usage,
-    )
+    choices = [
+        ChatChoice(
+            index=i,
+            message=ChatMessageOut(role="assistant", content="".join(tally.text)),
+            logprobs=ChatLogprobs(content=entries[i]) if plan.top_n is not None else None,
+            finish_reason=tally.finish_reason or "length",
+        )
+        for i, tally in enumerate(tallies)
+    ]
+    return whole_reply(ChatCompletionResponse, choices, plan, tallies, ctx, request_id)
 
 
-async def stream_chat(
+def stream_chat(
     plan: Plan,
     requests: list[Request],
     ctx: ServerContext,
@@ -147,33 +117,20 @@ async def stream_chat(
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
     """SSE chunks: a role chunk per choice, then one per token with its logprobs; [DONE]."""
-    created = int(time.time())
-    tallies = [ChoiceTally(prompt_tokens=len(plan.prompts[0])) for _ in range(plan.num_choices)]
+    tallies = _tallies(plan)
+    choices = _chunk_choices(plan, requests, ctx, tallies)
+    return sse_reply(ChatCompletionChunk, choices, plan, tallies, ctx, request_id, include_usage)
 
-    def chunk(choice: ChatChunkChoice) -> bytes:
-        return sse(
-            ChatCompletionChunk(id=request_id, created=created, model=ctx.served_name, choices=[choice])
-        )
 
+async def _chunk_choices(
+    plan: Plan, requests: list[Request], ctx: ServerContext, tallies: list[ChoiceTally]
+) -> AsyncIterator[ChatChunkChoice]:
     for i in range(plan.num_choices):
-        yield chunk(ChatChunkChoice(i, ChatDelta(role="assistant", content=""), None, None))
+        yield ChatChunkChoice(i, ChatDelta(role="assistant", content=""), None, None)
     async for index, event in choice_events(ctx.engine, requests):
         tallies[index].see(event)
         if not isinstance(event, Step):
             continue
         entry = _entry(plan, ctx, event)
         logprobs = ChatLogprobs(content=[entry]) if entry is not None else None
-        yield chunk(ChatChunkChoice(index, ChatDelta(content=event.text), logprobs, event.finish_reason))
-    reply_usage = usage(plan, tallies)
-    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
-    if include_usage:
-        yield sse(
-            ChatCompletionChunk(
-                id=request_id,
-                created=created,
-                model=ctx.served_name,
-                choices=[],
-                usage=reply_usage,
-            )
-        )
-    yield SSE_DONE
+        yield ChatChunkChoice(index, ChatDelta(content=event.text), logprobs, event.finish_reason)

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from strata_engine.api import PromptScores, Request, Step
-from strata_server.checks import (
-    check_logprobs,
-    check_max_tokens,
-    check_model,
-    check_sampling,
-    normalize_stop,
-    refuse_unsupported,
-    resolve_top_n,
-)
+from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError
 from strata_server.generation import choice_events
-from strata_server.plan import Plan, unique_ids
+from strata_server.plan import Plan
+from strata_server.planning import checked_plan
 from strata_server.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -26,14 +18,8 @@ from strata_server.protocol import (
     CompletionResponse,
 )
 from strata_server.render import completion_prompts
-from strata_server.responses import (
-    SSE_DONE,
-    ChoiceTally,
-    LegacyBuilder,
-    merge_legacy,
-    sse,
-    usage,
-)
+from strata_server.replies import sse_reply, whole_reply
+from strata_server.responses import ChoiceTally, LegacyBuilder, merge_legacy
 
 
 def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
@@ -48,35 +34,15 @@ def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
     if body.best_of is not None and body.best_of != body.n:
         raise ApiError("`best_of` other than `n` is not supported.", param="best_of")
     check_max_tokens(body.max_tokens, body.echo)
-    temperature, top_p, top_k = check_sampling(
-        n=body.n,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        vocab_size=ctx.limits.vocab_size,
-    )
-    plan = Plan(
-        prompts=completion_prompts(body.prompt, ctx.tokenizer),
+    return checked_plan(
+        body,
+        ctx,
+        prompts=lambda: completion_prompts(body.prompt, ctx.tokenizer),
         max_tokens=body.max_tokens,
-        n=body.n,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=body.seed,
-        stop=normalize_stop(body.stop),
-        stop_token_ids=tuple(body.stop_token_ids or ()),
-        ignore_eos=body.ignore_eos,
-        top_n=resolve_top_n(body.logprobs, body.top_logprobs, "logprobs"),
-        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
-        named_ids=unique_ids(body.logprob_token_ids or ()),
-        echo=body.echo,
-        as_token_ids=body.return_tokens_as_token_ids,
+        logprobs=body.logprobs,
         ids_param="prompt",
-        top_n_param="top_logprobs" if body.logprobs is True else "logprobs",
+        echo=body.echo,
     )
-    check_logprobs(plan, ctx.limits)
-    return plan
 
 
 class CompletionChoiceState:
@@ -127,27 +93,20 @@ async def complete(
         texts[index].append(text)
         if frag is not None:
             frags[index].append(frag)
+    choices = [
+        CompletionChoice(
+            index=i,
+            text="".join(texts[i]),
+            logprobs=merge_legacy(frags[i]) if state.wants_logprobs else None,
+            finish_reason=state.finish_reason,
+        )
+        for i, state in enumerate(states)
+    ]
     tallies = [s.tally for s in states]
-    reply_usage = usage(plan, tallies)
-    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
-    return CompletionResponse(
-        id=request_id,
-        created=int(time.time()),
-        model=ctx.served_name,
-        choices=[
-            CompletionChoice(
-                index=i,
-                text="".join(texts[i]),
-                logprobs=merge_legacy(frags[i]) if state.wants_logprobs else None,
-                finish_reason=state.finish_reason,
-            )
-            for i, state in enumerate(states)
-        ],
-        usage=reply_usage,
-    )
+    return whole_reply(CompletionResponse, choices, plan, tallies, ctx, request_id)
 
 
-async def stream_completion(
+def stream_completion(
     plan: Plan,
     requests: list[Request],
     ctx: ServerContext,
@@ -155,42 +114,25 @@ async def stream_completion(
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
     """SSE chunks: each carries its tokens' text and logprobs; usage last if asked; [DONE]."""
-    created = int(time.time())
     states = _choice_states(plan, ctx)
+    choices = _chunk_choices(states, requests, ctx)
+    tallies = [s.tally for s in states]
+    return sse_reply(CompletionResponse, choices, plan, tallies, ctx, request_id, include_usage)
 
-    def chunk(index: int, text: str, frag: CompletionLogprobs | None, finish: str | None) -> bytes:
-        return sse(
-            CompletionResponse(
-                id=request_id,
-                created=created,
-                model=ctx.served_name,
-                choices=[CompletionChoice(index=index, text=text, logprobs=frag, finish_reason=finish)],
-                usage=None,
-            )
-        )
 
+async def _chunk_choices(
+    states: list[CompletionChoiceState], requests: list[Request], ctx: ServerContext
+) -> AsyncIterator[CompletionChoice]:
+    """Echoed prompts first, then each event's piece; a finish for any choice left open."""
     for i, state in enumerate(states):
         for text, frag in state.start():
-            yield chunk(i, text, frag, None)
+            yield CompletionChoice(index=i, text=text, logprobs=frag, finish_reason=None)
     finished = [False] * len(states)
     async for index, event in choice_events(ctx.engine, requests):
         text, frag = states[index].on_event(event)
         finish = event.finish_reason if isinstance(event, Step) else None
         finished[index] = finished[index] or finish is not None
-        yield chunk(index, text, frag, finish)
+        yield CompletionChoice(index=index, text=text, logprobs=frag, finish_reason=finish)
     for i, state in enumerate(states):
         if not finished[i]:
-            yield chunk(i, "", None, state.finish_reason)
-    reply_usage = usage(plan, [s.tally for s in states])
-    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
-    if include_usage:
-        yield sse(
-            CompletionResponse(
-                id=request_id,
-                created=created,
-                model=ctx.served_name,
-                choices=[],
-                usage=reply_usage,
-            )
-        )
-    yield SSE_DONE
+            yield CompletionChoice(index=i, text="", logprobs=None, finish_reason=state.finish_reason)

@@ -23,12 +23,14 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
-class CompletionRequest(msgspec.Struct):
-    """`POST /v1/completions` body (OpenAI legacy completions plus vLLM extensions)."""
+class GenerationRequest(msgspec.Struct, kw_only=True):
+    """The fields `/v1/completions` and `/v1/chat/completions` share: sampling, stops,
+    streaming, the logprob id lists and the parsed-but-refused OpenAI knobs.
 
-    prompt: PromptInput
+    Keyword-only so each route's required field (`prompt`, `messages`) can follow them.
+    """
+
     model: str | None = None
-    max_tokens: int | None = 16
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -39,18 +41,25 @@ class CompletionRequest(msgspec.Struct):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    logprobs: bool | int | None = None
     top_logprobs: int | None = None
-    echo: bool = False
     allowed_token_ids: list[int] | None = None
     logprob_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool = False
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+
+class CompletionRequest(GenerationRequest):
+    """`POST /v1/completions` body (OpenAI legacy completions plus vLLM extensions)."""
+
+    prompt: PromptInput
+    max_tokens: int | None = 16
+    logprobs: bool | int | None = None
+    echo: bool = False
     best_of: int | None = None
     suffix: str | None = None
-    user: str | None = None
 
 
 class TextPart(msgspec.Struct):
@@ -64,36 +73,17 @@ class ChatMessage(msgspec.Struct):
     name: str | None = None
 
 
-class ChatCompletionRequest(msgspec.Struct):
+class ChatCompletionRequest(GenerationRequest):
     """`POST /v1/chat/completions` body."""
 
     messages: list[ChatMessage]
-    model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    n: int = 1
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
-    allowed_token_ids: list[int] | None = None
-    logprob_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool = False
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
 
 
 class TokenizeRequest(msgspec.Struct):

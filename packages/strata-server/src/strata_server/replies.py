@@ -1,0 +1,75 @@
+"""The envelope both generation routes share around their choices.
+
+Every reply and chunk carries the same id, created time and model name; usage is counted
+into the metrics once per request; a stream ends with the optional usage chunk and [DONE].
+The routes only say how engine events become their own choice objects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+from strata_server.context import ServerContext
+from strata_server.plan import Plan
+from strata_server.protocol import Usage
+from strata_server.responses import SSE_DONE, ChoiceTally, sse, usage
+
+ReplyT = TypeVar("ReplyT")
+
+
+def counted_usage(plan: Plan, tallies: Sequence[ChoiceTally], ctx: ServerContext) -> Usage:
+    """The reply's usage, added to the token counters as it is made."""
+    reply_usage = usage(plan, tallies)
+    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
+    return reply_usage
+
+
+def whole_reply(
+    reply_type: Callable[..., ReplyT],
+    choices: list[Any],
+    plan: Plan,
+    tallies: Sequence[ChoiceTally],
+    ctx: ServerContext,
+    request_id: str,
+) -> ReplyT:
+    """A non-streamed reply holding every finished choice.
+
+    `reply_type` is a reply struct taking `id, created, model, choices, usage`.
+    """
+    return reply_type(
+        id=request_id,
+        created=int(time.time()),
+        model=ctx.served_name,
+        choices=choices,
+        usage=counted_usage(plan, tallies, ctx),
+    )
+
+
+async def sse_reply(
+    chunk_type: Callable[..., Any],
+    choices: AsyncIterator[Any],
+    plan: Plan,
+    tallies: Sequence[ChoiceTally],
+    ctx: ServerContext,
+    request_id: str,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """SSE frames: one chunk per choice delta, then usage if asked, then [DONE].
+
+    `tallies` must be the ones `choices` updates, so usage is read once they are exhausted.
+    """
+    created = int(time.time())
+
+    def frame(listed: list[Any], totals: Usage | None) -> bytes:
+        return sse(
+            chunk_type(id=request_id, created=created, model=ctx.served_name, choices=listed, usage=totals)
+        )
+
+    async for choice in choices:
+        yield frame([choice], None)
+    reply_usage = counted_usage(plan, tallies, ctx)
+    if include_usage:
+        yield frame([], reply_usage)
+    yield SSE_DONE
