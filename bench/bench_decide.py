@@ -22,26 +22,24 @@ import asyncio
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from strata_client import AsyncStrataClient
 from strata_decide.bench import BenchResult, bench_gateway
 from strata_decide.decider import DecideOptions
 from strata_decide.distribution import from_raw
 from strata_decide.gateway import GatewayConfig
-from strata_decide.gateway.serve import background, free_port
+from strata_decide.gateway.serve import background
 from strata_decide.labels import LabelBook
 from strata_decide.prompts import messages, render
 from strata_decide.questions import from_wire
 from strata_decide.read import read_labels
 from strata_decide.samples import QUESTIONS, STATES
+from strata_server.launch import running_server
 
 DEFAULT_GGUF = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -52,35 +50,8 @@ def strata_server(upstream: str | None):
     if upstream:
         yield upstream
         return
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "strata_server",
-        "--model",
-        "default",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    process = subprocess.Popen(command)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("strata-server did not start")
-            time.sleep(0.5)
+    with running_server("--model", "default", "--log-level", "warning", startup_timeout_s=180) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 async def prompts_and_labels(upstream: str) -> tuple[list[tuple[list[int], list[int]]], list]:

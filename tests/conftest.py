@@ -8,25 +8,12 @@ name and behaviour stable.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-STARTUP_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from strata_server.launch import running_server
 
 
 @pytest.fixture(scope="session")
@@ -37,49 +24,8 @@ def engine_model_path() -> Path:
     return Path(resolve_model("default"))
 
 
-def _wait_for_health(url: str, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"strata-server exited early:\n{log_path.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"strata-server not healthy after {STARTUP_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
-
-
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """Base URL of a real server on the default model (`--parallel 2`)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log") as log_file:
-        log_path = Path(log_file.name)
-        command = [
-            sys.executable,
-            "-m",
-            "strata_server",
-            "--model",
-            "default",
-            "--port",
-            str(port),
-            "--parallel",
-            "2",
-            "--log-level",
-            "warning",
-        ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-        try:
-            _wait_for_health(url, process, log_path)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with running_server("--model", "default", "--parallel", "2", "--log-level", "warning") as url:
+        yield url

@@ -1,0 +1,82 @@
+"""Start a real `strata-server` in a child process, for integration tests and benchmarks.
+
+One launcher so tests and bench scripts start, wait for and stop the server the same way:
+a free port on 127.0.0.1, `/health` polled until 200, output kept in a temporary log whose
+tail explains a failed start.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 15.0
+LOG_TAIL_CHARS = 4000
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or never became healthy; the message ends with its log's tail."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(*args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
+    """Run `python -m strata_server --port <free> *args`; yield its base URL (no `/v1`).
+
+    The server is stopped on exit (terminated, killed if it does not stop in time).
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "strata_server", "--port", str(port), *args]
+    with tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log") as log_file:
+        log_path = Path(log_file.name)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        try:
+            _wait_for_health(url, process, log_path, startup_timeout_s)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_for_health(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerStartError(f"strata-server exited early:\n{_tail(log_path)}")
+        if _healthy(url):
+            return
+        time.sleep(0.25)
+    raise ServerStartError(f"strata-server not healthy after {timeout_s}s:\n{_tail(log_path)}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2.0) as reply:
+            return reply.status == 200
+    except OSError:  # refused, reset, timed out, or an HTTP error status
+        return False
+
+
+def _tail(log_path: Path) -> str:
+    return log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
