@@ -158,7 +158,7 @@ def test_chat_prompt_has_sixteen_ids(tok: Tokenizer) -> None:
 
 def test_special_tokens_parsed_only_when_asked(tok: Tokenizer) -> None:
     assert tok.encode("<|im_start|>") == [1]
-    assert tok.encode("a<|im_end|>b") == tok.encode("a") + [2] + tok.encode("b")
+    assert tok.encode("a<|im_end|>b") == [*tok.encode("a"), 2, *tok.encode("b")]
     plain = tok.encode("<|im_start|>", parse_special=False)
     assert len(plain) > 1 and 1 not in plain
     assert tok.decode(plain) == "<|im_start|>"
@@ -268,7 +268,7 @@ def test_pre_tokenizer_regexes(smollm_meta: dict, pre: str, text: str, words: li
 def _tiny_meta(**overrides) -> dict:
     """A hand-made byte-level vocabulary: single bytes, one merge, two special tokens."""
     singles = [chr(c) for c in range(0x21, 0x7F)] + ["Ġ"]
-    tokens = singles + ["ab", "<|eot_id|>", "<tool>"]
+    tokens = [*singles, "ab", "<|eot_id|>", "<tool>"]
     meta = {
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "gpt-2",
