@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from openai import OpenAI
 
 from strata_server.launch import running_server
 
@@ -29,3 +30,15 @@ def server_url() -> Iterator[str]:
     """Base URL of a real server on the default model (`--parallel 2`)."""
     with running_server("--model", "default", "--parallel", "2", "--log-level", "warning") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def client(server_url: str) -> OpenAI:
+    """The official `openai` SDK pointed at the real server (no retries hide a failure)."""
+    return OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=120.0, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def model(client: OpenAI) -> str:
+    """The served model's name, as `/v1/models` reports it."""
+    return client.models.list().data[0].id

@@ -57,6 +57,15 @@ def raw(url: str, body: dict, **headers: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/systemone", json=body, headers=headers, timeout=600)
 
 
+def yes_no_body(state: str, instructions: str = "?", model: str = "jev-latest") -> dict:
+    """A wire body asking one yes/no (`noul`) question about `state`."""
+    return {
+        "model": model,
+        "state": state,
+        "questions": {"q": {"type": "noul", "instructions": instructions}},
+    }
+
+
 def confidence_of_choice(p: list[float]) -> float:
     return (len(p) * max(p) - 1) / (len(p) - 1)
 
@@ -213,11 +222,7 @@ def test_malformed_bodies_get_422_and_the_next_request_works(gateway: str, body:
     assert isinstance(response.json()["detail"], list)
     good = raw(
         gateway,
-        {
-            "model": "jev-latest",
-            "state": "hi",
-            "questions": {"q": {"type": "noul", "instructions": "Is it a greeting?"}},
-        },
+        yes_no_body("hi", "Is it a greeting?"),
     )
     assert good.status_code == 200
 
@@ -225,11 +230,7 @@ def test_malformed_bodies_get_422_and_the_next_request_works(gateway: str, body:
 def test_unknown_model_is_refused_with_the_refusal_shape(gateway: str):
     response = raw(
         gateway,
-        {
-            "model": "gpt-4o",
-            "state": "x",
-            "questions": {"q": {"type": "noul", "instructions": "?"}},
-        },
+        yes_no_body("x", model="gpt-4o"),
     )
     assert response.status_code == 404
     assert set(response.json()["detail"]) == {"error_type", "message"}
@@ -240,11 +241,7 @@ def test_input_over_the_context_is_400_tokens_exceeded(gateway: str, server_url:
     state = "lorem ipsum " * limit  # well over the context in tokens
     response = raw(
         gateway,
-        {
-            "model": "jev-latest",
-            "state": state,
-            "questions": {"q": {"type": "noul", "instructions": "Is it Latin?"}},
-        },
+        yes_no_body(state, "Is it Latin?"),
     )
     assert response.status_code == 400
     assert response.json()["detail"]["error_type"] == "tokens_exceeded"
@@ -264,11 +261,7 @@ def test_upstream_down_is_a_quick_502():
     with background(GatewayConfig(upstream="http://127.0.0.1:9", upstream_timeout=5)) as url:
         response = raw(
             url,
-            {
-                "model": "jev-latest",
-                "state": "x",
-                "questions": {"q": {"type": "noul", "instructions": "?"}},
-            },
+            yes_no_body("x"),
         )
     assert response.status_code == 502
     assert response.json()["detail"]["error_type"] == "upstream_error"

@@ -15,30 +15,26 @@ MESSAGES = [
 
 
 @pytest.fixture(scope="module")
-def client(server_url: str) -> OpenAI:
-    return OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=120.0, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def model(client: OpenAI) -> str:
-    return client.models.list().data[0].id
-
-
-@pytest.fixture(scope="module")
 def chat_ids(server_url: str) -> list[int]:
     body = {"messages": MESSAGES, "add_generation_prompt": True}
     return httpx.post(f"{server_url}/tokenize", json=body).json()["tokens"]
 
 
-def test_chat_logprobs_shape(client: OpenAI, model: str) -> None:
-    reply = client.chat.completions.create(
+def greedy_chat(client: OpenAI, model: str, max_tokens: int, top_logprobs: int, **kwargs):
+    """A greedy reply to MESSAGES listing `top_logprobs` alternatives per token."""
+    return client.chat.completions.create(
         model=model,
         messages=MESSAGES,
-        max_tokens=5,
+        max_tokens=max_tokens,
         temperature=0,
         logprobs=True,
-        top_logprobs=4,
+        top_logprobs=top_logprobs,
+        **kwargs,
     )
+
+
+def test_chat_logprobs_shape(client: OpenAI, model: str) -> None:
+    reply = greedy_chat(client, model, max_tokens=5, top_logprobs=4)
     choice = reply.choices[0]
     content = choice.logprobs.content
     assert 1 <= len(content) <= 5
@@ -66,14 +62,7 @@ def test_chat_text_and_token_id_prompts_agree(
     client: OpenAI, model: str, server_url: str, chat_ids: list[int]
 ) -> None:
     """The same next token gets the same value through all three routes to it."""
-    chat = client.chat.completions.create(
-        model=model,
-        messages=MESSAGES,
-        max_tokens=1,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=5,
-    ).choices[0]
+    chat = greedy_chat(client, model, max_tokens=1, top_logprobs=5).choices[0]
     rendered = httpx.post(f"{server_url}/detokenize", json={"tokens": chat_ids}).json()["prompt"]
     kwargs = {"model": model, "max_tokens": 1, "temperature": 0, "logprobs": 5}
     by_ids = client.completions.create(prompt=chat_ids, **kwargs).choices[0]
@@ -87,29 +76,21 @@ def test_chat_text_and_token_id_prompts_agree(
             assert top[alt.token] == alt.logprob
 
 
-def test_chat_allowed_ids_are_renormalised(client: OpenAI, model: str, server_url: str) -> None:
+def test_chat_allowed_ids_are_renormalised(
+    client: OpenAI, model: str, server_url: str, chat_ids: list[int]
+) -> None:
     labels = [" yes", " no", "yes", "no", "Yes", "No"]
     ids = [httpx.post(f"{server_url}/tokenize", json={"prompt": t}).json()["tokens"] for t in labels]
     allowed = sorted({i[0] for i in ids if len(i) == 1})
     assert len(allowed) >= 2
-    chat = client.chat.completions.create(
-        model=model,
-        messages=MESSAGES,
-        max_tokens=1,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=len(allowed),
-        extra_body={"allowed_token_ids": allowed},
+    chat = greedy_chat(
+        client, model, max_tokens=1, top_logprobs=len(allowed), extra_body={"allowed_token_ids": allowed}
     ).choices[0]
     entry = chat.logprobs.content[0]
     assert len(entry.top_logprobs) == len(allowed)
     assert sum(math.exp(t.logprob) for t in entry.top_logprobs) == pytest.approx(1.0, abs=1e-4)
     assert entry.logprob == max(t.logprob for t in entry.top_logprobs)
 
-    chat_ids = httpx.post(
-        f"{server_url}/tokenize",
-        json={"messages": MESSAGES, "add_generation_prompt": True},
-    ).json()["tokens"]
     raw = (
         client.completions.create(
             model=model,

@@ -11,16 +11,6 @@ from openai import OpenAI
 PROMPT = "The capital of France is"
 
 
-@pytest.fixture(scope="module")
-def client(server_url: str) -> OpenAI:
-    return OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=120.0, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def model(client: OpenAI) -> str:
-    return client.models.list().data[0].id
-
-
 def tokenize(server_url: str, text: str) -> list[int]:
     return httpx.post(f"{server_url}/tokenize", json={"prompt": text}).json()["tokens"]
 
@@ -30,18 +20,21 @@ def id_of(label: str) -> int:
     return int(label.removeprefix("token_id:"))
 
 
-def read_one(client: OpenAI, model: str, prompt, **kwargs):
-    """A greedy one-token read with 20 alternatives, keyed by token id."""
+def read(client: OpenAI, model: str, prompt, **kwargs):
+    """A greedy read, labelled by token id: one token with 20 alternatives unless overridden."""
     extra = kwargs.pop("extra_body", {})
+    options = {"max_tokens": 1, "temperature": 0, "logprobs": 20, **kwargs}
     return client.completions.create(
         model=model,
         prompt=prompt,
-        max_tokens=1,
-        temperature=0,
-        logprobs=kwargs.pop("logprobs", 20),
         extra_body={"return_tokens_as_token_ids": True, **extra},
-        **kwargs,
-    ).choices[0]
+        **options,
+    )
+
+
+def read_one(client: OpenAI, model: str, prompt, **kwargs):
+    """The first choice of `read`."""
+    return read(client, model, prompt, **kwargs).choices[0]
 
 
 def test_text_prompt_logprobs_are_a_consistent_distribution(client: OpenAI, model: str) -> None:
@@ -70,22 +63,8 @@ def test_token_id_prompt_equals_text_prompt(client: OpenAI, model: str, server_u
 def test_batched_prompts_get_one_choice_each_in_order(client: OpenAI, model: str, server_url: str) -> None:
     prompts = [PROMPT, "1, 2, 3, 4,", "Water is made of"]
     alone = [read_one(client, model, p).logprobs.top_logprobs[0] for p in prompts]
-    batched_text = client.completions.create(
-        model=model,
-        prompt=prompts,
-        max_tokens=1,
-        temperature=0,
-        logprobs=20,
-        extra_body={"return_tokens_as_token_ids": True},
-    )
-    batched_ids = client.completions.create(
-        model=model,
-        prompt=[tokenize(server_url, p) for p in prompts],
-        max_tokens=1,
-        temperature=0,
-        logprobs=20,
-        extra_body={"return_tokens_as_token_ids": True},
-    )
+    batched_text = read(client, model, prompts)
+    batched_ids = read(client, model, [tokenize(server_url, p) for p in prompts])
     for batched in (batched_text, batched_ids):
         assert [c.index for c in batched.choices] == [0, 1, 2]
         assert [c.logprobs.top_logprobs[0] for c in batched.choices] == alone
@@ -188,14 +167,7 @@ def test_a_large_label_set_is_read_in_one_call(client: OpenAI, model: str) -> No
 
 
 def test_return_tokens_as_token_ids_labels_everything(client: OpenAI, model: str) -> None:
-    choice = client.completions.create(
-        model=model,
-        prompt=PROMPT,
-        max_tokens=3,
-        temperature=0,
-        logprobs=3,
-        extra_body={"return_tokens_as_token_ids": True},
-    ).choices[0]
+    choice = read_one(client, model, PROMPT, max_tokens=3, logprobs=3)
     assert all(t.startswith("token_id:") for t in choice.logprobs.tokens)
     for top in choice.logprobs.top_logprobs:
         assert all(k.startswith("token_id:") for k in top)
