@@ -21,7 +21,7 @@ DECIDE = "./packages/strata-decide"
 
 
 def pytest(session: nox.Session, *paths: str) -> None:
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *paths, *session.posargs)
 
 
 @nox.session(python=PY)
