@@ -29,6 +29,12 @@ def test_tokenize_round_trip_and_special_tokens(http: httpx.Client) -> None:
     assert http.post("/detokenize", json={"tokens": out["tokens"]}).json() == {"prompt": text}
 
 
+def test_detokenize_requires_tokens(http: httpx.Client) -> None:
+    resp = http.post("/detokenize", json={})
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "tokens"
+
+
 def test_tokenize_messages_gives_the_rendered_chat_prompt(http: httpx.Client) -> None:
     messages = [{"role": "user", "content": "Hi there"}]
     with_prompt = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": True}).json()[

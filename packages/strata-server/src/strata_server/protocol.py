@@ -96,9 +96,9 @@ class TokenizeRequest(msgspec.Struct):
     add_generation_prompt: bool = True
 
 
-class DetokenizeRequest(msgspec.Struct):
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    tokens: list[int]  # required, as in vLLM: a body without it is a 400, not an empty answer
     model: str | None = None
-    tokens: list[int] = msgspec.field(default_factory=list)
 
 
 # ---------------------------------------------------------------- responses
