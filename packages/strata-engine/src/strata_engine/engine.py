@@ -8,7 +8,7 @@ queue, so an event loop never runs model code.
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import queue
 import threading
 import time
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from strata_engine.api import EngineEvent, PromptScores, Request, RequestError, Step
+from strata_engine.api import EngineError, EngineEvent, PromptScores, Request, RequestError, Step
 from strata_engine.block_manager import BlockManager
 from strata_engine.chat_template import ChatTemplate
 from strata_engine.config import ModelConfig
@@ -30,6 +30,8 @@ from strata_engine.scheduler import Scheduler
 from strata_engine.sequence import Sequence
 from strata_engine.text_stream import TextStream
 from strata_engine.tokenizer import Tokenizer
+
+log = logging.getLogger("strata_engine")
 
 BLOCK_SIZE = 16
 KV_BYTES_PER_FLOAT = 4
@@ -169,6 +171,12 @@ class LLMEngine:
         self.scheduler.finish(seq)
         seq.emit(None)
 
+    def fail_all(self, error: EngineError) -> None:
+        """End every request in flight with `error` (after an unexpected failure in a step)."""
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            self.scheduler.finish(seq)
+            seq.emit(error)
+
     def stats(self) -> dict[str, int]:
         return {
             "waiting": len(self.scheduler.waiting),
@@ -233,22 +241,25 @@ class AsyncEngine:
         while not self._stopped:
             while True:
                 try:
-                    kind, payload = self._inbox.get_nowait()
+                    kind, request, emit, holder = self._inbox.get_nowait()
                 except queue.Empty:
                     break
                 if kind == "add":
-                    request, emit, holder = payload
                     try:
                         holder.append(self.engine.add(request, emit))
                     except RequestError as exc:
                         emit(exc)
-                else:
-                    self.engine.abort(payload)
-            if self.engine.has_work():
-                self.engine.step()
-            else:
+                elif holder:  # the inbox is FIFO, so an abort always follows its add
+                    self.engine.abort(holder[0])
+            if not self.engine.has_work():
                 self._wake.wait(0.05)
                 self._wake.clear()
+                continue
+            try:
+                self.engine.step()
+            except Exception as exc:  # a bug must not wedge the engine: fail what is in flight, go on
+                log.exception("engine step failed")
+                self.engine.fail_all(EngineError(f"internal engine error: {exc}"))
 
     async def generate(self, request: Request) -> AsyncIterator[EngineEvent]:
         self.engine.check(request)
@@ -257,9 +268,12 @@ class AsyncEngine:
         holder: list[Sequence] = []
 
         def emit(ev) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, ev)
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, ev)
+            except RuntimeError:  # the caller's event loop is closed; its abort is already queued
+                pass
 
-        self._inbox.put(("add", (request, emit, holder)))
+        self._inbox.put(("add", request, emit, holder))
         self._wake.set()
         finished = False
         try:
@@ -277,25 +291,10 @@ class AsyncEngine:
                 self._abort(holder)
 
     def _abort(self, holder: list[Sequence]) -> None:
-        if holder:
-            self._inbox.put(("abort", holder[0]))
-        else:  # not added yet: abort as soon as it is
-            def later() -> None:
-                deadline = time.monotonic() + 5
-                while not holder and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                if holder:
-                    self._inbox.put(("abort", holder[0]))
-                    self._wake.set()
-
-            threading.Thread(target=later, daemon=True).start()
+        self._inbox.put(("abort", None, None, holder))
         self._wake.set()
 
     def shutdown(self) -> None:
         self._stopped = True
         self._wake.set()
         self._thread.join(timeout=5)
-
-
-def default_threads() -> int:
-    return int(os.environ.get("STRATA_THREADS", 0)) or torch.get_num_threads()
