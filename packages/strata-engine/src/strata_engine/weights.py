@@ -11,13 +11,24 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
-from gguf import quants
 
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 
 NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8}  # GGML type -> kernel type code
+SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
+
+
+def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
+    """The kernels' block layout: each leading fp16 field (scale d, Q4_1's min m) widened to
+    fp32, quants unchanged. fp16 -> fp32 is exact, so the values are gguf-py's."""
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    n_half = SCALES[qtype]
+    blocks = blocks.reshape(-1, type_size)
+    halves = blocks[:, : 2 * n_half].copy().view(np.float16).astype(np.float32)
+    return np.concatenate([halves.view(np.uint8), blocks[:, 2 * n_half :]], axis=1).reshape(-1)
 
 
 def dequantize(info: TensorInfo) -> np.ndarray:
@@ -33,13 +44,14 @@ def dequantize(info: TensorInfo) -> np.ndarray:
 
 @dataclass
 class Weight:
-    """A 2-D weight [out, in]: raw bytes in a native kernel type, plus a lazy fp32 copy."""
+    """A 2-D weight [out, in]: blocks in the kernels' layout, plus a lazy fp32 copy."""
 
     name: str
     out_features: int
     in_features: int
     kernel_type: int  # native kernel type code
-    raw: torch.Tensor  # uint8 blocks (or fp32 bytes)
+    raw: torch.Tensor  # uint8 blocks in the kernels' layout (see widen_scales), or fp32 bytes
+    source: TensorInfo | None = None  # the tensor as stored, for the torch fallback's dequantisation
     _dense: torch.Tensor | None = None
 
     @classmethod
@@ -48,8 +60,8 @@ class Weight:
             raise ModelLoadError(f"tensor {info.name}: expected 2 dimensions, got {info.shape}")
         out_f, in_f = info.shape
         if info.qtype in NATIVE_TYPES and in_f % 32 == 0:
-            raw = torch.from_numpy(np.array(info.data))  # a private copy: the mmap is read-only
-            return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], raw)
+            data = np.array(info.data) if info.qtype == QT.F32 else widen_scales(info.data, info.qtype)
+            return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], torch.from_numpy(data), info)
         dense = torch.from_numpy(np.ascontiguousarray(dequantize(info)))
         return cls(info.name, out_f, in_f, 0, dense.view(torch.uint8).reshape(-1), dense)
 
@@ -59,11 +71,8 @@ class Weight:
             if self.kernel_type == 0:
                 self._dense = self.raw.view(torch.float32).reshape(self.out_features, self.in_features)
             else:
-                qtype = next(q for q, code in NATIVE_TYPES.items() if code == self.kernel_type)
-                values = quants.dequantize(self.raw.numpy(), qtype)
-                self._dense = torch.from_numpy(np.asarray(values, dtype=np.float32)).reshape(
-                    self.out_features, self.in_features
-                )
+                assert self.source is not None
+                self._dense = torch.from_numpy(np.ascontiguousarray(dequantize(self.source)))
         return self._dense
 
 
