@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -22,6 +21,7 @@ from ._base_client import (
     detokenize_body,
     tokenize_body,
 )
+from ._closing import AsyncClosing, Closing
 from ._exceptions import StrataError, error_from_response, error_from_transport
 from ._models import DetokenizeResponse, TokenizeResponse, TokenizerInfo
 from ._resources import AsyncChat, AsyncCompletions, AsyncModels, Chat, Completions, Models
@@ -32,7 +32,7 @@ ResponseT = TypeVar("ResponseT", bound=BaseModel)
 ChunkT = TypeVar("ChunkT", bound=BaseModel)
 
 
-class StrataClient(BaseClient):
+class StrataClient(BaseClient, Closing):
     """Synchronous client for a Strata (or any OpenAI/vLLM-compatible) server.
 
     ``base_url`` defaults to ``$STRATA_BASE_URL``, then ``http://127.0.0.1:8000``; with or
@@ -157,19 +157,9 @@ class StrataClient(BaseClient):
         """Close the connection pool."""
         self._http.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
-class AsyncStrataClient(BaseClient):
+class AsyncStrataClient(BaseClient, AsyncClosing):
     """Async twin of ``StrataClient``: the same arguments, awaited calls, async streams."""
 
     def __init__(
@@ -283,13 +273,3 @@ class AsyncStrataClient(BaseClient):
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

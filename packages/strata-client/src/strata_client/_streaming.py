@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Generic, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
+from ._closing import AsyncClosing, Closing
 from ._exceptions import StrataError, error_from_event, error_from_transport
 
 ChunkT = TypeVar("ChunkT", bound=BaseModel)
@@ -83,7 +83,7 @@ def decode_chunk(data: str, chunk_type: type[ChunkT], response: httpx.Response) 
     return chunk_type.model_validate(event)
 
 
-class Stream(Generic[ChunkT]):
+class Stream(Closing, Generic[ChunkT]):
     """The chunks of a streamed response, iterated once.
 
     The response is closed when iteration ends for any reason: ``[DONE]``, an error, the
@@ -110,19 +110,9 @@ class Stream(Generic[ChunkT]):
         """Close the HTTP response, releasing its connection."""
         self.response.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
-class AsyncStream(Generic[ChunkT]):
+class AsyncStream(AsyncClosing, Generic[ChunkT]):
     """Async twin of ``Stream``.
 
     Breaking out of an ``async for`` does not finalise the iterator at once (Python defers
@@ -149,13 +139,3 @@ class AsyncStream(Generic[ChunkT]):
         """Close the HTTP response, releasing its connection."""
         await self.response.aclose()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
