@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from strata_client import (
     APIConnectionError,
@@ -43,18 +44,9 @@ async def read_labels(
 ) -> RawRead:
     """The labels' raw logprobs at the position after ``prompt_ids``."""
     label_ids = list(label_ids)
-    try:
-        completion = await client.completions.create(
-            model=model,
-            prompt=list(prompt_ids),
-            max_tokens=1,
-            temperature=0,
-            logprobs=len(label_ids),
-            allowed_token_ids=label_ids,
-            return_tokens_as_token_ids=True,
-        )
-    except (APIStatusError, APIConnectionError) as error:
-        raise upstream_failure(error) from error
+    completion = await one_token_read(
+        client, model, prompt_ids, logprobs=len(label_ids), allowed_token_ids=label_ids
+    )
     values = first_position(completion).values_of(0, label_ids)
     missing = [token_id for token_id, value in values.items() if value is None]
     if missing:
@@ -74,18 +66,27 @@ async def read_top(
     client: AsyncStrataClient, model: str | None, prompt_ids: Sequence[int], top: int = 20
 ) -> dict[int, float]:
     """The server's own top-``top`` at the position after ``prompt_ids``, keyed by token id."""
+    completion = await one_token_read(client, model, prompt_ids, logprobs=top)
+    return first_position(completion).top_by_id(0)
+
+
+async def one_token_read(
+    client: AsyncStrataClient, model: str | None, prompt_ids: Sequence[int], **options: Any
+) -> Completion:
+    """A greedy one-token completion of ``prompt_ids`` with id-keyed logprobs; upstream
+    failures become ``UpstreamError``."""
     try:
         completion = await client.completions.create(
             model=model,
             prompt=list(prompt_ids),
             max_tokens=1,
             temperature=0,
-            logprobs=top,
             return_tokens_as_token_ids=True,
+            **options,
         )
     except (APIStatusError, APIConnectionError) as error:
         raise upstream_failure(error) from error
-    return first_position(completion).top_by_id(0)
+    return cast(Completion, completion)  # not streamed
 
 
 def first_position(completion: Completion) -> CompletionLogprobs:
