@@ -42,12 +42,13 @@ class BlockManager:
         self.ref[block] = 1
         return block
 
-    def _chain(self, seq: Sequence, n_blocks: int) -> list[int]:
-        hashes, prev = [], None
-        bs = self.block_size
-        for i in range(n_blocks):
-            prev = block_hash(prev, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
-            hashes.append(prev)
+    def _tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
+        return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+
+    def _extend_hashes(self, seq: Sequence, hashes: list[int], n_blocks: int) -> list[int]:
+        """Extend `hashes` (the prefix hashes of seq's first blocks) to its first n_blocks."""
+        for i in range(len(hashes), n_blocks):
+            hashes.append(block_hash(hashes[-1] if hashes else None, self._tokens(seq, i)))
         return hashes
 
     def admit(self, seq: Sequence, use_cache: bool) -> None:
@@ -55,11 +56,10 @@ class BlockManager:
         if not use_cache:
             return
         bs = self.block_size
-        full = (len(seq) - 1) // bs
-        hashes = self._chain(seq, full)
+        hashes = self._extend_hashes(seq, [], (len(seq) - 1) // bs)
         for i, h in enumerate(hashes):
             block = self.by_hash.get(h)
-            if block is None or self.content[block][1] != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+            if block is None or self.content[block][1] != self._tokens(seq, i):
                 break
             if self.ref[block] == 0:
                 self.evictable.pop(block, None)
@@ -81,15 +81,13 @@ class BlockManager:
 
     def register(self, seq: Sequence) -> None:
         """Publish the sequence's newly completed full blocks to the prefix cache."""
-        bs = self.block_size
-        full = min(seq.num_computed // bs, len(seq.block_table))
-        for i in range(len(seq.block_hashes), full):
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            h = block_hash(seq.block_hashes[-1] if seq.block_hashes else None, tokens)
-            seq.block_hashes.append(h)
-            block = seq.block_table[i]
+        done = len(seq.block_hashes)
+        full = min(seq.num_computed // self.block_size, len(seq.block_table))
+        self._extend_hashes(seq, seq.block_hashes, full)
+        for i in range(done, full):
+            block, h = seq.block_table[i], seq.block_hashes[i]
             if block not in self.content and h not in self.by_hash:
-                self.content[block] = (h, tokens)
+                self.content[block] = (h, self._tokens(seq, i))
                 self.by_hash[h] = block
 
     def release(self, seq: Sequence) -> None:

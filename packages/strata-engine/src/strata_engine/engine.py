@@ -133,10 +133,10 @@ class LLMEngine:
             self.blocks.register(w.seq)
         for ref, lp in zip(rows, lps, strict=True):
             seq = ref.work.seq
-            if ref.position + 1 < seq.num_prompt and seq.wants_prompt_rows:
+            if ref.scores_prompt:
                 top = seq.request.logprobs.top_n or 0
                 seq.prompt_rows.append(build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs, top))
-            if ref.work.samples and ref.position == ref.work.end - 1:
+            if ref.samples:
                 self._advance(seq, lp)
 
     def _advance(self, seq: Sequence, lp: torch.Tensor) -> None:

@@ -16,14 +16,10 @@ def log_softmax_rows(logits: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.log_softmax(row, dim=-1) for row in logits.float()]) if len(logits) else logits
 
 
-def top_n(lp: torch.Tensor, n: int, among: torch.Tensor | None = None) -> tuple[tuple[int, float], ...]:
+def top_n(lp: torch.Tensor, n: int) -> tuple[tuple[int, float], ...]:
     """The n best (id, value) pairs, descending, ties broken by the lower id."""
     if n <= 0:
         return ()
-    if among is not None:
-        values = lp[among]
-        order = sorted(zip(among.tolist(), values.tolist(), strict=True), key=lambda p: (-p[1], p[0]))
-        return tuple(order[:n])
     k = min(n + 8, lp.shape[0])  # a little slack so ties at the edge resolve by id
     values, ids = torch.topk(lp, k)
     pairs = sorted(zip(ids.tolist(), values.tolist(), strict=True), key=lambda p: (-p[1], p[0]))

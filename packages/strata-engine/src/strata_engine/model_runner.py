@@ -18,8 +18,12 @@ from strata_engine.scheduler import Work
 
 @dataclass(frozen=True)
 class RowRef:
+    """Why a row of logits was computed: to score the next prompt token, to sample, or both."""
+
     work: Work
     position: int  # the position whose output this row is (it predicts token position+1)
+    scores_prompt: bool  # the request wants the prompt token at position+1 scored
+    samples: bool  # the last row of a chunk that reaches the end of the sequence
 
 
 class ModelRunner:
@@ -47,8 +51,9 @@ class ModelRunner:
                 token_seq.append(i)
                 slots.append(seq.block_table[p // bs] * bs + p % bs)
                 scores_prompt = seq.wants_prompt_rows and p + 1 < seq.num_prompt
-                if scores_prompt or (w.samples and p == w.end - 1):
-                    rows.append(RowRef(w, p))
+                samples = w.samples and p == w.end - 1
+                if scores_prompt or samples:
+                    rows.append(RowRef(w, p, scores_prompt, samples))
                     select.append(flat)
                 flat += 1
         meta = AttentionMeta(
