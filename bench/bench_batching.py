@@ -78,7 +78,7 @@ def main() -> None:
     levels = [int(x) for x in args.streams.split(",")]
     results: dict[bool, dict[int, tuple[float, float]]] = {}
     for invariant in (True, False):
-        engine = LLMEngine(path, num_threads=args.threads, parallel=max(levels), prefix_cache=False, invariant=invariant)
+        engine = LLMEngine(path, num_threads=args.threads, parallel=max(levels), prefix_cache=False, kernels="native" if invariant else "torch")
         run_streams(engine, 1, 4, 1000)  # warm-up
         results[invariant] = {n: run_streams(engine, n, args.tokens, 100 * n) for n in levels}
     print(f"{'streams':>7} {'tok/s inv':>10} {'ttft inv':>9} {'tok/s off':>10} {'ttft off':>9} {'inv/off':>8}")

@@ -13,7 +13,12 @@ def http(server_url: str):
 
 
 def test_health_and_models(http: httpx.Client) -> None:
-    assert http.get("/health").json()["status"] == "ok"
+    health = http.get("/health").json()
+    assert health["status"] == "ok"
+    # the real server runs the native kernels on every CPU: never the silent torch fallback
+    assert health["kernels"].startswith("native-") and health["invariant"] is True
+    metrics = http.get("/metrics").text
+    assert f'strata_kernels_info{{kernels="{health["kernels"]}",invariant="true"}} 1' in metrics
     models = http.get("/v1/models").json()
     assert models["object"] == "list"
     (entry,) = models["data"]

@@ -34,7 +34,7 @@ PROMPTS = [
 
 
 def _engine(model_path, invariant: bool, **kw) -> LLMEngine:
-    return LLMEngine(model_path, num_threads=2, invariant=invariant, **kw)
+    return LLMEngine(model_path, num_threads=2, kernels="native" if invariant else "torch", **kw)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def tiny_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 def engine_rows(path: Path, invariant: bool, prompt: list[int]) -> tuple[np.ndarray, list[Step]]:
     """Full-vocabulary logprobs at every position the engine computes, and the greedy steps."""
-    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, invariant=invariant)
+    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels="native" if invariant else "torch")
     request = Request(
         tuple(prompt),
         SamplingParams(max_tokens=GENERATED, temperature=0.0, ignore_eos=True),

@@ -76,6 +76,8 @@ class FakeEngine:
     """Generates `max_tokens` copies of the first allowed id (or "a"), then EOS if room."""
 
     model_name = "fake-model"
+    kernels = "fake"
+    invariant = True
     ctx_size = 64
     vocab_size = ByteTokenizer.vocab_size
     chat_template = None

@@ -9,6 +9,8 @@ import sys
 from strata_engine.api import EngineError, LogprobParams, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
 from strata_engine.model_store import resolve_model
+from strata_engine.native import NativeUnavailable
+from strata_engine.ops import KERNEL_CHOICES, describe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--logprobs", type=int, default=5, help="top-N alternatives to show per token")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="native (exact, batch-invariant) or torch")
     ap.add_argument("--json", action="store_true", help="print one JSON object per token")
     args = ap.parse_args(argv)
     try:
-        engine = LLMEngine(resolve_model(args.model), num_threads=args.threads)
+        engine = LLMEngine(resolve_model(args.model), num_threads=args.threads, kernels=args.kernels)
         tok = engine.tokenizer
         if args.raw or engine.chat_template is None:
             ids = tok.encode(args.prompt)
@@ -37,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             LogprobParams(top_n=args.logprobs),
         )
         events = engine.generate(request)
-    except EngineError as exc:
+    except (EngineError, NativeUnavailable) as exc:
         print(f"strata-engine: error: {exc}", file=sys.stderr)
         return 2
+    print(f"# {describe(engine.kernels, engine.invariant)}", file=sys.stderr)
     print(f"# model {engine.model_name} loaded in {engine.load_seconds:.2f} s; prompt {len(ids)} tokens", file=sys.stderr)
     steps = [e for e in events if isinstance(e, Step)]
     for step in steps:

@@ -49,7 +49,8 @@ class LLMEngine:
         kv_cache_mb: int = 1024,
         step_tokens: int = 256,
         num_threads: int | None = None,
-        invariant: bool = True,
+        kernels: str = "auto",
+        device: str = "cpu",
         prefix_cache: bool = True,
     ) -> None:
         t0 = time.perf_counter()
@@ -67,7 +68,7 @@ class LLMEngine:
             else None
         )
         self.vocab_size = cfg.vocab_size
-        self.ops = make_ops(invariant, num_threads or torch.get_num_threads())
+        self.ops = make_ops(kernels, device, num_threads or torch.get_num_threads())
         self.model = Transformer(gguf, cfg, self.ops)
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
@@ -76,6 +77,16 @@ class LLMEngine:
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
         self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE)
         self.load_seconds = time.perf_counter() - t0
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels run, e.g. "native-avx2" or "torch" (see ops.make_ops)."""
+        return self.ops.name
+
+    @property
+    def invariant(self) -> bool:
+        """Whether a request's bits are independent of the rest of the batch."""
+        return self.ops.invariant
 
     def _special_text(self, token_id: int | None) -> str:
         return "" if token_id is None else self.tokenizer.decode([token_id])
@@ -230,6 +241,18 @@ class AsyncEngine:
     @property
     def chat_template(self) -> ChatTemplate | None:
         return self.engine.chat_template
+
+    @property
+    def kernels(self) -> str:
+        return self.engine.kernels
+
+    @property
+    def load_seconds(self) -> float:
+        return self.engine.load_seconds
+
+    @property
+    def invariant(self) -> bool:
+        return self.engine.invariant
 
     def check(self, request: Request) -> None:
         self.engine.check(request)

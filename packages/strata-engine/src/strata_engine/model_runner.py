@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from strata_engine.logprobs import log_softmax_rows
 from strata_engine.model import Transformer
 from strata_engine.ops import AttentionMeta
 from strata_engine.scheduler import Work
@@ -65,4 +64,4 @@ class ModelRunner:
         )
         hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64), meta, self.kv)
         logits = self.model.logits(hidden[torch.tensor(select, dtype=torch.int64)])
-        return rows, log_softmax_rows(logits)
+        return rows, self.model.ops.log_softmax(logits)

@@ -9,6 +9,7 @@ methods with Triton kernels.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from strata_engine.weights import Weight
+
+logger = logging.getLogger("strata_engine")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class RopeTable:
 
 
 class Ops(Protocol):
+    """What the model calls. `name` says which kernels run (e.g. "native-avx2", "torch");
+    `invariant` whether a row's bits are independent of the rest of the batch."""
+
+    name: str
     invariant: bool
 
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor: ...
@@ -54,6 +61,9 @@ class Ops(Protocol):
     def kv_write(
         self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
     ) -> None: ...
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail)."""
+        ...
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -61,14 +71,15 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 
 
 class NativeOps:
-    """Batch-invariant CPU ops on the C kernels."""
+    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see kernels.c)."""
 
     invariant = True
 
-    def __init__(self, num_threads: int) -> None:
-        from strata_engine.native import library
+    def __init__(self, num_threads: int, target: str | None = None) -> None:
+        from strata_engine.native import load
 
-        self.lib = library()
+        self.lib, self.target = load(target)
+        self.name = f"native-{self.target}"
         self.threads = num_threads
 
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,10 +149,18 @@ class NativeOps:
             k_cache.data_ptr(), v_cache.data_ptr(),
         )  # fmt: skip
 
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float().contiguous()
+        out = torch.empty_like(logits)
+        if logits.shape[0]:
+            self.lib.strata_log_softmax(logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(), self.threads)
+        return out
+
 
 class TorchOps:
     """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
 
+    name = "torch"
     invariant = False
 
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -196,15 +215,49 @@ class TorchOps:
         k_cache.view(-1, *k.shape[1:])[slots] = k
         v_cache.view(-1, *v.shape[1:])[slots] = v
 
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        rows = [torch.log_softmax(row, dim=-1) for row in logits.float()]  # one row at a time
+        return torch.stack(rows) if rows else logits.float()
 
-def make_ops(invariant: bool = True, num_threads: int | None = None) -> Ops:
-    """The best available backend: the native kernels when they build, else torch."""
+
+KERNEL_CHOICES = ("auto", "native", "torch")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None = None) -> Ops:
+    """The backend for `kernels` (auto | native | torch) on `device` (auto | cpu | cuda).
+
+    `auto` on the CPU takes the native kernels and falls back to torch only when they cannot
+    be built, with one WARNING that says why (the fallback is not batch-invariant).
+    """
+    if kernels not in KERNEL_CHOICES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
+    if device not in DEVICE_CHOICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        from strata_engine.triton_ops import TritonOps
+
+        return TritonOps()
     threads = num_threads or torch.get_num_threads()
-    if invariant:
-        from strata_engine.native import NativeUnavailable
+    if kernels == "torch":
+        return TorchOps()
+    from strata_engine.native import NativeUnavailable
 
-        try:
-            return NativeOps(threads)
-        except NativeUnavailable:
-            pass
-    return TorchOps()
+    try:
+        return NativeOps(threads)
+    except NativeUnavailable as exc:
+        if kernels == "native":
+            raise
+        logger.warning(
+            "native kernels unavailable (%s); running the torch fallback, which is slower and NOT "
+            "batch-invariant. Install a C compiler (e.g. `apt-get install gcc`, `xcode-select --install`) "
+            "and restart to get exact, batch-invariant results.",
+            exc,
+        )
+        return TorchOps()
+
+
+def describe(kernels: str, invariant: bool) -> str:
+    """One line for logs and CLIs, like llama.cpp's system info."""
+    kind = "batch-invariant, the same bits on every CPU" if invariant else "NOT batch-invariant"
+    return f"kernels: {kernels} ({kind})"

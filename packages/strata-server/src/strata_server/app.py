@@ -156,12 +156,14 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
     @get("/health")
     async def health() -> Response:
         """200 once the model is loaded (the app only exists after loading)."""
-        return json_response({"status": "ok", "model": ctx.served_name})
+        return json_response(
+            {"status": "ok", "model": ctx.served_name, "kernels": engine.kernels, "invariant": engine.invariant}
+        )
 
     @get("/metrics", media_type="text/plain; version=0.0.4")
     async def metrics() -> str:
         """Prometheus text: requests, tokens, latency histograms, engine queue depth."""
-        return ctx.metrics.render(engine.stats())
+        return ctx.metrics.render(engine.stats(), kernels=engine.kernels, invariant=engine.invariant)
 
     v1 = Router(
         path="/v1",

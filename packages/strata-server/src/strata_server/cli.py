@@ -60,6 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
         "bit-identical results are promised for a fixed thread count",
     )
     parser.add_argument(
+        "--kernels",
+        default="auto",
+        choices=["auto", "native", "torch"],
+        help="native: the C kernels (exact, batch-invariant, the same bits on every CPU); torch: the "
+        "fallback (not batch-invariant); auto: native, or torch with a WARNING when they cannot be built",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["auto", "cpu", "cuda"],
+        help="where the model runs (cuda: the Triton kernels; needs the engine's [gpu] extra)",
+    )
+    parser.add_argument(
         "--no-prefix-cache",
         action="store_true",
         help="do not reuse KV blocks of shared prompt prefixes (results are identical either way)",
@@ -96,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_engine import AsyncEngine
     from strata_engine.api import ModelLoadError
     from strata_engine.model_store import resolve_model
+    from strata_engine.native import NativeUnavailable
+    from strata_engine.ops import describe
     from strata_server.app import create_app
     from strata_server.context import ServerSettings
 
@@ -108,9 +123,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             kv_cache_mb=args.kv_cache_mb,
             num_threads=args.threads,
             prefix_cache=not args.no_prefix_cache,
+            kernels=args.kernels,
+            device=args.device,
         )
-    except ModelLoadError as exc:
+    except (ModelLoadError, NativeUnavailable) as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")
+    logging.getLogger("strata_server").info(
+        "%s; model %s loaded in %.2f s", describe(engine.kernels, engine.invariant), path.name, engine.load_seconds
+    )
     settings = ServerSettings(
         served_model_name=args.served_model_name,
         max_logprobs=args.max_logprobs,

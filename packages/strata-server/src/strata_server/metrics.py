@@ -68,8 +68,11 @@ class Metrics:
         self.prompt_tokens += prompt
         self.generated_tokens += generated
 
-    def render(self, engine_stats: Mapping[str, object]) -> str:
+    def render(self, engine_stats: Mapping[str, object], kernels: str, invariant: bool) -> str:
         out = [
+            "# HELP strata_kernels_info The kernels the engine runs (1 for the active backend).",
+            "# TYPE strata_kernels_info gauge",
+            f'strata_kernels_info{{kernels="{kernels}",invariant="{str(invariant).lower()}"}} 1',
             "# HELP strata_requests_total HTTP requests by route and status.",
             "# TYPE strata_requests_total counter",
         ]

@@ -1,14 +1,19 @@
-"""The C kernels, compiled once per machine on first use and loaded with ctypes.
+"""The C kernels, compiled once per machine and target on first use, loaded with ctypes.
 
-A small C file compiled with the system compiler builds in about a second, needs no torch
-headers, and lets the kernels fix their own reduction order (see kernels.c).
+One source (kernels.c over vector.h's 16-lane virtual vector) is built for each instruction
+set: avx512, avx2 (+FMA), neon (AArch64) and portable C. All give the same bits; the best one
+the CPU can run is used. The CPU is asked through a tiny probe library (cpu_features.c:
+cpuid via the compiler's builtins), not by reading /proc/cpuinfo. A small C file builds in
+about a second with the system compiler and needs no torch headers.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -17,8 +22,21 @@ from pathlib import Path
 
 from strata_engine.paths import strata_home
 
-SOURCE = Path(__file__).with_name("kernels.c")
-CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-shared", "-fPIC"]
+HERE = Path(__file__).parent
+KERNELS = HERE / "kernels.c"
+HEADER = HERE / "vector.h"
+PROBE = HERE / "cpu_features.c"
+# -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
+BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
+OPENMP = ["-fopenmp"]
+# target -> (the probe's feature bit it needs, compiler flags); best first
+TARGETS: dict[str, tuple[int, list[str]]] = {
+    "avx512": (2, ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx2", "-mfma", "-mf16c"]),
+    "avx2": (1, ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
+    "neon": (4, ["-DSTRATA_TARGET_NEON"]),
+    "portable": (0, ["-DSTRATA_TARGET_PORTABLE"]),
+}
+TARGET_ENV = "STRATA_KERNELS_TARGET"  # force one target (tests, benchmarks)
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -32,40 +50,91 @@ SIGNATURES = {
     "strata_attention": [_P, _I64, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _F, _P, _I],
     "strata_rope": [_P, _I64, _I, _I, _I, _P, _P, _P, _I],
     "strata_kv_write": [_P, _P, _I64, _I64, _P, _P, _P],
+    "strata_log_softmax": [_P, _I64, _I64, _P, _I],
+    "strata_exp": [_P, _I64, _P],
 }
+
+logger = logging.getLogger("strata_engine")
 
 
 class NativeUnavailable(RuntimeError):
-    """No C compiler, or a CPU without AVX-512: callers fall back to the torch ops."""
-
-
-def _build(target: Path) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise NativeUnavailable("no C compiler found (set CC or install gcc)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        proc = subprocess.run(
-            [compiler, *CFLAGS, str(SOURCE), "-o", str(out), "-lm"], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise NativeUnavailable(f"compiling the kernels failed: {proc.stderr.strip()[:2000]}")
-        os.replace(out, target)  # atomic: concurrent builders never see a half-written file
+    """The kernels cannot be built or run here (no C compiler, unknown target): callers fall back."""
 
 
 @cache
-def library() -> ctypes.CDLL:
-    """The compiled kernels (built into STRATA_HOME/build on first use, keyed by source hash)."""
-    if "avx512f" not in Path("/proc/cpuinfo").read_text(errors="ignore"):
-        raise NativeUnavailable("the native kernels need AVX-512 (avx512f)")
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:16]
-    target = strata_home() / "build" / f"strata_kernels_{digest}.so"
-    if not target.exists():
-        _build(target)
-    lib = ctypes.CDLL(str(target))
+def compiler() -> tuple[str, str]:
+    """The C compiler's path and identity (its --version banner), part of every build key."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise NativeUnavailable("no C compiler found (install gcc or clang, or set CC)")
+    try:
+        banner = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NativeUnavailable(f"the C compiler {cc} does not run: {exc}") from exc
+    return cc, banner.strip()
+
+
+def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
+    """Build (once) and return a shared library; the cache key covers source, flags, compiler, machine."""
+    cc, banner = compiler()
+    key = hashlib.sha256()
+    for part in [*(p.read_bytes() for p in sources), HEADER.read_bytes(), *map(str.encode, flags)]:
+        key.update(part + b"\0")
+    key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
+    target = strata_home() / "build" / f"{name}_{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    errors = []
+    # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
+    for extra in (OPENMP, []):
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            cmd = [cc, *BASE_FLAGS, *extra, *flags, *map(str, sources), "-o", str(out), "-lm"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode == 0:
+                if not extra and sources[0] == KERNELS:
+                    logger.warning("kernels built without OpenMP (%s): they run on one thread", errors[-1][:200])
+                os.replace(out, target)  # atomic: concurrent builders never see a half-written file
+                return target
+            errors.append(proc.stderr.strip())
+    raise NativeUnavailable(f"compiling {name} failed: {errors[-1][:2000]}")
+
+
+@cache
+def cpu_features() -> int:
+    lib = ctypes.CDLL(str(_compile([PROBE], [], "strata_cpu_features")))
+    return int(lib.strata_cpu_features())
+
+
+def runnable_targets() -> list[str]:
+    """The targets this CPU can run, best first (portable is always last)."""
+    features = cpu_features()
+    return [name for name, (bit, _) in TARGETS.items() if bit == 0 or features & bit == bit]
+
+
+@cache
+def _load_target(target: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(_compile([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))
     for name, args in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = None
+    lib.strata_target.restype = ctypes.c_char_p
+    built = lib.strata_target().decode()
+    if built != target:
+        raise NativeUnavailable(f"the {target} build reports target {built}")
     return lib
+
+
+def load(target: str | None = None) -> tuple[ctypes.CDLL, str]:
+    """The kernels for `target` (or $STRATA_KERNELS_TARGET, or the best this CPU runs)."""
+    target = target or os.environ.get(TARGET_ENV) or None
+    runnable = runnable_targets()
+    if target is None:
+        target = runnable[0]
+    elif target not in TARGETS:
+        raise NativeUnavailable(f"unknown kernel target {target!r} (known: {', '.join(TARGETS)})")
+    elif target not in runnable:
+        raise NativeUnavailable(f"this CPU cannot run the {target} kernels (it runs: {', '.join(runnable)})")
+    return _load_target(target), target

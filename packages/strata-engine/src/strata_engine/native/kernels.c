@@ -1,28 +1,43 @@
 /*
- * Strata's CPU kernels: batch-invariant by construction.
+ * Strata's CPU kernels: batch-invariant by construction, the same bits on every CPU.
  *
  * Every output element is computed by one fixed sequence of float operations that depends
  * only on that element's own inputs (its activation row, its weight row, its position),
- * never on how many other rows share the call, where the row sits in the batch, or how
- * many threads run. Threads split work by output element, never inside a reduction.
- * Build with -ffp-contract=off so that the compiler cannot fuse a multiply and an add in
- * one code path and not in another.
+ * never on how many other rows share the call, where the row sits in the batch, how many
+ * threads run, or which instruction set the machine has. The kernels are written once
+ * against the 16-lane virtual vector of vector.h; compiled for AVX-512, AVX2 + FMA, NEON or
+ * plain C they perform the same IEEE operations in the same order. Threads split work by
+ * output element, never inside a reduction. No libm function is on the numeric path: e^x
+ * and log are vector.h's own fixed sequences (sqrtf and fmaf are exactly rounded by IEEE 754).
  *
  * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0) or fp32, and are dequantised
  * just before use with the same arithmetic as gguf-py. At load time each block's fp16 scale
- * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion), so the hot
- * loop broadcasts a float instead of converting a half:
+ * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion):
  *   Q4_0: d f32, qs[16]  (20 bytes)   Q4_1: d f32, m f32, qs[16]  (24)   Q8_0: d f32, qs[32]  (36)
  */
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "vector.h"
+
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
+#define FUSED_MAX_ROWS 8
+
+/* Register blocking of the many-rows matmul: a speed choice only (each output's sequence of
+ * operations is the same for any blocking), sized to each target's register file. */
+#if defined(STRATA_TARGET_AVX512)
+#define MR 4
+#define NR 4
+#else
+#define MR 2
+#define NR 2
+#endif
 
 enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8 };
+
+const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
 static inline float f32_at(const uint8_t *p) {
     float v;
@@ -30,141 +45,113 @@ static inline float f32_at(const uint8_t *p) {
     return v;
 }
 
-/* Fixed-order horizontal sum of 16 lanes. */
-static inline float hsum16(__m512 v) {
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    return _mm_cvtss_f32(s4);
-}
-
-static inline __m512 load_tail(const float *p, int k, int K) {
-    int left = K - k;
-    if (left >= 16) return _mm512_loadu_ps(p);
-    return _mm512_maskz_loadu_ps((__mmask16)((1u << left) - 1u), p);
-}
-
 /* Bytes of one weight row of K values in a given type. */
-static int64_t row_bytes(int wtype, int K) {
+static int64_t row_bytes(int wtype, int64_t K) {
     switch (wtype) {
-    case WT_Q4_0: return (int64_t)(K / 32) * 20;
-    case WT_Q4_1: return (int64_t)(K / 32) * 24;
-    case WT_Q8_0: return (int64_t)(K / 32) * 36;
-    default: return (int64_t)K * 4;
+    case WT_Q4_0: return K / 32 * 20;
+    case WT_Q4_1: return K / 32 * 24;
+    case WT_Q8_0: return K / 32 * 36;
+    default: return K * 4;
     }
 }
 
 /*
  * The dot-product sequence every output uses: acc = fma(x[k:k+16], w[k:k+16], acc) for
- * k = 0, 16, 32, ... (the last step masked when K is not a multiple of 16), then hsum16.
- * dot_1x1, dot_4x4 and the fused small-batch path below all follow it exactly.
+ * k = 0, 16, 32, ... (the last step zero-padded when K is not a multiple of 16), then
+ * vf_hsum. dot_1, dot_block and matmul_fused below all follow it exactly.
  */
-static inline float dot_1x1(const float *x, const float *w, int K) {
-    __m512 acc = _mm512_setzero_ps();
-    int k = 0;
-    for (; k + 16 <= K; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_loadu_ps(w + k), acc);
-    if (k < K) acc = _mm512_fmadd_ps(load_tail(x + k, k, K), load_tail(w + k, k, K), acc);
-    return hsum16(acc);
+static inline float dot_1(const float *x, const float *w, int64_t K) {
+    vf acc = vf_zero();
+    int64_t k = 0;
+    for (; k + VL <= K; k += VL) acc = vf_fma(vf_load(x + k), vf_load(w + k), acc);
+    if (k < K) acc = vf_fma(vf_load_n(x + k, (int)(K - k)), vf_load_n(w + k, (int)(K - k)), acc);
+    return vf_hsum(acc);
 }
 
-/* Four rows x four outputs at once; each output sees exactly dot_1x1's sequence. */
-static inline void dot_4x4(const float *x, int64_t ldx, const float *w, int K, float *y, int64_t ldy) {
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
-           a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
-    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
-    int k = 0;
-#define STEP(LOAD)                                                                                        \
-    {                                                                                                     \
-        __m512 v0 = LOAD(w0), v1 = LOAD(w1), v2 = LOAD(w2), v3 = LOAD(w3), xv;                            \
-        xv = LOAD(x0); a00 = _mm512_fmadd_ps(xv, v0, a00); a01 = _mm512_fmadd_ps(xv, v1, a01);            \
-        a02 = _mm512_fmadd_ps(xv, v2, a02); a03 = _mm512_fmadd_ps(xv, v3, a03);                           \
-        xv = LOAD(x1); a10 = _mm512_fmadd_ps(xv, v0, a10); a11 = _mm512_fmadd_ps(xv, v1, a11);            \
-        a12 = _mm512_fmadd_ps(xv, v2, a12); a13 = _mm512_fmadd_ps(xv, v3, a13);                           \
-        xv = LOAD(x2); a20 = _mm512_fmadd_ps(xv, v0, a20); a21 = _mm512_fmadd_ps(xv, v1, a21);            \
-        a22 = _mm512_fmadd_ps(xv, v2, a22); a23 = _mm512_fmadd_ps(xv, v3, a23);                           \
-        xv = LOAD(x3); a30 = _mm512_fmadd_ps(xv, v0, a30); a31 = _mm512_fmadd_ps(xv, v1, a31);            \
-        a32 = _mm512_fmadd_ps(xv, v2, a32); a33 = _mm512_fmadd_ps(xv, v3, a33);                           \
+/* MR rows x NR outputs at once; each output sees exactly dot_1's sequence. */
+static inline void dot_block(const float *x, int64_t ldx, const float *w, int64_t K, float *y, int64_t ldy) {
+    vf acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = vf_zero();
+    int64_t k = 0;
+    for (; k + VL <= K; k += VL) {
+        vf wv[NR];
+        for (int j = 0; j < NR; j++) wv[j] = vf_load(w + j * K + k);
+        for (int i = 0; i < MR; i++) {
+            vf xv = vf_load(x + i * ldx + k);
+            for (int j = 0; j < NR; j++) acc[i][j] = vf_fma(xv, wv[j], acc[i][j]);
+        }
     }
-#define FULL(p) _mm512_loadu_ps((p) + k)
-#define TAIL(p) load_tail((p) + k, k, K)
-    for (; k + 16 <= K; k += 16) STEP(FULL)
-    if (k < K) STEP(TAIL)
-#undef FULL
-#undef TAIL
-#undef STEP
-    y[0] = hsum16(a00); y[1] = hsum16(a01); y[2] = hsum16(a02); y[3] = hsum16(a03);
-    y += ldy; y[0] = hsum16(a10); y[1] = hsum16(a11); y[2] = hsum16(a12); y[3] = hsum16(a13);
-    y += ldy; y[0] = hsum16(a20); y[1] = hsum16(a21); y[2] = hsum16(a22); y[3] = hsum16(a23);
-    y += ldy; y[0] = hsum16(a30); y[1] = hsum16(a31); y[2] = hsum16(a32); y[3] = hsum16(a33);
+    if (k < K) {
+        int n = (int)(K - k);
+        vf wv[NR];
+        for (int j = 0; j < NR; j++) wv[j] = vf_load_n(w + j * K + k, n);
+        for (int i = 0; i < MR; i++) {
+            vf xv = vf_load_n(x + i * ldx + k, n);
+            for (int j = 0; j < NR; j++) acc[i][j] = vf_fma(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) y[i * ldy + j] = vf_hsum(acc[i][j]);
 }
 
-/* Dequantise 32 weights of block b of a quantised row into two registers (gguf-py's values). */
-static inline void dequant_block(int wtype, const uint8_t *row, int b, __m512 *lo, __m512 *hi) {
+/* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
+static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     if (wtype == WT_Q8_0) {
         const uint8_t *blk = row + b * 36;
-        __m512 d = _mm512_set1_ps(f32_at(blk));
-        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 4)))), d);
-        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 20)))), d);
-        return;
-    }
-    const __m512i low4 = _mm512_set1_epi32(15);
-    const uint8_t *blk = row + b * (wtype == WT_Q4_0 ? 20 : 24);
-    __m512 d = _mm512_set1_ps(f32_at(blk));
-    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + (wtype == WT_Q4_0 ? 4 : 8))));
-    __m512i ql = _mm512_and_si512(q, low4), qh = _mm512_srli_epi32(q, 4);
-    if (wtype == WT_Q4_0) {
-        const __m512i eight = _mm512_set1_epi32(8);
-        *lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ql, eight)));
-        *hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(qh, eight)));
-    } else {
-        __m512 m = _mm512_set1_ps(f32_at(blk + 4));
-        *lo = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(ql)), m);
-        *hi = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(qh)), m);
+        vf d = vf_set1(f32_at(blk));
+        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);
+        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 20)), d);
+    } else if (wtype == WT_Q4_0) {
+        const uint8_t *blk = row + b * 20;
+        vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
+        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
+        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
+    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
+        const uint8_t *blk = row + b * 24;
+        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
+        *lo = vf_add(vf_mul(d, vf_from_u4(blk + 8, 0)), m);
+        *hi = vf_add(vf_mul(d, vf_from_u4(blk + 8, 1)), m);
     }
 }
 
-/* Dequantise one weight row into dst[K], bit-identical to gguf-py's numpy dequantizer. */
-static void dequant_row(int wtype, const uint8_t *src, float *dst, int K) {
+/* Dequantise one weight row into dst[K]. */
+static void dequant_row(int wtype, const uint8_t *src, float *dst, int64_t K) {
     if (wtype == WT_F32) {
         memcpy(dst, src, (size_t)K * 4);
         return;
     }
-    for (int b = 0; b < K / 32; b++) {
-        __m512 lo, hi;
+    for (int64_t b = 0; b < K / 32; b++) {
+        vf lo, hi;
         dequant_block(wtype, src, b, &lo, &hi);
-        _mm512_storeu_ps(dst + b * 32, lo);
-        _mm512_storeu_ps(dst + b * 32 + 16, hi);
+        vf_store(dst + b * 32, lo);
+        vf_store(dst + b * 32 + 16, hi);
     }
 }
 
 /* Few rows (decode): dequantise each block in registers and use it at once, no panel. */
 static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                          float *y, int nthreads) {
-    int64_t rb = row_bytes(wtype, (int)K);
-    int nb = (int)(K / 32);
+    int64_t rb = row_bytes(wtype, K), nb = K / 32;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * rb;
         for (int64_t m0 = 0; m0 < M; m0 += 4) {
             int rows = M - m0 < 4 ? (int)(M - m0) : 4;
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int b = 0; b < nb; b++) {
-                __m512 lo, hi;
+            vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+            for (int64_t b = 0; b < nb; b++) {
+                vf lo, hi;
                 dequant_block(wtype, row, b, &lo, &hi);
                 for (int i = 0; i < rows; i++) {
                     const float *xr = x + (m0 + i) * K + b * 32;
-                    acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), lo, acc[i]);
-                    acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), hi, acc[i]);
+                    acc[i] = vf_fma(vf_load(xr), lo, acc[i]);
+                    acc[i] = vf_fma(vf_load(xr + 16), hi, acc[i]);
                 }
             }
-            for (int i = 0; i < rows; i++) y[(m0 + i) * N + n] = hsum16(acc[i]);
+            for (int i = 0; i < rows; i++) y[(m0 + i) * N + n] = vf_hsum(acc[i]);
         }
     }
 }
-
-#define FUSED_MAX_ROWS 8
 
 /*
  * y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]), W in `wtype` blocks.
@@ -173,14 +160,14 @@ static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w,
  */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads) {
-    int64_t rb = row_bytes(wtype, (int)K);
+    int64_t rb = row_bytes(wtype, K);
     if (wtype != WT_F32 && M <= FUSED_MAX_ROWS) {
         matmul_fused(x, M, K, w, wtype, N, y, nthreads);
     } else {
         int64_t npanels = (N + PANEL - 1) / PANEL;
 #pragma omp parallel num_threads(nthreads)
         {
-            float *panel = wtype == WT_F32 ? NULL : (float *)aligned_alloc(64, (size_t)PANEL * K * 4 + 64);
+            float *panel = wtype == WT_F32 ? NULL : (float *)malloc((size_t)PANEL * K * 4);
 #pragma omp for schedule(static)
             for (int64_t p = 0; p < npanels; p++) {
                 int64_t n0 = p * PANEL;
@@ -189,18 +176,18 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
                 if (wtype == WT_F32) {
                     pw = (const float *)(w + n0 * rb);
                 } else {
-                    for (int64_t j = 0; j < np; j++) dequant_row(wtype, w + (n0 + j) * rb, panel + j * K, (int)K);
+                    for (int64_t j = 0; j < np; j++) dequant_row(wtype, w + (n0 + j) * rb, panel + j * K, K);
                     pw = panel;
                 }
                 int64_t m = 0;
-                for (; m + 4 <= M; m += 4) {
+                for (; m + MR <= M; m += MR) {
                     int64_t j = 0;
-                    for (; j + 4 <= np; j += 4) dot_4x4(x + m * K, K, pw + j * K, (int)K, y + m * N + n0 + j, N);
+                    for (; j + NR <= np; j += NR) dot_block(x + m * K, K, pw + j * K, K, y + m * N + n0 + j, N);
                     for (; j < np; j++)
-                        for (int i = 0; i < 4; i++) y[(m + i) * N + n0 + j] = dot_1x1(x + (m + i) * K, pw + j * K, (int)K);
+                        for (int i = 0; i < MR; i++) y[(m + i) * N + n0 + j] = dot_1(x + (m + i) * K, pw + j * K, K);
                 }
                 for (; m < M; m++)
-                    for (int64_t j = 0; j < np; j++) y[m * N + n0 + j] = dot_1x1(x + m * K, pw + j * K, (int)K);
+                    for (int64_t j = 0; j < np; j++) y[m * N + n0 + j] = dot_1(x + m * K, pw + j * K, K);
             }
             free(panel);
         }
@@ -212,27 +199,34 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
 
 /* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */
 void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out) {
-    int64_t rb = row_bytes(wtype, (int)K);
-    for (int64_t i = 0; i < n; i++) dequant_row(wtype, w + ids[i] * rb, out + i * K, (int)K);
+    int64_t rb = row_bytes(wtype, K);
+    for (int64_t i = 0; i < n; i++) dequant_row(wtype, w + ids[i] * rb, out + i * K, K);
 }
 
-/* RMSNorm per row: x * (1 / sqrt(mean(x^2) + eps)) * weight. */
+/* RMSNorm per row: (x * (1 / sqrt(mean(x^2) + eps))) * weight. */
 void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, float eps, float *y, int nthreads) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
-        float ss = dot_1x1(xr, xr, (int)K);
-        float r = 1.0f / sqrtf(ss / (float)K + eps);
-        for (int64_t k = 0; k < K; k++) y[m * K + k] = (xr[k] * r) * weight[k];
+        float *yr = y + m * K;
+        vf r = vf_set1(1.0f / sqrtf(dot_1(xr, xr, K) / (float)K + eps));
+        for (int64_t k = 0; k < K; k += VL) {
+            int n = K - k < VL ? (int)(K - k) : VL;
+            vf_store_n(yr + k, vf_mul(vf_mul(vf_load_n(xr + k, n), r), vf_load_n(weight + k, n)), n);
+        }
     }
 }
 
-/* out = silu(gate) * up, elementwise, scalar libm expf so every element takes one path. */
+/* out = silu(gate) * up = (g / (1 + e^-g)) * up, elementwise. */
 void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
+    int64_t chunks = (n + VL - 1) / VL;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = (g / (1.0f + expf(-g))) * up[i];
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * VL;
+        int len = n - i < VL ? (int)(n - i) : VL;
+        vf g = vf_load_n(gate + i, len);
+        vf s = vf_div(g, vf_add(vf_set1(1.0f), vf_exp(vf_sub(vf_set1(0.0f), g))));
+        vf_store_n(out + i, vf_mul(s, vf_load_n(up + i, len)), len);
     }
 }
 
@@ -247,13 +241,13 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
                       const int32_t *pos, float scale, float *out, int nthreads) {
     int group = H / KVH;
-    int64_t max_ctx = 0;
+    int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
         if (pos[t] + 1 > max_ctx) max_ctx = pos[t] + 1;
 #pragma omp parallel num_threads(nthreads)
     {
-        float *s = (float *)malloc((size_t)(max_ctx > 0 ? max_ctx : 1) * 4);
-        float *acc = (float *)aligned_alloc(64, (size_t)((D + 15) / 16) * 64);
+        float *s = (float *)malloc((size_t)max_ctx * 4);
+        float *acc = (float *)malloc((size_t)(D + VL) * 4);
 #pragma omp for schedule(static)
         for (int64_t th = 0; th < T * H; th++) {
             int64_t t = th / H;
@@ -264,23 +258,23 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
                 const float *kr = kc + (((int64_t)table[j / block_size] * block_size + j % block_size) * KVH + kvh) * D;
-                s[j] = dot_1x1(qv, kr, D) * scale;
+                s[j] = dot_1(qv, kr, D) * scale;
                 if (s[j] > mx) mx = s[j];
             }
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
+            for (int j = 0; j < n; j += VL) {
+                int len = n - j < VL ? n - j : VL;
+                vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), vf_set1(mx))), len);
             }
+            float sum = 0.0f;
+            for (int j = 0; j < n; j++) sum += s[j];
             float inv = 1.0f / sum;
-            for (int d = 0; d < D; d++) acc[d] = 0.0f;
+            memset(acc, 0, (size_t)D * 4);
             for (int j = 0; j < n; j++) {
                 const float *vr = vc + (((int64_t)table[j / block_size] * block_size + j % block_size) * KVH + kvh) * D;
-                __m512 p = _mm512_set1_ps(s[j] * inv);
-                for (int d = 0; d < D; d += 16) {
-                    __mmask16 mk = D - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (D - d)) - 1u);
-                    __m512 a = _mm512_maskz_loadu_ps(mk, acc + d);
-                    _mm512_mask_storeu_ps(acc + d, mk, _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk, vr + d), a));
+                vf p = vf_set1(s[j] * inv);
+                for (int d = 0; d < D; d += VL) {
+                    int len = D - d < VL ? D - d : VL;
+                    vf_store_n(acc + d, vf_fma(p, vf_load_n(vr + d, len), vf_load_n(acc + d, len)), len);
                 }
             }
             memcpy(out + (t * H + h) * D, acc, (size_t)D * 4);
@@ -319,5 +313,44 @@ void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floa
     for (int64_t t = 0; t < T; t++) {
         memcpy(kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
         memcpy(vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
+    }
+}
+
+/*
+ * The logprob tail: out[m, :] = (x[m, :] - max) - log(sum(e^(x - max))) for each row, over the
+ * full vocabulary. The sum runs over 16-lane chunks in order, then vf_hsum; log in double.
+ */
+void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads) {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * N;
+        float *yr = out + m * N;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < N; i++)
+            if (xr[i] > mx) mx = xr[i];
+        vf vmx = vf_set1(mx), acc = vf_zero();
+        for (int64_t i = 0; i < N; i += VL) {
+            int len = N - i < VL ? (int)(N - i) : VL;
+            vf e = vf_exp(vf_sub(vf_load_n(xr + i, len), vmx));
+            if (len < VL) { /* padded lanes hold e^(0 - mx): keep them out of the sum */
+                float buf[VL] = {0};
+                vf_store_n(buf, e, len);
+                e = vf_load(buf);
+            }
+            acc = vf_add(acc, e);
+        }
+        vf lse = vf_set1((float)log_d((double)vf_hsum(acc)));
+        for (int64_t i = 0; i < N; i += VL) {
+            int len = N - i < VL ? (int)(N - i) : VL;
+            vf_store_n(yr + i, vf_sub(vf_sub(vf_load_n(xr + i, len), vmx), lse), len);
+        }
+    }
+}
+
+/* e^x elementwise (exposed for tests: the accuracy of vf_exp against float64). */
+void strata_exp(const float *x, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i += VL) {
+        int len = n - i < VL ? (int)(n - i) : VL;
+        vf_store_n(out + i, vf_exp(vf_load_n(x + i, len)), len);
     }
 }

@@ -1,0 +1,18 @@
+/*
+ * Which of the kernels' instruction sets this CPU (and OS) can run, asked of the CPU itself
+ * (cpuid through the compiler's builtins, which also check that the OS saves the vector
+ * registers), never read from /proc/cpuinfo. AArch64 always has NEON (Advanced SIMD).
+ */
+enum { HAS_AVX2_FMA = 1, HAS_AVX512F = 2, HAS_NEON = 4 };
+
+int strata_cpu_features(void) {
+    int f = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= HAS_AVX2_FMA;
+    if (__builtin_cpu_supports("avx512f")) f |= HAS_AVX512F;
+#elif defined(__aarch64__)
+    f |= HAS_NEON;
+#endif
+    return f;
+}
