@@ -1,0 +1,141 @@
+"""`TritonOps`: the engine's ops as Triton kernels for CUDA GPUs, batch-invariant by construction.
+
+Each kernel family has its module (matmul with fused GGUF dequantisation, norm, rope, activation,
+attention, logprobs) and a float64 torch reference next to it. Every output element is computed
+by one fixed sequence of float operations chosen by constants (tile sizes, KV split size), never
+by the batch, so a row's bits do not depend on what else runs (on one GPU model and one Triton
+build; GPU bits differ from the CPU kernels' bits).
+
+The engine hands the ops CPU tensors (weights, norm vectors, the RoPE table, the KV cache and the
+step's index tensors); TritonOps moves what it needs to its device itself and keeps it there:
+weights and other model tensors once (cached by identity), the step's index tensors once per
+step, and the KV cache as a device twin of the CPU cache (allocated on first write). Results go
+back to the engine as CPU fp32 only at the end, from `log_softmax`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from strata_engine.ops import AttentionMeta, RopeTable
+from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
+from strata_engine.triton_ops.stored import StoredWeight, from_weight
+from strata_engine.weights import Weight
+
+__all__ = ["TritonOps", "default_device"]
+
+
+def default_device() -> torch.device:
+    """CUDA when present; the CPU only under Triton's interpreter (TRITON_INTERPRET=1, for tests)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return torch.device("cpu")
+    raise RuntimeError(
+        "the Triton kernels need a CUDA GPU and none is visible to torch "
+        f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); run with --device cpu"
+    )
+
+
+class TritonOps:
+    """Batch-invariant GPU ops (see the module docstring for where tensors live)."""
+
+    name = "triton"
+    invariant = True
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else default_device()
+        self._weights: dict[int, tuple[Weight, StoredWeight]] = {}
+        self._model_tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._step_tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._caches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._max_position: tuple[torch.Tensor, int] | None = None
+
+    # -- where tensors live ---------------------------------------------------------------
+    def _weight(self, w: Weight) -> StoredWeight:
+        hit = self._weights.get(id(w))
+        if hit is None or hit[0] is not w:
+            hit = (w, from_weight(w, self.device))
+            self._weights[id(w)] = hit
+        return hit[1]
+
+    def _moved(self, t: torch.Tensor, cache: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """`t` on the device, copied once per tensor object (the cache holds `t`, so ids stay unique)."""
+        if t.device == self.device:
+            return t.contiguous()
+        hit = cache.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = (t, t.to(self.device).contiguous())
+            cache[id(t)] = hit
+        return hit[1]
+
+    def _model(self, t: torch.Tensor) -> torch.Tensor:
+        """A model tensor (norm weight, bias, RoPE table): moved once for the engine's lifetime."""
+        return self._moved(t, self._model_tensors)
+
+    def _step(self, t: torch.Tensor) -> torch.Tensor:
+        """A step's index tensor (positions, tables, slots): moved once, shared by every layer."""
+        if len(self._step_tensors) > 16:
+            self._step_tensors.clear()
+        return self._moved(t, self._step_tensors)
+
+    def _cache(self, c: torch.Tensor) -> torch.Tensor:
+        """The device twin of a KV cache tensor (the CPU one is never touched)."""
+        if c.device == self.device:
+            return c
+        hit = self._caches.get(id(c))
+        if hit is None or hit[0] is not c:
+            hit = (c, torch.empty(c.shape, dtype=torch.float32, device=self.device))
+            self._caches[id(c)] = hit
+        return hit[1]
+
+    # -- the ops --------------------------------------------------------------------------
+    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        sw = self._weight(w)
+        b = self._model(bias) if bias is not None else None
+        x = x.to(self.device, torch.float32)
+        return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
+
+    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
+        sw = self._weight(w)
+        return matmul.gather_rows(ids.to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes)
+
+    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return norm.rmsnorm(x.to(self.device), self._model(weight), eps)
+
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return activation.silu_mul(gate, up)
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+        pos = self._step(positions)
+        return rope.rope(x.to(self.device), pos, table, self._model(table.cos), self._model(table.sin))
+
+    def kv_write(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
+        s = self._step(slots)
+        kc, vc = self._cache(k_cache), self._cache(v_cache)
+        kc.view(-1, *k.shape[1:])[s] = k.to(self.device)  # a scatter to distinct slots: no arithmetic
+        vc.view(-1, *v.shape[1:])[s] = v.to(self.device)
+
+    def attention(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+    ) -> torch.Tensor:
+        if self._max_position is None or self._max_position[0] is not meta.positions:
+            self._max_position = (meta.positions, int(meta.positions.max()) if meta.positions.numel() else 0)
+        return attention.attention(
+            q.to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
+            self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
+            self._max_position[1],
+        )  # fmt: skip
+
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logprob tail on the device; the rows come back to the engine as CPU fp32."""
+        return logprobs.log_softmax(logits.to(self.device)).cpu()

@@ -1,0 +1,73 @@
+"""Rotary position embedding, both layouts: interleaved pairs (2i, 2i+1) as llama GGUFs store
+q/k, and neox halves (i, i + dim/2) as qwen2/qwen3. One program per (token, head); each value
+depends only on its own pair and its position's cos/sin (no reduction)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from strata_engine.ops import RopeTable
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr, pos_ptr, cos_ptr, sin_ptr, H, D, HALF, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr
+):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    i = tl.arange(0, BLOCK)
+    mask = i < HALF
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    c = tl.load(cos_ptr + pos * HALF + i, mask=mask, other=0.0)
+    s = tl.load(sin_ptr + pos * HALF + i, mask=mask, other=0.0)
+    base = x_ptr + (t.to(tl.int64) * H + h) * D
+    if INTERLEAVED:
+        ia = 2 * i
+        ib = 2 * i + 1
+    else:
+        ia = i
+        ib = i + HALF
+    a = tl.load(base + ia, mask=mask, other=0.0)
+    b = tl.load(base + ib, mask=mask, other=0.0)
+    tl.store(base + ia, a * c - b * s, mask=mask)
+    tl.store(base + ib, a * s + b * c, mask=mask)
+
+
+def rope(
+    x: torch.Tensor, positions: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
+    """x [T, H, D] rotated in its first `table.dim` dims; `cos`/`sin` are the table on x's device."""
+    out = x.contiguous().clone()
+    t, h, d = out.shape
+    half = table.dim // 2
+    if t and h and half:
+        _rope_kernel[(t, h)](
+            out,
+            positions,
+            cos,
+            sin,
+            h,
+            d,
+            half,
+            INTERLEAVED=table.interleaved,
+            BLOCK=triton.next_power_of_2(half),
+        )
+    return out
+
+
+def rope_reference(x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+    """float64 rotation by the table's angles, written as complex multiplication."""
+    x = x.double()
+    pos = positions.to(torch.int64)
+    c, s = table.cos.double()[pos][:, None, :], table.sin.double()[pos][:, None, :]
+    rot, rest = x[..., : table.dim], x[..., table.dim :]
+    if table.interleaved:
+        z = torch.complex(rot[..., 0::2], rot[..., 1::2]) * torch.complex(c, s)
+        out = torch.stack((z.real, z.imag), dim=-1).flatten(-2)
+    else:
+        half = table.dim // 2
+        z = torch.complex(rot[..., :half], rot[..., half:]) * torch.complex(c, s)
+        out = torch.cat((z.real, z.imag), dim=-1)
+    return torch.cat((out, rest), dim=-1)

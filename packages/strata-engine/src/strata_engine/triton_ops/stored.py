@@ -1,0 +1,61 @@
+"""Weights on the kernels' device, in the block layout the Triton kernels read.
+
+The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
+(Q4_K, Q5_K, Q6_K) are dequantised to fp32 by weights.py for the CPU, but their GGUF bytes are
+still in `Weight.source`, so the GPU keeps them packed (3.5 to 6.6 bits a weight instead of 32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as QT
+
+from strata_engine.triton_ops.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
+from strata_engine.weights import NATIVE_TYPES, Weight, widen_scales
+
+RAW_TYPES = {QT.Q4_K: Q4_K, QT.Q5_K: Q5_K, QT.Q6_K: Q6_K}  # kept as GGUF bytes on the device
+
+
+@dataclass(frozen=True)
+class StoredWeight:
+    """[out, in] weight on the device: `wq` its bytes, `wf` the same bytes seen as fp32/fp16."""
+
+    kt: int
+    out_features: int
+    in_features: int
+    row_bytes: int
+    wq: torch.Tensor
+    wf: torch.Tensor
+
+
+def _pack(kt: int, data: torch.Tensor, out_f: int, in_f: int, device: torch.device) -> StoredWeight:
+    wq = data.reshape(-1).to(device=device, dtype=torch.uint8).contiguous()
+    wf = wq.view(torch.float16 if kt in RAW_TYPES.values() else torch.float32)
+    return StoredWeight(kt, out_f, in_f, row_bytes(kt, in_f), wq, wf)
+
+
+def from_gguf(
+    data: np.ndarray, qtype: QT, shape: tuple[int, int], device: torch.device | str
+) -> StoredWeight:
+    """A weight from its bytes as stored in a GGUF file ([out, in] = `shape`)."""
+    out_f, in_f = shape
+    device = torch.device(device)
+    blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if qtype in RAW_TYPES:
+        return _pack(RAW_TYPES[qtype], torch.from_numpy(blocks.copy()), out_f, in_f, device)
+    if qtype == QT.F32:
+        return _pack(F32, torch.from_numpy(blocks.copy()), out_f, in_f, device)
+    if qtype in NATIVE_TYPES:
+        return _pack(NATIVE_TYPES[qtype], torch.from_numpy(widen_scales(blocks, qtype)), out_f, in_f, device)
+    raise ValueError(f"no Triton kernel reads {qtype.name} blocks")
+
+
+def from_weight(w: Weight, device: torch.device) -> StoredWeight:
+    """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
+    src = w.source
+    if w.kernel_type == F32 and src is not None and src.qtype in RAW_TYPES and w.in_features % 256 == 0:
+        return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)
+    return _pack(w.kernel_type, w.raw, w.out_features, w.in_features, device)
