@@ -1,8 +1,9 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
 The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
-(Q4_K, Q5_K, Q6_K) are dequantised to fp32 by weights.py for the CPU, but their GGUF bytes are
-still in `Weight.source`, so the GPU keeps them packed (3.5 to 6.6 bits a weight instead of 32).
+(Q4_K, Q5_K, Q6_K) are dequantised to fp32 by weights.py for the CPU; where `Weight.source` still holds their GGUF
+bytes (a `TensorInfo`), the GPU keeps them packed (4.5 to 6.6 bits a weight instead of 32),
+otherwise it reads the fp32 copy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType as QT
 
+from strata_engine.gguf_loader import TensorInfo
 from strata_engine.triton_ops.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
 from strata_engine.weights import NATIVE_TYPES, Weight, widen_scales
 
@@ -56,6 +58,11 @@ def from_gguf(
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
     src = w.source
-    if w.kernel_type == F32 and src is not None and src.qtype in RAW_TYPES and w.in_features % 256 == 0:
+    if (
+        w.kernel_type == F32
+        and isinstance(src, TensorInfo)
+        and src.qtype in RAW_TYPES
+        and w.in_features % 256 == 0
+    ):
         return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)
     return _pack(w.kernel_type, w.raw, w.out_features, w.in_features, device)

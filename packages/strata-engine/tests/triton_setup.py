@@ -1,0 +1,32 @@
+"""Shared set-up for the Triton tests: without a CUDA GPU they run under Triton's interpreter.
+
+TRITON_INTERPRET must be set before any kernel is decorated, so each test module imports this
+first; `DEVICE` is where the kernels run (the CPU under the interpreter)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from strata_engine.triton_ops import default_device
+
+DEVICE = default_device()
+
+
+def on(t: torch.Tensor) -> torch.Tensor:
+    return t.to(DEVICE)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaNs and signed zeros included)."""
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    return a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
