@@ -10,17 +10,20 @@ import math
 import numpy as np
 import pytest
 import torch
+import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
 
-triton_setup = pytest.importorskip("triton_setup")  # skips the module when triton is absent
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
 
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-from gguf import quants  # noqa: E402
-from tiny_models import encode_tensor  # noqa: E402
-from triton_setup import DEVICE, on, same_bits  # noqa: E402
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+from tiny_models import encode_tensor
+from triton_setup import DEVICE, on, same_bits
 
-from strata_engine.ops import AttentionMeta, RopeTable  # noqa: E402
-from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope  # noqa: E402
-from strata_engine.triton_ops.stored import from_gguf  # noqa: E402
+from strata_engine.ops import AttentionMeta, RopeTable
+from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
+from strata_engine.triton_ops.stored import from_gguf
 
 QTYPES = (QT.F32, QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 

@@ -5,13 +5,16 @@ the prefill or decode-vs-prefill (issue 11)."""
 from __future__ import annotations
 
 import pytest
+import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
 
-triton_setup = pytest.importorskip("triton_setup")  # skips the module when triton is absent
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
 
-from reference_forward import ReferenceModel  # noqa: E402
-from tiny_models import TINY_SPECS, write_tiny_model  # noqa: E402
+from reference_forward import ReferenceModel
+from tiny_models import TINY_SPECS, write_tiny_model
 
-from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step  # noqa: E402
+from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
 
 PROMPTS = [
     (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
