@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
@@ -37,13 +38,15 @@ class Layer:
 
 
 def rope_table(cfg: ModelConfig) -> RopeTable:
-    """cos/sin per absolute position (computed in float64, stored fp32): the same for any batch."""
+    """cos/sin per absolute position, computed in float64 with exactmath (the same bits on every
+    machine, unlike numpy's or libm's sin/cos) and stored fp32: the same for any batch."""
     half = cfg.rope_dim // 2
-    inv = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim)
+    inv = exactmath.exp(-(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(cfg.rope_base))
     angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
+    sin, cos = exactmath.sin_cos(angles)
     return RopeTable(
-        cos=torch.from_numpy(np.cos(angles).astype(np.float32)),
-        sin=torch.from_numpy(np.sin(angles).astype(np.float32)),
+        cos=torch.from_numpy(cos.astype(np.float32)),
+        sin=torch.from_numpy(sin.astype(np.float32)),
         dim=cfg.rope_dim,
         interleaved=cfg.rope_style == "interleaved",
     )

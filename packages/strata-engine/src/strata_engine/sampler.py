@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import secrets
 
+import numpy as np
 import torch
 
+from strata_engine import exactmath
 from strata_engine.api import SamplingParams
 
 
@@ -15,31 +17,38 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.allowed = (
-            torch.tensor(sorted(set(params.allowed_token_ids)), dtype=torch.int64)
-            if params.allowed_token_ids
-            else None
+            np.array(sorted(set(params.allowed_token_ids)), dtype=np.int64) if params.allowed_token_ids else None
         )
         self.generator = torch.Generator()
         self.generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
 
     def sample(self, lp: torch.Tensor) -> int:
-        """lp: fp32 log-probabilities over the vocabulary for this position."""
+        """lp: fp32 log-probabilities over the vocabulary for this position.
+
+        Every step is exact or uses exactmath, and the draw is one float64 from the request's
+        own generator, so a seed gives the same token on every machine.
+        """
         p = self.params
-        scores = lp.double()
+        scores = lp.double().numpy()
         if self.allowed is not None:
-            masked = torch.full_like(scores, float("-inf"))
+            masked = np.full_like(scores, -np.inf)
             masked[self.allowed] = scores[self.allowed]
             scores = masked
         if p.temperature <= 0.0:
-            return int(torch.argmax(scores))  # first maximum: ties go to the lower id
+            return int(np.argmax(scores))  # first maximum: ties go to the lower id
         scores = scores / p.temperature
-        if p.top_k > 0 and p.top_k < scores.shape[0]:
-            kth = torch.topk(scores, p.top_k).values[-1]
-            scores = torch.where(scores < kth, float("-inf"), scores)
-        probs = torch.softmax(scores, dim=-1)
+        if 0 < p.top_k < scores.shape[0]:
+            kth = np.partition(scores, -p.top_k)[-p.top_k]
+            scores = np.where(scores < kth, -np.inf, scores)
+        probs = exactmath.softmax(scores)
         if p.top_p < 1.0:
-            sorted_p, order = torch.sort(probs, descending=True, stable=True)
-            keep = torch.cumsum(sorted_p, 0) - sorted_p < p.top_p
+            order = np.argsort(-probs, kind="stable")
+            sorted_p = probs[order]
+            keep = np.cumsum(sorted_p) - sorted_p < p.top_p  # cumsum runs in order: exact sequence
             keep[0] = True
-            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+            probs = np.zeros_like(probs)
+            probs[order[keep]] = sorted_p[keep]
+        cumulative = np.cumsum(probs)
+        u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+        index = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
+        return min(index, int(np.flatnonzero(probs)[-1]))  # u * total may round up to the total

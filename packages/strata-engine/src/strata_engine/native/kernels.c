@@ -318,7 +318,9 @@ void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floa
 
 /*
  * The logprob tail: out[m, :] = (x[m, :] - max) - log(sum(e^(x - max))) for each row, over the
- * full vocabulary. The sum runs over 16-lane chunks in order, then vf_hsum; log in double.
+ * full vocabulary. The sum runs over 16-lane chunks in order with Kahan compensation in every
+ * lane (so its error does not grow with the vocabulary), then the lanes in double in lane
+ * order; log in double.
  */
 void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads) {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
@@ -328,7 +330,7 @@ void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nt
         float mx = -INFINITY;
         for (int64_t i = 0; i < N; i++)
             if (xr[i] > mx) mx = xr[i];
-        vf vmx = vf_set1(mx), acc = vf_zero();
+        vf vmx = vf_set1(mx), acc = vf_zero(), comp = vf_zero();
         for (int64_t i = 0; i < N; i += VL) {
             int len = N - i < VL ? (int)(N - i) : VL;
             vf e = vf_exp(vf_sub(vf_load_n(xr + i, len), vmx));
@@ -337,9 +339,16 @@ void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nt
                 vf_store_n(buf, e, len);
                 e = vf_load(buf);
             }
-            acc = vf_add(acc, e);
+            vf y = vf_sub(e, comp), t = vf_add(acc, y);
+            comp = vf_sub(vf_sub(t, acc), y);
+            acc = t;
         }
-        vf lse = vf_set1((float)log_d((double)vf_hsum(acc)));
+        float sums[VL], comps[VL];
+        vf_store(sums, acc);
+        vf_store(comps, comp);
+        double total = 0.0;
+        for (int l = 0; l < VL; l++) total += (double)sums[l] - (double)comps[l];
+        vf lse = vf_set1((float)log_d(total));
         for (int64_t i = 0; i < N; i += VL) {
             int len = N - i < VL ? (int)(N - i) : VL;
             vf_store_n(yr + i, vf_sub(vf_sub(vf_load_n(xr + i, len), vmx), lse), len);

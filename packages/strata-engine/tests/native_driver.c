@@ -1,0 +1,112 @@
+/*
+ * Runs every kernel on fixed pseudo-random inputs (odd sizes included) and writes all
+ * outputs as raw float32 bytes to stdout. Built for each target (avx512, avx2, portable on
+ * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
+ * everywhere: tests/test_native_targets.py compares the digests.
+ */
+#include <stdio.h>
+
+#include "kernels.c"
+
+static uint64_t state = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t next_u64(void) { /* xorshift64*: the same sequence on every machine */
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545F4914F6CDD1DULL;
+}
+
+/* Uniform in [lo, hi): an integer scaled by powers of two, exact on every machine. */
+static float uniform(float lo, float hi) {
+    return lo + (hi - lo) * ((float)(next_u64() >> 40) * (1.0f / 16777216.0f));
+}
+
+static float *floats(int64_t n, float lo, float hi) {
+    float *p = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) p[i] = uniform(lo, hi);
+    return p;
+}
+
+static void emit(const float *p, int64_t n) { fwrite(p, 4, (size_t)n, stdout); }
+
+/* Random blocks of a quantised [N, K] weight in the kernels' layout (fp32 scale, fp32 min). */
+static uint8_t *blocks(int wtype, int64_t N, int64_t K) {
+    int64_t rb = row_bytes(wtype, K), nb = N * (K / 32);
+    uint8_t *w = malloc((size_t)(rb * N));
+    int size = (int)(rb / (K / 32)), head = wtype == WT_Q4_1 ? 8 : 4;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + b * size;
+        float d = uniform(0.001f, 0.05f), m = uniform(-0.2f, 0.0f);
+        memcpy(blk, &d, 4);
+        if (wtype == WT_Q4_1) memcpy(blk + 4, &m, 4);
+        for (int i = head; i < size; i++) blk[i] = (uint8_t)(next_u64() >> 56);
+    }
+    return w;
+}
+
+static void matmuls(void) {
+    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0};
+    const int64_t rows[] = {1, 3, 8, 9, 17};
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < 5; r++) {
+            int64_t M = rows[r], K = 96, N = 37;
+            uint8_t *w = blocks(types[t], N, K);
+            float *x = floats(M * K, -1.0f, 1.0f), *bias = floats(N, -0.5f, 0.5f), *y = malloc((size_t)(M * N) * 4);
+            strata_matmul(x, M, K, w, types[t], N, r % 2 ? bias : NULL, y, 1);
+            emit(y, M * N);
+            int64_t ids[3] = {0, 36, 5};
+            float *g = malloc((size_t)(3 * K) * 4);
+            strata_gather_rows(w, types[t], K, ids, 3, g);
+            emit(g, 3 * K);
+            free(w), free(x), free(bias), free(y), free(g);
+        }
+    for (int64_t M = 1; M <= 13; M += 6) { /* fp32 weights, K not a multiple of 16 */
+        int64_t K = 45, N = 19;
+        float *w = floats(N * K, -1.0f, 1.0f), *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+        strata_matmul(x, M, K, (const uint8_t *)w, WT_F32, N, NULL, y, 1);
+        emit(y, M * N);
+        free(w), free(x), free(y);
+    }
+}
+
+static void elementwise(void) {
+    int64_t M = 3, K = 45, n = 1007;
+    float *x = floats(M * K, -3.0f, 3.0f), *w = floats(K, 0.5f, 1.5f), *y = malloc((size_t)(M * K) * 4);
+    strata_rmsnorm(x, M, K, w, 1e-5f, y, 1);
+    emit(y, M * K);
+    float *g = floats(n, -20.0f, 20.0f), *u = floats(n, -2.0f, 2.0f), *o = malloc((size_t)n * 4);
+    strata_silu_mul(g, u, n, o, 1);
+    emit(o, n);
+    float *e = floats(n, -100.0f, 100.0f);
+    strata_exp(e, n, o);
+    emit(o, n);
+    int64_t V = 1001;
+    float *logits = floats(M * V, -15.0f, 15.0f), *lp = malloc((size_t)(M * V) * 4);
+    strata_log_softmax(logits, M, V, lp, 1);
+    emit(lp, M * V);
+    free(x), free(w), free(y), free(g), free(u), free(o), free(e), free(logits), free(lp);
+}
+
+static void attention_and_rope(void) {
+    int T = 5, H = 4, KVH = 2, D = 40, bs = 4, nblocks = 6, max_blocks = 3, ctx = 12, rot = 32;
+    float *q = floats((int64_t)T * H * D, -1.0f, 1.0f), *out = malloc((size_t)T * H * D * 4);
+    float *kc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f), *vc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f);
+    int32_t tables[6] = {4, 0, 2, 1, 5, 3}, t_seq[5] = {0, 0, 1, 1, 1}, pos[5] = {3, 9, 0, 6, 11};
+    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, out, 1);
+    emit(out, (int64_t)T * H * D);
+    float *cos_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f), *sin_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f);
+    for (int interleaved = 0; interleaved < 2; interleaved++) {
+        memcpy(out, q, (size_t)T * H * D * 4);
+        strata_rope(out, T, H, D, rot, pos, cos_t, sin_t, interleaved);
+        emit(out, (int64_t)T * H * D);
+    }
+    free(q), free(out), free(kc), free(vc), free(cos_t), free(sin_t);
+}
+
+int main(void) {
+    matmuls();
+    elementwise();
+    attention_and_rope();
+    return 0;
+}

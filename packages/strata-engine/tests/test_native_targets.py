@@ -1,0 +1,131 @@
+"""One kernel contract on every CPU: each target's build gives the same bits (issue 9).
+
+The C test driver (native_driver.c) runs every kernel on fixed inputs; its output must be
+byte-identical for every x86 target this host can run, for the AArch64 builds run under
+qemu (when the cross compiler and qemu are installed: the engine nox session installs them),
+and equal to the digest committed here, which every CI machine, of whatever CPU, re-proves.
+Through ctypes, every target the host runs gives the same bits as the portable build on
+random inputs of odd sizes, with any thread count. vf_exp's accuracy is stated and checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from strata_engine.native import BASE_FLAGS, HERE, TARGETS, compiler, runnable_targets
+from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
+from strata_engine.weights import Weight
+
+DRIVER = Path(__file__).with_name("native_driver.c")
+# sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.
+# Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
+DRIVER_SHA256 = "92656f128423d947be91815ebaedb4e9681bffb4b4c14d2520410f4798513b79"
+DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + ["-Wno-unknown-pragmas", f"-I{HERE}"]
+
+
+def _driver_digest(cc: list[str], flags: list[str], tmp: Path, run: list[str]) -> str:
+    exe = tmp / "driver"
+    subprocess.run([*cc, *DRIVER_FLAGS, *flags, str(DRIVER), "-o", str(exe), "-lm"], check=True)
+    out = subprocess.run([*run, str(exe)], check=True, capture_output=True).stdout
+    return hashlib.sha256(out).hexdigest()
+
+
+@pytest.mark.parametrize("target", runnable_targets())
+def test_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> None:
+    cc, _ = compiler()
+    assert _driver_digest([cc], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
+
+
+@pytest.mark.parametrize("target", ["neon", "portable"])
+def test_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) -> None:
+    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    if cross is None or qemu is None:
+        pytest.skip("aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)")
+    digest = _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu])
+    assert digest == DRIVER_SHA256
+
+
+def test_contracted_build_would_be_caught(tmp_path: Path) -> None:
+    """The digest can fail: letting the compiler fuse multiply-adds changes the bits."""
+    cc, _ = compiler()
+    target = runnable_targets()[0]
+    if target == "portable":
+        pytest.skip("no vector target on this host to contract")
+    flags = [*TARGETS[target][1], "-ffp-contract=fast"]
+    assert _driver_digest([cc], flags, tmp_path, []) != DRIVER_SHA256
+
+
+def _random_quant_weight(rng: np.random.Generator, kernel_type: int, n: int, k: int) -> Weight:
+    """A [n, k] weight in the kernels' block layout: random fp32 scales (and mins), random quants."""
+    size = {2: 20, 3: 24, 8: 36}[kernel_type]
+    blocks = rng.integers(0, 256, size=(n * k // 32, size), dtype=np.uint8)
+    head = 8 if kernel_type == 3 else 4
+    scales = rng.uniform(-0.05, 0.05, size=(blocks.shape[0], head // 4)).astype(np.float32)
+    blocks[:, :head] = scales.view(np.uint8)
+    return Weight("w", n, k, kernel_type, torch.from_numpy(blocks.reshape(-1).copy()))
+
+
+def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
+    """Every op on random inputs of odd sizes; returns every output."""
+    rng = np.random.default_rng(seed)
+    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    outs = []
+    for kernel_type in (2, 3, 8):
+        w = _random_quant_weight(rng, kernel_type, 23, 64)
+        for m in (1, 5, 9, 14):
+            outs.append(ops.linear(t(m, 64), w, t(23)))
+        outs.append(ops.embed(w, torch.tensor([3, 0, 22])))
+    dense = t(19, 37)
+    w32 = Weight("d", 19, 37, 0, dense.reshape(-1).view(torch.uint8))
+    outs += [ops.linear(t(m, 37), w32) for m in (1, 10)]
+    outs.append(ops.rmsnorm(t(7, 45), t(45), 1e-6))
+    outs.append(ops.silu_mul(t(3, 101) * 20, t(3, 101)))
+    outs.append(ops.log_softmax(t(4, 999) * 10))
+    k_cache, v_cache = t(5, 4, 2, 24), t(5, 4, 2, 24)
+    meta = AttentionMeta(
+        positions=torch.tensor([2, 7, 0, 13], dtype=torch.int32),
+        token_seq=torch.tensor([0, 0, 1, 1], dtype=torch.int32),
+        block_tables=torch.tensor([[4, 1, 0, 0], [3, 0, 2, 1]], dtype=torch.int32),
+        slots=torch.tensor([0, 1, 2, 3], dtype=torch.int64),
+        block_size=4,
+    )
+    outs.append(ops.attention(t(4, 6, 24), k_cache, v_cache, meta))
+    table = RopeTable(cos=t(16, 8), sin=t(16, 8), dim=16, interleaved=True)
+    outs.append(ops.rope(t(4, 3, 24), meta.positions, table))
+    return outs
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("target", runnable_targets())
+def test_every_target_equals_portable_bit_for_bit(target: str, threads: int) -> None:
+    reference = _all_ops(NativeOps(1, "portable"), seed=7)
+    got = _all_ops(NativeOps(threads, target), seed=7)
+    for a, b in zip(got, reference, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_exp_within_two_ulp_of_float64() -> None:
+    ops = NativeOps(1)
+    x = np.concatenate([np.linspace(-87.3, 88.3, 200_001), np.random.default_rng(3).uniform(-10, 10, 50_000)])
+    x = x.astype(np.float32)
+    got = np.empty_like(x)
+    ops.lib.strata_exp(x.ctypes.data, x.size, got.ctypes.data)
+    exact = np.exp(x.astype(np.float64))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - exact) / ulp) <= 2.0
+
+
+def test_log_softmax_matches_float64() -> None:
+    logits = torch.from_numpy(np.random.default_rng(5).normal(0, 4, size=(3, 49152)).astype(np.float32))
+    got = NativeOps(2).log_softmax(logits).double()
+    exact = torch.log_softmax(logits.double(), dim=-1)
+    ulp = torch.from_numpy(np.spacing(exact.float().abs().numpy())).double()
+    assert torch.all(torch.abs(got - exact) <= 1.5 * ulp + 1e-7)  # the final fp32 subtractions
+    assert torch.equal(got[1].float(), NativeOps(1).log_softmax(logits[1:2])[0])  # a row alone, same bits
