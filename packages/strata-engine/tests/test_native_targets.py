@@ -27,7 +27,10 @@ DRIVER = Path(__file__).with_name("native_driver.c")
 # sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.
 # Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
 DRIVER_SHA256 = "92656f128423d947be91815ebaedb4e9681bffb4b4c14d2520410f4798513b79"
-DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + ["-Wno-unknown-pragmas", f"-I{HERE}"]
+DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
+    "-Wno-unknown-pragmas",
+    f"-I{HERE}",
+]
 
 
 def _driver_digest(cc: list[str], flags: list[str], tmp: Path, run: list[str]) -> str:
@@ -47,7 +50,9 @@ def test_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> 
 def test_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) -> None:
     cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
     if cross is None or qemu is None:
-        pytest.skip("aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)")
+        pytest.skip(
+            "aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)"
+        )
     digest = _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu])
     assert digest == DRIVER_SHA256
 

@@ -41,7 +41,9 @@ def rope_table(cfg: ModelConfig) -> RopeTable:
     """cos/sin per absolute position, computed in float64 with exactmath (the same bits on every
     machine, unlike numpy's or libm's sin/cos) and stored fp32: the same for any batch."""
     half = cfg.rope_dim // 2
-    inv = exactmath.exp(-(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(cfg.rope_base))
+    inv = exactmath.exp(
+        -(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(cfg.rope_base)
+    )
     angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
     sin, cos = exactmath.sin_cos(angles)
     return RopeTable(
@@ -114,7 +116,9 @@ class Transformer:
             a = ops.attention(q, k_cache, v_cache, meta).view(n, -1)
             x = x + ops.linear(a, layer.wo)
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
-            x = x + ops.linear(ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
+            x = x + ops.linear(
+                ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
+            )
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     @torch.inference_mode()

@@ -59,7 +59,12 @@ class Ops(Protocol):
     ) -> torch.Tensor: ...
     def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor: ...
     def kv_write(
-        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
     ) -> None: ...
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail)."""
@@ -130,7 +135,6 @@ class NativeOps:
         )  # fmt: skip
         return out
 
-
     def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
         x = x.contiguous().clone()
         t, h, d = x.shape
@@ -141,7 +145,12 @@ class NativeOps:
         return x
 
     def kv_write(
-        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
     ) -> None:
         k, v = k.contiguous(), v.contiguous()
         self.lib.strata_kv_write(
@@ -153,7 +162,9 @@ class NativeOps:
         logits = logits.float().contiguous()
         out = torch.empty_like(logits)
         if logits.shape[0]:
-            self.lib.strata_log_softmax(logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(), self.threads)
+            self.lib.strata_log_softmax(
+                logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(), self.threads
+            )
         return out
 
 
@@ -195,7 +206,6 @@ class TorchOps:
             out[idx] = o.transpose(0, 1)
         return out
 
-
     def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
         pos = positions.to(torch.int64)
         cos, sin = table.cos[pos][:, None, :], table.sin[pos][:, None, :]
@@ -210,7 +220,12 @@ class TorchOps:
         return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
 
     def kv_write(
-        self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slots: torch.Tensor,
     ) -> None:
         k_cache.view(-1, *k.shape[1:])[slots] = k
         v_cache.view(-1, *v.shape[1:])[slots] = v

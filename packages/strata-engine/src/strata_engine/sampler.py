@@ -17,7 +17,9 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.allowed = (
-            np.array(sorted(set(params.allowed_token_ids)), dtype=np.int64) if params.allowed_token_ids else None
+            np.array(sorted(set(params.allowed_token_ids)), dtype=np.int64)
+            if params.allowed_token_ids
+            else None
         )
         self.generator = torch.Generator()
         self.generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))

@@ -94,7 +94,9 @@ def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode == 0:
                 if not extra and sources[0] == KERNELS:
-                    logger.warning("kernels built without OpenMP (%s): they run on one thread", errors[-1][:200])
+                    logger.warning(
+                        "kernels built without OpenMP (%s): they run on one thread", errors[-1][:200]
+                    )
                 os.replace(out, target)  # atomic: concurrent builders never see a half-written file
                 return target
             errors.append(proc.stderr.strip())
