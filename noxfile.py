@@ -6,11 +6,15 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
+
 import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = False
-nox.options.sessions = ["lint", "engine", "client", "server", "decide", "integration"]
+nox.options.sessions = ["lint", "engine", "triton", "client", "server", "decide", "integration"]
 
 PY = "3.11"
 TORCH = "torch==2.13.0"
@@ -30,11 +34,39 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
 
 
+def install_aarch64_tools(session: nox.Session) -> None:
+    """The aarch64 cross compiler and qemu, for the test that runs the kernels' NEON build and
+    compares its bits with this host's. Where they cannot be installed, that test skips with
+    a printed reason."""
+    if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64"):
+        return
+    if platform.machine() != "x86_64" or not shutil.which("apt-get") or os.geteuid() != 0:
+        session.log("aarch64 cross tools cannot be installed here: the qemu kernel test will skip")
+        return
+    session.run(
+        "bash", "-c",
+        "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) > /dev/null "
+        "|| echo 'apt-get could not install the aarch64 cross tools: the qemu kernel test will skip'",
+        external=True,
+    )  # fmt: skip
+
+
 @nox.session(python=PY)
 def engine(session: nox.Session) -> None:
+    install_aarch64_tools(session)
     session.install(TORCH)
     session.install(f"{ENGINE}[test]")
     pytest(session, "packages/strata-engine/tests")
+
+
+@nox.session(python=PY)
+def triton(session: nox.Session) -> None:
+    """The Triton GPU kernels under Triton's interpreter on the CPU (no GPU needed)."""
+    session.install(TORCH)
+    session.install(f"{ENGINE}[gpu,test]")
+    session.env["TRITON_INTERPRET"] = "1"
+    pytest(session, "packages/strata-engine/tests/test_triton_kernels.py", "packages/strata-engine/tests/test_triton_model.py")
 
 
 @nox.session(python=PY)
