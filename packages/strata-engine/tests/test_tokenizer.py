@@ -309,7 +309,7 @@ def test_add_bos_from_metadata() -> None:
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"tokenizer.ggml.model": "llama"}, "llama"),
+        ({"tokenizer.ggml.model": "ugm"}, "ugm"),
         ({"tokenizer.ggml.model": "bert"}, "bert"),
         ({"tokenizer.ggml.pre": "deepseek-coder"}, "deepseek-coder"),
         ({"tokenizer.ggml.tokens": []}, "tokens"),

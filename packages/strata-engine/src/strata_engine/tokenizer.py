@@ -237,11 +237,14 @@ class Tokenizer:
     def from_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
         """Build from GGUF key/values (plain Python values, as gguf-py's `contents()` gives)."""
         model = meta.get("tokenizer.ggml.model")
+        if model == "llama":
+            from .spm_tokenizer import SentencePieceTokenizer  # a subclass: imported late
+
+            return SentencePieceTokenizer.from_metadata(meta)
         if model != "gpt2":
-            kind = " (SentencePiece)" if model == "llama" else ""
             raise ModelLoadError(
-                f"unsupported tokenizer model {model!r}{kind}: "
-                "only 'gpt2' (byte-level BPE) is supported"
+                f"unsupported tokenizer model {model!r}: supported are 'gpt2' (byte-level BPE) "
+                "and 'llama' (SentencePiece)"
             )
         tokens = meta.get("tokenizer.ggml.tokens")
         merges = meta.get("tokenizer.ggml.merges")
