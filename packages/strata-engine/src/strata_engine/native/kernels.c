@@ -27,12 +27,17 @@
 
 /* Register blocking of the many-rows matmul: a speed choice only (each output's sequence of
  * operations is the same for any blocking), sized to each target's register file. */
+#ifndef MR
 #if defined(STRATA_TARGET_AVX512)
 #define MR 4
 #define NR 4
+#elif defined(STRATA_TARGET_AVX2) /* 12 accumulators + 4 weight registers of 16 */
+#define MR 3
+#define NR 2
 #else
 #define MR 2
 #define NR 2
+#endif
 #endif
 
 enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8 };
