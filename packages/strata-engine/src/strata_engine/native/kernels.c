@@ -24,6 +24,7 @@
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
 #define FUSED_MAX_ROWS 8
+#define SMALL_WORK 32768 /* below this many elements a call runs on one thread: waking threads costs more */
 
 /* Register blocking of the many-rows matmul: a speed choice only (each output's sequence of
  * operations is the same for any blocking), sized to each target's register file. */
@@ -210,7 +211,7 @@ void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *i
 
 /* RMSNorm per row: (x * (1 / sqrt(mean(x^2) + eps))) * weight. */
 void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, float eps, float *y, int nthreads) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
         float *yr = y + m * K;
@@ -225,7 +226,7 @@ void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, f
 /* out = silu(gate) * up = (g / (1 + e^-g)) * up, elementwise. */
 void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
     int64_t chunks = (n + VL - 1) / VL;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
     for (int64_t c = 0; c < chunks; c++) {
         int64_t i = c * VL;
         int len = n - i < VL ? (int)(n - i) : VL;
@@ -249,7 +250,7 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
         if (pos[t] + 1 > max_ctx) max_ctx = pos[t] + 1;
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (T * H * max_ctx * D >= SMALL_WORK)
     {
         float *s = (float *)malloc((size_t)max_ctx * 4);
         float *acc = (float *)malloc((size_t)(D + VL) * 4);
@@ -328,7 +329,7 @@ void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floa
  * order; log in double.
  */
 void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * N;
         float *yr = out + m * N;
