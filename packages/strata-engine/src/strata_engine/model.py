@@ -1,4 +1,5 @@
-"""The transformer (llama / qwen2 / qwen3), written once, calling `Ops` for every heavy step.
+"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3), written once, calling `Ops` for
+every heavy step.
 
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
 chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
@@ -14,7 +15,7 @@ import torch
 from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
-from strata_engine.gguf_loader import GGUFFile
+from strata_engine.gguf_loader import GGUFFile, TensorInfo
 from strata_engine.ops import AttentionMeta, Ops, RopeTable
 from strata_engine.weights import Weight, vector
 
@@ -32,9 +33,44 @@ class Layer:
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
     ffn_norm: torch.Tensor
-    w_gate: Weight
-    w_up: Weight
-    w_down: Weight
+    w_gate: Weight | None  # None in a mixture-of-experts layer
+    w_up: Weight | None
+    w_down: Weight | None
+    router: Weight | None = None  # [n_experts, hidden]: the MoE gate (ffn_gate_inp)
+    experts: list[tuple[Weight, Weight, Weight]] | None = None  # (gate, up, down) per expert
+
+
+def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
+    """Consecutive row ranges of a weight as weights of their own, sharing its packed blocks.
+
+    A matmul output row depends only on its own weight row, so a fused projection (phi3's
+    attn_qkv and gate-up) split here gives the same bits as the unfused one, and the blocks
+    stay in their stored format.
+    """
+    if sum(sizes) != w.out_features:
+        raise ModelLoadError(f"tensor {w.name}: {w.out_features} rows cannot be split as {sizes}")
+    row_bytes = w.raw.numel() // w.out_features
+    parts, start = [], 0
+    for n in sizes:
+        name = f"{w.name}[{start}:{start + n}]"
+        source = None
+        if w.kernel_type != 0 and w.source is not None:  # the torch fallback dequantises from it
+            src_row = w.source.data.nbytes // w.out_features
+            data = w.source.data[start * src_row : (start + n) * src_row]
+            source = TensorInfo(name, (n, w.in_features), w.source.qtype, data)
+        raw = w.raw[start * row_bytes : (start + n) * row_bytes]
+        parts.append(Weight(name, n, w.in_features, w.kernel_type, raw, source))
+        start += n
+    return parts
+
+
+def packed_experts(info: TensorInfo) -> list[Weight]:
+    """A 3-D expert tensor [n_experts, out, in] as one weight per expert, blocks kept packed."""
+    if len(info.shape) != 3:
+        raise ModelLoadError(f"tensor {info.name}: expected 3 dimensions, got {info.shape}")
+    n, out_f, in_f = info.shape
+    flat = Weight.from_info(TensorInfo(info.name, (n * out_f, in_f), info.qtype, info.data))
+    return split_rows(flat, [out_f] * n)
 
 
 def rope_table(cfg: ModelConfig) -> RopeTable:
@@ -71,15 +107,46 @@ class Transformer:
         self.embedding = Weight.from_info(need("token_embd.weight"))
         self.output = Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
         self.norm = vector(need("output_norm.weight"))
+        if any(name.startswith("rope_factors") for name in t):
+            raise ModelLoadError(
+                "RoPE scaling factors (rope_factors_*, e.g. Phi-3 128k LongRoPE) are not supported"
+            )
         self.layers = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
+            if p + "attn_qkv.weight" in t:  # phi3: one fused projection, split by rows at load
+                q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+                wq, wk, wv = split_rows(
+                    Weight.from_info(t[p + "attn_qkv.weight"]), [q_rows, kv_rows, kv_rows]
+                )
+            else:
+                wq, wk, wv = (Weight.from_info(need(p + f"attn_{x}.weight")) for x in "qkv")
+            router, experts = None, None
+            if cfg.n_experts:
+                router = Weight.from_info(need(p + "ffn_gate_inp.weight"))
+                gates, ups, downs = (
+                    packed_experts(need(p + f"ffn_{x}_exps.weight")) for x in ("gate", "up", "down")
+                )
+                if not len(gates) == len(ups) == len(downs) == router.out_features == cfg.n_experts:
+                    raise ModelLoadError(
+                        f"layer {i}: expert tensors disagree with expert_count {cfg.n_experts}"
+                    )
+                experts = list(zip(gates, ups, downs, strict=True))
+                w_gate = w_up = w_down = None
+            elif p + "ffn_gate.weight" not in t and p + "ffn_up.weight" in t:  # phi3: fused [gate; up]
+                up = Weight.from_info(t[p + "ffn_up.weight"])
+                w_gate, w_up = split_rows(up, [up.out_features // 2] * 2)
+                w_down = Weight.from_info(need(p + "ffn_down.weight"))
+            else:
+                w_gate, w_up, w_down = (
+                    Weight.from_info(need(p + f"ffn_{x}.weight")) for x in ("gate", "up", "down")
+                )
             self.layers.append(
                 Layer(
                     attn_norm=vector(need(p + "attn_norm.weight")),
-                    wq=Weight.from_info(need(p + "attn_q.weight")),
-                    wk=Weight.from_info(need(p + "attn_k.weight")),
-                    wv=Weight.from_info(need(p + "attn_v.weight")),
+                    wq=wq,
+                    wk=wk,
+                    wv=wv,
                     wo=Weight.from_info(need(p + "attn_output.weight")),
                     bq=opt_vec(p + "attn_q.bias"),
                     bk=opt_vec(p + "attn_k.bias"),
@@ -87,9 +154,11 @@ class Transformer:
                     q_norm=opt_vec(p + "attn_q_norm.weight"),
                     k_norm=opt_vec(p + "attn_k_norm.weight"),
                     ffn_norm=vector(need(p + "ffn_norm.weight")),
-                    w_gate=Weight.from_info(need(p + "ffn_gate.weight")),
-                    w_up=Weight.from_info(need(p + "ffn_up.weight")),
-                    w_down=Weight.from_info(need(p + "ffn_down.weight")),
+                    w_gate=w_gate,
+                    w_up=w_up,
+                    w_down=w_down,
+                    router=router,
+                    experts=experts,
                 )
             )
         self.rope = rope_table(cfg)
@@ -116,10 +185,40 @@ class Transformer:
             a = ops.attention(q, k_cache, v_cache, meta).view(n, -1)
             x = x + ops.linear(a, layer.wo)
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
-            x = x + ops.linear(
-                ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
-            )
+            if layer.experts is not None:
+                x = x + self._moe(h, layer)
+            else:
+                x = x + ops.linear(
+                    ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
+                )
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+
+    def _moe(self, h: torch.Tensor, layer: Layer) -> torch.Tensor:
+        """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that
+        row alone.
+
+        The router's top-k is taken on its fp32 logits (softmax is monotonic; ties go to the lower
+        expert id); the k weights are the softmax over those k logits, i.e. the renormalised top-k
+        probabilities llama.cpp uses for Mixtral and Qwen3-MoE, computed in float64 with exactmath
+        (the same bits on every machine). Each expert runs on the rows that chose it (an invariant
+        matmul: a row's bits do not depend on the others), and a row's outputs are added in
+        ascending expert id: one fixed order of fp32 multiplies and adds per row.
+        """
+        assert layer.router is not None and layer.experts is not None
+        ops, k = self.ops, self.cfg.n_experts_used
+        logits = ops.linear(h, layer.router)
+        order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
+        top = torch.gather(logits, 1, order).double().numpy()
+        e = exactmath.exp(top - top[:, :1])  # the first is the largest: exp(0) = 1 for it
+        weights = torch.from_numpy((e / e.sum(axis=1, keepdims=True)).astype(np.float32))
+        out = torch.zeros_like(h)
+        for expert in torch.unique(order).tolist():  # ascending expert id
+            rows, slot = (order == expert).nonzero(as_tuple=True)
+            gate, up, down = layer.experts[expert]
+            x = h[rows]
+            y = ops.linear(ops.silu_mul(ops.linear(x, gate), ops.linear(x, up)), down)
+            out[rows] = out[rows] + weights[rows, slot][:, None] * y
+        return out
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,192 @@
+"""Tiny random GGUFs of the architectures beyond llama/qwen2/qwen3's dense BPE models: llama
+with a SentencePiece vocabulary (Llama 2 / TinyLlama / Mistral), phi3 (fused QKV and gate-up),
+qwen3moe and Mixtral-style llama with experts. Written with gguf.GGUFWriter using the metadata
+keys and tensor names llama.cpp reads, weights in the types the kernels keep packed (F32, Q4_0,
+Q4_1, Q8_0), so that llama.cpp and Strata can run the same file; plus a float64 reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFWriter
+from reference_forward import ReferenceModel
+from spm_vocab import add_spm_tokenizer, load_golden
+from tiny_models import _add_tokenizer, _write, add_weight
+
+HIDDEN = 128
+N_LAYERS = 2
+N_HEADS = 4
+N_KV_HEADS = 2
+HEAD_DIM = 32
+FFN = 256
+CTX = 128
+PACKED_TYPES = (QT.Q4_0, QT.Q8_0, QT.Q4_1, QT.F32)
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    name: str
+    arch: str
+    spm: bool  # SentencePiece vocabulary (else the tiny byte-level BPE one)
+    n_experts: int = 0
+    n_experts_used: int = 0
+    type_offset: int = 0
+
+
+ARCH_SPECS = (
+    ArchSpec("llama-spm", "llama", spm=True),
+    ArchSpec("phi3", "phi3", spm=True, type_offset=1),
+    ArchSpec("qwen3moe", "qwen3moe", spm=False, n_experts=4, n_experts_used=2, type_offset=2),
+    ArchSpec("mixtral", "llama", spm=True, n_experts=4, n_experts_used=2, type_offset=3),
+)
+
+
+def vocab_size(spec: ArchSpec) -> int:
+    if spec.spm:
+        return len(load_golden()["vocab"]["tokens"])
+    from tiny_models import VOCAB_SIZE
+
+    return VOCAB_SIZE
+
+
+def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT, ...] = PACKED_TYPES) -> Path:
+    """Write `spec` as a GGUF at `path` (random, seeded weights); 2-D and expert weights take
+    `types` in turn (norms and the MoE router are F32, as converters store them)."""
+    rng = np.random.default_rng(seed)
+    n_vocab = vocab_size(spec)
+    w = GGUFWriter(str(path), spec.arch)
+    # not "phi3": llama.cpp then looks up Phi-3's own special tokens, absent from this vocabulary
+    w.add_name(f"tiny {spec.arch if spec.arch != 'phi3' else 'fused-projection'} model")
+    w.add_block_count(N_LAYERS)
+    w.add_context_length(CTX)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(N_HEADS)
+    w.add_head_count_kv(N_KV_HEADS)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(n_vocab)
+    if spec.arch == "qwen3moe":
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+    if spec.n_experts:
+        w.add_expert_count(spec.n_experts)
+        w.add_expert_used_count(spec.n_experts_used)
+        if spec.arch == "qwen3moe":
+            w.add_expert_feed_forward_length(FFN)
+    if spec.spm:
+        add_spm_tokenizer(w, load_golden()["vocab"])
+    else:
+        _add_tokenizer(w, "qwen2")
+    offset = spec.type_offset % len(types)
+    cycle = itertools.cycle(types[offset:] + types[:offset])
+
+    def matrix(name: str, shape: tuple[int, ...], std: float) -> None:
+        add_weight(w, name, rng.normal(0.0, std, size=shape), next(cycle), rng)
+
+    def vec(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + rng.normal(0.0, 0.1, size=n)).astype(np.float32))
+
+    q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
+    matrix("token_embd.weight", (n_vocab, HIDDEN), 0.5)
+    for i in range(N_LAYERS):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", HIDDEN)
+        if spec.arch == "phi3":
+            matrix(p + "attn_qkv.weight", (q_out + 2 * kv_out, HIDDEN), 0.08)
+        else:
+            matrix(p + "attn_q.weight", (q_out, HIDDEN), 0.08)
+            matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.08)
+            matrix(p + "attn_v.weight", (kv_out, HIDDEN), 0.08)
+        if spec.arch == "qwen3moe":
+            vec(p + "attn_q_norm.weight", HEAD_DIM)
+            vec(p + "attn_k_norm.weight", HEAD_DIM)
+        matrix(p + "attn_output.weight", (HIDDEN, q_out), 0.08)
+        vec(p + "ffn_norm.weight", HIDDEN)
+        if spec.n_experts:
+            e = spec.n_experts
+            w.add_tensor(p + "ffn_gate_inp.weight", rng.normal(0.0, 0.3, size=(e, HIDDEN)).astype(np.float32))
+            matrix(p + "ffn_gate_exps.weight", (e, FFN, HIDDEN), 0.08)
+            matrix(p + "ffn_up_exps.weight", (e, FFN, HIDDEN), 0.08)
+            matrix(p + "ffn_down_exps.weight", (e, HIDDEN, FFN), 0.08)
+        elif spec.arch == "phi3":
+            matrix(p + "ffn_up.weight", (2 * FFN, HIDDEN), 0.08)  # [gate; up]
+            matrix(p + "ffn_down.weight", (HIDDEN, FFN), 0.08)
+        else:
+            matrix(p + "ffn_gate.weight", (FFN, HIDDEN), 0.08)
+            matrix(p + "ffn_up.weight", (FFN, HIDDEN), 0.08)
+            matrix(p + "ffn_down.weight", (HIDDEN, FFN), 0.08)
+    vec("output_norm.weight", HIDDEN)
+    matrix("output.weight", (n_vocab, HIDDEN), 0.5)
+    _write(w)
+    return path
+
+
+class ArchReference(ReferenceModel):
+    """The float64 reference forward with phi3's fused projections and MoE layers (llama.cpp's
+    routing: softmax over all experts, top-k, weights renormalised over the k)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.n_used = int(self.meta.get(f"{self.arch}.expert_used_count", 0))
+        w = self.w
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            if p + "attn_qkv.weight" in w:
+                qkv = w.pop(p + "attn_qkv.weight")
+                q_rows, kv_rows = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+                w[p + "attn_q.weight"], w[p + "attn_k.weight"], w[p + "attn_v.weight"] = qkv.split(
+                    [q_rows, kv_rows, kv_rows]
+                )
+            if self.arch == "phi3":
+                w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = w.pop(p + "ffn_up.weight").chunk(2)
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        return self._moe_forward(ids) if self.n_used else super()._forward(ids)
+
+    def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        w, p = self.w, f"blk.{i}."
+        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
+        top = torch.topk(probs, self.n_used, dim=-1)
+        weights = top.values / top.values.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for r in range(h.shape[0]):
+            for j in range(self.n_used):
+                e = int(top.indices[r, j])
+                g = torch.nn.functional.silu(w[p + "ffn_gate_exps.weight"][e] @ h[r])
+                y = w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ h[r]))
+                out[r] += weights[r, j] * y
+        return out
+
+    def _moe_forward(self, ids: list[int]) -> torch.Tensor:
+        """The parent's forward with each FFN a mixture of experts."""
+        w = self.w
+        x = w["token_embd.weight"][torch.tensor(ids)]
+        t = len(ids)
+        mask = torch.full((t, t), float("-inf"), dtype=torch.float64).triu(1)
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            h = self._rms(x, w[p + "attn_norm.weight"])
+            q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, self.head_dim)
+            k = (h @ w[p + "attn_k.weight"].T).reshape(t, self.n_kv, self.head_dim)
+            v = (h @ w[p + "attn_v.weight"].T).reshape(t, self.n_kv, self.head_dim)
+            if p + "attn_q_norm.weight" in w:
+                q = self._rms(q, w[p + "attn_q_norm.weight"])
+                k = self._rms(k, w[p + "attn_k_norm.weight"])
+            q, k = self._rope(q), self._rope(k)
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5 + mask
+            a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
+            x = x + a @ w[p + "attn_output.weight"].T
+            x = x + self._moe(i, self._rms(x, w[p + "ffn_norm.weight"]))
+        x = self._rms(x, w["output_norm.weight"])
+        head = w.get("output.weight", w["token_embd.weight"])
+        return torch.log_softmax(x @ head.T, dim=-1)
