@@ -63,7 +63,7 @@ class Weight:
             data = np.array(info.data) if info.qtype == QT.F32 else widen_scales(info.data, info.qtype)
             return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], torch.from_numpy(data), info)
         dense = torch.from_numpy(np.ascontiguousarray(dequantize(info)))
-        return cls(info.name, out_f, in_f, 0, dense.view(torch.uint8).reshape(-1), dense)
+        return cls(info.name, out_f, in_f, 0, dense.view(torch.uint8).reshape(-1), info, dense)
 
     def dense(self) -> torch.Tensor:
         """fp32 [out, in] (dequantised once on first use; used by the torch fallback ops)."""
