@@ -57,7 +57,9 @@ class Ops(Protocol):
     def attention(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
     ) -> torch.Tensor: ...
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor: ...
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+        """x [T, H, D] rotated; may rotate x in place and return it (callers own x)."""
+        ...
     def kv_write(
         self,
         k: torch.Tensor,
@@ -136,7 +138,7 @@ class NativeOps:
         return out
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
-        x = x.contiguous().clone()
+        x = x.contiguous()  # rotated in place: q and k are fresh outputs of linear
         t, h, d = x.shape
         self.lib.strata_rope(
             x.data_ptr(), t, h, d, table.dim, positions.data_ptr(), table.cos.data_ptr(),
