@@ -211,9 +211,7 @@ def chat_stream() -> bytes:
             "object": "chat.completion.chunk",
             "created": 1732900005,
             "model": MODEL,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-            ],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
 
     def token(text: str, value: float) -> dict[str, Any]:

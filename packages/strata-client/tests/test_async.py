@@ -43,9 +43,7 @@ async def aclient(base_url) -> AsyncIterator[AsyncStrataClient]:
         yield client
 
 
-async def test_completion_parses_and_model_is_looked_up_once(
-    aclient, mock, models_body, id_mode_completion
-):
+async def test_completion_parses_and_model_is_looked_up_once(aclient, mock, models_body, id_mode_completion):
     models = mock.get("/v1/models").respond(200, json=models_body)
     route = mock.post("/v1/completions").respond(200, json=id_mode_completion)
     first = await aclient.completions.create(prompt=[1, 2], logprobs=3, max_tokens=1)

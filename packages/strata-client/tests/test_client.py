@@ -28,9 +28,7 @@ def sent_json(route: respx.Route, index: int = 0) -> dict:
 def test_base_url_with_or_without_v1_reaches_both_route_families(given: str):
     with respx.mock(base_url="http://host:9000") as mock, StrataClient(base_url=given) as client:
         models = mock.get("/v1/models").respond(200, json={"data": [{"id": "m"}]})
-        tokenize = mock.post("/tokenize").respond(
-            200, json={"tokens": [1], "count": 1, "max_model_len": 10}
-        )
+        tokenize = mock.post("/tokenize").respond(200, json={"tokens": [1], "count": 1, "max_model_len": 10})
         client.models.list()
         client.tokenize("a")
         assert models.call_count == 1 and tokenize.call_count == 1
@@ -144,9 +142,7 @@ def test_a_server_without_models_is_a_clear_error(client, mock):
 
 
 def test_tokenize_prompt_and_messages(client, mock):
-    route = mock.post("/tokenize").respond(
-        200, json={"tokens": [1, 2, 3], "count": 3, "max_model_len": 8192}
-    )
+    route = mock.post("/tokenize").respond(200, json={"tokens": [1, 2, 3], "count": 3, "max_model_len": 8192})
     result = client.tokenize("abc", add_special_tokens=False)
     assert (result.tokens, result.count, result.max_model_len) == ([1, 2, 3], 3, 8192)
     messages = [{"role": "user", "content": "hi"}]

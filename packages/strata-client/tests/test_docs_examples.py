@@ -45,9 +45,7 @@ def docs_server(
     with respx.mock(base_url="http://127.0.0.1:8000", assert_all_called=False) as mock:
         mock.get("/health").respond(200)
         mock.get("/v1/models").respond(200, json=models_body)
-        mock.post("/tokenize").respond(
-            200, json={"tokens": [19556, 905], "count": 2, "max_model_len": 8192}
-        )
+        mock.post("/tokenize").respond(200, json={"tokens": [19556, 905], "count": 2, "max_model_len": 8192})
         mock.post("/detokenize").respond(200, json={"prompt": "Hello world"})
         mock.get("/tokenizer_info").respond(200, json={"eos_token": "<|im_end|>"})
         mock.post("/v1/completions").mock(side_effect=completions)

@@ -158,9 +158,7 @@ def test_minimal_bodies_from_other_servers_parse():
     completion = Completion.model_validate({"choices": [{"text": "x", "index": 0}]})
     assert completion.choices[0].logprobs is None and completion.usage is None
     assert (
-        ChatCompletion.model_validate({"choices": [{"message": {"content": "y"}}]})
-        .choices[0]
-        .message.role
+        ChatCompletion.model_validate({"choices": [{"message": {"content": "y"}}]}).choices[0].message.role
         == "assistant"
     )
 

@@ -107,9 +107,7 @@ def test_events_after_done_are_ignored(client, mock, make_sse, completion_stream
     late = make_sse({"choices": [{"index": 0, "text": "late"}]})
     mock.post("/v1/completions").respond(200, content=completion_stream + late)
     texts = [
-        c.choices[0].text
-        for c in client.completions.create(prompt="x", model="m", stream=True)
-        if c.choices
+        c.choices[0].text for c in client.completions.create(prompt="x", model="m", stream=True) if c.choices
     ]
     assert "late" not in texts
 

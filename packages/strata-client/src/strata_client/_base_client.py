@@ -42,9 +42,7 @@ def wire_body(arguments: dict[str, Any]) -> dict[str, Any]:
     this client does not know and override known ones.
     """
     body = {
-        name: value
-        for name, value in arguments.items()
-        if name not in _CALL_OPTIONS and value is not None
+        name: value for name, value in arguments.items() if name not in _CALL_OPTIONS and value is not None
     }
     body.update(arguments.get("extra_body") or {})
     return body

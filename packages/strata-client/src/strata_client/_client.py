@@ -158,7 +158,6 @@ class StrataClient(BaseClient, Closing):
         self._http.close()
 
 
-
 class AsyncStrataClient(BaseClient, AsyncClosing):
     """Async twin of ``StrataClient``: the same arguments, awaited calls, async streams."""
 
@@ -209,9 +208,7 @@ class AsyncStrataClient(BaseClient, AsyncClosing):
     async def _get(self, path: str, response_type: type[ResponseT]) -> ResponseT:
         return response_type.model_validate((await self._send("GET", path)).json())
 
-    async def _post(
-        self, path: str, body: dict[str, Any], response_type: type[ResponseT]
-    ) -> ResponseT:
+    async def _post(self, path: str, body: dict[str, Any], response_type: type[ResponseT]) -> ResponseT:
         return response_type.model_validate((await self._send("POST", path, json=body)).json())
 
     async def _create(
@@ -272,4 +269,3 @@ class AsyncStrataClient(BaseClient, AsyncClosing):
     async def close(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
-

@@ -43,9 +43,7 @@ class APIConnectionError(StrataError):
 class APITimeoutError(APIConnectionError):
     """The request did not complete within its timeout."""
 
-    def __init__(
-        self, message: str = "Request timed out.", *, request: httpx.Request | None = None
-    ):
+    def __init__(self, message: str = "Request timed out.", *, request: httpx.Request | None = None):
         super().__init__(message, request=request)
 
 
@@ -69,9 +67,7 @@ class APIStatusError(StrataError):
     decoded JSON, or the text when it was not JSON) and ``response`` (the httpx response).
     """
 
-    def __init__(
-        self, status_code: int, details: ErrorDetails, *, body: Any, response: httpx.Response
-    ):
+    def __init__(self, status_code: int, details: ErrorDetails, *, body: Any, response: httpx.Response):
         super().__init__(f"Error code: {status_code} - {details.message}")
         self.status_code = status_code
         self.message = details.message

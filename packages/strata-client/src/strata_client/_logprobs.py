@@ -98,9 +98,7 @@ class CompletionLogprobs(WireModel):
         ends = [*starts[1:], len(text)]
         for start, end in zip(starts, ends, strict=True):
             if not 0 <= start <= end <= len(text):
-                raise ValueError(
-                    f"text_offset {self.text_offset} does not fit a {len(text)}-char text"
-                )
+                raise ValueError(f"text_offset {self.text_offset} does not fit a {len(text)}-char text")
         return [text[start:end] for start, end in zip(starts, ends, strict=True)]
 
     def rebuild_text(self, text: str | None = None) -> str:

@@ -39,9 +39,12 @@ class Completions:
         max_tokens: int | None = 16,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
         n: int | None = None,
         seed: int | None = None,
         stop: Stop | None = None,
+        stop_token_ids: list[int] | None = None,
+        ignore_eos: bool | None = None,
         logprobs: int | bool | None = None,
         top_logprobs: int | None = None,
         echo: bool | None = None,
@@ -55,6 +58,7 @@ class Completions:
     ) -> Completion | Stream[CompletionChunk]:
         """Complete ``prompt`` (text, token ids, or a batch of either: one choice each).
 
+        ``top_k``, ``stop_token_ids`` and ``ignore_eos`` are vLLM's sampling extensions.
         ``logprobs=N`` (or ``True`` with ``top_logprobs=N``) returns the legacy logprob
         object per choice; ``echo`` adds the prompt's tokens first; ``allowed_token_ids``
         restricts sampling (Strata then lists those ids with full-vocabulary values);
@@ -80,13 +84,20 @@ class ChatCompletions:
         max_completion_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
         n: int | None = None,
         seed: int | None = None,
         stop: Stop | None = None,
+        stop_token_ids: list[int] | None = None,
+        ignore_eos: bool | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
         allowed_token_ids: list[int] | None = None,
+        logprob_token_ids: list[int] | None = None,
+        return_tokens_as_token_ids: bool | None = None,
         response_format: dict[str, Any] | None = None,
+        add_generation_prompt: bool | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
@@ -96,12 +107,12 @@ class ChatCompletions:
 
         ``logprobs=True`` with ``top_logprobs=N`` returns ``choices[i].logprobs.content``;
         ``allowed_token_ids`` restricts sampling (on chat, values are renormalised over the
-        allowed ids). ``stream=True`` returns a ``Stream`` of ``ChatCompletionChunk``.
+        allowed ids; ``logprob_token_ids`` cannot be combined with it). ``add_generation_prompt``
+        and ``chat_template_kwargs`` go to the template. ``stream=True`` returns a ``Stream``
+        of ``ChatCompletionChunk``.
         """
         body = wire_body(locals())
-        return self._client._create(
-            CHAT_COMPLETIONS_PATH, body, timeout, ChatCompletion, ChatCompletionChunk
-        )
+        return self._client._create(CHAT_COMPLETIONS_PATH, body, timeout, ChatCompletion, ChatCompletionChunk)
 
 
 class Chat:
@@ -136,9 +147,12 @@ class AsyncCompletions:
         max_tokens: int | None = 16,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
         n: int | None = None,
         seed: int | None = None,
         stop: Stop | None = None,
+        stop_token_ids: list[int] | None = None,
+        ignore_eos: bool | None = None,
         logprobs: int | bool | None = None,
         top_logprobs: int | None = None,
         echo: bool | None = None,
@@ -152,9 +166,7 @@ class AsyncCompletions:
     ) -> Completion | AsyncStream[CompletionChunk]:
         """Complete ``prompt``; ``stream=True`` returns an ``AsyncStream``."""
         body = wire_body(locals())
-        return await self._client._create(
-            COMPLETIONS_PATH, body, timeout, Completion, CompletionChunk
-        )
+        return await self._client._create(COMPLETIONS_PATH, body, timeout, Completion, CompletionChunk)
 
 
 class AsyncChatCompletions:
@@ -172,13 +184,20 @@ class AsyncChatCompletions:
         max_completion_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
         n: int | None = None,
         seed: int | None = None,
         stop: Stop | None = None,
+        stop_token_ids: list[int] | None = None,
+        ignore_eos: bool | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
         allowed_token_ids: list[int] | None = None,
+        logprob_token_ids: list[int] | None = None,
+        return_tokens_as_token_ids: bool | None = None,
         response_format: dict[str, Any] | None = None,
+        add_generation_prompt: bool | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,

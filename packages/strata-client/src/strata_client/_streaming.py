@@ -111,7 +111,6 @@ class Stream(Closing, Generic[ChunkT]):
         self.response.close()
 
 
-
 class AsyncStream(AsyncClosing, Generic[ChunkT]):
     """Async twin of ``Stream``.
 
@@ -138,4 +137,3 @@ class AsyncStream(AsyncClosing, Generic[ChunkT]):
     async def close(self) -> None:
         """Close the HTTP response, releasing its connection."""
         await self.response.aclose()
-
