@@ -9,6 +9,7 @@ import pytest
 
 from strata_engine.engine import LLMEngine
 from strata_engine.model_store import resolve_model
+from strata_engine.native import NativeUnavailable, compiler
 
 sys.path.insert(0, str(Path(__file__).parent))  # helpers: tiny_models, reference_forward
 
@@ -29,3 +30,27 @@ def engine(model_path: Path) -> LLMEngine:
 @pytest.fixture(scope="session")
 def reference(model_path: Path) -> ReferenceModel:
     return ReferenceModel(str(model_path))
+
+
+def _skip_if_no_compiler(outcome) -> None:
+    """A test that needs the native kernels skips, with the reason, only where this machine has
+    no C compiler; any other failure to build or load the kernels fails the test."""
+    exc = outcome.excinfo
+    if exc is None or not issubclass(exc[0], NativeUnavailable):
+        return
+    try:
+        compiler()
+    except NativeUnavailable as missing:
+        outcome.force_exception(
+            pytest.skip.Exception(f"native kernels unavailable: {missing}", _use_item_location=True)
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _skip_if_no_compiler((yield))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    _skip_if_no_compiler((yield))

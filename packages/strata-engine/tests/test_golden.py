@@ -20,7 +20,7 @@ import torch
 from test_invariance import run_batch
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-from strata_engine.native import runnable_targets
+from strata_engine.native import targets_to_test
 
 GOLDEN = {
     "chat": "91732edb0e966ed3440c9eb6b04e86d822b6beefa23ee844429c3d5c5500d829",
@@ -38,7 +38,7 @@ FILLERS = ["Once upon a time", "SELECT * FROM t;", "1 2 3 4 5 6 7 8 9 10 11 12",
 def _targets() -> list[str]:
     """Every vector target; the portable build too where it has hardware FMA (AArch64):
     on x86 its fmaf is a software routine, too slow for a model (kernel tests cover it)."""
-    targets = runnable_targets()
+    targets = targets_to_test()
     return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
 
 

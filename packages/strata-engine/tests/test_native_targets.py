@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from strata_engine.native import BASE_FLAGS, HERE, TARGETS, compiler, runnable_targets
+from strata_engine.native import BASE_FLAGS, HERE, TARGETS, compiler, runnable_targets, targets_to_test
 from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
 from strata_engine.weights import Weight
 
@@ -40,7 +40,7 @@ def _driver_digest(cc: list[str], flags: list[str], tmp: Path, run: list[str]) -
     return hashlib.sha256(out).hexdigest()
 
 
-@pytest.mark.parametrize("target", runnable_targets())
+@pytest.mark.parametrize("target", targets_to_test())
 def test_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> None:
     cc, _ = compiler()
     assert _driver_digest([cc], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
@@ -108,7 +108,7 @@ def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-@pytest.mark.parametrize("target", runnable_targets())
+@pytest.mark.parametrize("target", targets_to_test())
 def test_every_target_equals_portable_bit_for_bit(target: str, threads: int) -> None:
     reference = _all_ops(NativeOps(1, "portable"), seed=7)
     got = _all_ops(NativeOps(threads, target), seed=7)

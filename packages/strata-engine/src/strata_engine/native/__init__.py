@@ -115,6 +115,15 @@ def runnable_targets() -> list[str]:
     return [name for name, (bit, _) in TARGETS.items() if bit == 0 or features & bit == bit]
 
 
+def targets_to_test() -> list[str]:
+    """For test parametrisation: the runnable targets, or ["portable"] where none can be
+    built (the tests then meet NativeUnavailable and skip or fail, as their conftest says)."""
+    try:
+        return runnable_targets()
+    except NativeUnavailable:
+        return ["portable"]
+
+
 @cache
 def _load_target(target: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(_compile([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))

@@ -1,0 +1,60 @@
+"""Which kernels run, and what happens without a C compiler (issue 9): never a silent fallback."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from strata_engine import native
+from strata_engine.ops import NativeOps, TorchOps, describe, make_ops
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """A machine without a C compiler and without previously built kernels."""
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    for cached in (native.compiler, native.cpu_features, native._load_target):
+        cached.cache_clear()
+    yield
+    for cached in (native.compiler, native.cpu_features, native._load_target):
+        cached.cache_clear()
+
+
+def test_auto_falls_back_to_torch_with_one_warning_saying_why(no_compiler, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="strata_engine"):
+        ops = make_ops("auto")
+    assert isinstance(ops, TorchOps) and ops.invariant is False and ops.name == "torch"
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "no-such-cc" in record.getMessage() and "NOT batch-invariant" in record.getMessage()
+    assert "gcc" in record.getMessage()  # says what to install
+
+
+def test_native_without_a_compiler_is_an_error_not_a_fallback(no_compiler) -> None:
+    with pytest.raises(native.NativeUnavailable, match="no-such-cc"):
+        make_ops("native")
+
+
+def test_the_best_target_runs_and_says_so() -> None:
+    ops = make_ops("native")
+    assert isinstance(ops, NativeOps)
+    assert ops.name == f"native-{native.runnable_targets()[0]}"
+    assert (
+        describe(ops.name, ops.invariant)
+        == f"kernels: {ops.name} (batch-invariant, the same bits on every CPU)"
+    )
+
+
+def test_forcing_a_target_the_cpu_cannot_run_is_refused(monkeypatch) -> None:
+    foreign = "neon" if "neon" not in native.runnable_targets() else "avx512"
+    monkeypatch.setenv(native.TARGET_ENV, foreign)
+    with pytest.raises(native.NativeUnavailable, match=f"cannot run the {foreign} kernels"):
+        NativeOps(1)
+
+
+def test_unknown_choices_are_refused() -> None:
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        make_ops("fast")
+    with pytest.raises(ValueError, match="device must be one of"):
+        make_ops("auto", device="tpu")
