@@ -36,21 +36,24 @@ def run_streams(engine: LLMEngine, n: int, tokens: int, offset: int) -> tuple[fl
     first: dict[int, float] = {}
     last: dict[int, float] = {}
     count = [0] * n
-    done: set[int] = set()
     start = time.perf_counter()
-    for i in range(n):
-        def emit(ev, i=i):
-            if ev is None:
-                done.add(i)
-            elif isinstance(ev, Step):
-                now = time.perf_counter()
-                first.setdefault(i, now)
-                last[i] = now
-                count[i] += 1
-
-        engine.add(Request(prompt(engine, offset + i), SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)), emit)
-    while len(done) < n:
+    outs = [
+        engine.add(
+            Request(
+                prompt(engine, offset + i), SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+            )
+        )
+        for i in range(n)
+    ]
+    while not all(out.drained for out in outs):
         engine.step()
+        now = time.perf_counter()
+        for i, out in enumerate(outs):
+            for ev in out.take():
+                if isinstance(ev, Step):
+                    first.setdefault(i, now)
+                    last[i] = now
+                    count[i] += 1
     decode_tokens = sum(c - 1 for c in count)
     decode_time = max(last.values()) - min(first.values())
     ttft = sum(first[i] - start for i in range(n)) / n
@@ -61,10 +64,14 @@ def prefix_reuse(engine: LLMEngine) -> float:
     """Seconds for 15 one-token reads: 5 states x 3 questions, each state's prefix shared."""
     start = time.perf_counter()
     for s in range(5):
-        state = f"<|im_start|>user\nState {s}: " + " ".join(f"event {s}-{k} happened at {k}:00 in room {k * 7 % 13}." for k in range(25))
+        state = f"<|im_start|>user\nState {s}: " + " ".join(
+            f"event {s}-{k} happened at {k}:00 in room {k * 7 % 13}." for k in range(25)
+        )
         for q in range(3):
             text = f"{state}\nQuestion {q}: did anything happen in room {q + 2}? Answer Yes or No.<|im_end|>\n<|im_start|>assistant\n"
-            engine.generate(Request(tuple(engine.tokenizer.encode(text)), SamplingParams(max_tokens=1, temperature=0)))
+            engine.generate(
+                Request(tuple(engine.tokenizer.encode(text)), SamplingParams(max_tokens=1, temperature=0))
+            )
     return time.perf_counter() - start
 
 
@@ -78,10 +85,18 @@ def main() -> None:
     levels = [int(x) for x in args.streams.split(",")]
     results: dict[bool, dict[int, tuple[float, float]]] = {}
     for invariant in (True, False):
-        engine = LLMEngine(path, num_threads=args.threads, parallel=max(levels), prefix_cache=False, kernels="native" if invariant else "torch")
+        engine = LLMEngine(
+            path,
+            num_threads=args.threads,
+            parallel=max(levels),
+            prefix_cache=False,
+            kernels="native" if invariant else "torch",
+        )
         run_streams(engine, 1, 4, 1000)  # warm-up
         results[invariant] = {n: run_streams(engine, n, args.tokens, 100 * n) for n in levels}
-    print(f"{'streams':>7} {'tok/s inv':>10} {'ttft inv':>9} {'tok/s off':>10} {'ttft off':>9} {'inv/off':>8}")
+    print(
+        f"{'streams':>7} {'tok/s inv':>10} {'ttft inv':>9} {'tok/s off':>10} {'ttft off':>9} {'inv/off':>8}"
+    )
     for n in levels:
         (a, ta), (b, tb) = results[True][n], results[False][n]
         print(f"{n:7d} {a:10.1f} {ta:8.2f}s {b:10.1f} {tb:8.2f}s {a / b:8.2f}")

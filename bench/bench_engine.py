@@ -2,15 +2,19 @@
 
 Prints load time, prefill tokens/s (512 tokens: last-position logits, and every position's
 logits), decode tokens/s (batch 1, 128 tokens) and peak memory, for Strata and llama.cpp,
-and the ratios. Each side runs in its own subprocess so memory figures are its own.
+and the ratios. Each side runs in its own subprocess so memory figures are its own. The
+header names the host's CPU, its vector flags and the kernel target; `--targets all` runs
+Strata once per vector target this CPU can run (e.g. avx512 and avx2 on an AVX-512 host).
 
-    python bench/bench_engine.py [--threads 2] [--repeat 3]
+    python bench/bench_engine.py [--threads 2] [--repeat 3] [--targets best|all|avx2,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import resource
 import subprocess
 import sys
@@ -31,17 +35,17 @@ def bench_strata(threads: int, repeat: int) -> dict:
 
     path = resolve_model("default")
     t0 = time.perf_counter()
-    engine = LLMEngine(path, num_threads=threads, parallel=1)
+    engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
     load = time.perf_counter() - t0
     ids = tuple(_prompt_ids(engine.vocab_size))
 
     def timed(request: Request) -> tuple[float, list[float]]:
         stamps: list[float] = []
-        done = []
         start = time.perf_counter()
-        engine.add(request, lambda ev: stamps.append(time.perf_counter()) if isinstance(ev, Step) else done.append(ev))
-        while not any(d is None for d in done):
+        out = engine.add(request)
+        while not out.drained:
             engine.step()
+            stamps.extend(time.perf_counter() for ev in out.take() if isinstance(ev, Step))
         return start, stamps
 
     best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
@@ -52,12 +56,21 @@ def bench_strata(threads: int, repeat: int) -> dict:
         best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (stamps[0] - start))
         p = (ids[0] + r + 101, *ids[1:])
         start = time.perf_counter()
-        engine.generate(Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True)))
+        engine.generate(
+            Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True))
+        )
         best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
         short = (ids[0] + r + 201, *ids[1:16])
-        _, stamps = timed(Request(short, SamplingParams(max_tokens=DECODE_TOKENS, temperature=0, ignore_eos=True), LogprobParams(top_n=1)))
+        _, stamps = timed(
+            Request(
+                short,
+                SamplingParams(max_tokens=DECODE_TOKENS, temperature=0, ignore_eos=True),
+                LogprobParams(top_n=1),
+            )
+        )
         best["decode"] = max(best["decode"], (len(stamps) - 1) / (stamps[-1] - stamps[0]))
-    return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"load_s": load, **best, "peak_rss_mb": rss, "kernels": engine.kernels}
 
 
 def bench_llama_cpp(threads: int, repeat: int) -> dict:
@@ -69,7 +82,9 @@ def bench_llama_cpp(threads: int, repeat: int) -> dict:
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(path, n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
     load = time.perf_counter() - t0
-    llm_all = llama_cpp.Llama(path, n_ctx=1024, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
+    llm_all = llama_cpp.Llama(
+        path, n_ctx=1024, n_threads=threads, n_batch=512, logits_all=True, verbose=False
+    )
     ids = _prompt_ids(llm.n_vocab())
     best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
     for r in range(repeat):
@@ -93,26 +108,62 @@ def bench_llama_cpp(threads: int, repeat: int) -> dict:
     return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def host_line() -> str:
+    """The CPU model and the vector flags that decide the kernel target."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="ignore") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx512f", "avx2", "fma", "f16c", "asimd", "neon"]
+    return f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
+
+
+def _targets(choice: str) -> list[str | None]:
+    from strata_engine.native import runnable_targets
+
+    if choice == "best":
+        return [None]
+    if choice == "all":
+        return [t for t in runnable_targets() if t != "portable"]
+    return choice.split(",")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--targets", default="best", help="best, all, or a comma list (avx512,avx2,neon,portable)"
+    )
     ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
         fn = bench_strata if args.side == "strata" else bench_llama_cpp
         print(json.dumps(fn(args.threads, args.repeat)))
         return
+    print(host_line())
     results = {}
-    for side in ("strata", "llama.cpp"):
+    runs: list[tuple[str, str | None]] = [("strata", t) for t in _targets(args.targets)] + [
+        ("llama.cpp", None)
+    ]
+    for side, target in runs:
+        env = {**os.environ, **({"STRATA_KERNELS_TARGET": target} if target else {})}
         proc = subprocess.run(
             [sys.executable, __file__, "--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)],
-            capture_output=True, text=True,
+            capture_output=True, text=True, env=env,
         )  # fmt: skip
         if proc.returncode != 0:
             print(f"{side}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
             continue
-        results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[out.pop("kernels", side)] = out
+    columns = list(results)
     rows = [
         ("load to ready (s)", "load_s"),
         ("prefill 512, last logits (tok/s)", "prefill_last"),
@@ -120,13 +171,16 @@ def main() -> None:
         ("decode bs=1, 128 tok (tok/s)", "decode"),
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
-    print(f"{'metric':36} {'strata':>10} {'llama.cpp':>10} {'ratio':>7}")
+    strata_cols = [c for c in columns if c != "llama.cpp"]
+    header = "".join(f"{c:>15}" for c in columns) + "".join(
+        f"{'ratio ' + c.removeprefix('native-'):>15}" for c in strata_cols
+    )
+    print(f"{'metric':36}{header}")
     for label, key in rows:
-        s = results.get("strata", {}).get(key)
         ll = results.get("llama.cpp", {}).get(key)
-        ratio = f"{s / ll:7.2f}" if s and ll else "      -"
-        fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"  # noqa: E731
-        print(f"{label:36} {fmt(s)} {fmt(ll)} {ratio}")
+        cells = "".join(f"{results[c][key]:15.2f}" for c in columns)
+        ratios = "".join(f"{results[c][key] / ll:15.2f}" if ll else f"{'-':>15}" for c in strata_cols)
+        print(f"{label:36}{cells}{ratios}")
 
 
 if __name__ == "__main__":

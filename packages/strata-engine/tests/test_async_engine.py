@@ -29,7 +29,9 @@ def async_engine(model_path):
 
 def _request(engine: AsyncEngine, text: str, max_tokens: int) -> Request:
     ids = tuple(engine.tokenizer.encode(text))
-    return Request(ids, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True), LogprobParams(top_n=2))
+    return Request(
+        ids, SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True), LogprobParams(top_n=2)
+    )
 
 
 async def _collect(engine: AsyncEngine, request: Request) -> list:

@@ -82,9 +82,9 @@ def test_blocks_trimmed_like_hugging_face() -> None:
         "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n"
         "    {% endif %}\n{% endfor %}"
     )
-    assert template.render(
-        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
-    ) == ("[a]\n[b]\n")
+    assert template.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == (
+        "[a]\n[b]\n"
+    )
 
 
 def test_optional_variables_may_be_undefined() -> None:

@@ -68,11 +68,11 @@ def _signature(events) -> list:
 def run_batch(engine: LLMEngine, requests: list[Request]) -> list[list]:
     """Submit all requests at once and step until every one has finished."""
     events: list[list] = [[] for _ in requests]
-    done: set[int] = set()
-    for i, req in enumerate(requests):
-        engine.add(req, lambda ev, i=i: events[i].append(ev) if ev is not None else done.add(i))
-    while len(done) < len(requests):
+    outputs = [engine.add(req) for req in requests]
+    while not all(out.drained for out in outputs):
         engine.step()
+        for i, out in enumerate(outputs):
+            events[i].extend(out.take())
     return [_signature(e) for e in events]
 
 
@@ -102,7 +102,11 @@ def test_needle_in_random_batches(engines, invariant):
     differences = 0
     for _ in range(4):
         fillers = [
-            _request(engine, " ".join(rng.choice(PROMPTS) for _ in range(rng.randint(1, 4))), max_tokens=rng.randint(1, 10))
+            _request(
+                engine,
+                " ".join(rng.choice(PROMPTS) for _ in range(rng.randint(1, 4))),
+                max_tokens=rng.randint(1, 10),
+            )
             for _ in range(rng.randint(1, 9))
         ]
         batch = list(fillers)
@@ -120,17 +124,29 @@ def test_decode_equals_prefill(engines, invariant):
     """Greedy-decode 16 tokens, then score prompt + tokens[:i] with echo: the same bits at every i."""
     engine = engines[invariant]
     prompt = tuple(engine.tokenizer.encode(PROMPTS[1]))
-    decoded = engine.generate(Request(prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)))
+    decoded = engine.generate(
+        Request(
+            prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)
+        )
+    )
     steps = [e for e in decoded if isinstance(e, Step)]
     tokens = [s.token_id for s in steps]
     mismatches = 0
     for i in range(1, len(tokens) + 1):
         echo = engine.generate(
-            Request(prompt + tuple(tokens[:i]), SamplingParams(max_tokens=0), LogprobParams(top_n=5, prompt_logprobs=True))
+            Request(
+                prompt + tuple(tokens[:i]),
+                SamplingParams(max_tokens=0),
+                LogprobParams(top_n=5, prompt_logprobs=True),
+            )
         )
         row = echo[0].rows[len(prompt) + i - 1]
         decode_row = steps[i - 1].logprobs
-        mismatches += (row.token_id, row.logprob, row.top) != (decode_row.token_id, decode_row.logprob, decode_row.top)
+        mismatches += (row.token_id, row.logprob, row.top) != (
+            decode_row.token_id,
+            decode_row.logprob,
+            decode_row.top,
+        )
     if invariant:
         assert mismatches == 0
     else:
@@ -148,13 +164,10 @@ def test_chunked_prefill_and_prefix_cache(model_path, invariant):
     engine = _engine(model_path, invariant)
     shared = text[: len(text) // 2]
     run_alone(engine, _request(engine, shared, max_tokens=1, echo=False))  # warms the cache
-    hot_events = []
-    engine.add(_request(engine, text, max_tokens=4, echo=False), lambda ev: hot_events.append(ev))
-    while hot_events[-1:] != [None]:
-        engine.step()
+    hot_events = engine.generate(_request(engine, text, max_tokens=4, echo=False))
     steps = [e for e in hot_events if isinstance(e, Step)]
     assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
-    results.append(_signature(hot_events[:-1]))
+    results.append(_signature(hot_events))
     distinct = {repr(r) for r in results}
     if invariant:
         assert len(distinct) == 1

@@ -7,7 +7,7 @@ import pytest
 
 from strata_engine.api import LogprobParams, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
-from strata_engine.text_stream import TextStream
+from strata_engine.text_stream import TextStream, decode_spans
 from strata_engine.tokenizer import Tokenizer
 
 ANSWER = "The capital of France is Paris."
@@ -107,3 +107,15 @@ def test_engine_releases_held_text_at_length(engine: LLMEngine) -> None:
     assert [s.finish_reason for s in steps] == [None, None, "length"]
     assert steps[1].text == " "  # "capital" held back: it may start "capital city"
     assert "".join(s.text for s in steps) == "The capital of"
+
+
+def test_offsets_follow_decoded_tokens_while_text_is_held_back(tok: Tokenizer) -> None:
+    """With a stop string pending nothing is released, yet each token's offset advances."""
+    ids = tok.encode(ANSWER)
+    ts = TextStream(tok, ("Paris!",))
+    offsets = []
+    for token in ids:
+        offsets.append(ts.offset)
+        ts.push(token)
+    text, spans = decode_spans(tok, ids)
+    assert text == ANSWER and offsets == list(spans)

@@ -2,8 +2,9 @@
 
 Offered as fixtures (`tokenizer`, `make_engine`) because tests import nothing by path.
 
-They honour the engine contract's shapes, not its numbers: model values are tested only
-against the real engine in tests/test_server_*.py.
+`FakeEngine` satisfies `strata_engine.protocol.EngineClient` with the engine's own checks,
+listing rules and streams, over made-up values: model values are tested only against the
+real engine in tests/test_server_*.py.
 """
 
 from __future__ import annotations
@@ -11,11 +12,19 @@ from __future__ import annotations
 import asyncio
 import codecs
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
+import torch
 
-from strata_engine.api import LogprobRow, PromptScores, Request, RequestError, Step
+from strata_engine.api import DEFAULT_CHAT, ChatOptions, LogprobRow, PromptScores, Request, Step
+from strata_engine.async_engine import Choices, Wakeup
+from strata_engine.chat_template import render_ids
+from strata_engine.checks import check_request
+from strata_engine.logprobs import build_row
+from strata_engine.output import RequestStream
+from strata_engine.text_stream import decode_spans
 
 EOS = 256
 
@@ -78,6 +87,7 @@ class FakeEngine:
     model_name = "fake-model"
     kernels = "fake"
     invariant = True
+    load_seconds = 0.0
     ctx_size = 64
     vocab_size = ByteTokenizer.vocab_size
     chat_template = None
@@ -87,55 +97,57 @@ class FakeEngine:
         self.step_delay = step_delay
         self.active = 0
         self.aborted = 0
+        self._tasks: set[asyncio.Future[None]] = set()
 
     def stats(self) -> dict[str, int]:
         return {"waiting": 0, "running": self.active}
 
-    def check(self, request: Request) -> None:
-        for token_id in request.prompt_ids:
-            if not 0 <= token_id < self.vocab_size:
-                raise RequestError(f"token id {token_id} is outside the vocabulary", "prompt")
+    def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
+        return render_ids(self.chat_template, self.tokenizer, messages, options)
 
     def _row(self, position: int, token_id: int, request: Request) -> LogprobRow:
-        params = request.logprobs
-        values = {i: fake_value(position, i) for i in range(self.vocab_size)}
-        top = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[: params.top_n or 0]
-        renorm = None
-        if params.renormalize_over is not None:
-            total = math.log(sum(math.exp(values[i]) for i in params.renormalize_over))
-            renorm = {i: values[i] - total for i in params.renormalize_over}
-        return LogprobRow(
-            token_id=token_id,
-            logprob=values[token_id],
-            top=tuple(top),
-            named={i: values[i] for i in params.named_ids},
-            renormalized=renorm,
-        )
+        """A row built by the engine's own listing rules over made-up values."""
+        values = torch.tensor([fake_value(position, i) for i in range(self.vocab_size)], dtype=torch.float32)
+        return build_row(values, token_id, request.logprobs)
 
-    async def generate(self, request: Request) -> AsyncIterator[PromptScores | Step]:
-        self.check(request)
+    def submit(self, requests: Sequence[Request]) -> Choices:
+        for request in requests:
+            check_request(request, self.vocab_size, self.ctx_size)
+        wakeup = Wakeup()
+        streams = [RequestStream(wakeup) for _ in requests]
+        self._tasks.update(
+            asyncio.ensure_future(self._run(r, s)) for r, s in zip(requests, streams, strict=True)
+        )
+        return Choices(streams, wakeup)
+
+    def _events(self, request: Request) -> Iterator[PromptScores | Step]:
+        prompt = request.prompt_ids
+        wants_rows = request.logprobs.top_n is not None
+        if request.logprobs.prompt_logprobs:
+            rows = (None, *(self._row(p, prompt[p], request) for p in range(1, len(prompt))))
+            text, offsets = decode_spans(self.tokenizer, prompt)
+            yield PromptScores(rows=rows, num_prompt_tokens=len(prompt), text=text, offsets=offsets)
+        allowed = request.sampling.allowed_token_ids
+        token = allowed[0] if allowed else ord("a")
+        n = request.sampling.max_tokens
+        for k in range(n):
+            row = self._row(len(prompt) + k, token, request) if wants_rows else None
+            text = chr(token) if token < 128 else ""
+            yield Step(
+                token, text, row, "length" if k == n - 1 else None, len(prompt), 0, k if token < 128 else 0
+            )
+
+    async def _run(self, request: Request, stream: RequestStream) -> None:
         self.active += 1
         finished = False
         try:
-            prompt = request.prompt_ids
-            wants_rows = request.logprobs.top_n is not None
-            if request.logprobs.prompt_logprobs:
-                rows = (None, *(self._row(p, prompt[p], request) for p in range(1, len(prompt))))
-                yield PromptScores(rows=rows, num_prompt_tokens=len(prompt))
-            allowed = request.sampling.allowed_token_ids
-            token = allowed[0] if allowed else ord("a")
-            n = request.sampling.max_tokens
-            for k in range(n):
-                await asyncio.sleep(self.step_delay)
-                last = k == n - 1
-                row = self._row(len(prompt) + k, token, request) if wants_rows else None
-                yield Step(
-                    token_id=token,
-                    text=chr(token) if token < 128 else "",
-                    logprobs=row,
-                    finish_reason="length" if last else None,
-                    num_prompt_tokens=len(prompt),
-                )
+            for k, event in enumerate(self._events(request)):
+                if k:
+                    await asyncio.sleep(self.step_delay)
+                if stream.aborted:
+                    return
+                stream.put(event)
+            stream.finish()
             finished = True
         finally:
             self.active -= 1

@@ -12,8 +12,9 @@ import pytest
 from litestar.testing import TestClient
 
 from strata_engine.api import Request, SamplingParams
+from strata_engine.protocol import EngineClient
 from strata_server import ServerSettings, create_app
-from strata_server.generation import ClientDisconnected, choice_events, until_disconnect
+from strata_server.disconnect import ClientDisconnected, until_disconnect
 
 
 @pytest.fixture
@@ -25,6 +26,10 @@ def engine(make_engine):
 def client(engine):
     with TestClient(create_app(engine, ServerSettings(max_logprobs=5))) as c:
         yield c
+
+
+def test_the_fake_engine_honours_the_engine_contract(engine) -> None:
+    assert isinstance(engine, EngineClient)
 
 
 def assert_envelope(response, status: int) -> dict:
@@ -169,13 +174,13 @@ def test_leaving_the_event_stream_aborts_every_choice(make_engine) -> None:
     requests = [Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=50))] * 3
 
     async def read_two() -> None:
-        events = choice_events(engine, requests)
+        events = aiter(engine.submit(requests))
         seen = 0
         async for _ in events:
             seen += 1
             if seen == 2:
                 break
-        await events.aclose()
+        await events.aclose()  # type: ignore[attr-defined]
 
     asyncio.run(read_two())
     assert engine.active == 0 and engine.aborted == 3
@@ -183,10 +188,10 @@ def test_leaving_the_event_stream_aborts_every_choice(make_engine) -> None:
 
 def test_a_disconnect_cancels_a_non_streamed_generation(make_engine) -> None:
     engine = make_engine(step_delay=0.01)
-    request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=1000))
+    request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=60))  # ~0.6 s of fake steps
 
     async def consume() -> int:
-        return sum([1 async for _ in choice_events(engine, [request])])
+        return sum([1 async for _ in engine.submit([request])])
 
     async def receive() -> dict:
         await asyncio.sleep(0.05)

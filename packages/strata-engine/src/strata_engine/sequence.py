@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import Enum, auto
 
-from strata_engine.api import EngineEvent, LogprobRow, Request
+from strata_engine.api import LogprobRow, Request
+from strata_engine.output import RequestStream
 from strata_engine.sampler import Sampler
 from strata_engine.text_stream import TextStream
 
@@ -17,7 +17,7 @@ class Status(Enum):
 
 
 class Sequence:
-    def __init__(self, request: Request, text: TextStream, emit: Callable[[EngineEvent | None], None]) -> None:
+    def __init__(self, request: Request, text: TextStream, output: RequestStream) -> None:
         self.request = request
         self.token_ids: list[int] = list(request.prompt_ids)
         self.num_prompt = len(request.prompt_ids)
@@ -28,12 +28,11 @@ class Sequence:
         self.status = Status.WAITING
         self.sampler = Sampler(request.sampling)
         self.text = text
-        self.emit = emit  # receives events; None means "no more events"
+        self.output = output  # the request's one output channel (and its abort flag)
         self.prompt_rows: list[LogprobRow | None] | None = (
             [None] if request.logprobs.prompt_logprobs else None
         )
         self.prompt_scores_sent = False
-        self.aborted = False
 
     @property
     def num_generated(self) -> int:
@@ -42,6 +41,10 @@ class Sequence:
     @property
     def wants_prompt_rows(self) -> bool:
         return self.prompt_rows is not None and not self.prompt_scores_sent
+
+    @property
+    def aborted(self) -> bool:
+        return self.output.aborted
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -6,7 +6,25 @@ middle of a UTF-8 character; the stop text itself is never released.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from strata_engine.protocol import EngineTokenizer
 from strata_engine.tokenizer import Tokenizer
+
+
+def decode_spans(tokenizer: EngineTokenizer, ids: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+    """`ids` as text, and where each token's text starts in it (an echoed prompt's offsets)."""
+    decoder = tokenizer.new_decoder()
+    pieces: list[str] = []
+    offsets: list[int] = []
+    length = 0
+    for token_id in ids:
+        offsets.append(length)
+        piece = decoder.push(token_id)
+        pieces.append(piece)
+        length += len(piece)
+    pieces.append(decoder.flush())
+    return "".join(pieces), tuple(offsets)
 
 
 class TextStream:
@@ -15,6 +33,11 @@ class TextStream:
         self.stop = tuple(s for s in stop if s)
         self.text = ""  # everything decoded so far (stop text included until it is cut)
         self.released = 0  # characters of `text` already handed out
+
+    @property
+    def offset(self) -> int:
+        """Where the next token's text starts in the decoded text (held-back text included)."""
+        return len(self.text)
 
     def push(self, token_id: int) -> tuple[str, bool]:
         """Add a token; return (newly released text, whether a stop string was hit)."""

@@ -199,9 +199,7 @@ class Tokenizer:
         if self.add_bos and bos_id is None:
             raise ModelLoadError("GGUF asks for a BOS token but has no tokenizer.ggml.bos_token_id")
         if self.add_eos and eos_id is None:
-            raise ModelLoadError(
-                "GGUF asks for an EOS token but has no tokenizer.ggml.eos_token_id"
-            )
+            raise ModelLoadError("GGUF asks for an EOS token but has no tokenizer.ggml.eos_token_id")
 
         # tokenizers panics on a merge whose parts or result are not in the vocabulary; such a
         # merge can never produce a token id, so it is left out.
@@ -218,17 +216,11 @@ class Tokenizer:
         # Control and unknown tokens are split out only when parsing specials; user-defined
         # tokens always (llama.cpp's tokenizer_st_partition).
         self._special_texts = [
-            p
-            for p, t in zip(self._pieces, types, strict=True)
-            if t in (TOKEN_CONTROL, TOKEN_UNKNOWN)
+            p for p, t in zip(self._pieces, types, strict=True) if t in (TOKEN_CONTROL, TOKEN_UNKNOWN)
         ]
-        self._user_texts = [
-            p for p, t in zip(self._pieces, types, strict=True) if t == TOKEN_USER_DEFINED
-        ]
+        self._user_texts = [p for p, t in zip(self._pieces, types, strict=True) if t == TOKEN_USER_DEFINED]
         self._token_bytes = [
-            piece.encode("utf-8")
-            if t != TOKEN_NORMAL and t != TOKEN_BYTE
-            else _piece_to_bytes(piece)
+            piece.encode("utf-8") if t != TOKEN_NORMAL and t != TOKEN_BYTE else _piece_to_bytes(piece)
             for piece, t in zip(self._pieces, types, strict=True)
         ]
         self._with_specials = self._rust_tokenizer(self._special_texts + self._user_texts)
@@ -273,9 +265,7 @@ class Tokenizer:
         tok = _RustTokenizer(self._bpe)  # the BPE model is shared, not copied
         tok.pre_tokenizer = self._pre_tokenizer
         if split_texts:
-            tok.add_special_tokens(
-                [AddedToken(t, special=True, normalized=False) for t in split_texts]
-            )
+            tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in split_texts])
         return tok
 
     @cached_property
@@ -288,9 +278,9 @@ class Tokenizer:
         token texts such as "<|im_start|>" become their single id instead of plain text."""
         tok = self._with_specials if parse_special else self._without_specials
         ids = tok.encode(text, add_special_tokens=False).ids if text else []
-        if add_special and self.add_bos:
+        if add_special and self.add_bos and self.bos_id is not None:  # __init__ refuses add_bos without one
             ids.insert(0, self.bos_id)
-        if add_special and self.add_eos:
+        if add_special and self.add_eos and self.eos_id is not None:
             ids.append(self.eos_id)
         return ids
 

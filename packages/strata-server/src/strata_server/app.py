@@ -16,13 +16,16 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
-from strata_engine.api import Request as EngineRequest
 from strata_engine.api import RequestError
+from strata_engine.protocol import ChoiceStream, EngineClient
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id
-from strata_server.errors import EXCEPTION_HANDLERS, ApiError, error_body
-from strata_server.generation import ClientDisconnected, until_disconnect
+from strata_server.disconnect import ClientDisconnected, until_disconnect
+from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, error_body
+from strata_server.formatting import SSE_DONE, sse
+from strata_server.info import health as health_body
+from strata_server.info import models
 from strata_server.metrics import metrics_middleware
 from strata_server.openapi import body_of, openapi_config
 from strata_server.plan import Plan, engine_requests
@@ -35,8 +38,7 @@ from strata_server.protocol import (
     decode_request,
     encode,
 )
-from strata_server.responses import SSE_DONE, sse
-from strata_server.tokenizer_routes import detokenize, models, tokenize, tokenizer_info
+from strata_server.tokenizer_routes import detokenize, tokenize, tokenizer_info
 
 log = logging.getLogger("strata_server")
 
@@ -61,8 +63,8 @@ async def _errors_in_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes
         async for chunk in chunks:
             yield chunk
     except (ApiError, RequestError) as exc:
-        status = exc.status if isinstance(exc, ApiError) else 400
-        yield sse(error_body(exc.message, status, exc.param))
+        error = exc if isinstance(exc, ApiError) else engine_refusal(exc)
+        yield sse(error_body(error.message, error.status, error.param, error.code))
         yield SSE_DONE
     except Exception as exc:
         log.exception("error while streaming", exc_info=exc)
@@ -70,18 +72,7 @@ async def _errors_in_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes
         yield SSE_DONE
 
 
-def checked_requests(ctx: ServerContext, plan: Plan, request_id: str) -> list[EngineRequest]:
-    """The plan's engine requests, each passed through `engine.check` before anything runs.
-
-    So an engine refusal is a plain 400 even for a stream, never an error after headers.
-    """
-    requests = engine_requests(plan, ctx.limits.ctx_size, request_id)
-    for request in requests:
-        ctx.engine.check(request)
-    return requests
-
-
-def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
+def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> Litestar:
     """Build the app around an already loaded engine (`strata_engine.AsyncEngine`)."""
     ctx = ServerContext(engine=engine, settings=settings or ServerSettings())
 
@@ -102,18 +93,18 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
         body: GenerationRequest,
         plan: Plan,
         id_prefix: str,
-        stream: Callable[[Plan, list[EngineRequest], ServerContext, str, bool], AsyncIterator[bytes]],
-        whole: Callable[[Plan, list[EngineRequest], ServerContext, str], Awaitable[Any]],
+        stream: Callable[[Plan, ChoiceStream, ServerContext, str, bool], AsyncIterator[bytes]],
+        whole: Callable[[Plan, ChoiceStream, ServerContext, str], Awaitable[Any]],
     ) -> Response | Stream:
-        """Run a checked plan as an SSE stream or one JSON reply, as the body asks."""
+        """Submit a checked plan (refusals are plain 4xx), then reply as SSE or one JSON body."""
+        events = ctx.submit(engine_requests(plan, ctx.limits.ctx_size), plan.ids_param)
         request_id = new_request_id(id_prefix)
-        requests = checked_requests(ctx, plan, request_id)
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return event_stream(stream(plan, requests, ctx, request_id, include_usage))
+            return event_stream(stream(plan, events, ctx, request_id, include_usage))
         try:
             return json_response(
-                await until_disconnect(request.receive, whole(plan, requests, ctx, request_id))
+                await until_disconnect(request.receive, whole(plan, events, ctx, request_id))
             )
         except ClientDisconnected:
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
@@ -156,9 +147,7 @@ def create_app(engine: Any, settings: ServerSettings | None = None) -> Litestar:
     @get("/health")
     async def health() -> Response:
         """200 once the model is loaded (the app only exists after loading)."""
-        return json_response(
-            {"status": "ok", "model": ctx.served_name, "kernels": engine.kernels, "invariant": engine.invariant}
-        )
+        return json_response(health_body(ctx))
 
     @get("/metrics", media_type="text/plain; version=0.0.4")
     async def metrics() -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from strata_engine.api import Request, Step
+from strata_engine.api import ChatOptions, Step
+from strata_engine.protocol import ChoiceStream
 from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
+from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
-from strata_server.generation import choice_events
-from strata_server.plan import Plan
-from strata_server.planning import checked_plan
+from strata_server.formatting import ChoiceTally, chat_entry
+from strata_server.plan import Plan, checked_plan
 from strata_server.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -22,9 +23,6 @@ from strata_server.protocol import (
     ChatLogprobs,
     ChatMessageOut,
 )
-from strata_server.render import chat_prompt_ids
-from strata_server.replies import sse_reply, whole_reply
-from strata_server.responses import ChoiceTally, chat_entry
 
 RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
 
@@ -60,14 +58,13 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     check_max_tokens(max_tokens, echo=False)
     return checked_plan(
         body,
-        ctx,
+        ctx.limits,
         prompts=lambda: [
-            chat_prompt_ids(
+            ctx.render_chat(
                 body.messages,
-                ctx.engine.chat_template,
-                ctx.tokenizer,
-                add_generation_prompt=body.add_generation_prompt,
-                template_kwargs=template_kwargs,
+                ChatOptions(
+                    add_generation_prompt=body.add_generation_prompt, template_kwargs=template_kwargs
+                ),
             )
         ],
         max_tokens=max_tokens,
@@ -88,12 +85,12 @@ def _tallies(plan: Plan) -> list[ChoiceTally]:
 
 
 async def chat_complete(
-    plan: Plan, requests: list[Request], ctx: ServerContext, request_id: str
+    plan: Plan, events: ChoiceStream, ctx: ServerContext, request_id: str
 ) -> ChatCompletionResponse:
     """Run every choice to the end and build one chat reply."""
     tallies = _tallies(plan)
     entries: list[list[ChatLogprobEntry]] = [[] for _ in tallies]
-    async for index, event in choice_events(ctx.engine, requests):
+    async for index, event in events:
         tallies[index].see(event)
         if isinstance(event, Step) and (entry := _entry(plan, ctx, event)) is not None:
             entries[index].append(entry)
@@ -111,23 +108,23 @@ async def chat_complete(
 
 def stream_chat(
     plan: Plan,
-    requests: list[Request],
+    events: ChoiceStream,
     ctx: ServerContext,
     request_id: str,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
     """SSE chunks: a role chunk per choice, then one per token with its logprobs; [DONE]."""
     tallies = _tallies(plan)
-    choices = _chunk_choices(plan, requests, ctx, tallies)
+    choices = _chunk_choices(plan, events, ctx, tallies)
     return sse_reply(ChatCompletionChunk, choices, plan, tallies, ctx, request_id, include_usage)
 
 
 async def _chunk_choices(
-    plan: Plan, requests: list[Request], ctx: ServerContext, tallies: list[ChoiceTally]
+    plan: Plan, events: ChoiceStream, ctx: ServerContext, tallies: list[ChoiceTally]
 ) -> AsyncIterator[ChatChunkChoice]:
     for i in range(plan.num_choices):
         yield ChatChunkChoice(i, ChatDelta(role="assistant", content=""), None, None)
-    async for index, event in choice_events(ctx.engine, requests):
+    async for index, event in events:
         tallies[index].see(event)
         if not isinstance(event, Step):
             continue

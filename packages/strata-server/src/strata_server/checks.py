@@ -1,17 +1,21 @@
 """One set of rules for both routes: each function raises a 400 `ApiError` naming the field.
 
-The routes reduce their bodies to a `Plan` and call `check_plan`; nothing route-specific
-lives here except the parameter names the route passes in for messages.
+`plan.checked_plan` calls these while reducing a body to a `Plan`; nothing route-specific
+lives here except the parameter names the route passes in for messages. Rules about the
+model (vocabulary, context) are the engine's (`strata_engine.checks`), never repeated here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from strata_server.errors import ApiError
-from strata_server.plan import Plan
+
+if TYPE_CHECKING:
+    from strata_server.plan import Plan
 
 MAX_N = 128  # choices per prompt; a bound so one request cannot queue unbounded work
 MIN_TEMPERATURE = 1e-5  # below this sampling is greedy (dividing by ~0 would overflow)
@@ -54,12 +58,12 @@ def resolve_top_n(logprobs: bool | int | None, top_logprobs: int | None, param: 
 
 
 def check_logprobs(plan: Plan, limits: Limits) -> None:
-    """The logprob rules shared by completions and chat.
+    """The logprob rules of the wire, shared by completions and chat.
 
-    - the alternatives count is within 0..max_logprobs, or up to the number of allowed ids
-      when `allowed_token_ids` is given (the listing is bounded by that set);
-    - every named id (prompt, allowed, logprob ids, stop ids) is inside the vocabulary;
-    - each prompt plus `max_tokens` fits in the context.
+    The alternatives count is within 0..max_logprobs, or up to the number of allowed ids
+    when `allowed_token_ids` is given (the listing is bounded by that set). What the model
+    decides (ids inside the vocabulary, prompts that fit the context) the engine checks,
+    once, when the requests are submitted.
     """
     if plan.top_n is not None:
         cap = limits.max_logprobs
@@ -73,49 +77,6 @@ def check_logprobs(plan: Plan, limits: Limits) -> None:
             )
     elif plan.named_ids:
         raise ApiError("`logprob_token_ids` needs `logprobs` set.", param="logprob_token_ids")
-    if plan.allowed_ids is not None and not plan.allowed_ids:
-        raise ApiError("`allowed_token_ids` must not be empty.", param="allowed_token_ids")
-    for prompt in plan.prompts:
-        check_ids_in_vocab(prompt, limits.vocab_size, plan.ids_param)
-    check_ids_in_vocab(plan.allowed_ids or (), limits.vocab_size, "allowed_token_ids")
-    check_ids_in_vocab(plan.named_ids, limits.vocab_size, "logprob_token_ids")
-    check_ids_in_vocab(plan.stop_token_ids, limits.vocab_size, "stop_token_ids")
-    for prompt in plan.prompts:
-        check_context(len(prompt), plan.max_tokens, limits.ctx_size, plan.ids_param)
-
-
-def check_ids_in_vocab(ids: Iterable[int], vocab_size: int, param: str) -> None:
-    for token_id in ids:
-        if not 0 <= token_id < vocab_size:
-            raise ApiError(
-                f"Token id {token_id} in `{param}` is outside the vocabulary "
-                f"(valid ids are 0..{vocab_size - 1}).",
-                param=param,
-                code="token_id_out_of_vocab",
-            )
-
-
-def check_context(prompt_len: int, max_tokens: int | None, ctx_size: int, param: str) -> None:
-    """A prompt that cannot fit (with its completion) is a 400 clients recognise by phrase."""
-    if prompt_len == 0:
-        raise ApiError("The prompt is empty; send at least one token.", param=param)
-    wanted = prompt_len + (max_tokens or 0)
-    if prompt_len > ctx_size or wanted > ctx_size:
-        blame = param if prompt_len >= ctx_size else "max_tokens"
-        raise ApiError(
-            f"This model's maximum context length is {ctx_size} tokens. However, you requested "
-            f"{wanted} tokens ({prompt_len} in the prompt, {max_tokens or 0} for the "
-            "completion). Please reduce the prompt or max_tokens.",
-            param=blame,
-            code="context_length_exceeded",
-        )
-    if max_tokens is None and prompt_len >= ctx_size:
-        raise ApiError(
-            f"This model's maximum context length is {ctx_size} tokens and the prompt uses "
-            f"{prompt_len}, leaving no room for a completion.",
-            param=param,
-            code="context_length_exceeded",
-        )
 
 
 def check_max_tokens(max_tokens: int | None, echo: bool, param: str = "max_tokens") -> None:

@@ -129,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ModelLoadError, NativeUnavailable) as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")
     logging.getLogger("strata_server").info(
-        "%s; model %s loaded in %.2f s", describe(engine.kernels, engine.invariant), path.name, engine.load_seconds
+        "%s; model %s loaded in %.2f s",
+        describe(engine.kernels, engine.invariant),
+        path.name,
+        engine.load_seconds,
     )
     settings = ServerSettings(
         served_model_name=args.served_model_name,

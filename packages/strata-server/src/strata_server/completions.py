@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from strata_engine.api import PromptScores, Request, Step
+from strata_engine.api import PromptScores, Step
+from strata_engine.protocol import ChoiceStream
 from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
+from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
-from strata_server.generation import choice_events
-from strata_server.plan import Plan
-from strata_server.planning import checked_plan
+from strata_server.formatting import ChoiceTally, LegacyBuilder, merge_legacy
+from strata_server.plan import Plan, checked_plan
 from strata_server.protocol import (
     CompletionChoice,
     CompletionLogprobs,
@@ -18,8 +19,6 @@ from strata_server.protocol import (
     CompletionResponse,
 )
 from strata_server.render import completion_prompts
-from strata_server.replies import sse_reply, whole_reply
-from strata_server.responses import ChoiceTally, LegacyBuilder, merge_legacy
 
 
 def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
@@ -36,7 +35,7 @@ def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
     check_max_tokens(body.max_tokens, body.echo)
     return checked_plan(
         body,
-        ctx,
+        ctx.limits,
         prompts=lambda: completion_prompts(body.prompt, ctx.tokenizer),
         max_tokens=body.max_tokens,
         logprobs=body.logprobs,
@@ -79,7 +78,7 @@ def _choice_states(plan: Plan, ctx: ServerContext) -> list[CompletionChoiceState
 
 
 async def complete(
-    plan: Plan, requests: list[Request], ctx: ServerContext, request_id: str
+    plan: Plan, events: ChoiceStream, ctx: ServerContext, request_id: str
 ) -> CompletionResponse:
     """Run every choice to the end and build one reply."""
     states = _choice_states(plan, ctx)
@@ -88,7 +87,7 @@ async def complete(
     for i, state in enumerate(states):
         for text, _ in state.start():
             texts[i].append(text)
-    async for index, event in choice_events(ctx.engine, requests):
+    async for index, event in events:
         text, frag = states[index].on_event(event)
         texts[index].append(text)
         if frag is not None:
@@ -108,27 +107,27 @@ async def complete(
 
 def stream_completion(
     plan: Plan,
-    requests: list[Request],
+    events: ChoiceStream,
     ctx: ServerContext,
     request_id: str,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
     """SSE chunks: each carries its tokens' text and logprobs; usage last if asked; [DONE]."""
     states = _choice_states(plan, ctx)
-    choices = _chunk_choices(states, requests, ctx)
+    choices = _chunk_choices(states, events)
     tallies = [s.tally for s in states]
     return sse_reply(CompletionResponse, choices, plan, tallies, ctx, request_id, include_usage)
 
 
 async def _chunk_choices(
-    states: list[CompletionChoiceState], requests: list[Request], ctx: ServerContext
+    states: list[CompletionChoiceState], events: ChoiceStream
 ) -> AsyncIterator[CompletionChoice]:
     """Echoed prompts first, then each event's piece; a finish for any choice left open."""
     for i, state in enumerate(states):
         for text, frag in state.start():
             yield CompletionChoice(index=i, text=text, logprobs=frag, finish_reason=None)
     finished = [False] * len(states)
-    async for index, event in choice_events(ctx.engine, requests):
+    async for index, event in events:
         text, frag = states[index].on_event(event)
         finish = event.finish_reason if isinstance(event, Step) else None
         finished[index] = finished[index] or finish is not None

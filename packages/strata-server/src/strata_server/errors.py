@@ -32,6 +32,20 @@ _ERROR_TYPES = {
 }
 
 
+# The engine names fields by its own request types; the wire names them by the route's body.
+# `None` means "the route's prompt field" (`prompt` for completions, `messages` for chat).
+WIRE_PARAMS: dict[str, str | None] = {
+    "prompt_ids": None,
+    "messages": "messages",
+    "sampling.max_tokens": "max_tokens",
+    "sampling.allowed_token_ids": "allowed_token_ids",
+    "sampling.stop_token_ids": "stop_token_ids",
+    "logprobs.top_within": "allowed_token_ids",
+    "logprobs.renormalize_over": "allowed_token_ids",
+    "logprobs.named_ids": "logprob_token_ids",
+}
+
+
 class ApiError(Exception):
     """A request the server refuses: HTTP `status` with an OpenAI error envelope."""
 
@@ -50,7 +64,17 @@ class ApiError(Exception):
         self.code = code
 
 
-def error_body(message: str, status: int, param: str | None = None, code: str | None = None) -> dict:
+def engine_refusal(exc: RequestError, prompt_param: str = "prompt") -> ApiError:
+    """An engine `RequestError` as a 400, its param renamed by `WIRE_PARAMS` (code kept)."""
+    param = exc.param
+    if param is not None and param in WIRE_PARAMS:
+        param = WIRE_PARAMS[param] or prompt_param
+    return ApiError(exc.message, param=param, code=exc.code)
+
+
+def error_body(
+    message: str, status: int, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """The envelope as plain data (used for responses and for in-stream SSE errors)."""
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
@@ -69,8 +93,8 @@ def handle_api_error(_: Request, exc: ApiError) -> Response:
 
 
 def handle_engine_refusal(_: Request, exc: RequestError) -> Response:
-    """The engine's own refusals (ids outside the vocabulary, context overflow, template errors)."""
-    return error_response(exc.message, 400, exc.param)
+    """An engine refusal no route translated (the routes translate theirs with their prompt field)."""
+    return handle_api_error(_, engine_refusal(exc))
 
 
 def handle_http_exception(_: Request, exc: HTTPException) -> Response:
@@ -91,7 +115,7 @@ def handle_unexpected(_: Request, exc: Exception) -> Response:
     return error_response(f"Internal server error: {type(exc).__name__}", 500)
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {
     ApiError: handle_api_error,
     RequestError: handle_engine_refusal,
     HTTPException: handle_http_exception,

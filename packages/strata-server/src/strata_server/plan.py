@@ -1,23 +1,25 @@
-"""What a request asks the engine for, once the route's wire form is gone.
+"""From a decoded generation body to a checked `Plan`, and from a Plan to engine requests.
 
-Both routes reduce their body to a `Plan`; `checks` validates a Plan and `engine_requests`
-turns it into one engine `Request` per returned choice. Keeping this route-independent is
-what lets one set of rules (`check_logprobs`) serve completions and chat alike.
+Both routes reduce their body to a `Plan` (route-independent), so one set of wire rules
+serves completions and chat alike; `engine_requests` turns it into one engine `Request`
+per returned choice, asking the engine for exactly the listing the response shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from strata_engine.api import LogprobParams, Request, SamplingParams
+from strata_server.checks import Limits, check_logprobs, check_sampling, normalize_stop, resolve_top_n
+from strata_server.protocol import GenerationRequest
 
 SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted seed is valid
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated-to-be request: prompts as ids plus generation and logprob options.
+    """A checked request: prompts as ids plus generation and logprob options.
 
     `top_n` None means no logprobs at all. `allowed_ids` restricts sampling; with
     `renormalize` (chat) its values are renormalised over the set, without it (completions)
@@ -49,6 +51,55 @@ class Plan:
         return len(self.prompts) * self.n
 
 
+def checked_plan(
+    body: GenerationRequest,
+    limits: Limits,
+    *,
+    prompts: Callable[[], list[list[int]]],
+    max_tokens: int | None,
+    logprobs: bool | int | None,
+    ids_param: str,
+    echo: bool = False,
+    renormalize: bool = False,
+) -> Plan:
+    """Check the shared fields and build the Plan (every refusal is a 4xx here).
+
+    `prompts` is called after the sampling checks, so a bad knob is reported before any
+    prompt is rendered or tokenised.
+    """
+    temperature, top_p, top_k = check_sampling(
+        n=body.n,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=body.seed,
+        vocab_size=limits.vocab_size,
+    )
+    top_n_param = "top_logprobs" if logprobs is True else "logprobs"
+    plan = Plan(
+        prompts=prompts(),
+        max_tokens=max_tokens,
+        n=body.n,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=body.seed,
+        stop=normalize_stop(body.stop),
+        stop_token_ids=tuple(body.stop_token_ids or ()),
+        ignore_eos=body.ignore_eos,
+        top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
+        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
+        named_ids=unique_ids(body.logprob_token_ids or ()),
+        echo=echo,
+        renormalize=renormalize,
+        as_token_ids=body.return_tokens_as_token_ids,
+        ids_param=ids_param,
+        top_n_param=top_n_param,
+    )
+    check_logprobs(plan, limits)
+    return plan
+
+
 def unique_ids(ids: Iterable[int]) -> tuple[int, ...]:
     """Ids in first-seen order without repeats (a repeated label is still one label)."""
     return tuple(dict.fromkeys(ids))
@@ -62,40 +113,37 @@ def choice_seed(seed: int | None, sample_index: int) -> int | None:
 
 
 def logprob_params(plan: Plan) -> LogprobParams:
-    """Ask the engine for exactly the values the response will list.
+    """Ask the engine for exactly the listing the response will show.
 
-    With `allowed_ids` or `named_ids` the listing comes from the named values, so the
-    engine's natural top-N is only needed when neither is given.
+    With `allowed_token_ids` the top N is chosen within that set (renormalised on chat);
+    `logprob_token_ids` alone replace the natural top N (as vLLM does) and are appended.
     """
     if plan.top_n is None:
         return LogprobParams()
-    listing_from_names = plan.allowed_ids is not None or bool(plan.named_ids)
-    named: tuple[int, ...] = ()
-    if plan.allowed_ids is not None and not plan.renormalize:
-        named = plan.allowed_ids
-    named = unique_ids(named + plan.named_ids)
+    listing_from_names = plan.allowed_ids is None and bool(plan.named_ids)
     return LogprobParams(
         top_n=0 if listing_from_names else plan.top_n,
         prompt_logprobs=plan.echo,
-        named_ids=named,
+        named_ids=plan.named_ids,
         renormalize_over=plan.allowed_ids if plan.renormalize else None,
+        top_within=None if plan.renormalize else plan.allowed_ids,
     )
 
 
 def max_new_tokens(plan: Plan, prompt_len: int, ctx_size: int) -> int:
-    """`max_tokens`, or everything the context has left when the client gave none."""
+    """`max_tokens`, or what the context has left (at least 1) when the client gave none."""
     if plan.max_tokens is None:
-        return max(ctx_size - prompt_len, 0)
+        return max(ctx_size - prompt_len, 1)
     return plan.max_tokens
 
 
-def engine_requests(plan: Plan, ctx_size: int, request_id: str) -> list[Request]:
+def engine_requests(plan: Plan, ctx_size: int) -> list[Request]:
     """One engine request per choice, in choice order (prompt-major, then sample)."""
     lp = logprob_params(plan)
-    requests = []
-    for p, prompt in enumerate(plan.prompts):
-        for i in range(plan.n):
-            sampling = SamplingParams(
+    return [
+        Request(
+            prompt_ids=tuple(prompt),
+            sampling=SamplingParams(
                 max_tokens=max_new_tokens(plan, len(prompt), ctx_size),
                 temperature=plan.temperature,
                 top_p=plan.top_p,
@@ -105,13 +153,9 @@ def engine_requests(plan: Plan, ctx_size: int, request_id: str) -> list[Request]
                 stop_token_ids=plan.stop_token_ids,
                 ignore_eos=plan.ignore_eos,
                 allowed_token_ids=plan.allowed_ids,
-            )
-            requests.append(
-                Request(
-                    prompt_ids=tuple(prompt),
-                    sampling=sampling,
-                    logprobs=lp,
-                    request_id=f"{request_id}-{p * plan.n + i}",
-                )
-            )
-    return requests
+            ),
+            logprobs=lp,
+        )
+        for prompt in plan.prompts
+        for i in range(plan.n)
+    ]

@@ -1,4 +1,4 @@
-"""vLLM's tokenizer routes (`/tokenize`, `/detokenize`, `/tokenizer_info`) and `/v1/models`.
+"""vLLM's tokenizer routes: `/tokenize`, `/detokenize`, `/tokenizer_info`.
 
 lm-evaluation-harness uses the first three as a remote tokenizer, so a client needs no
 model hub to count or render tokens exactly as the server does.
@@ -6,14 +6,14 @@ model hub to count or render tokens exactly as the server does.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from strata_server.checks import check_ids_in_vocab, check_model
+from strata_engine.api import ChatOptions, RequestError
+from strata_engine.checks import check_ids
+from strata_server.checks import check_model
 from strata_server.context import ServerContext
-from strata_server.errors import ApiError
+from strata_server.errors import ApiError, engine_refusal
 from strata_server.protocol import DetokenizeRequest, TokenizeRequest
-from strata_server.render import chat_prompt_ids
 
 
 def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
@@ -25,16 +25,10 @@ def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
         ids = ctx.tokenizer.encode(body.prompt, add_special=add_special, parse_special=True)
     else:
-        ids = chat_prompt_ids(
-            body.messages or [],
-            ctx.engine.chat_template,
-            ctx.tokenizer,
-            add_generation_prompt=body.add_generation_prompt,
+        options = ChatOptions(
+            add_generation_prompt=body.add_generation_prompt, add_special=bool(body.add_special_tokens)
         )
-        if body.add_special_tokens:
-            bos = ctx.tokenizer.bos_id
-            if bos is not None and (not ids or ids[0] != bos):
-                ids.insert(0, bos)
+        ids = ctx.render_chat(body.messages or [], options)
     return {
         "count": len(ids),
         "max_model_len": ctx.limits.ctx_size,
@@ -45,7 +39,10 @@ def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
 
 def detokenize(body: DetokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
     check_model(body.model, ctx.served_name)
-    check_ids_in_vocab(body.tokens, ctx.limits.vocab_size, "tokens")
+    try:
+        check_ids(body.tokens, ctx.limits.vocab_size, "tokens")
+    except RequestError as exc:
+        raise engine_refusal(exc) from None
     return {"prompt": ctx.tokenizer.decode(body.tokens)}
 
 
@@ -64,20 +61,4 @@ def tokenizer_info(ctx: ServerContext) -> dict[str, Any]:
         "tokenizer_class": type(tok).__name__,
         "model_max_length": ctx.limits.ctx_size,
         "add_bos_token": tok.add_bos,
-    }
-
-
-def models(ctx: ServerContext) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": ctx.served_name,
-                "object": "model",
-                "created": int(time.time()),
-                "owned_by": "strata",
-                "root": ctx.engine.model_name,
-                "max_model_len": ctx.limits.ctx_size,
-            }
-        ],
     }

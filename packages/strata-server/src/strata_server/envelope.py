@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from strata_server.context import ServerContext
+from strata_server.formatting import SSE_DONE, ChoiceTally, sse, usage
 from strata_server.plan import Plan
 from strata_server.protocol import Usage
-from strata_server.responses import SSE_DONE, ChoiceTally, sse, usage
 
 ReplyT = TypeVar("ReplyT")
 
