@@ -93,7 +93,7 @@ static void attention_and_rope(void) {
     float *q = floats((int64_t)T * H * D, -1.0f, 1.0f), *out = malloc((size_t)T * H * D * 4);
     float *kc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f), *vc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f);
     int32_t tables[6] = {4, 0, 2, 1, 5, 3}, t_seq[5] = {0, 0, 1, 1, 1}, pos[5] = {3, 9, 0, 6, 11};
-    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, out, 1);
+    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, 0, out, 1);
     emit(out, (int64_t)T * H * D);
     float *cos_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f), *sin_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f);
     for (int interleaved = 0; interleaved < 2; interleaved++) {
@@ -104,9 +104,37 @@ static void attention_and_rope(void) {
     free(q), free(out), free(kc), free(vc), free(cos_t), free(sin_t);
 }
 
+/* The Gemma kernels (after everything above, so the earlier output bytes stay as they were). */
+static void gemma(void) {
+    int64_t n = 1007;
+    float *g = floats(n, -12.0f, 12.0f), *u = floats(n, -2.0f, 2.0f), *o = malloc((size_t)n * 4);
+    strata_gelu_mul(g, u, n, o, 1);
+    emit(o, n);
+    float *x = floats(n, -200.0f, 200.0f);
+    strata_softcap(x, n, 30.0f, o);
+    emit(o, n);
+    strata_softcap(g, n, 1.0f, o); /* tanh itself */
+    emit(o, n);
+    int T = 5, H = 4, KVH = 2, D = 40, bs = 4, nblocks = 6, max_blocks = 3;
+    float *q = floats((int64_t)T * H * D, -3.0f, 3.0f), *out = malloc((size_t)T * H * D * 4);
+    float *kc = floats((int64_t)nblocks * bs * KVH * D, -3.0f, 3.0f), *vc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f);
+    int32_t tables[6] = {4, 0, 2, 1, 5, 3}, t_seq[5] = {0, 0, 1, 1, 1}, pos[5] = {3, 9, 0, 6, 11};
+    const int windows[3] = {1, 4, 7};
+    for (int w = 0; w < 3; w++) {
+        strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, windows[w], out, 1);
+        emit(out, (int64_t)T * H * D);
+    }
+    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 0, out, 1);
+    emit(out, (int64_t)T * H * D);
+    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 5, out, 1);
+    emit(out, (int64_t)T * H * D);
+    free(g), free(u), free(o), free(x), free(q), free(out), free(kc), free(vc);
+}
+
 int main(void) {
     matmuls();
     elementwise();
     attention_and_rope();
+    gemma();
     return 0;
 }

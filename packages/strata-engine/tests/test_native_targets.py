@@ -26,7 +26,7 @@ from strata_engine.weights import Weight
 DRIVER = Path(__file__).with_name("native_driver.c")
 # sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.
 # Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
-DRIVER_SHA256 = "92656f128423d947be91815ebaedb4e9681bffb4b4c14d2520410f4798513b79"
+DRIVER_SHA256 = "6caef7a81436119579456182e8786b4c4f56260510fc07ff18163598a2b000b1"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -104,6 +104,11 @@ def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
     outs.append(ops.attention(t(4, 6, 24), k_cache, v_cache, meta))
     table = RopeTable(cos=t(16, 8), sin=t(16, 8), dim=16, interleaved=True)
     outs.append(ops.rope(t(4, 3, 24), meta.positions, table))
+    outs.append(ops.gelu_mul(t(3, 101) * 6, t(3, 101)))
+    outs.append(ops.softcap(t(5, 77) * 50, 30.0))
+    q = t(4, 6, 24) * 3
+    outs += [ops.attention(q, k_cache, v_cache, meta, window=w) for w in (1, 3, 8)]
+    outs.append(ops.attention(q, k_cache, v_cache, meta, scale=0.3, window=5, softcap=2.0))
     return outs
 
 
@@ -134,3 +139,70 @@ def test_log_softmax_matches_float64() -> None:
     ulp = torch.from_numpy(np.spacing(exact.float().abs().numpy())).double()
     assert torch.all(torch.abs(got - exact) <= 1.5 * ulp + 1e-7)  # the final fp32 subtractions
     assert torch.equal(got[1].float(), NativeOps(1).log_softmax(logits[1:2])[0])  # a row alone, same bits
+
+
+def test_gelu_mul_matches_float64() -> None:
+    """GeGLU against GELU's tanh approximation in float64, as g / (1 + e^(-2u)) (the same function
+    without float64's own cancellation where tanh(u) is -1): relative error within
+    2e-7 * (1 + |2u|), set by the fp32 rounding of 2u itself, which e^ turns into a relative error
+    of the result (below 1.5e-6 for gate >= -3, where GELU is not yet tiny)."""
+    rng = np.random.default_rng(11)
+    gate = np.concatenate([np.linspace(-12, 12, 20_001), rng.normal(0, 3, 20_000)]).astype(np.float32)
+    up = rng.uniform(0.5, 2.0, gate.shape[0]).astype(np.float32)
+    got = NativeOps(2).gelu_mul(torch.from_numpy(gate), torch.from_numpy(up)).double().numpy()
+    g = gate.astype(np.float64)
+    u = 0.7978845608028654 * (g + 0.044715 * g**3)
+    exact = g / (1 + np.exp(-2 * u)) * up
+    rel = np.abs(got - exact) / np.maximum(np.abs(exact), 1e-30)
+    bound = 2e-7 * (1 + np.abs(2 * u))
+    assert np.all(rel <= bound), f"relative error {rel.max():.3g} at gate {g[rel.argmax()]}"
+    assert rel[g >= -3].max() <= 1.5e-6
+
+
+def test_softcap_matches_float64() -> None:
+    """cap * tanh(x / cap): absolute error within 2.5e-7 * cap (measured 2.1e-7: tanh's own error
+    is absolute, about 1.7e-7, plus the final rounding)."""
+    x = torch.from_numpy(np.linspace(-400, 400, 100_001).astype(np.float32))
+    for cap in (1.0, 30.0, 50.0):
+        got = NativeOps(1).softcap(x, cap).double()
+        exact = torch.tanh(x.double() / cap) * cap
+        assert float((got - exact).abs().max()) <= 2.5e-7 * cap
+
+
+def test_windowed_attention_matches_float64_and_window_zero_is_full() -> None:
+    """A sliding-window call attends to exactly the last `window` positions (float64 reference);
+    window 0 is bit-identical to the plain call, and a window wider than the context too."""
+    rng = np.random.default_rng(4)
+    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    bs, kvh, d, h = 4, 2, 24, 6
+    k_cache, v_cache = t(8, bs, kvh, d), t(8, bs, kvh, d)
+    table = torch.tensor([[6, 1, 3, 0, 5], [2, 7, 4, 0, 0]], dtype=torch.int32)
+    positions = torch.tensor([0, 5, 17, 3, 11], dtype=torch.int32)
+    meta = AttentionMeta(
+        positions=positions,
+        token_seq=torch.tensor([0, 0, 0, 1, 1], dtype=torch.int32),
+        block_tables=table,
+        slots=torch.zeros(5, dtype=torch.int64),
+        block_size=bs,
+    )
+    q = t(5, h, d)
+    ops = NativeOps(2)
+    assert torch.equal(
+        ops.attention(q, k_cache, v_cache, meta, window=0), ops.attention(q, k_cache, v_cache, meta)
+    )
+    assert torch.equal(
+        ops.attention(q, k_cache, v_cache, meta, window=64), ops.attention(q, k_cache, v_cache, meta)
+    )
+    for window, softcap in ((1, 0.0), (4, 0.0), (6, 1.5), (0, 1.5)):
+        got = ops.attention(q, k_cache, v_cache, meta, scale=0.2, window=window, softcap=softcap).double()
+        for i, (row, p) in enumerate(zip(meta.token_seq.tolist(), positions.tolist(), strict=True)):
+            start = max(0, p - window + 1) if window else 0
+            j = torch.arange(start, p + 1)
+            slots = table[row].long()[j // bs] * bs + j % bs
+            k = k_cache.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+            v = v_cache.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+            s = torch.einsum("hd,jhd->hj", q[i].double(), k) * 0.2
+            if softcap:
+                s = torch.tanh(s / softcap) * softcap
+            want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
+            assert float((got[i] - want).abs().max()) < 2e-6, (window, softcap, i)

@@ -54,12 +54,32 @@ class Ops(Protocol):
     def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor: ...
     def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
+    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """GeGLU: gelu(gate) * up, GELU's tanh approximation (Gemma)."""
+        ...
+
+    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+        """cap * tanh(x / cap), elementwise (Gemma 2's final logit soft-capping)."""
+        ...
+
     def attention(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
-    ) -> torch.Tensor: ...
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> torch.Tensor:
+        """Causal attention; `scale` defaults to 1/sqrt(head_dim); `window` > 0 attends only to the
+        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores."""
+        ...
+
     def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
         """x [T, H, D] rotated; may rotate x in place and return it (callers own x)."""
         ...
+
     def kv_write(
         self,
         k: torch.Tensor,
@@ -123,8 +143,27 @@ class NativeOps:
         self.lib.strata_silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), out.data_ptr(), self.threads)
         return out
 
+    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate.contiguous(), up.contiguous()
+        out = torch.empty_like(gate)
+        self.lib.strata_gelu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), out.data_ptr(), self.threads)
+        return out
+
+    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.lib.strata_softcap(x.data_ptr(), x.numel(), cap, out.data_ptr())
+        return out
+
     def attention(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
     ) -> torch.Tensor:
         t, h, d = q.shape
         q = q.contiguous()
@@ -132,7 +171,8 @@ class NativeOps:
         self.lib.strata_attention(
             q.data_ptr(), t, h, k_cache.shape[2], d, k_cache.data_ptr(), v_cache.data_ptr(),
             meta.block_size, meta.block_tables.data_ptr(), meta.block_tables.shape[1],
-            meta.token_seq.data_ptr(), meta.positions.data_ptr(), 1.0 / math.sqrt(d),
+            meta.token_seq.data_ptr(), meta.positions.data_ptr(),
+            1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
             out.data_ptr(), self.threads,
         )  # fmt: skip
         return out
@@ -188,8 +228,21 @@ class TorchOps:
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return F.silu(gate) * up
 
+    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.gelu(gate, approximate="tanh") * up
+
+    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+        return torch.tanh(x / cap) * cap
+
     def attention(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
     ) -> torch.Tensor:
         out = torch.empty_like(q)
         group = q.shape[1] // k_cache.shape[2]
@@ -204,7 +257,15 @@ class TorchOps:
             k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
             v = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
             mask = j[None, :] <= pos[:, None]
-            o = F.scaled_dot_product_attention(q[idx].transpose(0, 1), k, v, attn_mask=mask)
+            if window:
+                mask &= j[None, :] > pos[:, None] - window
+            qh = q[idx].transpose(0, 1)
+            if softcap:  # SDPA cannot cap the scores: written out
+                s = qh @ k.transpose(1, 2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[2]))
+                s = (torch.tanh(s / softcap) * softcap).masked_fill(~mask, float("-inf"))
+                o = torch.softmax(s, dim=-1) @ v
+            else:
+                o = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=scale)
             out[idx] = o.transpose(0, 1)
         return out
 

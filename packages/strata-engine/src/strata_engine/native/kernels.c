@@ -239,13 +239,16 @@ void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, 
 /*
  * Causal attention for T query tokens against a paged KV cache (KV already written).
  * q: [T, H, D]; caches: [num_blocks, block_size, KVH, D]; token t belongs to the sequence whose
- * block table row is tables[t_seq[t] * max_blocks ...]; it attends to positions 0..pos[t].
+ * block table row is tables[t_seq[t] * max_blocks ...]; it attends to positions 0..pos[t], or with
+ * window > 0 (sliding-window layers) to max(0, pos[t] - window + 1)..pos[t]. Each score is
+ * dot(q, k) * scale, then with softcap > 0 (Gemma 2) softcap * tanh(score / softcap).
  * Each (token, head) is computed alone, in position order: the same bits whether the token
  * comes from a one-shot prefill, a chunk, a prefix-cache continuation or a decode step.
+ * window = 0 and softcap = 0 run exactly the sequence of full causal attention.
  */
 void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
-                      const int32_t *pos, float scale, float *out, int nthreads) {
+                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads) {
     int group = H / KVH;
     int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
@@ -260,13 +263,23 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
             int h = (int)(th % H), kvh = h / group;
             const float *qv = q + (t * H + h) * D;
             const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
-            int n = pos[t] + 1;
-            float mx = -INFINITY;
+            int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
+            int n = pos[t] + 1 - start; /* s[j], acc: position start + j */
             for (int j = 0; j < n; j++) {
-                const float *kr = kc + (((int64_t)table[j / block_size] * block_size + j % block_size) * KVH + kvh) * D;
+                int p = start + j;
+                const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
                 s[j] = dot_1(qv, kr, D) * scale;
-                if (s[j] > mx) mx = s[j];
             }
+            if (softcap > 0.0f) {
+                vf cap = vf_set1(softcap);
+                for (int j = 0; j < n; j += VL) {
+                    int len = n - j < VL ? n - j : VL;
+                    vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
+                }
+            }
+            float mx = -INFINITY; /* a max is exact: taking it after the scores changes no bit */
+            for (int j = 0; j < n; j++)
+                if (s[j] > mx) mx = s[j];
             for (int j = 0; j < n; j += VL) {
                 int len = n - j < VL ? n - j : VL;
                 vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), vf_set1(mx))), len);
@@ -276,7 +289,8 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
             float inv = 1.0f / sum;
             memset(acc, 0, (size_t)D * 4);
             for (int j = 0; j < n; j++) {
-                const float *vr = vc + (((int64_t)table[j / block_size] * block_size + j % block_size) * KVH + kvh) * D;
+                int jp = start + j;
+                const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
                 vf p = vf_set1(s[j] * inv);
                 for (int d = 0; d < D; d += VL) {
                     int len = D - d < VL ? D - d : VL;
@@ -367,5 +381,33 @@ void strata_exp(const float *x, int64_t n, float *out) {
     for (int64_t i = 0; i < n; i += VL) {
         int len = n - i < VL ? (int)(n - i) : VL;
         vf_store_n(out + i, vf_exp(vf_load_n(x + i, len)), len);
+    }
+}
+
+/*
+ * GeGLU (Gemma): out = gelu(gate) * up with GELU's tanh approximation,
+ * gelu(g) = g/2 (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), evaluated as the identical
+ * g / (1 + e^(-2u)) (no cancellation near g = 0, no libm): one fixed sequence per element.
+ */
+void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
+    int64_t chunks = (n + VL - 1) / VL;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * VL;
+        int len = n - i < VL ? (int)(n - i) : VL;
+        vf g = vf_load_n(gate + i, len);
+        vf inner = vf_fma(vf_mul(g, g), vf_set1(0.044715f), vf_set1(1.0f)); /* 1 + 0.044715 g^2 */
+        vf z = vf_mul(vf_mul(g, inner), vf_set1(-1.5957691216057308f));    /* -2u = -2 sqrt(2/pi) g (...) */
+        vf s = vf_div(g, vf_add(vf_set1(1.0f), vf_exp(z)));
+        vf_store_n(out + i, vf_mul(s, vf_load_n(up + i, len)), len);
+    }
+}
+
+/* Logit soft-capping (Gemma 2): out = cap * tanh(x / cap), elementwise (x / cap correctly rounded). */
+void strata_softcap(const float *x, int64_t n, float cap, float *out) {
+    vf c = vf_set1(cap);
+    for (int64_t i = 0; i < n; i += VL) {
+        int len = n - i < VL ? (int)(n - i) : VL;
+        vf_store_n(out + i, vf_mul(c, vf_tanh(vf_div(vf_load_n(x + i, len), c))), len);
     }
 }

@@ -227,6 +227,18 @@ static inline vf vf_exp(vf x) {
 }
 
 /*
+ * tanh x, lane-wise, as one fixed sequence: x clamped to [-9, 9] (tanh 9 is 1 to within half
+ * an ulp), then 1 - 2 / (e^(2x) + 1). Absolute error a few 1e-8 (relative error grows near 0,
+ * where 1 - ... cancels); used for soft-capping, whose outputs are compared in absolute terms.
+ */
+static inline vf vf_tanh(vf x) {
+    const vf one = vf_set1(1.0f);
+    x = vf_min(vf_max(x, vf_set1(-9.0f)), vf_set1(9.0f));
+    vf e = vf_exp(vf_add(x, x)); /* 2x: exact */
+    return vf_sub(one, vf_div(vf_set1(2.0f), vf_add(e, one)));
+}
+
+/*
  * Natural log of a positive, normal double, in double precision from basic operations only
  * (no libm): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(f), f = (m-1)/(m+1),
  * by its series to f^23 (|f| < 0.172, so the first omitted term is below 1e-20 of the result).

@@ -125,9 +125,29 @@ class TritonOps:
         kc.view(-1, *k.shape[1:])[s] = k.to(self.device)  # a scatter to distinct slots: no arithmetic
         vc.view(-1, *v.shape[1:])[s] = v.to(self.device)
 
+    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("the GPU kernels have no GeGLU yet (Gemma): run Gemma models on the CPU")
+
+    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+        raise NotImplementedError(
+            "the GPU kernels have no logit soft-capping yet (Gemma 2): run it on the CPU"
+        )
+
     def attention(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
     ) -> torch.Tensor:
+        if scale is not None or window or softcap:
+            raise NotImplementedError(
+                "the GPU attention kernel has no query scale, sliding window or soft-capping yet "
+                "(Gemma): run Gemma models on the CPU"
+            )
         if self._max_position is None or self._max_position[0] is not meta.positions:
             self._max_position = (meta.positions, int(meta.positions.max()) if meta.positions.numel() else 0)
         return attention.attention(
