@@ -18,7 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType as QT
+from tiny_models import random_blocks
 
+from strata_engine.gguf_loader import TensorInfo
 from strata_engine.native import BASE_FLAGS, HERE, TARGETS, compiler, runnable_targets, targets_to_test
 from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
 from strata_engine.weights import Weight
@@ -67,6 +70,12 @@ def test_contracted_build_would_be_caught(tmp_path: Path) -> None:
     assert _driver_digest([cc], flags, tmp_path, []) != DRIVER_SHA256
 
 
+def _random_kquant_weight(rng: np.random.Generator, qtype: QT, n: int, k: int) -> Weight:
+    """A [n, k] K-quant weight: random GGUF blocks with sane fp16 scales, packed as at load."""
+    info = TensorInfo("k", (n, k), qtype, random_blocks(qtype, (n, k), rng).reshape(-1))
+    return Weight.from_info(info)
+
+
 def _random_quant_weight(rng: np.random.Generator, kernel_type: int, n: int, k: int) -> Weight:
     """A [n, k] weight in the kernels' block layout: random fp32 scales (and mins), random quants."""
     size = {2: 20, 3: 24, 8: 36}[kernel_type]
@@ -87,6 +96,10 @@ def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
         for m in (1, 5, 9, 14):
             outs.append(ops.linear(t(m, 64), w, t(23)))
         outs.append(ops.embed(w, torch.tensor([3, 0, 22])))
+    for qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        w = _random_kquant_weight(rng, qtype, 21, 512)
+        outs += [ops.linear(t(m, 512), w) for m in (1, 3, 11)]
+        outs.append(ops.embed(w, torch.tensor([20, 0, 7])))
     dense = t(19, 37)
     w32 = Weight("d", 19, 37, 0, dense.reshape(-1).view(torch.uint8))
     outs += [ops.linear(t(m, 37), w32) for m in (1, 10)]

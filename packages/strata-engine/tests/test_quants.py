@@ -16,6 +16,7 @@ from tiny_models import (
     SUPPORTED_TYPES,
     TINY_SPECS,
     TinySpec,
+    encode_tensor,
     random_blocks,
     write_tensor_file,
     write_tiny_model,
@@ -84,20 +85,30 @@ def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(tiny_file: Path,
         np.testing.assert_array_equal(bits(got), bits(want[ids.numpy()]), err_msg=f"{name} gather")
 
 
+# where each block keeps its fp16 fields (scale d; Q4_1's min m; the K-quants' d and dmin)
+HALF_OFFSETS = {
+    QT.Q4_0: (0,),
+    QT.Q8_0: (0,),
+    QT.Q4_1: (0, 2),
+    QT.Q4_K: (0, 2),
+    QT.Q5_K: (0, 2),
+    QT.Q6_K: (208,),
+}
+
+
 def _random_native_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     """Arbitrary bytes with any finite fp16 scales: zero, negative, subnormal, huge."""
     block, type_size = GGML_QUANT_SIZES[qtype]
     data = rng.integers(0, 256, size=(rows * cols // block, type_size), dtype=np.uint8)
-    halves = 2 if qtype == QT.Q4_1 else 1  # Q4_1 stores d and m
-    for h in range(halves):
+    for offset in HALF_OFFSETS[qtype]:
         scale = rng.integers(0, 1 << 16, size=data.shape[0], dtype=np.uint16)
         scale[(scale & 0x7C00) == 0x7C00] &= 0x83FF  # inf/NaN exponent -> a subnormal instead
         scale[:4] = [0x0000, 0x8000, 0x0001, 0x03FF]  # +0, -0, smallest and largest subnormal
-        data[:, 2 * h : 2 * h + 2] = scale.view(np.uint8).reshape(-1, 2)
+        data[:, offset : offset + 2] = scale.view(np.uint8).reshape(-1, 2)
     return data.reshape(rows, -1)
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_0, QT.Q4_1, QT.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", list(HALF_OFFSETS), ids=lambda q: q.name)
 def test_native_dequantisation_of_arbitrary_blocks(qtype: QT, native: NativeOps) -> None:
     rng = np.random.default_rng(int(qtype))
     rows, cols = 64, 512
@@ -125,12 +136,14 @@ def _native_weight(qtype: QT, k: int, rng: np.random.Generator) -> Weight:
     if qtype == QT.F32 and k % 32:  # a row length the block types cannot have: the tail path
         values = torch.from_numpy(rng.normal(0, 0.1, size=(N_OUT, k)).astype(np.float32))
         return Weight("w", N_OUT, k, 0, values.view(torch.uint8).reshape(-1))
-    stored = quants.quantize(rng.normal(0, 0.1, size=(N_OUT, k)).astype(np.float32), qtype)
+    stored = encode_tensor(rng.normal(0, 0.1, size=(N_OUT, k)), qtype, rng)  # random blocks for K-quants
     info = TensorInfo("w", (N_OUT, k), qtype, np.frombuffer(stored.tobytes(), dtype=np.uint8))
     return Weight.from_info(info)
 
 
-NATIVE_CASES = [(q, k) for q in NATIVE_TYPES for k in (256, 576)] + [(QT.F32, 100)]
+NATIVE_CASES = [
+    (q, k) for q in NATIVE_TYPES for k in ((256, 768) if GGML_QUANT_SIZES[q][0] == 256 else (256, 576))
+] + [(QT.F32, 100)]
 
 
 @pytest.mark.parametrize(("qtype", "k"), NATIVE_CASES, ids=lambda v: getattr(v, "name", str(v)))

@@ -20,7 +20,15 @@ from gguf import GGMLQuantizationType as QT
 SUPPORTED_TYPES = (
     QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K,
 )  # fmt: skip
-NATIVE_TYPES = (QT.F32, QT.Q4_0, QT.Q4_1, QT.Q8_0)  # what the C kernels read in block form
+NATIVE_TYPES = (
+    QT.F32,
+    QT.Q4_0,
+    QT.Q4_1,
+    QT.Q8_0,
+    QT.Q4_K,
+    QT.Q5_K,
+    QT.Q6_K,
+)  # what the C kernels read in block form
 EXTRA_FALLBACK_TYPES = (QT.Q2_K, QT.Q3_K, QT.IQ4_NL)  # dequantised by gguf-py at load time
 
 HIDDEN = 256

@@ -1,8 +1,8 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
-Types the native kernels read directly (F32, Q4_0, Q4_1, Q8_0) stay in their block format
-and are dequantised panel by panel inside the matmul. Every other type gguf-py can
-dequantise (F16, BF16, Q5_*, K-quants, IQ types, ...) is dequantised to fp32 at load time.
+Types the native kernels read directly (F32, Q4_0, Q4_1, Q8_0, and the K-quants Q4_K, Q5_K,
+Q6_K) stay in block form and are dequantised inside the matmul. Every other type gguf-py can
+dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32 at load time.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import torch
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 
+from strata_engine import kquants
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 
-NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8}  # GGML type -> kernel type code
+# GGML type -> kernel type code (the GGML type id)
+NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8, QT.Q4_K: 12, QT.Q5_K: 13, QT.Q6_K: 14}
 SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
 
 
@@ -59,8 +61,13 @@ class Weight:
         if len(info.shape) != 2:
             raise ModelLoadError(f"tensor {info.name}: expected 2 dimensions, got {info.shape}")
         out_f, in_f = info.shape
-        if info.qtype in NATIVE_TYPES and in_f % 32 == 0:
-            data = np.array(info.data) if info.qtype == QT.F32 else widen_scales(info.data, info.qtype)
+        if info.qtype in NATIVE_TYPES and in_f % GGML_QUANT_SIZES[info.qtype][0] == 0 and in_f % 32 == 0:
+            if info.qtype == QT.F32:
+                data = np.array(info.data)
+            elif info.qtype in kquants.PACKERS:
+                data = kquants.pack(info.data, info.qtype)
+            else:
+                data = widen_scales(info.data, info.qtype)
             return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], torch.from_numpy(data), info)
         dense = torch.from_numpy(np.ascontiguousarray(dequantize(info)))
         return cls(info.name, out_f, in_f, 0, dense.view(torch.uint8).reshape(-1), info, dense)

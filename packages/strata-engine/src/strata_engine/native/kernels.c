@@ -41,7 +41,7 @@
 #endif
 #endif
 
-enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8 };
+enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
 
 const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
@@ -57,6 +57,9 @@ static int64_t row_bytes(int wtype, int64_t K) {
     case WT_Q4_0: return K / 32 * 20;
     case WT_Q4_1: return K / 32 * 24;
     case WT_Q8_0: return K / 32 * 36;
+    case WT_Q4_K: return K / 256 * 152;
+    case WT_Q5_K: return K / 256 * 184;
+    case WT_Q6_K: return K / 256 * 276;
     default: return K * 4;
     }
 }
@@ -101,9 +104,40 @@ static inline void dot_block(const float *x, int64_t ldx, const float *w, int64_
         for (int j = 0; j < NR; j++) y[i * ldy + j] = vf_hsum(acc[i][j]);
 }
 
+/*
+ * K-quants, in the layout kquants.py gives them at load: sub-block b % 8 of super-block b / 8.
+ * Q4_K / Q5_K: (d * sc) * q - (dmin * m), q a nibble (+ 16 * its fifth bit for Q5_K);
+ * Q6_K: (d * sc) * q for each half of 16, q stored as int8. The same float32 products in the
+ * same order as gguf-py, so the same bits.
+ */
+static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    int j = (int)(b & 7);
+    if (wtype == WT_Q6_K) {
+        const uint8_t *blk = row + (b >> 3) * 276;
+        const int8_t *sc = (const int8_t *)(blk + 4), *q = (const int8_t *)(blk + 20 + j * 32);
+        float d = f32_at(blk);
+        *lo = vf_mul(vf_set1(d * (float)sc[2 * j]), vf_from_i8(q));
+        *hi = vf_mul(vf_set1(d * (float)sc[2 * j + 1]), vf_from_i8(q + 16));
+        return;
+    }
+    const uint8_t *blk = row + (b >> 3) * (wtype == WT_Q4_K ? 152 : 184);
+    vf scale = vf_set1(f32_at(blk) * (float)blk[8 + j]), min = vf_set1(f32_at(blk + 4) * (float)blk[16 + j]);
+    vf ql = vf_from_u4(blk + 24 + j * 16, 0), qh = vf_from_u4(blk + 24 + j * 16, 1);
+    if (wtype == WT_Q5_K) {
+        const uint8_t *h = blk + 152 + j * 4;
+        vf sixteen = vf_set1(16.0f);
+        ql = vf_add(ql, vf_mul(vf_from_bits16((uint32_t)h[0] | (uint32_t)h[1] << 8), sixteen));
+        qh = vf_add(qh, vf_mul(vf_from_bits16((uint32_t)h[2] | (uint32_t)h[3] << 8), sixteen));
+    }
+    *lo = vf_sub(vf_mul(scale, ql), min);
+    *hi = vf_sub(vf_mul(scale, qh), min);
+}
+
 /* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
 static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
-    if (wtype == WT_Q8_0) {
+    if (wtype >= WT_Q4_K) {
+        dequant_kblock(wtype, row, b, lo, hi);
+    } else if (wtype == WT_Q8_0) {
         const uint8_t *blk = row + b * 36;
         vf d = vf_set1(f32_at(blk));
         *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);

@@ -9,7 +9,8 @@
  *   max / min:       lane-wise (a > b ? a : b) / (a < b ? a : b), the same for NaN and
  *                    signed zeros everywhere (not the instruction sets' own max/min);
  *   hsum:            lanes (i, i+8), then (i, i+4), (i, i+2), (0, 1): one fixed tree;
- *   conversions:     small integers to float (exact), 2^k from an integral float (exact).
+ *   conversions:     small integers to float (exact), 2^k from an integral float (exact),
+ *                    16 bits to 16 lanes of 0.0 / 1.0 (lane i = bit i).
  * Targets: STRATA_TARGET_AVX512 (one __m512), STRATA_TARGET_AVX2 (two __m256, FMA3),
  * STRATA_TARGET_NEON (four float32x4_t, AArch64), otherwise portable C (float[16], fmaf).
  * Build with -ffp-contract=off: the compiler may not fuse a multiply and an add on its own.
@@ -58,6 +59,9 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
     q = high ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
     return (vf){_mm512_cvtepi32_ps(q)};
 }
+static inline vf vf_from_bits16(uint32_t bits) {
+    return (vf){_mm512_maskz_mov_ps((__mmask16)bits, _mm512_set1_ps(1.0f))};
+}
 static inline vf vf_pow2i(vf k) {
     __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(k.v), _mm512_set1_epi32(127));
     return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
@@ -102,6 +106,14 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
     b = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(15));
     return (vf){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)))};
 }
+static inline __m256 bits8(uint32_t bits, __m256i lanes) {
+    __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lanes), lanes);
+    return _mm256_and_ps(_mm256_castsi256_ps(hit), _mm256_set1_ps(1.0f));
+}
+static inline vf vf_from_bits16(uint32_t bits) {
+    return (vf){bits8(bits, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+                bits8(bits, _mm256_setr_epi32(256, 512, 1024, 2048, 4096, 8192, 16384, 32768))};
+}
 static inline __m256 pow2i8(__m256 k) {
     __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(k), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
@@ -144,6 +156,15 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
              vcvtq_f32_u32(vmovl_u16(vget_low_u16(h))), vcvtq_f32_u32(vmovl_u16(vget_high_u16(h)))}};
     return r;
 }
+static inline vf vf_from_bits16(uint32_t bits) {
+    static const uint32_t lanes[16] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+    vf r;
+    for (int i = 0; i < 4; i++) {
+        uint32x4_t hit = vtstq_u32(vdupq_n_u32(bits), vld1q_u32(lanes + 4 * i));
+        r.v[i] = vreinterpretq_f32_u32(vandq_u32(hit, vreinterpretq_u32_f32(vdupq_n_f32(1.0f))));
+    }
+    return r;
+}
 static inline vf vf_pow2i(vf k)
     VF_MAP(vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(k.v[i]), vdupq_n_s32(127)), 23)))
 #undef VF_MAP
@@ -172,6 +193,7 @@ static inline float vf_hsum(vf a) {
 }
 static inline vf vf_from_i8(const int8_t *p) VF_MAP((float)p[i])
 static inline vf vf_from_u4(const uint8_t *p, int high) VF_MAP((float)(high ? p[i] >> 4 : p[i] & 15))
+static inline vf vf_from_bits16(uint32_t bits) VF_MAP((float)((bits >> i) & 1u))
 static inline vf vf_pow2i(vf k) {
     vf r;
     for (int i = 0; i < VL; i++) {
