@@ -1,6 +1,7 @@
 """Tiny random GGUFs of the architectures beyond llama/qwen2/qwen3's dense BPE models: llama
 with a SentencePiece vocabulary (Llama 2 / TinyLlama / Mistral), phi3 (fused QKV and gate-up),
-qwen3moe and Mixtral-style llama with experts. Written with gguf.GGUFWriter using the metadata
+qwen3moe and Mixtral-style llama with experts, gemma / gemma2 / gemma3 (GeGLU, embedding scale,
+soft-capping, post-norms, sliding-window layers, qk-norm, two RoPE bases). Written with gguf.GGUFWriter using the metadata
 keys and tensor names llama.cpp reads, weights in the types the kernels keep packed (F32, Q4_0,
 Q4_1, Q8_0), so that llama.cpp and Strata can run the same file; plus a float64 reference.
 """
@@ -37,6 +38,8 @@ class ArchSpec:
     n_experts: int = 0
     n_experts_used: int = 0
     type_offset: int = 0
+    n_layers: int = N_LAYERS
+    window: int = 0  # gemma2/3: attention.sliding_window (small, so that a 37-token prompt slides)
 
 
 ARCH_SPECS = (
@@ -44,7 +47,14 @@ ARCH_SPECS = (
     ArchSpec("phi3", "phi3", spm=True, type_offset=1),
     ArchSpec("qwen3moe", "qwen3moe", spm=False, n_experts=4, n_experts_used=2, type_offset=2),
     ArchSpec("mixtral", "llama", spm=True, n_experts=4, n_experts_used=2, type_offset=3),
+    ArchSpec("gemma", "gemma", spm=True),
+    ArchSpec("gemma2", "gemma2", spm=True, type_offset=1, window=8),
+    # six layers: gemma3's pattern makes layers 0-4 sliding (RoPE base 10000), layer 5 global (1e6)
+    ArchSpec("gemma3", "gemma3", spm=True, type_offset=2, n_layers=6, window=8),
 )
+GEMMA2_ATTN_SOFTCAP = 4.0  # small enough that the tiny model's scores are really capped
+GEMMA2_FINAL_SOFTCAP = 6.0
+GEMMA3_ROPE_BASE = 1_000_000.0
 
 
 def vocab_size(spec: ArchSpec) -> int:
@@ -63,19 +73,25 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
     w = GGUFWriter(str(path), spec.arch)
     # not "phi3": llama.cpp then looks up Phi-3's own special tokens, absent from this vocabulary
     w.add_name(f"tiny {spec.arch if spec.arch != 'phi3' else 'fused-projection'} model")
-    w.add_block_count(N_LAYERS)
+    w.add_block_count(spec.n_layers)
+    gemma = spec.arch.startswith("gemma")
     w.add_context_length(CTX)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
     w.add_head_count(N_HEADS)
     w.add_head_count_kv(N_KV_HEADS)
     w.add_rope_dimension_count(HEAD_DIM)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(GEMMA3_ROPE_BASE if spec.arch == "gemma3" else 10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
-    if spec.arch == "qwen3moe":
+    if spec.arch == "qwen3moe" or gemma:
         w.add_key_length(HEAD_DIM)
         w.add_value_length(HEAD_DIM)
+    if spec.window:
+        w.add_sliding_window(spec.window)
+    if spec.arch == "gemma2":
+        w.add_attn_logit_softcapping(GEMMA2_ATTN_SOFTCAP)
+        w.add_final_logit_softcapping(GEMMA2_FINAL_SOFTCAP)
     if spec.n_experts:
         w.add_expert_count(spec.n_experts)
         w.add_expert_used_count(spec.n_experts_used)
@@ -96,7 +112,7 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
 
     q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
     matrix("token_embd.weight", (n_vocab, HIDDEN), 0.5)
-    for i in range(N_LAYERS):
+    for i in range(spec.n_layers):
         p = f"blk.{i}."
         vec(p + "attn_norm.weight", HIDDEN)
         if spec.arch == "phi3":
@@ -105,10 +121,12 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
             matrix(p + "attn_q.weight", (q_out, HIDDEN), 0.08)
             matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.08)
             matrix(p + "attn_v.weight", (kv_out, HIDDEN), 0.08)
-        if spec.arch == "qwen3moe":
+        if spec.arch in ("qwen3moe", "gemma3"):
             vec(p + "attn_q_norm.weight", HEAD_DIM)
             vec(p + "attn_k_norm.weight", HEAD_DIM)
         matrix(p + "attn_output.weight", (HIDDEN, q_out), 0.08)
+        if spec.arch in ("gemma2", "gemma3"):
+            vec(p + "post_attention_norm.weight", HIDDEN)
         vec(p + "ffn_norm.weight", HIDDEN)
         if spec.n_experts:
             e = spec.n_experts
@@ -123,8 +141,11 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
             matrix(p + "ffn_gate.weight", (FFN, HIDDEN), 0.08)
             matrix(p + "ffn_up.weight", (FFN, HIDDEN), 0.08)
             matrix(p + "ffn_down.weight", (HIDDEN, FFN), 0.08)
+        if spec.arch in ("gemma2", "gemma3"):
+            vec(p + "post_ffw_norm.weight", HIDDEN)
     vec("output_norm.weight", HIDDEN)
-    matrix("output.weight", (n_vocab, HIDDEN), 0.5)
+    if not gemma:  # Gemma ties the output head to the embedding
+        matrix("output.weight", (n_vocab, HIDDEN), 0.5)
     _write(w)
     return path
 
@@ -149,7 +170,67 @@ class ArchReference(ReferenceModel):
                 w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = w.pop(p + "ffn_up.weight").chunk(2)
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
+        if self.arch.startswith("gemma"):
+            return self._gemma_forward(ids)
         return self._moe_forward(ids) if self.n_used else super()._forward(ids)
+
+    gelu_fp16 = False  # emulate llama.cpp's GELU: a table indexed by fp16(x), values rounded to fp16
+
+    def _gelu(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.gelu_fp16:
+            return torch.nn.functional.gelu(x, approximate="tanh")
+        y = torch.nn.functional.gelu(x.half().double(), approximate="tanh").half().double()
+        return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+
+    def _gemma_forward(self, ids: list[int]) -> torch.Tensor:
+        """Gemma as the papers and HF describe it, in float64: embeddings times sqrt(hidden),
+        RMSNorm with the stored weight (the GGUF converter folded in the +1), GeGLU with tanh
+        GELU, gemma2's soft-capped scores and logits, post-norms, sliding windows on even layers
+        (gemma2) or all but every sixth (gemma3, whose sliding layers use RoPE base 10000)."""
+        w, g = self.w, lambda k, d=None: self.meta.get(f"{self.arch}.{k}", d)
+        x = w["token_embd.weight"][torch.tensor(ids)] * self.hidden**0.5
+        t = len(ids)
+        pos = torch.arange(t)
+        global_base = self.base
+        attn_cap, final_cap = g("attn_logit_softcapping", 0.0), g("final_logit_softcapping", 0.0)
+        for i in range(self.n_layers):
+            p = f"blk.{i}."
+            sliding = {"gemma2": i % 2 == 0, "gemma3": i % 6 < 5}.get(self.arch, False)
+            window = g("attention.sliding_window") if sliding else t
+            self.base = 10000.0 if sliding and self.arch == "gemma3" else global_base
+            allowed = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
+            h = self._rms(x, w[p + "attn_norm.weight"])
+            q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, self.head_dim)
+            k = (h @ w[p + "attn_k.weight"].T).reshape(t, self.n_kv, self.head_dim)
+            v = (h @ w[p + "attn_v.weight"].T).reshape(t, self.n_kv, self.head_dim)
+            if p + "attn_q_norm.weight" in w:
+                q = self._rms(q, w[p + "attn_q_norm.weight"])
+                k = self._rms(k, w[p + "attn_k_norm.weight"])
+            q, k = self._rope(q), self._rope(k)
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5
+            if self.arch == "gemma2":
+                s = torch.tanh(s / attn_cap) * attn_cap
+            s = s.masked_fill(~allowed, float("-inf"))
+            o = (
+                torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
+                @ w[p + "attn_output.weight"].T
+            )
+            if p + "post_attention_norm.weight" in w:
+                o = self._rms(o, w[p + "post_attention_norm.weight"])
+            x = x + o
+            h = self._rms(x, w[p + "ffn_norm.weight"])
+            gate = self._gelu(h @ w[p + "ffn_gate.weight"].T)
+            f = (gate * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+            if p + "post_ffw_norm.weight" in w:
+                f = self._rms(f, w[p + "post_ffw_norm.weight"])
+            x = x + f
+        self.base = global_base
+        logits = self._rms(x, w["output_norm.weight"]) @ w["token_embd.weight"].T
+        if final_cap:
+            logits = torch.tanh(logits / final_cap) * final_cap
+        return torch.log_softmax(logits, dim=-1)
 
     def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
         w, p = self.w, f"blk.{i}."

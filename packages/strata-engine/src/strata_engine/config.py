@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from strata_engine.api import ModelLoadError
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3")
+GEMMA = ("gemma", "gemma2", "gemma3")
 # Named so that a file of a known but unsupported family gets a precise refusal.
 UNSUPPORTED_ARCHITECTURES = {
-    "gemma": "GeGLU and logit soft-capping kernels",
-    "gemma2": "GeGLU, logit soft-capping and sliding-window attention kernels",
-    "gemma3": "GeGLU and sliding-window attention kernels",
+    "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
 }
+# llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
+GEMMA2_DEFAULTS = {
+    "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+    "attention.sliding_window": 4096,
+}
+# The model sizes llama.cpp recognises by layer count (26, 42, 46 / 62 layers) whose queries it
+# scales by 1/sqrt(hidden / heads) instead of 1/sqrt(key_length): Gemma 2 27B and Gemma 3 27B.
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,20 @@ class ModelConfig:
     qk_norm: bool  # qwen3: per-head RMSNorm on q and k before RoPE
     n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama): experts per layer
     n_experts_used: int = 0  # experts each token is routed to (top-k of the router)
+    # Gemma switches (defaults: the llama/qwen arithmetic, untouched)
+    ffn_act: Literal["silu", "gelu"] = "silu"  # gelu: GeGLU with GELU's tanh approximation
+    embed_scale: bool = False  # embeddings times sqrt(hidden)
+    attn_scale: float | None = None  # query scale; None: 1/sqrt(head_dim)
+    attn_softcap: float = 0.0  # gemma2: scores -> cap * tanh(scores / cap)
+    final_softcap: float = 0.0  # gemma2: logits -> cap * tanh(logits / cap)
+    post_norms: bool = False  # gemma2/3: RMSNorm on the attention and FFN outputs before the residual
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (itself included)
+    swa_layers: tuple[bool, ...] = ()  # per layer: True for a sliding-window layer
+    rope_base_swa: float | None = None  # gemma3: RoPE base of the sliding-window layers
+
+    def window(self, layer: int) -> int:
+        """The attention window of `layer` (0: full causal attention)."""
+        return self.sliding_window if self.swa_layers and self.swa_layers[layer] else 0
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any]) -> ModelConfig:
@@ -65,6 +88,7 @@ class ModelConfig:
         if arch == "qwen3moe" and not n_experts:
             raise ModelLoadError("GGUF metadata lacks qwen3moe.expert_count")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
+        gemma = _gemma_switches(arch, meta, int(key("block_count")), hidden, n_heads, head_dim)
         return cls(
             arch=arch,
             n_layers=int(key("block_count")),
@@ -80,7 +104,58 @@ class ModelConfig:
             rope_style="interleaved" if arch == "llama" else "neox",
             rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
             qkv_bias=arch == "qwen2",
-            qk_norm=arch in ("qwen3", "qwen3moe"),
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             n_experts=n_experts,
             n_experts_used=n_used,
+            **gemma,
         )
+
+
+def _gemma_switches(
+    arch: str, meta: dict[str, Any], n_layers: int, hidden: int, n_heads: int, head_dim: int
+) -> dict[str, Any]:
+    """The Gemma family's differences, read as llama.cpp reads them (llama-model.cpp).
+
+    Norm weights are used as stored: the GGUF converter already added Gemma's +1 (checked
+    against llama.cpp in test_arch_models). gemma2 alternates sliding-window (even) and global
+    (odd) layers; gemma3 has five sliding-window layers then one global (layer % 6 == 5), the
+    sliding ones with RoPE base 10000 (or rope.freq_base_swa).
+    """
+    if arch not in GEMMA:
+        return {}
+    get = lambda name, default=None: meta.get(f"{arch}.{name}", default)  # noqa: E731
+    if int(get("attention.value_length", head_dim)) != head_dim:
+        raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
+    scaling = get("rope.scaling.type")
+    if scaling not in (None, "none") and float(get("rope.scaling.factor", 1.0)) != 1.0:
+        raise ModelLoadError(
+            f"{arch}: RoPE scaling ({scaling}, factor {get('rope.scaling.factor')}) is not supported"
+        )
+    heads_dim = hidden // n_heads if n_layers == GEMMA_27B_LAYERS.get(arch) else head_dim
+    out: dict[str, Any] = {
+        "ffn_act": "gelu",
+        "embed_scale": True,
+        "attn_scale": 1.0 / math.sqrt(heads_dim),
+    }
+    if arch == "gemma2":
+        out["attn_softcap"] = float(get("attn_logit_softcapping", GEMMA2_DEFAULTS["attn_logit_softcapping"]))
+        out["final_softcap"] = float(
+            get("final_logit_softcapping", GEMMA2_DEFAULTS["final_logit_softcapping"])
+        )
+        out["sliding_window"] = int(
+            get("attention.sliding_window", GEMMA2_DEFAULTS["attention.sliding_window"])
+        )
+        out["swa_layers"] = tuple(i % 2 == 0 for i in range(n_layers))
+        out["post_norms"] = True
+    elif arch == "gemma3":
+        window = get("attention.sliding_window")
+        if window is None:
+            raise ModelLoadError("GGUF metadata lacks gemma3.attention.sliding_window")
+        out["final_softcap"] = float(get("final_logit_softcapping", 0.0) or 0.0)
+        out["sliding_window"] = int(window)
+        out["swa_layers"] = tuple(i % 6 < 5 for i in range(n_layers))
+        out["rope_base_swa"] = float(get("rope.freq_base_swa", 10000.0))
+        out["post_norms"] = True
+    if out.get("sliding_window", 0) < 0:
+        raise ModelLoadError(f"{arch}: negative attention.sliding_window")
+    return out

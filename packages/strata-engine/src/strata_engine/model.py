@@ -1,5 +1,5 @@
-"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3), written once, calling `Ops` for
-every heavy step.
+"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma / gemma2 / gemma3), written
+once, calling `Ops` for every heavy step; the architectures differ by `ModelConfig` switches.
 
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
 chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
@@ -38,6 +38,8 @@ class Layer:
     w_down: Weight | None
     router: Weight | None = None  # [n_experts, hidden]: the MoE gate (ffn_gate_inp)
     experts: list[tuple[Weight, Weight, Weight]] | None = None  # (gate, up, down) per expert
+    post_attn_norm: torch.Tensor | None = None  # gemma2/3: on the attention output
+    post_ffn_norm: torch.Tensor | None = None  # gemma2/3: on the FFN output
 
 
 def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
@@ -73,13 +75,12 @@ def packed_experts(info: TensorInfo) -> list[Weight]:
     return split_rows(flat, [out_f] * n)
 
 
-def rope_table(cfg: ModelConfig) -> RopeTable:
+def rope_table(cfg: ModelConfig, base: float | None = None) -> RopeTable:
     """cos/sin per absolute position, computed in float64 with exactmath (the same bits on every
     machine, unlike numpy's or libm's sin/cos) and stored fp32: the same for any batch."""
     half = cfg.rope_dim // 2
-    inv = exactmath.exp(
-        -(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(cfg.rope_base)
-    )
+    base = cfg.rope_base if base is None else base
+    inv = exactmath.exp(-(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(base))
     angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
     sin, cos = exactmath.sin_cos(angles)
     return RopeTable(
@@ -159,9 +160,23 @@ class Transformer:
                     w_down=w_down,
                     router=router,
                     experts=experts,
+                    post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
+                    post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
                 )
             )
+            if cfg.post_norms and (
+                self.layers[-1].post_attn_norm is None or self.layers[-1].post_ffn_norm is None
+            ):
+                raise ModelLoadError(f"model file lacks {p}post_attention_norm / post_ffw_norm")
+            if cfg.qk_norm and (self.layers[-1].q_norm is None or self.layers[-1].k_norm is None):
+                raise ModelLoadError(f"model file lacks {p}attn_q_norm / attn_k_norm")
         self.rope = rope_table(cfg)
+        # gemma3: the sliding-window layers rotate with their own base
+        self.rope_swa = rope_table(cfg, cfg.rope_base_swa) if cfg.rope_base_swa is not None else self.rope
+        # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
+        self.embed_scale = (
+            torch.tensor(np.sqrt(np.float32(cfg.hidden)), dtype=torch.float32) if cfg.embed_scale else None
+        )
 
     @torch.inference_mode()
     def forward(
@@ -171,7 +186,11 @@ class Transformer:
         cfg, ops = self.cfg, self.ops
         n = ids.shape[0]
         x = ops.embed(self.embedding, ids)
-        for layer, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
+        if self.embed_scale is not None:
+            x = x * self.embed_scale  # one correctly rounded fp32 multiply per element
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv, strict=True)):
+            window = cfg.window(i)
+            rope = self.rope_swa if window else self.rope
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
             q = ops.linear(h, layer.wq, layer.bq).view(n, cfg.n_heads, cfg.head_dim)
             k = ops.linear(h, layer.wk, layer.bk).view(n, cfg.n_kv_heads, cfg.head_dim)
@@ -179,18 +198,28 @@ class Transformer:
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-            q = ops.rope(q, meta.positions, self.rope)
-            k = ops.rope(k, meta.positions, self.rope)
+            q = ops.rope(q, meta.positions, rope)
+            k = ops.rope(k, meta.positions, rope)
             ops.kv_write(k, v, k_cache, v_cache, meta.slots)
-            a = ops.attention(q, k_cache, v_cache, meta).view(n, -1)
-            x = x + ops.linear(a, layer.wo)
+            if cfg.attn_scale is None and not window and not cfg.attn_softcap:
+                a = ops.attention(q, k_cache, v_cache, meta)
+            else:
+                a = ops.attention(
+                    q, k_cache, v_cache, meta, scale=cfg.attn_scale, window=window, softcap=cfg.attn_softcap
+                )
+            o = ops.linear(a.view(n, -1), layer.wo)
+            if layer.post_attn_norm is not None:
+                o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
+            x = x + o
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.experts is not None:
-                x = x + self._moe(h, layer)
+                f = self._moe(h, layer)
             else:
-                x = x + ops.linear(
-                    ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
-                )
+                act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
+                f = ops.linear(act(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
+            if layer.post_ffn_norm is not None:
+                f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
+            x = x + f
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _moe(self, h: torch.Tensor, layer: Layer) -> torch.Tensor:
@@ -222,5 +251,6 @@ class Transformer:
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """fp32 logits [R, vocab] for the selected rows only."""
-        return self.ops.linear(hidden, self.output)
+        """fp32 logits [R, vocab] for the selected rows only (soft-capped where the model says)."""
+        logits = self.ops.linear(hidden, self.output)
+        return self.ops.softcap(logits, self.cfg.final_softcap) if self.cfg.final_softcap else logits
