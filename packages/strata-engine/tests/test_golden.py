@@ -14,13 +14,20 @@ from __future__ import annotations
 import hashlib
 import platform
 from collections import defaultdict
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_invariance import run_batch
+from tiny_arch_models import ARCH_SPECS, write_arch_model
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+from strata_engine.config import ModelConfig
+from strata_engine.gguf_loader import GGUFFile
+from strata_engine.model import Transformer
 from strata_engine.native import targets_to_test
+from strata_engine.ops import AttentionMeta, NativeOps
 
 GOLDEN = {
     "chat": "91732edb0e966ed3440c9eb6b04e86d822b6beefa23ee844429c3d5c5500d829",
@@ -129,3 +136,120 @@ def test_golden_rows_are_the_models_log_probabilities(model_path) -> None:
     )
     assert last.shape[0] == engine.vocab_size
     assert abs(float(torch.logsumexp(last.double(), 0))) < 1e-5
+
+
+# ---- tiny mixture-of-experts and sliding-window models (issue 16) ---------------------------
+# Two models the test writes itself, byte-identical on every machine (integer-drawn weights, see
+# write_arch_model(exact=True)): qwen3moe (router top-k, packed experts) and gemma2 (GeGLU,
+# soft-capped attention and logits, post-norms, an 8-token window on layer 0). Driven at the
+# forward level on a paged KV cache, so that the hash does not depend on the engine's API: every
+# prompt position's full-vocabulary log-probabilities hash to the values below alone, in one
+# batch with the other prompts (scattered blocks, interleaved order) and in 5-token chunks.
+TINY_GOLDEN = {
+    "qwen3moe": "6a040f85fd069219d4d67c810da267d2151cc84978836d404cc3b0609ba69ebb",
+    "gemma2": "3ab6dd9532d2ccba13d298413a7d66a80fcd73fcb14ad408d18636b1e2a0bf31",
+}
+TINY_PROMPT_LENGTHS = (37, 23, 9)
+
+
+def _tiny_prompts(vocab: int) -> list[list[int]]:
+    rng = np.random.default_rng(5)
+    return [rng.integers(7, vocab - 3, size=n).tolist() for n in TINY_PROMPT_LENGTHS]
+
+
+def _tiny_step(
+    model: Transformer, kv: list, parts: list[tuple[list[int], list[int], int, int]], block_size: int
+) -> list[torch.Tensor]:
+    """One forward over (prompt, block table, start, end) parts; each part's log-probabilities."""
+    ids, positions, token_seq, slots = [], [], [], []
+    max_blocks = max(len(table) for _, table, _, _ in parts)
+    tables = torch.zeros(len(parts), max_blocks, dtype=torch.int32)
+    for i, (prompt, table, start, end) in enumerate(parts):
+        tables[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+        for p in range(start, end):
+            ids.append(prompt[p])
+            positions.append(p)
+            token_seq.append(i)
+            slots.append(table[p // block_size] * block_size + p % block_size)
+    meta = AttentionMeta(
+        positions=torch.tensor(positions, dtype=torch.int32),
+        token_seq=torch.tensor(token_seq, dtype=torch.int32),
+        block_tables=tables,
+        slots=torch.tensor(slots, dtype=torch.int64),
+        block_size=block_size,
+    )
+    lp = model.ops.log_softmax(model.logits(model.forward(torch.tensor(ids, dtype=torch.int64), meta, kv)))
+    out, at = [], 0
+    for _, _, start, end in parts:
+        out.append(lp[at : at + end - start])
+        at += end - start
+    return out
+
+
+def _tiny_digests(path: Path, threads: int) -> dict[str, str]:
+    """{scenario: digest over every prompt's rows} with the kernels of $STRATA_KERNELS_TARGET."""
+    gguf = GGUFFile(path)
+    cfg = ModelConfig.from_metadata(gguf.metadata)
+    model = Transformer(gguf, cfg, NativeOps(threads))
+    prompts = _tiny_prompts(cfg.vocab_size)
+    bs, n_blocks = 4, 40
+
+    def fresh() -> list:
+        shape = (n_blocks, bs, cfg.n_kv_heads, cfg.head_dim)
+        return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layers)]
+
+    def tables(order: list[int]) -> list[list[int]]:
+        free = iter(order)
+        return [[next(free) for _ in range(-(-len(p) // bs))] for p in prompts]
+
+    def digest(rows: list[list[torch.Tensor]]) -> str:
+        # every position but the last (which predicts past the prompt) of every prompt, in order
+        data = b"".join(torch.cat(r)[:-1].numpy().tobytes() for r in rows)
+        return hashlib.sha256(data).hexdigest()
+
+    out = {}
+    rows = [
+        _tiny_step(model, fresh(), [(p, t, 0, len(p))], bs)
+        for p, t in zip(prompts, tables(list(range(n_blocks))), strict=True)
+    ]
+    out["alone"] = digest(rows)
+    scattered = tables(np.random.default_rng(1).permutation(n_blocks).tolist())
+    order = [2, 0, 1]
+    got = _tiny_step(model, fresh(), [(prompts[i], scattered[i], 0, len(prompts[i])) for i in order], bs)
+    out["batch"] = digest([[got[order.index(i)]] for i in range(len(prompts))])
+    kv, rows = fresh(), [[] for _ in prompts]
+    for start in range(0, max(map(len, prompts)), 5):
+        live = [i for i, p in enumerate(prompts) if start < len(p)]
+        parts = [(prompts[i], scattered[i], start, min(start + 5, len(prompts[i]))) for i in live]
+        for i, r in zip(live, _tiny_step(model, kv, parts, bs), strict=True):
+            rows[i].append(r)
+    out["chunked"] = digest(rows)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("golden_tiny")
+    specs = {s.name: s for s in ARCH_SPECS}
+    return {
+        name: write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True) for name in TINY_GOLDEN
+    }
+
+
+@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("name", list(TINY_GOLDEN))
+def test_tiny_moe_and_sliding_window_models_hash_to_the_committed_golden(
+    tiny_models, name: str, target: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("STRATA_KERNELS_TARGET", target)
+    digests = _tiny_digests(tiny_models[name], threads=2 if target != "avx2" else 3)
+    assert digests == dict.fromkeys(("alone", "batch", "chunked"), TINY_GOLDEN[name]), digests
+
+
+def test_tiny_golden_would_catch_a_changed_window(tiny_models, monkeypatch) -> None:
+    """The sliding window reaches the hash: the same file with the window widened hashes differently."""
+    gguf = GGUFFile(tiny_models["gemma2"])
+    cfg = ModelConfig.from_metadata(gguf.metadata)
+    assert cfg.window(0) == 8 and cfg.window(1) == 0
+    monkeypatch.setattr(ModelConfig, "window", lambda self, layer: 0)
+    assert _tiny_digests(tiny_models["gemma2"], threads=2)["alone"] != TINY_GOLDEN["gemma2"]

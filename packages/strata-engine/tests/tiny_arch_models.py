@@ -65,10 +65,20 @@ def vocab_size(spec: ArchSpec) -> int:
     return VOCAB_SIZE
 
 
-def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT, ...] = PACKED_TYPES) -> Path:
+def write_arch_model(
+    path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT, ...] = PACKED_TYPES, exact: bool = False
+) -> Path:
     """Write `spec` as a GGUF at `path` (random, seeded weights); 2-D and expert weights take
-    `types` in turn (norms and the MoE router are F32, as converters store them)."""
+    `types` in turn (norms and the MoE router are F32, as converters store them). `exact` draws
+    uniform integers scaled by one multiply instead of normals (whose sampler may call libm's log):
+    the same file bytes on every machine, for the golden hashes."""
     rng = np.random.default_rng(seed)
+
+    def noise(shape: tuple[int, ...] | int, std: float) -> np.ndarray:
+        if exact:  # uniform with standard deviation std
+            return rng.integers(-(2**16), 2**16, size=shape) * (std * 3**0.5 / 2**16)
+        return rng.normal(0.0, std, size=shape)
+
     n_vocab = vocab_size(spec)
     w = GGUFWriter(str(path), spec.arch)
     # not "phi3": llama.cpp then looks up Phi-3's own special tokens, absent from this vocabulary
@@ -105,10 +115,10 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
     cycle = itertools.cycle(types[offset:] + types[:offset])
 
     def matrix(name: str, shape: tuple[int, ...], std: float) -> None:
-        add_weight(w, name, rng.normal(0.0, std, size=shape), next(cycle), rng)
+        add_weight(w, name, noise(shape, std), next(cycle), rng)
 
     def vec(name: str, n: int) -> None:
-        w.add_tensor(name, (1.0 + rng.normal(0.0, 0.1, size=n)).astype(np.float32))
+        w.add_tensor(name, (1.0 + noise(n, 0.1)).astype(np.float32))
 
     q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
     matrix("token_embd.weight", (n_vocab, HIDDEN), 0.5)
@@ -130,7 +140,7 @@ def write_arch_model(path: Path, spec: ArchSpec, seed: int = 0, types: tuple[QT,
         vec(p + "ffn_norm.weight", HIDDEN)
         if spec.n_experts:
             e = spec.n_experts
-            w.add_tensor(p + "ffn_gate_inp.weight", rng.normal(0.0, 0.3, size=(e, HIDDEN)).astype(np.float32))
+            w.add_tensor(p + "ffn_gate_inp.weight", noise((e, HIDDEN), 0.3).astype(np.float32))
             matrix(p + "ffn_gate_exps.weight", (e, FFN, HIDDEN), 0.08)
             matrix(p + "ffn_up_exps.weight", (e, FFN, HIDDEN), 0.08)
             matrix(p + "ffn_down_exps.weight", (e, HIDDEN, FFN), 0.08)
