@@ -1,9 +1,9 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
 The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
-(Q4_K, Q5_K, Q6_K) are dequantised to fp32 by weights.py for the CPU; where `Weight.source` still holds their GGUF
-bytes (a `TensorInfo`), the GPU keeps them packed (4.5 to 6.6 bits a weight instead of 32),
-otherwise it reads the fp32 copy.
+(Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there (kquants.py), so where
+`Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those (4.5 to 6.6 bits a
+weight), otherwise it reads the fp32 copy.
 """
 
 from __future__ import annotations
@@ -58,11 +58,6 @@ def from_gguf(
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
     src = w.source
-    if (
-        w.kernel_type == F32
-        and isinstance(src, TensorInfo)
-        and src.qtype in RAW_TYPES
-        and w.in_features % 256 == 0
-    ):
+    if isinstance(src, TensorInfo) and src.qtype in RAW_TYPES and w.in_features % 256 == 0:
         return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)
     return _pack(w.kernel_type, w.raw, w.out_features, w.in_features, device)
