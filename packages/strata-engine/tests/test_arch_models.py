@@ -165,3 +165,32 @@ def test_unsupported_architecture_named(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(ModelLoadError, match=r"'qwen2moe'.*shared experts.*supported: llama"):
         LLMEngine(path, num_threads=1, kv_cache_mb=16)
+
+
+def test_gemma_switches_and_refusals_from_metadata() -> None:
+    """llama.cpp's Gemma reading: layer patterns, 27B query scale, defaults; what is refused."""
+    base = {"embedding_length": 64, "block_count": 12, "attention.head_count": 4, "feed_forward_length": 128}
+
+    def cfg(arch: str, **extra) -> ModelConfig:
+        meta = {f"{arch}.{k}": v for k, v in {**base, **extra}.items()}
+        return ModelConfig.from_metadata(
+            {"general.architecture": arch, **meta, "tokenizer.ggml.tokens": ["a"] * 9}
+        )
+
+    g2 = cfg("gemma2")
+    assert [g2.window(i) for i in range(4)] == [4096, 0, 4096, 0]
+    assert (g2.attn_softcap, g2.final_softcap, g2.ffn_act) == (50.0, 30.0, "gelu")
+    g3 = cfg("gemma3", **{"attention.sliding_window": 512, "attention.key_length": 32})
+    assert [g3.window(i) > 0 for i in range(12)] == [i % 6 < 5 for i in range(12)]
+    assert g3.attn_scale == 1 / 32**0.5 and g3.rope_base_swa == 10000.0 and g3.attn_softcap == 0.0
+    assert cfg("gemma3", **{"attention.sliding_window": 512, "block_count": 62}).attn_scale == 1 / 16**0.5
+    assert cfg("gemma").window(0) == 0 and not cfg("gemma").post_norms
+    with pytest.raises(ModelLoadError, match=r"gemma3\.attention\.sliding_window"):
+        cfg("gemma3")
+    with pytest.raises(ModelLoadError, match="RoPE scaling"):
+        cfg(
+            "gemma3",
+            **{"attention.sliding_window": 512, "rope.scaling.type": "linear", "rope.scaling.factor": 8.0},
+        )
+    with pytest.raises(ModelLoadError, match=r"'gemma3n'.*AltUp"):
+        cfg("gemma3n")
