@@ -1,7 +1,13 @@
-"""Test sessions, one per package, each in its own virtualenv with only what it needs.
+"""Test sessions, one per package.
 
 `nox` runs them all (the README's test command; `.ci/run` calls it). torch is pinned to
 2.13.0 everywhere: on the dev machines pip takes the CPU build from the local wheel cache.
+
+Virtualenvs: the sessions that need torch (lint, engine, server, integration, bench) share
+one, `.nox/torch-shared`, so torch is installed once and kept between runs; each session
+reinstalls the local packages it tests, so the code under test is always the tree's. The
+client and decide sessions keep their own small virtualenvs (they must not see torch),
+reused between runs. `rm -rf .nox` starts from scratch (e.g. after dropping a dependency).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import shutil
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.reuse_existing_virtualenvs = False
+nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "engine", "triton", "client", "server", "decide", "integration"]
 
 PY = "3.11"
@@ -22,16 +28,35 @@ ENGINE = "./packages/strata-engine"
 SERVER = "./packages/strata-server"
 CLIENT = "./packages/strata-client"
 DECIDE = "./packages/strata-decide"
+TORCH_ENV = os.path.abspath(".nox/torch-shared")
+TORCH_PYTHON = f"{TORCH_ENV}/bin/python"
+LINT_TOOLS = ("ruff==0.17.6", "mypy==2.4.1")
 
 
-def pytest(session: nox.Session, *paths: str) -> None:
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *paths, *session.posargs)
+def pytest(session: nox.Session, *paths: str, python: str = "python") -> None:
+    session.run(
+        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *paths, *session.posargs
+    )
 
 
-@nox.session(python=PY)
+def torch_env(session: nox.Session, *packages: str) -> str:
+    """The shared torch virtualenv, with `packages` (re)installed; returns its python.
+
+    pip leaves torch alone once the pinned version is there, so it is downloaded once.
+    """
+    if not os.path.exists(TORCH_PYTHON):
+        session.run(f"python{PY}", "-m", "venv", TORCH_ENV, external=True)
+    session.run(TORCH_PYTHON, "-m", "pip", "install", "-q", TORCH, *packages, external=True)
+    return TORCH_PYTHON
+
+
+@nox.session(python=PY, venv_backend="none")
 def lint(session: nox.Session) -> None:
-    session.install("ruff==0.17.6")
-    session.run("ruff", "check", ".")
+    """ruff (lint and format) over the tree; mypy over the four packages (config: pyproject.toml)."""
+    python = torch_env(session, *LINT_TOOLS, ENGINE, SERVER, CLIENT, DECIDE)
+    session.run(python, "-m", "ruff", "check", ".", external=True)
+    session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
+    session.run(python, "-m", "mypy", external=True)
 
 
 def install_aarch64_tools(session: nox.Session) -> None:
@@ -52,12 +77,11 @@ def install_aarch64_tools(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=PY)
+@nox.session(python=PY, venv_backend="none")
 def engine(session: nox.Session) -> None:
     install_aarch64_tools(session)
-    session.install(TORCH)
-    session.install(f"{ENGINE}[test]")
-    pytest(session, "packages/strata-engine/tests")
+    python = torch_env(session, f"{ENGINE}[test]")
+    pytest(session, "packages/strata-engine/tests", python=python)
 
 
 @nox.session(python=PY)
@@ -66,7 +90,11 @@ def triton(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(f"{ENGINE}[gpu,test]")
     session.env["TRITON_INTERPRET"] = "1"
-    pytest(session, "packages/strata-engine/tests/test_triton_kernels.py", "packages/strata-engine/tests/test_triton_model.py")
+    pytest(
+        session,
+        "packages/strata-engine/tests/test_triton_kernels.py",
+        "packages/strata-engine/tests/test_triton_model.py",
+    )
 
 
 @nox.session(python=PY)
@@ -80,31 +108,35 @@ def client(session: nox.Session) -> None:
     pytest(session, "packages/strata-client/tests")
 
 
-@nox.session(python=PY)
+@nox.session(python=PY, venv_backend="none")
 def server(session: nox.Session) -> None:
-    session.install(TORCH)
-    session.install(ENGINE, f"{SERVER}[test]")
-    pytest(session, "packages/strata-server/tests")
+    python = torch_env(session, ENGINE, f"{SERVER}[test]")
+    pytest(session, "packages/strata-server/tests", python=python)
 
 
 @nox.session(python=PY)
 def decide(session: nox.Session) -> None:
-    session.install(CLIENT, f"{DECIDE}[test]")
+    session.install(CLIENT, f"{DECIDE}[test,gateway]")
     pytest(session, "packages/strata-decide/tests")
 
 
-@nox.session(python=PY)
+@nox.session(python=PY, venv_backend="none")
 def integration(session: nox.Session) -> None:
     """Cross-package tests: the real server on the real model, spoken to over HTTP."""
-    session.install(TORCH)
-    session.install(ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test]")
-    pytest(session, "tests")
+    python = torch_env(session, ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test,gateway]")
+    pytest(session, "tests", python=python)
 
 
-@nox.session(python=PY)
+@nox.session(python=PY, venv_backend="none", default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks against llama.cpp (llama-cpp-python compiles for ~6-10 minutes)."""
-    session.install(TORCH)
-    session.install(ENGINE, SERVER, CLIENT, DECIDE, "llama-cpp-python==0.3.36", "psutil")
-    for script in ("bench/bench_engine.py", "bench/bench_batching.py", "bench/bench_server.py", "bench/bench_decide.py"):
-        session.run("python", script)
+    python = torch_env(
+        session, ENGINE, SERVER, CLIENT, f"{DECIDE}[gateway]", "llama-cpp-python==0.3.36", "psutil"
+    )
+    for script in (
+        "bench/bench_engine.py",
+        "bench/bench_batching.py",
+        "bench/bench_server.py",
+        "bench/bench_decide.py",
+    ):
+        session.run(python, script, external=True)
