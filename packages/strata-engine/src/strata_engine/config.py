@@ -123,7 +123,10 @@ def _gemma_switches(
     """
     if arch not in GEMMA:
         return {}
-    get = lambda name, default=None: meta.get(f"{arch}.{name}", default)  # noqa: E731
+
+    def get(name: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{name}", default)
+
     if int(get("attention.value_length", head_dim)) != head_dim:
         raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
     scaling = get("rope.scaling.type")
