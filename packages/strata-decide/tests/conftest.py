@@ -121,8 +121,8 @@ class FakeUpstream:
                 self.fail_completions_with, json={"error": {"message": "boom", "type": "x"}}
             )
         if self.context_error:
-            message = "This model's maximum context length is 10 tokens."
-            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
+            error = {"message": "too long", "type": "BadRequestError", "code": "context_length_exceeded"}
+            return httpx.Response(400, json={"error": error})
         prompt = body["prompt"]
         allowed = body.get("allowed_token_ids")
         if allowed is None:  # a plain top-N read: the labels of the prompt plus filler tokens

@@ -17,9 +17,9 @@ from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
 from .distribution import Distribution, from_raw, geometric_mean, with_temperature
 from .errors import ContextOverflowError, upstream_failure
 from .labels import Label, LabelBook
-from .prompts import messages, render
+from .prompts import Prompt, messages, render
 from .questions import Content, Option, Question
-from .read import read_labels
+from .read import RawRead, read_labels
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,8 @@ class Decider:
     async def decide(self, state: Content, question: Question) -> Decision:
         """Read ``question`` about ``state`` and return its distribution over the options."""
         labels = await self.labels.labels_for(question.kind, len(question.options))
-        label_ids = [label.token_id for label in labels]
         shifts = range(len(question.options)) if self.options.rotations else range(1)
-        reads = await asyncio.gather(
-            *(self._read_rotation(state, question, labels, label_ids, s) for s in shifts)
-        )
+        reads = await asyncio.gather(*(self._read_rotation(state, question, labels, s) for s in shifts))
         distributions = [distribution for distribution, _, _ in reads]
         combined = distributions[0] if len(distributions) == 1 else geometric_mean(distributions)
         return Decision(
@@ -90,23 +87,36 @@ class Decider:
         state: Content,
         question: Question,
         labels: list[Label],
-        label_ids: list[int],
         shift: int,
     ) -> tuple[Distribution, int, int]:
         """Read with the options rotated left by ``shift``; map the result back to option order."""
         options = rotate(list(question.options), shift)
         async with self._slots:
-            try:
-                prompt = await render(self.client, messages(state, question, options, labels))
-            except (APIStatusError, APIConnectionError) as error:
-                raise upstream_failure(error) from error
-            if len(prompt.token_ids) + 1 > prompt.max_model_len:
-                raise ContextOverflowError(len(prompt.token_ids), prompt.max_model_len)
-            raw = await read_labels(self.client, self.model, prompt.token_ids, label_ids)
+            _, raw = await read_question(self.client, self.model, state, question, options, labels)
         # position j shows option (j + shift) % n: put each value back at its option's index
         n = len(options)
         raw_by_option = [raw.raw_logprobs[(i - shift) % n] for i in range(n)]
         return from_raw(raw_by_option), raw.prompt_tokens, raw.completion_tokens
+
+
+async def read_question(
+    client: AsyncStrataClient,
+    model: str | None,
+    state: Content,
+    question: Question,
+    options: list[Option],
+    labels: list[Label],
+) -> tuple[Prompt, RawRead]:
+    """The one read path (decider, parity, gateway): render the question with ``options`` in
+    this order, refuse a prompt with no room for the answer token, read the labels' values."""
+    try:
+        prompt = await render(client, messages(state, question, options, labels))
+    except (APIStatusError, APIConnectionError) as error:
+        raise upstream_failure(error) from error
+    if len(prompt.token_ids) + 1 > prompt.max_model_len:
+        raise ContextOverflowError(len(prompt.token_ids), prompt.max_model_len)
+    raw = await read_labels(client, model, prompt.token_ids, [label.token_id for label in labels])
+    return prompt, raw
 
 
 def rotate(options: list[Option], shift: int) -> list[Option]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from strata_client import APIConnectionError, APIStatusError
 
-CONTEXT_PHRASE = "maximum context length"
+CONTEXT_CODE = "context_length_exceeded"  # the error `code` OpenAI and strata-server send
 
 
 class DecideError(Exception):
@@ -46,11 +46,11 @@ class UpstreamError(DecideError):
 def upstream_failure(error: APIStatusError | APIConnectionError) -> DecideError:
     """The strata_decide error for a failed upstream call.
 
-    A 400 naming the "maximum context length" (the phrase OpenAI-style servers use) is a
-    ContextOverflowError; every other failure is an UpstreamError.
+    A 400 with the code `context_length_exceeded` is a ContextOverflowError (the code, never
+    the message's wording, decides); every other failure is an UpstreamError.
     """
     if isinstance(error, APIStatusError):
-        if error.status_code == 400 and CONTEXT_PHRASE in (error.message or "").lower():
+        if error.status_code == 400 and error.code == CONTEXT_CODE:
             return ContextOverflowError(None, None, f"the prompt does not fit the model: {error.message}")
         return UpstreamError(f"upstream answered {error.status_code}: {error.message}")
     return UpstreamError(f"upstream unreachable: {error.message or type(error).__name__}")

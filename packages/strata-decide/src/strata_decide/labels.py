@@ -80,6 +80,7 @@ class LabelBook:
 
     async def labels_for(self, kind: Kind, count: int) -> list[Label]:
         """``count`` labels for a question of ``kind``, checked for single tokens and collisions."""
+        fixed: tuple[str, ...]
         if kind == "noul":
             fixed = YES_NO
         elif kind == "score":

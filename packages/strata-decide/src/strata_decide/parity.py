@@ -13,13 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from strata_client import APIConnectionError, APIStatusError, AsyncStrataClient
+from strata_client import AsyncStrataClient
 
-from .errors import upstream_failure
+from .decider import read_question
 from .labels import LabelBook
-from .prompts import messages, render
 from .questions import Content, from_wire
-from .read import read_labels, read_top
+from .read import read_top
 
 DEFAULT_TOLERANCE = 1e-6
 TOP_N = 20
@@ -96,11 +95,7 @@ async def check_case(
     question = from_wire(question_wire)
     chosen = await labels.labels_for(question.kind, len(question.options))
     label_ids = [label.token_id for label in chosen]
-    try:
-        prompt = await render(client, messages(state, question, list(question.options), chosen))
-    except (APIStatusError, APIConnectionError) as error:
-        raise upstream_failure(error) from error
-    named_read = await read_labels(client, model, prompt.token_ids, label_ids)
+    prompt, named_read = await read_question(client, model, state, question, list(question.options), chosen)
     named = dict(zip(label_ids, named_read.raw_logprobs, strict=True))
     plain = await read_top(client, model, prompt.token_ids, TOP_N)
     found = [token_id for token_id in label_ids if token_id in plain]

@@ -48,6 +48,7 @@ async def read_labels(
         client, model, prompt_ids, logprobs=len(label_ids), allowed_token_ids=label_ids
     )
     values = first_position(completion).values_of(0, label_ids)
+    raw = [values[token_id] for token_id in label_ids]
     missing = [token_id for token_id, value in values.items() if value is None]
     if missing:
         raise UpstreamError(
@@ -56,7 +57,7 @@ async def read_labels(
         )
     usage = completion.usage
     return RawRead(
-        raw_logprobs=[float(values[token_id]) for token_id in label_ids],
+        raw_logprobs=[value for value in raw if value is not None],  # all of them: none is missing
         prompt_tokens=usage.prompt_tokens if usage else len(prompt_ids),
         completion_tokens=usage.completion_tokens if usage else 1,
     )

@@ -25,7 +25,7 @@ from ..answers import answer_json
 from ..decider import DecideOptions, Decider, Decision
 from ..errors import ContextOverflowError, LabelError, UpstreamError
 from ..labels import LabelBook
-from ..questions import from_wire
+from ..questions import Content, Question
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
 from .schema import parse_request, validation_detail
@@ -64,10 +64,17 @@ class Gateway:
         )
         self.labels = LabelBook(self.client)
 
+    @property
+    def upstream(self) -> AsyncStrataClient:
+        """The upstream client (the app starts the gateway before serving any request)."""
+        if self.client is None:
+            raise RuntimeError("the gateway is not started")
+        return self.client
+
     def decider(self, model: str) -> Decider:
         """The decider for a served model (one per model: its own read slots, shared labels)."""
         if model not in self._deciders:
-            self._deciders[model] = Decider(self.client, model, self.config.decide, self.labels)
+            self._deciders[model] = Decider(self.upstream, model, self.config.decide, self.labels)
         return self._deciders[model]
 
     async def stop(self) -> None:
@@ -78,7 +85,7 @@ class Gateway:
         """The upstream's models (fetched once; an upstream failure is a 502)."""
         if self._served is None:
             try:
-                served = (await self.client.models.list()).data
+                served = (await self.upstream.models.list()).data
             except (APIStatusError, APIConnectionError) as error:
                 raise Refusal(502, "upstream_error", f"upstream model list failed: {error}") from error
             if not served:
@@ -121,9 +128,9 @@ class Gateway:
         except ValidationError as error:
             return validation_response(validation_detail(error))
         model = await self.resolve(parsed.model)
-        wire = parsed.model_dump(mode="json")
-        ids = list(wire["questions"])
-        decisions = await decide_all(self.decider(model), wire["state"], [wire["questions"][i] for i in ids])
+        ids = list(parsed.questions)
+        asked = [parsed.questions[i].to_question() for i in ids]
+        decisions = await decide_all(self.decider(model), parsed.state, asked)
         answers = {qid: answer_json(decision) for qid, decision in zip(ids, decisions, strict=True)}
         check_finite(answers)
         usage = {
@@ -153,10 +160,10 @@ class Gateway:
         )
 
 
-async def decide_all(decider: Decider, state: Any, questions: list[dict[str, Any]]) -> list[Decision]:
+async def decide_all(decider: Decider, state: Content, questions: list[Question]) -> list[Decision]:
     """Every question decided on its own, concurrently; library errors become refusals."""
     try:
-        return await asyncio.gather(*(decider.decide(state, from_wire(q)) for q in questions))
+        return await asyncio.gather(*(decider.decide(state, q) for q in questions))
     except ContextOverflowError as error:
         raise Refusal(400, "tokens_exceeded", str(error)) from error
     except LabelError as error:

@@ -20,7 +20,7 @@ def _zstd() -> Callable[[bytes], bytes] | None:
         from compression.zstd import ZstdDecompressor  # type: ignore[import-not-found]
     except ImportError:
         try:
-            from backports.zstd import ZstdDecompressor  # type: ignore[import-not-found]
+            from backports.zstd import ZstdDecompressor  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             return None
 

@@ -1,5 +1,6 @@
 """The request contract of ``POST /v1/systemone``, checked by pydantic.
 
+Each question type builds its internal `questions.Question` directly (`to_question`).
 Validation failures are reported in the vendor's 422 shape: one item per problem, each with
 ``type``, ``loc`` (starting with ``"body"``), ``msg`` and ``input``.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+
+from .. import questions
 
 Content = StrictStr | dict[str, Any] | list[Any]
 
@@ -25,11 +28,17 @@ class ChoiceQuestion(_Strict):
     instructions: Content | None = None
     criteria: dict[str, Content | None] = Field(min_length=2, max_length=MAX_CHOICE_OPTIONS)
 
+    def to_question(self) -> questions.Question:
+        return questions.choice(self.instructions, self.criteria)
+
 
 class ScoreQuestion(_Strict):
     type: Literal["score"]
     instructions: Content | None = None
     criteria: list[Content] = Field(min_length=2, max_length=MAX_SCORE_LEVELS)
+
+    def to_question(self) -> questions.Question:
+        return questions.score(self.instructions, self.criteria)
 
 
 class NoulCriteria(_Strict):
@@ -50,6 +59,12 @@ class NoulQuestion(_Strict):
         if self.instructions is None and not described:
             raise ValueError("a noul question needs instructions or a described true/false outcome")
         return self
+
+    def to_question(self) -> questions.Question:
+        criteria = (
+            None if self.criteria is None else {"true": self.criteria.true, "false": self.criteria.false}
+        )
+        return questions.noul(self.instructions, criteria)
 
 
 Question = Annotated[ChoiceQuestion | ScoreQuestion | NoulQuestion, Field(discriminator="type")]

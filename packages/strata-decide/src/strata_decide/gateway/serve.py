@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,25 +18,19 @@ def serve(config: GatewayConfig, host: str = "127.0.0.1", port: int = 8100) -> N
     uvicorn.run(create_app(config), host=host, port=port, log_level="info")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def background(config: GatewayConfig, host: str = "127.0.0.1", startup_s: float = 30.0) -> Iterator[str]:
-    """The gateway on a free port on a daemon thread; yields its base URL, stops on exit."""
-    port = free_port(host)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level="warning"))
+    """The gateway on a free port (the OS picks it) on a daemon thread; yields its base URL."""
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    url = f"http://{host}:{port}"
     deadline = time.monotonic() + startup_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the gateway did not start on {url}")
+            raise RuntimeError(f"the gateway did not start on {host}")
         time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://{host}:{port}"
     try:
         httpx.get(f"{url}/health", timeout=5).raise_for_status()
         yield url
