@@ -97,6 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DecideError as error:
         print(f"strata-decide {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as error:  # serve/bench without the gateway extra
+        print(
+            f"strata-decide {args.command}: {error}; install the gateway: pip install 'strata-decide[gateway]'",
+            file=sys.stderr,
+        )
+        return 2
     except (OSError, ValueError) as error:
         print(f"strata-decide {args.command}: {error}", file=sys.stderr)
         return 2

@@ -13,15 +13,20 @@ import uvicorn
 from .app import GatewayConfig, create_app
 
 
+def launcher(config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Server:
+    """The one way the gateway is started, in the foreground or on a thread."""
+    return uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level=log_level))
+
+
 def serve(config: GatewayConfig, host: str = "127.0.0.1", port: int = 8100) -> None:
     """Serve until interrupted."""
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+    launcher(config, host, port, "info").run()
 
 
 @contextmanager
 def background(config: GatewayConfig, host: str = "127.0.0.1", startup_s: float = 30.0) -> Iterator[str]:
     """The gateway on a free port (the OS picks it) on a daemon thread; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=0, log_level="warning"))
+    server = launcher(config, host, 0, "warning")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_s
