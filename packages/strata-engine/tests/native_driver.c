@@ -131,10 +131,43 @@ static void gemma(void) {
     free(g), free(u), free(o), free(x), free(q), free(out), free(kc), free(vc);
 }
 
+/* K-quants in the kernels' layout (kquants.py): random scales, mins and quants. */
+static void kquants(void) {
+    const int types[] = {WT_Q4_K, WT_Q5_K, WT_Q6_K};
+    for (int t = 0; t < 3; t++) {
+        int64_t K = 512, N = 19, sb = N * K / 256, size = row_bytes(types[t], 256);
+        uint8_t *w = malloc((size_t)(sb * size));
+        for (int64_t i = 0; i < sb * size; i++) w[i] = (uint8_t)(next_u64() >> 56);
+        for (int64_t b = 0; b < sb; b++) {
+            uint8_t *blk = w + b * size;
+            float d = uniform(0.0005f, 0.005f), dmin = uniform(0.001f, 0.01f);
+            memcpy(blk, &d, 4);
+            if (types[t] == WT_Q6_K) {
+                for (int i = 0; i < 256; i++) blk[20 + i] = (uint8_t)(int8_t)((int)(blk[20 + i] & 63) - 32);
+            } else {
+                memcpy(blk + 4, &dmin, 4);
+                for (int i = 8; i < 24; i++) blk[i] &= 63; /* six-bit scales and mins */
+            }
+        }
+        for (int64_t M = 1; M <= 10; M += 4) { /* 1 and 5: fused path; 9: panels */
+            float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+            strata_matmul(x, M, K, w, types[t], N, NULL, y, 1);
+            emit(y, M * N);
+            free(x), free(y);
+        }
+        int64_t ids[2] = {18, 3};
+        float *g = malloc((size_t)(2 * K) * 4);
+        strata_gather_rows(w, types[t], K, ids, 2, g);
+        emit(g, 2 * K);
+        free(w), free(g);
+    }
+}
+
 int main(void) {
     matmuls();
     elementwise();
     attention_and_rope();
     gemma();
+    kquants();
     return 0;
 }
