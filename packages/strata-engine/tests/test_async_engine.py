@@ -92,3 +92,32 @@ def test_a_failing_step_fails_the_request_but_not_the_engine(async_engine, monke
     assert len(after) == 2 and after[-1].finish_reason == "length"
     stats = async_engine.stats()
     assert stats["kv_blocks_free"] == stats["kv_blocks_total"]  # the failed request released its blocks
+
+
+def test_one_submit_reads_every_choice_in_one_loop(async_engine):
+    """n > 1: one `submit`, one reader; each choice gets exactly its own events, in order."""
+    a = _request(async_engine, "The sun rises in the", 3)
+    b = _request(async_engine, "def add(x, y):", 2)
+
+    async def together() -> list[list]:
+        got: list[list] = [[], []]
+        async for index, event in async_engine.submit([a, b]):
+            got[index].append(event)
+        return got
+
+    got_a, got_b = asyncio.run(together())
+    assert [s.logprobs for s in got_a] == [s.logprobs for s in asyncio.run(_collect(async_engine, a))]
+    assert len(got_b) == 2 and got_b[-1].finish_reason == "length"
+
+
+def test_a_refused_choice_queues_none_of_them(async_engine):
+    good = _request(async_engine, "Hello", 2)
+    bad = Request((1, 10**9), SamplingParams(max_tokens=1))
+
+    async def submit_both() -> None:
+        async_engine.submit([good, bad])
+
+    with pytest.raises(RequestError) as info:
+        asyncio.run(submit_both())
+    assert info.value.code == "token_id_out_of_vocab" and info.value.param == "prompt_ids"
+    assert async_engine.stats()["waiting"] == 0 and async_engine.stats()["running"] == 0
