@@ -75,6 +75,12 @@ class Choices:
         for stream in self.streams:
             stream.abort()
 
+    @property
+    def scheduled_at(self) -> float | None:
+        """When the first of these requests got a slot (`time.monotonic()`), None while all queue."""
+        times = [s.scheduled_at for s in self.streams if s.scheduled_at is not None]
+        return min(times) if times else None
+
 
 class AsyncEngine:
     """`LLMEngine` on a worker thread; `submit` checks and queues, the caller awaits the streams."""

@@ -35,7 +35,7 @@ from strata_engine.model_runner import ModelRunner
 from strata_engine.ops import make_ops
 from strata_engine.output import RequestStream
 from strata_engine.scheduler import Scheduler
-from strata_engine.sequence import Sequence
+from strata_engine.sequence import Sequence, Status
 from strata_engine.text_stream import TextStream, decode_spans
 from strata_engine.tokenizer import Tokenizer
 
@@ -84,6 +84,7 @@ class LLMEngine:
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE)
+        self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
         self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE)
         self.load_seconds = time.perf_counter() - t0
@@ -130,16 +131,26 @@ class LLMEngine:
         work = self.scheduler.schedule()
         if not work:
             return
+        self.num_steps += 1
         rows, lps = self.runner.run(work)
         for w in work:
             w.seq.num_computed = w.end
             self.blocks.register(w.seq)
         for ref, lp in zip(rows, lps, strict=True):
             seq = ref.work.seq
-            if ref.scores_prompt and seq.prompt_rows is not None:
-                seq.prompt_rows.append(build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs))
-            if ref.samples:
-                self._advance(seq, lp)
+            if seq.status is Status.FINISHED:  # failed on an earlier row of this step
+                continue
+            try:
+                if ref.scores_prompt and seq.prompt_rows is not None:
+                    seq.prompt_rows.append(
+                        build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs)
+                    )
+                if ref.samples:
+                    self._advance(seq, lp)
+            except Exception as exc:  # one request's bug (sampling, listing, text) fails it alone
+                log.exception("request failed while processing its step; the others go on")
+                self.scheduler.finish(seq)
+                seq.output.fail(EngineError(f"internal engine error: {type(exc).__name__}: {exc}"))
 
     def _advance(self, seq: Sequence, lp: torch.Tensor) -> None:
         """The sequence is fully computed: send prompt scores once, then sample the next token."""
@@ -189,6 +200,7 @@ class LLMEngine:
             "running": len(self.scheduler.running),
             "kv_blocks_total": self.blocks.num_blocks,
             "kv_blocks_free": self.blocks.num_available,
+            "steps": self.num_steps,  # model steps run so far (how fast an abort takes effect)
         }
 
     def generate(self, request: Request) -> list[EngineEvent]:

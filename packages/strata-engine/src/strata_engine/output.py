@@ -8,6 +8,7 @@ engine thread and the caller share exactly this object and nothing more.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -35,8 +36,14 @@ class RequestStream:
         self._error: EngineError | None = None
         self.finished = False  # no more events will be written
         self.aborted = False  # the caller wants no more; the engine drops the request at its next step
+        self.scheduled_at: float | None = None  # time.monotonic() when it first got a slot (queue time)
 
     # -- the engine's side ------------------------------------------------------------
+    def mark_scheduled(self) -> None:
+        """Called by the scheduler when the request first leaves the queue."""
+        if self.scheduled_at is None:
+            self.scheduled_at = time.monotonic()
+
     def put(self, event: EngineEvent) -> None:
         self._events.append(event)
         self._on_ready()

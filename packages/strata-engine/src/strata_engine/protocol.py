@@ -60,6 +60,11 @@ class ChoiceStream(Protocol):
 
     def abort(self) -> None: ...
 
+    @property
+    def scheduled_at(self) -> float | None:
+        """`time.monotonic()` when the first request got an engine slot; None while queued."""
+        ...
+
 
 @runtime_checkable
 class EngineClient(Protocol):

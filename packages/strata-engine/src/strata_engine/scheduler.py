@@ -89,6 +89,7 @@ class Scheduler:
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING
+            seq.output.mark_scheduled()
             self.running.append(seq)
             work.append(Work(seq, seq.num_computed, seq.num_computed + n))
             budget -= n

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from litestar import Litestar, MediaType, Request, Response, Router, get, post
+from litestar.config.cors import CORSConfig
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
@@ -38,6 +40,8 @@ from strata_server.protocol import (
     decode_request,
     encode,
 )
+from strata_server.request_log import current_record, current_request_id, request_log_middleware
+from strata_server.shutdown import drain_middleware
 from strata_server.tokenizer_routes import detokenize, tokenize, tokenizer_info
 
 log = logging.getLogger("strata_server")
@@ -49,39 +53,62 @@ def json_response(value: Any, status: int = 200) -> Response:
     return Response(content=encode(value), status_code=status, media_type=MediaType.JSON)
 
 
-def event_stream(chunks: AsyncIterator[bytes]) -> Stream:
+def accepted_key(given: bytes, keys: list[bytes]) -> bool:
+    """Constant-time comparison against every key (no early exit that would time the match)."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(given, key)
+    return found
+
+
+def arrived(request: Request) -> float:
+    """When the request arrived (monotonic), so its deadline counts body reading and checks too."""
+    record = current_record()
+    if record is None:
+        return time.monotonic()
+    return time.monotonic() - (time.perf_counter() - record.started)
+
+
+def event_stream(chunks: AsyncIterator[bytes], on_end: Callable[[], None] | None = None) -> Stream:
     return Stream(
-        _errors_in_stream(chunks),
+        _errors_in_stream(chunks, on_end),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _errors_in_stream(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _errors_in_stream(
+    chunks: AsyncIterator[bytes], on_end: Callable[[], None] | None = None
+) -> AsyncIterator[bytes]:
     """Once headers are sent, a failure becomes an SSE `error` event (which SDKs raise)."""
+    request_id = current_request_id()
     try:
         async for chunk in chunks:
             yield chunk
     except (ApiError, RequestError) as exc:
         error = exc if isinstance(exc, ApiError) else engine_refusal(exc)
-        yield sse(error_body(error.message, error.status, error.param, error.code))
+        yield sse(error_body(error.message, error.status, error.param, error.code, request_id))
         yield SSE_DONE
     except Exception as exc:
-        log.exception("error while streaming", exc_info=exc)
-        yield sse(error_body(f"Internal server error: {type(exc).__name__}", 500))
+        log.exception("error while streaming request %s", request_id, exc_info=exc)
+        yield sse(error_body(f"Internal server error: {type(exc).__name__}", 500, request_id=request_id))
         yield SSE_DONE
+    finally:
+        if on_end is not None:
+            on_end()
 
 
 def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> Litestar:
     """Build the app around an already loaded engine (`strata_engine.AsyncEngine`)."""
     ctx = ServerContext(engine=engine, settings=settings or ServerSettings())
 
+    keys = [f"Bearer {key}".encode() for key in ctx.settings.keys]
+
     def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-        key = ctx.settings.api_key
-        if key is None:
+        if not keys:
             return
-        given = connection.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+        given = connection.headers.get("authorization", "").encode()
+        if not accepted_key(given, keys):
             raise ApiError(
                 "Missing or invalid API key: send `Authorization: Bearer <key>`.",
                 status=401,
@@ -97,17 +124,21 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
         whole: Callable[[Plan, ChoiceStream, ServerContext, str], Awaitable[Any]],
     ) -> Response | Stream:
         """Submit a checked plan (refusals are plain 4xx), then reply as SSE or one JSON body."""
-        events = ctx.submit(engine_requests(plan, ctx.limits.ctx_size), plan.ids_param)
-        request_id = new_request_id(id_prefix)
+        requests = engine_requests(plan, ctx.limits.ctx_size, ctx.settings.max_tokens_limit)
+        events = ctx.submit(requests, plan.ids_param, started=arrived(request))
+        record = current_record()
+        request_id = f"{id_prefix}-{record.request_id}" if record else new_request_id(id_prefix)
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return event_stream(stream(plan, events, ctx, request_id, include_usage))
+            return event_stream(stream(plan, events, ctx, request_id, include_usage), events.abort)
         try:
             return json_response(
                 await until_disconnect(request.receive, whole(plan, events, ctx, request_id))
             )
         except ClientDisconnected:
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
+        finally:
+            events.abort()  # no-op once finished; frees the admission slot on any failure
 
     @post("/completions", status_code=200, operation_class=body_of(CompletionRequest))
     async def completions(request: Request) -> Response | Stream:
@@ -146,13 +177,20 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
 
     @get("/health")
     async def health() -> Response:
-        """200 once the model is loaded (the app only exists after loading)."""
-        return json_response(health_body(ctx))
+        """200 once the model is loaded (the app only exists after loading); 503 while draining."""
+        return json_response(health_body(ctx), 503 if ctx.drain.draining else 200)
 
     @get("/metrics", media_type="text/plain; version=0.0.4")
     async def metrics() -> str:
-        """Prometheus text: requests, tokens, latency histograms, engine queue depth."""
-        return ctx.metrics.render(engine.stats(), kernels=engine.kernels, invariant=engine.invariant)
+        """Prometheus text: requests, tokens, latency histograms, queue depth, KV cache."""
+        server = {
+            "admitted": ctx.admission.in_flight,
+            "max_queue": -1 if ctx.admission.max_queue is None else ctx.admission.max_queue,
+            "draining": int(ctx.drain.draining),
+        }
+        return ctx.metrics.render(
+            engine.stats(), kernels=engine.kernels, invariant=engine.invariant, server=server
+        )
 
     v1 = Router(
         path="/v1",
@@ -169,7 +207,14 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
             metrics,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[metrics_middleware(ctx.metrics)],
+        middleware=[
+            request_log_middleware(),
+            drain_middleware(ctx.drain),
+            metrics_middleware(ctx.metrics),
+        ],
+        cors_config=CORSConfig(allow_origins=list(ctx.settings.cors_origins))
+        if ctx.settings.cors_origins
+        else None,
         openapi_config=openapi_config(),
         logging_config=None,  # the CLI configures logging; an embedding process keeps its own
     )

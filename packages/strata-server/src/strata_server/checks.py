@@ -29,6 +29,9 @@ class Limits:
     vocab_size: int
     ctx_size: int
     max_logprobs: int = 20
+    max_n: int | None = None  # operator limits (None: only the built-in ones)
+    max_tokens: int | None = None
+    max_prompt_tokens: int | None = None
 
 
 def check_model(requested: str | None, served: str) -> None:
@@ -77,6 +80,31 @@ def check_logprobs(plan: Plan, limits: Limits) -> None:
             )
     elif plan.named_ids:
         raise ApiError("`logprob_token_ids` needs `logprobs` set.", param="logprob_token_ids")
+
+
+def check_operator_limits(plan: Plan, limits: Limits) -> None:
+    """The operator's bounds on one request's work: choices, new tokens, prompt length."""
+    if limits.max_n is not None and plan.num_choices > limits.max_n:
+        raise ApiError(
+            f"This request asks for {plan.num_choices} choices (n x prompts); the server allows "
+            f"at most {limits.max_n} (--max-n).",
+            param="n",
+        )
+    if limits.max_tokens is not None and plan.max_tokens is not None and plan.max_tokens > limits.max_tokens:
+        raise ApiError(
+            f"`max_tokens` is {plan.max_tokens}; the server allows at most {limits.max_tokens} "
+            "(--max-tokens-limit).",
+            param="max_tokens",
+        )
+    if limits.max_prompt_tokens is not None:
+        longest = max((len(p) for p in plan.prompts), default=0)
+        if longest > limits.max_prompt_tokens:
+            raise ApiError(
+                f"The prompt has {longest} tokens; the server allows at most "
+                f"{limits.max_prompt_tokens} (--max-prompt-tokens).",
+                param=plan.ids_param,
+                code="prompt_too_long",
+            )
 
 
 def check_max_tokens(max_tokens: int | None, echo: bool, param: str = "max_tokens") -> None:

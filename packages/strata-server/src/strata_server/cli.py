@@ -4,10 +4,39 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 DEFAULT_PORT = 8000
+DEFAULT_MAX_QUEUE = 256
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+DEFAULT_SHUTDOWN_GRACE_S = 30.0
+API_KEY_ENV = "STRATA_API_KEY"
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """Keys from --api-key (repeated), --api-key-file and STRATA_API_KEY, in that order."""
+    keys = [k for k in args.api_key if k]
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as handle:
+            for line in handle:
+                key = line.strip()
+                if key and not key.startswith("#"):
+                    keys.append(key)
+    if env_key := os.environ.get(API_KEY_ENV, "").strip():
+        keys.append(env_key)
+    return tuple(dict.fromkeys(keys))
+
+
+def configure_logging(level: str) -> None:
+    """Plain lines for the server's messages; the per-request access lines are bare JSON."""
+    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    access = logging.getLogger("strata_server.access")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.propagate = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,8 +108,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--api-key",
+        action="append",
+        default=[],
+        help="require 'Authorization: Bearer KEY' on /v1/* (repeat for several keys; "
+        "also read from STRATA_API_KEY and --api-key-file)",
+    )
+    parser.add_argument(
+        "--api-key-file",
         default=None,
-        help="if set, /v1/* routes require the header 'Authorization: Bearer KEY'",
+        help="a file of accepted API keys, one per line (blank lines and # comments ignored)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=DEFAULT_MAX_QUEUE,
+        help="engine requests that may wait for a slot beyond --parallel; more get 429 with "
+        "Retry-After (-1: no bound)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a request may take from arrival to its last token; then it is cancelled "
+        "(KV blocks freed) and answered 504 (0: no timeout)",
+    )
+    parser.add_argument("--max-n", type=int, default=None, help="most choices per request (n x prompts)")
+    parser.add_argument(
+        "--max-tokens-limit",
+        type=int,
+        default=None,
+        help="largest max_tokens a request may ask for (and the default when it sends none)",
+    )
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=None, help="longest prompt accepted, in tokens"
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=DEFAULT_SHUTDOWN_GRACE_S,
+        help="seconds in-flight requests get to finish after SIGTERM/Ctrl-C (a second signal exits at once)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="allow browser requests from this origin (repeatable; '*' for any); CORS is off by default",
     )
     parser.add_argument(
         "--served-model-name",
@@ -102,7 +174,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit("strata-server: --parallel must be at least 1")
     if args.max_logprobs < 0:
         sys.exit("strata-server: --max-logprobs must be >= 0")
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    for flag in ("max_n", "max_tokens_limit", "max_prompt_tokens"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            sys.exit(f"strata-server: --{flag.replace('_', '-')} must be at least 1")
+    try:
+        keys = api_keys(args)
+    except OSError as exc:
+        sys.exit(f"strata-server: cannot read --api-key-file: {exc}")
+    configure_logging(args.log_level)
 
     import uvicorn  # imported here so `--help` stays instant
 
@@ -113,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_engine.ops import describe
     from strata_server.app import create_app
     from strata_server.context import ServerSettings
+    from strata_server.shutdown import GracefulServer
 
     try:
         path = resolve_model(args.model)
@@ -137,11 +218,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = ServerSettings(
         served_model_name=args.served_model_name,
         max_logprobs=args.max_logprobs,
-        api_key=args.api_key,
+        api_keys=keys,
+        slots=args.parallel,
+        max_queue=None if args.max_queue < 0 else args.max_queue,
+        request_timeout=args.request_timeout or None,
+        max_n=args.max_n,
+        max_tokens_limit=args.max_tokens_limit,
+        max_prompt_tokens=args.max_prompt_tokens,
+        cors_origins=tuple(args.cors_origin),
     )
     try:
         app = create_app(engine, settings)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=False,  # one JSON line per request instead (strata_server.access)
+            timeout_graceful_shutdown=1,  # after --shutdown-grace, close what is left quickly
+        )
+        server = GracefulServer(config, app.state.ctx.drain, args.shutdown_grace)
+        server.run()
+        if not server.started:
+            sys.exit(3)  # uvicorn's own status for a failed start (port taken, ...)
     finally:
         engine.shutdown()
 

@@ -8,14 +8,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from strata_engine.api import ChatOptions, Request, RequestError
-from strata_engine.protocol import ChoiceStream, EngineClient, EngineTokenizer
+from strata_engine.protocol import EngineClient, EngineTokenizer
+from strata_server.admission import Admission
 from strata_server.checks import Limits
 from strata_server.errors import engine_refusal
 from strata_server.metrics import Metrics
 from strata_server.protocol import ChatMessage
 from strata_server.render import message_dicts
+from strata_server.shutdown import Drain
+from strata_server.tracked import TrackedStream
 
 _request_counter = itertools.count(1)
+
+
+DEFAULT_MAX_QUEUE = 256
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,19 @@ class ServerSettings:
     served_model_name: str | None = None  # None: the engine's model name
     max_logprobs: int = 20
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # more accepted keys (repeated --api-key, --api-key-file, env)
+    slots: int = 4  # the engine's --parallel: requests beyond it wait in the queue
+    max_queue: int | None = DEFAULT_MAX_QUEUE  # engine requests waiting beyond `slots`; None: no bound
+    request_timeout: float | None = None  # seconds from arrival to the reply's end
+    max_n: int | None = None  # choices per request (n x prompts)
+    max_tokens_limit: int | None = None  # the largest max_tokens (and the default when none is sent)
+    max_prompt_tokens: int | None = None  # the longest prompt, in tokens
+    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every accepted API key (empty: no key required)."""
+        return tuple(dict.fromkeys(k for k in (self.api_key, *self.api_keys) if k))
 
 
 @dataclass
@@ -32,6 +51,11 @@ class ServerContext:
     engine: EngineClient  # strata_engine.AsyncEngine, or a test's stand-in
     settings: ServerSettings
     metrics: Metrics = field(default_factory=Metrics)
+    drain: Drain = field(default_factory=Drain)
+    admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(slots=self.settings.slots, max_queue=self.settings.max_queue)
 
     @property
     def served_name(self) -> str:
@@ -48,12 +72,26 @@ class ServerContext:
         except RequestError as exc:
             raise engine_refusal(exc, "messages") from None
 
-    def submit(self, requests: Sequence[Request], prompt_param: str) -> ChoiceStream:
-        """Queue a reply's requests; an engine refusal is a 400 naming the wire field."""
+    def submit(
+        self, requests: Sequence[Request], prompt_param: str, started: float | None = None
+    ) -> TrackedStream:
+        """Queue a reply's requests within the admission bound and the request's deadline.
+
+        A full queue is a 429, an engine refusal a 400 naming the wire field; both before
+        anything runs. `started` (monotonic) is when the request arrived (default: now).
+        """
+        ticket = self.admission.enter(len(requests))
         try:
-            return self.engine.submit(requests)
+            events = self.engine.submit(requests)
         except RequestError as exc:
+            ticket.release()
             raise engine_refusal(exc, prompt_param) from None
+        except BaseException:
+            ticket.release()
+            raise
+        timeout = self.settings.request_timeout
+        deadline = None if timeout is None else (started or time.monotonic()) + timeout
+        return TrackedStream(events, ticket, self.metrics, deadline, timeout)
 
     @property
     def limits(self) -> Limits:
@@ -61,6 +99,9 @@ class ServerContext:
             vocab_size=self.engine.vocab_size,
             ctx_size=self.engine.ctx_size,
             max_logprobs=self.settings.max_logprobs,
+            max_n=self.settings.max_n,
+            max_tokens=self.settings.max_tokens_limit,
+            max_prompt_tokens=self.settings.max_prompt_tokens,
         )
 
 

@@ -15,14 +15,22 @@ from strata_server.context import ServerContext
 from strata_server.formatting import SSE_DONE, ChoiceTally, sse, usage
 from strata_server.plan import Plan
 from strata_server.protocol import Usage
+from strata_server.request_log import current_record
 
 ReplyT = TypeVar("ReplyT")
 
 
 def counted_usage(plan: Plan, tallies: Sequence[ChoiceTally], ctx: ServerContext) -> Usage:
-    """The reply's usage, added to the token counters as it is made."""
+    """The reply's usage, added to the token counters and the request's log record as it is made."""
     reply_usage = usage(plan, tallies)
-    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens)
+    details = reply_usage.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else 0
+    ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens, cached)
+    record = current_record()
+    if record is not None:
+        record.prompt_tokens = reply_usage.prompt_tokens
+        record.completion_tokens = reply_usage.completion_tokens
+        record.cached_tokens = cached
     return reply_usage
 
 

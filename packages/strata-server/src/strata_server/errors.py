@@ -16,6 +16,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
 from strata_engine.api import RequestError
+from strata_server.request_log import current_request_id
 
 log = logging.getLogger("strata_server")
 
@@ -56,12 +57,14 @@ class ApiError(Exception):
         param: str | None = None,
         status: int = 400,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
         self.code = code
+        self.headers = headers or {}
 
 
 def engine_refusal(exc: RequestError, prompt_param: str = "prompt") -> ApiError:
@@ -73,23 +76,41 @@ def engine_refusal(exc: RequestError, prompt_param: str = "prompt") -> ApiError:
 
 
 def error_body(
-    message: str, status: int, param: str | None = None, code: str | None = None
+    message: str,
+    status: int,
+    param: str | None = None,
+    code: str | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
-    """The envelope as plain data (used for responses and for in-stream SSE errors)."""
+    """The envelope as plain data (used for responses and for in-stream SSE errors).
+
+    The request id goes beside `error`, not in it, so the error object keeps OpenAI's four keys.
+    """
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    body: dict[str, Any] = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return body
 
 
-def error_response(message: str, status: int, param: str | None = None, code: str | None = None) -> Response:
+def error_response(
+    message: str,
+    status: int,
+    param: str | None = None,
+    code: str | None = None,
+    request_id: str | None = None,
+) -> Response:
     return Response(
-        content=msgspec.json.encode(error_body(message, status, param, code)),
+        content=msgspec.json.encode(error_body(message, status, param, code, request_id)),
         status_code=status,
         media_type=MediaType.JSON,
     )
 
 
-def handle_api_error(_: Request, exc: ApiError) -> Response:
-    return error_response(exc.message, exc.status, exc.param, exc.code)
+def handle_api_error(request: Request, exc: ApiError) -> Response:
+    response = error_response(exc.message, exc.status, exc.param, exc.code, current_request_id())
+    response.headers.update(exc.headers)
+    return response
 
 
 def handle_engine_refusal(_: Request, exc: RequestError) -> Response:
@@ -97,22 +118,23 @@ def handle_engine_refusal(_: Request, exc: RequestError) -> Response:
     return handle_api_error(_, engine_refusal(exc))
 
 
-def handle_http_exception(_: Request, exc: HTTPException) -> Response:
+def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     """Litestar's own refusals (unknown route, wrong method, body too large) in our envelope."""
     status = exc.status_code
     detail = exc.detail or "Request refused"
     if status == 404:
         detail = "Not found: no such route"
     headers: dict[str, Any] = dict(exc.headers or {})
-    response = error_response(detail, status, code=None)
+    response = error_response(detail, status, code=None, request_id=current_request_id())
     response.headers.update(headers)
     return response
 
 
-def handle_unexpected(_: Request, exc: Exception) -> Response:
-    """A server bug: log it and still answer in the envelope."""
-    log.exception("unhandled error", exc_info=exc)
-    return error_response(f"Internal server error: {type(exc).__name__}", 500)
+def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """A server bug: log it (with the request id) and still answer in the envelope."""
+    request_id = current_request_id()
+    log.exception("unhandled error in request %s", request_id, exc_info=exc)
+    return error_response(f"Internal server error: {type(exc).__name__}", 500, request_id=request_id)
 
 
 EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {

@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from strata_engine.api import LogprobParams, Request, SamplingParams
-from strata_server.checks import Limits, check_logprobs, check_sampling, normalize_stop, resolve_top_n
+from strata_server.checks import (
+    Limits,
+    check_logprobs,
+    check_operator_limits,
+    check_sampling,
+    normalize_stop,
+    resolve_top_n,
+)
 from strata_server.protocol import GenerationRequest
 
 SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted seed is valid
@@ -97,6 +104,7 @@ def checked_plan(
         top_n_param=top_n_param,
     )
     check_logprobs(plan, limits)
+    check_operator_limits(plan, limits)
     return plan
 
 
@@ -130,21 +138,23 @@ def logprob_params(plan: Plan) -> LogprobParams:
     )
 
 
-def max_new_tokens(plan: Plan, prompt_len: int, ctx_size: int) -> int:
-    """`max_tokens`, or what the context has left (at least 1) when the client gave none."""
+def max_new_tokens(plan: Plan, prompt_len: int, ctx_size: int, limit: int | None = None) -> int:
+    """`max_tokens`, or what the context has left (at least 1, at most the operator's
+    --max-tokens-limit) when the client gave none."""
     if plan.max_tokens is None:
-        return max(ctx_size - prompt_len, 1)
+        left = max(ctx_size - prompt_len, 1)
+        return left if limit is None else min(left, limit)
     return plan.max_tokens
 
 
-def engine_requests(plan: Plan, ctx_size: int) -> list[Request]:
+def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = None) -> list[Request]:
     """One engine request per choice, in choice order (prompt-major, then sample)."""
     lp = logprob_params(plan)
     return [
         Request(
             prompt_ids=tuple(prompt),
             sampling=SamplingParams(
-                max_tokens=max_new_tokens(plan, len(prompt), ctx_size),
+                max_tokens=max_new_tokens(plan, len(prompt), ctx_size, max_tokens_limit),
                 temperature=plan.temperature,
                 top_p=plan.top_p,
                 top_k=plan.top_k,

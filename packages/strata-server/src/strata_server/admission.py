@@ -1,0 +1,64 @@
+"""Bounded admission: how many engine requests the server holds at once, and who waits.
+
+The engine queues whatever it is given, so without a bound a burst grows the queue (and its
+memory and latency) without limit. The server counts the engine requests it has submitted
+and not yet seen end; beyond `slots + max_queue` a new request is refused with a 429 and
+`Retry-After` at once, before anything is queued, so the queue (and p99) stays bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strata_server.errors import ApiError
+
+RETRY_AFTER_S = 1  # a queue slot frees as soon as any request ends; retrying soon is fine
+
+
+@dataclass
+class Ticket:
+    """One admitted request's share of the bound; `release` is idempotent."""
+
+    admission: Admission
+    size: int
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.admission.in_flight -= self.size
+
+
+@dataclass
+class Admission:
+    """Counts engine requests in flight; `enter` refuses beyond `slots + max_queue`.
+
+    `max_queue` None means unbounded. A single request larger than the whole bound is still
+    admitted when nothing else is in flight (the operator limits on `n` bound its size).
+    """
+
+    slots: int
+    max_queue: int | None
+    in_flight: int = 0
+
+    @property
+    def capacity(self) -> int | None:
+        return None if self.max_queue is None else self.slots + self.max_queue
+
+    @property
+    def waiting(self) -> int:
+        """Engine requests beyond the running slots (what the queue bound counts)."""
+        return max(self.in_flight - self.slots, 0)
+
+    def enter(self, size: int) -> Ticket:
+        capacity = self.capacity
+        if capacity is not None and self.in_flight > 0 and self.in_flight + size > capacity:
+            raise ApiError(
+                f"The server is at capacity ({self.waiting} requests waiting, --max-queue "
+                f"{self.max_queue}); retry after {RETRY_AFTER_S} s.",
+                status=429,
+                code="queue_full",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self.in_flight += size
+        return Ticket(self, size)
