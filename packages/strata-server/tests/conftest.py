@@ -139,6 +139,7 @@ class FakeEngine:
 
     async def _run(self, request: Request, stream: RequestStream) -> None:
         self.active += 1
+        stream.mark_scheduled()
         finished = False
         try:
             for k, event in enumerate(self._events(request)):
