@@ -115,9 +115,10 @@ class FakeEngine:
             check_request(request, self.vocab_size, self.ctx_size)
         wakeup = Wakeup()
         streams = [RequestStream(wakeup) for _ in requests]
-        self._tasks.update(
-            asyncio.ensure_future(self._run(r, s)) for r, s in zip(requests, streams, strict=True)
-        )
+        for request, stream in zip(requests, streams, strict=True):
+            task = asyncio.ensure_future(self._run(request, stream))
+            self._tasks.add(task)  # held until done, so the loop cannot drop it
+            task.add_done_callback(self._tasks.discard)
         return Choices(streams, wakeup)
 
     def _events(self, request: Request) -> Iterator[PromptScores | Step]:
