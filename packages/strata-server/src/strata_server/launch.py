@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 STARTUP_TIMEOUT_S = 120.0
@@ -34,9 +35,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class ServerProcess:
+    """A started server: its process (to signal), base URL, and the log it writes."""
+
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
 @contextmanager
-def running_server(*args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
-    """Run `python -m strata_server --port <free> *args`; yield its base URL (no `/v1`).
+def server_process(
+    *args: str, env: dict[str, str] | None = None, startup_timeout_s: float = STARTUP_TIMEOUT_S
+) -> Iterator[ServerProcess]:
+    """Run `python -m strata_server --port <free> *args` (extra `env` variables); yield it healthy.
 
     The server is stopped on exit (terminated, killed if it does not stop in time).
     """
@@ -45,18 +60,29 @@ def running_server(*args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> 
     command = [sys.executable, "-m", "strata_server", "--port", str(port), *args]
     with tempfile.NamedTemporaryFile(prefix="strata-server-", suffix=".log") as log_file:
         log_path = Path(log_file.name)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
         try:
             _wait_for_health(url, process, log_path, startup_timeout_s)
-            yield url
+            yield ServerProcess(process, url, log_path)
         finally:
-            process.terminate()
+            if process.poll() is None:
+                process.terminate()
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def running_server(*args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
+    """Run `python -m strata_server --port <free> *args`; yield its base URL (no `/v1`).
+
+    The server is stopped on exit (terminated, killed if it does not stop in time).
+    """
+    with server_process(*args, startup_timeout_s=startup_timeout_s) as server:
+        yield server.url
 
 
 def _wait_for_health(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
