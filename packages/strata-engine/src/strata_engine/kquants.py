@@ -72,10 +72,10 @@ def _q5_k(blocks: np.ndarray) -> list[np.ndarray]:
 
 def _q6_k(blocks: np.ndarray) -> list[np.ndarray]:
     ql, qh, scales, d = blocks[:, :128], blocks[:, 128:192], blocks[:, 192:208], blocks[:, 208:210]
-    low = ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
-    low = (low & 0x0F).reshape(-1, 8, 32)
-    high = qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
-    high = (high & 0x03).reshape(-1, 8, 32)
+    shifted_low = ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    low = (shifted_low & 0x0F).reshape(-1, 8, 32)
+    shifted_high = qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    high = (shifted_high & 0x03).reshape(-1, 8, 32)
     q = ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8)
     return [_widen(d), scales, q.view(np.uint8).reshape(-1, 256)]
 

@@ -216,6 +216,7 @@ class Transformer:
                 f = self._moe(h, layer)
             else:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
+                assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
                 f = ops.linear(act(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)

@@ -219,10 +219,10 @@ class SentencePieceTokenizer(Tokenizer):
             if token is not None:
                 out.append(token)
             else:
-                for b in piece.encode("utf-8"):
-                    byte_id = self._byte_ids[b]
+                for byte in piece.encode("utf-8"):
+                    byte_id = self._byte_ids[byte]
                     if byte_id is None:
-                        raise ValueError(f"the vocabulary has no byte token for 0x{b:02X}")
+                        raise ValueError(f"the vocabulary has no byte token for 0x{byte:02X}")
                     out.append(byte_id)
             i = nxt[i]
 

@@ -87,7 +87,7 @@ def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    errors = []
+    errors: list[str] = []
     # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
     for extra in (OPENMP, []):
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
