@@ -257,19 +257,6 @@ void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, f
     }
 }
 
-/* out = silu(gate) * up = (g / (1 + e^-g)) * up, elementwise. */
-void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
-    int64_t chunks = (n + VL - 1) / VL;
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t i = c * VL;
-        int len = n - i < VL ? (int)(n - i) : VL;
-        vf g = vf_load_n(gate + i, len);
-        vf s = vf_div(g, vf_add(vf_set1(1.0f), vf_exp(vf_sub(vf_set1(0.0f), g))));
-        vf_store_n(out + i, vf_mul(s, vf_load_n(up + i, len)), len);
-    }
-}
-
 /*
  * Causal attention for T query tokens against a paged KV cache (KV already written).
  * q: [T, H, D]; caches: [num_blocks, block_size, KVH, D]; token t belongs to the sequence whose
@@ -418,23 +405,38 @@ void strata_exp(const float *x, int64_t n, float *out) {
     }
 }
 
+/* silu(g) = g / (1 + e^-g) */
+static inline vf silu(vf g) { return vf_div(g, vf_add(vf_set1(1.0f), vf_exp(vf_sub(vf_set1(0.0f), g)))); }
+
 /*
- * GeGLU (Gemma): out = gelu(gate) * up with GELU's tanh approximation,
- * gelu(g) = g/2 (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), evaluated as the identical
- * g / (1 + e^(-2u)) (no cancellation near g = 0, no libm): one fixed sequence per element.
+ * GELU's tanh approximation (Gemma's GeGLU): gelu(g) = g/2 (1 + tanh(u)),
+ * u = sqrt(2/pi) (g + 0.044715 g^3), evaluated as the identical g / (1 + e^(-2u)) (no
+ * cancellation near g = 0, no libm): one fixed sequence per element.
  */
-void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
+static inline vf gelu_tanh(vf g) {
+    vf inner = vf_fma(vf_mul(g, g), vf_set1(0.044715f), vf_set1(1.0f)); /* 1 + 0.044715 g^2 */
+    vf z = vf_mul(vf_mul(g, inner), vf_set1(-1.5957691216057308f));    /* -2u = -2 sqrt(2/pi) g (...) */
+    return vf_div(g, vf_add(vf_set1(1.0f), vf_exp(z)));
+}
+
+/* out = act(gate) * up, elementwise; act is SiLU (SwiGLU) or GELU-tanh (GeGLU). */
+static void gated_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads, int gelu) {
     int64_t chunks = (n + VL - 1) / VL;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
     for (int64_t c = 0; c < chunks; c++) {
         int64_t i = c * VL;
         int len = n - i < VL ? (int)(n - i) : VL;
         vf g = vf_load_n(gate + i, len);
-        vf inner = vf_fma(vf_mul(g, g), vf_set1(0.044715f), vf_set1(1.0f)); /* 1 + 0.044715 g^2 */
-        vf z = vf_mul(vf_mul(g, inner), vf_set1(-1.5957691216057308f));    /* -2u = -2 sqrt(2/pi) g (...) */
-        vf s = vf_div(g, vf_add(vf_set1(1.0f), vf_exp(z)));
-        vf_store_n(out + i, vf_mul(s, vf_load_n(up + i, len)), len);
+        vf_store_n(out + i, vf_mul(gelu ? gelu_tanh(g) : silu(g), vf_load_n(up + i, len)), len);
     }
+}
+
+void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
+    gated_mul(gate, up, n, out, nthreads, 0);
+}
+
+void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads) {
+    gated_mul(gate, up, n, out, nthreads, 1);
 }
 
 /* Logit soft-capping (Gemma 2): out = cap * tanh(x / cap), elementwise (x / cap correctly rounded). */
