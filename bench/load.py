@@ -12,7 +12,7 @@ see /health's `invariant`). Prints requests/s, p50/p99 latency of answered reque
 first token of streams, statuses, 429s, isolation and the server's peak memory.
 
 `--mode overload` starts the server with a small queue (`--max-queue 8 --parallel 2`) and
-offers far more than it can serve (64 clients; a refused client retries after 0.2 s): the
+offers far more than it can serve (64 clients; a refused client retries after 0.5 s): the
 429s show the bound holding, memory stays flat, and the p99 of admitted requests stays
 bounded by the queue, not by the offered load.
 """
@@ -48,12 +48,13 @@ PROMPTS = [
     "The quick brown fox",
 ]
 KINDS = ("completion", "chat", "stream", "one_token", "disconnect")
-RETRY_SLEEP_S = 0.2
+RETRY_SLEEP_S = 0.5
 
 
 @dataclass
 class Stats:
     latencies: list[float] = field(default_factory=list)  # answered (200) requests
+    by_kind: dict[str, list[float]] = field(default_factory=dict)
     ttft: list[float] = field(default_factory=list)  # streams: to the first token's event
     statuses: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
@@ -102,6 +103,7 @@ async def one(http: httpx.AsyncClient, kind: str, prompt: str, stats: Stats | No
             stats.statuses[reply.status_code] += 1
             if reply.status_code == 200:
                 stats.latencies.append(time.perf_counter() - started)
+                stats.by_kind.setdefault(kind, []).append(stats.latencies[-1])
         return reply.status_code, content(reply.json()) if reply.status_code == 200 else None
     events: list[dict[str, Any]] = []
     async with http.stream("POST", route, json=body) as reply:
@@ -124,6 +126,7 @@ async def one(http: httpx.AsyncClient, kind: str, prompt: str, stats: Stats | No
             stats.disconnects += 1
         else:
             stats.latencies.append(time.perf_counter() - started)
+            stats.by_kind.setdefault(kind, []).append(stats.latencies[-1])
     if kind == "disconnect" or any("error" in e for e in events):
         return 200, None
     return 200, stream_content(events)
@@ -215,6 +218,8 @@ def report(
     print(f"requests sent {sum(stats.kinds.values())} ({dict(stats.kinds)})")
     print(f"answered 200: {answered} = {answered / wall:.2f} requests/s (disconnects {stats.disconnects})")
     print(f"latency of answered: p50 {pct(stats.latencies, 0.5)}, p99 {pct(stats.latencies, 0.99)}")
+    per_kind = ", ".join(f"{k} {pct(v, 0.5)}/{pct(v, 0.99)}" for k, v in sorted(stats.by_kind.items()))
+    print(f"  by kind (p50/p99): {per_kind}")
     print(f"time to first token (streams): p50 {pct(stats.ttft, 0.5)}, p99 {pct(stats.ttft, 0.99)}")
     errors = {k: v for k, v in stats.statuses.items() if k != 200}
     print(f"errors by status: {errors or 'none'}; 429s: {stats.statuses[429]}")
