@@ -28,6 +28,7 @@ from ..labels import LabelBook
 from ..questions import Content, Question
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
+from .request_id import forward_request_ids, request_id_middleware
 from .schema import parse_request, validation_detail
 
 ALIASES = ("jev", "jev-latest")
@@ -62,6 +63,7 @@ class Gateway:
             timeout=self.config.upstream_timeout,
             max_retries=1,
         )
+        forward_request_ids(self.client)
         self.labels = LabelBook(self.client)
 
     @property
@@ -225,6 +227,7 @@ def create_app(config: GatewayConfig) -> Litestar:
             Exception: _unexpected,
         },
         request_max_body_size=MAX_BODY_BYTES,
+        middleware=[request_id_middleware()],
         openapi_config=None,
         logging_config=None,  # uvicorn logs requests; upstream calls stay quiet
     )
