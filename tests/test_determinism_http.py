@@ -28,13 +28,23 @@ async def _fire(server_url: str) -> tuple[list[httpx.Response], list[httpx.Respo
         background = [
             client.post(
                 "/v1/completions",
-                json={"prompt": f"Story number {i}: once upon a time", "max_tokens": 3 + i % 5, "temperature": 0.7, "seed": i},
+                json={
+                    "prompt": f"Story number {i}: once upon a time",
+                    "max_tokens": 3 + i % 5,
+                    "temperature": 0.7,
+                    "seed": i,
+                },
             )
             for i in range(10)
         ] + [
             client.post(
                 "/v1/chat/completions",
-                json={"messages": [{"role": "user", "content": f"Say a number above {i}"}], "max_tokens": 4, "logprobs": True, "top_logprobs": 3},
+                json={
+                    "messages": [{"role": "user", "content": f"Say a number above {i}"}],
+                    "max_tokens": 4,
+                    "logprobs": True,
+                    "top_logprobs": 3,
+                },
             )
             for i in range(5)
         ]
@@ -57,9 +67,17 @@ def test_chat_text_and_token_ids_give_the_same_bits(server_url):
         messages = [{"role": "user", "content": "Name a fruit."}]
         chat = client.post(
             "/v1/chat/completions",
-            json={"messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": 5},
+            json={
+                "messages": messages,
+                "max_tokens": 1,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": 5,
+            },
         ).json()
-        ids = client.post("/tokenize", json={"messages": messages, "add_generation_prompt": True}).json()["tokens"]
+        ids = client.post("/tokenize", json={"messages": messages, "add_generation_prompt": True}).json()[
+            "tokens"
+        ]
         text = client.post("/detokenize", json={"tokens": ids}).json()["prompt"]
         by_text = client.post(
             "/v1/completions", json={"prompt": text, "max_tokens": 1, "temperature": 0, "logprobs": 5}

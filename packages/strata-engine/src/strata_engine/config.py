@@ -41,7 +41,6 @@ class ModelConfig:
     rope_dim: int
     rope_style: Literal["interleaved", "neox"]  # llama GGUFs: pairs (2i, 2i+1); qwen: (i, i+d/2)
     rms_eps: float
-    qkv_bias: bool  # qwen2
     qk_norm: bool  # qwen3: per-head RMSNorm on q and k before RoPE
     n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama): experts per layer
     n_experts_used: int = 0  # experts each token is routed to (top-k of the router)
@@ -103,7 +102,6 @@ class ModelConfig:
             rope_dim=int(key("rope.dimension_count", head_dim)),
             rope_style="interleaved" if arch == "llama" else "neox",
             rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
-            qkv_bias=arch == "qwen2",
             qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             n_experts=n_experts,
             n_experts_used=n_used,
