@@ -21,6 +21,7 @@ import strata_server.completions as completions_module
 from strata_server import ServerSettings, create_app
 from strata_server.admission import Admission
 from strata_server.cli import API_KEY_ENV, api_keys, build_parser
+from strata_server.errors import ApiError
 from strata_server.plan import Plan, max_new_tokens
 from strata_server.shutdown import Drain, GracefulServer
 
@@ -49,9 +50,11 @@ async def _concurrently(app: Litestar, bodies: list[dict[str, Any]]) -> list[htt
 def test_admission_counts_and_refuses_beyond_the_bound() -> None:
     admission = Admission(slots=1, max_queue=1)
     first, second = admission.enter(1), admission.enter(1)
-    with pytest.raises(Exception) as refused:
+    with pytest.raises(ApiError):
+        admission.check_room()  # full: refused before the body is read
+    with pytest.raises(ApiError) as refused:
         admission.enter(1)
-    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}  # type: ignore[attr-defined]
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "1"}
     first.release()
     first.release()  # idempotent
     assert admission.in_flight == 1

@@ -50,15 +50,28 @@ class Admission:
         """Engine requests beyond the running slots (what the queue bound counts)."""
         return max(self.in_flight - self.slots, 0)
 
+    def check_room(self) -> None:
+        """Refuse before the body is even read when not one more request fits.
+
+        Under overload most requests are refused; refusing them before decoding, tokenizing
+        and rendering keeps that cheap, so refusals do not slow the requests being served.
+        """
+        capacity = self.capacity
+        if capacity is not None and self.in_flight >= capacity:
+            raise self._full()
+
     def enter(self, size: int) -> Ticket:
         capacity = self.capacity
         if capacity is not None and self.in_flight > 0 and self.in_flight + size > capacity:
-            raise ApiError(
-                f"The server is at capacity ({self.waiting} requests waiting, --max-queue "
-                f"{self.max_queue}); retry after {RETRY_AFTER_S} s.",
-                status=429,
-                code="queue_full",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
+            raise self._full()
         self.in_flight += size
         return Ticket(self, size)
+
+    def _full(self) -> ApiError:
+        return ApiError(
+            f"The server is at capacity ({self.waiting} requests waiting, --max-queue "
+            f"{self.max_queue}); retry after {RETRY_AFTER_S} s.",
+            status=429,
+            code="queue_full",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )

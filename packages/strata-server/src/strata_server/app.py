@@ -143,6 +143,7 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
     @post("/completions", status_code=200, operation_class=body_of(CompletionRequest))
     async def completions(request: Request) -> Response | Stream:
         """OpenAI legacy completions with full logprobs (see docs/DETAILS.md)."""
+        ctx.admission.check_room()
         body = decode_request(await request.body(), CompletionRequest)
         plan = completion_plan(body, ctx)
         return await generate(request, body, plan, "cmpl", stream_completion, complete)
@@ -150,6 +151,7 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
     @post("/chat/completions", status_code=200, operation_class=body_of(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response | Stream:
         """Chat completions through the model's chat template, with logprobs."""
+        ctx.admission.check_room()
         body = decode_request(await request.body(), ChatCompletionRequest)
         plan = chat_plan(body, ctx)
         return await generate(request, body, plan, "chatcmpl", stream_chat, chat_complete)
