@@ -257,6 +257,58 @@ void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, f
     }
 }
 
+/* One (token, head): scores, softmax and the weighted sum of V rows, in position order.
+ * Inlined with D constant for the common head sizes, so the V accumulator stays in registers. */
+static inline __attribute__((always_inline)) void attend_one(
+    const float *qv, const int32_t *table, int start, int n, int D, const float *kc, const float *vc,
+    int block_size, int KVH, int kvh, float scale, float softcap, float *s, float *acc, float *o) {
+    for (int j = 0; j < n; j++) {
+        int p = start + j;
+        const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+        s[j] = dot_1(qv, kr, D) * scale;
+    }
+    if (softcap > 0.0f) {
+        vf cap = vf_set1(softcap);
+        for (int j = 0; j < n; j += VL) {
+            int len = n - j < VL ? n - j : VL;
+            vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
+        }
+    }
+    float mx = -INFINITY; /* a max is exact: taking it after the scores changes no bit */
+    for (int j = 0; j < n; j++)
+        if (s[j] > mx) mx = s[j];
+    for (int j = 0; j < n; j += VL) {
+        int len = n - j < VL ? n - j : VL;
+        vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), vf_set1(mx))), len);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += s[j];
+    float inv = 1.0f / sum;
+    if (D % VL == 0 && D <= 8 * VL) { /* acc[c] = fma(p_j, v_j[c], acc[c]) over j, in registers */
+        vf a[8];
+        for (int c = 0; c < D / VL; c++) a[c] = vf_zero();
+        for (int j = 0; j < n; j++) {
+            int jp = start + j;
+            const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
+            vf p = vf_set1(s[j] * inv);
+            for (int c = 0; c < D / VL; c++) a[c] = vf_fma(p, vf_load(vr + c * VL), a[c]);
+        }
+        for (int c = 0; c < D / VL; c++) vf_store(o + c * VL, a[c]);
+        return;
+    }
+    memset(acc, 0, (size_t)D * 4); /* the same sequence, the accumulator in memory */
+    for (int j = 0; j < n; j++) {
+        int jp = start + j;
+        const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
+        vf p = vf_set1(s[j] * inv);
+        for (int d = 0; d < D; d += VL) {
+            int len = D - d < VL ? D - d : VL;
+            vf_store_n(acc + d, vf_fma(p, vf_load_n(vr + d, len), vf_load_n(acc + d, len)), len);
+        }
+    }
+    memcpy(o, acc, (size_t)D * 4);
+}
+
 /*
  * Causal attention for T query tokens against a paged KV cache (KV already written).
  * q: [T, H, D]; caches: [num_blocks, block_size, KVH, D]; token t belongs to the sequence whose
@@ -285,40 +337,14 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
             const float *qv = q + (t * H + h) * D;
             const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
             int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
-            int n = pos[t] + 1 - start; /* s[j], acc: position start + j */
-            for (int j = 0; j < n; j++) {
-                int p = start + j;
-                const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
-                s[j] = dot_1(qv, kr, D) * scale;
-            }
-            if (softcap > 0.0f) {
-                vf cap = vf_set1(softcap);
-                for (int j = 0; j < n; j += VL) {
-                    int len = n - j < VL ? n - j : VL;
-                    vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
-                }
-            }
-            float mx = -INFINITY; /* a max is exact: taking it after the scores changes no bit */
-            for (int j = 0; j < n; j++)
-                if (s[j] > mx) mx = s[j];
-            for (int j = 0; j < n; j += VL) {
-                int len = n - j < VL ? n - j : VL;
-                vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), vf_set1(mx))), len);
-            }
-            float sum = 0.0f;
-            for (int j = 0; j < n; j++) sum += s[j];
-            float inv = 1.0f / sum;
-            memset(acc, 0, (size_t)D * 4);
-            for (int j = 0; j < n; j++) {
-                int jp = start + j;
-                const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
-                vf p = vf_set1(s[j] * inv);
-                for (int d = 0; d < D; d += VL) {
-                    int len = D - d < VL ? D - d : VL;
-                    vf_store_n(acc + d, vf_fma(p, vf_load_n(vr + d, len), vf_load_n(acc + d, len)), len);
-                }
-            }
-            memcpy(out + (t * H + h) * D, acc, (size_t)D * 4);
+            int n = pos[t] + 1 - start; /* s[j]: position start + j */
+            float *o = out + (t * H + h) * D;
+            if (D == 64)
+                attend_one(qv, table, start, n, 64, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
+            else if (D == 128)
+                attend_one(qv, table, start, n, 128, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
+            else
+                attend_one(qv, table, start, n, D, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
         }
         free(s);
         free(acc);
