@@ -61,9 +61,9 @@ def lint(session: nox.Session) -> None:
 
 def install_aarch64_tools(session: nox.Session) -> None:
     """The aarch64 cross compiler and qemu, for the test that runs the kernels' NEON build and
-    compares its bits with this host's. Where they cannot be installed, that test skips with
-    a printed reason."""
-    if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64"):
+    compares its bits with this host's, and clang, the second compiler. Where they cannot be
+    installed, those tests skip with a printed reason."""
+    if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64") and shutil.which("clang"):
         return
     if platform.machine() != "x86_64" or not shutil.which("apt-get") or os.geteuid() != 0:
         session.log("aarch64 cross tools cannot be installed here: the qemu kernel test will skip")
@@ -71,7 +71,7 @@ def install_aarch64_tools(session: nox.Session) -> None:
     session.run(
         "bash", "-c",
         "(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-        "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) > /dev/null "
+        "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang) > /dev/null "
         "|| echo 'apt-get could not install the aarch64 cross tools: the qemu kernel test will skip'",
         external=True,
     )  # fmt: skip

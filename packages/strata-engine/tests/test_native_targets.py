@@ -60,6 +60,48 @@ def test_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) ->
     assert digest == DRIVER_SHA256
 
 
+@pytest.mark.parametrize("target", targets_to_test())
+def test_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
+    """A second compiler (clang, as on macOS) builds the same bits as the first."""
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed (apt-get install clang): the second-compiler check is skipped")
+    assert _driver_digest([clang], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
+
+
+def test_kernels_build_without_openmp(monkeypatch, tmp_path: Path, caplog) -> None:
+    """Where the compiler has no OpenMP (Apple clang without libomp), the kernels build for one
+    thread, with a warning, and give the same bits."""
+    clang = shutil.which("clang")
+    if (
+        clang is None
+        or subprocess.run(
+            [clang, "-fopenmp", "-x", "c", "-", "-o", str(tmp_path / "t")],
+            input=b"int main(void){return 0;}",
+            capture_output=True,
+        ).returncode
+        == 0
+    ):
+        pytest.skip("needs a clang without libomp (the case of Apple clang)")
+    from strata_engine import native
+
+    monkeypatch.setenv("STRATA_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", clang)
+    for cached in (native.compiler, native.cpu_features, native._load_target):
+        cached.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="strata_engine"):
+            ops = NativeOps(2)
+        assert any("without OpenMP" in r.getMessage() for r in caplog.records)
+        got = _all_ops(ops, seed=11)
+    finally:
+        for cached in (native.compiler, native.cpu_features, native._load_target):
+            cached.cache_clear()
+    reference = _all_ops(NativeOps(1, "portable"), seed=11)
+    for a, b in zip(got, reference, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_contracted_build_would_be_caught(tmp_path: Path) -> None:
     """The digest can fail: letting the compiler fuse multiply-adds changes the bits."""
     cc, _ = compiler()
