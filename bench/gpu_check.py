@@ -18,7 +18,6 @@ Prints one table; exits 1 if any check failed, 2 if there is no CUDA device.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import sys
 import tempfile
@@ -331,37 +330,19 @@ def _signature(events) -> list:
 
 
 def run_batch(engine, requests) -> list[list]:
-    events: list[list] = [[] for _ in requests]
-    if "emit" not in inspect.signature(engine.add).parameters:  # add() returns the request's stream
-        outputs = [engine.add(req) for req in requests]
-        while not all(out.drained for out in outputs):
-            engine.step()
-            for i, out in enumerate(outputs):
-                events[i].extend(out.take())
-        return [_signature(e) for e in events]
-    done: set[int] = set()
-    for i, req in enumerate(requests):
-        engine.add(req, lambda ev, i=i: events[i].append(ev) if ev is not None else done.add(i))
-    while len(done) < len(requests):
-        engine.step()
-    return [_signature(e) for e in events]
+    return [_signature(e) for e in engine.generate_batch(requests)]
 
 
 def submit(engine, requests):
-    """Add `requests`; returns a function that says whether all have finished (either add() API)."""
-    if "emit" not in inspect.signature(engine.add).parameters:
-        outputs = [engine.add(req) for req in requests]
+    """Add `requests`; returns a function that says whether all have finished."""
+    outputs = [engine.add(req) for req in requests]
 
-        def finished() -> bool:
-            for out in outputs:
-                out.take()
-            return all(out.drained for out in outputs)
+    def finished() -> bool:
+        for out in outputs:
+            out.take()
+        return all(out.drained for out in outputs)
 
-        return finished
-    done: set[int] = set()
-    for i, req in enumerate(requests):
-        engine.add(req, lambda ev, i=i: done.add(i) if ev is None else None)
-    return lambda: len(done) == len(requests)
+    return finished
 
 
 # -- (b) a model end to end -----------------------------------------------------------------------

@@ -67,13 +67,7 @@ def _signature(events) -> list:
 
 def run_batch(engine: LLMEngine, requests: list[Request]) -> list[list]:
     """Submit all requests at once and step until every one has finished."""
-    events: list[list] = [[] for _ in requests]
-    outputs = [engine.add(req) for req in requests]
-    while not all(out.drained for out in outputs):
-        engine.step()
-        for i, out in enumerate(outputs):
-            events[i].extend(out.take())
-    return [_signature(e) for e in events]
+    return [_signature(e) for e in engine.generate_batch(requests)]
 
 
 def run_alone(engine: LLMEngine, request: Request) -> list:

@@ -4,8 +4,6 @@ the prefill or decode-vs-prefill (issue 11)."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
 
@@ -64,20 +62,7 @@ def _signature(events) -> list:
 
 
 def _run(engine: LLMEngine, requests: list[Request]) -> list[list]:
-    events: list[list] = [[] for _ in requests]
-    if "emit" not in inspect.signature(engine.add).parameters:  # add() returns the request's stream
-        outputs = [engine.add(req) for req in requests]
-        while not all(out.drained for out in outputs):
-            engine.step()
-            for i, out in enumerate(outputs):
-                events[i].extend(out.take())
-        return [_signature(e) for e in events]
-    done: set[int] = set()
-    for i, req in enumerate(requests):
-        engine.add(req, lambda ev, i=i: events[i].append(ev) if ev is not None else done.add(i))
-    while len(done) < len(requests):
-        engine.step()
-    return [_signature(e) for e in events]
+    return [_signature(e) for e in engine.generate_batch(requests)]
 
 
 def _request(ids, max_tokens: int = 3) -> Request:

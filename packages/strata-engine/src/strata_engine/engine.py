@@ -205,9 +205,14 @@ class LLMEngine:
 
     def generate(self, request: Request) -> list[EngineEvent]:
         """Run one request to completion on the calling thread (tests, the CLI)."""
-        output = self.add(request)
-        events: list[EngineEvent] = []
-        while not output.drained:
+        return self.generate_batch([request])[0]
+
+    def generate_batch(self, requests: list[Request]) -> list[list[EngineEvent]]:
+        """Add all requests at once and step until every one has finished; each one's events."""
+        outputs = [self.add(request) for request in requests]
+        events: list[list[EngineEvent]] = [[] for _ in requests]
+        while not all(output.drained for output in outputs):
             self.step()
-            events.extend(output.take())
+            for sink, output in zip(events, outputs, strict=True):
+                sink.extend(output.take())
         return events
