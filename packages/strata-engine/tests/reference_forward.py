@@ -63,36 +63,54 @@ class ReferenceModel:
             torch.set_num_threads(threads)
 
     def _forward(self, ids: list[int]) -> torch.Tensor:
-        w = self.w
-        x = w["token_embd.weight"][torch.tensor(ids)]
-        t = len(ids)
-        mask = torch.full((t, t), float("-inf"), dtype=torch.float64).triu(1)
+        x = self._embed(ids)
+        pos = torch.arange(len(ids))
+        causal = pos[None, :] <= pos[:, None]  # [query, key]
         for i in range(self.n_layers):
-            p = f"blk.{i}."
-            h = self._rms(x, w[p + "attn_norm.weight"])
-            q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
-            k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
-            v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0)
-            q = q.reshape(t, self.n_heads, self.head_dim)
-            k = k.reshape(t, self.n_kv, self.head_dim)
-            v = v.reshape(t, self.n_kv, self.head_dim)
-            if p + "attn_q_norm.weight" in w:
-                q = self._rms(q, w[p + "attn_q_norm.weight"])
-                k = self._rms(k, w[p + "attn_k_norm.weight"])
-            q, k = self._rope(q), self._rope(k)
-            rep = self.n_heads // self.n_kv
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5 + mask
-            a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
-            x = x + a @ w[p + "attn_output.weight"].T
-            h = self._rms(x, w[p + "ffn_norm.weight"])
-            gate = h @ w[p + "ffn_gate.weight"].T
-            x = (
-                x
-                + (torch.nn.functional.silu(gate) * (h @ w[p + "ffn_up.weight"].T))
-                @ w[p + "ffn_down.weight"].T
-            )
-        x = self._rms(x, w["output_norm.weight"])
-        head = w.get("output.weight", w["token_embd.weight"])
+            x = self._layer(i, x, causal)
+        return self._head(x)
+
+    def _embed(self, ids: list[int]) -> torch.Tensor:
+        return self.w["token_embd.weight"][torch.tensor(ids)]
+
+    def _layer(self, i: int, x: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+        p = f"blk.{i}."
+        x = x + self._attention(i, self._rms(x, self.w[p + "attn_norm.weight"]), causal)
+        return x + self._ffn(i, self._rms(x, self.w[p + "ffn_norm.weight"]))
+
+    def _attention(
+        self, i: int, h: torch.Tensor, allowed: torch.Tensor, softcap: float = 0.0
+    ) -> torch.Tensor:
+        """Grouped-query attention of layer i over the key positions `allowed` for each query,
+        scores optionally soft-capped (softcap * tanh(s / softcap)); the output projection."""
+        w, p, t = self.w, f"blk.{i}.", h.shape[0]
+        q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
+        k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
+        v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0)
+        q = q.reshape(t, self.n_heads, self.head_dim)
+        k = k.reshape(t, self.n_kv, self.head_dim)
+        v = v.reshape(t, self.n_kv, self.head_dim)
+        if p + "attn_q_norm.weight" in w:
+            q = self._rms(q, w[p + "attn_q_norm.weight"])
+            k = self._rms(k, w[p + "attn_k_norm.weight"])
+        q, k = self._rope(q), self._rope(k)
+        rep = self.n_heads // self.n_kv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5
+        if softcap:
+            s = torch.tanh(s / softcap) * softcap
+        s = s.masked_fill(~allowed, float("-inf"))
+        a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
+        return a @ w[p + "attn_output.weight"].T
+
+    def _ffn(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """SwiGLU: down(silu(gate h) * up h)."""
+        w, p = self.w, f"blk.{i}."
+        gate = torch.nn.functional.silu(h @ w[p + "ffn_gate.weight"].T)
+        return (gate * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        x = self._rms(x, self.w["output_norm.weight"])
+        head = self.w.get("output.weight", self.w["token_embd.weight"])
         return torch.log_softmax(x @ head.T, dim=-1)

@@ -179,11 +179,6 @@ class ArchReference(ReferenceModel):
             if self.arch == "phi3":
                 w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = w.pop(p + "ffn_up.weight").chunk(2)
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
-        if self.arch.startswith("gemma"):
-            return self._gemma_forward(ids)
-        return self._moe_forward(ids) if self.n_used else super()._forward(ids)
-
     gelu_fp16 = False  # emulate llama.cpp's GELU: a table indexed by fp16(x), values rounded to fp16
 
     def _gelu(self, x: torch.Tensor) -> torch.Tensor:
@@ -192,55 +187,56 @@ class ArchReference(ReferenceModel):
         y = torch.nn.functional.gelu(x.half().double(), approximate="tanh").half().double()
         return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
 
-    def _gemma_forward(self, ids: list[int]) -> torch.Tensor:
-        """Gemma as the papers and HF describe it, in float64: embeddings times sqrt(hidden),
-        RMSNorm with the stored weight (the GGUF converter folded in the +1), GeGLU with tanh
-        GELU, gemma2's soft-capped scores and logits, post-norms, sliding windows on even layers
-        (gemma2) or all but every sixth (gemma3, whose sliding layers use RoPE base 10000)."""
-        w, g = self.w, lambda k, d=None: self.meta.get(f"{self.arch}.{k}", d)
-        x = w["token_embd.weight"][torch.tensor(ids)] * self.hidden**0.5
-        t = len(ids)
-        pos = torch.arange(t)
+    # Gemma as the papers and HF describe it, in float64: embeddings times sqrt(hidden), RMSNorm
+    # with the stored weight (the GGUF converter folded in the +1), GeGLU with tanh GELU,
+    # gemma2's soft-capped scores and logits, post-norms, sliding windows on even layers
+    # (gemma2) or all but every sixth (gemma3, whose sliding layers use RoPE base 10000).
+    def _gemma(self, key: str, default: float | None = None):
+        return self.meta.get(f"{self.arch}.{key}", default)
+
+    def _embed(self, ids: list[int]) -> torch.Tensor:
+        x = super()._embed(ids)
+        return x * self.hidden**0.5 if self.arch.startswith("gemma") else x
+
+    def _layer(self, i: int, x: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+        if not self.arch.startswith("gemma"):
+            return super()._layer(i, x, causal)
+        w, p = self.w, f"blk.{i}."
+        sliding = {"gemma2": i % 2 == 0, "gemma3": i % 6 < 5}.get(self.arch, False)
+        allowed = causal
+        if sliding:
+            pos = torch.arange(x.shape[0])
+            allowed = causal & (pos[None, :] > pos[:, None] - self._gemma("attention.sliding_window"))
         global_base = self.base
-        attn_cap, final_cap = g("attn_logit_softcapping", 0.0), g("final_logit_softcapping", 0.0)
-        for i in range(self.n_layers):
-            p = f"blk.{i}."
-            sliding = {"gemma2": i % 2 == 0, "gemma3": i % 6 < 5}.get(self.arch, False)
-            window = g("attention.sliding_window") if sliding else t
-            self.base = 10000.0 if sliding and self.arch == "gemma3" else global_base
-            allowed = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
+        self.base = 10000.0 if sliding and self.arch == "gemma3" else global_base
+        try:
             h = self._rms(x, w[p + "attn_norm.weight"])
-            q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, self.head_dim)
-            k = (h @ w[p + "attn_k.weight"].T).reshape(t, self.n_kv, self.head_dim)
-            v = (h @ w[p + "attn_v.weight"].T).reshape(t, self.n_kv, self.head_dim)
-            if p + "attn_q_norm.weight" in w:
-                q = self._rms(q, w[p + "attn_q_norm.weight"])
-                k = self._rms(k, w[p + "attn_k_norm.weight"])
-            q, k = self._rope(q), self._rope(k)
-            rep = self.n_heads // self.n_kv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5
-            if self.arch == "gemma2":
-                s = torch.tanh(s / attn_cap) * attn_cap
-            s = s.masked_fill(~allowed, float("-inf"))
-            o = (
-                torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
-                @ w[p + "attn_output.weight"].T
-            )
-            if p + "post_attention_norm.weight" in w:
-                o = self._rms(o, w[p + "post_attention_norm.weight"])
-            x = x + o
-            h = self._rms(x, w[p + "ffn_norm.weight"])
-            gate = self._gelu(h @ w[p + "ffn_gate.weight"].T)
-            f = (gate * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
-            if p + "post_ffw_norm.weight" in w:
-                f = self._rms(f, w[p + "post_ffw_norm.weight"])
-            x = x + f
-        self.base = global_base
-        logits = self._rms(x, w["output_norm.weight"]) @ w["token_embd.weight"].T
-        if final_cap:
-            logits = torch.tanh(logits / final_cap) * final_cap
-        return torch.log_softmax(logits, dim=-1)
+            o = self._attention(i, h, allowed, self._gemma("attn_logit_softcapping", 0.0))
+        finally:
+            self.base = global_base
+        if p + "post_attention_norm.weight" in w:
+            o = self._rms(o, w[p + "post_attention_norm.weight"])
+        x = x + o
+        f = self._ffn(i, self._rms(x, w[p + "ffn_norm.weight"]))
+        if p + "post_ffw_norm.weight" in w:
+            f = self._rms(f, w[p + "post_ffw_norm.weight"])
+        return x + f
+
+    def _ffn(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        if self.n_used:
+            return self._moe(i, h)
+        if not self.arch.startswith("gemma"):
+            return super()._ffn(i, h)
+        w, p = self.w, f"blk.{i}."
+        gate = self._gelu(h @ w[p + "ffn_gate.weight"].T)
+        return (gate * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        final_cap = self._gemma("final_logit_softcapping", 0.0) if self.arch.startswith("gemma") else 0.0
+        if not final_cap:
+            return super()._head(x)
+        logits = self._rms(x, self.w["output_norm.weight"]) @ self.w["token_embd.weight"].T
+        return torch.log_softmax(torch.tanh(logits / final_cap) * final_cap, dim=-1)
 
     def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
         w, p = self.w, f"blk.{i}."
@@ -255,29 +251,3 @@ class ArchReference(ReferenceModel):
                 y = w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ h[r]))
                 out[r] += weights[r, j] * y
         return out
-
-    def _moe_forward(self, ids: list[int]) -> torch.Tensor:
-        """The parent's forward with each FFN a mixture of experts."""
-        w = self.w
-        x = w["token_embd.weight"][torch.tensor(ids)]
-        t = len(ids)
-        mask = torch.full((t, t), float("-inf"), dtype=torch.float64).triu(1)
-        for i in range(self.n_layers):
-            p = f"blk.{i}."
-            h = self._rms(x, w[p + "attn_norm.weight"])
-            q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, self.head_dim)
-            k = (h @ w[p + "attn_k.weight"].T).reshape(t, self.n_kv, self.head_dim)
-            v = (h @ w[p + "attn_v.weight"].T).reshape(t, self.n_kv, self.head_dim)
-            if p + "attn_q_norm.weight" in w:
-                q = self._rms(q, w[p + "attn_q_norm.weight"])
-                k = self._rms(k, w[p + "attn_k_norm.weight"])
-            q, k = self._rope(q), self._rope(k)
-            rep = self.n_heads // self.n_kv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            s = torch.einsum("thd,shd->hts", q, k) / self.head_dim**0.5 + mask
-            a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
-            x = x + a @ w[p + "attn_output.weight"].T
-            x = x + self._moe(i, self._rms(x, w[p + "ffn_norm.weight"]))
-        x = self._rms(x, w["output_norm.weight"])
-        head = w.get("output.weight", w["token_embd.weight"])
-        return torch.log_softmax(x @ head.T, dim=-1)
