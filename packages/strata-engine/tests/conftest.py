@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from strata_engine import native
 from strata_engine.engine import LLMEngine
 from strata_engine.model_store import resolve_model
 from strata_engine.native import NativeUnavailable, compiler
@@ -54,3 +55,19 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     _skip_if_no_compiler((yield))
+
+
+@pytest.fixture
+def build_with(monkeypatch, tmp_path):
+    """Build the kernels afresh into an empty STRATA_HOME with the compiler `cc` (a path)."""
+    caches = (native.compiler, native.cpu_features, native._load_target)
+
+    def use(cc: str) -> None:
+        monkeypatch.setenv("STRATA_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("CC", cc)
+        for cached in caches:
+            cached.cache_clear()
+
+    yield use
+    for cached in caches:  # later tests load the usual build again
+        cached.cache_clear()

@@ -11,15 +11,9 @@ from strata_engine.ops import NativeOps, TorchOps, describe, make_ops
 
 
 @pytest.fixture
-def no_compiler(monkeypatch, tmp_path):
+def no_compiler(build_with, tmp_path):
     """A machine without a C compiler and without previously built kernels."""
-    monkeypatch.setenv("STRATA_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    for cached in (native.compiler, native.cpu_features, native._load_target):
-        cached.cache_clear()
-    yield
-    for cached in (native.compiler, native.cpu_features, native._load_target):
-        cached.cache_clear()
+    build_with(str(tmp_path / "no-such-cc"))
 
 
 def test_auto_falls_back_to_torch_with_one_warning_saying_why(no_compiler, caplog) -> None:

@@ -69,7 +69,7 @@ def test_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
     assert _driver_digest([clang], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
 
 
-def test_kernels_build_without_openmp(monkeypatch, tmp_path: Path, caplog) -> None:
+def test_kernels_build_without_openmp(build_with, tmp_path: Path, caplog) -> None:
     """Where the compiler has no OpenMP (Apple clang without libomp), the kernels build for one
     thread, with a warning, and give the same bits."""
     clang = shutil.which("clang")
@@ -83,21 +83,12 @@ def test_kernels_build_without_openmp(monkeypatch, tmp_path: Path, caplog) -> No
         == 0
     ):
         pytest.skip("needs a clang without libomp (the case of Apple clang)")
-    from strata_engine import native
-
-    monkeypatch.setenv("STRATA_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", clang)
-    for cached in (native.compiler, native.cpu_features, native._load_target):
-        cached.cache_clear()
-    try:
-        with caplog.at_level("WARNING", logger="strata_engine"):
-            ops = NativeOps(2)
-        assert any("without OpenMP" in r.getMessage() for r in caplog.records)
-        got = _all_ops(ops, seed=11)
-    finally:
-        for cached in (native.compiler, native.cpu_features, native._load_target):
-            cached.cache_clear()
-    reference = _all_ops(NativeOps(1, "portable"), seed=11)
+    reference = _all_ops(NativeOps(1, "portable"), seed=11)  # the usual compiler's build
+    build_with(clang)
+    with caplog.at_level("WARNING", logger="strata_engine"):
+        ops = NativeOps(2)
+    assert any("without OpenMP" in r.getMessage() for r in caplog.records)
+    got = _all_ops(ops, seed=11)
     for a, b in zip(got, reference, strict=True):
         assert torch.equal(a, b)
 
