@@ -122,6 +122,12 @@ static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *
     }
     const uint8_t *blk = row + (b >> 3) * (wtype == WT_Q4_K ? 152 : 184);
     vf scale = vf_set1(f32_at(blk) * (float)blk[8 + j]), min = vf_set1(f32_at(blk + 4) * (float)blk[16 + j]);
+#ifdef VF_LUT16
+    if (wtype == WT_Q4_K) { /* the 16 possible values, then a lookup: the same operations per value */
+        vf_lut16_u4(vf_sub(vf_mul(scale, vf_iota()), min), blk + 24 + j * 16, lo, hi);
+        return;
+    }
+#endif
     vf ql = vf_from_u4(blk + 24 + j * 16, 0), qh = vf_from_u4(blk + 24 + j * 16, 1);
     if (wtype == WT_Q5_K) {
         const uint8_t *h = blk + 152 + j * 4;
@@ -145,11 +151,19 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
     } else if (wtype == WT_Q4_0) {
         const uint8_t *blk = row + b * 20;
         vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 4, lo, hi);
+        return;
+#endif
         *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
         *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
     } else { /* Q4_1: d * q + m, two roundings, as numpy does */
         const uint8_t *blk = row + b * 24;
         vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 8, lo, hi);
+        return;
+#endif
         *lo = vf_add(vf_mul(d, vf_from_u4(blk + 8, 0)), m);
         *hi = vf_add(vf_mul(d, vf_from_u4(blk + 8, 1)), m);
     }

@@ -62,6 +62,19 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
 static inline vf vf_from_bits16(uint32_t bits) {
     return (vf){_mm512_maskz_mov_ps((__mmask16)bits, _mm512_set1_ps(1.0f))};
 }
+/* Table lookup of 32 nibbles (16 bytes, low nibbles then high): lane i of *lo is table lane
+ * (p[i] & 15), of *hi table lane (p[i] >> 4). Only this target has it (VF_LUT16): a dequantiser
+ * that builds the table from the same float operations gets the same bits as computing each
+ * weight, with fewer instructions per weight. */
+#define VF_LUT16 1
+static inline vf vf_iota(void) {
+    return (vf){_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)};
+}
+static inline void vf_lut16_u4(vf table, const uint8_t *p, vf *lo, vf *hi) {
+    __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    lo->v = _mm512_permutexvar_ps(q, table.v); /* uses index bits 0-3 only: the low nibble */
+    hi->v = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table.v);
+}
 static inline vf vf_pow2i(vf k) {
     __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(k.v), _mm512_set1_epi32(127));
     return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
