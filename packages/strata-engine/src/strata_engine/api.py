@@ -27,6 +27,13 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # extra stop ids (the model's end-of-generation ids always stop)
     ignore_eos: bool = False
     allowed_token_ids: tuple[int, ...] | None = None  # only these ids may be sampled
+    # vLLM's extras. Penalties and bias change the scores the draw uses, never the reported rows.
+    min_tokens: int = 0  # no end-of-generation/stop id, and no stop string, before this many tokens
+    include_stop_str_in_output: bool = False  # keep the matched stop string / stop token's text
+    skip_special_tokens: bool = True  # control tokens add no text (a stop token's text aside)
+    presence_penalty: float = 0.0  # subtracted once from every id already generated
+    frequency_penalty: float = 0.0  # subtracted per time an id was generated
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (id, value) added to that id's score
 
 
 @dataclass(frozen=True)

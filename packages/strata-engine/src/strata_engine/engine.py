@@ -118,7 +118,15 @@ class LLMEngine:
 
     def admit(self, request: Request, output: RequestStream) -> RequestStream:
         """Queue an already checked request (the async layer checks on the caller's thread)."""
-        self.scheduler.add(Sequence(request, TextStream(self.tokenizer, request.sampling.stop), output))
+        s = request.sampling
+        text = TextStream(
+            self.tokenizer,
+            s.stop,
+            include_stop=s.include_stop_str_in_output,
+            skip_special=s.skip_special_tokens,
+            min_tokens=s.min_tokens,
+        )
+        self.scheduler.add(Sequence(request, text, output))
         return output
 
     def has_work(self) -> bool:
@@ -164,7 +172,7 @@ class LLMEngine:
         if seq.num_generated >= s.max_tokens:  # max_tokens == 0: prompt scoring only
             self._finish(seq)
             return
-        token = seq.sampler.sample(lp)
+        token = seq.sampler.sample(lp, seq.token_ids[seq.num_prompt :], self.tokenizer.eog_ids)
         lpp = req.logprobs
         wants_row = lpp.top_n is not None or lpp.named_ids or lpp.renormalize_over
         row = build_row(lp, token, lpp) if wants_row else None
@@ -172,7 +180,7 @@ class LLMEngine:
         offset = seq.text.offset
         finish: FinishReason | None = None
         if (token in self.tokenizer.eog_ids and not s.ignore_eos) or token in s.stop_token_ids:
-            text, finish = seq.text.finish(), "stop"
+            text, finish = seq.text.end_on_token(token), "stop"
         else:
             text, hit = seq.text.push(token)
             if hit:

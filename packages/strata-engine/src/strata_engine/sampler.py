@@ -1,14 +1,26 @@
-"""Choosing the next token from one request's own log-probabilities and its own generator."""
+"""Choosing the next token from one request's own log-probabilities and its own generator.
+
+The draw is one pipeline: the raw row -> the request's logit processors (`logit_bias`,
+presence/frequency penalties, all additive) -> masks (`allowed_token_ids`, `min_tokens`)
+-> temperature, top-k, top-p -> one draw. Only the draw sees the processed scores; the
+rows a response reports are built from the raw row elsewhere. Everything a step reads is
+the request's own (its params, its generated ids), so a request's tokens never depend on
+its batch.
+"""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
+
+Scores = npt.NDArray[np.float64]
 
 
 class Sampler:
@@ -21,21 +33,58 @@ class Sampler:
             if params.allowed_token_ids
             else None
         )
+        self.bias_ids = np.array([i for i, _ in params.logit_bias], dtype=np.int64)
+        self.bias_values = np.array([v for _, v in params.logit_bias], dtype=np.float64)
         self.generator = torch.Generator()
         self.generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
 
-    def sample(self, lp: torch.Tensor) -> int:
-        """lp: fp32 log-probabilities over the vocabulary for this position.
+    def sample(self, lp: torch.Tensor, output_ids: Sequence[int] = (), eog_ids: Collection[int] = ()) -> int:
+        """lp: fp32 log-probabilities over the vocabulary for this position; `output_ids` the
+        tokens this request generated so far; `eog_ids` the model's end-of-generation ids.
 
         Every step is exact or uses exactmath, and the draw is one float64 from the request's
         own generator, so a seed gives the same token on every machine.
         """
+        scores = self.process(lp.double().numpy(), output_ids)
+        scores = self.mask(scores, len(output_ids), eog_ids)
+        return self.draw(scores)
+
+    def process(self, scores: Scores, output_ids: Sequence[int]) -> Scores:
+        """The additive logit processors, as vLLM applies them to logits.
+
+        Adding a constant per id commutes with log-softmax's shift, so applying them to the
+        log-probabilities gives the distribution vLLM gets from the logits. Presence and
+        frequency penalties count the generated ids only (not the prompt), as vLLM does.
+        """
         p = self.params
-        scores = lp.double().numpy()
+        if self.bias_ids.size:
+            scores = scores.copy()
+            np.add.at(scores, self.bias_ids, self.bias_values)
+        if (p.presence_penalty or p.frequency_penalty) and output_ids:
+            counts = np.bincount(np.asarray(output_ids, dtype=np.int64), minlength=scores.shape[0])
+            scores = scores - (p.frequency_penalty * counts + p.presence_penalty * (counts > 0))
+        return scores
+
+    def mask(self, scores: Scores, num_generated: int, eog_ids: Collection[int]) -> Scores:
+        """Ids that may not be drawn now get -inf: outside `allowed_token_ids`, or a stop id
+        before `min_tokens` tokens (unless every id left is a stop id: then it may end)."""
+        p = self.params
         if self.allowed is not None:
             masked = np.full_like(scores, -np.inf)
             masked[self.allowed] = scores[self.allowed]
             scores = masked
+        if num_generated < p.min_tokens:
+            stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eog_ids))
+            if stops:
+                blocked = scores.copy()
+                blocked[np.fromiter(stops, dtype=np.int64)] = -np.inf
+                if np.isfinite(blocked).any():
+                    scores = blocked
+        return scores
+
+    def draw(self, scores: Scores) -> int:
+        """Greedy at temperature 0; else temperature, top-k, top-p and one seeded draw."""
+        p = self.params
         if p.temperature <= 0.0:
             return int(np.argmax(scores))  # first maximum: ties go to the lower id
         scores = scores / p.temperature
