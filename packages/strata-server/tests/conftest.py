@@ -91,6 +91,7 @@ class FakeEngine:
     ctx_size = 64
     vocab_size = ByteTokenizer.vocab_size
     chat_template = None
+    failure = None
 
     def __init__(self, step_delay: float = 0.0) -> None:
         self.tokenizer = ByteTokenizer()

@@ -160,5 +160,10 @@ class RequestError(EngineError):
         self.code = code
 
 
+class EngineUnavailable(EngineError):
+    """The engine can run no more steps (a tensor-parallel rank died): every request in flight
+    and every later one fails with it until the server is restarted; not the caller's fault."""
+
+
 class ModelLoadError(EngineError):
     """The model file cannot be loaded (unsupported architecture or weight type, bad file)."""

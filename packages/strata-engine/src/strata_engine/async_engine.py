@@ -113,6 +113,11 @@ class AsyncEngine:
     def stats(self) -> dict[str, int]:
         return self.engine.stats()
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine can serve nothing any more (a tensor-parallel rank died); None while healthy."""
+        return None if self.engine.failure is None else str(self.engine.failure)
+
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
         return self.engine.render_chat(messages, options)
 
@@ -152,6 +157,7 @@ class AsyncEngine:
                     request, stream
                 )  # checked by `submit`; an aborted one ends at the next step
             if not self.engine.has_work():
+                self.engine.heartbeat()  # tensor parallelism: notice a lost rank while idle
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
                 continue
@@ -165,3 +171,5 @@ class AsyncEngine:
         self._stopped = True
         self._wake.set()
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # the other ranks are released only when no step runs
+            self.engine.close()

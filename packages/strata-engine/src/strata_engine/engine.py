@@ -19,6 +19,7 @@ from strata_engine.api import (
     ChatOptions,
     EngineError,
     EngineEvent,
+    EngineUnavailable,
     FinishReason,
     PromptScores,
     Request,
@@ -36,6 +37,7 @@ from strata_engine.ops import make_ops
 from strata_engine.output import RequestStream
 from strata_engine.scheduler import Scheduler
 from strata_engine.sequence import Sequence, Status
+from strata_engine.tensor_parallel import SINGLE, TensorParallel
 from strata_engine.text_stream import TextStream, decode_spans
 from strata_engine.tokenizer import Tokenizer
 
@@ -60,6 +62,7 @@ class LLMEngine:
         kernels: str = "auto",
         device: str = "cpu",
         prefix_cache: bool = True,
+        tensor_parallel: TensorParallel = SINGLE,
     ) -> None:
         t0 = time.perf_counter()
         if num_threads:
@@ -79,7 +82,9 @@ class LLMEngine:
         )
         self.vocab_size = cfg.vocab_size
         self.ops = make_ops(kernels, device, num_threads or torch.get_num_threads())
-        self.model = Transformer(gguf, cfg, self.ops)
+        self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
+        self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
+        self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
@@ -87,6 +92,7 @@ class LLMEngine:
         self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
         self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE)
+        tensor_parallel.agree([num_blocks, BLOCK_SIZE, self.ctx_size], "KV blocks, block size, context")
         self.load_seconds = time.perf_counter() - t0
 
     @property
@@ -104,7 +110,10 @@ class LLMEngine:
 
     # -- requests -----------------------------------------------------------------------
     def check(self, request: Request) -> None:
-        """Refuse what can never run (see `checks.check_request`, the one authority)."""
+        """Refuse what can never run (see `checks.check_request`, the one authority), and
+        everything once the engine has lost a tensor-parallel rank (`EngineUnavailable`)."""
+        if self.failure is not None:
+            raise self.failure
         check_request(request, self.vocab_size, self.ctx_size)
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
@@ -140,7 +149,12 @@ class LLMEngine:
         if not work:
             return
         self.num_steps += 1
-        rows, lps = self.runner.run(work)
+        try:
+            rows, lps = self.runner.run(work)
+        except EngineUnavailable as exc:  # a tensor-parallel rank is gone: fail loudly, for good
+            self.failure = exc
+            self.fail_all(exc)
+            return
         for w in work:
             w.seq.num_computed = w.end
             self.blocks.register(w.seq)
@@ -201,6 +215,23 @@ class LLMEngine:
         for seq in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.finish(seq)
             seq.output.fail(error)
+
+    # -- tensor parallelism (no-ops with one rank) ----------------------------------------------
+    def heartbeat(self) -> None:
+        """While idle: check that every tensor-parallel rank still answers (about once a second)."""
+        if self.failure is None:
+            try:
+                self.tp.heartbeat()
+            except EngineUnavailable as exc:
+                self.failure = exc
+
+    def follow(self) -> None:
+        """Ranks other than 0: run rank 0's steps until it stops (it runs the scheduler)."""
+        self.runner.follow()
+
+    def close(self) -> None:
+        """Release the other ranks (they exit) and leave the process group."""
+        self.tp.stop()
 
     def stats(self) -> dict[str, int]:
         return {

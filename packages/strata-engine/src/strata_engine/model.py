@@ -3,21 +3,31 @@ once, calling `Ops` for every heavy step; the architectures differ by `ModelConf
 
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
 chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
+
+With tensor parallelism (tensor_parallel.py) each rank loads its part of every layer
+(`shard_layer`: a range of KV heads with their query heads, a range of FFN columns) and the
+same forward sums the ranks' partial outputs after the row-parallel projections (attention
+output and FFN down); with one rank that hook returns its input untouched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES
 
 from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
 from strata_engine.ops import AttentionMeta, Ops, RopeTable
+from strata_engine.tensor_parallel import SINGLE, TensorParallel
 from strata_engine.weights import Weight, vector
+
+log = logging.getLogger("strata_engine")
 
 
 @dataclass
@@ -66,6 +76,79 @@ def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
     return parts
 
 
+def row_range(w: Weight, start: int, end: int) -> Weight:
+    """Rows [start, end) of a weight, its blocks copied so that the other rows can be freed."""
+    part = split_rows(w, [start, end - start, w.out_features - end])[1]
+    return replace(part, raw=part.raw.clone())
+
+
+def column_range(w: Weight, start: int, end: int) -> Weight:
+    """Input columns [start, end) of a weight (a row-parallel projection's shard).
+
+    A row's blocks are contiguous, so a range on block boundaries (32 values, 256 for K-quants)
+    is a slice of every row's blocks, kept packed, and the dot product over it reads the very
+    values the whole weight holds. Off block boundaries the columns become exact fp32 values.
+    """
+    block = _block(w)
+    name, n = f"{w.name}[:, {start}:{end}]", end - start
+    if start % block or end % block:
+        log.info(
+            "tensor %s: columns %d:%d are off its %d-value blocks; kept as fp32", w.name, start, end, block
+        )
+        dense = w.dense()[:, start:end].contiguous()
+        return Weight(name, w.out_features, n, 0, dense.view(torch.uint8).reshape(-1), None, dense)
+    n_blocks = w.in_features // block
+    raw = w.raw.view(w.out_features, n_blocks, -1)[:, start // block : end // block].contiguous()
+    source = None
+    if w.kernel_type != 0 and w.source is not None:  # the stored blocks, for the torch and GPU ops
+        data = w.source.data.reshape(w.out_features, n_blocks, -1)[:, start // block : end // block]
+        source = TensorInfo(name, (w.out_features, n), w.source.qtype, np.ascontiguousarray(data).reshape(-1))
+    return Weight(name, w.out_features, n, w.kernel_type, raw.reshape(-1), source)
+
+
+def _block(w: Weight) -> int:
+    """Values per stored block of `w` (1 for fp32), the unit its input columns split by."""
+    return 1 if w.kernel_type == 0 or w.source is None else GGML_QUANT_SIZES[w.source.qtype][0]
+
+
+def _ffn_shard(gate: Weight, up: Weight, down: Weight, tp: TensorParallel) -> tuple[Weight, Weight, Weight]:
+    """This rank's FFN columns: rows of gate and up, the same input columns of down."""
+    start, end = tp.part(down.in_features, _block(down), f"{down.name} columns")
+    return row_range(gate, start, end), row_range(up, start, end), column_range(down, start, end)
+
+
+def shard_layer(layer: Layer, cfg: ModelConfig, tp: TensorParallel) -> Layer:
+    """This rank's part of a layer: its KV heads with their query heads (rows of wq, wk, wv and
+    their biases, input columns of wo) and its FFN columns (each expert's, in an MoE layer)."""
+    group, d = cfg.n_heads // cfg.n_kv_heads, cfg.head_dim
+    k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")
+    q0, q1 = k0 * group * d, k1 * group * d
+
+    def rows(b: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
+        return None if b is None else b[start:end].clone()
+
+    experts, w_gate, w_up, w_down = layer.experts, layer.w_gate, layer.w_up, layer.w_down
+    if experts is not None:
+        experts = [_ffn_shard(g, u, dn, tp) for g, u, dn in experts]
+    else:
+        assert w_gate is not None and w_up is not None and w_down is not None
+        w_gate, w_up, w_down = _ffn_shard(w_gate, w_up, w_down, tp)
+    return replace(
+        layer,
+        wq=row_range(layer.wq, q0, q1),
+        wk=row_range(layer.wk, k0 * d, k1 * d),
+        wv=row_range(layer.wv, k0 * d, k1 * d),
+        wo=column_range(layer.wo, q0, q1),
+        bq=rows(layer.bq, q0, q1),
+        bk=rows(layer.bk, k0 * d, k1 * d),
+        bv=rows(layer.bv, k0 * d, k1 * d),
+        w_gate=w_gate,
+        w_up=w_up,
+        w_down=w_down,
+        experts=experts,
+    )
+
+
 def packed_experts(info: TensorInfo) -> list[Weight]:
     """A 3-D expert tensor [n_experts, out, in] as one weight per expert, blocks kept packed."""
     if len(info.shape) != 3:
@@ -92,9 +175,10 @@ def rope_table(cfg: ModelConfig, base: float | None = None) -> RopeTable:
 
 
 class Transformer:
-    def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops) -> None:
-        self.cfg = cfg
+    def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops, tp: TensorParallel = SINGLE) -> None:
+        self.cfg = cfg  # with tensor parallelism: this rank's head counts (see the end of __init__)
         self.ops = ops
+        self.tp = tp
         t = gguf.tensors
 
         def need(name: str):
@@ -170,6 +254,12 @@ class Transformer:
                 raise ModelLoadError(f"model file lacks {p}post_attention_norm / post_ffw_norm")
             if cfg.qk_norm and (self.layers[-1].q_norm is None or self.layers[-1].k_norm is None):
                 raise ModelLoadError(f"model file lacks {p}attn_q_norm / attn_k_norm")
+            if tp.active:
+                self.layers[-1] = shard_layer(self.layers[-1], cfg, tp)
+        if tp.active:  # the forward sees this rank's heads; the KV cache holds only them
+            k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")
+            group = cfg.n_heads // cfg.n_kv_heads
+            self.cfg = replace(cfg, n_heads=(k1 - k0) * group, n_kv_heads=k1 - k0)
         self.rope = rope_table(cfg)
         # gemma3: the sliding-window layers rotate with their own base
         self.rope_swa = rope_table(cfg, cfg.rope_base_swa) if cfg.rope_base_swa is not None else self.rope
@@ -207,7 +297,7 @@ class Transformer:
                 a = ops.attention(
                     q, k_cache, v_cache, meta, scale=cfg.attn_scale, window=window, softcap=cfg.attn_softcap
                 )
-            o = ops.linear(a.view(n, -1), layer.wo)
+            o = self.tp.all_reduce(ops.linear(a.view(n, -1), layer.wo))
             if layer.post_attn_norm is not None:
                 o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
             x = x + o
@@ -218,6 +308,7 @@ class Transformer:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
                 assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
                 f = ops.linear(act(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
+            f = self.tp.all_reduce(f)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
             x = x + f

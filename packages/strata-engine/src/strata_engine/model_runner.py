@@ -62,6 +62,13 @@ class ModelRunner:
             slots=torch.tensor(slots, dtype=torch.int64),
             block_size=bs,
         )
-        hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64), meta, self.kv)
+        step_ids = torch.tensor(ids, dtype=torch.int64)
+        self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
+        hidden = self.model.forward(step_ids, meta, self.kv)
         logits = self.model.logits(hidden[torch.tensor(select, dtype=torch.int64)])
         return rows, self.model.ops.log_softmax(logits)
+
+    def follow(self) -> None:
+        """Tensor-parallel ranks other than 0: run each step rank 0 sends on this rank's shard and
+        KV heads, until it says stop (see `TensorParallel.follow`)."""
+        self.model.tp.follow(lambda ids, meta: self.model.forward(ids, meta, self.kv))

@@ -94,6 +94,11 @@ class EngineClient(Protocol):
     @property
     def chat_template(self) -> ChatTemplateSource | None: ...
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine can serve nothing any more (a tensor-parallel rank died); None while healthy."""
+        ...
+
     def stats(self) -> Mapping[str, int]: ...
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = ...) -> list[int]:

@@ -18,13 +18,13 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
-from strata_engine.api import RequestError
+from strata_engine.api import EngineUnavailable, RequestError
 from strata_engine.protocol import ChoiceStream, EngineClient
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id
 from strata_server.disconnect import ClientDisconnected, until_disconnect
-from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, error_body
+from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, error_body, unavailable
 from strata_server.formatting import SSE_DONE, sse
 from strata_server.info import health as health_body
 from strata_server.info import models
@@ -85,8 +85,11 @@ async def _errors_in_stream(
     try:
         async for chunk in chunks:
             yield chunk
-    except (ApiError, RequestError) as exc:
-        error = exc if isinstance(exc, ApiError) else engine_refusal(exc)
+    except (ApiError, RequestError, EngineUnavailable) as exc:
+        if isinstance(exc, EngineUnavailable):
+            error = unavailable(exc)
+        else:
+            error = exc if isinstance(exc, ApiError) else engine_refusal(exc)
         yield sse(error_body(error.message, error.status, error.param, error.code, request_id))
         yield SSE_DONE
     except Exception as exc:
@@ -179,8 +182,10 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
 
     @get("/health")
     async def health() -> Response:
-        """200 once the model is loaded (the app only exists after loading); 503 while draining."""
-        return json_response(health_body(ctx), 503 if ctx.drain.draining else 200)
+        """200 once the model is loaded (the app only exists after loading); 503 while draining
+        or once the engine has failed for good (a tensor-parallel rank died)."""
+        down = ctx.drain.draining or engine.failure is not None
+        return json_response(health_body(ctx), 503 if down else 200)
 
     @get("/metrics", media_type="text/plain; version=0.0.4")
     async def metrics() -> str:

@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUE = 256
@@ -102,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the model runs (cuda: the Triton kernels; needs the engine's [gpu] extra)",
     )
     parser.add_argument(
+        "--tensor-parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split the model's heads and FFN columns over N ranks started as torchrun starts them "
+        "(torchrun --nproc-per-node N -m strata_server --tensor-parallel N ...; gloo on CPUs, NCCL "
+        "on GPUs); rank 0 serves HTTP",
+    )
+    parser.add_argument(
         "--no-prefix-cache",
         action="store_true",
         help="do not reuse KV blocks of shared prompt prefixes (results are identical either way)",
@@ -168,10 +179,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def follow_rank(path: Path, engine_args: dict[str, Any]) -> int:
+    """A tensor-parallel rank other than 0 serves no HTTP: it loads its shard and runs rank 0's
+    steps until rank 0 stops (exit 0) or the group breaks (exit 1, loudly)."""
+    from strata_engine.api import EngineUnavailable
+    from strata_engine.engine import LLMEngine
+
+    engine = LLMEngine(path, **engine_args)
+    try:
+        engine.follow()
+    except EngineUnavailable as exc:
+        logging.getLogger("strata_server").error("strata-server rank %d: %s", engine.tp.rank, exc)
+        return 1
+    finally:
+        engine.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.parallel < 1:
         sys.exit("strata-server: --parallel must be at least 1")
+    if args.tensor_parallel < 1:
+        sys.exit("strata-server: --tensor-parallel must be at least 1")
     if args.max_logprobs < 0:
         sys.exit("strata-server: --max-logprobs must be >= 0")
     for flag in ("max_n", "max_tokens_limit", "max_prompt_tokens"):
@@ -187,18 +217,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn  # imported here so `--help` stays instant
 
     from strata_engine import AsyncEngine
-    from strata_engine.api import ModelLoadError
+    from strata_engine.api import EngineError
     from strata_engine.model_store import resolve_model
     from strata_engine.native import NativeUnavailable
     from strata_engine.ops import describe
+    from strata_engine.tensor_parallel import init_from_env
     from strata_server.app import create_app
     from strata_server.context import ServerSettings
     from strata_server.shutdown import GracefulServer
 
     try:
         path = resolve_model(args.model)
-        engine = AsyncEngine.from_path(
-            path,
+        tp = init_from_env(args.tensor_parallel, args.device)
+        engine_args = dict(
             parallel=args.parallel,
             ctx_size=args.ctx_size,
             kv_cache_mb=args.kv_cache_mb,
@@ -206,8 +237,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             prefix_cache=not args.no_prefix_cache,
             kernels=args.kernels,
             device=args.device,
+            tensor_parallel=tp,
         )
-    except (ModelLoadError, NativeUnavailable) as exc:
+        if tp.rank != 0:
+            sys.exit(follow_rank(path, engine_args))
+        engine = AsyncEngine.from_path(path, **engine_args)
+    except (EngineError, NativeUnavailable) as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")
     logging.getLogger("strata_server").info(
         "%s; model %s loaded in %.2f s",

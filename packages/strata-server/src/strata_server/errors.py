@@ -15,7 +15,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
-from strata_engine.api import RequestError
+from strata_engine.api import EngineUnavailable, RequestError
 from strata_server.request_log import current_request_id
 
 log = logging.getLogger("strata_server")
@@ -118,6 +118,16 @@ def handle_engine_refusal(_: Request, exc: RequestError) -> Response:
     return handle_api_error(_, engine_refusal(exc))
 
 
+def handle_engine_unavailable(request: Request, exc: EngineUnavailable) -> Response:
+    """The engine can run nothing any more (a tensor-parallel rank died): 503, until a restart."""
+    return handle_api_error(request, unavailable(exc))
+
+
+def unavailable(exc: EngineUnavailable) -> ApiError:
+    """A lost engine as a 503 in the envelope (clients retry it, e.g. on another replica)."""
+    return ApiError(str(exc), status=503, code="engine_unavailable")
+
+
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     """Litestar's own refusals (unknown route, wrong method, body too large) in our envelope."""
     status = exc.status_code
@@ -140,6 +150,7 @@ def handle_unexpected(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {
     ApiError: handle_api_error,
     RequestError: handle_engine_refusal,
+    EngineUnavailable: handle_engine_unavailable,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

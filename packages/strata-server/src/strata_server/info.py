@@ -26,10 +26,14 @@ def models(ctx: ServerContext) -> dict[str, Any]:
 
 
 def health(ctx: ServerContext) -> dict[str, Any]:
-    """Loaded, which model, and which kernels (nothing degrades silently)."""
-    return {
-        "status": "ok",
+    """Loaded, which model, and which kernels (nothing degrades silently); "failed" and why
+    once the engine can serve nothing any more."""
+    body: dict[str, Any] = {
+        "status": "ok" if ctx.engine.failure is None else "failed",
         "model": ctx.served_name,
         "kernels": ctx.engine.kernels,
         "invariant": ctx.engine.invariant,
     }
+    if ctx.engine.failure is not None:
+        body["error"] = ctx.engine.failure
+    return body
