@@ -231,7 +231,7 @@ class LLMEngine:
 
     def close(self) -> None:
         """Release the other ranks (they exit) and leave the process group."""
-        self.tp.stop()
+        self.tp.close()
 
     def stats(self) -> dict[str, int]:
         return {

@@ -89,6 +89,8 @@ def column_range(w: Weight, start: int, end: int) -> Weight:
     is a slice of every row's blocks, kept packed, and the dot product over it reads the very
     values the whole weight holds. Off block boundaries the columns become exact fp32 values.
     """
+    if not 0 <= start < end <= w.in_features:
+        raise ModelLoadError(f"tensor {w.name}: no columns {start}:{end} in {w.in_features}")
     block = _block(w)
     name, n = f"{w.name}[:, {start}:{end}]", end - start
     if start % block or end % block:

@@ -135,16 +135,20 @@ class TensorParallel:
                 f"ranks disagree on {what}: {seen} (start every rank with the same flags)"
             )
 
-    def stop(self) -> None:
-        """Rank 0: tell the workers to exit, wait for their answer, leave the group."""
-        if not self.active or not dist.is_initialized():
-            return
-        if self.rank == 0 and self.broken is None:
+    def release(self) -> None:
+        """Rank 0: end the workers' `follow` (they wait for it to return); the group stays."""
+        if self.active and self.rank == 0 and self.broken is None:
             try:
                 self._broadcast(torch.tensor([STOP, 0, 0, 0, 0], dtype=torch.int64))
                 self._round_trip()
             except EngineUnavailable:
                 pass  # a worker is gone already; nothing to wait for
+
+    def close(self) -> None:
+        """Release the workers (from rank 0) and leave the process group."""
+        if not self.active or not dist.is_initialized():
+            return
+        self.release()
         dist.destroy_process_group()
 
     # -- the other ranks --------------------------------------------------------------------

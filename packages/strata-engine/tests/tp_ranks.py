@@ -1,0 +1,128 @@
+"""Tensor-parallel ranks as real processes, for the engine's tests.
+
+`run_ranks(n, models, out)` starts `python tp_ranks.py OUT MODEL...` n times with the variables
+torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Every rank loads each
+model with its shard; rank 0 runs `requests_for(engine)` on it, each request alone and then
+all of them in one batch, and writes their events to OUT as JSON (floats as hex: the bits
+survive); the other ranks follow rank 0's steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from strata_engine.api import (
+    EngineEvent,
+    LogprobParams,
+    LogprobRow,
+    PromptScores,
+    Request,
+    SamplingParams,
+    Step,
+)
+from strata_engine.engine import LLMEngine
+
+PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:",
+    "Question: Is the sky green? Answer (yes or no):",
+    "Once upon a time, in a small village by the sea, there lived",
+)
+RANK_TIMEOUT_S = 300
+
+
+def requests_for(engine: LLMEngine) -> list[Request]:
+    """Greedy continuations with a row for every prompt position and every generated token."""
+    return [
+        Request(
+            tuple(engine.tokenizer.encode(text))[:48],
+            SamplingParams(max_tokens=6, temperature=0.0),
+            LogprobParams(top_n=5, prompt_logprobs=True),
+        )
+        for text in PROMPTS
+    ]
+
+
+def row_json(row: LogprobRow | None) -> Any:
+    if row is None:
+        return None
+    return [row.token_id, row.logprob.hex(), [[i, v.hex()] for i, v in row.top]]
+
+
+def events_json(events: list[EngineEvent]) -> dict[str, Any]:
+    """A request's prompt rows, generated tokens and their rows, as plain JSON."""
+    prompt = next((e for e in events if isinstance(e, PromptScores)), None)
+    steps = [e for e in events if isinstance(e, Step)]
+    return {
+        "prompt_rows": [row_json(r) for r in prompt.rows] if prompt else [],
+        "tokens": [s.token_id for s in steps],
+        "rows": [row_json(s.logprobs) for s in steps],
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(n: int, models: list[Path], out: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Run n ranks over `models`; every rank's completed process (rank 0 first)."""
+    base = {
+        **os.environ,
+        "WORLD_SIZE": str(n),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, __file__, str(out), *map(str, models)]
+    procs = [
+        subprocess.Popen(
+            command,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(n)
+    ]
+    done = []
+    for p in procs:
+        try:
+            output, _ = p.communicate(timeout=RANK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, output))
+    return done
+
+
+def main(out: str, models: list[str]) -> None:
+    from strata_engine.tensor_parallel import init_from_env
+
+    tp = init_from_env(int(os.environ["WORLD_SIZE"]))
+    results = {}
+    for model in models:
+        engine = LLMEngine(model, num_threads=1, kv_cache_mb=64, tensor_parallel=tp)
+        if tp.rank != 0:
+            engine.follow()
+            continue
+        requests = requests_for(engine)
+        alone = [events_json(engine.generate(r)) for r in requests]
+        batched = [events_json(e) for e in engine.generate_batch(requests)]
+        results[model] = {"alone": alone, "batched": batched}
+        tp.release()
+    tp.close()
+    if tp.rank == 0:
+        Path(out).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
