@@ -15,6 +15,18 @@ FinishReason = Literal["stop", "length", "abort"]
 
 
 @dataclass(frozen=True)
+class StructuredSpec:
+    """A constraint on the generated text: llguidance's grammar text, and what it came from.
+
+    Build it with `strata_engine.structured` (`json_schema_spec`, `regex_spec`, ...), which
+    checks it; the engine runs one matcher per sequence and masks only the draw.
+    """
+
+    kind: str  # "json_schema", "json_object", "regex", "choice" or "grammar" (for messages)
+    grammar: str
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How the next tokens are chosen and when generation ends."""
 
@@ -27,6 +39,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()  # extra stop ids (the model's end-of-generation ids always stop)
     ignore_eos: bool = False
     allowed_token_ids: tuple[int, ...] | None = None  # only these ids may be sampled
+    structured: StructuredSpec | None = None  # the output must follow this grammar (see structured.py)
     # vLLM's extras. Penalties and bias change the scores the draw uses, never the reported rows.
     min_tokens: int = 0  # no end-of-generation/stop id, and no stop string, before this many tokens
     include_stop_str_in_output: bool = False  # keep the matched stop string / stop token's text
@@ -143,6 +156,7 @@ class ErrorCode:
     INVALID_MAX_TOKENS = "invalid_max_tokens"
     CHAT_TEMPLATE = "chat_template_error"
     INVALID_REQUEST = "invalid_request"
+    INVALID_STRUCTURED_OUTPUT = "invalid_structured_output"
 
 
 class RequestError(EngineError):

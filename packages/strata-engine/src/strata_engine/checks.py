@@ -26,6 +26,12 @@ def check_request(request: Request, vocab_size: int, ctx_size: int) -> None:
             "sampling.allowed_token_ids",
             ErrorCode.EMPTY_ALLOWED_IDS,
         )
+    if s.structured is not None and s.allowed_token_ids is not None:
+        raise RequestError(
+            "Structured output cannot be combined with allowed token ids.",
+            "sampling.structured",
+            ErrorCode.INVALID_STRUCTURED_OUTPUT,
+        )
     check_ids(request.prompt_ids, vocab_size, "prompt_ids")
     check_ids(s.allowed_token_ids or (), vocab_size, "sampling.allowed_token_ids")
     check_ids(lp.named_ids, vocab_size, "logprobs.named_ids")

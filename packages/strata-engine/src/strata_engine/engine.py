@@ -37,6 +37,7 @@ from strata_engine.ops import make_ops
 from strata_engine.output import RequestStream
 from strata_engine.scheduler import Scheduler
 from strata_engine.sequence import Sequence, Status
+from strata_engine.structured import Guides
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 from strata_engine.text_stream import TextStream, decode_spans
 from strata_engine.tokenizer import Tokenizer
@@ -81,6 +82,7 @@ class LLMEngine:
             else None
         )
         self.vocab_size = cfg.vocab_size
+        self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
         self.ops = make_ops(kernels, device, num_threads or torch.get_num_threads())
         self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
         self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
@@ -115,6 +117,8 @@ class LLMEngine:
         if self.failure is not None:
             raise self.failure
         check_request(request, self.vocab_size, self.ctx_size)
+        if request.sampling.structured is not None:
+            self.guides.check(request.sampling.structured)
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
         """Chat messages -> prompt ids through the model's template (see `chat_template.render_ids`)."""
@@ -135,7 +139,8 @@ class LLMEngine:
             skip_special=s.skip_special_tokens,
             min_tokens=s.min_tokens,
         )
-        self.scheduler.add(Sequence(request, text, output))
+        guide = None if s.structured is None else self.guides.new(s.structured)
+        self.scheduler.add(Sequence(request, text, output, guide))
         return output
 
     def has_work(self) -> bool:
@@ -191,6 +196,8 @@ class LLMEngine:
         wants_row = lpp.top_n is not None or lpp.named_ids or lpp.renormalize_over
         row = build_row(lp, token, lpp) if wants_row else None
         seq.token_ids.append(token)
+        if seq.guide is not None:
+            seq.guide.advance(token)
         offset = seq.text.offset
         finish: FinishReason | None = None
         if (token in self.tokenizer.eog_ids and not s.ignore_eos) or token in s.stop_token_ids:
@@ -198,6 +205,9 @@ class LLMEngine:
         else:
             text, hit = seq.text.push(token)
             if hit:
+                finish = "stop"
+            elif seq.guide is not None and seq.guide.finished:  # the grammar is complete
+                text += seq.text.finish()
                 finish = "stop"
             elif seq.num_generated >= s.max_tokens or len(seq) >= self.ctx_size:
                 text += seq.text.finish()

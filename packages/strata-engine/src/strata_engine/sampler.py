@@ -19,6 +19,7 @@ import torch
 
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
+from strata_engine.structured import Guide
 
 Scores = npt.NDArray[np.float64]
 
@@ -26,8 +27,9 @@ Scores = npt.NDArray[np.float64]
 class Sampler:
     """Per-request sampling state: a seeded generator makes sampled output repeatable."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, guide: Guide | None = None) -> None:
         self.params = params
+        self.guide = guide  # structured output: the sequence's own matcher, None when unconstrained
         self.allowed = (
             np.array(sorted(set(params.allowed_token_ids)), dtype=np.int64)
             if params.allowed_token_ids
@@ -73,6 +75,8 @@ class Sampler:
             masked = np.full_like(scores, -np.inf)
             masked[self.allowed] = scores[self.allowed]
             scores = masked
+        if self.guide is not None:  # the ids the grammar allows next (a copy: the row stays raw)
+            scores = np.where(self.guide.mask(), scores, -np.inf)
         if num_generated < p.min_tokens:
             stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(eog_ids))
             if stops:

@@ -7,6 +7,7 @@ from enum import Enum, auto
 from strata_engine.api import LogprobRow, Request
 from strata_engine.output import RequestStream
 from strata_engine.sampler import Sampler
+from strata_engine.structured import Guide
 from strata_engine.text_stream import TextStream
 
 
@@ -17,7 +18,9 @@ class Status(Enum):
 
 
 class Sequence:
-    def __init__(self, request: Request, text: TextStream, output: RequestStream) -> None:
+    def __init__(
+        self, request: Request, text: TextStream, output: RequestStream, guide: Guide | None = None
+    ) -> None:
         self.request = request
         self.token_ids: list[int] = list(request.prompt_ids)
         self.num_prompt = len(request.prompt_ids)
@@ -26,7 +29,8 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # prefix hashes of the full blocks registered so far
         self.status = Status.WAITING
-        self.sampler = Sampler(request.sampling)
+        self.guide = guide  # structured output: this sequence's own matcher state
+        self.sampler = Sampler(request.sampling, guide)
         self.text = text
         self.output = output  # the request's one output channel (and its abort flag)
         self.prompt_rows: list[LogprobRow | None] | None = (

@@ -245,6 +245,14 @@ class SentencePieceTokenizer(Tokenizer):
             ids.append(self.eos_id)
         return ids
 
+    def encode_exact(self, text: str) -> list[int]:
+        """Ids whose bytes are exactly `text`: one fragment, without the space prefix `encode`
+        adds at the start (a constrained-decoding library tokenizes text mid-output)."""
+        ids: list[int] = []
+        if text:
+            self._encode_fragment(text.replace(" ", SPACE), ids)
+        return ids
+
     def split_words(self, text: str) -> list[str]:
         """SentencePiece has no pre-tokenizer: a special-free text is one piece."""
         return [text] if text else []

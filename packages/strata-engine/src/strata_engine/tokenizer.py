@@ -284,6 +284,11 @@ class Tokenizer:
             ids.append(self.eos_id)
         return ids
 
+    def encode_exact(self, text: str) -> list[int]:
+        """Ids whose bytes are exactly `text`: no BOS/EOS, control-token texts as plain text
+        (what a constrained-decoding library needs to tokenize forced text)."""
+        return self.encode(text, add_special=False, parse_special=False)
+
     def split_words(self, text: str) -> list[str]:
         """The pieces the pre-tokenizer cuts plain text into (BPE never merges across them);
         for checking a pre-tokenizer's regexes."""
