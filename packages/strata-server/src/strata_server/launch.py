@@ -85,6 +85,40 @@ def running_server(*args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> 
         yield server.url
 
 
+@contextmanager
+def tensor_parallel_server(
+    ranks: int, *args: str, startup_timeout_s: float = STARTUP_TIMEOUT_S
+) -> Iterator[tuple[ServerProcess, list[subprocess.Popen]]]:
+    """`--tensor-parallel ranks` as torchrun would run it: ranks 1.. as worker processes, rank 0
+    as the server, each with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
+
+    Yields the healthy server and the worker processes (to signal); on exit the server is
+    stopped first (it releases the workers), then any worker still running is killed.
+    """
+    flags = ("--tensor-parallel", str(ranks), *args)
+    group = {"WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "strata_server", *flags],
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **group, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for r in range(1, ranks)
+    ]
+    try:
+        rank0 = {**group, "RANK": "0", "LOCAL_RANK": "0"}
+        with server_process(*flags, env=rank0, startup_timeout_s=startup_timeout_s) as server:
+            yield server, workers
+    finally:
+        for worker in workers:
+            try:
+                worker.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
 def _wait_for_health(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
