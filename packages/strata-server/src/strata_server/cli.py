@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strata_server.context import ServerSettings
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUE = 256
@@ -176,7 +180,72 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["critical", "error", "warning", "info", "debug"],
         help="server log level",
     )
+    ray = parser.add_argument_group("replicas on Ray Serve (needs the [ray] extra; docs/scaling.md)")
+    ray.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve --replicas engine replicas behind one Ray Serve HTTP ingress on --host:--port",
+    )
+    ray.add_argument("--replicas", type=int, default=2, help="engine replicas (with --ray)")
+    ray.add_argument(
+        "--ray-address",
+        default=None,
+        help="a running Ray cluster to join (e.g. 'auto' or 'ray://head:10001'); default: start a local one",
+    )
+    ray.add_argument(
+        "--router",
+        default="affinity",
+        choices=["affinity", "pow2"],
+        help="affinity: requests sharing a prompt prefix go to the same replica while load is "
+        "balanced; pow2: Ray Serve's default power-of-two choices",
+    )
     return parser
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`AsyncEngine.from_path` keywords from the flags (one mapping for every way of serving)."""
+    return dict(
+        parallel=args.parallel,
+        ctx_size=args.ctx_size,
+        kv_cache_mb=args.kv_cache_mb,
+        num_threads=args.threads,
+        prefix_cache=not args.no_prefix_cache,
+        kernels=args.kernels,
+        device=args.device,
+    )
+
+
+def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSettings:
+    """The app's settings from the flags (one mapping for every way of serving)."""
+    from strata_server.context import ServerSettings
+
+    return ServerSettings(
+        served_model_name=args.served_model_name,
+        max_logprobs=args.max_logprobs,
+        api_keys=keys,
+        slots=args.parallel,
+        max_queue=None if args.max_queue < 0 else args.max_queue,
+        request_timeout=args.request_timeout or None,
+        max_n=args.max_n,
+        max_tokens_limit=args.max_tokens_limit,
+        max_prompt_tokens=args.max_prompt_tokens,
+        cors_origins=tuple(args.cors_origin),
+    )
+
+
+def serve_on_ray(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
+    """`--ray`: the same app on --replicas engine replicas (strata_server.ray_serve)."""
+    if args.replicas < 1:
+        sys.exit("strata-server: --replicas must be at least 1")
+    if args.tensor_parallel != 1:
+        sys.exit(
+            "strata-server: --ray runs one engine per replica; --tensor-parallel is not supported with it"
+        )
+    try:
+        from strata_server.ray_serve import RayOptions, serve_replicas
+    except ImportError as exc:
+        sys.exit(f"strata-server: --ray needs Ray Serve: pip install 'strata-server[ray]' ({exc})")
+    serve_replicas(RayOptions.from_args(args, keys), args.host, args.port, args.ray_address)
 
 
 def follow_rank(path: Path, engine_args: dict[str, Any]) -> int:
@@ -185,6 +254,10 @@ def follow_rank(path: Path, engine_args: dict[str, Any]) -> int:
     from strata_engine.api import EngineUnavailable
     from strata_engine.engine import LLMEngine
 
+    # torchrun (and Ctrl-C) signal every rank at once: a worker keeps running rank 0's steps while
+    # rank 0 drains, and exits when rank 0 releases it (or is gone: its collectives fail)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     engine = LLMEngine(path, **engine_args)
     try:
         engine.follow()
@@ -213,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as exc:
         sys.exit(f"strata-server: cannot read --api-key-file: {exc}")
     configure_logging(args.log_level)
+    if args.ray:
+        serve_on_ray(args, keys)
+        return
 
     import uvicorn  # imported here so `--help` stays instant
 
@@ -223,22 +299,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_engine.ops import describe
     from strata_engine.tensor_parallel import init_from_env
     from strata_server.app import create_app
-    from strata_server.context import ServerSettings
     from strata_server.shutdown import GracefulServer
 
     try:
         path = resolve_model(args.model)
         tp = init_from_env(args.tensor_parallel, args.device)
-        engine_args = dict(
-            parallel=args.parallel,
-            ctx_size=args.ctx_size,
-            kv_cache_mb=args.kv_cache_mb,
-            num_threads=args.threads,
-            prefix_cache=not args.no_prefix_cache,
-            kernels=args.kernels,
-            device=args.device,
-            tensor_parallel=tp,
-        )
+        engine_args = {**engine_options(args), "tensor_parallel": tp}
         if tp.rank != 0:
             sys.exit(follow_rank(path, engine_args))
         engine = AsyncEngine.from_path(path, **engine_args)
@@ -250,18 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         path.name,
         engine.load_seconds,
     )
-    settings = ServerSettings(
-        served_model_name=args.served_model_name,
-        max_logprobs=args.max_logprobs,
-        api_keys=keys,
-        slots=args.parallel,
-        max_queue=None if args.max_queue < 0 else args.max_queue,
-        request_timeout=args.request_timeout or None,
-        max_n=args.max_n,
-        max_tokens_limit=args.max_tokens_limit,
-        max_prompt_tokens=args.max_prompt_tokens,
-        cors_origins=tuple(args.cors_origin),
-    )
+    settings = server_settings(args, keys)
     try:
         app = create_app(engine, settings)
         config = uvicorn.Config(

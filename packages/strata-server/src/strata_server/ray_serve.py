@@ -1,0 +1,418 @@
+"""`strata-server --ray`: N engine replicas behind one HTTP ingress on Ray Serve.
+
+Two deployments make the application:
+
+- `StrataReplica` (N replicas): loads the engine and runs the single server's Litestar app
+  (`create_app`) on each request the ingress forwards (`ray_forward.run_asgi`), so routes,
+  checks, error envelopes and per-replica metrics are the single server's own.
+- `StrataIngress` (one replica, no CPU reserved): Serve's HTTP ingress. It reads the body,
+  forwards it through a `DeploymentHandle` whose router (`ray_router`) keeps requests that
+  share a prompt prefix on one replica, and streams the reply back. Failures of the Ray
+  layer become envelopes: a replica that dies mid-request is a 503 (`replica_unavailable`;
+  clients retry, Ray replaces the replica), a full cluster a 429. `/health` reports the
+  replicas Serve runs; `/metrics` merges every replica's series with a `replica` label.
+
+Strata's rows are bit-identical whatever else a replica runs, so which replica answers does
+not change a bit of any reply: routing only decides where the prefix cache is warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import ray
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.config import RequestRouterConfig
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from strata_server.admission import RETRY_AFTER_S
+from strata_server.context import ServerSettings
+from strata_server.errors import error_body
+from strata_server.formatting import SSE_DONE, sse
+from strata_server.ray_forward import ForwardedRequest, Message, Receive, Scope, Send, run_asgi
+from strata_server.ray_metrics import merge_replica_metrics
+from strata_server.request_log import sane_request_id
+
+log = logging.getLogger("strata_server")
+
+APP_NAME = "strata"
+ROUTERS = ("affinity", "pow2")
+REPLICA_HEADER = b"x-strata-replica"  # which replica answered (tests, benchmarks, debugging)
+BOARD_NAMESPACE = "strata"
+METRICS_PUSH_S = 1.0  # how often a replica publishes its /metrics text
+METRICS_MAX_AGE_S = 5.0  # older texts belong to replicas that are gone
+# One byte past Litestar's default request_max_body_size: a larger body reaches the replica's
+# app just too large, and the app answers its own 413, as the single server does.
+MAX_FORWARDED_BODY = 10_000_000 + 1
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024  # request bodies and replies are small
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Everything the application needs, from the same flags as the single server."""
+
+    model: str
+    engine: dict[str, Any]  # AsyncEngine.from_path keywords (cli.engine_options)
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    replicas: int = 2
+    router: str = "affinity"  # or "pow2": Ray Serve's default power-of-two choices
+    cpus_per_replica: float = 1.0
+    shutdown_grace: float = 30.0
+    app_name: str = APP_NAME
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, keys: tuple[str, ...]) -> RayOptions:
+        from strata_server.cli import engine_options, server_settings
+
+        engine = engine_options(args)
+        if engine.get("num_threads") is None:  # share the host's cores between the replicas
+            engine["num_threads"] = max(1, (os.cpu_count() or 1) // args.replicas)
+        return cls(
+            model=args.model,
+            engine=engine,
+            settings=server_settings(args, keys),
+            replicas=args.replicas,
+            router=args.router,
+            cpus_per_replica=float(engine["num_threads"]),
+            shutdown_grace=args.shutdown_grace,
+        )
+
+    @property
+    def max_ongoing(self) -> int:
+        """HTTP requests one replica holds: its slots and its queue (its app refuses beyond)."""
+        queue = self.settings.max_queue
+        return self.settings.slots + (1024 if queue is None else queue)
+
+    @property
+    def router_config(self) -> RequestRouterConfig:
+        if self.router == "pow2":
+            return RequestRouterConfig()
+        from strata_server.ray_router import ROUTER_PATH
+
+        # Prefix affinity while the replicas' queues differ by at most one batch.
+        return RequestRouterConfig(
+            request_router_class=ROUTER_PATH,
+            request_router_kwargs={"imbalanced_threshold": self.settings.slots},
+        )
+
+
+def board_name(app_name: str) -> str:
+    return f"metrics-{app_name}"
+
+
+@ray.remote(num_cpus=0)
+class MetricsBoard:
+    """The replicas' latest `/metrics` texts, for the ingress to merge (one per application)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, tuple[float, str]] = {}
+
+    def put(self, replica: str, text: str) -> None:
+        self.texts[replica] = (time.monotonic(), text)
+
+    def fresh(self, max_age_s: float) -> dict[str, str]:
+        now = time.monotonic()
+        self.texts = {r: (t, text) for r, (t, text) in self.texts.items() if now - t <= max_age_s}
+        return {r: text for r, (_, text) in self.texts.items()}
+
+
+class StrataReplica:
+    """One engine and the single server's app around it."""
+
+    async def __init__(self, options: RayOptions) -> None:  # type: ignore[misc]  # Ray awaits it
+        from strata_engine import AsyncEngine
+        from strata_engine.model_store import resolve_model
+        from strata_server.app import create_app
+
+        logging.getLogger("strata_server.access").setLevel(logging.WARNING)  # Serve logs requests
+        self.engine = AsyncEngine.from_path(resolve_model(options.model), **options.engine)
+        self.app = create_app(self.engine, options.settings)
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        self.board_name = board_name(options.app_name)
+        self.pusher = asyncio.get_running_loop().create_task(self._push_metrics())
+
+    async def forward(self, request: ForwardedRequest) -> AsyncIterator[Message]:
+        """The app's ASGI messages for one request, the answering replica named in a header."""
+        async for message in run_asgi(self.app, request):
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (REPLICA_HEADER, self.replica.encode())]
+                message = {**message, "headers": headers}
+            yield message
+
+    def metrics_text(self) -> str:
+        return self.app.state.ctx.metrics.render(
+            self.engine.stats(), kernels=self.engine.kernels, invariant=self.engine.invariant
+        )
+
+    async def _push_metrics(self) -> None:
+        board = None
+        while True:
+            try:
+                board = board or ray.get_actor(self.board_name, namespace=BOARD_NAMESPACE)
+                board.put.remote(self.replica, self.metrics_text())
+            except Exception:  # the ingress (which owns the board) is not up yet, or restarting
+                board = None
+            await asyncio.sleep(METRICS_PUSH_S)
+
+    def check_health(self) -> None:
+        """Serve's periodic check: a stopped engine loop makes Ray replace this replica."""
+        thread = getattr(self.engine, "_thread", None)
+        if thread is not None and not thread.is_alive():
+            raise RuntimeError("the engine loop has stopped")
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+class StrataIngress:
+    """HTTP in, `ForwardedRequest` to a replica, the replica's messages out."""
+
+    def __init__(self, replicas: DeploymentHandle, options: RayOptions) -> None:
+        self.replicas = replicas.options(stream=True)
+        self.options = options
+        self.failures = 0  # requests answered 503 because their replica failed
+        self.board = MetricsBoard.options(  # type: ignore[attr-defined]
+            name=board_name(options.app_name), namespace=BOARD_NAMESPACE, get_if_exists=True
+        ).remote()
+
+    def __serve_build_asgi_app__(self) -> Any:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:  # a function: ASGI 3
+            await self.asgi(scope, receive, send)
+
+        return app
+
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        given = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+        request_id = sane_request_id(given.decode("latin-1")) or uuid.uuid4().hex
+        headers = [(k, v) for k, v in scope["headers"] if k != b"x-request-id"]
+        headers.append((b"x-request-id", request_id.encode()))
+        if scope["path"] == "/metrics" and scope["method"] == "GET":
+            await _reply(send, 200, (await self.metrics()).encode(), b"text/plain; version=0.0.4")
+            return
+        request = ForwardedRequest.of(scope, await _read_body(receive), headers)
+        if scope["path"] == "/health" and scope["method"] == "GET":
+            await self.health(request, send)
+            return
+        await self.forward(request, send, request_id)
+
+    async def forward(self, request: ForwardedRequest, send: Send, request_id: str) -> None:
+        """Stream a replica's reply; a failure of the Ray layer becomes an envelope."""
+        started = streaming = False
+        try:
+            async for message in self.replicas.forward.remote(request):
+                if message["type"] == "http.response.start":
+                    started = True
+                    streaming = (b"content-type", b"text/event-stream") in message.get("headers", [])
+                    # Serve's proxy echoes X-Request-Id itself (the id the replica used)
+                    kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                    message = {**message, "headers": kept}
+                await send(message)
+        except BackPressureError:
+            await self._fail(send, started, streaming, request_id, 429, "queue_full", _FULL)
+        except (RayActorError, ReplicaUnavailableError, DeploymentUnavailableError) as exc:
+            self.failures += 1
+            log.warning("request %s: replica failed (%s)", request_id, type(exc).__name__)
+            await self._fail(send, started, streaming, request_id, 503, "replica_unavailable", _DIED)
+
+    async def _fail(
+        self, send: Send, started: bool, streaming: bool, request_id: str, status: int, code: str, text: str
+    ) -> None:
+        body = error_body(text, status, code=code, request_id=request_id)
+        if not started:
+            extra = [(b"retry-after", str(RETRY_AFTER_S).encode())]
+            await _reply(send, status, msgspec.json.encode(body), b"application/json", extra)
+        elif streaming:  # headers are out: the error becomes an SSE event, as the app does
+            await send({"type": "http.response.body", "body": sse(body) + SSE_DONE, "more_body": False})
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def health(self, request: ForwardedRequest, send: Send) -> None:
+        """200 while Serve runs at least one replica (with a replica's own /health body)."""
+        running, target = await asyncio.to_thread(self._replica_counts)
+        body: dict[str, Any] = {"status": "unavailable"}
+        status = 503
+        if running:
+            try:
+                status, body = await self._ask(request)
+            except Exception as exc:  # no replica answered after all
+                body = {"status": "unavailable", "error": type(exc).__name__}
+                status = 503
+        if status == 200 and running < target:
+            body["status"] = "degraded"
+        body["replicas"] = {"running": running, "target": target}
+        await _reply(send, status, msgspec.json.encode(body), b"application/json")
+
+    async def _ask(self, request: ForwardedRequest) -> tuple[int, dict[str, Any]]:
+        status, chunks = 500, []
+        async for message in self.replicas.forward.remote(request):
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            else:
+                chunks.append(message.get("body", b""))
+        return status, msgspec.json.decode(b"".join(chunks))
+
+    def _replica_counts(self) -> tuple[int, int]:
+        app = serve.status().applications.get(self.options.app_name)
+        deployment = app.deployments.get("StrataReplica") if app else None
+        running = deployment.replica_states.get("RUNNING", 0) if deployment else 0
+        return running, self.options.replicas
+
+    async def metrics(self) -> str:
+        texts = await self.board.fresh.remote(METRICS_MAX_AGE_S)
+        running, target = await asyncio.to_thread(self._replica_counts)
+        own = [
+            "# HELP strata:replicas_running Engine replicas Ray Serve runs.",
+            "# TYPE strata:replicas_running gauge",
+            f"strata:replicas_running {running}",
+            "# HELP strata:replicas_target Engine replicas asked for (--replicas).",
+            "# TYPE strata:replicas_target gauge",
+            f"strata:replicas_target {target}",
+            "# HELP strata:replica_failures_total Requests answered 503 because their replica failed.",
+            "# TYPE strata:replica_failures_total counter",
+            f"strata:replica_failures_total {self.failures}",
+        ]
+        return merge_replica_metrics(texts, own)
+
+
+_DIED = "The replica serving this request failed; retry (Ray Serve replaces the replica)."
+_FULL = f"Every replica is at capacity; retry after {RETRY_AFTER_S} s."
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < MAX_FORWARDED_BODY:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)[:MAX_FORWARDED_BODY]
+
+
+async def _reply(
+    send: Send, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def build_app(options: RayOptions) -> Any:
+    """The Serve application: the ingress bound to `options.replicas` engine replicas."""
+    if options.router not in ROUTERS:
+        raise ValueError(f"router must be one of {ROUTERS}, not {options.router!r}")
+    replicas = (
+        serve.deployment(StrataReplica, name="StrataReplica")
+        .options(
+            num_replicas=options.replicas,
+            max_ongoing_requests=options.max_ongoing,
+            max_queued_requests=-1 if options.settings.max_queue is None else options.settings.max_queue,
+            ray_actor_options={"num_cpus": options.cpus_per_replica},
+            request_router_config=options.router_config,
+            graceful_shutdown_timeout_s=options.shutdown_grace,
+        )
+        .bind(options)
+    )
+    ingress = serve.deployment(serve.ingress()(StrataIngress), name="StrataIngress").options(
+        num_replicas=1,
+        max_ongoing_requests=options.replicas * options.max_ongoing + 64,
+        ray_actor_options={"num_cpus": 0},
+    )
+    return ingress.bind(replicas, options)
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """For `serve run strata_server.ray_serve:app_builder replicas=2 threads=1 ...`: the
+    arguments are the CLI's flags without dashes (`no_prefix_cache=true` for a switch)."""
+    from strata_server.cli import api_keys, build_parser
+
+    parser = build_parser()
+    switches = {a.dest for a in parser._actions if a.nargs == 0}
+    argv: list[str] = []
+    for key, value in args.items():
+        flag = f"--{key.replace('_', '-')}"
+        if key in switches:
+            argv += [flag] if str(value).lower() in ("1", "true", "yes") else []
+        else:
+            argv += [flag, str(value)]
+    parsed = parser.parse_args(argv)
+    return build_app(RayOptions.from_args(parsed, api_keys(parsed)))
+
+
+def start(options: RayOptions, host: str, port: int, address: str | None = None) -> None:
+    """Connect to Ray (`address`, or a new local instance), start Serve's HTTP proxy on
+    host:port and deploy; returns once every replica has loaded the model."""
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, namespace=BOARD_NAMESPACE)
+        else:
+            cpus = max(os.cpu_count() or 1, int(options.replicas * options.cpus_per_replica + 0.999))
+            ray.init(
+                num_cpus=cpus,
+                include_dashboard=False,
+                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                namespace=BOARD_NAMESPACE,
+            )
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(options), name=options.app_name, route_prefix="/", blocking=False)
+
+
+def stop() -> None:
+    serve.shutdown()
+    ray.shutdown()
+
+
+def serve_replicas(options: RayOptions, host: str, port: int, address: str | None) -> None:
+    """`strata-server --ray`: start, serve until SIGTERM/Ctrl-C, then shut Serve and Ray down."""
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    start(options, host, port, address)
+    log.info(
+        "serving %d replicas of %s on http://%s:%d (router: %s)",
+        options.replicas,
+        options.model,
+        host,
+        port,
+        options.router,
+    )
+    try:
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        log.info("shutting down the replicas (up to %.1f s for requests in flight)", options.shutdown_grace)
+        stop()
