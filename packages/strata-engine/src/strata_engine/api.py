@@ -58,6 +58,9 @@ class LogprobParams:
     named_ids: tuple[int, ...] = ()  # raw (full-vocabulary) values of these ids in every row
     renormalize_over: tuple[int, ...] | None = None  # also report values renormalised over these ids
     top_within: tuple[int, ...] | None = None  # the listing's top-N is chosen among these ids only
+    # with prompt_logprobs: rows only for prompt tokens at index >= this (candidate scoring), so
+    # the tokens before it may come from the prefix cache; rows before it are None
+    prompt_rows_from: int = 0
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from strata_engine.model_runner import ModelRunner
 from strata_engine.ops import make_ops
 from strata_engine.output import RequestStream
 from strata_engine.scheduler import Scheduler
+from strata_engine.scoring import CandidateScore, candidate_requests, candidate_scores
 from strata_engine.sequence import Sequence, Status
 from strata_engine.structured import Guides
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
@@ -255,6 +256,14 @@ class LLMEngine:
     def generate(self, request: Request) -> list[EngineEvent]:
         """Run one request to completion on the calling thread (tests, the CLI)."""
         return self.generate_batch([request])[0]
+
+    def score(
+        self, prompt_ids: list[int], candidates: list[list[int]], top_n: int | None = None
+    ) -> list[CandidateScore]:
+        """Score candidate continuations of one prompt on the calling thread (see `scoring`)."""
+        events = self.generate_batch(candidate_requests(prompt_ids, candidates, top_n))
+        scores = [next(e for e in own if isinstance(e, PromptScores)) for own in events]
+        return candidate_scores(len(prompt_ids), candidates, scores)
 
     def generate_batch(self, requests: list[Request]) -> list[list[EngineEvent]]:
         """Add all requests at once and step until every one has finished; each one's events."""
