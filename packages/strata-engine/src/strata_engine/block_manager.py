@@ -51,12 +51,14 @@ class BlockManager:
             hashes.append(block_hash(hashes[-1] if hashes else None, self._tokens(seq, i)))
         return hashes
 
-    def admit(self, seq: Sequence, use_cache: bool) -> None:
-        """Attach cached prefix blocks (at most len-1 tokens: the last one must be computed)."""
+    def admit(self, seq: Sequence, use_cache: bool, limit: int | None = None) -> None:
+        """Attach cached prefix blocks (at most len-1 tokens: the last one must be computed;
+        at most `limit` tokens when given: a request that wants rows from there on)."""
         if not use_cache:
             return
         bs = self.block_size
-        hashes = self._extend_hashes(seq, [], (len(seq) - 1) // bs)
+        cacheable = len(seq) - 1 if limit is None else min(limit, len(seq) - 1)
+        hashes = self._extend_hashes(seq, [], max(cacheable, 0) // bs)
         for i, h in enumerate(hashes):
             block = self.by_hash.get(h)
             if block is None or self.content[block][1] != self._tokens(seq, i):

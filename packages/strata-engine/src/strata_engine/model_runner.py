@@ -49,7 +49,9 @@ class ModelRunner:
                 positions.append(p)
                 token_seq.append(i)
                 slots.append(seq.block_table[p // bs] * bs + p % bs)
-                scores_prompt = seq.wants_prompt_rows and p + 1 < seq.num_prompt
+                scores_prompt = (
+                    seq.wants_prompt_rows and seq.request.logprobs.prompt_rows_from <= p + 1 < seq.num_prompt
+                )
                 samples = w.samples and p == w.end - 1
                 if scores_prompt or samples:
                     rows.append(RowRef(w, p, scores_prompt, samples))

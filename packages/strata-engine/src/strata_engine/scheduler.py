@@ -27,6 +27,17 @@ class Work:
         return self.end == len(self.seq)
 
 
+def cache_limit(seq: Sequence) -> int | None:
+    """How many leading tokens may come from the prefix cache (None: all but the last).
+
+    A request that wants prompt rows must compute every position it scores, so only the
+    tokens before its first scored position (`prompt_rows_from - 1`) may be cached.
+    """
+    if not seq.wants_prompt_rows:
+        return None
+    return max(seq.request.logprobs.prompt_rows_from - 1, 0)
+
+
 class Scheduler:
     def __init__(
         self, blocks: BlockManager, max_running: int, step_tokens: int, prefix_cache: bool = True
@@ -50,8 +61,25 @@ class Scheduler:
         seq.num_computed = 0
         seq.status = Status.WAITING
         if seq.wants_prompt_rows:  # recomputed from scratch: score the prompt again
-            seq.prompt_rows = [None]
+            seq.reset_prompt_rows()
         self.waiting.appendleft(seq)
+
+    def _behind_shared_prefix(self, seq: Sequence) -> bool:
+        """A candidate (rows only from k on) waits while a running sequence is still computing
+        the same first k tokens: once that one has registered them, it reads them from the cache.
+
+        This is how N candidates of one prompt compute the prompt once (see `scoring`).
+        """
+        rows_from = seq.request.logprobs.prompt_rows_from
+        if not (self.prefix_cache and seq.wants_prompt_rows and rows_from > 0):
+            return False
+        shareable = (min(rows_from, len(seq)) - 1) // self.blocks.block_size * self.blocks.block_size
+        if shareable <= 0:
+            return False
+        prefix = seq.token_ids[:shareable]
+        return any(
+            other.num_computed < shareable and other.token_ids[:shareable] == prefix for other in self.running
+        )
 
     def finish(self, seq: Sequence) -> None:
         seq.status = Status.FINISHED
@@ -78,16 +106,17 @@ class Scheduler:
             if seq.status is Status.RUNNING:
                 work.append(Work(seq, seq.num_computed, seq.num_computed + n))
                 budget -= n
-        while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            seq = self.waiting[0]
-            use_cache = self.prefix_cache and not seq.wants_prompt_rows
-            self.blocks.admit(seq, use_cache)
+        while budget > 0 and len(self.running) < self.max_running:
+            seq = next((s for s in self.waiting if not self._behind_shared_prefix(s)), None)
+            if seq is None:
+                break
+            self.blocks.admit(seq, self.prefix_cache, cache_limit(seq))
             n = min(len(seq) - seq.num_computed, budget)
             if not self.blocks.ensure(seq, seq.num_computed + n):
                 self.blocks.release(seq)
                 seq.num_computed = 0
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             seq.status = Status.RUNNING
             seq.output.mark_scheduled()
             self.running.append(seq)

@@ -33,10 +33,15 @@ class Sequence:
         self.sampler = Sampler(request.sampling, guide)
         self.text = text
         self.output = output  # the request's one output channel (and its abort flag)
-        self.prompt_rows: list[LogprobRow | None] | None = (
-            [None] if request.logprobs.prompt_logprobs else None
-        )
+        self.prompt_rows: list[LogprobRow | None] | None = None
+        self.reset_prompt_rows()
         self.prompt_scores_sent = False
+
+    def reset_prompt_rows(self) -> None:
+        """No prompt rows yet: None for position 0 and every position before `prompt_rows_from`."""
+        lp = self.request.logprobs
+        first = max(1, min(lp.prompt_rows_from, self.num_prompt))
+        self.prompt_rows = [None] * first if lp.prompt_logprobs else None
 
     @property
     def num_generated(self) -> int:
