@@ -124,7 +124,9 @@ def test_the_schema_lists_every_post_route(fuzz_client) -> None:
     assert {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"} <= paths
 
 
-@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"])
+@pytest.mark.parametrize(
+    "route", ["/v1/completions", "/v1/chat/completions", "/v1/score_candidates", "/tokenize", "/detokenize"]
+)
 def test_fuzzed_bodies_never_get_a_5xx_and_4xx_are_enveloped(fuzz_client, route) -> None:
     schema, document = next((s, d) for p, s, d in post_routes(fuzz_client) if p == route)
 

@@ -107,9 +107,10 @@ class Scheduler:
                 work.append(Work(seq, seq.num_computed, seq.num_computed + n))
                 budget -= n
         while budget > 0 and len(self.running) < self.max_running:
-            seq = next((s for s in self.waiting if not self._behind_shared_prefix(s)), None)
-            if seq is None:
+            ready = next((s for s in self.waiting if not self._behind_shared_prefix(s)), None)
+            if ready is None:
                 break
+            seq = ready
             self.blocks.admit(seq, self.prefix_cache, cache_limit(seq))
             n = min(len(seq) - seq.num_computed, budget)
             if not self.blocks.ensure(seq, seq.num_computed + n):

@@ -20,6 +20,7 @@ from litestar.response import Stream
 
 from strata_engine.api import EngineUnavailable, RequestError
 from strata_engine.protocol import ChoiceStream, EngineClient
+from strata_server.candidates import candidate_plan, score_reply
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id
@@ -36,6 +37,7 @@ from strata_server.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     GenerationRequest,
+    ScoreCandidatesRequest,
     TokenizeRequest,
     decode_request,
     encode,
@@ -159,6 +161,22 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
         plan = chat_plan(body, ctx)
         return await generate(request, body, plan, "chatcmpl", stream_chat, chat_complete)
 
+    @post("/score_candidates", status_code=200, operation_class=body_of(ScoreCandidatesRequest))
+    async def score_candidates(request: Request) -> Response:
+        """Exact log-probabilities of candidate continuations of one prompt (see candidates.py)."""
+        ctx.admission.check_room()
+        plan = candidate_plan(decode_request(await request.body(), ScoreCandidatesRequest), ctx)
+        events = ctx.submit(plan.requests(), "prompt", started=arrived(request))
+        record = current_record()
+        request_id = f"score-{record.request_id}" if record else new_request_id("score")
+        try:
+            reply = await until_disconnect(request.receive, score_reply(plan, events, ctx, request_id))
+        except ClientDisconnected:
+            return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
+        finally:
+            events.abort()
+        return json_response(reply)
+
     @get("/models")
     async def list_models() -> Response:
         """The one served model."""
@@ -201,7 +219,7 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
 
     v1 = Router(
         path="/v1",
-        route_handlers=[completions, chat_completions, list_models],
+        route_handlers=[completions, chat_completions, score_candidates, list_models],
         guards=[require_api_key],
     )
     app = Litestar(

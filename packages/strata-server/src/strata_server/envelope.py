@@ -23,6 +23,12 @@ ReplyT = TypeVar("ReplyT")
 def counted_usage(plan: Plan, tallies: Sequence[ChoiceTally], ctx: ServerContext) -> Usage:
     """The reply's usage, added to the token counters and the request's log record as it is made."""
     reply_usage = usage(plan, tallies)
+    record_usage(reply_usage, ctx)
+    return reply_usage
+
+
+def record_usage(reply_usage: Usage, ctx: ServerContext) -> None:
+    """Add a reply's usage to the token counters and the request's log record (any route)."""
     details = reply_usage.prompt_tokens_details
     cached = details.cached_tokens if details is not None else 0
     ctx.metrics.add_tokens(reply_usage.prompt_tokens, reply_usage.completion_tokens, cached)
@@ -31,7 +37,6 @@ def counted_usage(plan: Plan, tallies: Sequence[ChoiceTally], ctx: ServerContext
         record.prompt_tokens = reply_usage.prompt_tokens
         record.completion_tokens = reply_usage.completion_tokens
         record.cached_tokens = cached
-    return reply_usage
 
 
 def whole_reply(

@@ -17,10 +17,17 @@ from strata_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    ScoreCandidatesRequest,
     TokenizeRequest,
 )
 
-DOCUMENTED = (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest)
+DOCUMENTED = (
+    CompletionRequest,
+    ChatCompletionRequest,
+    TokenizeRequest,
+    DetokenizeRequest,
+    ScoreCandidatesRequest,
+)
 REF_PREFIX = "#/$defs/"
 
 

@@ -200,6 +200,47 @@ class ChatCompletionChunk(msgspec.Struct):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
 
 
+# ---------------------------------------------------------------- candidate scoring
+
+
+class ScoreCandidatesRequest(msgspec.Struct, kw_only=True):
+    """`POST /v1/score_candidates` body: continuations of one prompt to score (Strata's route).
+
+    `prompt` is text or token ids; each candidate is text (tokenized as the prompt's
+    continuation, see `strata_engine.scoring`) or token ids used as given.
+    """
+
+    prompt: str | list[int]
+    candidates: list[str | list[int]]
+    model: str | None = None
+    top_logprobs: int | None = None  # alternatives listed at each candidate token (0..max_logprobs)
+    return_tokens_as_token_ids: bool = False
+
+
+class CandidateScore(msgspec.Struct):
+    """One candidate: its tokens and their raw values, the sum, and its share among the candidates."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    logprob: float
+    normalized_logprob: float
+    probability: float
+    cached_tokens: int
+
+
+class ScoreCandidatesResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    candidates: list[CandidateScore]
+    usage: Usage
+    object: Literal["candidate_scores"] = "candidate_scores"
+
+
 def decode_request(body: bytes, request_type: type[T]) -> T:
     """Decode a JSON body strictly into `request_type`, or raise a 400 `ApiError`.
 

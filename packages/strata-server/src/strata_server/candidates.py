@@ -1,0 +1,156 @@
+"""`POST /v1/score_candidates`: the exact probability of each of N continuations of one prompt.
+
+A route of its own rather than an extension of `/v1/completions`: the answer is one
+distribution over the candidates (each with its tokens' values, the sum and the renormalised
+share), not a list of generated choices, and no sampling field applies. The engine part is
+`strata_engine.scoring`: one engine request per candidate, the prompt computed once and read
+by the others from the prefix cache, each candidate's values bit for bit those of echoing
+`prompt + candidate` alone on `/v1/completions`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from strata_engine.api import PromptScores, Request, RequestError
+from strata_engine.checks import check_ids
+from strata_engine.protocol import ChoiceStream
+from strata_engine.scoring import alone_ids, candidate_requests, candidate_scores, continuation_ids
+from strata_server.checks import MAX_N, check_model
+from strata_server.context import ServerContext
+from strata_server.envelope import record_usage
+from strata_server.errors import ApiError, engine_refusal
+from strata_server.formatting import safe_logprob, token_label
+from strata_server.protocol import (
+    CandidateScore,
+    PromptTokensDetails,
+    ScoreCandidatesRequest,
+    ScoreCandidatesResponse,
+    Usage,
+)
+from strata_server.render import encode_text
+
+MAX_CANDIDATES = MAX_N  # one engine request per candidate: the same bound as choices
+
+
+@dataclass(frozen=True)
+class CandidatePlan:
+    """A checked scoring request: the prompt and every candidate as token ids."""
+
+    prompt_ids: list[int]
+    candidates: list[list[int]]
+    texts: list[str]
+    top_n: int | None
+    as_token_ids: bool
+
+    def requests(self) -> list[Request]:
+        return candidate_requests(self.prompt_ids, self.candidates, self.top_n)
+
+
+def candidate_plan(body: ScoreCandidatesRequest, ctx: ServerContext) -> CandidatePlan:
+    """Check a body and tokenize it (every refusal a 4xx naming the field)."""
+    check_model(body.model, ctx.served_name)
+    limits = ctx.limits
+    most = MAX_CANDIDATES if limits.max_n is None else min(MAX_CANDIDATES, limits.max_n)
+    if not 1 <= len(body.candidates) <= most:
+        raise ApiError(
+            f"`candidates` must hold between 1 and {most} entries, got {len(body.candidates)}.",
+            param="candidates",
+        )
+    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= limits.max_logprobs:
+        raise ApiError(
+            f"`top_logprobs` must be between 0 and {limits.max_logprobs}, got {body.top_logprobs}.",
+            param="top_logprobs",
+        )
+    prompt_ids = _prompt_ids(body.prompt, ctx)
+    candidates = [_candidate_ids(body.prompt, c, ctx) for c in body.candidates]
+    longest = len(prompt_ids) + max(len(c) for c in candidates)
+    if limits.max_prompt_tokens is not None and longest > limits.max_prompt_tokens:
+        raise ApiError(
+            f"The prompt with its longest candidate has {longest} tokens; the server allows at "
+            f"most {limits.max_prompt_tokens} (--max-prompt-tokens).",
+            param="candidates",
+            code="prompt_too_long",
+        )
+    texts = [
+        c if isinstance(c, str) else ctx.tokenizer.decode(ids)
+        for c, ids in zip(body.candidates, candidates, strict=True)
+    ]
+    return CandidatePlan(prompt_ids, candidates, texts, body.top_logprobs, body.return_tokens_as_token_ids)
+
+
+def _prompt_ids(prompt: str | list[int], ctx: ServerContext) -> list[int]:
+    if isinstance(prompt, str):
+        return encode_text(prompt, ctx.tokenizer)
+    if not prompt:
+        raise ApiError("`prompt` must not be an empty token-id list.", param="prompt")
+    _check_ids(prompt, ctx, "prompt")
+    return list(prompt)
+
+
+def _candidate_ids(prompt: str | list[int], candidate: str | list[int], ctx: ServerContext) -> list[int]:
+    """Token ids as given; text as the continuation of a text prompt, or alone after ids."""
+    if isinstance(candidate, list):
+        ids = list(candidate)
+        _check_ids(ids, ctx, "candidates")
+    elif candidate == "":
+        raise ApiError("`candidates` must not contain an empty string.", param="candidates")
+    elif isinstance(prompt, str):
+        ids = continuation_ids(ctx.tokenizer, prompt, candidate)
+    else:
+        ids = alone_ids(ctx.tokenizer, candidate)
+    if not ids:
+        raise ApiError("`candidates` must not contain an empty candidate.", param="candidates")
+    return ids
+
+
+def _check_ids(ids: Sequence[int], ctx: ServerContext, param: str) -> None:
+    try:
+        check_ids(ids, ctx.limits.vocab_size, param)
+    except RequestError as exc:
+        raise engine_refusal(exc) from None
+
+
+async def score_reply(
+    plan: CandidatePlan, events: ChoiceStream, ctx: ServerContext, request_id: str
+) -> ScoreCandidatesResponse:
+    """Wait for every candidate's prompt scores, then build the one reply."""
+    scores: list[PromptScores | None] = [None] * len(plan.candidates)
+    async for index, event in events:
+        if isinstance(event, PromptScores):
+            scores[index] = event
+    if any(score is None for score in scores):
+        raise ApiError("The scores ended early.", status=500)
+    results = candidate_scores(len(plan.prompt_ids), plan.candidates, [s for s in scores if s is not None])
+    tok = ctx.tokenizer
+    out = []
+    for index, (text, result) in enumerate(zip(plan.texts, results, strict=True)):
+        top = None
+        if plan.top_n is not None:
+            top = [
+                {token_label(tok, i, plan.as_token_ids): safe_logprob(v) for i, v in row.listed}
+                for row in result.rows
+            ]
+        out.append(
+            CandidateScore(
+                index=index,
+                text=text,
+                token_ids=list(result.token_ids),
+                tokens=[token_label(tok, i, plan.as_token_ids) for i in result.token_ids],
+                token_logprobs=[safe_logprob(row.logprob) for row in result.rows],
+                top_logprobs=top,
+                logprob=safe_logprob(result.logprob),
+                normalized_logprob=safe_logprob(result.normalized),
+                probability=result.probability,
+                cached_tokens=result.num_cached,
+            )
+        )
+    read = sum(len(plan.prompt_ids) + len(c) for c in plan.candidates)
+    cached = sum(r.num_cached for r in results)
+    usage = Usage(read, 0, read, PromptTokensDetails(cached_tokens=cached))
+    record_usage(usage, ctx)
+    return ScoreCandidatesResponse(
+        id=request_id, created=int(time.time()), model=ctx.served_name, candidates=out, usage=usage
+    )
