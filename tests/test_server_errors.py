@@ -146,8 +146,13 @@ CHAT_REFUSALS = {
     "logprobs as int": ({"logprobs": 3}, "logprobs"),
     "top_logprobs without logprobs": ({"top_logprobs": 3}, "top_logprobs"),
     "too many top_logprobs": ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    "response_format": (
-        {"response_format": {"type": "json_object"}},
+    "invalid json schema": (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "strin"}},
+            }
+        },
         "response_format",
     ),
     "image part": (

@@ -127,13 +127,41 @@ def test_chat_without_template_is_a_clear_400(client) -> None:
     assert "chat template" in error["message"]
 
 
-def test_response_format_is_refused(client) -> None:
-    payload = {
-        "messages": [{"role": "user", "content": "x"}],
-        "response_format": {"type": "json_object"},
-    }
-    error = assert_envelope(client.post("/v1/chat/completions", json=payload), 400)
-    assert error["param"] == "response_format"
+@pytest.mark.parametrize(
+    ("extra", "param", "needle"),
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strin"}}}},
+            "response_format",
+            "strin",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format",
+            "schema",
+        ),
+        ({"response_format": {"type": "xml"}}, "response_format", "xml"),
+        ({"response_format": "json"}, "response_format", "object"),
+        ({"structured_outputs": {"regex": "a(b"}}, "structured_outputs", "unclosed group"),
+        ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs", "exactly one"),
+        ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs", "structural_tag"),
+        ({"structured_outputs": {"json": "{not json"}}, "structured_outputs", "not JSON"),
+        ({"guided_grammar": "root ::= nowhere"}, "guided_grammar", "nowhere"),
+        ({"guided_choice": []}, "guided_choice", "empty"),
+        ({"guided_regex": "a", "guided_json": {"type": "string"}}, "guided_regex", "one"),
+        ({"guided_regex": "a", "allowed_token_ids": [97]}, "allowed_token_ids", "allowed_token_ids"),
+    ],
+)
+def test_bad_structured_output_is_a_400_naming_the_field(client, extra, param, needle) -> None:
+    for route, body in (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}),
+        ("/v1/completions", {"prompt": "x"}),
+    ):
+        error = assert_envelope(client.post(route, json={**body, **extra}), 400)
+        assert error["param"] == param
+        assert needle in error["message"]
+
+
 
 
 def test_api_key_guards_v1_only(engine) -> None:

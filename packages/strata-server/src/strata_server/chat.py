@@ -30,12 +30,6 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
 def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     """Check a chat body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
-    if body.response_format is not None and body.response_format.get("type") != "text":
-        raise ApiError(
-            "`response_format` (structured output) is not supported yet.",
-            param="response_format",
-            code="unsupported",
-        )
     refuse_unsupported(
         tools=body.tools,
         presence_penalty=body.presence_penalty,

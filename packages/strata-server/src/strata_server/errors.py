@@ -41,6 +41,7 @@ WIRE_PARAMS: dict[str, str | None] = {
     "sampling.max_tokens": "max_tokens",
     "sampling.allowed_token_ids": "allowed_token_ids",
     "sampling.stop_token_ids": "stop_token_ids",
+    "sampling.structured": "response_format",
     "logprobs.top_within": "allowed_token_ids",
     "logprobs.renormalize_over": "allowed_token_ids",
     "logprobs.named_ids": "logprob_token_ids",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from strata_engine.api import LogprobParams, Request, SamplingParams
+from strata_engine.api import LogprobParams, Request, SamplingParams, StructuredSpec
 from strata_server.checks import (
     Limits,
     check_logprobs,
@@ -20,6 +20,7 @@ from strata_server.checks import (
     resolve_top_n,
 )
 from strata_server.protocol import GenerationRequest
+from strata_server.structured_output import structured_spec
 
 SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted seed is valid
 
@@ -46,6 +47,7 @@ class Plan:
     ignore_eos: bool = False
     top_n: int | None = None
     allowed_ids: tuple[int, ...] | None = None
+    structured: StructuredSpec | None = None  # the output's grammar (masks the draw only)
     named_ids: tuple[int, ...] = ()
     echo: bool = False
     renormalize: bool = False
@@ -83,6 +85,7 @@ def checked_plan(
         vocab_size=limits.vocab_size,
     )
     top_n_param = "top_logprobs" if logprobs is True else "logprobs"
+    structured = structured_spec(body)  # a bad schema/regex/grammar is a 400 before the prompt
     plan = Plan(
         prompts=prompts(),
         max_tokens=max_tokens,
@@ -96,6 +99,7 @@ def checked_plan(
         ignore_eos=body.ignore_eos,
         top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
         allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
+        structured=structured,
         named_ids=unique_ids(body.logprob_token_ids or ()),
         echo=echo,
         renormalize=renormalize,
@@ -163,6 +167,7 @@ def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = No
                 stop_token_ids=plan.stop_token_ids,
                 ignore_eos=plan.ignore_eos,
                 allowed_token_ids=plan.allowed_ids,
+                structured=plan.structured,
             ),
             logprobs=lp,
         )

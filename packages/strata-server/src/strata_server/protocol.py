@@ -23,6 +23,36 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, kw_only=True):
+    """`response_format.json_schema`: OpenAI's named schema (always enforced, `strict` or not)."""
+
+    name: str | None = None
+    schema: dict[str, Any] | bool | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, kw_only=True):
+    """`response_format`: `{"type": "text" | "json_object" | "json_schema", "json_schema": ...}`."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(msgspec.Struct, kw_only=True):
+    """vLLM's `structured_outputs`: one of `json`, `regex`, `choice`, `grammar`, `json_object`."""
+
+    json: dict[str, Any] | bool | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: Any = None  # refused with a 400 (not supported)
+
+
 class GenerationRequest(msgspec.Struct, kw_only=True):
     """The fields `/v1/completions` and `/v1/chat/completions` share: sampling, stops,
     streaming, the logprob id lists and the parsed-but-refused OpenAI knobs.
@@ -49,6 +79,14 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # structured output (see structured_output.py): OpenAI's field, vLLM's, vLLM's older ones
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | bool | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
 
 
 class CompletionRequest(GenerationRequest):
@@ -80,7 +118,6 @@ class ChatCompletionRequest(GenerationRequest):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     logprobs: bool = False
-    response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
