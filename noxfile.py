@@ -20,7 +20,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "engine", "triton", "client", "server", "decide", "integration"]
+nox.options.sessions = ["lint", "engine", "triton", "client", "server", "decide", "integration", "ray"]
 
 PY = "3.11"
 TORCH = "torch==2.13.0"
@@ -125,6 +125,18 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests: the real server on the real model, spoken to over HTTP."""
     python = torch_env(session, ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test,gateway]")
     pytest(session, "tests", python=python)
+
+
+@nox.session(python=PY)
+def ray(session: nox.Session) -> None:
+    """`strata-server --ray`: 2 replicas on a local Ray instance, the real model (tests/test_ray_serve.py).
+
+    Its own virtualenv: ray[serve] brings uvloop and httptools, which uvicorn would then pick
+    for the single server in the shared torch virtualenv.
+    """
+    session.install(TORCH)
+    session.install(ENGINE, f"{SERVER}[test,ray]")
+    pytest(session, "tests/test_ray_serve.py")
 
 
 @nox.session(python=PY, venv_backend="none", default=False)

@@ -222,7 +222,10 @@ class StrataIngress:
             async for message in self.replicas.forward.remote(request):
                 if message["type"] == "http.response.start":
                     started = True
-                    streaming = (b"content-type", b"text/event-stream") in message.get("headers", [])
+                    streaming = any(
+                        k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                        for k, v in message.get("headers", [])
+                    )
                     # Serve's proxy echoes X-Request-Id itself (the id the replica used)
                     kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                     message = {**message, "headers": kept}
