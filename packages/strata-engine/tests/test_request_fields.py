@@ -182,16 +182,10 @@ def test_penalties_change_the_draw_but_rows_stay_raw(engine: LLMEngine) -> None:
         row = scores.rows[len(prompt) + i]
         assert row is not None and step.logprobs is not None
         assert step.logprobs.logprob == row.logprob and step.logprobs.top == row.top
-
-        def penalised(token_id: int, done: list[int]) -> float:
-            count = done.count(token_id)
-            return dict(step.logprobs.top + ((step.token_id, step.logprobs.logprob),))[token_id] - (
-                presence * (count > 0) + frequency * count
-            )
-
+        raw = dict((*row.top, (step.token_id, row.logprob)))
         done = generated[:i]
-        for alternative, _ in step.logprobs.top:
-            assert penalised(step.token_id, done) >= penalised(alternative, done)
+        penalised = {t: v - presence * (t in done) - frequency * done.count(t) for t, v in raw.items()}
+        assert penalised[step.token_id] == max(penalised.values())
 
 
 def test_special_tokens_are_skipped_unless_asked(engine: LLMEngine) -> None:

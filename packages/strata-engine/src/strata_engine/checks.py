@@ -36,11 +36,17 @@ def check_request(request: Request, vocab_size: int, ctx_size: int) -> None:
     check_ids(s.allowed_token_ids or (), vocab_size, "sampling.allowed_token_ids")
     check_ids(lp.named_ids, vocab_size, "logprobs.named_ids")
     check_ids(s.stop_token_ids, vocab_size, "sampling.stop_token_ids")
+    check_ids((token_id for token_id, _ in s.logit_bias), vocab_size, "sampling.logit_bias")
     check_ids(lp.renormalize_over or (), vocab_size, "logprobs.renormalize_over")
     check_ids(lp.top_within or (), vocab_size, "logprobs.top_within")
     if s.max_tokens < 0:
         raise RequestError(
             "max_tokens must be at least 0.", "sampling.max_tokens", ErrorCode.INVALID_MAX_TOKENS
+        )
+    if not 0 <= s.min_tokens <= s.max_tokens:
+        raise RequestError(
+            f"min_tokens must be between 0 and max_tokens ({s.max_tokens}), got {s.min_tokens}.",
+            "sampling.min_tokens",
         )
     prompt_len = len(request.prompt_ids)
     wanted = prompt_len + s.max_tokens

@@ -30,12 +30,7 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
 def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     """Check a chat body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
-    refuse_unsupported(
-        tools=body.tools,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        logit_bias=body.logit_bias,
-    )
+    refuse_unsupported(tools=body.tools)
     if body.allowed_token_ids is not None and body.logprob_token_ids:
         raise ApiError(
             "On chat, `logprob_token_ids` cannot be combined with `allowed_token_ids` "

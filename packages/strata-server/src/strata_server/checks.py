@@ -148,6 +148,74 @@ def check_sampling(
     return t, p, k
 
 
+PENALTY_RANGE = 2.0  # presence/frequency penalties lie in [-2, 2] (OpenAI, vLLM)
+BIAS_RANGE = 100.0  # logit_bias values lie in [-100, 100] (OpenAI)
+
+
+def check_penalties(
+    presence: float | None, frequency: float | None, repetition: float | None
+) -> tuple[float, float]:
+    """(presence, frequency) with defaults applied; `repetition_penalty` only at its neutral 1.
+
+    vLLM's repetition penalty divides positive logits and multiplies negative ones: it needs
+    the raw logits, and the sampler sees only log-probabilities (where presence/frequency
+    penalties, being additive, give vLLM's distribution exactly), so it is refused.
+    """
+    values = []
+    for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency)):
+        v = 0.0 if value is None else value
+        if not (math.isfinite(v) and -PENALTY_RANGE <= v <= PENALTY_RANGE):
+            raise ApiError(f"`{name}` must be between -2 and 2, got {v}.", param=name)
+        values.append(v)
+    if repetition is not None and repetition != 1.0:
+        raise ApiError(
+            "`repetition_penalty` other than 1 is not supported by this server (it rescales raw "
+            "logits, which the sampler does not see); use `presence_penalty` or "
+            "`frequency_penalty`.",
+            param="repetition_penalty",
+            code="unsupported",
+        )
+    return values[0], values[1]
+
+
+def check_logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `logit_bias`: token id strings -> values in [-100, 100], as (id, value) pairs.
+
+    Whether the ids are inside the vocabulary is the engine's check.
+    """
+    pairs: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        if not (key.isascii() and key.isdigit()):
+            raise ApiError(f"`logit_bias` keys must be token ids, got {key!r}.", param="logit_bias")
+        if int(key) in pairs:
+            raise ApiError(f"`logit_bias` names token id {int(key)} twice.", param="logit_bias")
+        if not (math.isfinite(value) and -BIAS_RANGE <= value <= BIAS_RANGE):
+            raise ApiError(
+                f"`logit_bias` values must be between -100 and 100, got {value} for {key!r}.",
+                param="logit_bias",
+            )
+        pairs[int(key)] = value
+    return tuple(pairs.items())
+
+
+def truncate_prompts(prompts: list[list[int]], keep: int | None, ctx_size: int) -> list[list[int]]:
+    """vLLM's `truncate_prompt_tokens`: keep each prompt's last `keep` tokens (-1: the
+    context length); None leaves prompts whole."""
+    if keep is None:
+        return prompts
+    if keep == 0 or keep < -1:
+        raise ApiError(
+            f"`truncate_prompt_tokens` must be -1 or at least 1, got {keep}.", param="truncate_prompt_tokens"
+        )
+    if keep > ctx_size:
+        raise ApiError(
+            f"`truncate_prompt_tokens` is {keep}, more than the model's context length ({ctx_size}).",
+            param="truncate_prompt_tokens",
+        )
+    keep = ctx_size if keep == -1 else keep
+    return [prompt[-keep:] for prompt in prompts]
+
+
 def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
     """`stop` as a tuple of non-empty strings (an empty stop string would end every reply)."""
     if stop is None:
@@ -161,7 +229,7 @@ def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
 def refuse_unsupported(**fields: object) -> None:
     """Fields the server parses but does not implement: refused, never silently ignored.
 
-    Each value passes when it is None or the neutral value (0 penalties, empty bias).
+    Each value passes when it is None or empty.
     """
     for name, value in fields.items():
         if value is None or value == 0 or value == {} or value == []:

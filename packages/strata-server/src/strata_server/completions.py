@@ -24,12 +24,7 @@ from strata_server.render import completion_prompts
 def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
     """Check a completions body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
-    refuse_unsupported(
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        logit_bias=body.logit_bias,
-        suffix=body.suffix,
-    )
+    refuse_unsupported(suffix=body.suffix)
     if body.best_of is not None and body.best_of != body.n:
         raise ApiError("`best_of` other than `n` is not supported.", param="best_of")
     check_max_tokens(body.max_tokens, body.echo)

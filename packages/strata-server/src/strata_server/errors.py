@@ -42,6 +42,8 @@ WIRE_PARAMS: dict[str, str | None] = {
     "sampling.allowed_token_ids": "allowed_token_ids",
     "sampling.stop_token_ids": "stop_token_ids",
     "sampling.structured": "response_format",
+    "sampling.logit_bias": "logit_bias",
+    "sampling.min_tokens": "min_tokens",
     "logprobs.top_within": "allowed_token_ids",
     "logprobs.renormalize_over": "allowed_token_ids",
     "logprobs.named_ids": "logprob_token_ids",

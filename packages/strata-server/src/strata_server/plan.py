@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from strata_engine.api import LogprobParams, Request, SamplingParams, StructuredSpec
 from strata_server.checks import (
     Limits,
+    check_logit_bias,
     check_logprobs,
     check_operator_limits,
+    check_penalties,
     check_sampling,
     normalize_stop,
     resolve_top_n,
+    truncate_prompts,
 )
 from strata_server.protocol import GenerationRequest
 from strata_server.structured_output import structured_spec
@@ -32,7 +35,8 @@ class Plan:
     `top_n` None means no logprobs at all. `allowed_ids` restricts sampling; with
     `renormalize` (chat) its values are renormalised over the set, without it (completions)
     the listing shows the allowed ids' raw full-vocabulary values. `named_ids` are
-    vLLM's `logprob_token_ids`: raw values reported at every position.
+    vLLM's `logprob_token_ids`: raw values reported at every position. Penalties and
+    `logit_bias` change the draw only; reported values stay raw.
     """
 
     prompts: list[list[int]]
@@ -45,6 +49,12 @@ class Plan:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0
+    include_stop: bool = False
+    skip_special: bool = True
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
     top_n: int | None = None
     allowed_ids: tuple[int, ...] | None = None
     structured: StructuredSpec | None = None  # the output's grammar (masks the draw only)
@@ -84,10 +94,14 @@ def checked_plan(
         seed=body.seed,
         vocab_size=limits.vocab_size,
     )
+    presence, frequency = check_penalties(
+        body.presence_penalty, body.frequency_penalty, body.repetition_penalty
+    )
+    bias = check_logit_bias(body.logit_bias)
     top_n_param = "top_logprobs" if logprobs is True else "logprobs"
     structured = structured_spec(body)  # a bad schema/regex/grammar is a 400 before the prompt
     plan = Plan(
-        prompts=prompts(),
+        prompts=truncate_prompts(prompts(), body.truncate_prompt_tokens, limits.ctx_size),
         max_tokens=max_tokens,
         n=body.n,
         temperature=temperature,
@@ -97,6 +111,12 @@ def checked_plan(
         stop=normalize_stop(body.stop),
         stop_token_ids=tuple(body.stop_token_ids or ()),
         ignore_eos=body.ignore_eos,
+        min_tokens=body.min_tokens,
+        include_stop=body.include_stop_str_in_output,
+        skip_special=body.skip_special_tokens,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        logit_bias=bias,
         top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
         allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
         structured=structured,
@@ -168,6 +188,12 @@ def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = No
                 ignore_eos=plan.ignore_eos,
                 allowed_token_ids=plan.allowed_ids,
                 structured=plan.structured,
+                min_tokens=plan.min_tokens,
+                include_stop_str_in_output=plan.include_stop,
+                skip_special_tokens=plan.skip_special,
+                presence_penalty=plan.presence_penalty,
+                frequency_penalty=plan.frequency_penalty,
+                logit_bias=plan.logit_bias,
             ),
             logprobs=lp,
         )

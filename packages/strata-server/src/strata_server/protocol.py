@@ -54,8 +54,8 @@ class StructuredOutputs(msgspec.Struct, kw_only=True):
 
 
 class GenerationRequest(msgspec.Struct, kw_only=True):
-    """The fields `/v1/completions` and `/v1/chat/completions` share: sampling, stops,
-    streaming, the logprob id lists and the parsed-but-refused OpenAI knobs.
+    """The fields `/v1/completions` and `/v1/chat/completions` share: sampling, penalties and
+    bias, stops and text options, prompt truncation, streaming and the logprob id lists.
 
     Keyword-only so each route's required field (`prompt`, `messages`) can follow them.
     """
@@ -77,7 +77,13 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     return_tokens_as_token_ids: bool = False
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    min_tokens: int = 0
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None
     user: str | None = None
     # structured output (see structured_output.py): OpenAI's field, vLLM's, vLLM's older ones
     response_format: ResponseFormat | None = None
