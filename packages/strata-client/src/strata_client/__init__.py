@@ -3,6 +3,7 @@
 Depends on httpx and pydantic only; it never imports the engine or the server.
 """
 
+from ._candidates import CandidateScore, CandidateScores
 from ._client import AsyncStrataClient, StrataClient
 from ._exceptions import (
     APIConnectionError,
@@ -53,6 +54,8 @@ __all__ = [
     "AsyncStream",
     "AuthenticationError",
     "BadRequestError",
+    "CandidateScore",
+    "CandidateScores",
     "ChatChoiceLogprobs",
     "ChatChunkChoice",
     "ChatCompletion",

@@ -1,7 +1,8 @@
 """``StrataClient`` and ``AsyncStrataClient``: one HTTP connection pool each, with retries.
 
 Both expose the same surface (``completions``, ``chat.completions``, ``models``,
-``tokenize``, ``detokenize``, ``tokenizer_info``, ``health``); the async one is awaited.
+``candidates``, ``tokenize``, ``detokenize``, ``tokenizer_info``, ``health``); the async one
+is awaited.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._base_client import (
     detokenize_body,
     tokenize_body,
 )
+from ._candidates import AsyncCandidates, Candidates
 from ._closing import AsyncClosing, Closing
 from ._exceptions import StrataError, error_from_response, error_from_transport
 from ._models import DetokenizeResponse, TokenizeResponse, TokenizerInfo
@@ -54,6 +56,7 @@ class StrataClient(BaseClient, Closing):
         self.completions = Completions(self)
         self.chat = Chat(self)
         self.models = Models(self)
+        self.candidates = Candidates(self)
 
     def _send(
         self,
@@ -173,6 +176,7 @@ class AsyncStrataClient(BaseClient, AsyncClosing):
         self.completions = AsyncCompletions(self)
         self.chat = AsyncChat(self)
         self.models = AsyncModels(self)
+        self.candidates = AsyncCandidates(self)
 
     async def _send(
         self,

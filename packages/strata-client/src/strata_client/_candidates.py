@@ -1,0 +1,109 @@
+"""``POST /v1/score_candidates``: the exact probability of each continuation of one prompt.
+
+Strata's own route (see docs/server.md): each candidate's raw token logprobs, their sum,
+and the sum renormalised over the candidates. Text candidates are tokenized by the server
+as continuations of a text prompt (after a token-id prompt, alone); id lists are used as given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from pydantic import Field
+
+from ._base_client import Timeout, wire_body
+from ._logprobs import WireModel
+from ._models import Usage
+
+if TYPE_CHECKING:
+    from ._client import AsyncStrataClient, StrataClient
+
+SCORE_CANDIDATES_PATH = "/v1/score_candidates"
+
+Candidate = str | list[int]
+
+
+class CandidateScore(WireModel):
+    """One candidate: ``logprob`` = sum of ``token_logprobs`` (raw, full vocabulary);
+    ``normalized_logprob`` / ``probability``: its share among the request's candidates."""
+
+    index: int = 0
+    text: str = ""
+    token_ids: list[int] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float]] | None = None
+    logprob: float
+    normalized_logprob: float
+    probability: float
+    cached_tokens: int = 0
+
+
+class CandidateScores(WireModel):
+    """The body of a ``/v1/score_candidates`` answer: one entry per candidate, in order."""
+
+    id: str = ""
+    object: str = "candidate_scores"
+    created: int = 0
+    model: str = ""
+    candidates: list[CandidateScore] = Field(default_factory=list)
+    usage: Usage | None = None
+
+    @property
+    def probabilities(self) -> list[float]:
+        """Each candidate's probability among the candidates, in request order."""
+        return [c.probability for c in self.candidates]
+
+    @property
+    def best(self) -> CandidateScore:
+        """The most probable candidate (the first one on a tie)."""
+        return max(self.candidates, key=lambda c: (c.normalized_logprob, -c.index))
+
+
+class Candidates:
+    """``client.candidates.score(...)``."""
+
+    def __init__(self, client: StrataClient) -> None:
+        self._client = client
+
+    def score(
+        self,
+        *,
+        prompt: str | list[int],
+        candidates: list[Candidate],
+        model: str | None = None,
+        top_logprobs: int | None = None,
+        return_tokens_as_token_ids: bool | None = None,
+        extra_body: dict[str, object] | None = None,
+        timeout: Timeout | None = None,
+    ) -> CandidateScores:
+        """Score each candidate as the continuation of ``prompt`` (one request, the prompt
+        computed once); ``top_logprobs=N`` also lists N alternatives at each candidate token."""
+        body = wire_body(locals())
+        reply = self._client._create(SCORE_CANDIDATES_PATH, body, timeout, CandidateScores, CandidateScores)
+        return cast(CandidateScores, reply)  # never streamed
+
+
+class AsyncCandidates:
+    """Async ``client.candidates.score(...)``; see ``Candidates.score``."""
+
+    def __init__(self, client: AsyncStrataClient) -> None:
+        self._client = client
+
+    async def score(
+        self,
+        *,
+        prompt: str | list[int],
+        candidates: list[Candidate],
+        model: str | None = None,
+        top_logprobs: int | None = None,
+        return_tokens_as_token_ids: bool | None = None,
+        extra_body: dict[str, object] | None = None,
+        timeout: Timeout | None = None,
+    ) -> CandidateScores:
+        """Score each candidate as the continuation of ``prompt``."""
+        body = wire_body(locals())
+        reply = await self._client._create(
+            SCORE_CANDIDATES_PATH, body, timeout, CandidateScores, CandidateScores
+        )
+        return cast(CandidateScores, reply)
