@@ -105,6 +105,18 @@ def test_every_question_type_through_the_sdk(gateway: str, served_model: str):
     assert "confidence" not in extras["billing"]
 
 
+def test_unknown_top_level_fields_from_the_sdk_are_ignored(gateway: str):
+    """Fields a newer client adds at the top level (`extra_body`) change nothing."""
+    with sdk(gateway) as client:
+        plain = client.system_one(STATE, {"tone": TONE, "billing": BILLING})
+        extended = client.system_one(
+            STATE,
+            {"tone": TONE, "billing": BILLING},
+            extra_body={"x_trace": {"id": 7}, "temperature": 0.2, "stream": False},
+        )
+    assert extended.raw_http_response.json()["answers"] == plain.raw_http_response.json()["answers"]
+
+
 def test_255_options_and_10_levels(gateway: str):
     names = [f"option {i}" for i in range(255)]
     many = Choice(instructions="Which option number is lucky?", criteria={n: None for n in names})

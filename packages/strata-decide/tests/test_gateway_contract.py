@@ -133,8 +133,8 @@ def test_models_lists_the_served_model_and_aliases(gateway):
             ["body", "questions", "q"],
         ),
         (
-            {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}, "extra": 1},
-            ["body", "extra"],
+            {"model": "jev", "state": "x", "questions": {"q": {**QUESTIONS["billing"], "extra": 1}}},
+            ["body", "questions", "q", "noul", "extra"],
         ),
     ],
 )
@@ -145,6 +145,15 @@ def test_validation_failures_are_422_with_type_loc_msg_input(gateway, body, loc)
     assert isinstance(detail, list) and detail
     assert all(set(item) == {"type", "loc", "msg", "input"} for item in detail)
     assert loc in [item["loc"] for item in detail]
+
+
+def test_unknown_top_level_fields_are_ignored(gateway):
+    """The API ignores top-level fields it does not know; the answers are the same."""
+    body = {"model": "jev-latest", "state": STATE, "questions": QUESTIONS}
+    plain = post(gateway, body)
+    extended = post(gateway, {**body, "stream": False, "x_trace": {"id": 7}, "temperature": 0.3})
+    assert plain.status_code == extended.status_code == 200, extended.text
+    assert extended.json()["answers"] == plain.json()["answers"]
 
 
 def test_choice_with_256_options_is_refused_and_255_accepted(gateway):
