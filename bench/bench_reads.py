@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from strata_client import AsyncStrataClient
 from strata_decide.labels import LabelBook
 from strata_decide.prompts import messages, render

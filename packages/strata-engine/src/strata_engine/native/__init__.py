@@ -54,6 +54,7 @@ SIGNATURES = {
     "strata_exp": [_P, _I64, _P],
     "strata_gelu_mul": [_P, _P, _I64, _P, _I],
     "strata_softcap": [_P, _I64, _F, _P],
+    "strata_layer": [_P, _P, _I64, _P, _P, _P, _I, _I, _P, _P, _P, _I],
 }
 
 logger = logging.getLogger("strata_engine")

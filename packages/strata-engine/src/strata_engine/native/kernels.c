@@ -487,3 +487,59 @@ void strata_softcap(const float *x, int64_t n, float cap, float *out) {
         vf_store_n(out + i, vf_mul(c, vf_tanh(vf_div(vf_load_n(x + i, len), c))), len);
     }
 }
+
+/*
+ * One dense transformer layer in one call (decode and prefill alike): the same kernels in the
+ * same order as model.py's layer loop, so the same bits, without a Python round trip per
+ * operation. The weights and switches of a layer are described once at load (strata_layer_desc,
+ * mirrored by ops.LayerDesc); each call passes the step's tokens and attention metadata.
+ */
+typedef struct {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm; /* NULL: absent */
+    const float *bq, *bk, *bv;
+    const uint8_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    int32_t tq, tk, tv, to, t_gate, t_up, t_down; /* weight types */
+    int64_t hidden, n_heads, n_kv_heads, head_dim, ffn;
+    float eps, scale, softcap;
+    int32_t window, gelu;
+    const float *rope_cos, *rope_sin;
+    int32_t rope_dim, rope_interleaved;
+} strata_layer_desc;
+
+void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
+                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
+                  float *vc, int nthreads) {
+    int64_t H = L->hidden, q_dim = L->n_heads * L->head_dim, kv_dim = L->n_kv_heads * L->head_dim;
+    int64_t wide = L->ffn > q_dim ? L->ffn : q_dim;
+    float *h = (float *)malloc((size_t)(T * H) * 4), *q = (float *)malloc((size_t)(T * q_dim) * 4);
+    float *k = (float *)malloc((size_t)(T * kv_dim) * 4), *v = (float *)malloc((size_t)(T * kv_dim) * 4);
+    float *a = (float *)malloc((size_t)(T * wide) * 4), *g = (float *)malloc((size_t)(T * L->ffn) * 4);
+    float *u = (float *)malloc((size_t)(T * L->ffn) * 4);
+    int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;
+
+    strata_rmsnorm(x, T, H, L->attn_norm, L->eps, h, nthreads);
+    strata_matmul(h, T, H, L->wq, L->tq, q_dim, L->bq, q, nthreads);
+    strata_matmul(h, T, H, L->wk, L->tk, kv_dim, L->bk, k, nthreads);
+    strata_matmul(h, T, H, L->wv, L->tv, kv_dim, L->bv, v, nthreads);
+    if (L->q_norm && L->k_norm) { /* per head, in place (a row is read whole before it is written) */
+        strata_rmsnorm(q, T * nh, d, L->q_norm, L->eps, q, nthreads);
+        strata_rmsnorm(k, T * nkv, d, L->k_norm, L->eps, k, nthreads);
+    }
+    strata_rope(q, T, nh, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
+    strata_rope(k, T, nkv, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
+    strata_kv_write(k, v, T, kv_dim, slots, kc, vc);
+    strata_attention(q, T, nh, nkv, d, kc, vc, block_size, tables, max_blocks, t_seq, pos, L->scale, L->softcap,
+                     L->window, a, nthreads);
+    strata_matmul(a, T, q_dim, L->wo, L->to, H, NULL, h, nthreads);
+    if (L->post_attn_norm) strata_rmsnorm(h, T, H, L->post_attn_norm, L->eps, h, nthreads);
+    for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
+
+    strata_rmsnorm(x, T, H, L->ffn_norm, L->eps, h, nthreads);
+    strata_matmul(h, T, H, L->w_gate, L->t_gate, L->ffn, NULL, g, nthreads);
+    strata_matmul(h, T, H, L->w_up, L->t_up, L->ffn, NULL, u, nthreads);
+    gated_mul(g, u, T * L->ffn, a, nthreads, L->gelu);
+    strata_matmul(a, T, L->ffn, L->w_down, L->t_down, H, NULL, h, nthreads);
+    if (L->post_ffn_norm) strata_rmsnorm(h, T, H, L->post_ffn_norm, L->eps, h, nthreads);
+    for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
+    free(h), free(q), free(k), free(v), free(a), free(g), free(u);
+}

@@ -1,0 +1,116 @@
+"""One native call per transformer layer: the C kernels' `strata_layer` runs a whole dense layer.
+
+model.py's layer loop calls one `Ops` method per operation; with the native kernels each call
+costs a few microseconds of Python, ctypes and allocation, about 12 per layer, which at batch 1
+is a large part of a decode step. `strata_layer` performs exactly the same kernel calls in the
+same order (so the same bits; the golden hashes check it), described once per layer at load by a
+`LayerDesc` that holds the weights' addresses. Layers it does not cover (mixtures of experts)
+and tensor-parallel ranks keep the per-operation path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
+
+if TYPE_CHECKING:
+    from strata_engine.config import ModelConfig
+    from strata_engine.model import Layer, Transformer
+
+_P = ctypes.c_void_p
+_I32 = ctypes.c_int32
+_I64 = ctypes.c_int64
+_F = ctypes.c_float
+
+
+class LayerDesc(ctypes.Structure):
+    """Mirror of kernels.c's strata_layer_desc (field for field, in order)."""
+
+    _fields_ = [
+        *(
+            (name, _P)
+            for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
+        ),
+        *((name, _P) for name in ("bq", "bk", "bv")),
+        *((name, _P) for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")),
+        *((name, _I32) for name in ("tq", "tk", "tv", "to", "t_gate", "t_up", "t_down")),
+        *((name, _I64) for name in ("hidden", "n_heads", "n_kv_heads", "head_dim", "ffn")),
+        ("eps", _F),
+        ("scale", _F),
+        ("softcap", _F),
+        ("window", _I32),
+        ("gelu", _I32),
+        ("rope_cos", _P),
+        ("rope_sin", _P),
+        ("rope_dim", _I32),
+        ("rope_interleaved", _I32),
+    ]
+
+
+def _addr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> LayerDesc | None:
+    """The layer's description for `strata_layer`, or None when it needs the per-operation path."""
+    if layer.experts is not None or layer.w_gate is None or layer.w_up is None or layer.w_down is None:
+        return None
+    weights = (layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down)
+    return LayerDesc(
+        *(_addr(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),
+        _addr(layer.post_attn_norm),
+        _addr(layer.post_ffn_norm),
+        *(_addr(t) for t in (layer.bq, layer.bk, layer.bv)),
+        *(w.raw.data_ptr() for w in weights),
+        *(w.kernel_type for w in weights),
+        cfg.hidden,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        layer.w_gate.out_features,
+        cfg.rms_eps,
+        1.0 / math.sqrt(cfg.head_dim) if cfg.attn_scale is None else cfg.attn_scale,
+        cfg.attn_softcap,
+        window,
+        int(cfg.ffn_act == "gelu"),
+        rope.cos.data_ptr(),
+        rope.sin.data_ptr(),
+        rope.dim,
+        int(rope.interleaved),
+    )
+
+
+def run_layer(
+    ops: NativeOps,
+    desc: LayerDesc,
+    x: torch.Tensor,
+    meta: AttentionMeta,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    """x [T, hidden] (contiguous fp32) becomes the layer's output, in place."""
+    ops.lib.strata_layer(
+        ctypes.byref(desc), x.data_ptr(), x.shape[0], meta.positions.data_ptr(), meta.token_seq.data_ptr(),
+        meta.block_tables.data_ptr(), meta.block_tables.shape[1], meta.block_size, meta.slots.data_ptr(),
+        k_cache.data_ptr(), v_cache.data_ptr(), ops.threads,
+    )  # fmt: skip
+
+
+def describe_all(model: Transformer) -> list[LayerDesc] | None:
+    """Every layer's description, or None: not the native kernels, a tensor-parallel rank, or a
+    layer `strata_layer` does not cover (all layers take the same path)."""
+    if not isinstance(model.ops, NativeOps) or model.tp.active:
+        return None
+    cfg, descs = model.cfg, []
+    for i, layer in enumerate(model.layers):
+        window = cfg.window(i)
+        desc = describe(layer, cfg, model.rope_swa if window else model.rope, window)
+        if desc is None:
+            return None
+        descs.append(desc)
+    return descs
