@@ -14,9 +14,7 @@ from strata_server.protocol import ChatCompletionRequest, CompletionRequest
 
 # Parsed by the server only to refuse a non-neutral value (or, `user`, to ignore it): no
 # typed keyword, `extra_body` still reaches them.
-NOT_OFFERED = frozenset(
-    {"presence_penalty", "frequency_penalty", "logit_bias", "suffix", "best_of", "tools", "user"}
-)
+NOT_OFFERED = frozenset({"repetition_penalty", "suffix", "best_of", "tools", "user"})
 CALL_OPTIONS = frozenset({"self", "extra_body", "timeout"})
 
 
