@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     def mode_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--rotations", action="store_true", help="read every cyclic option order")
         sub.add_argument("--calibration", default=None, help="calibration JSON from `calibrate`")
+        sub.add_argument(
+            "--answers",
+            choices=["labels", "text"],
+            default="labels",
+            help="a choice is answered by one-token labels (one read) or by its options' names, each scored whole",
+        )
 
     decide = commands.add_parser("decide", help="one state, one question: the answer and its probabilities")
     server_args(decide)
@@ -110,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def decide_options(args: argparse.Namespace) -> DecideOptions:
     temperature = Calibration.load(args.calibration).temperature if args.calibration else 1.0
-    return DecideOptions(rotations=args.rotations, temperature=temperature)
+    return DecideOptions(rotations=args.rotations, temperature=temperature, answers=args.answers)
 
 
 def upstream(args: argparse.Namespace) -> AsyncStrataClient:

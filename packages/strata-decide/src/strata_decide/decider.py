@@ -5,6 +5,11 @@ answer never depends on question ids, question order or which other questions sh
 request. In the rotations mode every cyclic rotation of the option order is read and the
 per-option probabilities are combined by geometric mean, which cancels position bias at
 the cost of one read per option.
+
+A ``choice`` is answered either by one-token labels (the one-token read, the default) or by
+its options' names (``answers="text"``): then each name, followed by the model's end-of-turn
+token so that no name's probability holds another's ("tech" within "technical support"), is
+scored whole by ``/v1/score_candidates``. Scores and yes/no questions always use labels.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from .distribution import Distribution, from_raw, geometric_mean, with_temperatu
 from .errors import ContextOverflowError, upstream_failure
 from .labels import Label, LabelBook
 from .prompts import Prompt, messages, render
-from .questions import Content, Option, Question
-from .read import RawRead, read_labels
+from .questions import Answers, Content, Option, Question
+from .read import RawRead, read_labels, read_texts
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class DecideOptions:
     rotations: bool = False
     temperature: float = 1.0
     max_concurrent_reads: int = 16
+    answers: Answers = "labels"  # how a choice whose question does not say is answered
 
 
 class Decider:
@@ -66,12 +72,18 @@ class Decider:
         self.options = options or DecideOptions()
         self.labels = labels or LabelBook(client)
         self._slots = asyncio.Semaphore(self.options.max_concurrent_reads)
+        self._end_of_turn: str | None = None
 
     async def decide(self, state: Content, question: Question) -> Decision:
         """Read ``question`` about ``state`` and return its distribution over the options."""
-        labels = await self.labels.labels_for(question.kind, len(question.options))
+        labels = None
+        if (question.answers or self.options.answers) == "labels" or question.kind != "choice":
+            labels = await self.labels.labels_for(question.kind, len(question.options))
+        ending = "" if labels else await self.end_of_turn()
         shifts = range(len(question.options)) if self.options.rotations else range(1)
-        reads = await asyncio.gather(*(self._read_rotation(state, question, labels, s) for s in shifts))
+        reads = await asyncio.gather(
+            *(self._read_rotation(state, question, labels, ending, s) for s in shifts)
+        )
         distributions = [distribution for distribution, _, _ in reads]
         combined = distributions[0] if len(distributions) == 1 else geometric_mean(distributions)
         return Decision(
@@ -82,17 +94,28 @@ class Decider:
             reads=len(reads),
         )
 
+    async def end_of_turn(self) -> str:
+        """The text of the model's end-of-turn token (its EOS; "" if it has none), fetched once."""
+        if self._end_of_turn is None:
+            try:
+                info = await self.client.tokenizer_info()
+            except (APIStatusError, APIConnectionError) as error:
+                raise upstream_failure(error) from error
+            self._end_of_turn = info.eos_token or ""
+        return self._end_of_turn
+
     async def _read_rotation(
         self,
         state: Content,
         question: Question,
-        labels: list[Label],
+        labels: list[Label] | None,
+        ending: str,
         shift: int,
     ) -> tuple[Distribution, int, int]:
         """Read with the options rotated left by ``shift``; map the result back to option order."""
         options = rotate(list(question.options), shift)
         async with self._slots:
-            _, raw = await read_question(self.client, self.model, state, question, options, labels)
+            _, raw = await read_question(self.client, self.model, state, question, options, labels, ending)
         # position j shows option (j + shift) % n: put each value back at its option's index
         n = len(options)
         raw_by_option = [raw.raw_logprobs[(i - shift) % n] for i in range(n)]
@@ -105,16 +128,21 @@ async def read_question(
     state: Content,
     question: Question,
     options: list[Option],
-    labels: list[Label],
+    labels: list[Label] | None,
+    ending: str = "",
 ) -> tuple[Prompt, RawRead]:
     """The one read path (decider, parity, gateway): render the question with ``options`` in
-    this order, refuse a prompt with no room for the answer token, read the labels' values."""
+    this order, refuse a prompt with no room for the answer token, read the labels' values
+    (``labels`` None: score each option's name followed by ``ending``)."""
     try:
         prompt = await render(client, messages(state, question, options, labels))
     except (APIStatusError, APIConnectionError) as error:
         raise upstream_failure(error) from error
     if len(prompt.token_ids) + 1 > prompt.max_model_len:
         raise ContextOverflowError(len(prompt.token_ids), prompt.max_model_len)
+    if labels is None:
+        texts = [option.name + ending for option in options]
+        return prompt, await read_texts(client, model, prompt.token_ids, texts)
     raw = await read_labels(client, model, prompt.token_ids, [label.token_id for label in labels])
     return prompt, raw
 

@@ -30,6 +30,7 @@ DEFAULT_INSTRUCTIONS = {
     "noul": "Is this true of the state?",
 }
 OPTIONS_HEADING = {"choice": "Options:", "score": "Levels, lowest first:", "noul": "Answers:"}
+TEXT_REPLY = "Answer with the name of one option, exactly as written, and nothing else."
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,15 @@ def question_message(
     return {"role": "user", "content": "\n".join(lines)}
 
 
+def text_question_message(question: Question, options: Sequence[Option]) -> dict[str, str]:
+    """The user message of a text-answered choice: each option by its name, no labels."""
+    lines = [question.instructions or DEFAULT_INSTRUCTIONS[question.kind], "", OPTIONS_HEADING[question.kind]]
+    for option in options:
+        lines.append(f"- {option_text(question, option)}")
+    lines += ["", TEXT_REPLY]
+    return {"role": "user", "content": "\n".join(lines)}
+
+
 def reply_hint(labels: Sequence[Label]) -> str:
     """``A or B`` for two labels, ``A, B, ...`` for more."""
     if len(labels) == 2:
@@ -76,10 +86,16 @@ def option_text(question: Question, option: Option) -> str:
 
 
 def messages(
-    state: Content, question: Question, options: Sequence[Option], labels: Sequence[Label]
+    state: Content, question: Question, options: Sequence[Option], labels: Sequence[Label] | None
 ) -> list[dict[str, str]]:
-    """The chat messages of one read; ``options`` may be a rotation of the question's options."""
-    return [state_message(state), question_message(question, options, labels)]
+    """The chat messages of one read; ``options`` may be a rotation of the question's options.
+
+    ``labels`` None: the options are answered by name (see ``text_question_message``).
+    """
+    asked = (
+        question_message(question, options, labels) if labels else text_question_message(question, options)
+    )
+    return [state_message(state), asked]
 
 
 async def render(client: AsyncStrataClient, chat: list[dict[str, str]]) -> Prompt:

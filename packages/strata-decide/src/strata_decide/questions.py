@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Kind = Literal["choice", "score", "noul"]
+# How a choice is answered: "labels" (each option behind a one-token label, one read) or
+# "text" (the model answers with the option's name, each name scored whole); None: the
+# decider's default (`DecideOptions.answers`).
+Answers = Literal["labels", "text"]
 Content = str | Mapping[str, Any] | Sequence[Any]
 
 YES, NO = "yes", "no"
@@ -45,16 +49,19 @@ class Question:
     kind: Kind
     instructions: str | None
     options: tuple[Option, ...]
+    answers: Answers | None = None
 
     @property
     def names(self) -> list[str]:
         return [option.name for option in self.options]
 
 
-def choice(instructions: Content | None, criteria: Mapping[str, Content | None]) -> Question:
+def choice(
+    instructions: Content | None, criteria: Mapping[str, Content | None], answers: Answers | None = None
+) -> Question:
     """A ``choice`` question: one option per criteria key, description may be null."""
     options = tuple(Option(name, _text_or_none(text), text) for name, text in criteria.items())
-    return Question("choice", _text_or_none(instructions), options)
+    return Question("choice", _text_or_none(instructions), options, answers)
 
 
 def score(instructions: Content | None, levels: Sequence[Content]) -> Question:
@@ -79,7 +86,7 @@ def from_wire(question: Mapping[str, Any]) -> Question:
     kind = question["type"]
     instructions = question.get("instructions")
     if kind == "choice":
-        return choice(instructions, question["criteria"])
+        return choice(instructions, question["criteria"], question.get("x_answers"))
     if kind == "score":
         return score(instructions, question["criteria"])
     if kind == "noul":

@@ -6,6 +6,9 @@ and ``return_tokens_as_token_ids``. On Strata (and any server with the same sema
 generated position's ``top_logprobs`` then lists every allowed id with its raw
 full-vocabulary logprob, keyed ``token_id:<id>``.
 
+A text-answered choice is read by ``read_texts`` instead: one ``/v1/score_candidates``
+call scores each answer text whole (all its tokens) after the prompt.
+
 Server failures become the errors of ``strata_decide.errors``: a prompt over the context is
 ContextOverflowError, anything else UpstreamError.
 """
@@ -61,6 +64,21 @@ async def read_labels(
         prompt_tokens=usage.prompt_tokens if usage else len(prompt_ids),
         completion_tokens=usage.completion_tokens if usage else 1,
     )
+
+
+async def read_texts(
+    client: AsyncStrataClient, model: str | None, prompt_ids: Sequence[int], texts: Sequence[str]
+) -> RawRead:
+    """Each text's raw logprob as the whole continuation of ``prompt_ids`` (the sum over its
+    tokens, full-vocabulary values), in the order given."""
+    try:
+        scores = await client.candidates.score(model=model, prompt=list(prompt_ids), candidates=list(texts))
+    except (APIStatusError, APIConnectionError) as error:
+        raise upstream_failure(error) from error
+    if len(scores.candidates) != len(texts):
+        raise UpstreamError(f"the server scored {len(scores.candidates)} of {len(texts)} candidates")
+    read = len(prompt_ids) + sum(len(c.token_ids) for c in scores.candidates)
+    return RawRead([c.logprob for c in scores.candidates], prompt_tokens=read, completion_tokens=0)
 
 
 async def read_top(

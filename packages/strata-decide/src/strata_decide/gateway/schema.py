@@ -27,9 +27,12 @@ class ChoiceQuestion(_Strict):
     type: Literal["choice"]
     instructions: Content | None = None
     criteria: dict[str, Content | None] = Field(min_length=2, max_length=MAX_CHOICE_OPTIONS)
+    # Strata's extension: "labels" (one-token labels, one read) or "text" (each option's name
+    # scored whole); absent: the gateway's default (`--answers`)
+    x_answers: Literal["labels", "text"] | None = None
 
     def to_question(self) -> questions.Question:
-        return questions.choice(self.instructions, self.criteria)
+        return questions.choice(self.instructions, self.criteria, self.x_answers)
 
 
 class ScoreQuestion(_Strict):
