@@ -65,6 +65,38 @@ def without_ids(reply: httpx.Response) -> dict[str, Any]:
     return body
 
 
+def test_options_come_from_the_single_servers_flags() -> None:
+    """No Ray needed: the flags map to the replicas as they map to the single server."""
+    args = build_parser().parse_args(
+        ["--ray", "--replicas", "3", "--parallel", "3", "--max-queue", "7", "--max-logprobs", "9"]
+    )
+    options = RayOptions.from_args(args, ("key",))
+    assert options.replicas == 3 and options.engine["parallel"] == 3
+    assert options.engine["num_threads"] >= 1 and options.cpus_per_replica == options.engine["num_threads"]
+    assert options.gpus_per_replica == 0
+    assert options.settings.max_queue == 7 and options.settings.max_logprobs == 9
+    assert options.settings.keys == ("key",)
+    assert options.max_ongoing == 3 + 7
+    assert options.router_config.request_router_kwargs == {"imbalanced_threshold": 3}
+    cuda = RayOptions.from_args(build_parser().parse_args(["--ray", "--device", "cuda"]), ())
+    assert cuda.gpus_per_replica == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--replicas", "0"], "--replicas must be at least 1"),
+        (["--tensor-parallel", "2"], "--tensor-parallel is not supported"),
+    ],
+)
+def test_the_cli_refuses_impossible_replicas(flags: list[str], message: str) -> None:
+    from strata_server.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--ray", *flags])
+    assert message in str(exited.value)
+
+
 def test_health_reports_the_replicas(http: httpx.Client, ray_url: str) -> None:
     reply = http.get(f"{ray_url}/health")
     assert reply.status_code == 200, reply.text

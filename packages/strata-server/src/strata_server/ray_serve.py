@@ -70,6 +70,7 @@ class RayOptions:
     replicas: int = 2
     router: str = "affinity"  # or "pow2": Ray Serve's default power-of-two choices
     cpus_per_replica: float = 1.0
+    gpus_per_replica: float = 0.0  # 1 with --device cuda: Ray gives each replica its own GPU
     shutdown_grace: float = 30.0
     app_name: str = APP_NAME
 
@@ -87,6 +88,7 @@ class RayOptions:
             replicas=args.replicas,
             router=args.router,
             cpus_per_replica=float(engine["num_threads"]),
+            gpus_per_replica=1.0 if args.device == "cuda" else 0.0,
             shutdown_grace=args.shutdown_grace,
         )
 
@@ -344,7 +346,7 @@ def build_app(options: RayOptions) -> Any:
             num_replicas=options.replicas,
             max_ongoing_requests=options.max_ongoing,
             max_queued_requests=-1 if options.settings.max_queue is None else options.settings.max_queue,
-            ray_actor_options={"num_cpus": options.cpus_per_replica},
+            ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": options.gpus_per_replica},
             request_router_config=options.router_config,
             graceful_shutdown_timeout_s=options.shutdown_grace,
         )
