@@ -75,6 +75,16 @@ def test_column_ranges_hold_exactly_the_stored_values(tmp_path: Path, qtype: QT)
         assert torch.equal(TorchOps().linear(eye, part).T, expected[:, start:end])
 
 
+def test_three_ranks_add_in_rank_order_whatever_the_batch(tmp_path: Path) -> None:
+    """The property 2 ranks cannot show (fp32 a + b == b + a): with 3, gloo's own all_reduce adds
+    in an order that changes with the tensor's size, so with the batch; ours adds p0 + p1 + p2."""
+    out = tmp_path / "reduce.json"
+    done = run_ranks(3, out, ["--reduce"])
+    for rank, proc in enumerate(done):
+        assert proc.returncode == 0, f"rank {rank} failed:\n{proc.stdout[-4000:]}"
+    assert json.loads(out.read_text()) == {"off_order": 0, "off_batch": 0}
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> dict[str, Any]:
     """One run of two ranks over the default model and the tiny models (each rank loads each)."""
@@ -87,7 +97,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> dict[st
         **{n: write_tiny_model(d / f"{n}.gguf", tiny[n], seed=3) for n in TINY},
     }
     out = d / "rank0.json"
-    done = run_ranks(2, list(models.values()), out)
+    done = run_ranks(2, out, [str(p) for p in models.values()])
     for rank, proc in enumerate(done):
         assert proc.returncode == 0, f"rank {rank} failed:\n{proc.stdout[-4000:]}"
     results = json.loads(out.read_text())

@@ -1,10 +1,14 @@
 """Tensor-parallel ranks as real processes, for the engine's tests.
 
-`run_ranks(n, models, out)` starts `python tp_ranks.py OUT MODEL...` n times with the variables
+`run_ranks(n, out, models)` starts `python tp_ranks.py OUT MODEL...` n times with the variables
 torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Every rank loads each
 model with its shard; rank 0 runs `requests_for(engine)` on it, each request alone and then
 all of them in one batch, and writes their events to OUT as JSON (floats as hex: the bits
 survive); the other ranks follow rank 0's steps.
+
+With `--reduce` instead of models, the ranks run `TensorParallel.all_reduce` on the same
+partial sums in batches of several sizes and rank 0 writes how many elements differ from the
+float32 sum in rank order, p0 + p1 + ..., and between batch sizes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from strata_engine.api import (
     EngineEvent,
     LogprobParams,
@@ -27,6 +33,7 @@ from strata_engine.api import (
     Step,
 )
 from strata_engine.engine import LLMEngine
+from strata_engine.tensor_parallel import TensorParallel, init_from_env
 
 PROMPTS = (
     "The capital of France is",
@@ -72,8 +79,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ranks(n: int, models: list[Path], out: Path) -> list[subprocess.CompletedProcess[str]]:
-    """Run n ranks over `models`; every rank's completed process (rank 0 first)."""
+def run_ranks(n: int, out: Path, args: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Run n ranks (`args`: model paths, or `--reduce`); every rank's completed process (rank 0 first)."""
     base = {
         **os.environ,
         "WORLD_SIZE": str(n),
@@ -81,7 +88,7 @@ def run_ranks(n: int, models: list[Path], out: Path) -> list[subprocess.Complete
         "MASTER_PORT": str(free_port()),
         "OMP_NUM_THREADS": "1",
     }
-    command = [sys.executable, __file__, str(out), *map(str, models)]
+    command = [sys.executable, __file__, str(out), *args]
     procs = [
         subprocess.Popen(
             command,
@@ -104,10 +111,29 @@ def run_ranks(n: int, models: list[Path], out: Path) -> list[subprocess.Complete
     return done
 
 
-def main(out: str, models: list[str]) -> None:
-    from strata_engine.tensor_parallel import init_from_env
+def reduce_check(tp: TensorParallel) -> dict[str, int]:
+    """Partial sums spanning six decades (so the order of additions shows in the bits)."""
+    generator = torch.Generator().manual_seed(1)
+    partials = torch.randn(tp.world, 64, 576, generator=generator) * torch.logspace(-3, 3, 576)
+    in_order = partials[0].clone()
+    for p in partials[1:]:
+        in_order = in_order + p
+    off_order = off_batch = 0
+    for rows in (1, 3, 17, 64):
+        total = tp.all_reduce(partials[tp.rank, :rows].clone())
+        off_order += int((total != in_order[:rows]).sum())
+        off_batch += int((total[:1] != in_order[:1]).sum())
+    return {"off_order": off_order, "off_batch": off_batch}
 
+
+def main(out: str, models: list[str]) -> None:
     tp = init_from_env(int(os.environ["WORLD_SIZE"]))
+    if models == ["--reduce"]:
+        result = reduce_check(tp)
+        tp.close()
+        if tp.rank == 0:
+            Path(out).write_text(json.dumps(result))
+        return
     results = {}
     for model in models:
         engine = LLMEngine(model, num_threads=1, kv_cache_mb=64, tensor_parallel=tp)
