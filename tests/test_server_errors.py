@@ -56,7 +56,7 @@ COMPLETION_REFUSALS = {
         {"prompt": "x", "allowed_token_ids": []},
         "allowed_token_ids",
     ),
-    "logit_bias unsupported": ({"prompt": "x", "logit_bias": {"5": 10}}, "logit_bias"),
+    "logit_bias out of range": ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
 }
 
 

@@ -8,13 +8,16 @@ from strata_engine.api import RequestError
 from strata_engine.checks import check_request
 from strata_server.checks import (
     Limits,
+    check_logit_bias,
     check_logprobs,
     check_max_tokens,
     check_model,
+    check_penalties,
     check_sampling,
     normalize_stop,
     refuse_unsupported,
     resolve_top_n,
+    truncate_prompts,
 )
 from strata_server.errors import ApiError, engine_refusal
 from strata_server.plan import Plan, choice_seed, engine_requests, logprob_params, unique_ids
@@ -212,9 +215,25 @@ def test_stop_and_unsupported_fields() -> None:
     assert normalize_stop("x") == ("x",)
     assert normalize_stop(["a", "b"]) == ("a", "b")
     assert refusal(normalize_stop, ["a", ""]).param == "stop"
-    refuse_unsupported(presence_penalty=0.0, logit_bias={}, suffix=None)
-    assert refusal(refuse_unsupported, logit_bias={"5": 1.0}).param == "logit_bias"
-    assert refusal(refuse_unsupported, presence_penalty=0.5).param == "presence_penalty"
+    refuse_unsupported(tools=[], suffix=None)
+    assert refusal(refuse_unsupported, suffix="x").param == "suffix"
+
+
+def test_penalties_bias_and_truncation() -> None:
+    assert check_penalties(None, None, None) == (0.0, 0.0)
+    assert check_penalties(-2.0, 2.0, 1.0) == (-2.0, 2.0)
+    assert refusal(check_penalties, 2.5, None, None).param == "presence_penalty"
+    assert refusal(check_penalties, None, float("nan"), None).param == "frequency_penalty"
+    assert refusal(check_penalties, None, None, 1.1).code == "unsupported"
+    assert check_logit_bias({"5": 1.0, "7": -100}) == ((5, 1.0), (7, -100))
+    for bad in ({"x": 1.0}, {"-1": 1.0}, {"5": 100.5}, {"5": 1.0, "05": 2.0}, {"٣": 1.0}):
+        assert refusal(check_logit_bias, bad).param == "logit_bias"
+    prompts = [[1, 2, 3, 4], [5]]
+    assert truncate_prompts(prompts, None, 8) == prompts
+    assert truncate_prompts(prompts, 2, 8) == [[3, 4], [5]]
+    assert truncate_prompts(prompts, -1, 3) == [[2, 3, 4], [5]]
+    for bad_keep in (0, -2, 9):
+        assert refusal(truncate_prompts, prompts, bad_keep, 8).param == "truncate_prompt_tokens"
 
 
 # ---------------------------------------------------------------- what the engine is asked
