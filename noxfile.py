@@ -143,12 +143,21 @@ def ray(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks against llama.cpp (llama-cpp-python compiles for ~6-10 minutes)."""
     python = torch_env(
-        session, ENGINE, SERVER, CLIENT, f"{DECIDE}[gateway]", "llama-cpp-python==0.3.36", "psutil"
+        session,
+        ENGINE,
+        SERVER,
+        CLIENT,
+        f"{DECIDE}[gateway]",
+        "llama-cpp-python==0.3.36",
+        "psutil",
+        "matplotlib",
     )
     for script in (
         "bench/bench_engine.py",
         "bench/bench_batching.py",
         "bench/bench_server.py",
         "bench/bench_decide.py",
+        "bench/bench_kquants.py",  # writes a ~1 GB random Q4_K_M-style GGUF under STRATA_HOME once
+        "bench/plot_speed.py",  # the PNG charts in bench/results/
     ):
         session.run(python, script, external=True)

@@ -24,20 +24,29 @@ PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
 
 
-def _prompt_ids(vocab_size: int) -> list[int]:
+def _prompt_ids(vocab_size: int, n: int = PROMPT_TOKENS) -> list[int]:
     # A deterministic, varied prompt: ordinary token ids, no control tokens.
-    return [100 + (i * 7919) % (vocab_size - 200) for i in range(PROMPT_TOKENS)]
+    return [100 + (i * 7919) % (vocab_size - 200) for i in range(n)]
 
 
-def bench_strata(threads: int, repeat: int) -> dict:
+def bench_strata(
+    threads: int,
+    repeat: int,
+    path: str | None = None,
+    prompt_tokens: int = PROMPT_TOKENS,
+    decode_tokens: int = DECODE_TOKENS,
+    all_logits: bool = True,
+) -> dict:
+    """Strata's figures; `path` (default: the default model), the prompt and decode lengths and
+    `all_logits` (the echo-scoring prefill) let other benchmarks reuse the same measurement."""
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
     from strata_engine.model_store import resolve_model
 
-    path = resolve_model("default")
+    path = path or str(resolve_model("default"))
     t0 = time.perf_counter()
     engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
     load = time.perf_counter() - t0
-    ids = tuple(_prompt_ids(engine.vocab_size))
+    ids = tuple(_prompt_ids(engine.vocab_size, prompt_tokens))
 
     def timed(request: Request) -> tuple[float, list[float]]:
         stamps: list[float] = []
@@ -53,59 +62,93 @@ def bench_strata(threads: int, repeat: int) -> dict:
         # distinct first token each round so the prefix cache cannot help
         p = (ids[0] + r + 1, *ids[1:])
         start, stamps = timed(Request(p, SamplingParams(max_tokens=1, temperature=0)))
-        best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (stamps[0] - start))
-        p = (ids[0] + r + 101, *ids[1:])
-        start = time.perf_counter()
-        engine.generate(
-            Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True))
-        )
-        best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
+        best["prefill_last"] = max(best["prefill_last"], prompt_tokens / (stamps[0] - start))
+        if all_logits:
+            p = (ids[0] + r + 101, *ids[1:])
+            start = time.perf_counter()
+            engine.generate(
+                Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True))
+            )
+            best["prefill_all"] = max(best["prefill_all"], prompt_tokens / (time.perf_counter() - start))
         short = (ids[0] + r + 201, *ids[1:16])
         _, stamps = timed(
             Request(
                 short,
-                SamplingParams(max_tokens=DECODE_TOKENS, temperature=0, ignore_eos=True),
+                SamplingParams(max_tokens=decode_tokens, temperature=0, ignore_eos=True),
                 LogprobParams(top_n=1),
             )
         )
         best["decode"] = max(best["decode"], (len(stamps) - 1) / (stamps[-1] - stamps[0]))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if not all_logits:
+        del best["prefill_all"]
     return {"load_s": load, **best, "peak_rss_mb": rss, "kernels": engine.kernels}
 
 
-def bench_llama_cpp(threads: int, repeat: int) -> dict:
+def bench_llama_cpp(
+    threads: int,
+    repeat: int,
+    path: str | None = None,
+    prompt_tokens: int = PROMPT_TOKENS,
+    decode_tokens: int = DECODE_TOKENS,
+    all_logits: bool = True,
+) -> dict:
+    """llama.cpp's figures, measured as `bench_strata` measures Strata's (same arguments)."""
     import llama_cpp
 
     from strata_engine.model_store import resolve_model
 
-    path = str(resolve_model("default"))
+    path = path or str(resolve_model("default"))
+    n_ctx = max(1024, prompt_tokens, 16 + decode_tokens)
     t0 = time.perf_counter()
-    llm = llama_cpp.Llama(path, n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
+    llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_threads=threads, n_batch=512, verbose=False)
     load = time.perf_counter() - t0
-    llm_all = llama_cpp.Llama(
-        path, n_ctx=1024, n_threads=threads, n_batch=512, logits_all=True, verbose=False
+    llm_all = (
+        llama_cpp.Llama(path, n_ctx=n_ctx, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
+        if all_logits
+        else None
     )
-    ids = _prompt_ids(llm.n_vocab())
+    ids = _prompt_ids(llm.n_vocab(), prompt_tokens)
     best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
     for r in range(repeat):
         p = [ids[0] + r + 1, *ids[1:]]
         llm.reset()
         start = time.perf_counter()
         llm.eval(p)
-        best["prefill_last"] = max(best["prefill_last"], PROMPT_TOKENS / (time.perf_counter() - start))
-        llm_all.reset()
-        start = time.perf_counter()
-        llm_all.eval(p)
-        best["prefill_all"] = max(best["prefill_all"], PROMPT_TOKENS / (time.perf_counter() - start))
+        best["prefill_last"] = max(best["prefill_last"], prompt_tokens / (time.perf_counter() - start))
+        if llm_all is not None:
+            llm_all.reset()
+            start = time.perf_counter()
+            llm_all.eval(p)
+            best["prefill_all"] = max(best["prefill_all"], prompt_tokens / (time.perf_counter() - start))
         llm.reset()
         llm.eval(p[:16])
         start = time.perf_counter()
         tok = ids[20]
-        for _ in range(DECODE_TOKENS):
+        for _ in range(decode_tokens):
             llm.eval([tok])
             tok = int(llm.scores[llm.n_tokens - 1].argmax())
-        best["decode"] = max(best["decode"], DECODE_TOKENS / (time.perf_counter() - start))
+        best["decode"] = max(best["decode"], decode_tokens / (time.perf_counter() - start))
+    if llm_all is None:
+        del best["prefill_all"]
     return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run_side(label: str, script: str, args: list[str], env: dict[str, str] | None = None) -> dict | None:
+    """Run `script args` in a fresh interpreter, so that its memory figures are its own; the JSON
+    object on the last line it prints, or None (and a line saying why) when it failed."""
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(f"{label}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def keep_best(best: dict, out: dict) -> None:
+    """Fold one run's figures into `best`: the lowest load time and memory, the highest rates
+    (on a shared, noisy machine the best of several runs is the least disturbed one)."""
+    for key, value in out.items():
+        best[key] = min(best[key], value) if key in ("load_s", "peak_rss_mb") else max(best[key], value)
 
 
 def host_line() -> str:
@@ -158,19 +201,10 @@ def main() -> None:
     for _ in range(args.rounds):
         for side, target in runs:
             env = {**os.environ, **({"STRATA_KERNELS_TARGET": target} if target else {})}
-            proc = subprocess.run(
-                [sys.executable, __file__, "--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)],
-                capture_output=True, text=True, env=env,
-            )  # fmt: skip
-            if proc.returncode != 0:
-                print(f"{side}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
-                continue
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
-            best = results.setdefault(out.pop("kernels", side), out)
-            for key, value in out.items():
-                best[key] = (
-                    min(best[key], value) if key in ("load_s", "peak_rss_mb") else max(best[key], value)
-                )
+            side_args = ["--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)]
+            out = run_side(side, __file__, side_args, env)
+            if out is not None:
+                keep_best(results.setdefault(out.pop("kernels", side), out), out)
     columns = list(results)
     rows = [
         ("load to ready (s)", "load_s"),

@@ -1,0 +1,366 @@
+"""K-quant speed: Strata against llama.cpp on a Qwen3-1.7B-shaped Q4_K_M-style GGUF.
+
+Most published GGUFs are Q4_K_M (Q4_K and Q6_K blocks). This benchmark writes, once, a randomly
+initialised GGUF of that kind: Qwen3-1.7B's shape (arch qwen3, 28 layers, hidden 2048, 16 heads,
+8 KV heads, head_dim 128, FFN 6144, q/k norms, RoPE theta 1e6, output tied to the token
+embedding), weights mixed as llama.cpp's Q4_K_M mixes them (Q4_K; attn_v and ffn_down Q6_K in
+the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32), and the
+SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). The file is cached under
+STRATA_HOME/bench (or --out) and never committed.
+
+It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
+llama.cpp's on a few prompt positions, and measures both on the same file, each side in its own
+subprocess (bench_engine's measurement): load time, prefill tokens/s (last-position logits),
+decode tokens/s at batch 1, peak RSS, and the ratios. Table to stdout, JSON to
+bench/results/kquants.json.
+
+    python bench/bench_kquants.py [--quick] [--threads 2] [--rounds 2] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_engine import _prompt_ids, bench_llama_cpp, bench_strata, host_line, keep_best, run_side
+from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType as QT
+
+RESULTS = Path(__file__).parent / "results"
+# Qwen3-1.7B (config.json): tie_word_embeddings true, max_position_embeddings 40960
+SHAPE = {"layers": 28, "hidden": 2048, "heads": 16, "kv_heads": 8, "head_dim": 128, "ffn": 6144}
+CTX = 4096  # the file's context length (Qwen3's 40960 would only size Strata's KV reservation)
+WEIGHT_STD = 0.02  # of the projections; the tied embedding 0.04 (logits of order 1-2)
+CHECK_POSITIONS = 32  # prompt positions whose top-1 the two engines are compared on
+# llama.cpp rounds activations to 8 bits for K-quant dot products: on this model its log-probs
+# move by ~0.05 (up to ~0.2) nats, so a top-1 that leads by less is a near-tie it may flip.
+CLEAR_MARGIN = 0.25
+FTYPE_Q4_K_M = 15  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+SPREAD_OF = ("token_embd.weight", "blk.0.attn_v.weight", "blk.3.attn_v.weight", "blk.0.ffn_up.weight")
+
+
+def use_more_bits(layer: int, n_layers: int) -> bool:
+    """llama.cpp's choice (llama-quant.cpp) of the Q4_K_M layers whose attn_v/ffn_down get Q6_K."""
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def _fp16_bytes(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def random_q4_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Q4_K super-blocks (144 bytes): w = d * sc * q - dmin * m with random nibbles q; dmin = 8 d
+    (exact in fp16) and m = round(7.5 sc / 8), so each sub-block is centred near zero."""
+    blocks = np.empty((n_blocks, 144), dtype=np.uint8)
+    sc = rng.integers(16, 64, size=(n_blocks, 8), dtype=np.uint8)
+    m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
+    d = std / (40 * 4.6) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40, std(q) ~ 4.6
+    blocks[:, 0:2] = _fp16_bytes(d)
+    blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * 8)
+    # the 12 scale bytes, packed as llama.cpp's get_scale_min_k4 unpacks them
+    blocks[:, 4:8] = (sc[:, :4] & 0x3F) | ((sc[:, 4:] >> 4) << 6)
+    blocks[:, 8:12] = (m[:, :4] & 0x3F) | ((m[:, 4:] >> 4) << 6)
+    blocks[:, 12:16] = (sc[:, 4:] & 0x0F) | ((m[:, 4:] & 0x0F) << 4)
+    blocks[:, 16:] = rng.integers(0, 256, size=(n_blocks, 128), dtype=np.uint8)
+    return blocks
+
+
+def random_q6_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Q6_K super-blocks (210 bytes): w = d * sc * (q - 32), random 6-bit q, int8 scales of
+    either sign."""
+    blocks = np.empty((n_blocks, 210), dtype=np.uint8)
+    blocks[:, :192] = rng.integers(0, 256, size=(n_blocks, 192), dtype=np.uint8)  # ql, qh
+    sc = rng.integers(8, 25, size=(n_blocks, 16)) * rng.choice([-1, 1], size=(n_blocks, 16))
+    blocks[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+    d = std / (16 * 18.5) * rng.uniform(0.75, 1.25, size=n_blocks)  # E|sc| ~ 16, std(q) ~ 18.5
+    blocks[:, 208:210] = _fp16_bytes(d)
+    return blocks
+
+
+RANDOM_BLOCKS = {QT.Q4_K: random_q4_k, QT.Q6_K: random_q6_k}
+
+
+def random_weight(qtype: QT, rows: int, cols: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    block, size = GGML_QUANT_SIZES[qtype]
+    return RANDOM_BLOCKS[qtype](rows * cols // block, std, rng).reshape(rows, cols // block * size)
+
+
+def mixture(layers: int) -> dict[str, QT]:
+    """Each 2-D weight's type, as llama.cpp's Q4_K_M would choose it for this shape."""
+    types = {"token_embd.weight": QT.Q6_K}  # tied: quantised as the output, Q6_K
+    for i in range(layers):
+        more = use_more_bits(i, layers)
+        for name in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
+            types[f"blk.{i}.{name}.weight"] = QT.Q4_K
+        for name in ("attn_v", "ffn_down"):
+            types[f"blk.{i}.{name}.weight"] = QT.Q6_K if more else QT.Q4_K
+    return types
+
+
+def copy_tokenizer(writer: GGUFWriter, source: Path) -> int:
+    """Copy every tokenizer.* key of `source` into `writer`; the vocabulary size."""
+    reader = GGUFReader(source)
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            sub = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), field.types[0], sub)
+    return len(reader.fields["tokenizer.ggml.tokens"].data)
+
+
+def write_model(path: Path, layers: int, seed: int = 0) -> None:
+    """Write the random Qwen3-shaped Q4_K_M-style GGUF to `path` (atomically)."""
+    from strata_engine.model_store import resolve_model
+
+    s = {**SHAPE, "layers": layers}
+    rng = np.random.default_rng(seed)
+    tmp = path.with_suffix(".tmp")
+    w = GGUFWriter(str(tmp), "qwen3")
+    w.add_name(f"random Qwen3-1.7B-shaped Q4_K_M-style ({layers} layers, SmolLM2 vocabulary)")
+    w.add_file_type(FTYPE_Q4_K_M)
+    w.add_block_count(layers)
+    w.add_context_length(CTX)
+    w.add_embedding_length(s["hidden"])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_key_length(s["head_dim"])
+    w.add_value_length(s["head_dim"])
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    vocab = copy_tokenizer(w, resolve_model("default"))
+    w.add_vocab_size(vocab)
+
+    def norm(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + rng.normal(0.0, 0.05, size=n)).astype(np.float32))
+
+    types = mixture(layers)
+    q_out, kv_out = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    shapes = {"attn_q": (q_out, s["hidden"]), "attn_k": (kv_out, s["hidden"]), "attn_v": (kv_out, s["hidden"]),
+              "attn_output": (s["hidden"], q_out), "ffn_gate": (s["ffn"], s["hidden"]),
+              "ffn_up": (s["ffn"], s["hidden"]), "ffn_down": (s["hidden"], s["ffn"])}  # fmt: skip
+    emb = "token_embd.weight"
+    w.add_tensor(
+        emb, random_weight(types[emb], vocab, s["hidden"], 2 * WEIGHT_STD, rng), raw_dtype=types[emb]
+    )
+    for i in range(layers):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight", s["hidden"])
+        norm(p + "attn_q_norm.weight", s["head_dim"])
+        norm(p + "attn_k_norm.weight", s["head_dim"])
+        norm(p + "ffn_norm.weight", s["hidden"])
+        for name, (rows, cols) in shapes.items():
+            qtype = types[f"{p}{name}.weight"]
+            w.add_tensor(
+                f"{p}{name}.weight", random_weight(qtype, rows, cols, WEIGHT_STD, rng), raw_dtype=qtype
+            )
+    norm("output_norm.weight", s["hidden"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(path)
+
+
+def model_path(out: str | None, layers: int) -> Path:
+    from strata_engine.paths import strata_home
+
+    if out:
+        return Path(out)
+    return strata_home() / "bench" / f"qwen3-1.7b-shape-{layers}l-q4_k_m-random.gguf"
+
+
+def describe(path: Path) -> dict:
+    """The file's vocabulary, type mixture and size, and gguf-py's dequantised weight spread
+    (a check that the random blocks are sane: finite, centred, of the intended scale)."""
+    from gguf import quants
+
+    reader = GGUFReader(path)
+    counts: dict[str, int] = {}
+    spread: dict[str, list[float]] = {}
+    for t in reader.tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+        if t.name in SPREAD_OF:
+            values = quants.dequantize(np.asarray(t.data)[:64], t.tensor_type)
+            spread[t.name] = [float(values.mean()), float(values.std()), float(np.abs(values).max())]
+    return {
+        "file": path.name,
+        "file_mb": path.stat().st_size / 2**20,
+        "vocab": len(reader.fields["tokenizer.ggml.tokens"].data),
+        "tensor_types": counts,
+        "weight_mean_std_absmax": spread,
+    }
+
+
+def strata_check(path: str, threads: int) -> dict:
+    """Strata's top-1 at each prompt position, and which kernel types its weights are held in."""
+    from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+    from strata_engine.weights import Weight
+
+    engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
+    held: dict[str, int] = {}
+    weights = [engine.model.embedding, engine.model.output]
+    weights += [v for layer in engine.model.layers for v in vars(layer).values() if isinstance(v, Weight)]
+    for weight in {id(w): w for w in weights}.values():  # a tied output is the embedding
+        kind = {12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(weight.kernel_type, "other")
+        if weight._dense is not None and weight.kernel_type:
+            kind += " + fp32 copy"
+        held[kind] = held.get(kind, 0) + 1
+    ids = tuple(_prompt_ids(engine.vocab_size, CHECK_POSITIONS))
+    events = engine.generate(
+        Request(
+            ids, SamplingParams(max_tokens=1, temperature=0), LogprobParams(top_n=1, prompt_logprobs=True)
+        )
+    )
+    rows = next(e for e in events if isinstance(e, PromptScores)).rows[1:]
+    rows += tuple(e.logprobs for e in events if isinstance(e, Step))
+    top = [row.top[0] for row in rows if row is not None]
+    return {"top1": [t[0] for t in top], "logprob": [t[1] for t in top], "weights": held}
+
+
+def llama_cpp_check(path: str, threads: int) -> dict:
+    """llama.cpp's top-1, its log-probability and its lead over the top-2, at each position."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(path, n_ctx=256, n_threads=threads, logits_all=True, verbose=False)
+    llm.eval(_prompt_ids(llm.n_vocab(), CHECK_POSITIONS))
+    logits = np.asarray(llm.scores[:CHECK_POSITIONS], dtype=np.float64)
+    logprobs = logits - logits.max(axis=1, keepdims=True)
+    logprobs -= np.log(np.exp(logprobs).sum(axis=1, keepdims=True))
+    top1 = logprobs.argmax(axis=1)
+    two = np.sort(logprobs, axis=1)[:, -2:]
+    return {
+        "top1": top1.tolist(),
+        "logprob": logprobs[np.arange(len(top1)), top1].tolist(),
+        "margin": (two[:, 1] - two[:, 0]).tolist(),
+    }
+
+
+SIDES = {"strata": bench_strata, "llama.cpp": bench_llama_cpp}
+CHECKS = {"strata": strata_check, "llama.cpp": llama_cpp_check}
+
+
+def side_main(args: argparse.Namespace) -> None:
+    """One side, in its own process: its JSON on the last line of stdout."""
+    side, _, kind = args.side.partition(":")
+    if kind == "check":
+        print(json.dumps(CHECKS[side](args.model, args.threads)))
+        return
+    print(json.dumps(SIDES[side](args.threads, args.repeat, args.model, args.prompt, args.decode, False)))
+
+
+def sanity(path: Path, threads: int) -> dict:
+    """Strata keeps the K-quants packed, and its top-1 is llama.cpp's wherever llama.cpp's is
+    clear (leads by CLEAR_MARGIN), at a quarter of the positions at least."""
+    args = ["--model", str(path), "--threads", str(threads)]
+    ours = run_side("strata check", __file__, ["--side", "strata:check", *args])
+    theirs = run_side("llama.cpp check", __file__, ["--side", "llama.cpp:check", *args])
+    if ours is None or theirs is None:
+        return {"ok": False}
+    same = [a == b for a, b in zip(ours["top1"], theirs["top1"], strict=True)]
+    clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
+    diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
+    packed = set(ours["weights"]) <= {"Q4_K packed", "Q6_K packed"}
+    agree_clear = sum(same[i] for i in clear)
+    return {
+        "positions": len(same),
+        "top1_agree": sum(same),
+        "clear_positions": len(clear),
+        "top1_agree_clear": agree_clear,
+        "top1_logprob_diff_median": float(np.median(diffs)) if diffs else None,
+        "top1_logprob_diff_max": max(diffs, default=None),
+        "strata_weights": ours["weights"],
+        "ok": packed and agree_clear == len(clear) and len(clear) >= len(same) // 4,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="where the GGUF is (written there if missing)")
+    ap.add_argument("--layers", type=int, default=SHAPE["layers"], help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2, help="measurements per side and round")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds in which the sides take turns")
+    ap.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
+    ap.add_argument("--decode", type=int, default=128, help="decode length at batch 1 (tokens)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 256/64 tokens, one round, one repeat")
+    ap.add_argument("--json", default=str(RESULTS / "kquants.json"))
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.side:
+        side_main(args)
+        return
+    if args.quick:
+        args.prompt, args.decode, args.rounds, args.repeat = 256, 64, 1, 1
+    path = model_path(args.out, args.layers)
+    print(host_line())
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        write_model(path, args.layers)
+        print(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
+    model = describe(path)
+    print(
+        f"model: {path} ({model['file_mb']:.0f} MiB), qwen3 {args.layers} layers, hidden 2048, "
+        f"vocab {model['vocab']} (SmolLM2's tokenizer), tensors {model['tensor_types']}"
+    )
+    check = sanity(path, args.threads)
+    print(f"sanity: Strata holds its 2-D weights as {check.get('strata_weights')}")
+    if "positions" in check:
+        print(
+            f"sanity: top-1 agrees with llama.cpp at {check['top1_agree']}/{check['positions']} positions, "
+            f"at {check['top1_agree_clear']}/{check['clear_positions']} where llama.cpp's leads by more "
+            f"than {CLEAR_MARGIN} nats (the rest are near-ties its 8-bit activations can flip); where "
+            f"they agree, the top-1 log-probability differs by {check['top1_logprob_diff_median']:.3f} "
+            f"median, {check['top1_logprob_diff_max']:.3f} max"
+        )
+    print(f"sanity: {'ok' if check['ok'] else 'FAILED'}")
+    results: dict[str, dict] = {}
+    side_args = ["--model", str(path), "--threads", str(args.threads), "--repeat", str(args.repeat),
+                 "--prompt", str(args.prompt), "--decode", str(args.decode)]  # fmt: skip
+    for _ in range(args.rounds):  # the sides take turns; each keeps its best figures
+        for side in SIDES:
+            out = run_side(side, __file__, ["--side", side, *side_args])
+            if out is not None:
+                out.pop("kernels", None)
+                keep_best(results.setdefault(side, out), out)
+    rows = [
+        ("load to ready (s)", "load_s"),
+        (f"prefill {args.prompt}, last logits (tok/s)", "prefill_last"),
+        (f"decode bs=1, {args.decode} tok (tok/s)", "decode"),
+        ("peak RSS (MB)", "peak_rss_mb"),
+    ]
+    ratios = {}
+    print(f"{'metric':36}{'strata':>12}{'llama.cpp':>12}{'ratio':>10}")
+    for label, key in rows:
+        ours, theirs = (results.get(side, {}).get(key) for side in SIDES)
+        ratio = ours / theirs if ours and theirs else None
+        ratios[key] = ratio
+        cells = "".join(f"{v:12.2f}" if v is not None else f"{'-':>12}" for v in (ours, theirs))
+        print(f"{label:36}{cells}{ratio:10.2f}" if ratio else f"{label:36}{cells}{'-':>10}")
+    record = {
+        "note": "provisional: measured on a shared, noisy 2-core machine; best of the runs",
+        "host": host_line(),
+        "threads": args.threads,
+        "prompt_tokens": args.prompt,
+        "decode_tokens": args.decode,
+        "rounds": args.rounds,
+        "repeat": args.repeat,
+        "model": model,
+        "sanity": check,
+        "results": results,
+        "ratios_strata_over_llama_cpp": ratios,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    if not check["ok"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
