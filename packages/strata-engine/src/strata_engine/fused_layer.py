@@ -85,23 +85,24 @@ def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> La
     )
 
 
-def run_layer(
-    ops: NativeOps,
-    desc: LayerDesc,
-    x: torch.Tensor,
-    meta: AttentionMeta,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-) -> None:
-    """x [T, hidden] (contiguous fp32) becomes the layer's output, in place."""
-    ops.lib.strata_layer(
-        ctypes.byref(desc), x.data_ptr(), x.shape[0], meta.positions.data_ptr(), meta.token_seq.data_ptr(),
-        meta.block_tables.data_ptr(), meta.block_tables.shape[1], meta.block_size, meta.slots.data_ptr(),
-        k_cache.data_ptr(), v_cache.data_ptr(), ops.threads,
-    )  # fmt: skip
+class FusedLayers:
+    """Every layer of a model as one `strata_layer` call each."""
+
+    def __init__(self, ops: NativeOps, descs: list[LayerDesc]) -> None:
+        self.lib, self.threads, self.descs = ops.lib, ops.threads, descs
+
+    def run(self, x: torch.Tensor, meta: AttentionMeta, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """x [T, hidden] (contiguous fp32) becomes the last layer's output, in place."""
+        positions, token_seq, tables = meta.positions.data_ptr(), meta.token_seq.data_ptr(), meta.block_tables
+        slots, width, x_ptr, n = meta.slots.data_ptr(), tables.shape[1], x.data_ptr(), x.shape[0]
+        for desc, (k_cache, v_cache) in zip(self.descs, kv, strict=True):
+            self.lib.strata_layer(
+                ctypes.byref(desc), x_ptr, n, positions, token_seq, tables.data_ptr(), width,
+                meta.block_size, slots, k_cache.data_ptr(), v_cache.data_ptr(), self.threads,
+            )  # fmt: skip
 
 
-def describe_all(model: Transformer) -> list[LayerDesc] | None:
+def describe_all(model: Transformer) -> FusedLayers | None:
     """Every layer's description, or None: not the native kernels, a tensor-parallel rank, or a
     layer `strata_layer` does not cover (all layers take the same path)."""
     if not isinstance(model.ops, NativeOps) or model.tp.active:
@@ -113,4 +114,4 @@ def describe_all(model: Transformer) -> list[LayerDesc] | None:
         if desc is None:
             return None
         descs.append(desc)
-    return descs
+    return FusedLayers(model.ops, descs)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import exactmath
+from strata_engine import exactmath, fused_layer
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
@@ -269,6 +269,7 @@ class Transformer:
         self.embed_scale = (
             torch.tensor(np.sqrt(np.float32(cfg.hidden)), dtype=torch.float32) if cfg.embed_scale else None
         )
+        self.fused = fused_layer.describe_all(self)  # one native call per layer, where it applies
 
     @torch.inference_mode()
     def forward(
@@ -280,6 +281,9 @@ class Transformer:
         x = ops.embed(self.embedding, ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale  # one correctly rounded fp32 multiply per element
+        if self.fused is not None:  # the same kernels in the same order, one call per layer
+            self.fused.run(x, meta, kv)
+            return ops.rmsnorm(x, self.norm, cfg.rms_eps)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv, strict=True)):
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
