@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,21 @@ def test_three_ranks_add_in_rank_order_whatever_the_batch(tmp_path: Path) -> Non
     for rank, proc in enumerate(done):
         assert proc.returncode == 0, f"rank {rank} failed:\n{proc.stdout[-4000:]}"
     assert json.loads(out.read_text()) == {"off_order": 0, "off_batch": 0}
+
+
+def test_a_failure_mid_step_fails_loudly_on_every_rank(tmp_path: Path, model_path: Path) -> None:
+    """Rank 0 leaves a step half-way (a planted bug): its request and every later one fail with
+    EngineUnavailable, and the worker, stuck in a collective, exits with an error at once
+    rather than after the group's timeout (60 s)."""
+    out = tmp_path / "fault.json"
+    started = time.monotonic()
+    done = run_ranks(2, out, ["--fault", str(model_path)])
+    assert time.monotonic() - started < 45
+    assert done[0].returncode == 0, done[0].stdout[-4000:]
+    assert done[1].returncode != 0 and "EngineUnavailable" in done[1].stdout
+    outcome = json.loads(out.read_text())
+    assert outcome["first"].startswith("EngineUnavailable: tensor-parallel step failed: ZeroDivisionError")
+    assert outcome["next"] == outcome["first"]  # refused with the same reason
 
 
 @pytest.fixture(scope="module")

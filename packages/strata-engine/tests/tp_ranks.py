@@ -6,6 +6,10 @@ model with its shard; rank 0 runs `requests_for(engine)` on it, each request alo
 all of them in one batch, and writes their events to OUT as JSON (floats as hex: the bits
 survive); the other ranks follow rank 0's steps.
 
+With `--fault MODEL`, rank 0 meets a planted bug in the middle of its forward (the other ranks
+are then waiting in a collective it will never join): it writes what the request got and
+what a later one gets; the other ranks must exit, with an error, at once.
+
 With `--reduce` instead of models, the ranks run `TensorParallel.all_reduce` on the same
 partial sums in batches of several sizes and rank 0 writes how many elements differ from the
 float32 sum in rank order, p0 + p1 + ..., and between batch sizes.
@@ -25,6 +29,7 @@ import torch
 
 from strata_engine.api import (
     EngineEvent,
+    EngineUnavailable,
     LogprobParams,
     LogprobRow,
     PromptScores,
@@ -126,8 +131,36 @@ def reduce_check(tp: TensorParallel) -> dict[str, int]:
     return {"off_order": off_order, "off_batch": off_batch}
 
 
+def fault_check(engine: LLMEngine) -> dict[str, Any]:
+    """A planted bug in rank 0's 40th matmul of a step: the request fails, later ones are refused."""
+    calls, linear = [0], engine.ops.linear
+
+    def buggy(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 40:
+            raise ZeroDivisionError("planted")
+        return linear(*args, **kwargs)
+
+    engine.ops.linear = buggy  # type: ignore[method-assign]
+    outcome: dict[str, Any] = {}
+    for name in ("first", "next"):
+        try:
+            engine.generate(requests_for(engine)[0])
+            outcome[name] = "served"
+        except EngineUnavailable as exc:
+            outcome[name] = f"EngineUnavailable: {exc}"
+    return outcome
+
+
 def main(out: str, models: list[str]) -> None:
     tp = init_from_env(int(os.environ["WORLD_SIZE"]))
+    if models[0] == "--fault":
+        engine = LLMEngine(models[1], num_threads=1, kv_cache_mb=64, tensor_parallel=tp)
+        if tp.rank != 0:
+            engine.follow()  # raises EngineUnavailable once rank 0 has left
+            return
+        Path(out).write_text(json.dumps(fault_check(engine)))
+        return
     if models == ["--reduce"]:
         result = reduce_check(tp)
         tp.close()

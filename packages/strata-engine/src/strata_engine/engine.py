@@ -157,9 +157,16 @@ class LLMEngine:
         self.num_steps += 1
         try:
             rows, lps = self.runner.run(work)
-        except EngineUnavailable as exc:  # a tensor-parallel rank is gone: fail loudly, for good
-            self.failure = exc
-            self.fail_all(exc)
+        except EngineUnavailable as exc:  # a tensor-parallel rank is gone
+            self._fail_for_good(exc)
+            return
+        except Exception as exc:
+            if not self.tp.active:
+                raise
+            # this rank left the others mid-step: they wait in a collective it will never join
+            self._fail_for_good(
+                EngineUnavailable(f"tensor-parallel step failed: {type(exc).__name__}: {exc}")
+            )
             return
         for w in work:
             w.seq.num_computed = w.end
@@ -234,7 +241,14 @@ class LLMEngine:
             try:
                 self.tp.heartbeat()
             except EngineUnavailable as exc:
-                self.failure = exc
+                self._fail_for_good(exc)
+
+    def _fail_for_good(self, failure: EngineUnavailable) -> None:
+        """Fail every request in flight and refuse every later one (loudly, never a hang)."""
+        log.error("%s", failure)
+        self.failure = failure
+        self.tp.abandon(failure)
+        self.fail_all(failure)
 
     def follow(self) -> None:
         """Ranks other than 0: run rank 0's steps until it stops (it runs the scheduler)."""

@@ -144,6 +144,13 @@ class TensorParallel:
             except EngineUnavailable:
                 pass  # a worker is gone already; nothing to wait for
 
+    def abandon(self, failure: EngineUnavailable) -> None:
+        """After a failure: leave the group at once, so that the other ranks' collectives fail
+        now (they exit) instead of waiting out the timeout for a rank that will never come."""
+        self.broken = self.broken or failure
+        if self.active and dist.is_initialized():
+            dist.destroy_process_group()
+
     def close(self) -> None:
         """Release the workers (from rank 0) and leave the process group."""
         if not self.active or not dist.is_initialized():
@@ -204,7 +211,6 @@ class TensorParallel:
             self.broken = EngineUnavailable(
                 f"tensor-parallel rank failure (rank {self.rank} of {self.world}): {exc}; restart every rank"
             )
-            log.error("%s", self.broken)
             raise self.broken from exc
 
 
