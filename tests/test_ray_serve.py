@@ -25,7 +25,7 @@ pytest.importorskip("ray.serve", reason="the [ray] extra is not installed (nox -
 import ray
 
 from strata_server.cli import build_parser
-from strata_server.ray_serve import RayOptions, start, stop
+from strata_server.ray_serve import RayOptions, options_from_serve_args, start, stop
 
 FLAGS = ("--model", "default", "--threads", "1", "--parallel", "2", "--log-level", "warning")
 REPLICA = "x-strata-replica"
@@ -77,9 +77,22 @@ def test_options_come_from_the_single_servers_flags() -> None:
     assert options.settings.max_queue == 7 and options.settings.max_logprobs == 9
     assert options.settings.keys == ("key",)
     assert options.max_ongoing == 3 + 7
-    assert options.router_config.request_router_kwargs == {"imbalanced_threshold": 3}
+    assert options.router_config.request_router_kwargs == {
+        "imbalanced_threshold": 3,
+        "match_rate_threshold": 0.5,
+    }
     cuda = RayOptions.from_args(build_parser().parse_args(["--ray", "--device", "cuda"]), ())
     assert cuda.gpus_per_replica == 1
+
+
+def test_serve_run_arguments_are_the_cli_flags() -> None:
+    options = options_from_serve_args(
+        {"replicas": 3, "threads": 1, "no_prefix_cache": "true", "router": "pow2", "max_queue": -1}
+    )
+    assert options.replicas == 3 and options.router == "pow2"
+    assert options.engine["num_threads"] == 1 and options.engine["prefix_cache"] is False
+    assert options.settings.max_queue is None
+    assert options_from_serve_args({"no_prefix_cache": "false"}).engine["prefix_cache"] is True
 
 
 @pytest.mark.parametrize(
@@ -124,6 +137,8 @@ def test_the_same_request_gives_the_same_bits_on_every_replica(
     expected = without_ids(reference)
     for reply in replies:
         assert without_ids(reply) == expected
+        replica_ms = float(reply.headers["server-timing"].removeprefix("replica;dur="))
+        assert 0 < replica_ms <= reply.elapsed.total_seconds() * 1000
 
 
 def test_questions_about_one_state_stay_on_one_replica(http: httpx.Client, ray_url: str) -> None:

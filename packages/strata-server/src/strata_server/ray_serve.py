@@ -58,6 +58,11 @@ METRICS_MAX_AGE_S = 5.0  # older texts belong to replicas that are gone
 # app just too large, and the app answers its own 413, as the single server does.
 MAX_FORWARDED_BODY = 10_000_000 + 1
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024  # request bodies and replies are small
+# Route by prefix only when a replica has seen at least half of the prompt; below that the
+# emptier replica takes it. Ray's default (10%) lets a shared template plus a token or two of
+# chance overlap pin new, unrelated states to one replica (bench/bench_ray.py showed 45:15).
+AFFINITY_MIN_MATCH = 0.5
+UNBOUNDED_QUEUE_HELD = 1024  # with --max-queue -1: requests a replica holds beyond --parallel
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ class RayOptions:
     def max_ongoing(self) -> int:
         """HTTP requests one replica holds: its slots and its queue (its app refuses beyond)."""
         queue = self.settings.max_queue
-        return self.settings.slots + (1024 if queue is None else queue)
+        return self.settings.slots + (UNBOUNDED_QUEUE_HELD if queue is None else queue)
 
     @property
     def router_config(self) -> RequestRouterConfig:
@@ -107,7 +112,10 @@ class RayOptions:
         # Prefix affinity while the replicas' queues differ by at most one batch.
         return RequestRouterConfig(
             request_router_class=ROUTER_PATH,
-            request_router_kwargs={"imbalanced_threshold": self.settings.slots},
+            request_router_kwargs={
+                "imbalanced_threshold": self.settings.slots,
+                "match_rate_threshold": AFFINITY_MIN_MATCH,
+            },
         )
 
 
@@ -147,10 +155,18 @@ class StrataReplica:
         self.pusher = asyncio.get_running_loop().create_task(self._push_metrics())
 
     async def forward(self, request: ForwardedRequest) -> AsyncIterator[Message]:
-        """The app's ASGI messages for one request, the answering replica named in a header."""
+        """The app's ASGI messages for one request, with two headers: the replica that answered,
+        and `Server-Timing: replica;dur=<ms>`, the time the replica took to the reply's headers
+        (the whole reply unless streamed), so the Ray path's own cost can be told apart."""
+        started = time.perf_counter()
         async for message in run_asgi(self.app, request):
             if message["type"] == "http.response.start":
-                headers = [*message.get("headers", []), (REPLICA_HEADER, self.replica.encode())]
+                took = f"replica;dur={(time.perf_counter() - started) * 1000:.3f}"
+                headers = [
+                    *message.get("headers", []),
+                    (REPLICA_HEADER, self.replica.encode()),
+                    (b"server-timing", took.encode()),
+                ]
                 message = {**message, "headers": headers}
             yield message
 
@@ -361,8 +377,14 @@ def build_app(options: RayOptions) -> Any:
 
 
 def app_builder(args: dict[str, Any]) -> Any:
-    """For `serve run strata_server.ray_serve:app_builder replicas=2 threads=1 ...`: the
-    arguments are the CLI's flags without dashes (`no_prefix_cache=true` for a switch)."""
+    """For `serve run strata_server.ray_serve:app_builder replicas=2 threads=1 ...` and
+    `serve deploy` configs: the application from the CLI's flags given as arguments."""
+    return build_app(options_from_serve_args(args))
+
+
+def options_from_serve_args(args: dict[str, Any]) -> RayOptions:
+    """Serve's application arguments are the CLI's flags without dashes (`no_prefix_cache=true`
+    for a switch), parsed by the CLI's own parser."""
     from strata_server.cli import api_keys, build_parser
 
     parser = build_parser()
@@ -375,7 +397,7 @@ def app_builder(args: dict[str, Any]) -> Any:
         else:
             argv += [flag, str(value)]
     parsed = parser.parse_args(argv)
-    return build_app(RayOptions.from_args(parsed, api_keys(parsed)))
+    return RayOptions.from_args(parsed, api_keys(parsed))
 
 
 def start(options: RayOptions, host: str, port: int, address: str | None = None) -> None:
