@@ -100,6 +100,7 @@ def test_serve_run_arguments_are_the_cli_flags() -> None:
     [
         (["--replicas", "0"], "--replicas must be at least 1"),
         (["--tensor-parallel", "2"], "--tensor-parallel is not supported"),
+        (["--model", "/nonexistent/model.gguf"], "cannot load model"),
     ],
 )
 def test_the_cli_refuses_impossible_replicas(flags: list[str], message: str) -> None:

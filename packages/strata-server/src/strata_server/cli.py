@@ -245,6 +245,13 @@ def serve_on_ray(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
         from strata_server.ray_serve import RayOptions, serve_replicas
     except ImportError as exc:
         sys.exit(f"strata-server: --ray needs Ray Serve: pip install 'strata-server[ray]' ({exc})")
+    from strata_engine.api import EngineError
+    from strata_engine.model_store import resolve_model
+
+    try:
+        resolve_model(args.model)  # fail here, not in every replica (each resolves it again)
+    except EngineError as exc:
+        sys.exit(f"strata-server: cannot load model: {exc}")
     serve_replicas(RayOptions.from_args(args, keys), args.host, args.port, args.ray_address)
 
 

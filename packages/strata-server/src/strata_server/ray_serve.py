@@ -400,22 +400,33 @@ def options_from_serve_args(args: dict[str, Any]) -> RayOptions:
     return RayOptions.from_args(parsed, api_keys(parsed))
 
 
-def start(options: RayOptions, host: str, port: int, address: str | None = None) -> None:
-    """Connect to Ray (`address`, or a new local instance), start Serve's HTTP proxy on
-    host:port and deploy; returns once every replica has loaded the model."""
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, namespace=BOARD_NAMESPACE)
-        else:
-            cpus = max(os.cpu_count() or 1, int(options.replicas * options.cpus_per_replica + 0.999))
-            ray.init(
-                num_cpus=cpus,
-                include_dashboard=False,
-                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                namespace=BOARD_NAMESPACE,
-            )
+def connect(options: RayOptions, address: str | None = None) -> None:
+    """Join Ray at `address`, or start a local instance sized for the replicas."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, namespace=BOARD_NAMESPACE)
+        return
+    cpus = max(os.cpu_count() or 1, int(options.replicas * options.cpus_per_replica + 0.999))
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        namespace=BOARD_NAMESPACE,
+    )
+
+
+def deploy(options: RayOptions, host: str, port: int) -> None:
+    """Start Serve's HTTP proxy on host:port and deploy; returns once every replica has loaded
+    the model."""
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(options), name=options.app_name, route_prefix="/", blocking=False)
+
+
+def start(options: RayOptions, host: str, port: int, address: str | None = None) -> None:
+    """`connect`, then `deploy` (tests and benchmarks run the application in their process)."""
+    connect(options, address)
+    deploy(options, host, port)
 
 
 def stop() -> None:
@@ -425,19 +436,20 @@ def stop() -> None:
 
 def serve_replicas(options: RayOptions, host: str, port: int, address: str | None) -> None:
     """`strata-server --ray`: start, serve until SIGTERM/Ctrl-C, then shut Serve and Ray down."""
+    connect(options, address)
     stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after Ray's own handlers are installed
         signal.signal(sig, lambda *_: stopping.set())
-    start(options, host, port, address)
-    log.info(
-        "serving %d replicas of %s on http://%s:%d (router: %s)",
-        options.replicas,
-        options.model,
-        host,
-        port,
-        options.router,
-    )
     try:
+        deploy(options, host, port)
+        log.info(
+            "serving %d replicas of %s on http://%s:%d (router: %s)",
+            options.replicas,
+            options.model,
+            host,
+            port,
+            options.router,
+        )
         while not stopping.wait(0.5):
             pass
     finally:
