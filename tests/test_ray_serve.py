@@ -248,14 +248,16 @@ def test_a_killed_replica_fails_its_requests_with_503_and_is_replaced(
 
     deadline = time.monotonic() + 120
     replicas: set[str] = set()
-    while time.monotonic() < deadline:
+    running = 0
+    while time.monotonic() < deadline:  # the new replica's series, and Serve counting it running
         text = http.get(f"{ray_url}/metrics").text
         replicas = {
             line.split('replica="')[1].split('"')[0] for line in text.splitlines() if 'replica="' in line
         }
-        if len(replicas) == 2 and victim not in replicas:
+        health = http.get(f"{ray_url}/health")
+        running = health.json()["replicas"]["running"] if health.status_code == 200 else 0
+        if len(replicas) == 2 and victim not in replicas and running == 2:
             break
         time.sleep(1.0)
     assert len(replicas) == 2 and victim not in replicas, replicas
-    health = http.get(f"{ray_url}/health")
-    assert health.status_code == 200 and health.json()["replicas"]["running"] == 2
+    assert running == 2
