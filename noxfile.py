@@ -157,6 +157,7 @@ def bench(session: nox.Session) -> None:
         "bench/bench_batching.py",
         "bench/bench_server.py",
         "bench/bench_decide.py",
+        "bench/bench_structured.py",
         "bench/bench_kquants.py",  # writes a ~1 GB random Q4_K_M-style GGUF under STRATA_HOME once
         "bench/plot_speed.py",  # the PNG charts in bench/results/
     ):

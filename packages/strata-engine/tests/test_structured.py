@@ -203,6 +203,7 @@ def test_json_object_takes_objects_only_and_bounds_whitespace(tokenizer: Tokeniz
         (lambda: json_schema_spec({"$ref": "#/nowhere"}), "nowhere"),
         (lambda: json_schema_spec({"not": {"type": "string"}}), "not"),
         (lambda: json_schema_spec([1, 2]), "object or a boolean"),  # type: ignore[arg-type]
+        (lambda: json_schema_spec(False), "allows no value"),
         (lambda: regex_spec("a(b"), "unclosed group"),
         (lambda: grammar_spec("root ::= undefined_rule"), "undefined_rule"),
         (lambda: choice_spec([]), "empty"),
@@ -212,6 +213,13 @@ def test_bad_constraints_are_refused_naming_the_problem(build, needle: str) -> N
     with pytest.raises(GrammarError) as err:
         build()
     assert needle in str(err.value)
+
+
+def test_schema_true_is_any_json_value() -> None:
+    tokenizer = bpe_tokenizer()
+    for text in ('"x"', "[1, 2]", "null", '{"a": true}'):
+        guide = feed(tokenizer, json_schema_spec(True), text)
+        assert guide is not None and guide.accepting, text
 
 
 def test_sampler_masks_only_the_draw() -> None:

@@ -164,6 +164,16 @@ def test_bad_structured_output_is_a_400_naming_the_field(client, extra, param, n
 
 
 
+def test_a_schema_nested_thousands_deep_is_a_400(client) -> None:
+    deep = '{"type": "object", "properties": {"a": ' * 3000 + "{}" + "}}" * 3000
+    body = (
+        '{"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": ' + deep + "}}}"
+    )
+    response = client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert assert_envelope(response, 400)["code"] == "invalid_json"
+    assert client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
+
+
 def test_api_key_guards_v1_only(engine) -> None:
     with TestClient(create_app(engine, ServerSettings(api_key="sekrit"))) as c:
         assert_envelope(c.post("/v1/completions", json={"prompt": "x"}), 401)

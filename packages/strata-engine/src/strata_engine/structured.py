@@ -66,6 +66,10 @@ def json_schema_spec(
     """
     if not isinstance(schema, dict | bool):
         raise GrammarError("a JSON schema must be an object or a boolean")
+    if schema is False:
+        raise GrammarError("the schema `false` allows no value")
+    if schema is True:
+        schema = {}  # any JSON value
     options: dict[str, Any] = {"whitespace_flexible": any_whitespace}
     if any_whitespace or whitespace_pattern is not None:
         options["whitespace_pattern"] = whitespace_pattern or BOUNDED_WHITESPACE

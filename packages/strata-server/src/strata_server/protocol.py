@@ -299,6 +299,8 @@ def decode_request(body: bytes, request_type: type[T]) -> T:
         if isinstance(exc, msgspec.ValidationError):
             raise ApiError(f"Invalid request: {message}", param=_param_of(message)) from None
         raise ApiError(f"Malformed JSON body: {message}", code="invalid_json") from None
+    except RecursionError:  # a free-form field (a JSON schema) nested thousands deep
+        raise ApiError("The JSON body is nested too deeply.", code="invalid_json") from None
 
 
 def _param_of(message: str) -> str | None:
