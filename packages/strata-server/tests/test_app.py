@@ -162,8 +162,6 @@ def test_bad_structured_output_is_a_400_naming_the_field(client, extra, param, n
         assert needle in error["message"]
 
 
-
-
 def test_a_schema_nested_thousands_deep_is_a_400(client) -> None:
     deep = '{"type": "object", "properties": {"a": ' * 3000 + "{}" + "}}" * 3000
     body = (
