@@ -22,6 +22,7 @@ from pathlib import Path
 from bench_engine import bench_llama_cpp, bench_strata, host_line, keep_best, run_side
 
 RESULTS = Path(__file__).parent / "results"
+NOTE = "provisional: a shared, noisy machine"
 STREAMS = (1, 2, 4, 8, 16)
 PROMPTS = (64, 128, 256, 512, 1024)
 
@@ -37,31 +38,35 @@ def strata_batch(path: str, threads: int, tokens: int) -> dict[str, float]:
     return {str(n): run_streams(engine, n, tokens, 100 * n)[0] for n in STREAMS}
 
 
-def llama_cpp_batch(path: str, threads: int, tokens: int) -> dict[str, float]:
+def llama_cpp_batch(path: str, threads: int, tokens: int, repeat: int) -> dict[str, float]:
     """llama.cpp's batch-1 decode tokens/s (its only batch size through llama-cpp-python)."""
-    return {"1": bench_llama_cpp(threads, 1, path, PROMPTS[0], tokens, all_logits=False)["decode"]}
+    return {"1": bench_llama_cpp(threads, repeat, path, PROMPTS[0], tokens, all_logits=False)["decode"]}
 
 
-def prefill(bench, path: str, threads: int) -> dict[str, float]:
-    """Prefill tokens/s (last-position logits) at each prompt length."""
+def prefill(bench, path: str, threads: int, repeat: int) -> dict[str, float]:
+    """Prefill tokens/s (last-position logits) at each prompt length, the best of `repeat` on
+    one loaded model (the first prefill after a load also pays for warming up)."""
     return {
-        str(n): bench(threads, 1, path, prompt_tokens=n, decode_tokens=2, all_logits=False)["prefill_last"]
+        str(n): bench(threads, repeat, path, prompt_tokens=n, decode_tokens=2, all_logits=False)[
+            "prefill_last"
+        ]
         for n in PROMPTS
     }
 
 
 SIDES = {
     "strata:batch": lambda a: strata_batch(a.model, a.threads, a.tokens),
-    "llama.cpp:batch": lambda a: llama_cpp_batch(a.model, a.threads, a.tokens),
-    "strata:prompt": lambda a: prefill(bench_strata, a.model, a.threads),
-    "llama.cpp:prompt": lambda a: prefill(bench_llama_cpp, a.model, a.threads),
+    "llama.cpp:batch": lambda a: llama_cpp_batch(a.model, a.threads, a.tokens, a.repeat),
+    "strata:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat),
+    "llama.cpp:prompt": lambda a: prefill(bench_llama_cpp, a.model, a.threads, a.repeat),
 }
 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Every side, --rounds times in turn; the best figure of each point."""
     results: dict[str, dict[str, float]] = {}
-    common = ["--model", args.model, "--threads", str(args.threads), "--tokens", str(args.tokens)]
+    common = ["--model", args.model, "--threads", str(args.threads), "--tokens", str(args.tokens),
+              "--repeat", str(args.repeat)]  # fmt: skip
     for _ in range(args.rounds):
         for side in SIDES:
             out = run_side(side, __file__, ["--side", side, *common])
@@ -126,8 +131,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64, help="decode tokens per stream")
     ap.add_argument("--rounds", type=int, default=2, help="rounds in which the sides take turns")
+    ap.add_argument("--repeat", type=int, default=2, help="measurements per prompt length and round")
     ap.add_argument("--quick", action="store_true", help="smoke run: 16 tokens per stream, one round")
     ap.add_argument("--prefix", default="speed", help="output names: PREFIX_vs_batch.png, ..., PREFIX.json")
+    ap.add_argument("--note", default=NOTE, help="how the figures were taken (JSON and charts)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not args.model:
@@ -138,7 +145,7 @@ def main() -> None:
         print(json.dumps(SIDES[args.side](args)))
         return
     if args.quick:
-        args.tokens, args.rounds = 16, 1
+        args.tokens, args.rounds, args.repeat = 16, 1, 1
     host = host_line()
     print(host)
     results = measure(args)
@@ -146,15 +153,19 @@ def main() -> None:
         print(f"{side:18}" + "".join(f"{n:>7}: {v:7.1f}" for n, v in points.items()))
     RESULTS.mkdir(exist_ok=True)
     name = Path(args.model).name
-    note = f"{host.removeprefix('host: ')}; {args.threads} threads each; best of {args.rounds} round(s)"
+    note = (
+        f"{host.removeprefix('host: ')}; {args.threads} threads each; best of {args.rounds} round(s) "
+        f"x {args.repeat}; {args.note}"
+    )
     paths = plot(results, f"{name}: Strata vs llama.cpp (tokens/s)", note, args.prefix)
     record = {
-        "note": "provisional: measured on a shared, noisy 2-core machine; best of the runs",
+        "note": args.note,
         "host": host,
         "model": name,
         "threads": args.threads,
         "decode_tokens_per_stream": args.tokens,
         "rounds": args.rounds,
+        "repeat": args.repeat,
         "batch_decode_tok_s": {k.split(":")[0]: v for k, v in results.items() if k.endswith(":batch")},
         "prefill_tok_s": {k.split(":")[0]: v for k, v in results.items() if k.endswith(":prompt")},
     }
