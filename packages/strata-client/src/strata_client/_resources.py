@@ -23,6 +23,7 @@ MODELS_PATH = "/v1/models"
 Prompt = str | list[str] | list[int] | list[list[int]]
 Stop = str | list[str]
 Message = dict[str, Any]
+JsonSchema = dict[str, Any] | bool
 
 
 class Completions:
@@ -59,6 +60,13 @@ class Completions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+        structured_outputs: dict[str, Any] | None = None,
+        guided_json: JsonSchema | str | None = None,
+        guided_regex: str | None = None,
+        guided_choice: list[str] | None = None,
+        guided_grammar: str | None = None,
+        guided_whitespace_pattern: str | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
@@ -74,6 +82,10 @@ class Completions:
         Penalties and ``logit_bias`` (keys: token ids as strings) change sampling only;
         ``min_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``,
         ``spaces_between_special_tokens`` and ``truncate_prompt_tokens`` are vLLM's.
+        Structured output, one constraint per call: OpenAI's ``response_format``
+        (``{"type": "json_schema", "json_schema": {"name", "schema"}}`` or ``json_object``),
+        vLLM's ``structured_outputs`` (``{"json" | "regex" | "choice" | "grammar": ...}``) or
+        its older ``guided_*`` fields; logprobs stay the model's raw values.
         ``stream=True`` returns a ``Stream`` of ``CompletionChunk``.
         """
         body = wire_body(locals())
@@ -115,6 +127,12 @@ class ChatCompletions:
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        structured_outputs: dict[str, Any] | None = None,
+        guided_json: JsonSchema | str | None = None,
+        guided_regex: str | None = None,
+        guided_choice: list[str] | None = None,
+        guided_grammar: str | None = None,
+        guided_whitespace_pattern: str | None = None,
         add_generation_prompt: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         stream: bool = False,
@@ -127,8 +145,8 @@ class ChatCompletions:
         ``logprobs=True`` with ``top_logprobs=N`` returns ``choices[i].logprobs.content``;
         ``allowed_token_ids`` restricts sampling (on chat, values are renormalised over the
         allowed ids; ``logprob_token_ids`` cannot be combined with it). ``add_generation_prompt``
-        and ``chat_template_kwargs`` go to the template. ``stream=True`` returns a ``Stream``
-        of ``ChatCompletionChunk``.
+        and ``chat_template_kwargs`` go to the template. Structured output as for
+        ``Completions.create``. ``stream=True`` returns a ``Stream`` of ``ChatCompletionChunk``.
         """
         body = wire_body(locals())
         return self._client._create(CHAT_COMPLETIONS_PATH, body, timeout, ChatCompletion, ChatCompletionChunk)
@@ -186,6 +204,13 @@ class AsyncCompletions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+        structured_outputs: dict[str, Any] | None = None,
+        guided_json: JsonSchema | str | None = None,
+        guided_regex: str | None = None,
+        guided_choice: list[str] | None = None,
+        guided_grammar: str | None = None,
+        guided_whitespace_pattern: str | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
@@ -231,6 +256,12 @@ class AsyncChatCompletions:
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        structured_outputs: dict[str, Any] | None = None,
+        guided_json: JsonSchema | str | None = None,
+        guided_regex: str | None = None,
+        guided_choice: list[str] | None = None,
+        guided_grammar: str | None = None,
+        guided_whitespace_pattern: str | None = None,
         add_generation_prompt: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         stream: bool = False,
