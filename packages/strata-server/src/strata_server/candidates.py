@@ -5,7 +5,9 @@ distribution over the candidates (each with its tokens' values, the sum and the 
 share), not a list of generated choices, and no sampling field applies. The engine part is
 `strata_engine.scoring`: one engine request per candidate, the prompt computed once and read
 by the others from the prefix cache, each candidate's values bit for bit those of echoing
-`prompt + candidate` alone on `/v1/completions`.
+`prompt + candidate` alone on `/v1/completions`. A body may give a `json_schema` with a
+finite answer set instead of `candidates` (see `answer_set`): each answer's compact JSON text
+is scored as a text candidate, and its parsed `value` comes back with its scores.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 
 from strata_engine.api import PromptScores, Request, RequestError
 from strata_engine.checks import check_ids
 from strata_engine.protocol import ChoiceStream
 from strata_engine.scoring import alone_ids, candidate_requests, candidate_scores, continuation_ids
+from strata_server.answer_set import finite_answers
 from strata_server.checks import MAX_N, check_model
 from strata_server.context import ServerContext
 from strata_server.envelope import record_usage
@@ -44,6 +50,7 @@ class CandidatePlan:
     texts: list[str]
     top_n: int | None
     as_token_ids: bool
+    values: list[Any] | None = None  # each answer's parsed value (a `json_schema` request)
 
     def requests(self) -> list[Request]:
         return candidate_requests(self.prompt_ids, self.candidates, self.top_n)
@@ -54,9 +61,10 @@ def candidate_plan(body: ScoreCandidatesRequest, ctx: ServerContext) -> Candidat
     check_model(body.model, ctx.served_name)
     limits = ctx.limits
     most = MAX_CANDIDATES if limits.max_n is None else min(MAX_CANDIDATES, limits.max_n)
-    if not 1 <= len(body.candidates) <= most:
+    given, values = _given_candidates(body, most)
+    if not 1 <= len(given) <= most:
         raise ApiError(
-            f"`candidates` must hold between 1 and {most} entries, got {len(body.candidates)}.",
+            f"`candidates` must hold between 1 and {most} entries, got {len(given)}.",
             param="candidates",
         )
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= limits.max_logprobs:
@@ -65,7 +73,7 @@ def candidate_plan(body: ScoreCandidatesRequest, ctx: ServerContext) -> Candidat
             param="top_logprobs",
         )
     prompt_ids = _prompt_ids(body.prompt, ctx)
-    candidates = [_candidate_ids(body.prompt, c, ctx) for c in body.candidates]
+    candidates = [_candidate_ids(body.prompt, c, ctx) for c in given]
     longest = len(prompt_ids) + max(len(c) for c in candidates)
     if limits.max_prompt_tokens is not None and longest > limits.max_prompt_tokens:
         raise ApiError(
@@ -76,9 +84,27 @@ def candidate_plan(body: ScoreCandidatesRequest, ctx: ServerContext) -> Candidat
         )
     texts = [
         c if isinstance(c, str) else ctx.tokenizer.decode(ids)
-        for c, ids in zip(body.candidates, candidates, strict=True)
+        for c, ids in zip(given, candidates, strict=True)
     ]
-    return CandidatePlan(prompt_ids, candidates, texts, body.top_logprobs, body.return_tokens_as_token_ids)
+    return CandidatePlan(
+        prompt_ids, candidates, texts, body.top_logprobs, body.return_tokens_as_token_ids, values
+    )
+
+
+def _given_candidates(
+    body: ScoreCandidatesRequest, most: int
+) -> tuple[Sequence[str | list[int]], list[Any] | None]:
+    """The candidates to score: as given, or a `json_schema`'s answers as text with their values."""
+    if (body.candidates is None) == (body.json_schema is None):
+        both = body.candidates is not None
+        raise ApiError(
+            "Give exactly one of `candidates` or `json_schema`.",
+            param="json_schema" if both else "candidates",
+        )
+    if body.candidates is not None:
+        return body.candidates, None
+    answers = finite_answers(body.json_schema, most)
+    return [answer.text for answer in answers], [answer.value for answer in answers]
 
 
 def _prompt_ids(prompt: str | list[int], ctx: ServerContext) -> list[int]:
@@ -145,6 +171,7 @@ async def score_reply(
                 normalized_logprob=safe_logprob(result.normalized),
                 probability=result.probability,
                 cached_tokens=result.num_cached,
+                value=msgspec.UNSET if plan.values is None else plan.values[index],
             )
         )
     read = sum(len(plan.prompt_ids) + len(c) for c in plan.candidates)

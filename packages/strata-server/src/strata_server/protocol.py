@@ -250,11 +250,13 @@ class ScoreCandidatesRequest(msgspec.Struct, kw_only=True):
     """`POST /v1/score_candidates` body: continuations of one prompt to score (Strata's route).
 
     `prompt` is text or token ids; each candidate is text (tokenized as the prompt's
-    continuation, see `strata_engine.scoring`) or token ids used as given.
+    continuation, see `strata_engine.scoring`) or token ids used as given. Either
+    `candidates` or `json_schema` (a schema with a finite answer set, see `answer_set`).
     """
 
     prompt: str | list[int]
-    candidates: list[str | list[int]]
+    candidates: list[str | list[int]] | None = None
+    json_schema: dict[str, Any] | bool | None = None  # instead of `candidates`: its finite answers
     model: str | None = None
     top_logprobs: int | None = None  # alternatives listed at each candidate token (0..max_logprobs)
     return_tokens_as_token_ids: bool = False
@@ -273,6 +275,7 @@ class CandidateScore(msgspec.Struct):
     normalized_logprob: float
     probability: float
     cached_tokens: int
+    value: Any = msgspec.UNSET  # the parsed answer, only for a `json_schema` request
 
 
 class ScoreCandidatesResponse(msgspec.Struct):
