@@ -96,3 +96,21 @@ async def test_async_score_looks_up_the_model_and_parses(base_url, mock, models_
     assert sent["model"] == models_body["data"][0]["id"]
     assert sent["top_logprobs"] == 2 and sent["prompt"] == [1, 2, 3]
     assert [c.index for c in scores.candidates] == [0, 1, 2]
+
+
+def test_score_a_json_schema_sends_it_instead_of_candidates(client, mock) -> None:
+    answers = reply_body()
+    for candidate, (text, value) in zip(
+        answers["candidates"], [('"billing"', "billing"), ("null", None), ("true", True)], strict=True
+    ):
+        candidate["text"], candidate["value"] = text, value
+    route = mock.post("/v1/score_candidates").respond(200, json=answers)
+    schema = {"enum": ["billing", None, True]}
+    scores = client.candidates.score(model=MODEL, prompt="Team:", json_schema=schema)
+    assert json.loads(route.calls.last.request.content) == {
+        "model": MODEL,
+        "prompt": "Team:",
+        "json_schema": schema,
+    }
+    assert [c.value for c in scores.candidates] == ["billing", None, True]
+    assert scores.best.value is None

@@ -3,11 +3,12 @@
 Strata's own route (see docs/server.md): each candidate's raw token logprobs, their sum,
 and the sum renormalised over the candidates. Text candidates are tokenized by the server
 as continuations of a text prompt (after a token-id prompt, alone); id lists are used as given.
+A ``json_schema`` with finitely many answers may stand for the candidates.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import Field
 
@@ -37,6 +38,7 @@ class CandidateScore(WireModel):
     normalized_logprob: float
     probability: float
     cached_tokens: int = 0
+    value: Any = None  # a ``json_schema`` answer's parsed value (``text`` is its JSON)
 
 
 class CandidateScores(WireModel):
@@ -70,7 +72,8 @@ class Candidates:
         self,
         *,
         prompt: str | list[int],
-        candidates: list[Candidate],
+        candidates: list[Candidate] | None = None,
+        json_schema: dict[str, Any] | None = None,
         model: str | None = None,
         top_logprobs: int | None = None,
         return_tokens_as_token_ids: bool | None = None,
@@ -78,7 +81,11 @@ class Candidates:
         timeout: Timeout | None = None,
     ) -> CandidateScores:
         """Score each candidate as the continuation of ``prompt`` (one request, the prompt
-        computed once); ``top_logprobs=N`` also lists N alternatives at each candidate token."""
+        computed once); ``top_logprobs=N`` also lists N alternatives at each candidate token.
+
+        Instead of ``candidates``, ``json_schema`` (an enum, a const, a boolean, or a closed
+        object of those) has the server score every answer it allows, as compact JSON text;
+        each score's ``value`` is that answer parsed."""
         body = wire_body(locals())
         reply = self._client._create(SCORE_CANDIDATES_PATH, body, timeout, CandidateScores, CandidateScores)
         return cast(CandidateScores, reply)  # never streamed
@@ -94,7 +101,8 @@ class AsyncCandidates:
         self,
         *,
         prompt: str | list[int],
-        candidates: list[Candidate],
+        candidates: list[Candidate] | None = None,
+        json_schema: dict[str, Any] | None = None,
         model: str | None = None,
         top_logprobs: int | None = None,
         return_tokens_as_token_ids: bool | None = None,
