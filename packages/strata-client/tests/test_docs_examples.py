@@ -42,6 +42,26 @@ def docs_server(
             return httpx.Response(200, content=chat_stream)
         return httpx.Response(200, json=chat_completion)
 
+    def scores(request: httpx.Request) -> httpx.Response:
+        """One entry per candidate (or per answer of a small enum schema), equal shares."""
+        body = json.loads(request.content)
+        texts = body.get("candidates") or [json.dumps(v) for v in body["json_schema"]["enum"]]
+        share = 1 / len(texts)
+        entry = {"token_ids": [1], "tokens": ["x"], "token_logprobs": [-1.0], "top_logprobs": None}
+        answers = [
+            {
+                **entry,
+                "index": i,
+                "text": t,
+                "logprob": -1.0,
+                "normalized_logprob": -1.0,
+                "probability": share,
+            }
+            | ({"value": json.loads(t)} if "json_schema" in body else {})
+            for i, t in enumerate(texts)
+        ]
+        return httpx.Response(200, json={"object": "candidate_scores", "candidates": answers})
+
     with respx.mock(base_url="http://127.0.0.1:8000", assert_all_called=False) as mock:
         mock.get("/health").respond(200)
         mock.get("/v1/models").respond(200, json=models_body)
@@ -50,6 +70,7 @@ def docs_server(
         mock.get("/tokenizer_info").respond(200, json={"eos_token": "<|im_end|>"})
         mock.post("/v1/completions").mock(side_effect=completions)
         mock.post("/v1/chat/completions").mock(side_effect=chat)
+        mock.post("/v1/score_candidates").mock(side_effect=scores)
         yield mock
 
 
