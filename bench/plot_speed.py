@@ -111,7 +111,7 @@ def plot(results: dict[str, dict[str, float]], title: str, note: str, prefix: st
         ax.axhline(rate, color="C1", linestyle="--", linewidth=2,
                    label=f"llama.cpp, batch 1 ({rate:.0f} tok/s; one sequence at a time)")  # fmt: skip
     ax.set_ylim(0, ax.get_ylim()[1] * 1.15)  # room for the labels and the legend
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)
     paths.append(RESULTS / f"{prefix}_vs_batch.png")
     fig.savefig(paths[-1], bbox_inches="tight")
     fig, ax = axes("prompt length (tokens)", "prefill tokens/s (last-position logits)", PROMPTS)
