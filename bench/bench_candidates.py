@@ -36,12 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bench_reads import LlamaCppPrefixReuse, fresh_states  # bench/ is the script's folder, so on sys.path
 
 from strata_client import AsyncStrataClient
 from strata_decide.prompts import messages, render
 from strata_decide.questions import Question, choice
-from strata_decide.samples import STATES
 from strata_engine.model_store import resolve_model
 from strata_server.launch import running_server
 
@@ -65,11 +64,6 @@ class Case:
     prompt_ids: list[int]
     texts: list[str]
     candidate_ids: list[list[int]]
-
-
-def fresh_states(tag: str) -> list[str]:
-    """The sample states with a new case number on top: a prefix no cache has seen."""
-    return [f"Case {tag}-{i}\n{state}" for i, state in enumerate(STATES)]
 
 
 async def render_cases(client: AsyncStrataClient, states: list[str]) -> list[Case]:
@@ -97,34 +91,8 @@ async def strata_scores(client: AsyncStrataClient, cases: list[Case]) -> tuple[f
     return time.perf_counter() - started, totals
 
 
-class LlamaCppScorer:
+class LlamaCppScorer(LlamaCppPrefixReuse):
     """llama.cpp scoring answer paths, keeping the KV of the prefix shared with the last path."""
-
-    def __init__(self, model_path: Path, threads: int) -> None:
-        import llama_cpp
-
-        self.llama_cpp = llama_cpp
-        self.llm = llama_cpp.Llama(
-            model_path=str(model_path), n_ctx=1024, n_threads=threads, logits_all=False, verbose=False
-        )
-        self.vocab = self.llm.n_vocab()
-        self.evaluated: list[int] = []
-
-    def last_row(self, ids: list[int]) -> np.ndarray:
-        """Log-probabilities after ``ids``, evaluating only what the KV does not hold yet."""
-        common = 0
-        for a, b in zip(self.evaluated, ids, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(ids) - 1)  # the last token is evaluated for its logits
-        self.llm.n_tokens = common  # eval() drops the KV from here on
-        self.llm.eval(ids[common:])
-        self.evaluated = list(ids)
-        pointer = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
-        logits = np.ctypeslib.as_array(pointer, shape=(self.vocab,)).astype(np.float64)
-        top = logits.max()
-        return logits - top - np.log(np.exp(logits - top).sum())
 
     def path(self, prompt_ids: list[int], candidate: list[int]) -> float:
         """log P(candidate | prompt): each candidate token read from the row before it."""

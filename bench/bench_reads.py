@@ -71,8 +71,8 @@ async def strata_reads(client: AsyncStrataClient, cases: list[Case]) -> tuple[fl
     return time.perf_counter() - started, values
 
 
-class LlamaCppReader:
-    """llama.cpp reading label logprobs, keeping the KV of the prefix shared with the last prompt."""
+class LlamaCppPrefixReuse:
+    """llama.cpp in-process, keeping the KV of the prefix shared with the last evaluated ids."""
 
     def __init__(self, model_path: Path, threads: int) -> None:
         import llama_cpp
@@ -84,21 +84,29 @@ class LlamaCppReader:
         self.vocab = self.llm.n_vocab()
         self.evaluated: list[int] = []
 
-    def read(self, prompt_ids: list[int], label_ids: list[int]) -> list[float]:
+    def last_row(self, ids: list[int]) -> np.ndarray:
+        """Log-probabilities (float64) after ``ids``, evaluating only what the KV does not hold yet."""
         common = 0
-        for a, b in zip(self.evaluated, prompt_ids, strict=False):
+        for a, b in zip(self.evaluated, ids, strict=False):
             if a != b:
                 break
             common += 1
-        common = min(common, len(prompt_ids) - 1)  # the last token is evaluated for its logits
+        common = min(common, len(ids) - 1)  # the last token is evaluated for its logits
         self.llm.n_tokens = common  # eval() drops the KV from here on
-        self.llm.eval(prompt_ids[common:])
-        self.evaluated = list(prompt_ids)
+        self.llm.eval(ids[common:])
+        self.evaluated = list(ids)
         pointer = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         logits = np.ctypeslib.as_array(pointer, shape=(self.vocab,)).astype(np.float64)
         top = logits.max()
-        log_norm = top + np.log(np.exp(logits - top).sum())
-        return [float(logits[i] - log_norm) for i in label_ids]
+        return logits - top - np.log(np.exp(logits - top).sum())
+
+
+class LlamaCppReader(LlamaCppPrefixReuse):
+    """The labels' logprobs at the position after each prompt."""
+
+    def read(self, prompt_ids: list[int], label_ids: list[int]) -> list[float]:
+        row = self.last_row(prompt_ids)
+        return [float(row[i]) for i in label_ids]
 
     def reads(self, cases: list[Case]) -> tuple[float, list[list[float]]]:
         self.evaluated = []
