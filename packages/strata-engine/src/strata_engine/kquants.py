@@ -83,10 +83,23 @@ def _q6_k(blocks: np.ndarray) -> list[np.ndarray]:
 PACKERS = {QT.Q4_K: _q4_k, QT.Q5_K: _q5_k, QT.Q6_K: _q6_k}
 
 
+CHUNK_BLOCKS = 4096  # super-blocks repacked at a time: the temporaries stay small and in cache
+
+
 def pack(data: np.ndarray, qtype: QT) -> np.ndarray:
-    """The raw GGUF bytes of a K-quant tensor in the kernels' layout (uint8, 1-D)."""
+    """The raw GGUF bytes of a K-quant tensor in the kernels' layout (uint8, 1-D).
+
+    Repacked a chunk at a time into one output array, so a large tensor (a 49152 x 2048
+    embedding) never has full-size temporaries beside it.
+    """
     blocks = np.asarray(data, dtype=np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    parts = PACKERS[qtype](blocks)
-    out = np.concatenate([p.reshape(len(blocks), -1) for p in parts], axis=1)
-    assert out.shape[1] == PACKED_BYTES[qtype]
+    out = np.empty((len(blocks), PACKED_BYTES[qtype]), dtype=np.uint8)
+    for start in range(0, len(blocks), CHUNK_BLOCKS):
+        chunk = blocks[start : start + CHUNK_BLOCKS]
+        column = 0
+        for part in PACKERS[qtype](chunk):
+            flat = part.reshape(len(chunk), -1)
+            out[start : start + len(chunk), column : column + flat.shape[1]] = flat
+            column += flat.shape[1]
+        assert column == PACKED_BYTES[qtype]
     return out.reshape(-1)
