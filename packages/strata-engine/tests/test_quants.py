@@ -207,3 +207,13 @@ def test_unsupported_weight_type_is_named(qtype: QT, tmp_path: Path) -> None:
     path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], overrides={"blk.0.attn_q.weight": qtype})
     with pytest.raises(ModelLoadError, match=rf"blk\.0\.attn_q\.weight.*{qtype.name}"):
         LLMEngine(path, num_threads=2, kv_cache_mb=16)
+
+
+def test_released_file_pages_read_back_the_same_bytes(tiny_file: Path) -> None:
+    """The loader drops the file's pages after each layer (GGUFFile.release_pages); a weight that
+    still reads the file (the torch fallback's source) must see the same bytes afterwards."""
+    gguf = GGUFFile(tiny_file)
+    before = {name: np.array(info.data) for name, info in gguf.tensors.items()}
+    gguf.release_pages()
+    for name, info in gguf.tensors.items():
+        np.testing.assert_array_equal(np.asarray(info.data), before[name], err_msg=name)

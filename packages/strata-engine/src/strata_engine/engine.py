@@ -88,6 +88,7 @@ class LLMEngine:
         self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
         self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
         self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)
+        gguf.release_pages()
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)

@@ -140,3 +140,10 @@ class GGUFFile:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
+
+    def release_pages(self) -> None:
+        """Let the OS drop the file pages read so far: the loaded model holds its own copies
+        (blocks repacked, scales widened), and the pages are clean, so anything that reads
+        the file again faults them back in. Keeps the file out of the server's resident memory."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._mmap.madvise(mmap.MADV_DONTNEED)

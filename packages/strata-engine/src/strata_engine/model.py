@@ -258,6 +258,7 @@ class Transformer:
                 raise ModelLoadError(f"model file lacks {p}attn_q_norm / attn_k_norm")
             if tp.active:
                 self.layers[-1] = shard_layer(self.layers[-1], cfg, tp)
+            gguf.release_pages()  # the layer holds its own copies: the file's pages need not stay
         if tp.active:  # the forward sees this rank's heads; the KV cache holds only them
             k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")
             group = cfg.n_heads // cfg.n_kv_heads
