@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
+from strata_engine.ops import AttentionMeta, NativeOps, RopeTable, address
 
 if TYPE_CHECKING:
     from strata_engine.config import ModelConfig
@@ -52,20 +52,14 @@ class LayerDesc(ctypes.Structure):
     ]
 
 
-def _addr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
-
-
 def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> LayerDesc | None:
     """The layer's description for `strata_layer`, or None when it needs the per-operation path."""
     if layer.experts is not None or layer.w_gate is None or layer.w_up is None or layer.w_down is None:
         return None
     weights = (layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down)
     return LayerDesc(
-        *(_addr(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),
-        _addr(layer.post_attn_norm),
-        _addr(layer.post_ffn_norm),
-        *(_addr(t) for t in (layer.bq, layer.bk, layer.bv)),
+        *(address(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),
+        *(address(t) for t in (layer.post_attn_norm, layer.post_ffn_norm, layer.bq, layer.bk, layer.bv)),
         *(w.raw.data_ptr() for w in weights),
         *(w.kernel_type for w in weights),
         cfg.hidden,

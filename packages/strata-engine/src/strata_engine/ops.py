@@ -93,7 +93,8 @@ class Ops(Protocol):
         ...
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
+def address(t: torch.Tensor | None) -> int | None:
+    """A tensor's data address for the C kernels, None (NULL) for an absent one."""
     return None if t is None else t.data_ptr()
 
 
@@ -116,7 +117,7 @@ class NativeOps:
         if m:
             self.lib.strata_matmul(
                 x.data_ptr(), m, w.in_features, w.raw.data_ptr(), w.kernel_type, w.out_features,
-                _ptr(bias), y.data_ptr(), self.threads,
+                address(bias), y.data_ptr(), self.threads,
             )  # fmt: skip
         return y
 
