@@ -29,8 +29,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # prefix hashes of the full blocks registered so far
         self.status = Status.WAITING
-        self.guide = guide  # structured output: this sequence's own matcher state
-        self.sampler = Sampler(request.sampling, guide)
+        self.sampler = Sampler(request.sampling, guide)  # holds the structured-output matcher
         self.text = text
         self.output = output  # the request's one output channel (and its abort flag)
         self.prompt_rows: list[LogprobRow | None] | None = None
@@ -42,6 +41,11 @@ class Sequence:
         lp = self.request.logprobs
         first = max(1, min(lp.prompt_rows_from, self.num_prompt))
         self.prompt_rows = [None] * first if lp.prompt_logprobs else None
+
+    @property
+    def guide(self) -> Guide | None:
+        """Structured output: this sequence's own matcher state (None when unconstrained)."""
+        return self.sampler.guide
 
     @property
     def num_generated(self) -> int:
