@@ -209,11 +209,29 @@ def test_unsupported_weight_type_is_named(qtype: QT, tmp_path: Path) -> None:
         LLMEngine(path, num_threads=2, kv_cache_mb=16)
 
 
-def test_released_file_pages_read_back_the_same_bytes(tiny_file: Path) -> None:
-    """The loader drops the file's pages after each layer (GGUFFile.release_pages); a weight that
-    still reads the file (the torch fallback's source) must see the same bytes afterwards."""
+def _mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of `path` (Linux /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header
+                inside = len(fields) >= 6 and fields[5] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_released_file_pages_leave_resident_memory_and_read_back_the_same(tiny_file: Path) -> None:
+    """GGUFFile.release_pages (called by the loader after each layer) drops the file's pages from
+    this process's resident memory; anything that still reads the file (the torch fallback's
+    source) faults them back in and sees the same bytes."""
     gguf = GGUFFile(tiny_file)
-    before = {name: np.array(info.data) for name, info in gguf.tensors.items()}
+    before = {name: np.array(info.data) for name, info in gguf.tensors.items()}  # every page touched
+    touched = _mapped_rss_kb(tiny_file.resolve())
+    assert touched > 0
     gguf.release_pages()
+    assert _mapped_rss_kb(tiny_file.resolve()) < touched
     for name, info in gguf.tensors.items():
         np.testing.assert_array_equal(np.asarray(info.data), before[name], err_msg=name)
