@@ -29,20 +29,21 @@ import argparse
 import asyncio
 import json
 import math
-import secrets
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_reads import LlamaCppPrefixReuse, fresh_states  # bench/ is the script's folder, so on sys.path
+from bench_reads import (  # bench/ is the script's folder, so on sys.path
+    LlamaCppPrefixReuse,
+    paired_rounds,
+)
 
 from strata_client import AsyncStrataClient
 from strata_decide.prompts import messages, render
 from strata_decide.questions import Question, choice
 from strata_engine.model_store import resolve_model
-from strata_server.launch import running_server
 
 QUESTIONS: list[Question] = [
     choice(
@@ -124,33 +125,18 @@ def max_prob_diff(ours: list[list[float]], theirs: list[list[float]]) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    rounds: list[dict[str, Any]] = []
     llama = LlamaCppScorer(args.model_path, args.threads)
-    server_args = ("--model", "default", "--threads", str(args.threads), "--log-level", "warning")
-    with running_server(*server_args, startup_timeout_s=180) as url:
-        async with AsyncStrataClient(base_url=url, timeout=300) as client:
-            warm = await render_cases(client, fresh_states("warm-up"))
-            await strata_scores(client, warm[:3])
-            llama.scores(warm[:3])
-            for r in range(args.rounds):
-                cases = await render_cases(client, fresh_states(secrets.token_hex(4)))
-                strata_s, ours = await strata_scores(client, cases)
-                llama_s, theirs = llama.scores(cases)
-                rounds.append(
-                    {
-                        "round": r,
-                        "questions": len(cases),
-                        "paths": sum(len(c.candidate_ids) for c in cases),
-                        "prompt_tokens": [len(c.prompt_ids) for c in cases],
-                        "answer_tokens": sorted({len(i) for c in cases for i in c.candidate_ids}),
-                        "strata_http_s": strata_s,
-                        "llama_cpp_prefix_reuse_s": llama_s,
-                        "ratio": strata_s / llama_s,
-                        "max_abs_prob_diff": max_prob_diff(ours, theirs),
-                    }
-                )
-    median = sorted(row["ratio"] for row in rounds)[len(rounds) // 2]
-    return {"threads": args.threads, "rounds": rounds, "median_ratio": median}
+
+    def describe(cases: list[Case], ours: list[list[float]], theirs: list[list[float]]) -> dict[str, Any]:
+        return {
+            "questions": len(cases),
+            "paths": sum(len(c.candidate_ids) for c in cases),
+            "prompt_tokens": [len(c.prompt_ids) for c in cases],
+            "answer_tokens": sorted({len(i) for c in cases for i in c.candidate_ids}),
+            "max_abs_prob_diff": max_prob_diff(ours, theirs),
+        }
+
+    return await paired_rounds(args, render_cases, strata_scores, llama.scores, describe)
 
 
 def main() -> int:

@@ -28,6 +28,7 @@ import json
 import secrets
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,33 +124,56 @@ def max_prob_diff(ours: list[list[float]], theirs: list[list[float]]) -> float:
     )
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def paired_rounds(
+    args: argparse.Namespace,
+    render: Callable[[AsyncStrataClient, list[str]], Awaitable[list[Any]]],
+    strata_side: Callable[[AsyncStrataClient, list[Any]], Awaitable[tuple[float, list[list[float]]]]],
+    llama_side: Callable[[list[Any]], tuple[float, list[list[float]]]],
+    describe: Callable[[list[Any], list[list[float]], list[list[float]]], dict[str, Any]],
+) -> dict[str, Any]:
+    """Both sides on the same fresh cases each round (after a warm-up on three): a strata-server
+    started here over HTTP, then llama.cpp in-process; each round's times, their ratio and
+    `describe(cases, ours, theirs)`."""
     rounds: list[dict[str, Any]] = []
-    llama = LlamaCppReader(args.model_path, args.threads)
     server_args = ("--model", "default", "--threads", str(args.threads), "--log-level", "warning")
     with running_server(*server_args, startup_timeout_s=180) as url:
         async with AsyncStrataClient(base_url=url, timeout=300) as client:
-            warm = await render_cases(client, fresh_states("warm-up"))
-            await strata_reads(client, warm[:3])
-            llama.reads(warm[:3])
+            warm = await render(client, fresh_states("warm-up"))
+            await strata_side(client, warm[:3])
+            llama_side(warm[:3])
             for r in range(args.rounds):
-                cases = await render_cases(client, fresh_states(secrets.token_hex(4)))
-                strata_s, ours = await strata_reads(client, cases)
-                llama_s, theirs = llama.reads(cases)
+                cases = await render(client, fresh_states(secrets.token_hex(4)))
+                strata_s, ours = await strata_side(client, cases)
+                llama_s, theirs = llama_side(cases)
                 rounds.append(
                     {
                         "round": r,
-                        "reads": len(cases),
-                        "prompt_tokens": [len(ids) for ids, _ in cases],
+                        **describe(cases, ours, theirs),
                         "strata_http_s": strata_s,
                         "llama_cpp_prefix_reuse_s": llama_s,
                         "ratio": strata_s / llama_s,
-                        "max_abs_prob_diff": max_prob_diff(ours, theirs),
                     }
                 )
-    best = min(rounds, key=lambda row: row["ratio"])
-    median = sorted(row["ratio"] for row in rounds)[len(rounds) // 2]
-    return {"threads": args.threads, "rounds": rounds, "median_ratio": median, "best_ratio": best["ratio"]}
+    ratios = sorted(row["ratio"] for row in rounds)
+    return {
+        "threads": args.threads,
+        "rounds": rounds,
+        "median_ratio": ratios[len(ratios) // 2],
+        "best_ratio": ratios[0],
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    llama = LlamaCppReader(args.model_path, args.threads)
+
+    def describe(cases: list[Case], ours: list[list[float]], theirs: list[list[float]]) -> dict[str, Any]:
+        return {
+            "reads": len(cases),
+            "prompt_tokens": [len(ids) for ids, _ in cases],
+            "max_abs_prob_diff": max_prob_diff(ours, theirs),
+        }
+
+    return await paired_rounds(args, render_cases, strata_reads, llama.reads, describe)
 
 
 def main() -> int:
