@@ -87,8 +87,7 @@ class LLMEngine:
         self.ops = make_ops(kernels, device, num_threads or torch.get_num_threads())
         self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
         self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
-        self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)
-        gguf.release_pages()
+        self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)  # releases the file's pages
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
