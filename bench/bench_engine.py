@@ -4,9 +4,11 @@ Prints load time, prefill tokens/s (512 tokens: last-position logits, and every 
 logits), decode tokens/s (batch 1, 128 tokens) and peak memory, for Strata and llama.cpp,
 and the ratios. Each side runs in its own subprocess so memory figures are its own. The
 header names the host's CPU, its vector flags and the kernel target; `--targets all` runs
-Strata once per vector target this CPU can run (e.g. avx512 and avx2 on an AVX-512 host).
+Strata once per vector target this CPU can run (e.g. avx512 and avx2 on an AVX-512 host);
+`--kernels native,native-q8` also runs the opt-in 8-bit-activation kernels.
 
     python bench/bench_engine.py [--threads 2] [--repeat 3] [--targets best|all|avx2,...]
+                                 [--kernels native|native-q8|native,native-q8]
 """
 
 from __future__ import annotations
@@ -36,15 +38,17 @@ def bench_strata(
     prompt_tokens: int = PROMPT_TOKENS,
     decode_tokens: int = DECODE_TOKENS,
     all_logits: bool = True,
+    kernels: str = "native",
 ) -> dict:
-    """Strata's figures; `path` (default: the default model), the prompt and decode lengths and
-    `all_logits` (the echo-scoring prefill) let other benchmarks reuse the same measurement."""
+    """Strata's figures; `path` (default: the default model), the prompt and decode lengths,
+    `all_logits` (the echo-scoring prefill) and `kernels` let other benchmarks reuse the same
+    measurement."""
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
     from strata_engine.model_store import resolve_model
 
     path = path or str(resolve_model("default"))
     t0 = time.perf_counter()
-    engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
+    engine = LLMEngine(path, num_threads=threads, parallel=1, kernels=kernels)
     load = time.perf_counter() - t0
     ids = tuple(_prompt_ids(engine.vocab_size, prompt_tokens))
 
@@ -185,24 +189,27 @@ def main() -> None:
     ap.add_argument(
         "--targets", default="best", help="best, all, or a comma list (avx512,avx2,neon,portable)"
     )
+    ap.add_argument("--kernels", default="native", help="native, native-q8, or both (comma list)")
     ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.side:
-        fn = bench_strata if args.side == "strata" else bench_llama_cpp
-        print(json.dumps(fn(args.threads, args.repeat)))
+    if args.side == "strata":
+        print(json.dumps(bench_strata(args.threads, args.repeat, kernels=args.kernels)))
+        return
+    if args.side == "llama.cpp":
+        print(json.dumps(bench_llama_cpp(args.threads, args.repeat)))
         return
     print(host_line())
     results: dict[str, dict[str, float]] = {}
-    runs: list[tuple[str, str | None]] = [("strata", t) for t in _targets(args.targets)] + [
-        ("llama.cpp", None)
-    ]
+    runs: list[tuple[str, str | None, str]] = [
+        ("strata", t, k) for t in _targets(args.targets) for k in args.kernels.split(",")
+    ] + [("llama.cpp", None, "")]
     # The sides take turns, round after round, and each keeps its best figures: on a shared,
     # noisy machine no side gets all the quiet moments.
     for _ in range(args.rounds):
-        for side, target in runs:
+        for side, target, kernels in runs:
             env = {**os.environ, **({"STRATA_KERNELS_TARGET": target} if target else {})}
             side_args = ["--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)]
-            out = run_side(side, __file__, side_args, env)
+            out = run_side(side, __file__, [*side_args, *(["--kernels", kernels] if kernels else [])], env)
             if out is not None:
                 keep_best(results.setdefault(out.pop("kernels", side), out), out)
     columns = list(results)

@@ -151,6 +151,28 @@ def shard_layer(layer: Layer, cfg: ModelConfig, tp: TensorParallel) -> Layer:
     )
 
 
+def pack_layer(layer: Layer, ops: Ops) -> Layer:
+    """The layer's matmul weights in the form `ops.linear` reads (see `Ops.pack`)."""
+
+    def pack(w: Weight | None) -> Weight | None:
+        return None if w is None else ops.pack(w)
+
+    return replace(
+        layer,
+        wq=ops.pack(layer.wq),
+        wk=ops.pack(layer.wk),
+        wv=ops.pack(layer.wv),
+        wo=ops.pack(layer.wo),
+        w_gate=pack(layer.w_gate),
+        w_up=pack(layer.w_up),
+        w_down=pack(layer.w_down),
+        router=pack(layer.router),
+        experts=None
+        if layer.experts is None
+        else [(ops.pack(g), ops.pack(u), ops.pack(d)) for g, u, d in layer.experts],
+    )
+
+
 def packed_experts(info: TensorInfo) -> list[Weight]:
     """A 3-D expert tensor [n_experts, out, in] as one weight per expert, blocks kept packed."""
     if len(info.shape) != 3:
@@ -192,7 +214,10 @@ class Transformer:
             return vector(t[name]) if name in t else None
 
         self.embedding = Weight.from_info(need("token_embd.weight"))
-        self.output = Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
+        # the LM head in the form the ops' matmul reads (a tied head: a packed copy, or the embedding itself)
+        self.output = ops.pack(
+            Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
+        )
         self.norm = vector(need("output_norm.weight"))
         if any(name.startswith("rope_factors") for name in t):
             raise ModelLoadError(
@@ -258,6 +283,7 @@ class Transformer:
                 raise ModelLoadError(f"model file lacks {p}attn_q_norm / attn_k_norm")
             if tp.active:
                 self.layers[-1] = shard_layer(self.layers[-1], cfg, tp)
+            self.layers[-1] = pack_layer(self.layers[-1], ops)
             gguf.release_pages()  # the layer holds its own copies: the file's pages need not stay
         if tp.active:  # the forward sees this rank's heads; the KV cache holds only them
             k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from strata_engine.weights import Weight
 
 logger = logging.getLogger("strata_engine")
+Q8_PACKED = 256  # added to a weight's kernel type once repacked for 8-bit activations (q8.h)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class Ops(Protocol):
 
     name: str
     invariant: bool
+
+    def pack(self, w: Weight) -> Weight:
+        """`w` in the form this backend's `linear` reads (at load; `w` itself except for native-q8)."""
+        ...
 
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor: ...
     def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor: ...
@@ -99,16 +104,31 @@ def address(t: torch.Tensor | None) -> int | None:
 
 
 class NativeOps:
-    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see kernels.c)."""
+    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see kernels.c).
+
+    With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
+    take integer dot products (native/q8.h): faster, less exact, still batch-invariant and the
+    same bits on every CPU."""
 
     invariant = True
 
-    def __init__(self, num_threads: int, target: str | None = None) -> None:
+    def __init__(self, num_threads: int, target: str | None = None, q8: bool = False) -> None:
         from strata_engine.native import load
 
         self.lib, self.target = load(target)
-        self.name = f"native-{self.target}"
+        self.q8 = q8
+        self.name = f"native-{self.target}" + ("-q8" if q8 else "")
         self.threads = num_threads
+
+    def pack(self, w: Weight) -> Weight:
+        if not self.q8 or not self.lib.strata_q8_supported(w.kernel_type):
+            return w  # fp32 weights and the default mode: as loaded
+        size = self.lib.strata_q8_packed_bytes(w.kernel_type, w.out_features, w.in_features)
+        packed = torch.empty(size, dtype=torch.uint8)
+        self.lib.strata_q8_pack(
+            w.kernel_type, w.raw.data_ptr(), w.out_features, w.in_features, packed.data_ptr()
+        )
+        return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
 
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
         x = x.contiguous()
@@ -217,6 +237,9 @@ class TorchOps:
     name = "torch"
     invariant = False
 
+    def pack(self, w: Weight) -> Weight:
+        return w
+
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
         return F.linear(x, w.dense(), bias)
 
@@ -299,12 +322,12 @@ class TorchOps:
         return torch.stack(rows) if rows else logits.float()
 
 
-KERNEL_CHOICES = ("auto", "native", "torch")
+KERNEL_CHOICES = ("auto", "native", "native-q8", "torch")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None = None) -> Ops:
-    """The backend for `kernels` (auto | native | torch) on `device` (auto | cpu | cuda).
+    """The backend for `kernels` (auto | native | native-q8 | torch) on `device` (auto | cpu | cuda).
 
     `auto` on the CPU takes the native kernels and falls back to torch only when they cannot
     be built, with one WARNING that says why (the fallback is not batch-invariant).
@@ -313,7 +336,9 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
     if device not in DEVICE_CHOICES:
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+    if kernels == "native-q8" and device == "cuda":
+        raise ValueError("kernels native-q8 (8-bit activations) run on the CPU only; use --device cpu")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available() and kernels != "native-q8"):
         from strata_engine.triton_ops import TritonOps
 
         return TritonOps()
@@ -322,6 +347,8 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         return TorchOps()
     from strata_engine.native import NativeUnavailable
 
+    if kernels == "native-q8":  # asked for by name: no fallback
+        return NativeOps(threads, q8=True)
     try:
         return NativeOps(threads)
     except NativeUnavailable as exc:

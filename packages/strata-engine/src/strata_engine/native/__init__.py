@@ -24,14 +24,14 @@ from strata_engine.paths import strata_home
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels.c"
-HEADER = HERE / "vector.h"
+HEADERS = (HERE / "vector.h", HERE / "q8.h")
 PROBE = HERE / "cpu_features.c"
 # -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
 BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
 OPENMP = ["-fopenmp"]
 # target -> (the probe's feature bit it needs, compiler flags); best first
 TARGETS: dict[str, tuple[int, list[str]]] = {
-    "avx512": (2, ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx2", "-mfma", "-mf16c"]),
+    "avx512": (2, ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"]),
     "avx2": (1, ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
     "neon": (4, ["-DSTRATA_TARGET_NEON"]),
     "portable": (0, ["-DSTRATA_TARGET_PORTABLE"]),
@@ -55,7 +55,10 @@ SIGNATURES = {
     "strata_gelu_mul": [_P, _P, _I64, _P, _I],
     "strata_softcap": [_P, _I64, _F, _P],
     "strata_layer": [_P, _P, _I64, _P, _P, _P, _I, _I, _P, _P, _P, _I],
+    "strata_q8_pack": [_I, _P, _I64, _I64, _P],
+    "strata_q8_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
 }
+RETURNS = {"strata_q8_packed_bytes": ([_I, _I64, _I64], _I64), "strata_q8_supported": ([_I], _I)}
 
 logger = logging.getLogger("strata_engine")
 
@@ -81,7 +84,7 @@ def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
     """Build (once) and return a shared library; the cache key covers source, flags, compiler, machine."""
     cc, banner = compiler()
     key = hashlib.sha256()
-    for part in [*(p.read_bytes() for p in sources), HEADER.read_bytes(), *map(str.encode, flags)]:
+    for part in [*(p.read_bytes() for p in sources), *(h.read_bytes() for h in HEADERS), *map(str.encode, flags)]:
         key.update(part + b"\0")
     key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
     target = strata_home() / "build" / f"{name}_{key.hexdigest()[:16]}.so"
@@ -134,6 +137,9 @@ def _load_target(target: str) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = None
+    for name, (args, result) in RETURNS.items():
+        getattr(lib, name).argtypes = args
+        getattr(lib, name).restype = result
     lib.strata_target.restype = ctypes.c_char_p
     built = lib.strata_target().decode()
     if built != target:

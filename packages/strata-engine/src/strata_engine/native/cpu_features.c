@@ -10,7 +10,10 @@ int strata_cpu_features(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= HAS_AVX2_FMA;
-    if (__builtin_cpu_supports("avx512f")) f |= HAS_AVX512F;
+    /* the avx512 target also uses byte operations (BW) and integer dot products (VNNI) */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
+        f |= HAS_AVX512F;
 #elif defined(__aarch64__)
     f |= HAS_NEON;
 #endif

@@ -42,6 +42,10 @@
 #endif
 
 enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
+/* A weight repacked for 8-bit activations (q8.h) has this bit added to its type. */
+#define WT_Q8_PACKED 256
+void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                      const float *bias, float *y, int nthreads);
 
 const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
@@ -214,6 +218,10 @@ static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w,
  */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads) {
+    if (wtype & WT_Q8_PACKED) {
+        strata_q8_matmul(x, M, K, w, wtype & ~WT_Q8_PACKED, N, bias, y, nthreads);
+        return;
+    }
     int64_t rb = row_bytes(wtype, K);
     if (wtype != WT_F32 && M <= FUSED_MAX_ROWS) {
         matmul_fused(x, M, K, w, wtype, N, y, nthreads);
@@ -543,3 +551,5 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
     free(h), free(q), free(k), free(v), free(a), free(g), free(u);
 }
+
+#include "q8.h" /* the opt-in 8-bit-activation kernels */

@@ -92,6 +92,9 @@ class TritonOps:
         return hit[1]
 
     # -- the ops --------------------------------------------------------------------------
+    def pack(self, w: Weight) -> Weight:
+        return w
+
     def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
         sw = self._weight(w)
         b = self._model(bias) if bias is not None else None

@@ -1,0 +1,369 @@
+/*
+ * 8-bit activations: the opt-in "native-q8" kernels (included by kernels.c after its own kernels).
+ *
+ * The default kernels compute in fp32 on gguf-py's dequantised weights. This mode instead
+ * quantises each activation row to 8 bits per block of 32 (llama.cpp's Q8_0 rule) and takes
+ * integer dot products against the weights' own integer quants, as llama.cpp does. It is faster
+ * and less exact (docs/performance.md states its accuracy); it is still batch-invariant and
+ * gives the same bits on every CPU, because:
+ *   - a row is quantised alone, by the scalar sequence of q8_quantize (the same on every target);
+ *   - each block's integer sum S = sum_k w_k * x_k is exact (any order, any instruction);
+ *   - the float work is a fixed scalar sequence per output, over the blocks in order:
+ *       acc = fma(wscale * dx, (float)S, acc)        (Q6_K: once per half of 16, its own scale)
+ *       acc = fma(wmin, dx * (float)sum_k x_k, acc)  (types with a min: Q4_1, Q4_K, Q5_K)
+ *     and y = acc (+ bias). Vector lanes hold different outputs, never parts of one sum.
+ *
+ * Weights are repacked once at load (strata_q8_pack) into groups of 16 outputs, so that one
+ * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
+ * outputs at once). Per group and block of 32 inputs:
+ *   scales f32[16] (Q6_K: [16] for each half), mins f32[16] (types with a min),
+ *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
+ *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
+ * Unsigned weights times signed activations is what the instructions multiply (VNNI vpdpbusd,
+ * AVX2 vpmaddubsw); an offset (Q4_0: 8, Q6_K: 32, Q8_0: 128) is taken back exactly as
+ * offset * sum_k x_k.
+ */
+
+#define Q8_GROUP 16
+
+static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
+static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K; }
+static inline int q8_halves(int t) { return t == WT_Q6_K ? 2 : 1; } /* scales per block */
+static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : t == WT_Q6_K ? 32 : t == WT_Q8_0 ? 128 : 0; }
+
+int strata_q8_supported(int wtype) {
+    return wtype == WT_Q4_0 || wtype == WT_Q4_1 || wtype == WT_Q8_0 || wtype == WT_Q4_K || wtype == WT_Q5_K ||
+           wtype == WT_Q6_K;
+}
+
+/* Bytes of one packed (group, block). */
+static int64_t q8_block_bytes(int t) {
+    return 64 * q8_halves(t) + (q8_has_min(t) ? 64 : 0) + (q8_nibbles(t) ? 256 : 512);
+}
+
+int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
+    return (N + Q8_GROUP - 1) / Q8_GROUP * (K / 32) * q8_block_bytes(wtype);
+}
+
+/* One source block of 32 weights as integers q[32] (before the offset) and its scale(s) and min,
+ * with the fp32 path's own arithmetic for the scales (value = scale * q + min). */
+static void q8_source_block(int t, const uint8_t *row, int64_t b, int q[32], float scale[2], float *min) {
+    *min = 0.0f;
+    if (t == WT_Q4_0 || t == WT_Q4_1) {
+        const uint8_t *blk = row + b * (t == WT_Q4_0 ? 20 : 24), *qs = blk + (t == WT_Q4_0 ? 4 : 8);
+        scale[0] = f32_at(blk);
+        if (t == WT_Q4_1) *min = f32_at(blk + 4);
+        for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
+        if (t == WT_Q4_0)
+            for (int i = 0; i < 32; i++) q[i] -= 8;
+    } else if (t == WT_Q8_0) {
+        const uint8_t *blk = row + b * 36;
+        scale[0] = f32_at(blk);
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)blk[4 + i];
+    } else if (t == WT_Q6_K) {
+        const uint8_t *blk = row + (b >> 3) * 276;
+        int j = (int)(b & 7);
+        const int8_t *sc = (const int8_t *)(blk + 4), *qs = (const int8_t *)(blk + 20 + j * 32);
+        scale[0] = f32_at(blk) * (float)sc[2 * j];
+        scale[1] = f32_at(blk) * (float)sc[2 * j + 1];
+        for (int i = 0; i < 32; i++) q[i] = qs[i];
+    } else { /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
+        const uint8_t *blk = row + (b >> 3) * (t == WT_Q4_K ? 152 : 184);
+        int j = (int)(b & 7);
+        scale[0] = f32_at(blk) * (float)blk[8 + j];
+        *min = -(f32_at(blk + 4) * (float)blk[16 + j]);
+        const uint8_t *qs = blk + 24 + j * 16;
+        for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
+        if (t == WT_Q5_K) {
+            const uint8_t *h = blk + 152 + j * 4;
+            uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+            for (int i = 0; i < 32; i++) q[i] += 16 * (int)((bits >> i) & 1u);
+        }
+    }
+}
+
+/* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
+void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+    int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
+    int64_t bb = q8_block_bytes(wtype);
+    int off = q8_offset(wtype), halves = q8_halves(wtype);
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *dst = out + (g * nb + b) * bb;
+            memset(dst, 0, (size_t)bb);
+            float *scales = (float *)dst, *mins = scales + 16 * halves;
+            uint8_t *qs = dst + 64 * halves + (q8_has_min(wtype) ? 64 : 0);
+            for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
+                int q[32];
+                float scale[2] = {0.0f, 0.0f}, min;
+                q8_source_block(wtype, w + (g * Q8_GROUP + o) * rb, b, q, scale, &min);
+                for (int h = 0; h < halves; h++) scales[16 * h + o] = scale[h];
+                if (q8_has_min(wtype)) mins[o] = min;
+                for (int k = 0; k < 32; k++) {
+                    int v = q[k] + off; /* 0..255 */
+                    if (q8_nibbles(wtype))
+                        qs[(k & 15) / 4 * 64 + 4 * o + (k & 3)] |= (uint8_t)(k < 16 ? v : v << 4);
+                    else
+                        qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)v;
+                }
+            }
+        }
+}
+
+/* A row's blocks quantised: q = round-to-nearest-even(x * (127 / amax)), d = amax / 127, and the
+ * sums of q over each half of 16 (for offsets and mins). The same values on every target. */
+typedef struct {
+    int8_t *q;      /* [M, K] */
+    float *d;       /* [M, nb] */
+    float *dsum;    /* [M, nb]: d * (float)(sum of the block's q) */
+    int32_t *sums;  /* [M, nb, 2]: sums of q over each half */
+} q8_rows;
+
+/* q[k] = x[k] * id rounded to the nearest integer (ties to even) where that is within +-127, else 0
+ * (NaN); s[h] = the sum of q over half h. Per target below; every target computes the same. */
+static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]);
+
+static void q8_quantize(const float *x, int64_t M, int64_t K, q8_rows *r, int nthreads) {
+    int64_t nb = K / 32;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
+    for (int64_t i = 0; i < M * nb; i++) {
+        const float *xb = x + i * 32;
+        vf m = vf_zero(); /* |x| as max(x, -x); a NaN never wins a comparison */
+        for (int h = 0; h < 2; h++) {
+            vf v = vf_load(xb + 16 * h);
+            m = vf_max(vf_max(v, vf_sub(vf_zero(), v)), m);
+        }
+        float lanes[VL], amax = 0.0f; /* a max is exact: any order gives the same value */
+        vf_store(lanes, m);
+        for (int l = 0; l < VL; l++)
+            if (lanes[l] > amax) amax = lanes[l];
+        int32_t s[2];
+        q8_round_block(xb, amax > 0.0f ? 127.0f / amax : 0.0f, r->q + i * 32, s);
+        r->d[i] = amax / 127.0f;
+        r->dsum[i] = r->d[i] * (float)(s[0] + s[1]);
+        r->sums[2 * i] = s[0];
+        r->sums[2 * i + 1] = s[1];
+    }
+}
+
+/* ---- the integer step, per target: acc[o] += sum_c w[4o + c] * x4[c] for 16 outputs o ------- */
+#if defined(STRATA_TARGET_AVX512)
+typedef __m512i vq; /* 64 unsigned weight bytes */
+typedef __m512i vi; /* 16 int32 lanes */
+static inline vi vi_zero(void) { return _mm512_setzero_si512(); }
+static inline vq vq_load(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline vq vq_lo(vq v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+static inline vq vq_hi(vq v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4));
+}
+static inline vi vi_sub_n(vi a, int32_t n) { return _mm512_sub_epi32(a, _mm512_set1_epi32(n)); }
+static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
+static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), _mm512_set1_ps(id));
+        __mmask16 ok = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(127.0f), _CMP_LE_OQ);
+        __m512i r = _mm512_maskz_cvt_roundps_epi32(ok, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(r));
+        s[h] = _mm512_reduce_add_epi32(r);
+    }
+}
+#define Q8_MR 8
+#elif defined(STRATA_TARGET_AVX2)
+typedef struct { __m256i lo, hi; } vq; /* outputs 0-7, 8-15 */
+typedef struct { __m256i lo, hi; } vi;
+static inline vi vi_zero(void) { return (vi){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+static inline vq vq_load(const uint8_t *p) {
+    return (vq){_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)(p + 32))};
+}
+static inline vq vq_lo(vq v) {
+    __m256i m = _mm256_set1_epi8(15);
+    return (vq){_mm256_and_si256(v.lo, m), _mm256_and_si256(v.hi, m)};
+}
+static inline vq vq_hi(vq v) {
+    __m256i m = _mm256_set1_epi8(15);
+    return (vq){_mm256_and_si256(_mm256_srli_epi16(v.lo, 4), m), _mm256_and_si256(_mm256_srli_epi16(v.hi, 4), m)};
+}
+/* vpmaddubsw adds two u8 * s8 products into a saturating int16: exact while w <= 128 (|x| <= 127);
+ * Q8_0's bytes (w + 128, up to 255) are split into w' = byte - 128 (signed) by the sign trick. */
+static inline __m256i dot4_8(__m256i acc, __m256i w, __m256i x, int offset128) {
+    __m256i p;
+    if (offset128) {
+        __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); /* the signed weight */
+        p = _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
+    } else {
+        p = _mm256_maddubs_epi16(w, x);
+    }
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    __m256i xv = _mm256_set1_epi32(x4);
+    return (vi){dot4_8(acc.lo, w.lo, xv, 0), dot4_8(acc.hi, w.hi, xv, 0)};
+}
+static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    __m256i xv = _mm256_set1_epi32(x4);
+    return (vi){dot4_8(acc.lo, w.lo, xv, 1), dot4_8(acc.hi, w.hi, xv, 1)};
+}
+static inline vi vi_sub_n(vi a, int32_t n) {
+    __m256i v = _mm256_set1_epi32(n);
+    return (vi){_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
+}
+static inline vi vi_add(vi a, vi b) { return (vi){_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
+static inline vf vf_from_vi(vi a) { return (vf){_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+static inline int32_t hsum8_epi32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
+    __m256i r[4]; /* _mm256_cvtps_epi32 rounds by MXCSR: to nearest even, as nothing changes it */
+    __m256 sign = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f);
+    for (int j = 0; j < 4; j++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(id));
+        __m256 ok = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), lim, _CMP_LE_OQ);
+        r[j] = _mm256_and_si256(_mm256_cvtps_epi32(v), _mm256_castps_si256(ok));
+    }
+    s[0] = hsum8_epi32(_mm256_add_epi32(r[0], r[1]));
+    s[1] = hsum8_epi32(_mm256_add_epi32(r[2], r[3]));
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
+    _mm256_storeu_si256((__m256i *)q, b);
+}
+#define Q8_MR 3
+#define Q8_SIGNED_DOT 1
+#else /* NEON and portable C: plain integer loops (exact, like every target) */
+typedef struct { uint8_t b[64]; } vq;
+typedef struct { int32_t l[16]; } vi;
+static inline vi vi_zero(void) { vi r; memset(&r, 0, sizeof r); return r; }
+static inline vq vq_load(const uint8_t *p) { vq r; memcpy(r.b, p, 64); return r; }
+static inline vq vq_lo(vq v) { for (int i = 0; i < 64; i++) v.b[i] &= 15; return v; }
+static inline vq vq_hi(vq v) { for (int i = 0; i < 64; i++) v.b[i] >>= 4; return v; }
+static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
+    for (int o = 0; o < 16; o++)
+        for (int c = 0; c < 4; c++) acc.l[o] += (int32_t)w.b[4 * o + c] * (int32_t)x[c];
+    return acc;
+}
+static inline vi vi_sub_n(vi a, int32_t n) { for (int o = 0; o < 16; o++) a.l[o] -= n; return a; }
+static inline vi vi_add(vi a, vi b) { for (int o = 0; o < 16; o++) a.l[o] += b.l[o]; return a; }
+static inline vf vf_from_vi(vi a) {
+    float f[16];
+    for (int o = 0; o < 16; o++) f[o] = (float)a.l[o];
+    return vf_load(f);
+}
+static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
+    s[0] = s[1] = 0;
+    for (int k = 0; k < 32; k++) {
+        float v = x[k] * id, r = (v + 12582912.0f) - 12582912.0f; /* 1.5 * 2^23: to nearest even */
+        int n = (v < 0.0f ? -v : v) <= 127.0f ? (int)r : 0;
+        q[k] = (int8_t)n;
+        s[k >> 4] += n;
+    }
+}
+#define Q8_MR 4
+#endif
+
+#ifndef Q8_SIGNED_DOT /* targets whose dot step takes the unsigned byte as it is: offset taken back */
+#define vi_dot4_signed vi_dot4
+#endif
+
+/* Rows m0 .. m0+rows of one group of 16 outputs: the per-output sequence at the top, Q8_MR rows
+ * sharing each unpacked block of weights. */
+static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
+                                 int rows, vf *acc) {
+    int64_t bb = q8_block_bytes(t);
+    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t);
+#ifdef Q8_SIGNED_DOT
+    int signed_dot = t == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
+    if (signed_dot) off = 0;
+#else
+    int signed_dot = 0;
+#endif
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + b * bb;
+        const float *scales = (const float *)blk, *mins = scales + 16 * halves;
+        const uint8_t *qs = blk + 64 * halves + (has_min ? 64 : 0);
+        for (int h = 0; h < halves; h++) {
+            vi s[Q8_MR], s2[Q8_MR]; /* two independent chains per row (integers: any order is exact) */
+            for (int i = 0; i < rows; i++) s[i] = vi_zero(), s2[i] = vi_zero();
+            if (q8_nibbles(t)) { /* rows r: quads r (low nibbles) and r + 4 (high) */
+                for (int r = 0; r < 4; r++) {
+                    vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
+                    for (int i = 0; i < rows; i++) {
+                        const int8_t *x = xr->q + (m0 + i) * K + b * 32;
+                        s[i] = vi_dot4(s[i], lo, x + 4 * r);
+                        s2[i] = vi_dot4(s2[i], hi, x + 16 + 4 * r);
+                    }
+                }
+            } else {
+                int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+                for (int r = r0; r < r1; r += 2) {
+                    vq v = vq_load(qs + r * 64), v2 = vq_load(qs + r * 64 + 64);
+                    for (int i = 0; i < rows; i++) {
+                        const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 4 * r;
+                        s[i] = signed_dot ? vi_dot4_signed(s[i], v, x) : vi_dot4(s[i], v, x);
+                        s2[i] = signed_dot ? vi_dot4_signed(s2[i], v2, x + 4) : vi_dot4(s2[i], v2, x + 4);
+                    }
+                }
+            }
+            for (int i = 0; i < rows; i++) s[i] = vi_add(s[i], s2[i]);
+            vf ws = vf_load(scales + 16 * h);
+            for (int i = 0; i < rows; i++) {
+                int64_t xb = (m0 + i) * nb + b;
+                const int32_t *sums = xr->sums + 2 * xb;
+                if (off) s[i] = vi_sub_n(s[i], off * (halves == 2 ? sums[h] : sums[0] + sums[1]));
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->d[xb])), vf_from_vi(s[i]), acc[i]);
+            }
+        }
+        if (has_min) {
+            vf mn = vf_load(mins);
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        }
+    }
+}
+
+/* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
+void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                      const float *bias, float *y, int nthreads) {
+    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = nb * q8_block_bytes(wtype);
+    q8_rows xr;
+    xr.q = (int8_t *)malloc((size_t)(M * K));
+    xr.d = (float *)malloc((size_t)(M * nb) * 4);
+    xr.dsum = (float *)malloc((size_t)(M * nb) * 4);
+    xr.sums = (int32_t *)malloc((size_t)(M * nb) * 8);
+    q8_quantize(x, M, K, &xr, nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
+    for (int64_t g = 0; g < groups; g++) {
+        int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
+        for (int64_t m0 = 0; m0 < M; m0 += Q8_MR) {
+            int rows = M - m0 < Q8_MR ? (int)(M - m0) : Q8_MR;
+            vf acc[Q8_MR];
+            const uint8_t *grp = packed + g * gbytes;
+            switch (rows) { /* a constant row count: the compiler keeps the tile in registers */
+#define Q8_ROWS(R) case R: q8_group_rows(wtype, grp, nb, &xr, K, m0, R, acc); break;
+                Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3)
+#if Q8_MR >= 4
+                Q8_ROWS(4)
+#endif
+#if Q8_MR >= 8
+                Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
+#endif
+#undef Q8_ROWS
+            }
+            for (int i = 0; i < rows; i++) {
+                float out[16];
+                vf_store(out, acc[i]);
+                float *yr = y + (m0 + i) * N + g * Q8_GROUP;
+                for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+            }
+        }
+    }
+    free(xr.q), free(xr.d), free(xr.dsum), free(xr.sums);
+}
