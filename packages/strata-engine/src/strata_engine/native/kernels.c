@@ -331,6 +331,90 @@ static inline __attribute__((always_inline)) void attend_one(
     memcpy(o, acc, (size_t)D * 4);
 }
 
+/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison). Lane-wise maxima, then
+ * the lanes: the same value as a scalar scan (a max is exact), except that of +0 and -0 either
+ * may be returned, which no caller can tell apart (x - 0 == x - -0 for x != 0, e^0 == e^-0). */
+static inline float max_n(const float *p, int n) {
+    vf m = vf_set1(-INFINITY);
+    int i = 0;
+    for (; i + VL <= n; i += VL) m = vf_max(vf_load(p + i), m);
+    float lanes[VL], mx = -INFINITY;
+    vf_store(lanes, m);
+    for (int l = 0; l < VL; l++)
+        if (lanes[l] > mx) mx = lanes[l];
+    for (; i < n; i++)
+        if (p[i] > mx) mx = p[i];
+    return mx;
+}
+
+/* The G query heads h0 .. h0+G-1 of one token that share one KV head (grouped-query attention),
+ * D a multiple of 16, at most 8 * VL: each head's scores, softmax and weighted V sum are exactly
+ * attend_one's sequence (same operations, same order), with the heads interleaved so that each
+ * K and V row is loaded once for all of them, four scores are reduced at a time (vf_hsum4) and
+ * the heads' sums run side by side. G * D <= 4 * 64 keeps the V accumulators in registers. */
+#define GROUP_MAX 4
+static inline __attribute__((always_inline)) void attend_group(
+    const float *qv, int G, const int32_t *table, int start, int n, int D, const float *kc, const float *vc,
+    int block_size, int KVH, int kvh, float scale, float softcap, float *s, int64_t s_stride, float *o,
+    int64_t o_stride) {
+    int C = D / VL;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) { /* four positions at a time */
+        const float *kr[4];
+        for (int u = 0; u < 4; u++) {
+            int p = start + j + u;
+            kr[u] = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+        }
+        for (int g = 0; g < G; g++) {
+            vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+            for (int c = 0; c < C; c++) {
+                vf qc = vf_load(qv + g * D + c * VL);
+                for (int u = 0; u < 4; u++) acc[u] = vf_fma(qc, vf_load(kr[u] + c * VL), acc[u]);
+            }
+            float d4[4];
+            vf_hsum4(acc[0], acc[1], acc[2], acc[3], d4);
+            for (int u = 0; u < 4; u++) s[g * s_stride + j + u] = d4[u] * scale;
+        }
+    }
+    for (; j < n; j++) {
+        int p = start + j;
+        const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+        for (int g = 0; g < G; g++) s[g * s_stride + j] = dot_1(qv + g * D, kr, D) * scale;
+    }
+    float inv[GROUP_MAX];
+    for (int g = 0; g < G; g++) {
+        float *sg = s + g * s_stride;
+        if (softcap > 0.0f) {
+            vf cap = vf_set1(softcap);
+            for (int i = 0; i < n; i += VL) {
+                int len = n - i < VL ? n - i : VL;
+                vf_store_n(sg + i, vf_mul(cap, vf_tanh(vf_div(vf_load_n(sg + i, len), cap))), len);
+            }
+        }
+        float mx = max_n(sg, n);
+        for (int i = 0; i < n; i += VL) {
+            int len = n - i < VL ? n - i : VL;
+            vf_store_n(sg + i, vf_exp(vf_sub(vf_load_n(sg + i, len), vf_set1(mx))), len);
+        }
+    }
+    float sum[GROUP_MAX] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n; i++) /* each head's sum in position order; the heads side by side */
+        for (int g = 0; g < G; g++) sum[g] += s[g * s_stride + i];
+    for (int g = 0; g < G; g++) inv[g] = 1.0f / sum[g];
+    vf a[GROUP_MAX * 4];
+    for (int i = 0; i < G * C; i++) a[i] = vf_zero();
+    for (int i = 0; i < n; i++) {
+        int jp = start + i;
+        const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
+        for (int c = 0; c < C; c++) {
+            vf v = vf_load(vr + c * VL);
+            for (int g = 0; g < G; g++) a[g * C + c] = vf_fma(vf_set1(s[g * s_stride + i] * inv[g]), v, a[g * C + c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) vf_store(o + g * o_stride + c * VL, a[g * C + c]);
+}
+
 /*
  * Causal attention for T query tokens against a paged KV cache (KV already written).
  * q: [T, H, D]; caches: [num_blocks, block_size, KVH, D]; token t belongs to the sequence whose
@@ -348,12 +432,39 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
         if (pos[t] + 1 > max_ctx) max_ctx = pos[t] + 1;
+    /* Heads of one KV group together (attend_group) where the shapes allow and there is work
+     * enough for every thread; each head alone otherwise. The same bits either way. */
+    int G = 1;
+    if (D % VL == 0 && group > 1 && T * KVH >= 2 * nthreads)
+        for (int g = GROUP_MAX; g > 1; g--)
+            if (group % g == 0 && g * D <= GROUP_MAX * 64) {
+                G = g;
+                break;
+            }
 #pragma omp parallel num_threads(nthreads) if (T * H * max_ctx * D >= SMALL_WORK)
     {
-        float *s = (float *)malloc((size_t)max_ctx * 4);
+        float *s = (float *)malloc((size_t)max_ctx * 4 * G);
         float *acc = (float *)malloc((size_t)(D + VL) * 4);
+        if (G > 1) {
 #pragma omp for schedule(static)
-        for (int64_t th = 0; th < T * H; th++) {
+            for (int64_t tg = 0; tg < T * (H / G); tg++) {
+                int64_t t = tg / (H / G);
+                int h0 = (int)(tg % (H / G)) * G;
+                const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
+                int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
+                int n = pos[t] + 1 - start;
+                const float *qv = q + (t * H + h0) * D;
+                float *o = out + (t * H + h0) * D;
+                if (D == 64)
+                    attend_group(qv, G, table, start, n, 64, kc, vc, block_size, KVH, h0 / group, scale, softcap, s,
+                                 max_ctx, o, D);
+                else
+                    attend_group(qv, G, table, start, n, D, kc, vc, block_size, KVH, h0 / group, scale, softcap, s,
+                                 max_ctx, o, D);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t th = 0; th < (G > 1 ? 0 : T * H); th++) {
             int64_t t = th / H;
             int h = (int)(th % H), kvh = h / group;
             const float *qv = q + (t * H + h) * D;

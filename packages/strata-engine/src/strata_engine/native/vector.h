@@ -51,6 +51,19 @@ static inline float vf_hsum(vf a) {
     s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
     return _mm_cvtss_f32(s4);
 }
+/* Four vf_hsum at once: the same additions (the same operand pairs, in the same tree), so the
+ * same bits, with the lanes of four vectors shuffled together. */
+#define VF_HSUM4 1
+static inline void vf_hsum4(vf a, vf b, vf c, vf d, float out[4]) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a.v, b.v, 0x44), _mm512_shuffle_f32x4(a.v, b.v, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c.v, d.v, 0x44), _mm512_shuffle_f32x4(c.v, d.v, 0xEE));
+    /* lanes (i, i+8) of each done; now (i, i+4): [a, b, c, d] four lanes each */
+    __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    x = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4E));  /* (i, i+2) */
+    x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xB1));  /* (0, 1) */
+    __m128 r = _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), x));
+    _mm_storeu_ps(out, r);
+}
 static inline vf vf_from_i8(const int8_t *p) {
     return (vf){_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)))};
 }
@@ -219,6 +232,12 @@ static inline vf vf_pow2i(vf k) {
 #endif
 
 /* ---- built on the operations above: identical on every target ---------------------- */
+
+#ifndef VF_HSUM4
+static inline void vf_hsum4(vf a, vf b, vf c, vf d, float out[4]) {
+    out[0] = vf_hsum(a), out[1] = vf_hsum(b), out[2] = vf_hsum(c), out[3] = vf_hsum(d);
+}
+#endif
 
 /* The first n (0..16) lanes from p, the rest 0. */
 static inline vf vf_load_n(const float *p, int n) {
