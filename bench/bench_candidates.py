@@ -37,6 +37,7 @@ from typing import Any
 
 from bench_reads import (  # bench/ is the script's folder, so on sys.path
     LlamaCppPrefixReuse,
+    add_kernels_argument,
     paired_rounds,
 )
 
@@ -144,6 +145,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model-path", type=Path, default=None, help="GGUF (default: the default model)")
+    add_kernels_argument(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.model_path = args.model_path or resolve_model("default")

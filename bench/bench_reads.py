@@ -1,6 +1,6 @@
 """The 15 decision reads: Strata over HTTP against llama.cpp in-process with prefix reuse.
 
-    python bench/bench_reads.py [--threads 2] [--rounds 3] [--model-path GGUF] [--json]
+    python bench/bench_reads.py [--threads 2] [--rounds 3] [--model-path GGUF] [--kernels native-q8] [--json]
 
 The workload of a decision client: 5 support messages ("states", ~200 tokens each) x 3
 questions, one one-token read each (the labels' raw logprobs). Each round makes its states
@@ -135,7 +135,10 @@ async def paired_rounds(
     started here over HTTP, then llama.cpp in-process; each round's times, their ratio and
     `describe(cases, ours, theirs)`."""
     rounds: list[dict[str, Any]] = []
-    server_args = ("--model", "default", "--threads", str(args.threads), "--log-level", "warning")
+    server_args = (
+        *("--model", "default", "--threads", str(args.threads), "--log-level", "warning"),
+        *("--kernels", args.kernels),
+    )
     with running_server(*server_args, startup_timeout_s=180) as url:
         async with AsyncStrataClient(base_url=url, timeout=300) as client:
             warm = await render(client, fresh_states("warm-up"))
@@ -176,11 +179,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return await paired_rounds(args, render_cases, strata_reads, llama.reads, describe)
 
 
+def add_kernels_argument(parser: argparse.ArgumentParser) -> None:
+    """The server's kernels (`--kernels` of strata-server): native, or the opt-in native-q8."""
+    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model-path", type=Path, default=None, help="GGUF (default: the default model)")
+    add_kernels_argument(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.model_path = args.model_path or resolve_model("default")
@@ -189,7 +198,10 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     tokens = report["rounds"][0]["prompt_tokens"]
-    print(f"15 reads per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads each")
+    print(
+        f"15 reads per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads each, "
+        f"kernels {args.kernels}"
+    )
     for row in report["rounds"]:
         print(
             f"round {row['round']}: strata over HTTP {row['strata_http_s']:.3f} s, llama.cpp in-process "

@@ -119,7 +119,8 @@ typedef struct {
     int32_t *sums;  /* [M, nb, 2]: sums of q over each half */
 } q8_rows;
 
-/* q[k] = x[k] * id rounded to the nearest integer (ties to even) where that is within +-127, else 0
+/* q[k] = x[k] * id rounded to the nearest integer (ties to even) where that is within +-127 (it
+ * always is: |x| <= amax, id = 127 / amax, though x * id may round to just above 127), else 0
  * (NaN); s[h] = the sum of q over half h. Per target below; every target computes the same. */
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]);
 
@@ -164,9 +165,10 @@ static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
     for (int h = 0; h < 2; h++) {
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), _mm512_set1_ps(id));
+        __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), _mm512_set1_ps(id)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __mmask16 ok = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(127.0f), _CMP_LE_OQ);
-        __m512i r = _mm512_maskz_cvt_roundps_epi32(ok, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i r = _mm512_maskz_cvttps_epi32(ok, v); /* v is integral: exact */
         _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(r));
         s[h] = _mm512_reduce_add_epi32(r);
     }
@@ -223,12 +225,13 @@ static inline int32_t hsum8_epi32(__m256i a) {
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
-    __m256i r[4]; /* _mm256_cvtps_epi32 rounds by MXCSR: to nearest even, as nothing changes it */
+    __m256i r[4];
     __m256 sign = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f);
     for (int j = 0; j < 4; j++) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(id));
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(id)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256 ok = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), lim, _CMP_LE_OQ);
-        r[j] = _mm256_and_si256(_mm256_cvtps_epi32(v), _mm256_castps_si256(ok));
+        r[j] = _mm256_and_si256(_mm256_cvttps_epi32(v), _mm256_castps_si256(ok)); /* v integral: exact */
     }
     s[0] = hsum8_epi32(_mm256_add_epi32(r[0], r[1]));
     s[1] = hsum8_epi32(_mm256_add_epi32(r[2], r[3]));
@@ -261,7 +264,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
     s[0] = s[1] = 0;
     for (int k = 0; k < 32; k++) {
         float v = x[k] * id, r = (v + 12582912.0f) - 12582912.0f; /* 1.5 * 2^23: to nearest even */
-        int n = (v < 0.0f ? -v : v) <= 127.0f ? (int)r : 0;
+        int n = r >= -127.0f && r <= 127.0f ? (int)r : 0;
         q[k] = (int8_t)n;
         s[k >> 4] += n;
     }
