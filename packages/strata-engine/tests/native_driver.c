@@ -2,7 +2,8 @@
  * Runs every kernel on fixed pseudo-random inputs (odd sizes included) and writes all
  * outputs as raw float32 bytes to stdout. Built for each target (avx512, avx2, portable on
  * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
- * everywhere: tests/test_native_targets.py compares the digests.
+ * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
+ * 8-bit-activation kernels' outputs instead (a digest of its own).
  */
 #include <stdio.h>
 
@@ -132,23 +133,29 @@ static void gemma(void) {
 }
 
 /* K-quants in the kernels' layout (kquants.py): random scales, mins and quants. */
+static uint8_t *kquant_blocks(int wtype, int64_t N, int64_t K) {
+    int64_t sb = N * K / 256, size = row_bytes(wtype, 256);
+    uint8_t *w = malloc((size_t)(sb * size));
+    for (int64_t i = 0; i < sb * size; i++) w[i] = (uint8_t)(next_u64() >> 56);
+    for (int64_t b = 0; b < sb; b++) {
+        uint8_t *blk = w + b * size;
+        float d = uniform(0.0005f, 0.005f), dmin = uniform(0.001f, 0.01f);
+        memcpy(blk, &d, 4);
+        if (wtype == WT_Q6_K) {
+            for (int i = 0; i < 256; i++) blk[20 + i] = (uint8_t)(int8_t)((int)(blk[20 + i] & 63) - 32);
+        } else {
+            memcpy(blk + 4, &dmin, 4);
+            for (int i = 8; i < 24; i++) blk[i] &= 63; /* six-bit scales and mins */
+        }
+    }
+    return w;
+}
+
 static void kquants(void) {
     const int types[] = {WT_Q4_K, WT_Q5_K, WT_Q6_K};
     for (int t = 0; t < 3; t++) {
-        int64_t K = 512, N = 19, sb = N * K / 256, size = row_bytes(types[t], 256);
-        uint8_t *w = malloc((size_t)(sb * size));
-        for (int64_t i = 0; i < sb * size; i++) w[i] = (uint8_t)(next_u64() >> 56);
-        for (int64_t b = 0; b < sb; b++) {
-            uint8_t *blk = w + b * size;
-            float d = uniform(0.0005f, 0.005f), dmin = uniform(0.001f, 0.01f);
-            memcpy(blk, &d, 4);
-            if (types[t] == WT_Q6_K) {
-                for (int i = 0; i < 256; i++) blk[20 + i] = (uint8_t)(int8_t)((int)(blk[20 + i] & 63) - 32);
-            } else {
-                memcpy(blk + 4, &dmin, 4);
-                for (int i = 8; i < 24; i++) blk[i] &= 63; /* six-bit scales and mins */
-            }
-        }
+        int64_t K = 512, N = 19;
+        uint8_t *w = kquant_blocks(types[t], N, K);
         for (int64_t M = 1; M <= 10; M += 4) { /* 1 and 5: fused path; 9: panels */
             float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
             strata_matmul(x, M, K, w, types[t], N, NULL, y, 1);
@@ -163,7 +170,41 @@ static void kquants(void) {
     }
 }
 
-int main(void) {
+/* `driver q8`: the 8-bit-activation kernels (q8.h), pack + matmul for every type they take,
+ * N odd (a partial group of 16 outputs), every row-tile remainder; only these outputs. Blocks of
+ * very different magnitudes, a zero block, and a block whose maximum times 127 / maximum rounds
+ * above 127 in fp32 (7.296825: 127.00001), which must still quantise to 127. */
+static void q8(void) {
+    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K};
+    const int64_t rows[] = {1, 3, 9, 17};
+    for (int t = 0; t < 6; t++) {
+        int64_t K = 512, N = 37;
+        uint8_t *w = types[t] >= WT_Q4_K ? kquant_blocks(types[t], N, K) : blocks(types[t], N, K);
+        uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(types[t], N, K));
+        strata_q8_pack(types[t], w, N, K, packed);
+        float *bias = floats(N, -0.5f, 0.5f);
+        for (int r = 0; r < 4; r++) {
+            int64_t M = rows[r];
+            float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+            for (int64_t b = 0; b < M * K / 32; b++) {
+                float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+                for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
+            }
+            memset(x + 32, 0, 32 * 4);
+            x[64] = 7.296825f;
+            strata_matmul(x, M, K, packed, types[t] | WT_Q8_PACKED, N, r % 2 ? bias : NULL, y, 1);
+            emit(y, M * N);
+            free(x), free(y);
+        }
+        free(w), free(packed), free(bias);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "q8") == 0) {
+        q8();
+        return 0;
+    }
     matmuls();
     elementwise();
     attention_and_rope();

@@ -30,16 +30,28 @@ DRIVER = Path(__file__).with_name("native_driver.c")
 # sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.
 # Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
 DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd3924"
+# sha256 of `driver q8`: the 8-bit-activation kernels (q8.h) alone, the same on every build.
+DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
 ]
 
 
-def _driver_digest(cc: list[str], flags: list[str], tmp: Path, run: list[str]) -> str:
-    exe = tmp / "driver"
-    subprocess.run([*cc, *DRIVER_FLAGS, *flags, str(DRIVER), "-o", str(exe), "-lm"], check=True)
-    out = subprocess.run([*run, str(exe)], check=True, capture_output=True).stdout
+_BUILT: dict[tuple[str, ...], Path] = {}  # (compiler, flags) -> the driver built once this session
+
+
+def _driver_digest(
+    cc: list[str], flags: list[str], tmp: Path, run: list[str], mode: tuple[str, ...] = ()
+) -> str:
+    """sha256 of the driver's output (`mode`: its arguments, e.g. ("q8",)); each build is compiled
+    once and run for every mode."""
+    key = (*cc, *flags)
+    if key not in _BUILT:
+        exe = tmp / "driver"
+        subprocess.run([*cc, *DRIVER_FLAGS, *flags, str(DRIVER), "-o", str(exe), "-lm"], check=True)
+        _BUILT[key] = exe
+    out = subprocess.run([*run, str(_BUILT[key]), *mode], check=True, capture_output=True).stdout
     return hashlib.sha256(out).hexdigest()
 
 
@@ -67,6 +79,31 @@ def test_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
     if clang is None:
         pytest.skip("clang not installed (apt-get install clang): the second-compiler check is skipped")
     assert _driver_digest([clang], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
+
+
+@pytest.mark.parametrize("target", targets_to_test())
+def test_q8_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> None:
+    cc, _ = compiler()
+    assert _driver_digest([cc], TARGETS[target][1], tmp_path, [], ("q8",)) == DRIVER_Q8_SHA256
+
+
+@pytest.mark.parametrize("target", ["neon", "portable"])
+def test_q8_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) -> None:
+    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    if cross is None or qemu is None:
+        pytest.skip(
+            "aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)"
+        )
+    digest = _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu], ("q8",))
+    assert digest == DRIVER_Q8_SHA256
+
+
+@pytest.mark.parametrize("target", targets_to_test())
+def test_q8_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
+    clang = shutil.which("clang")
+    if clang is None:
+        pytest.skip("clang not installed (apt-get install clang): the second-compiler check is skipped")
+    assert _driver_digest([clang], TARGETS[target][1], tmp_path, [], ("q8",)) == DRIVER_Q8_SHA256
 
 
 def test_kernels_build_without_openmp(build_with, tmp_path: Path, caplog) -> None:
