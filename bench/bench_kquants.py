@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -242,7 +243,11 @@ def llama_cpp_check(path: str, threads: int) -> dict:
     }
 
 
-SIDES = {"strata": bench_strata, "llama.cpp": bench_llama_cpp}
+SIDES = {
+    "strata": bench_strata,
+    "strata-q8": partial(bench_strata, kernels="native-q8"),  # the opt-in 8-bit-activation kernels
+    "llama.cpp": bench_llama_cpp,
+}
 CHECKS = {"strata": strata_check, "llama.cpp": llama_cpp_check}
 
 
@@ -338,14 +343,18 @@ def main() -> None:
         (f"decode bs=1, {args.decode} tok (tok/s)", "decode"),
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
-    ratios = {}
-    print(f"{'metric':36}{'strata':>12}{'llama.cpp':>12}{'ratio':>10}")
+    ratios: dict[str, dict[str, float | None]] = {"strata": {}, "strata-q8": {}}
+    print(f"{'metric':36}" + "".join(f"{side:>12}" for side in SIDES) + f"{'ratio':>10}{'ratio q8':>10}")
     for label, key in rows:
-        ours, theirs = (results.get(side, {}).get(key) for side in SIDES)
-        ratio = ours / theirs if ours and theirs else None
-        ratios[key] = ratio
-        cells = "".join(f"{v:12.2f}" if v is not None else f"{'-':>12}" for v in (ours, theirs))
-        print(f"{label:36}{cells}{ratio:10.2f}" if ratio else f"{label:36}{cells}{'-':>10}")
+        values = [results.get(side, {}).get(key) for side in SIDES]
+        theirs = values[-1]
+        cells = "".join(f"{v:12.2f}" if v is not None else f"{'-':>12}" for v in values)
+        for side, ours in zip(ratios, values, strict=False):
+            ratios[side][key] = ours / theirs if ours and theirs else None
+        print(
+            f"{label:36}{cells}"
+            + "".join(f"{r[key]:10.2f}" if r[key] else f"{'-':>10}" for r in ratios.values())
+        )
     record = {
         "note": args.note,
         "host": host_line(),

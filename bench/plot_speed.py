@@ -1,10 +1,11 @@
 """Speed charts: tokens/s against batch size and against prompt length, Strata and llama.cpp.
 
 - speed_vs_batch.png: Strata's total decode tokens/s with 1, 2, 4, 8 and 16 concurrent streams
-  (continuous batching, bench_batching's `run_streams`), and llama.cpp's batch-1 decode rate as
-  a reference line (llama-cpp-python serves one sequence at a time);
+  (continuous batching, bench_batching's `run_streams`), with the default kernels and with the
+  opt-in 8-bit-activation kernels (native-q8), and llama.cpp's batch-1 decode rate as a
+  reference line (llama-cpp-python serves one sequence at a time);
 - speed_vs_prompt.png: prefill tokens/s (last-position logits) for prompts of 64 to 1024
-  tokens, both engines (bench_engine's measurement);
+  tokens, both engines, Strata with both kernels (bench_engine's measurement);
 - speed.json: the numbers.
 
 Each side runs in its own subprocess; the sides take turns for --rounds rounds and each point
@@ -27,13 +28,13 @@ STREAMS = (1, 2, 4, 8, 16)
 PROMPTS = (64, 128, 256, 512, 1024)
 
 
-def strata_batch(path: str, threads: int, tokens: int) -> dict[str, float]:
+def strata_batch(path: str, threads: int, tokens: int, kernels: str) -> dict[str, float]:
     """Strata's total decode tokens/s at each stream count (one engine, continuous batching)."""
     from bench_batching import run_streams
 
     from strata_engine import LLMEngine
 
-    engine = LLMEngine(path, num_threads=threads, parallel=max(STREAMS), prefix_cache=False, kernels="native")
+    engine = LLMEngine(path, num_threads=threads, parallel=max(STREAMS), prefix_cache=False, kernels=kernels)
     run_streams(engine, 1, 4, 1000)  # warm-up
     return {str(n): run_streams(engine, n, tokens, 100 * n)[0] for n in STREAMS}
 
@@ -43,11 +44,11 @@ def llama_cpp_batch(path: str, threads: int, tokens: int, repeat: int) -> dict[s
     return {"1": bench_llama_cpp(threads, repeat, path, PROMPTS[0], tokens, all_logits=False)["decode"]}
 
 
-def prefill(bench, path: str, threads: int, repeat: int) -> dict[str, float]:
+def prefill(bench, path: str, threads: int, repeat: int, **kernels: str) -> dict[str, float]:
     """Prefill tokens/s (last-position logits) at each prompt length, the best of `repeat` on
     one loaded model (the first prefill after a load also pays for warming up)."""
     return {
-        str(n): bench(threads, repeat, path, prompt_tokens=n, decode_tokens=2, all_logits=False)[
+        str(n): bench(threads, repeat, path, prompt_tokens=n, decode_tokens=2, all_logits=False, **kernels)[
             "prefill_last"
         ]
         for n in PROMPTS
@@ -55,11 +56,14 @@ def prefill(bench, path: str, threads: int, repeat: int) -> dict[str, float]:
 
 
 SIDES = {
-    "strata:batch": lambda a: strata_batch(a.model, a.threads, a.tokens),
+    "strata:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native"),
+    "strata-q8:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native-q8"),
     "llama.cpp:batch": lambda a: llama_cpp_batch(a.model, a.threads, a.tokens, a.repeat),
     "strata:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat),
+    "strata-q8:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat, kernels="native-q8"),
     "llama.cpp:prompt": lambda a: prefill(bench_llama_cpp, a.model, a.threads, a.repeat),
 }
+LABELS = {"strata": "Strata (default kernels)", "strata-q8": "Strata, native-q8 (8-bit activations)"}
 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -104,8 +108,9 @@ def plot(results: dict[str, dict[str, float]], title: str, note: str, prefix: st
 
     paths = []
     fig, ax = axes("concurrent decode streams (batch size)", "total decode tokens/s", STREAMS)
-    if "strata:batch" in results:
-        line(ax, results["strata:batch"], "Strata (continuous batching)", "o-")
+    for side, style in (("strata", "o-"), ("strata-q8", "^-")):
+        if f"{side}:batch" in results:
+            line(ax, results[f"{side}:batch"], f"{LABELS[side]}, continuous batching", style)
     if "llama.cpp:batch" in results:
         rate = results["llama.cpp:batch"]["1"]
         ax.axhline(rate, color="C1", linestyle="--", linewidth=2,
@@ -115,7 +120,11 @@ def plot(results: dict[str, dict[str, float]], title: str, note: str, prefix: st
     paths.append(RESULTS / f"{prefix}_vs_batch.png")
     fig.savefig(paths[-1], bbox_inches="tight")
     fig, ax = axes("prompt length (tokens)", "prefill tokens/s (last-position logits)", PROMPTS)
-    for side, label, style in (("strata:prompt", "Strata", "o-"), ("llama.cpp:prompt", "llama.cpp", "s--")):
+    for side, label, style in (
+        ("strata:prompt", LABELS["strata"], "o-"),
+        ("strata-q8:prompt", LABELS["strata-q8"], "^-"),
+        ("llama.cpp:prompt", "llama.cpp", "s--"),
+    ):
         if side in results:
             line(ax, results[side], label, style)
     ax.set_ylim(0, ax.get_ylim()[1] * 1.15)

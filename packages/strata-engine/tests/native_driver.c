@@ -181,7 +181,7 @@ static void q8(void) {
         int64_t K = 512, N = 37;
         uint8_t *w = types[t] >= WT_Q4_K ? kquant_blocks(types[t], N, K) : blocks(types[t], N, K);
         uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(types[t], N, K));
-        strata_q8_pack(types[t], w, N, K, packed);
+        strata_q8_pack(types[t], w, N, K, packed, 1);
         float *bias = floats(N, -0.5f, 0.5f);
         for (int r = 0; r < 4; r++) {
             int64_t M = rows[r];

@@ -126,7 +126,7 @@ class NativeOps:
         size = self.lib.strata_q8_packed_bytes(w.kernel_type, w.out_features, w.in_features)
         packed = torch.empty(size, dtype=torch.uint8)
         self.lib.strata_q8_pack(
-            w.kernel_type, w.raw.data_ptr(), w.out_features, w.in_features, packed.data_ptr()
+            w.kernel_type, w.raw.data_ptr(), w.out_features, w.in_features, packed.data_ptr(), self.threads
         )
         return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
 

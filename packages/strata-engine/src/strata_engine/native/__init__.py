@@ -55,7 +55,7 @@ SIGNATURES = {
     "strata_gelu_mul": [_P, _P, _I64, _P, _I],
     "strata_softcap": [_P, _I64, _F, _P],
     "strata_layer": [_P, _P, _I64, _P, _P, _P, _I, _I, _P, _P, _P, _I],
-    "strata_q8_pack": [_I, _P, _I64, _I64, _P],
+    "strata_q8_pack": [_I, _P, _I64, _I64, _P, _I],
     "strata_q8_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
 }
 RETURNS = {"strata_q8_packed_bytes": ([_I, _I64, _I64], _I64), "strata_q8_supported": ([_I], _I)}

@@ -83,10 +83,11 @@ static void q8_source_block(int t, const uint8_t *row, int64_t b, int q[32], flo
 }
 
 /* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
-void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads) {
     int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
     int64_t bb = q8_block_bytes(wtype);
     int off = q8_offset(wtype), halves = q8_halves(wtype);
+#pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *dst = out + (g * nb + b) * bb;
