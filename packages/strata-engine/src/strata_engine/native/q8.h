@@ -16,7 +16,10 @@
  * Weights are repacked once at load (strata_q8_pack) into groups of 16 outputs, so that one
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
- *   scales f32[16] (Q6_K: [16] for each half), mins f32[16] (types with a min),
+ *   Q4_0, Q4_1, Q8_0: scales f32[16], mins f32[16] (Q4_1);
+ *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
+ *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
+ *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
  *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
  *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
  * Unsigned weights times signed activations is what the instructions multiply (VNNI vpdpbusd,
@@ -30,19 +33,32 @@ static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t =
 static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K; }
 static inline int q8_halves(int t) { return t == WT_Q6_K ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : t == WT_Q6_K ? 32 : t == WT_Q8_0 ? 128 : 0; }
+static inline int q8_kquant(int t) { return t >= WT_Q4_K; }
 
 int strata_q8_supported(int wtype) {
     return wtype == WT_Q4_0 || wtype == WT_Q4_1 || wtype == WT_Q8_0 || wtype == WT_Q4_K || wtype == WT_Q5_K ||
            wtype == WT_Q6_K;
 }
 
-/* Bytes of one packed (group, block). */
+/* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
 static int64_t q8_block_bytes(int t) {
-    return 64 * q8_halves(t) + (q8_has_min(t) ? 64 : 0) + (q8_nibbles(t) ? 256 : 512);
+    int64_t scale = q8_kquant(t) ? 16 : 64;
+    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : 512);
 }
 
+/* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
+static int64_t q8_super_bytes(int t) { return q8_kquant(t) ? 64 * (1 + q8_has_min(t)) : 0; }
+
+/* Where block b of a group starts (K-quants: after its super-block's header). */
+static inline int64_t q8_block_at(int t, int64_t b) {
+    if (!q8_kquant(t)) return b * q8_block_bytes(t);
+    return (b >> 3) * (q8_super_bytes(t) + 8 * q8_block_bytes(t)) + q8_super_bytes(t) + (b & 7) * q8_block_bytes(t);
+}
+
+static inline int64_t q8_group_bytes(int t, int64_t nb) { return q8_block_at(t, nb); }
+
 int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
-    return (N + Q8_GROUP - 1) / Q8_GROUP * (K / 32) * q8_block_bytes(wtype);
+    return (N + Q8_GROUP - 1) / Q8_GROUP * q8_group_bytes(wtype, K / 32);
 }
 
 /* One source block of 32 weights as integers q[32] (before the offset) and its scale(s) and min,
@@ -85,21 +101,36 @@ static void q8_source_block(int t, const uint8_t *row, int64_t b, int q[32], flo
 /* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
 void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads) {
     int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
-    int64_t bb = q8_block_bytes(wtype);
-    int off = q8_offset(wtype), halves = q8_halves(wtype);
+    int64_t bb = q8_block_bytes(wtype), gbytes = q8_group_bytes(wtype, nb);
+    int off = q8_offset(wtype), halves = q8_halves(wtype), kq = q8_kquant(wtype);
+    int64_t scale_bytes = kq ? 16 : 64;
+    memset(out, 0, (size_t)(groups * gbytes));
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *dst = out + (g * nb + b) * bb;
-            memset(dst, 0, (size_t)bb);
-            float *scales = (float *)dst, *mins = scales + 16 * halves;
-            uint8_t *qs = dst + 64 * halves + (q8_has_min(wtype) ? 64 : 0);
+            uint8_t *dst = out + g * gbytes + q8_block_at(wtype, b);
+            uint8_t *qs = dst + scale_bytes * (halves + q8_has_min(wtype));
             for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
+                const uint8_t *row = w + (g * Q8_GROUP + o) * rb;
                 int q[32];
                 float scale[2] = {0.0f, 0.0f}, min;
-                q8_source_block(wtype, w + (g * Q8_GROUP + o) * rb, b, q, scale, &min);
-                for (int h = 0; h < halves; h++) scales[16 * h + o] = scale[h];
-                if (q8_has_min(wtype)) mins[o] = min;
+                q8_source_block(wtype, row, b, q, scale, &min);
+                if (kq) { /* the super-block's d (and dmin), and the block's 6-bit scale(s) (and min) */
+                    const uint8_t *sblk = row + (b >> 3) * row_bytes(wtype, 256);
+                    float *head = (float *)(dst - (b & 7) * bb - q8_super_bytes(wtype));
+                    int j = (int)(b & 7);
+                    head[o] = f32_at(sblk);
+                    if (wtype == WT_Q6_K) {
+                        dst[o] = sblk[4 + 2 * j], dst[16 + o] = sblk[5 + 2 * j];
+                    } else {
+                        head[16 + o] = f32_at(sblk + 4);
+                        dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
+                    }
+                } else {
+                    float *scales = (float *)dst;
+                    scales[o] = scale[0];
+                    if (q8_has_min(wtype)) scales[16 + o] = min;
+                }
                 for (int k = 0; k < 32; k++) {
                     int v = q[k] + off; /* 0..255 */
                     if (q8_nibbles(wtype))
@@ -281,8 +312,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
  * sharing each unpacked block of weights. */
 static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
                                  int rows, vf *acc) {
-    int64_t bb = q8_block_bytes(t);
-    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t);
+    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
 #ifdef Q8_SIGNED_DOT
     int signed_dot = t == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
     if (signed_dot) off = 0;
@@ -291,9 +321,9 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
 #endif
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + b * bb;
-        const float *scales = (const float *)blk, *mins = scales + 16 * halves;
-        const uint8_t *qs = blk + 64 * halves + (has_min ? 64 : 0);
+        const uint8_t *blk = grp + q8_block_at(t, b);
+        const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
+        const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
         for (int h = 0; h < halves; h++) {
             vi s[Q8_MR], s2[Q8_MR]; /* two independent chains per row (integers: any order is exact) */
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), s2[i] = vi_zero();
@@ -318,7 +348,8 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                 }
             }
             for (int i = 0; i < rows; i++) s[i] = vi_add(s[i], s2[i]);
-            vf ws = vf_load(scales + 16 * h);
+            /* K-quants: d * scale, the load's own fp32 product (as q8_source_block forms it) */
+            vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
             for (int i = 0; i < rows; i++) {
                 int64_t xb = (m0 + i) * nb + b;
                 const int32_t *sums = xr->sums + 2 * xb;
@@ -326,8 +357,11 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                 acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->d[xb])), vf_from_vi(s[i]), acc[i]);
             }
         }
-        if (has_min) {
-            vf mn = vf_load(mins);
+        if (has_min && kq) { /* fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc): the same product */
+            vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        } else if (has_min) {
+            vf mn = vf_load((const float *)blk + 16);
             for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(xr->dsum[(m0 + i) * nb + b]), acc[i]);
         }
     }
@@ -336,7 +370,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
 /* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
-    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = nb * q8_block_bytes(wtype);
+    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
     q8_rows xr;
     xr.q = (int8_t *)malloc((size_t)(M * K));
     xr.d = (float *)malloc((size_t)(M * nb) * 4);
