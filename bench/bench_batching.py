@@ -32,10 +32,14 @@ def prompt(engine: LLMEngine, i: int) -> tuple[int, ...]:
 
 
 def run_streams(engine: LLMEngine, n: int, tokens: int, offset: int) -> tuple[float, float]:
-    """Start n streams at once; return (aggregate decode tok/s, mean time to first token)."""
+    """Start n streams at once; return (aggregate decode tok/s, mean time to first token).
+
+    The decode rate is taken while all n streams decode together: from the moment the last of
+    them has its first token (the others' prompts are prefilled meanwhile, in the same steps)
+    to the end, the tokens made in that window over its length."""
     first: dict[int, float] = {}
     last: dict[int, float] = {}
-    count = [0] * n
+    stamps: list[float] = []
     start = time.perf_counter()
     outs = [
         engine.add(
@@ -53,9 +57,10 @@ def run_streams(engine: LLMEngine, n: int, tokens: int, offset: int) -> tuple[fl
                 if isinstance(ev, Step):
                     first.setdefault(i, now)
                     last[i] = now
-                    count[i] += 1
-    decode_tokens = sum(c - 1 for c in count)
-    decode_time = max(last.values()) - min(first.values())
+                    stamps.append(now)
+    window_start = max(first.values())
+    decode_tokens = sum(1 for t in stamps if t > window_start)
+    decode_time = max(last.values()) - window_start
     ttft = sum(first[i] - start for i in range(n)) / n
     return decode_tokens / decode_time, ttft
 

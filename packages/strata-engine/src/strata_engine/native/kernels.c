@@ -24,6 +24,12 @@
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
 #define FUSED_MAX_ROWS 8
+/* Rows sharing each dequantised block in matmul_fused: a speed choice only, sized to the registers. */
+#if defined(STRATA_TARGET_AVX512)
+#define FUSED_ROWS 8
+#else
+#define FUSED_ROWS 4
+#endif
 #define SMALL_WORK 32768 /* below this many elements a call runs on one thread: waking threads costs more */
 
 /* Register blocking of the many-rows matmul: a speed choice only (each output's sequence of
@@ -187,6 +193,25 @@ static void dequant_row(int wtype, const uint8_t *src, float *dst, int64_t K) {
     }
 }
 
+/* `rows` rows of x against one weight row: each block dequantised once, in registers, and used by
+ * every row (inlined with a constant `rows`, so that the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void fused_rows(const float *x, int64_t K, const uint8_t *row,
+                                                             int wtype, int64_t nb, int rows, float *y,
+                                                             int64_t ldy) {
+    vf acc[FUSED_ROWS];
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        vf lo, hi;
+        dequant_block(wtype, row, b, &lo, &hi);
+        for (int i = 0; i < rows; i++) {
+            const float *xr = x + i * K + b * 32;
+            acc[i] = vf_fma(vf_load(xr), lo, acc[i]);
+            acc[i] = vf_fma(vf_load(xr + 16), hi, acc[i]);
+        }
+    }
+    for (int i = 0; i < rows; i++) y[i * ldy] = vf_hsum(acc[i]);
+}
+
 /* Few rows (decode): dequantise each block in registers and use it at once, no panel. */
 static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                          float *y, int nthreads) {
@@ -194,19 +219,18 @@ static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w,
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * rb;
-        for (int64_t m0 = 0; m0 < M; m0 += 4) {
-            int rows = M - m0 < 4 ? (int)(M - m0) : 4;
-            vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-            for (int64_t b = 0; b < nb; b++) {
-                vf lo, hi;
-                dequant_block(wtype, row, b, &lo, &hi);
-                for (int i = 0; i < rows; i++) {
-                    const float *xr = x + (m0 + i) * K + b * 32;
-                    acc[i] = vf_fma(vf_load(xr), lo, acc[i]);
-                    acc[i] = vf_fma(vf_load(xr + 16), hi, acc[i]);
-                }
+        for (int64_t m0 = 0; m0 < M; m0 += FUSED_ROWS) {
+            int rows = M - m0 < FUSED_ROWS ? (int)(M - m0) : FUSED_ROWS;
+            const float *xm = x + m0 * K;
+            float *ym = y + m0 * N + n;
+            switch (rows) {
+#define FUSED_CASE(R) case R: fused_rows(xm, K, row, wtype, nb, R, ym, N); break;
+                FUSED_CASE(1) FUSED_CASE(2) FUSED_CASE(3) FUSED_CASE(4)
+#if FUSED_ROWS >= 8
+                FUSED_CASE(5) FUSED_CASE(6) FUSED_CASE(7) FUSED_CASE(8)
+#endif
+#undef FUSED_CASE
             }
-            for (int i = 0; i < rows; i++) y[(m0 + i) * N + n] = vf_hsum(acc[i]);
         }
     }
 }
