@@ -36,7 +36,8 @@ def run_streams(engine: LLMEngine, n: int, tokens: int, offset: int) -> tuple[fl
 
     The decode rate is taken while all n streams decode together: from the moment the last of
     them has its first token (the others' prompts are prefilled meanwhile, in the same steps)
-    to the end, the tokens made in that window over its length."""
+    to the moment the first of them has its last, the tokens made in that window over its
+    length."""
     first: dict[int, float] = {}
     last: dict[int, float] = {}
     stamps: list[float] = []
@@ -58,9 +59,11 @@ def run_streams(engine: LLMEngine, n: int, tokens: int, offset: int) -> tuple[fl
                     first.setdefault(i, now)
                     last[i] = now
                     stamps.append(now)
-    window_start = max(first.values())
-    decode_tokens = sum(1 for t in stamps if t > window_start)
-    decode_time = max(last.values()) - window_start
+    window_start, window_end = max(first.values()), min(last.values())
+    if window_end <= window_start:  # too few tokens for a common window: the whole run
+        window_start, window_end = min(first.values()), max(last.values())
+    decode_tokens = sum(1 for t in stamps if window_start < t <= window_end)
+    decode_time = window_end - window_start
     ttft = sum(first[i] - start for i in range(n)) / n
     return decode_tokens / decode_time, ttft
 

@@ -192,6 +192,12 @@ def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
     q = t(4, 6, 24) * 3
     outs += [ops.attention(q, k_cache, v_cache, meta, window=w) for w in (1, 3, 8)]
     outs.append(ops.attention(q, k_cache, v_cache, meta, scale=0.3, window=5, softcap=2.0))
+    # head sizes of 64 and 32 with 3 and 4 query heads per KV head: the grouped path
+    # (attend_group, four scores reduced at a time) for every group size it takes
+    for d, h in ((64, 6), (32, 8)):
+        kc, vc = t(5, 4, 2, d), t(5, 4, 2, d)
+        qg = t(4, h, d) * 3
+        outs += [ops.attention(qg, kc, vc, meta), ops.attention(qg, kc, vc, meta, window=3, softcap=2.0)]
     return outs
 
 
@@ -289,3 +295,23 @@ def test_windowed_attention_matches_float64_and_window_zero_is_full() -> None:
                 s = torch.tanh(s / softcap) * softcap
             want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
             assert float((got[i] - want).abs().max()) < 2e-6, (window, softcap, i)
+
+
+def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
+    """Query heads of one KV group computed together (one thread: T * KV heads >= 2 * threads)
+    give exactly the bits of each head alone (16 threads: too few items per thread to group)."""
+    rng = np.random.default_rng(9)
+    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    meta = AttentionMeta(
+        positions=torch.tensor([2, 7, 0, 13, 30], dtype=torch.int32),
+        token_seq=torch.tensor([0, 0, 1, 1, 1], dtype=torch.int32),
+        block_tables=torch.tensor([[4, 1, 0, 0, 0, 0, 0, 0], [3, 0, 2, 1, 6, 7, 5, 8]], dtype=torch.int32),
+        slots=torch.zeros(5, dtype=torch.int64),
+        block_size=4,
+    )
+    for d, h, kvh in ((64, 9, 3), (128, 8, 2), (32, 8, 2)):
+        kc, vc, q = t(9, 4, kvh, d), t(9, 4, kvh, d), t(5, h, d) * 3
+        for window, softcap in ((0, 0.0), (5, 0.0), (0, 3.0)):
+            grouped = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
+            alone = NativeOps(16).attention(q, kc, vc, meta, window=window, softcap=softcap)
+            assert torch.equal(grouped, alone), (d, h, window, softcap)

@@ -1,0 +1,71 @@
+"""One matmul, the default kernels against the 8-bit-activation kernels (native-q8).
+
+    python bench/bench_matmul.py [--threads 2] [--repeat 15] [--target avx512]
+
+For each weight type and shape (the default model's FFN and LM head, a Qwen3-1.7B-sized FFN
+and its Q6_K down projection), random GGUF blocks, and 1, 4, 16 and 128 activation rows: the
+best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arithmetic on the
+dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
+inside the call, integer dot products), with the rate in multiply-adds per second. The two
+runs alternate, so that a noisy machine disturbs both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as QT
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
+from tiny_models import encode_tensor  # the engine tests' GGUF block writer
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.ops import NativeOps
+from strata_engine.weights import Weight
+
+SHAPES = [  # (type, out, in, what)
+    (QT.Q4_1, 1536, 576, "SmolLM2 FFN up"),
+    (QT.Q8_0, 4096, 576, "SmolLM2 LM head (a slice)"),
+    (QT.Q4_K, 6144, 2048, "Qwen3-1.7B FFN up"),
+    (QT.Q6_K, 2048, 6144, "Qwen3-1.7B FFN down"),
+]
+ROWS = (1, 4, 16, 128)
+
+
+def seconds(ops: NativeOps, x: torch.Tensor, weight: Weight) -> float:
+    start = time.perf_counter()
+    ops.linear(x, weight)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--target", default=None, help="kernel target (default: the best this CPU runs)")
+    args = ap.parse_args()
+    exact, q8 = NativeOps(args.threads, args.target), NativeOps(args.threads, args.target, q8=True)
+    print(f"kernels {exact.name} and {q8.name}, {args.threads} threads, best of {args.repeat}")
+    print(f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'speed-up':>10}")
+    rng = np.random.default_rng(0)
+    for qtype, n, k, what in SHAPES:
+        info = TensorInfo(
+            "w", (n, k), qtype, encode_tensor(rng.normal(0, 0.05, (n, k)), qtype, rng).reshape(-1)
+        )
+        weight = Weight.from_info(info)
+        packed = q8.pack(weight)
+        for m in ROWS:
+            x = torch.from_numpy(rng.normal(0, 1, (m, k)).astype(np.float32))
+            pairs = [(seconds(exact, x, weight), seconds(q8, x, packed)) for _ in range(args.repeat)]
+            a, b = (min(column) for column in zip(*pairs, strict=True))  # alternated: noise hits both
+            label = f"{qtype.name} {n}x{k} ({what})"
+            print(f"{label:46}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{m * n * k / b / 1e9:11.1f}{a / b:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
