@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from strata_engine.paths import strata_home
 
@@ -31,7 +32,10 @@ BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared
 OPENMP = ["-fopenmp"]
 # target -> (the probe's feature bit it needs, compiler flags); best first
 TARGETS: dict[str, tuple[int, list[str]]] = {
-    "avx512": (2, ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"]),
+    "avx512": (
+        2,
+        ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
+    ),
     "avx2": (1, ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
     "neon": (4, ["-DSTRATA_TARGET_NEON"]),
     "portable": (0, ["-DSTRATA_TARGET_PORTABLE"]),
@@ -58,7 +62,11 @@ SIGNATURES = {
     "strata_q8_pack": [_I, _P, _I64, _I64, _P, _I],
     "strata_q8_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
 }
-RETURNS = {"strata_q8_packed_bytes": ([_I, _I64, _I64], _I64), "strata_q8_supported": ([_I], _I)}
+# functions with a result: name -> (argument types, result type)
+RETURNS: dict[str, tuple[list[Any], Any]] = {
+    "strata_q8_packed_bytes": ([_I, _I64, _I64], _I64),
+    "strata_q8_supported": ([_I], _I),
+}
 
 logger = logging.getLogger("strata_engine")
 
@@ -84,7 +92,11 @@ def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
     """Build (once) and return a shared library; the cache key covers source, flags, compiler, machine."""
     cc, banner = compiler()
     key = hashlib.sha256()
-    for part in [*(p.read_bytes() for p in sources), *(h.read_bytes() for h in HEADERS), *map(str.encode, flags)]:
+    for part in [
+        *(p.read_bytes() for p in sources),
+        *(h.read_bytes() for h in HEADERS),
+        *map(str.encode, flags),
+    ]:
         key.update(part + b"\0")
     key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
     target = strata_home() / "build" / f"{name}_{key.hexdigest()[:16]}.so"
