@@ -55,55 +55,39 @@ def _driver_digest(
     return hashlib.sha256(out).hexdigest()
 
 
+# the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8")
+MODES = {"default": ((), DRIVER_SHA256), "q8": (("q8",), DRIVER_Q8_SHA256)}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("target", targets_to_test())
-def test_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> None:
+def test_driver_bits_equal_on_every_host_target(target: str, mode: str, tmp_path: Path) -> None:
     cc, _ = compiler()
-    assert _driver_digest([cc], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
+    args, digest = MODES[mode]
+    assert _driver_digest([cc], TARGETS[target][1], tmp_path, [], args) == digest
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("target", ["neon", "portable"])
-def test_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) -> None:
+def test_driver_bits_equal_on_aarch64_under_qemu(target: str, mode: str, tmp_path: Path) -> None:
     cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
     if cross is None or qemu is None:
         pytest.skip(
             "aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)"
         )
-    digest = _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu])
-    assert digest == DRIVER_SHA256
+    args, digest = MODES[mode]
+    assert _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu], args) == digest
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("target", targets_to_test())
-def test_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
+def test_driver_bits_equal_with_clang(target: str, mode: str, tmp_path: Path) -> None:
     """A second compiler (clang, as on macOS) builds the same bits as the first."""
     clang = shutil.which("clang")
     if clang is None:
         pytest.skip("clang not installed (apt-get install clang): the second-compiler check is skipped")
-    assert _driver_digest([clang], TARGETS[target][1], tmp_path, []) == DRIVER_SHA256
-
-
-@pytest.mark.parametrize("target", targets_to_test())
-def test_q8_driver_bits_equal_on_every_host_target(target: str, tmp_path: Path) -> None:
-    cc, _ = compiler()
-    assert _driver_digest([cc], TARGETS[target][1], tmp_path, [], ("q8",)) == DRIVER_Q8_SHA256
-
-
-@pytest.mark.parametrize("target", ["neon", "portable"])
-def test_q8_driver_bits_equal_on_aarch64_under_qemu(target: str, tmp_path: Path) -> None:
-    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
-    if cross is None or qemu is None:
-        pytest.skip(
-            "aarch64 cross compiler or qemu-aarch64 missing (apt-get install gcc-aarch64-linux-gnu qemu-user)"
-        )
-    digest = _driver_digest([cross, "-static"], TARGETS[target][1], tmp_path, [qemu], ("q8",))
-    assert digest == DRIVER_Q8_SHA256
-
-
-@pytest.mark.parametrize("target", targets_to_test())
-def test_q8_driver_bits_equal_with_clang(target: str, tmp_path: Path) -> None:
-    clang = shutil.which("clang")
-    if clang is None:
-        pytest.skip("clang not installed (apt-get install clang): the second-compiler check is skipped")
-    assert _driver_digest([clang], TARGETS[target][1], tmp_path, [], ("q8",)) == DRIVER_Q8_SHA256
+    args, digest = MODES[mode]
+    assert _driver_digest([clang], TARGETS[target][1], tmp_path, [], args) == digest
 
 
 def test_kernels_build_without_openmp(build_with, tmp_path: Path, caplog) -> None:
