@@ -355,12 +355,13 @@ static inline __attribute__((always_inline)) void attend_one(
     memcpy(o, acc, (size_t)D * 4);
 }
 
-/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison). Lane-wise maxima, then
- * the lanes: the same value as a scalar scan (a max is exact), except that of +0 and -0 either
- * may be returned, which no caller can tell apart (x - 0 == x - -0 for x != 0, e^0 == e^-0). */
-static inline float max_n(const float *p, int n) {
+/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison), exactly what a scalar
+ * scan `if (p[i] > mx) mx = p[i]` returns: lane-wise maxima, then the lanes (a max is exact:
+ * any order gives the same value), and the scan itself when that value is a zero, where the
+ * scan's answer (+0 or -0: whichever comes first) depends on the order. */
+static inline float max_n(const float *p, int64_t n) {
     vf m = vf_set1(-INFINITY);
-    int i = 0;
+    int64_t i = 0;
     for (; i + VL <= n; i += VL) m = vf_max(vf_load(p + i), m);
     float lanes[VL], mx = -INFINITY;
     vf_store(lanes, m);
@@ -368,6 +369,11 @@ static inline float max_n(const float *p, int n) {
         if (lanes[l] > mx) mx = lanes[l];
     for (; i < n; i++)
         if (p[i] > mx) mx = p[i];
+    if (mx == 0.0f) {
+        mx = -INFINITY;
+        for (i = 0; i < n; i++)
+            if (p[i] > mx) mx = p[i];
+    }
     return mx;
 }
 
@@ -551,9 +557,7 @@ void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nt
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * N;
         float *yr = out + m * N;
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < N; i++)
-            if (xr[i] > mx) mx = xr[i];
+        float mx = max_n(xr, N);
         vf vmx = vf_set1(mx), acc = vf_zero(), comp = vf_zero();
         for (int64_t i = 0; i < N; i += VL) {
             int len = N - i < VL ? (int)(N - i) : VL;
