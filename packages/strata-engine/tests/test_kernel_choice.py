@@ -40,6 +40,24 @@ def test_the_best_target_runs_and_says_so() -> None:
     )
 
 
+def test_a_target_the_compiler_cannot_build_gives_way_to_the_next(monkeypatch, caplog) -> None:
+    """A compiler too old for the best target's flags (e.g. -mavx512vnni): the next target runs,
+    with a WARNING that says why; it is not the torch fallback."""
+    runnable = native.runnable_targets()
+    if len(runnable) < 2:
+        pytest.skip("one target only on this CPU")
+    best, bit_flags = runnable[0], native.TARGETS[runnable[0]]
+    monkeypatch.setitem(native.TARGETS, best, (bit_flags[0], [*bit_flags[1], "-mno-such-flag"]))
+    native._load_target.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="strata_engine"):
+            ops = NativeOps(1)
+    finally:
+        native._load_target.cache_clear()
+    assert ops.name == f"native-{runnable[1]}"
+    assert any(f"the {best} kernels do not build" in r.getMessage() for r in caplog.records)
+
+
 def test_forcing_a_target_the_cpu_cannot_run_is_refused(monkeypatch) -> None:
     foreign = "neon" if "neon" not in native.runnable_targets() else "avx512"
     monkeypatch.setenv(native.TARGET_ENV, foreign)

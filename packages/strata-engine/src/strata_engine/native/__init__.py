@@ -163,8 +163,14 @@ def load(target: str | None = None) -> tuple[ctypes.CDLL, str]:
     """The kernels for `target` (or $STRATA_KERNELS_TARGET, or the best this CPU runs)."""
     target = target or os.environ.get(TARGET_ENV) or None
     runnable = runnable_targets()
-    if target is None:
-        target = runnable[0]
+    if target is None:  # the best that builds: a compiler too old for a target's flags gets the next
+        compiler()  # none at all: say so once, not once per target
+        for choice in runnable[:-1]:
+            try:
+                return _load_target(choice), choice
+            except NativeUnavailable as exc:
+                logger.warning("the %s kernels do not build here (%s); trying the next target", choice, exc)
+        target = runnable[-1]
     elif target not in TARGETS:
         raise NativeUnavailable(f"unknown kernel target {target!r} (known: {', '.join(TARGETS)})")
     elif target not in runnable:
