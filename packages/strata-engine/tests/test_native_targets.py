@@ -212,6 +212,11 @@ def test_log_softmax_matches_float64() -> None:
     ulp = torch.from_numpy(np.spacing(exact.float().abs().numpy())).double()
     assert torch.all(torch.abs(got - exact) <= 1.5 * ulp + 1e-7)  # the final fp32 subtractions
     assert torch.equal(got[1].float(), NativeOps(1).log_softmax(logits[1:2])[0])  # a row alone, same bits
+    overwritten = logits.clone()
+    assert torch.equal(
+        NativeOps(2).log_softmax(overwritten, inplace=True), got.float()
+    )  # in place, same bits
+    assert torch.equal(overwritten, got.float())
 
 
 def test_gelu_mul_matches_float64() -> None:

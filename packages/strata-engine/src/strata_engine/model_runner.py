@@ -68,7 +68,7 @@ class ModelRunner:
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
         hidden = self.model.forward(step_ids, meta, self.kv)
         logits = self.model.logits(hidden[torch.tensor(select, dtype=torch.int64)])
-        return rows, self.model.ops.log_softmax(logits)
+        return rows, self.model.ops.log_softmax(logits, inplace=True)
 
     def follow(self) -> None:
         """Tensor-parallel ranks other than 0: run each step rank 0 sends on this rank's shard and

@@ -93,8 +93,9 @@ class Ops(Protocol):
         v_cache: torch.Tensor,
         slots: torch.Tensor,
     ) -> None: ...
-    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
-        """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail)."""
+    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail); with
+        `inplace` the backend may write them over `logits` (which the caller gives up)."""
         ...
 
 
@@ -221,9 +222,11 @@ class NativeOps:
             k_cache.data_ptr(), v_cache.data_ptr(),
         )  # fmt: skip
 
-    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         logits = logits.float().contiguous()
-        out = torch.empty_like(logits)
+        # in place: each row's values are all read before its first is written (kernels.c), and
+        # a fresh [512, 49152] output alone costs about 28 ms of page faults
+        out = logits if inplace else torch.empty_like(logits)
         if logits.shape[0]:
             self.lib.strata_log_softmax(
                 logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(), self.threads
@@ -317,7 +320,7 @@ class TorchOps:
         k_cache.view(-1, *k.shape[1:])[slots] = k
         v_cache.view(-1, *v.shape[1:])[slots] = v
 
-    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         rows = [torch.log_softmax(row, dim=-1) for row in logits.float()]  # one row at a time
         return torch.stack(rows) if rows else logits.float()
 

@@ -552,7 +552,7 @@ void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floa
  * lane (so its error does not grow with the vocabulary), then the lanes in double in lane
  * order; log in double.
  */
-void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads) {
+void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads) { /* out may be x */
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * N;

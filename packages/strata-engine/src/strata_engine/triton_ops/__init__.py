@@ -159,6 +159,6 @@ class TritonOps:
             self._max_position[1],
         )  # fmt: skip
 
-    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         """The logprob tail on the device; the rows come back to the engine as CPU fp32."""
         return logprobs.log_softmax(logits.to(self.device)).cpu()
