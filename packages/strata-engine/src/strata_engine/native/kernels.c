@@ -436,9 +436,11 @@ static inline __attribute__((always_inline)) void attend_group(
     for (int i = 0; i < n; i++) {
         int jp = start + i;
         const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
+        vf p[GROUP_MAX];
+        for (int g = 0; g < G; g++) p[g] = vf_set1(s[g * s_stride + i] * inv[g]);
         for (int c = 0; c < C; c++) {
             vf v = vf_load(vr + c * VL);
-            for (int g = 0; g < G; g++) a[g * C + c] = vf_fma(vf_set1(s[g * s_stride + i] * inv[g]), v, a[g * C + c]);
+            for (int g = 0; g < G; g++) a[g * C + c] = vf_fma(p[g], v, a[g * C + c]);
         }
     }
     for (int g = 0; g < G; g++)
@@ -485,12 +487,15 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
                 int n = pos[t] + 1 - start;
                 const float *qv = q + (t * H + h0) * D;
                 float *o = out + (t * H + h0) * D;
-                if (D == 64)
-                    attend_group(qv, G, table, start, n, 64, kc, vc, block_size, KVH, h0 / group, scale, softcap, s,
-                                 max_ctx, o, D);
-                else
-                    attend_group(qv, G, table, start, n, D, kc, vc, block_size, KVH, h0 / group, scale, softcap, s,
-                                 max_ctx, o, D);
+                /* constant head counts and sizes, so that the accumulators stay in registers */
+#define GROUP_CASE(GC, DC) \
+    attend_group(qv, GC, table, start, n, DC, kc, vc, block_size, KVH, h0 / group, scale, softcap, s, max_ctx, o, D)
+                if (D == 64 && G == 2) GROUP_CASE(2, 64);
+                else if (D == 64 && G == 3) GROUP_CASE(3, 64);
+                else if (D == 64 && G == 4) GROUP_CASE(4, 64);
+                else if (D == 128 && G == 2) GROUP_CASE(2, 128);
+                else GROUP_CASE(G, D);
+#undef GROUP_CASE
             }
         }
 #pragma omp for schedule(static)
