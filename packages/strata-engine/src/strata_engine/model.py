@@ -375,7 +375,8 @@ class Transformer:
         return out
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """fp32 logits [R, vocab] for the selected rows only (soft-capped where the model says)."""
-        logits = self.ops.linear(hidden, self.output)
+    def logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """fp32 logits [R, vocab] for the selected rows only (soft-capped where the model says);
+        `out` may receive them (see `Ops.linear`)."""
+        logits = self.ops.linear(hidden, self.output, out=out)
         return self.ops.softcap(logits, self.cfg.final_softcap) if self.cfg.final_softcap else logits

@@ -55,7 +55,13 @@ class Ops(Protocol):
         """`w` in the form this backend's `linear` reads (at load; `w` itself except for native-q8)."""
         ...
 
-    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor: ...
+    def linear(
+        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x @ w.T (+ bias); `out`, a contiguous fp32 [rows, out_features] buffer, may receive the
+        result (which is returned either way)."""
+        ...
+
     def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor: ...
     def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
@@ -131,10 +137,13 @@ class NativeOps:
         )
         return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
 
-    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(
+        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = x.contiguous()
         m = x.shape[0]
-        y = torch.empty(m, w.out_features, dtype=torch.float32)
+        y = torch.empty(m, w.out_features, dtype=torch.float32) if out is None else out
+        assert y.shape == (m, w.out_features) and y.dtype == torch.float32 and y.is_contiguous()
         if m:
             self.lib.strata_matmul(
                 x.data_ptr(), m, w.in_features, w.raw.data_ptr(), w.kernel_type, w.out_features,
@@ -243,7 +252,9 @@ class TorchOps:
     def pack(self, w: Weight) -> Weight:
         return w
 
-    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(
+        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return F.linear(x, w.dense(), bias)
 
     def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:

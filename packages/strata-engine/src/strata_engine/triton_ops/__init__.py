@@ -95,7 +95,9 @@ class TritonOps:
     def pack(self, w: Weight) -> Weight:
         return w
 
-    def linear(self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(
+        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         sw = self._weight(w)
         b = self._model(bias) if bias is not None else None
         x = x.to(self.device, torch.float32)
