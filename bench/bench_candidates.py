@@ -32,19 +32,18 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bench_reads import (  # bench/ is the script's folder, so on sys.path
     LlamaCppPrefixReuse,
-    add_kernels_argument,
+    paired_args,
     paired_rounds,
+    print_rounds,
 )
 
 from strata_client import AsyncStrataClient
 from strata_decide.prompts import messages, render
 from strata_decide.questions import Question, choice
-from strata_engine.model_store import resolve_model
 
 QUESTIONS: list[Question] = [
     choice(
@@ -141,14 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--model-path", type=Path, default=None, help="GGUF (default: the default model)")
-    add_kernels_argument(parser)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    args.model_path = args.model_path or resolve_model("default")
+    args = paired_args(__doc__.splitlines()[0])
     report = asyncio.run(run(args))
     if args.json:
         print(json.dumps(report, indent=2))
@@ -157,14 +149,10 @@ def main() -> int:
     tokens, answer = first["prompt_tokens"], first["answer_tokens"]
     print(
         f"{first['questions']} questions x 3 answers ({first['paths']} paths, {min(answer)}..{max(answer)} "
-        f"tokens each) per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads"
+        f"tokens each) per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads, "
+        f"kernels {args.kernels}"
     )
-    for row in report["rounds"]:
-        print(
-            f"round {row['round']}: strata over HTTP {row['strata_http_s']:.3f} s, llama.cpp in-process "
-            f"with prefix reuse {row['llama_cpp_prefix_reuse_s']:.3f} s, ratio {row['ratio']:.3f} "
-            f"(option probabilities differ by at most {row['max_abs_prob_diff']:.1e})"
-        )
+    print_rounds(report, "option")
     print(f"median ratio strata/llama.cpp {report['median_ratio']:.3f}")
     return 0
 

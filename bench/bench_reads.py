@@ -179,20 +179,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return await paired_rounds(args, render_cases, strata_reads, llama.reads, describe)
 
 
-def add_kernels_argument(parser: argparse.ArgumentParser) -> None:
-    """The server's kernels (`--kernels` of strata-server): native, or the opt-in native-q8."""
-    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def paired_args(description: str) -> argparse.Namespace:
+    """The command line of a paired benchmark (`paired_rounds`): threads, rounds, the GGUF, the
+    server's kernels (native, or the opt-in native-q8) and --json."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model-path", type=Path, default=None, help="GGUF (default: the default model)")
-    add_kernels_argument(parser)
+    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.model_path = args.model_path or resolve_model("default")
+    return args
+
+
+def print_rounds(report: dict[str, Any], what: str) -> None:
+    """Each round's times and ratio, and how far apart the two sides' `what` probabilities are."""
+    for row in report["rounds"]:
+        print(
+            f"round {row['round']}: strata over HTTP {row['strata_http_s']:.3f} s, llama.cpp in-process "
+            f"with prefix reuse {row['llama_cpp_prefix_reuse_s']:.3f} s, ratio {row['ratio']:.3f} "
+            f"({what} probabilities differ by at most {row['max_abs_prob_diff']:.1e})"
+        )
+
+
+def main() -> int:
+    args = paired_args(__doc__.splitlines()[0])
     report = asyncio.run(run(args))
     if args.json:
         print(json.dumps(report, indent=2))
@@ -202,12 +214,7 @@ def main() -> int:
         f"15 reads per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads each, "
         f"kernels {args.kernels}"
     )
-    for row in report["rounds"]:
-        print(
-            f"round {row['round']}: strata over HTTP {row['strata_http_s']:.3f} s, llama.cpp in-process "
-            f"with prefix reuse {row['llama_cpp_prefix_reuse_s']:.3f} s, ratio {row['ratio']:.3f} "
-            f"(label probabilities differ by at most {row['max_abs_prob_diff']:.1e})"
-        )
+    print_rounds(report, "label")
     print(f"median ratio {report['median_ratio']:.3f} (target <= 0.333), best {report['best_ratio']:.3f}")
     return 0
 
