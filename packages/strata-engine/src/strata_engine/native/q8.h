@@ -61,37 +61,24 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
     return (N + Q8_GROUP - 1) / Q8_GROUP * q8_group_bytes(wtype, K / 32);
 }
 
-/* One source block of 32 weights as integers q[32] (before the offset) and its scale(s) and min,
- * with the fp32 path's own arithmetic for the scales (value = scale * q + min). */
-static void q8_source_block(int t, const uint8_t *row, int64_t b, int q[32], float scale[2], float *min) {
-    *min = 0.0f;
+/* The 32 integer quants q of block b of a source row (before the offset): each weight's value
+ * is its block's (or half's) scale times q, plus the block's min where the type has one. */
+static void q8_block_quants(int t, const uint8_t *row, int64_t b, int q[32]) {
     if (t == WT_Q4_0 || t == WT_Q4_1) {
-        const uint8_t *blk = row + b * (t == WT_Q4_0 ? 20 : 24), *qs = blk + (t == WT_Q4_0 ? 4 : 8);
-        scale[0] = f32_at(blk);
-        if (t == WT_Q4_1) *min = f32_at(blk + 4);
+        const uint8_t *qs = row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
         for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
         if (t == WT_Q4_0)
             for (int i = 0; i < 32; i++) q[i] -= 8;
     } else if (t == WT_Q8_0) {
-        const uint8_t *blk = row + b * 36;
-        scale[0] = f32_at(blk);
-        for (int i = 0; i < 32; i++) q[i] = (int8_t)blk[4 + i];
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)row[b * 36 + 4 + i];
     } else if (t == WT_Q6_K) {
-        const uint8_t *blk = row + (b >> 3) * 276;
-        int j = (int)(b & 7);
-        const int8_t *sc = (const int8_t *)(blk + 4), *qs = (const int8_t *)(blk + 20 + j * 32);
-        scale[0] = f32_at(blk) * (float)sc[2 * j];
-        scale[1] = f32_at(blk) * (float)sc[2 * j + 1];
+        const int8_t *qs = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
         for (int i = 0; i < 32; i++) q[i] = qs[i];
-    } else { /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
-        const uint8_t *blk = row + (b >> 3) * (t == WT_Q4_K ? 152 : 184);
-        int j = (int)(b & 7);
-        scale[0] = f32_at(blk) * (float)blk[8 + j];
-        *min = -(f32_at(blk + 4) * (float)blk[16 + j]);
-        const uint8_t *qs = blk + 24 + j * 16;
+    } else { /* Q4_K, Q5_K: a nibble, plus 16 times the fifth bit (Q5_K) */
+        const uint8_t *blk = row + (b >> 3) * row_bytes(t, 256), *qs = blk + 24 + (b & 7) * 16;
         for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
         if (t == WT_Q5_K) {
-            const uint8_t *h = blk + 152 + j * 4;
+            const uint8_t *h = blk + 152 + (b & 7) * 4;
             uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
             for (int i = 0; i < 32; i++) q[i] += 16 * (int)((bits >> i) & 1u);
         }
@@ -113,8 +100,7 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
             for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
                 const uint8_t *row = w + (g * Q8_GROUP + o) * rb;
                 int q[32];
-                float scale[2] = {0.0f, 0.0f}, min;
-                q8_source_block(wtype, row, b, q, scale, &min);
+                q8_block_quants(wtype, row, b, q);
                 if (kq) { /* the super-block's d (and dmin), and the block's 6-bit scale(s) (and min) */
                     const uint8_t *sblk = row + (b >> 3) * row_bytes(wtype, 256);
                     float *head = (float *)(dst - (b & 7) * bb - q8_super_bytes(wtype));
@@ -126,10 +112,10 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         head[16 + o] = f32_at(sblk + 4);
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
-                } else {
-                    float *scales = (float *)dst;
-                    scales[o] = scale[0];
-                    if (q8_has_min(wtype)) scales[16 + o] = min;
+                } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
+                    const uint8_t *blk = row + b * row_bytes(wtype, 32);
+                    memcpy(dst + 4 * o, blk, 4);
+                    if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
                 }
                 for (int k = 0; k < 32; k++) {
                     int v = q[k] + off; /* 0..255 */
@@ -348,7 +334,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                 }
             }
             for (int i = 0; i < rows; i++) s[i] = vi_add(s[i], s2[i]);
-            /* K-quants: d * scale, the load's own fp32 product (as q8_source_block forms it) */
+            /* K-quants: d * scale, the load's own fp32 product (as dequant_kblock forms it) */
             vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
             for (int i = 0; i < rows; i++) {
                 int64_t xb = (m0 + i) * nb + b;
