@@ -3,7 +3,7 @@
  * (cpuid through the compiler's builtins, which also check that the OS saves the vector
  * registers), never read from /proc/cpuinfo. AArch64 always has NEON (Advanced SIMD).
  */
-enum { HAS_AVX2_FMA = 1, HAS_AVX512F = 2, HAS_NEON = 4 };
+enum { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4 };
 
 int strata_cpu_features(void) {
     int f = 0;
@@ -13,7 +13,7 @@ int strata_cpu_features(void) {
     /* the avx512 target also uses byte operations (BW) and integer dot products (VNNI) */
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni"))
-        f |= HAS_AVX512F;
+        f |= HAS_AVX512;
 #elif defined(__aarch64__)
     f |= HAS_NEON;
 #endif

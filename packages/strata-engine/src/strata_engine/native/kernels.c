@@ -303,6 +303,45 @@ void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, f
     }
 }
 
+/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison), exactly what a scalar
+ * scan `if (p[i] > mx) mx = p[i]` returns: lane-wise maxima, then the lanes (a max is exact:
+ * any order gives the same value), and the scan itself when that value is a zero, where the
+ * scan's answer (+0 or -0: whichever comes first) depends on the order. */
+static inline float max_n(const float *p, int64_t n) {
+    vf m = vf_set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) m = vf_max(vf_load(p + i), m);
+    float lanes[VL], mx = -INFINITY;
+    vf_store(lanes, m);
+    for (int l = 0; l < VL; l++)
+        if (lanes[l] > mx) mx = lanes[l];
+    for (; i < n; i++)
+        if (p[i] > mx) mx = p[i];
+    if (mx == 0.0f) {
+        mx = -INFINITY;
+        for (i = 0; i < n; i++)
+            if (p[i] > mx) mx = p[i];
+    }
+    return mx;
+}
+
+/* A head's scores s[0..n) become its softmax numerators, in place: soft-capped (softcap > 0:
+ * softcap * tanh(s / softcap)), then e^(s - max). One sequence for every attention path. */
+static inline void softmax_numerators(float *s, int n, float softcap) {
+    if (softcap > 0.0f) {
+        vf cap = vf_set1(softcap);
+        for (int j = 0; j < n; j += VL) {
+            int len = n - j < VL ? n - j : VL;
+            vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
+        }
+    }
+    vf mx = vf_set1(max_n(s, n)); /* a max is exact: taking it after the scores changes no bit */
+    for (int j = 0; j < n; j += VL) {
+        int len = n - j < VL ? n - j : VL;
+        vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), mx)), len);
+    }
+}
+
 /* One (token, head): scores, softmax and the weighted sum of V rows, in position order.
  * Inlined with D constant for the common head sizes, so the V accumulator stays in registers. */
 static inline __attribute__((always_inline)) void attend_one(
@@ -313,20 +352,7 @@ static inline __attribute__((always_inline)) void attend_one(
         const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
         s[j] = dot_1(qv, kr, D) * scale;
     }
-    if (softcap > 0.0f) {
-        vf cap = vf_set1(softcap);
-        for (int j = 0; j < n; j += VL) {
-            int len = n - j < VL ? n - j : VL;
-            vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
-        }
-    }
-    float mx = -INFINITY; /* a max is exact: taking it after the scores changes no bit */
-    for (int j = 0; j < n; j++)
-        if (s[j] > mx) mx = s[j];
-    for (int j = 0; j < n; j += VL) {
-        int len = n - j < VL ? n - j : VL;
-        vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), vf_set1(mx))), len);
-    }
+    softmax_numerators(s, n, softcap);
     float sum = 0.0f;
     for (int j = 0; j < n; j++) sum += s[j];
     float inv = 1.0f / sum;
@@ -355,27 +381,6 @@ static inline __attribute__((always_inline)) void attend_one(
     memcpy(o, acc, (size_t)D * 4);
 }
 
-/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison), exactly what a scalar
- * scan `if (p[i] > mx) mx = p[i]` returns: lane-wise maxima, then the lanes (a max is exact:
- * any order gives the same value), and the scan itself when that value is a zero, where the
- * scan's answer (+0 or -0: whichever comes first) depends on the order. */
-static inline float max_n(const float *p, int64_t n) {
-    vf m = vf_set1(-INFINITY);
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) m = vf_max(vf_load(p + i), m);
-    float lanes[VL], mx = -INFINITY;
-    vf_store(lanes, m);
-    for (int l = 0; l < VL; l++)
-        if (lanes[l] > mx) mx = lanes[l];
-    for (; i < n; i++)
-        if (p[i] > mx) mx = p[i];
-    if (mx == 0.0f) {
-        mx = -INFINITY;
-        for (i = 0; i < n; i++)
-            if (p[i] > mx) mx = p[i];
-    }
-    return mx;
-}
 
 /* The G query heads h0 .. h0+G-1 of one token that share one KV head (grouped-query attention),
  * D a multiple of 16, at most 8 * VL: each head's scores, softmax and weighted V sum are exactly
@@ -412,21 +417,7 @@ static inline __attribute__((always_inline)) void attend_group(
         for (int g = 0; g < G; g++) s[g * s_stride + j] = dot_1(qv + g * D, kr, D) * scale;
     }
     float inv[GROUP_MAX];
-    for (int g = 0; g < G; g++) {
-        float *sg = s + g * s_stride;
-        if (softcap > 0.0f) {
-            vf cap = vf_set1(softcap);
-            for (int i = 0; i < n; i += VL) {
-                int len = n - i < VL ? n - i : VL;
-                vf_store_n(sg + i, vf_mul(cap, vf_tanh(vf_div(vf_load_n(sg + i, len), cap))), len);
-            }
-        }
-        float mx = max_n(sg, n);
-        for (int i = 0; i < n; i += VL) {
-            int len = n - i < VL ? n - i : VL;
-            vf_store_n(sg + i, vf_exp(vf_sub(vf_load_n(sg + i, len), vf_set1(mx))), len);
-        }
-    }
+    for (int g = 0; g < G; g++) softmax_numerators(s + g * s_stride, n, softcap);
     float sum[GROUP_MAX] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i = 0; i < n; i++) /* each head's sum in position order; the heads side by side */
         for (int g = 0; g < G; g++) sum[g] += s[g * s_stride + i];
