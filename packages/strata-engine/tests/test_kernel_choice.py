@@ -7,7 +7,8 @@ import logging
 import pytest
 
 from strata_engine import native
-from strata_engine.ops import NativeOps, TorchOps, describe, make_ops
+from strata_engine.ops import NativeOps, describe, make_ops
+from strata_engine.torch_ops import TorchOps
 
 
 @pytest.fixture

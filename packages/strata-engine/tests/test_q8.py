@@ -27,7 +27,8 @@ from tiny_models import encode_tensor
 from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.native import targets_to_test
-from strata_engine.ops import Q8_PACKED, NativeOps, TorchOps, make_ops
+from strata_engine.ops import Q8_PACKED, NativeOps, make_ops
+from strata_engine.torch_ops import TorchOps
 from strata_engine.weights import Weight
 
 TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)

@@ -25,7 +25,8 @@ from tiny_models import (
 from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.ops import NativeOps, TorchOps
+from strata_engine.ops import NativeOps
+from strata_engine.torch_ops import TorchOps
 from strata_engine.weights import Weight, dequantize
 
 N_OUT = 300  # not a multiple of the kernel's 16-row panels nor of its 4x4 tiles

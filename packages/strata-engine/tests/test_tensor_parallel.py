@@ -28,8 +28,9 @@ from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.model import column_range
-from strata_engine.ops import NativeOps, TorchOps
+from strata_engine.ops import NativeOps
 from strata_engine.tensor_parallel import TensorParallel
+from strata_engine.torch_ops import TorchOps
 from strata_engine.weights import Weight, dequantize
 
 # Largest |logprob(2 ranks) - logprob(1 rank)| allowed over the prompt rows, the generated

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from strata_engine.api import (
     DEFAULT_CHAT,
@@ -67,8 +67,6 @@ class LLMEngine:
         tensor_parallel: TensorParallel = SINGLE,
     ) -> None:
         t0 = time.perf_counter()
-        if num_threads:
-            torch.set_num_threads(num_threads)
         gguf = GGUFFile(path)
         self.config = cfg = ModelConfig.from_metadata(gguf.metadata)
         self.model_name = Path(path).stem
@@ -84,7 +82,7 @@ class LLMEngine:
         )
         self.vocab_size = cfg.vocab_size
         self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
-        self.ops = make_ops(kernels, device, num_threads or torch.get_num_threads())
+        self.ops = make_ops(kernels, device, num_threads)
         self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
         self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
         self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)  # releases the file's pages
@@ -187,7 +185,7 @@ class LLMEngine:
                 self.scheduler.finish(seq)
                 seq.output.fail(EngineError(f"internal engine error: {type(exc).__name__}: {exc}"))
 
-    def _advance(self, seq: Sequence, lp: torch.Tensor) -> None:
+    def _advance(self, seq: Sequence, lp: np.ndarray) -> None:
         """The sequence is fully computed: send prompt scores once, then sample the next token."""
         req, s = seq.request, seq.request.sampling
         if seq.wants_prompt_rows and seq.prompt_rows is not None:

@@ -14,7 +14,7 @@ import ctypes
 import math
 from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 from strata_engine.ops import AttentionMeta, NativeOps, RopeTable, address
 
@@ -60,7 +60,7 @@ def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> La
     return LayerDesc(
         *(address(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),
         *(address(t) for t in (layer.post_attn_norm, layer.post_ffn_norm, layer.bq, layer.bk, layer.bv)),
-        *(w.raw.data_ptr() for w in weights),
+        *(address(w.raw) for w in weights),
         *(w.kernel_type for w in weights),
         cfg.hidden,
         cfg.n_heads,
@@ -72,8 +72,8 @@ def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> La
         cfg.attn_softcap,
         window,
         int(cfg.ffn_act == "gelu"),
-        rope.cos.data_ptr(),
-        rope.sin.data_ptr(),
+        address(rope.cos),
+        address(rope.sin),
         rope.dim,
         int(rope.interleaved),
     )
@@ -85,14 +85,14 @@ class FusedLayers:
     def __init__(self, ops: NativeOps, descs: list[LayerDesc]) -> None:
         self.lib, self.threads, self.descs = ops.lib, ops.threads, descs
 
-    def run(self, x: torch.Tensor, meta: AttentionMeta, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def run(self, x: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """x [T, hidden] (contiguous fp32) becomes the last layer's output, in place."""
-        positions, token_seq, tables = meta.positions.data_ptr(), meta.token_seq.data_ptr(), meta.block_tables
-        slots, width, x_ptr, n = meta.slots.data_ptr(), tables.shape[1], x.data_ptr(), x.shape[0]
+        positions, token_seq, tables = address(meta.positions), address(meta.token_seq), meta.block_tables
+        slots, width, x_ptr, n = address(meta.slots), tables.shape[1], address(x), x.shape[0]
         for desc, (k_cache, v_cache) in zip(self.descs, kv, strict=True):
             self.lib.strata_layer(
-                ctypes.byref(desc), x_ptr, n, positions, token_seq, tables.data_ptr(), width,
-                meta.block_size, slots, k_cache.data_ptr(), v_cache.data_ptr(), self.threads,
+                ctypes.byref(desc), x_ptr, n, positions, token_seq, address(tables), width,
+                meta.block_size, slots, address(k_cache), address(v_cache), self.threads,
             )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-import torch
+import numpy as np
 
 from strata_engine import exactmath
 from strata_engine.api import LogprobParams, LogprobRow
@@ -25,29 +25,29 @@ def best_first(pairs: Iterable[tuple[int, float]], n: int) -> tuple[tuple[int, f
     return tuple(sorted(pairs, key=lambda p: (-(-math.inf if math.isnan(p[1]) else p[1]), p[0]))[:n])
 
 
-def top_n(lp: torch.Tensor, n: int) -> tuple[tuple[int, float], ...]:
+def top_n(lp: np.ndarray, n: int) -> tuple[tuple[int, float], ...]:
     """The n best (id, value) pairs of the whole vocabulary (see `best_first`)."""
     if n <= 0:
         return ()
     k = min(n + 8, lp.shape[0])  # a little slack so ties at the edge resolve by id
-    values, ids = torch.topk(lp, k)
-    return best_first(zip(ids.tolist(), values.tolist(), strict=True), n)
+    ids = np.argpartition(-lp, k - 1)[:k] if k < lp.shape[0] else np.arange(k)
+    return best_first(zip(ids.tolist(), lp[ids].tolist(), strict=True), n)
 
 
-def values_of(lp: torch.Tensor, ids: tuple[int, ...]) -> dict[int, float]:
+def values_of(lp: np.ndarray, ids: tuple[int, ...]) -> dict[int, float]:
     """The raw values of `ids` at one position."""
-    return dict(zip(ids, lp[torch.tensor(ids, dtype=torch.int64)].tolist(), strict=True))
+    return dict(zip(ids, lp[np.array(ids, dtype=np.int64)].tolist(), strict=True))
 
 
-def renormalized(lp: torch.Tensor, ids: tuple[int, ...]) -> dict[int, float]:
+def renormalized(lp: np.ndarray, ids: tuple[int, ...]) -> dict[int, float]:
     """The values of `ids` renormalised over that set (in float64 with exactmath: the same bits
-    on every machine, unlike torch's logsumexp)."""
-    sub = lp[torch.tensor(ids, dtype=torch.int64)].double().numpy()
+    on every machine, unlike a library's logsumexp)."""
+    sub = lp[np.array(ids, dtype=np.int64)].astype(np.float64)
     return dict(zip(ids, exactmath.log_normalize(sub).tolist(), strict=True))
 
 
 def listing(
-    lp: torch.Tensor,
+    lp: np.ndarray,
     params: LogprobParams,
     top: tuple[tuple[int, float], ...],
     named: dict[int, float],
@@ -71,7 +71,7 @@ def listing(
     return pairs + extra
 
 
-def build_row(lp: torch.Tensor, token_id: int, params: LogprobParams) -> LogprobRow:
+def build_row(lp: np.ndarray, token_id: int, params: LogprobParams) -> LogprobRow:
     """The row for one position of one request; `lp` is that position's fp32 log-probabilities."""
     named = values_of(lp, params.named_ids) if params.named_ids else {}
     renorm = renormalized(lp, params.renormalize_over) if params.renormalize_over else None

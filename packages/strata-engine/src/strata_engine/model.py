@@ -16,14 +16,13 @@ import logging
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 from gguf import GGML_QUANT_SIZES
 
 from strata_engine import exactmath, fused_layer
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.ops import AttentionMeta, Ops, RopeTable
+from strata_engine.ops import Array, AttentionMeta, Ops, RopeTable, like, to_numpy
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 from strata_engine.weights import Weight, vector
 
@@ -32,24 +31,24 @@ log = logging.getLogger("strata_engine")
 
 @dataclass
 class Layer:
-    attn_norm: torch.Tensor
+    attn_norm: np.ndarray
     wq: Weight
     wk: Weight
     wv: Weight
     wo: Weight
-    bq: torch.Tensor | None
-    bk: torch.Tensor | None
-    bv: torch.Tensor | None
-    q_norm: torch.Tensor | None
-    k_norm: torch.Tensor | None
-    ffn_norm: torch.Tensor
+    bq: np.ndarray | None
+    bk: np.ndarray | None
+    bv: np.ndarray | None
+    q_norm: np.ndarray | None
+    k_norm: np.ndarray | None
+    ffn_norm: np.ndarray
     w_gate: Weight | None  # None in a mixture-of-experts layer
     w_up: Weight | None
     w_down: Weight | None
     router: Weight | None = None  # [n_experts, hidden]: the MoE gate (ffn_gate_inp)
     experts: list[tuple[Weight, Weight, Weight]] | None = None  # (gate, up, down) per expert
-    post_attn_norm: torch.Tensor | None = None  # gemma2/3: on the attention output
-    post_ffn_norm: torch.Tensor | None = None  # gemma2/3: on the FFN output
+    post_attn_norm: np.ndarray | None = None  # gemma2/3: on the attention output
+    post_ffn_norm: np.ndarray | None = None  # gemma2/3: on the FFN output
 
 
 def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
@@ -61,7 +60,7 @@ def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
     """
     if sum(sizes) != w.out_features:
         raise ModelLoadError(f"tensor {w.name}: {w.out_features} rows cannot be split as {sizes}")
-    row_bytes = w.raw.numel() // w.out_features
+    row_bytes = w.raw.size // w.out_features
     parts, start = [], 0
     for n in sizes:
         name = f"{w.name}[{start}:{start + n}]"
@@ -79,7 +78,7 @@ def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
 def row_range(w: Weight, start: int, end: int) -> Weight:
     """Rows [start, end) of a weight, its blocks copied so that the other rows can be freed."""
     part = split_rows(w, [start, end - start, w.out_features - end])[1]
-    return replace(part, raw=part.raw.clone())
+    return replace(part, raw=part.raw.copy())
 
 
 def column_range(w: Weight, start: int, end: int) -> Weight:
@@ -97,10 +96,10 @@ def column_range(w: Weight, start: int, end: int) -> Weight:
         log.info(
             "tensor %s: columns %d:%d are off its %d-value blocks; kept as fp32", w.name, start, end, block
         )
-        dense = w.dense()[:, start:end].contiguous()
-        return Weight(name, w.out_features, n, 0, dense.view(torch.uint8).reshape(-1), None, dense)
+        dense = np.ascontiguousarray(w.dense()[:, start:end])
+        return Weight(name, w.out_features, n, 0, dense.view(np.uint8).reshape(-1), None, dense)
     n_blocks = w.in_features // block
-    raw = w.raw.view(w.out_features, n_blocks, -1)[:, start // block : end // block].contiguous()
+    raw = np.ascontiguousarray(w.raw.reshape(w.out_features, n_blocks, -1)[:, start // block : end // block])
     source = None
     if w.kernel_type != 0 and w.source is not None:  # the stored blocks, for the torch and GPU ops
         data = w.source.data.reshape(w.out_features, n_blocks, -1)[:, start // block : end // block]
@@ -126,8 +125,8 @@ def shard_layer(layer: Layer, cfg: ModelConfig, tp: TensorParallel) -> Layer:
     k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")
     q0, q1 = k0 * group * d, k1 * group * d
 
-    def rows(b: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
-        return None if b is None else b[start:end].clone()
+    def rows(b: np.ndarray | None, start: int, end: int) -> np.ndarray | None:
+        return None if b is None else b[start:end].copy()
 
     experts, w_gate, w_up, w_down = layer.experts, layer.w_gate, layer.w_up, layer.w_down
     if experts is not None:
@@ -191,8 +190,8 @@ def rope_table(cfg: ModelConfig, base: float | None = None) -> RopeTable:
     angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
     sin, cos = exactmath.sin_cos(angles)
     return RopeTable(
-        cos=torch.from_numpy(cos.astype(np.float32)),
-        sin=torch.from_numpy(sin.astype(np.float32)),
+        cos=cos.astype(np.float32),
+        sin=sin.astype(np.float32),
         dim=cfg.rope_dim,
         interleaved=cfg.rope_style == "interleaved",
     )
@@ -210,7 +209,7 @@ class Transformer:
                 raise ModelLoadError(f"model file lacks tensor {name}")
             return t[name]
 
-        def opt_vec(name: str) -> torch.Tensor | None:
+        def opt_vec(name: str) -> np.ndarray | None:
             return vector(t[name]) if name in t else None
 
         self.embedding = Weight.from_info(need("token_embd.weight"))
@@ -293,15 +292,10 @@ class Transformer:
         # gemma3: the sliding-window layers rotate with their own base
         self.rope_swa = rope_table(cfg, cfg.rope_base_swa) if cfg.rope_base_swa is not None else self.rope
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
-        self.embed_scale = (
-            torch.tensor(np.sqrt(np.float32(cfg.hidden)), dtype=torch.float32) if cfg.embed_scale else None
-        )
+        self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
         self.fused = fused_layer.describe_all(self)  # one native call per layer, where it applies
 
-    @torch.inference_mode()
-    def forward(
-        self, ids: torch.Tensor, meta: AttentionMeta, kv: list[tuple[torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
+    def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
         """Hidden states after the final norm, [T, hidden], for the step's flat tokens."""
         cfg, ops = self.cfg, self.ops
         n = ids.shape[0]
@@ -315,9 +309,9 @@ class Transformer:
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
-            q = ops.linear(h, layer.wq, layer.bq).view(n, cfg.n_heads, cfg.head_dim)
-            k = ops.linear(h, layer.wk, layer.bk).view(n, cfg.n_kv_heads, cfg.head_dim)
-            v = ops.linear(h, layer.wv, layer.bv).view(n, cfg.n_kv_heads, cfg.head_dim)
+            q = ops.linear(h, layer.wq, layer.bq).reshape(n, cfg.n_heads, cfg.head_dim)
+            k = ops.linear(h, layer.wk, layer.bk).reshape(n, cfg.n_kv_heads, cfg.head_dim)
+            v = ops.linear(h, layer.wv, layer.bv).reshape(n, cfg.n_kv_heads, cfg.head_dim)
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
@@ -330,7 +324,7 @@ class Transformer:
                 a = ops.attention(
                     q, k_cache, v_cache, meta, scale=cfg.attn_scale, window=window, softcap=cfg.attn_softcap
                 )
-            o = self.tp.all_reduce(ops.linear(a.view(n, -1), layer.wo))
+            o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo))
             if layer.post_attn_norm is not None:
                 o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
             x = x + o
@@ -347,7 +341,7 @@ class Transformer:
             x = x + f
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
-    def _moe(self, h: torch.Tensor, layer: Layer) -> torch.Tensor:
+    def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that
         row alone.
 
@@ -360,22 +354,22 @@ class Transformer:
         """
         assert layer.router is not None and layer.experts is not None
         ops, k = self.ops, self.cfg.n_experts_used
-        logits = ops.linear(h, layer.router)
-        order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
-        top = torch.gather(logits, 1, order).double().numpy()
+        logits = to_numpy(ops.linear(h, layer.router))
+        order = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: the lower id first
+        top = np.take_along_axis(logits, order, axis=1).astype(np.float64)
         e = exactmath.exp(top - top[:, :1])  # the first is the largest: exp(0) = 1 for it
-        weights = torch.from_numpy((e / e.sum(axis=1, keepdims=True)).astype(np.float32))
-        out = torch.zeros_like(h)
-        for expert in torch.unique(order).tolist():  # ascending expert id
-            rows, slot = (order == expert).nonzero(as_tuple=True)
+        weights = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        out = like(h, np.zeros(h.shape, dtype=np.float32))
+        for expert in np.unique(order).tolist():  # ascending expert id
+            rows, slot = np.nonzero(order == expert)
             gate, up, down = layer.experts[expert]
-            x = h[rows]
+            index = like(h, rows)
+            x = h[index]
             y = ops.linear(ops.silu_mul(ops.linear(x, gate), ops.linear(x, up)), down)
-            out[rows] = out[rows] + weights[rows, slot][:, None] * y
+            out[index] = out[index] + like(h, weights[rows, slot][:, None]) * y
         return out
 
-    @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
         """fp32 logits [R, vocab] for the selected rows only (soft-capped where the model says);
         `out` may receive them (see `Ops.linear`)."""
         logits = self.ops.linear(hidden, self.output, out=out)

@@ -1,20 +1,25 @@
 """Builds one step's flat batch from the scheduled work, runs the model, returns fp32 logprobs.
 
 Only rows that someone reads get logits: the last row of a chunk that samples, and every
-row whose next prompt token a request wants scored (echo / prompt logprobs).
+row whose next prompt token a request wants scored (echo / prompt logprobs). Those rows'
+logits are computed LOGIT_ROWS at a time into one buffer kept between steps, so scoring a
+long prompt needs no [prompt, vocab] array: a row's values do not depend on which rows are
+computed with it (the kernels are batch-invariant), and each row is read before the next
+chunk overwrites it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from strata_engine.model import Transformer
-from strata_engine.ops import AttentionMeta
+from strata_engine.ops import Array, AttentionMeta, like, to_numpy
 from strata_engine.scheduler import Work
 
-LOGITS_KEPT_BYTES = 256 * 2**20  # the largest logits buffer kept between steps
+LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary
 
 
 @dataclass(frozen=True)
@@ -34,19 +39,22 @@ class ModelRunner:
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         # empty, not zeros: a slot is always written before it is read, and untouched pages cost no memory
-        self.kv = [(torch.empty(shape), torch.empty(shape)) for _ in range(cfg.n_layers)]
-        self._logits_buffer = torch.empty(0, model.output.out_features, dtype=torch.float32)
+        self.kv = [(np.empty(shape, np.float32), np.empty(shape, np.float32)) for _ in range(cfg.n_layers)]
+        # fresh memory would cost a page fault per 4 KB on every step
+        self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
 
-    def run(self, work: list[Work]) -> tuple[list[RowRef], torch.Tensor]:
+    def run(self, work: list[Work]) -> tuple[list[RowRef], Iterator[np.ndarray]]:
+        """The step's rows and, in the same order, each row's fp32 log-probabilities over the
+        vocabulary; read each row before asking for the next (they share one buffer)."""
         ids, positions, token_seq, slots, rows = [], [], [], [], []
         bs = self.block_size
         max_blocks = max(len(w.seq.block_table) for w in work)
-        tables = torch.zeros(len(work), max_blocks, dtype=torch.int32)
+        tables = np.zeros((len(work), max_blocks), dtype=np.int32)
         flat = 0
         select: list[int] = []
         for i, w in enumerate(work):
             seq = w.seq
-            tables[i, : len(seq.block_table)] = torch.tensor(seq.block_table, dtype=torch.int32)
+            tables[i, : len(seq.block_table)] = seq.block_table
             for p in range(w.start, w.end):
                 ids.append(seq.token_ids[p])
                 positions.append(p)
@@ -61,30 +69,24 @@ class ModelRunner:
                     select.append(flat)
                 flat += 1
         meta = AttentionMeta(
-            positions=torch.tensor(positions, dtype=torch.int32),
-            token_seq=torch.tensor(token_seq, dtype=torch.int32),
+            positions=np.array(positions, dtype=np.int32),
+            token_seq=np.array(token_seq, dtype=np.int32),
             block_tables=tables,
-            slots=torch.tensor(slots, dtype=torch.int64),
+            slots=np.array(slots, dtype=np.int64),
             block_size=bs,
         )
-        step_ids = torch.tensor(ids, dtype=torch.int64)
+        step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
         hidden = self.model.forward(step_ids, meta, self.kv)
-        logits = self.model.logits(
-            hidden[torch.tensor(select, dtype=torch.int64)], out=self._logits(len(select))
-        )
-        return rows, self.model.ops.log_softmax(logits, inplace=True)
+        return rows, self._logprobs(hidden, np.array(select, dtype=np.int64))
 
-    def _logits(self, rows: int) -> torch.Tensor:
-        """A [rows, vocab] buffer reused from step to step (the engine reads a step's rows before the
-        next step): fresh memory costs a page fault per 4 KB, about 28 ms for 512 x 49152.
-        Kept up to LOGITS_KEPT_BYTES; a larger step gets fresh memory."""
-        vocab = self.model.output.out_features
-        if rows * vocab * 4 > LOGITS_KEPT_BYTES:
-            return torch.empty(rows, vocab, dtype=torch.float32)
-        if self._logits_buffer.shape[0] < rows:
-            self._logits_buffer = torch.empty(rows, vocab, dtype=torch.float32)
-        return self._logits_buffer[:rows]
+    def _logprobs(self, hidden: Array, select: np.ndarray) -> Iterator[np.ndarray]:
+        """The selected rows' log-probabilities, LOGIT_ROWS rows at a time."""
+        ops = self.model.ops
+        for start in range(0, len(select), LOGIT_ROWS):
+            chunk = select[start : start + LOGIT_ROWS]
+            logits = self.model.logits(hidden[like(hidden, chunk)], out=self._logits[: len(chunk)])
+            yield from to_numpy(ops.log_softmax(logits, inplace=True))
 
     def follow(self) -> None:
         """Tensor-parallel ranks other than 0: run each step rank 0 sends on this rank's shard and

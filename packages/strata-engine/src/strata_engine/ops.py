@@ -1,21 +1,25 @@
 """The operations the model calls, behind one interface with interchangeable backends.
 
 `NativeOps` (C kernels, see native/kernels.c) is batch-invariant by construction: a row's
-result never depends on the rest of the batch. `TorchOps` uses MKL GEMMs and SDPA: faster
-to write, not batch-invariant, kept as the fallback where the kernels cannot build and as
-the "invariance off" switch for tests and benchmarks. A GPU backend implements the same
-methods with Triton kernels.
+result never depends on the rest of the batch. It works on numpy arrays, so a CPU engine on
+the native kernels never imports torch (which would cost over a second of start-up and about
+200 MB). `TorchOps` (torch_ops.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback
+where the kernels cannot build and the "invariance off" switch for tests and benchmarks;
+`TritonOps` (triton_ops/) runs the same methods on a GPU. The engine hands every backend
+numpy arrays (weights, the KV cache, the step's indices); the torch backends take them over
+as tensors themselves, and `to_numpy` brings their results back.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
-import torch
-import torch.nn.functional as F
+import numpy as np
 
 from strata_engine.weights import Weight
 
@@ -27,10 +31,10 @@ Q8_PACKED = 256  # added to a weight's kernel type once repacked for 8-bit activ
 class AttentionMeta:
     """Where each token of a step sits: its sequence's block table row and its position."""
 
-    positions: torch.Tensor  # [T] int32 absolute positions
-    token_seq: torch.Tensor  # [T] int32 row of `block_tables` for each token
-    block_tables: torch.Tensor  # [S, max_blocks] int32
-    slots: torch.Tensor  # [T] int64 flat cache slot (block * block_size + offset) to write
+    positions: np.ndarray  # [T] int32 absolute positions
+    token_seq: np.ndarray  # [T] int32 row of `block_tables` for each token
+    block_tables: np.ndarray  # [S, max_blocks] int32
+    slots: np.ndarray  # [T] int64 flat cache slot (block * block_size + offset) to write
     block_size: int
 
 
@@ -38,10 +42,13 @@ class AttentionMeta:
 class RopeTable:
     """cos/sin per absolute position, [ctx, rot/2] fp32 (computed in float64 once)."""
 
-    cos: torch.Tensor
-    sin: torch.Tensor
+    cos: np.ndarray
+    sin: np.ndarray
     dim: int  # rotated dims (the first `dim` of each head)
     interleaved: bool  # pairs (2i, 2i+1) as in llama GGUFs, else (i, i + dim/2)
+
+
+Array = Any  # a backend's own array: numpy for NativeOps, a torch tensor for TorchOps and TritonOps
 
 
 class Ops(Protocol):
@@ -55,59 +62,85 @@ class Ops(Protocol):
         """`w` in the form this backend's `linear` reads (at load; `w` itself except for native-q8)."""
         ...
 
-    def linear(
-        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def linear(self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None) -> Array:
         """x @ w.T (+ bias); `out`, a contiguous fp32 [rows, out_features] buffer, may receive the
         result (which is returned either way)."""
         ...
 
-    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor: ...
-    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
-    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
-    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def embed(self, w: Weight, ids: Array) -> Array: ...
+    def rmsnorm(self, x: Array, weight: Array, eps: float) -> Array: ...
+    def silu_mul(self, gate: Array, up: Array) -> Array: ...
+    def gelu_mul(self, gate: Array, up: Array) -> Array:
         """GeGLU: gelu(gate) * up, GELU's tanh approximation (Gemma)."""
         ...
 
-    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+    def softcap(self, x: Array, cap: float) -> Array:
         """cap * tanh(x / cap), elementwise (Gemma 2's final logit soft-capping)."""
         ...
 
     def attention(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
         meta: AttentionMeta,
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
-    ) -> torch.Tensor:
+    ) -> Array:
         """Causal attention; `scale` defaults to 1/sqrt(head_dim); `window` > 0 attends only to the
         last `window` positions (sliding-window layers); `softcap` > 0 caps the scores."""
         ...
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+    def rope(self, x: Array, positions: Array, table: RopeTable) -> Array:
         """x [T, H, D] rotated; may rotate x in place and return it (callers own x)."""
         ...
 
     def kv_write(
         self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slots: torch.Tensor,
+        k: Array,
+        v: Array,
+        k_cache: Array,
+        v_cache: Array,
+        slots: Array,
     ) -> None: ...
-    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    def log_softmax(self, logits: Array, inplace: bool = False) -> Array:
         """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail); with
         `inplace` the backend may write them over `logits` (which the caller gives up)."""
         ...
 
 
-def address(t: torch.Tensor | None) -> int | None:
-    """A tensor's data address for the C kernels, None (NULL) for an absent one."""
-    return None if t is None else t.data_ptr()
+def address(a: np.ndarray | None) -> int | None:
+    """An array's data address for the C kernels, None (NULL) for an absent one."""
+    return None if a is None else a.ctypes.data
+
+
+def to_numpy(a: Array) -> np.ndarray:
+    """A backend's result as a host numpy array (no copy for numpy or a CPU tensor)."""
+    return a if isinstance(a, np.ndarray) else a.detach().cpu().numpy()
+
+
+def like(ref: Array, a: np.ndarray) -> Array:
+    """Host values `a` as the same kind of array as `ref` (on its device)."""
+    if isinstance(ref, np.ndarray):
+        return a
+    import torch
+
+    return torch.from_numpy(a).to(ref.device)
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (the kernels' thread count unless one is given)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cuda_present() -> bool:
+    """Whether CUDA can run here, asked without importing torch unless an NVIDIA driver is loaded."""
+    if not Path("/proc/driver/nvidia/version").exists():
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class NativeOps:
@@ -131,209 +164,114 @@ class NativeOps:
         if not self.q8 or not self.lib.strata_q8_supported(w.kernel_type):
             return w  # fp32 weights and the default mode: as loaded
         size = self.lib.strata_q8_packed_bytes(w.kernel_type, w.out_features, w.in_features)
-        packed = torch.empty(size, dtype=torch.uint8)
+        packed = np.empty(size, dtype=np.uint8)
         self.lib.strata_q8_pack(
-            w.kernel_type, w.raw.data_ptr(), w.out_features, w.in_features, packed.data_ptr(), self.threads
+            w.kernel_type, address(w.raw), w.out_features, w.in_features, address(packed), self.threads
         )
         return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
 
     def linear(
-        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        x = x.contiguous()
+        self, x: np.ndarray, w: Weight, bias: np.ndarray | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        x = np.ascontiguousarray(x)
         m = x.shape[0]
-        y = torch.empty(m, w.out_features, dtype=torch.float32) if out is None else out
-        assert y.shape == (m, w.out_features) and y.dtype == torch.float32 and y.is_contiguous()
+        y = np.empty((m, w.out_features), dtype=np.float32) if out is None else out
+        assert y.shape == (m, w.out_features) and y.dtype == np.float32 and y.flags["C_CONTIGUOUS"]
         if m:
             self.lib.strata_matmul(
-                x.data_ptr(), m, w.in_features, w.raw.data_ptr(), w.kernel_type, w.out_features,
-                address(bias), y.data_ptr(), self.threads,
+                address(x), m, w.in_features, address(w.raw), w.kernel_type, w.out_features,
+                address(bias), address(y), self.threads,
             )  # fmt: skip
         return y
 
-    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
-        ids = ids.to(torch.int64).contiguous()
-        out = torch.empty(ids.shape[0], w.in_features, dtype=torch.float32)
+    def embed(self, w: Weight, ids: np.ndarray) -> np.ndarray:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        out = np.empty((ids.shape[0], w.in_features), dtype=np.float32)
         self.lib.strata_gather_rows(
-            w.raw.data_ptr(), w.kernel_type, w.in_features, ids.data_ptr(), ids.shape[0], out.data_ptr()
+            address(w.raw), w.kernel_type, w.in_features, address(ids), ids.shape[0], address(out)
         )
         return out
 
-    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        rows = x.numel() // x.shape[-1]
-        self.lib.strata_rmsnorm(
-            x.data_ptr(), rows, x.shape[-1], weight.data_ptr(), eps, y.data_ptr(), self.threads
-        )
+    def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        y = np.empty_like(x)
+        rows = x.size // x.shape[-1]
+        self.lib.strata_rmsnorm(address(x), rows, x.shape[-1], address(weight), eps, address(y), self.threads)
         return y
 
-    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate.contiguous(), up.contiguous()
-        out = torch.empty_like(gate)
-        self.lib.strata_silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), out.data_ptr(), self.threads)
+    def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        gate, up = np.ascontiguousarray(gate), np.ascontiguousarray(up)
+        out = np.empty_like(gate)
+        self.lib.strata_silu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
-    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate.contiguous(), up.contiguous()
-        out = torch.empty_like(gate)
-        self.lib.strata_gelu_mul(gate.data_ptr(), up.data_ptr(), gate.numel(), out.data_ptr(), self.threads)
+    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        gate, up = np.ascontiguousarray(gate), np.ascontiguousarray(up)
+        out = np.empty_like(gate)
+        self.lib.strata_gelu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
-    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        self.lib.strata_softcap(x.data_ptr(), x.numel(), cap, out.data_ptr())
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        self.lib.strata_softcap(address(x), x.size, cap, address(out))
         return out
 
     def attention(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        q: np.ndarray,
+        k_cache: np.ndarray,
+        v_cache: np.ndarray,
         meta: AttentionMeta,
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         t, h, d = q.shape
-        q = q.contiguous()
-        out = torch.empty_like(q)
+        q = np.ascontiguousarray(q)
+        out = np.empty_like(q)
         self.lib.strata_attention(
-            q.data_ptr(), t, h, k_cache.shape[2], d, k_cache.data_ptr(), v_cache.data_ptr(),
-            meta.block_size, meta.block_tables.data_ptr(), meta.block_tables.shape[1],
-            meta.token_seq.data_ptr(), meta.positions.data_ptr(),
+            address(q), t, h, k_cache.shape[2], d, address(k_cache), address(v_cache),
+            meta.block_size, address(meta.block_tables), meta.block_tables.shape[1],
+            address(meta.token_seq), address(meta.positions),
             1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
-            out.data_ptr(), self.threads,
+            address(out), self.threads,
         )  # fmt: skip
         return out
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
-        x = x.contiguous()  # rotated in place: q and k are fresh outputs of linear
+    def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
+        x = np.ascontiguousarray(x)  # rotated in place: q and k are fresh outputs of linear
         t, h, d = x.shape
         self.lib.strata_rope(
-            x.data_ptr(), t, h, d, table.dim, positions.data_ptr(), table.cos.data_ptr(),
-            table.sin.data_ptr(), int(table.interleaved),
+            address(x), t, h, d, table.dim, address(positions), address(table.cos),
+            address(table.sin), int(table.interleaved),
         )  # fmt: skip
         return x
 
     def kv_write(
         self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slots: torch.Tensor,
+        k: np.ndarray,
+        v: np.ndarray,
+        k_cache: np.ndarray,
+        v_cache: np.ndarray,
+        slots: np.ndarray,
     ) -> None:
-        k, v = k.contiguous(), v.contiguous()
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
         self.lib.strata_kv_write(
-            k.data_ptr(), v.data_ptr(), k.shape[0], k[0].numel(), slots.data_ptr(),
-            k_cache.data_ptr(), v_cache.data_ptr(),
+            address(k), address(v), k.shape[0], k[0].size, address(slots),
+            address(k_cache), address(v_cache),
         )  # fmt: skip
 
-    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-        logits = logits.float().contiguous()
+    def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
         # in place: each row's values are all read before its first is written (kernels.c), and
         # a fresh [512, 49152] output alone costs about 28 ms of page faults
-        out = logits if inplace else torch.empty_like(logits)
+        out = logits if inplace else np.empty_like(logits)
         if logits.shape[0]:
             self.lib.strata_log_softmax(
-                logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(), self.threads
+                address(logits), logits.shape[0], logits.shape[1], address(out), self.threads
             )
         return out
-
-
-class TorchOps:
-    """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
-
-    name = "torch"
-    invariant = False
-
-    def pack(self, w: Weight) -> Weight:
-        return w
-
-    def linear(
-        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return F.linear(x, w.dense(), bias)
-
-    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
-        return w.dense()[ids.to(torch.int64)]
-
-    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        return F.silu(gate) * up
-
-    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        return F.gelu(gate, approximate="tanh") * up
-
-    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
-        return torch.tanh(x / cap) * cap
-
-    def attention(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMeta,
-        scale: float | None = None,
-        window: int = 0,
-        softcap: float = 0.0,
-    ) -> torch.Tensor:
-        out = torch.empty_like(q)
-        group = q.shape[1] // k_cache.shape[2]
-        bs = meta.block_size
-        for row in torch.unique(meta.token_seq).tolist():
-            idx = (meta.token_seq == row).nonzero().squeeze(1)
-            pos = meta.positions[idx].to(torch.int64)
-            n = int(pos.max()) + 1
-            table = meta.block_tables[row].to(torch.int64)
-            j = torch.arange(n)
-            slots = table[j // bs] * bs + j % bs
-            k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
-            v = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
-            mask = j[None, :] <= pos[:, None]
-            if window:
-                mask &= j[None, :] > pos[:, None] - window
-            qh = q[idx].transpose(0, 1)
-            if softcap:  # SDPA cannot cap the scores: written out
-                s = qh @ k.transpose(1, 2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[2]))
-                s = (torch.tanh(s / softcap) * softcap).masked_fill(~mask, float("-inf"))
-                o = torch.softmax(s, dim=-1) @ v
-            else:
-                o = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=scale)
-            out[idx] = o.transpose(0, 1)
-        return out
-
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
-        pos = positions.to(torch.int64)
-        cos, sin = table.cos[pos][:, None, :], table.sin[pos][:, None, :]
-        rot, rest = x[..., : table.dim], x[..., table.dim :]
-        if table.interleaved:
-            a, b = rot[..., 0::2], rot[..., 1::2]
-            out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-        else:
-            half = table.dim // 2
-            a, b = rot[..., :half], rot[..., half:]
-            out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
-        return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
-
-    def kv_write(
-        self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> None:
-        k_cache.view(-1, *k.shape[1:])[slots] = k
-        v_cache.view(-1, *v.shape[1:])[slots] = v
-
-    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-        rows = [torch.log_softmax(row, dim=-1) for row in logits.float()]  # one row at a time
-        return torch.stack(rows) if rows else logits.float()
 
 
 KERNEL_CHOICES = ("auto", "native", "native-q8", "torch")
@@ -352,13 +290,15 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
     if kernels == "native-q8" and device == "cuda":
         raise ValueError("kernels native-q8 (8-bit activations) run on the CPU only; use --device cpu")
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available() and kernels != "native-q8"):
+    if device == "cuda" or (device == "auto" and kernels != "native-q8" and cuda_present()):
         from strata_engine.triton_ops import TritonOps
 
         return TritonOps()
-    threads = num_threads or torch.get_num_threads()
+    threads = num_threads or default_threads()
     if kernels == "torch":
-        return TorchOps()
+        from strata_engine.torch_ops import TorchOps
+
+        return TorchOps(threads)
     from strata_engine.native import NativeUnavailable
 
     if kernels == "native-q8":  # asked for by name: no fallback
@@ -374,7 +314,9 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
             "and restart to get exact, batch-invariant results.",
             exc,
         )
-        return TorchOps()
+        from strata_engine.torch_ops import TorchOps
+
+        return TorchOps(threads)
 
 
 def describe(kernels: str, invariant: bool) -> str:

@@ -10,18 +10,39 @@ its batch.
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Collection, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
 from strata_engine.structured import Guide
 
 Scores = npt.NDArray[np.float64]
+
+
+class Uniform:
+    """Seeded float64 draws in [0, 1): the draws of a CPU `torch.Generator` given the same seed.
+
+    torch's generator is a 32-bit Mersenne Twister seeded with the seed's low 32 bits; a
+    double takes two outputs (first high, then low) and keeps their low 53 bits. Python's
+    `random` runs the same twister, so it is given that state and asked for 32 bits at a time:
+    a seed draws the same tokens it drew when the engine used torch, without importing it.
+    """
+
+    def __init__(self, seed: int) -> None:
+        state = [seed & 0xFFFFFFFF]
+        for i in range(1, 624):
+            state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
+        self._twister = random.Random()
+        self._twister.setstate((3, (*state, 624), None))
+
+    def draw(self) -> float:
+        high, low = self._twister.getrandbits(32), self._twister.getrandbits(32)
+        return (((high << 32) | low) & ((1 << 53) - 1)) * 2.0**-53
 
 
 class Sampler:
@@ -37,17 +58,16 @@ class Sampler:
         )
         self.bias_ids = np.array([i for i, _ in params.logit_bias], dtype=np.int64)
         self.bias_values = np.array([v for _, v in params.logit_bias], dtype=np.float64)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+        self.uniform = Uniform(params.seed if params.seed is not None else secrets.randbits(63))
 
-    def sample(self, lp: torch.Tensor, output_ids: Sequence[int] = (), eog_ids: Collection[int] = ()) -> int:
+    def sample(self, lp: np.ndarray, output_ids: Sequence[int] = (), eog_ids: Collection[int] = ()) -> int:
         """lp: fp32 log-probabilities over the vocabulary for this position; `output_ids` the
         tokens this request generated so far; `eog_ids` the model's end-of-generation ids.
 
         Every step is exact or uses exactmath, and the draw is one float64 from the request's
         own generator, so a seed gives the same token on every machine.
         """
-        scores = self.process(lp.double().numpy(), output_ids)
+        scores = self.process(lp.astype(np.float64), output_ids)
         scores = self.mask(scores, len(output_ids), eog_ids)
         return self.draw(scores)
 
@@ -104,6 +124,6 @@ class Sampler:
             probs = np.zeros_like(probs)
             probs[order[keep]] = sorted_p[keep]
         cumulative = np.cumsum(probs)
-        u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+        u = self.uniform.draw()
         index = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
         return min(index, int(np.flatnonzero(probs)[-1]))  # u * total may round up to the total

@@ -30,12 +30,18 @@ import os
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+import numpy as np
 
 from strata_engine.api import EngineError, EngineUnavailable, ModelLoadError
-from strata_engine.ops import AttentionMeta
+from strata_engine.ops import Array, AttentionMeta
+
+if TYPE_CHECKING:
+    import torch
+
+# torch (and torch.distributed) are imported only where a group of ranks is active, so that a
+# single-rank engine on the native kernels never loads torch
 
 log = logging.getLogger("strata_engine")
 
@@ -57,7 +63,7 @@ class TensorParallel:
     def __init__(self, rank: int = 0, world: int = 1, device: torch.device | None = None) -> None:
         self.rank = rank
         self.world = world
-        self.device = device or torch.device("cpu")  # where the collectives' tensors live
+        self.device = device  # where the collectives' tensors live (None: the CPU)
         self.broken: EngineUnavailable | None = None
         self._last_contact = time.monotonic()
 
@@ -79,35 +85,33 @@ class TensorParallel:
         return start, end
 
     # -- the forward's hook -----------------------------------------------------------------
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+    def all_reduce(self, x: Array) -> Array:
         """The sum over ranks of `x`, added in rank order (see the module docstring); `x` itself
-        with one rank."""
+        with one rank. A numpy `x` (the CPU kernels') gives a numpy sum."""
         if not self.active:
             return x
-        x = x.contiguous()
-        parts = [torch.empty_like(x) for _ in range(self.world)]
-        self._call(dist.all_gather, parts, x)
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x.contiguous()
+        parts = [torch.empty_like(mine) for _ in range(self.world)]
+        self._call(dist.all_gather, parts, mine)
         total = parts[0]
         for p in parts[1:]:
             total = total + p
-        return total
+        return total.numpy() if isinstance(x, np.ndarray) else total
 
     # -- rank 0 -----------------------------------------------------------------------------
-    def send_step(self, ids: torch.Tensor, meta: AttentionMeta) -> None:
+    def send_step(self, ids: np.ndarray, meta: AttentionMeta) -> None:
         """Rank 0: hand the step's flat batch to the workers before running it itself."""
         if not self.active:
             return
+        import torch
+
         t, (s, width) = ids.shape[0], meta.block_tables.shape
         header = torch.tensor([STEP, t, s, width, meta.block_size], dtype=torch.int64)
-        payload = torch.cat(
-            [
-                ids.to(torch.int64),
-                meta.positions.to(torch.int64),
-                meta.token_seq.to(torch.int64),
-                meta.slots.to(torch.int64),
-                meta.block_tables.reshape(-1).to(torch.int64),
-            ]
-        )
+        parts = (ids, meta.positions, meta.token_seq, meta.slots, meta.block_tables.reshape(-1))
+        payload = torch.from_numpy(np.concatenate([p.astype(np.int64) for p in parts]))
         self._broadcast(header)
         self._broadcast(payload)
         self._last_contact = time.monotonic()
@@ -117,6 +121,8 @@ class TensorParallel:
         raises `EngineUnavailable` when one is gone."""
         if not self.active or time.monotonic() - self._last_contact < HEARTBEAT_S:
             return
+        import torch
+
         self._broadcast(torch.tensor([PING, 0, 0, 0, 0], dtype=torch.int64))
         self._round_trip()
         self._last_contact = time.monotonic()
@@ -126,6 +132,9 @@ class TensorParallel:
         with fewer blocks would write out of its cache); raises `TensorParallelError` if not."""
         if not self.active:
             return
+        import torch
+        import torch.distributed as dist
+
         mine = torch.tensor(values, dtype=torch.int64, device=self.device)
         parts = [torch.empty_like(mine) for _ in range(self.world)]
         self._call(dist.all_gather, parts, mine)
@@ -138,6 +147,8 @@ class TensorParallel:
     def release(self) -> None:
         """Rank 0: end the workers' `follow` (they wait for it to return); the group stays."""
         if self.active and self.rank == 0 and self.broken is None:
+            import torch
+
             try:
                 self._broadcast(torch.tensor([STOP, 0, 0, 0, 0], dtype=torch.int64))
                 self._round_trip()
@@ -148,23 +159,33 @@ class TensorParallel:
         """After a failure: leave the group at once, so that the other ranks' collectives fail
         now (they exit) instead of waiting out the timeout for a rank that will never come."""
         self.broken = self.broken or failure
-        if self.active and dist.is_initialized():
+        if not self.active:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
             dist.destroy_process_group()
 
     def close(self) -> None:
         """Release the workers (from rank 0) and leave the process group."""
-        if not self.active or not dist.is_initialized():
+        if not self.active:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
             return
         self.release()
         dist.destroy_process_group()
 
     # -- the other ranks --------------------------------------------------------------------
-    def follow(self, forward: Callable[[torch.Tensor, AttentionMeta], object]) -> None:
+    def follow(self, forward: Callable[[np.ndarray, AttentionMeta], object]) -> None:
         """Worker ranks: run every step rank 0 broadcasts through `forward` until it says stop.
 
         Raises `EngineUnavailable` when rank 0 or another worker is gone (or silent for longer
         than the group's timeout), so a worker never outlives its server.
         """
+        import torch
+
         while True:
             header = torch.empty(HEADER, dtype=torch.int64, device=self.device)
             self._broadcast(header)
@@ -176,21 +197,23 @@ class TensorParallel:
                 continue
             payload = torch.empty(4 * t + s * width, dtype=torch.int64, device=self.device)
             self._broadcast(payload)
-            flat = payload.cpu()
-            ids, positions, token_seq, slots = flat[: 4 * t].view(4, t)
+            flat = payload.cpu().numpy()
+            ids, positions, token_seq, slots = flat[: 4 * t].reshape(4, t)
             meta = AttentionMeta(
-                positions=positions.to(torch.int32),
-                token_seq=token_seq.to(torch.int32),
-                block_tables=flat[4 * t :].view(s, width).to(torch.int32),
-                slots=slots.clone(),
+                positions=positions.astype(np.int32),
+                token_seq=token_seq.astype(np.int32),
+                block_tables=flat[4 * t :].reshape(s, width).astype(np.int32),
+                slots=slots.copy(),
                 block_size=block_size,
             )
-            forward(ids.clone(), meta)
+            forward(ids.copy(), meta)
 
     # -- collectives ------------------------------------------------------------------------
     def _broadcast(self, t: torch.Tensor) -> None:
         """Broadcast from rank 0 (in place on the other ranks)."""
-        if t.device == self.device:
+        import torch.distributed as dist
+
+        if self.device is None or t.device == self.device:
             self._call(dist.broadcast, t, 0)
             return
         moved = t.to(self.device)
@@ -199,6 +222,9 @@ class TensorParallel:
 
     def _round_trip(self) -> None:
         """A tiny all-gather: returns once every rank has answered."""
+        import torch
+        import torch.distributed as dist
+
         one = torch.zeros(1, device=self.device)
         self._call(dist.all_gather, [torch.empty_like(one) for _ in range(self.world)], one)
 
@@ -234,6 +260,9 @@ def init_from_env(world_size: int, device: str = "cpu") -> TensorParallel:
     NCCL with CUDA (each rank on GPU LOCAL_RANK)."""
     if world_size <= 1:
         return SINGLE
+    import torch
+    import torch.distributed as dist
+
     missing = [name for name in LAUNCH_ENV if name not in os.environ]
     if missing:
         raise TensorParallelError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 
@@ -52,9 +51,9 @@ class Weight:
     out_features: int
     in_features: int
     kernel_type: int  # native kernel type code
-    raw: torch.Tensor  # uint8 blocks in the kernels' layout (see widen_scales), or fp32 bytes
+    raw: np.ndarray  # uint8 blocks in the kernels' layout (see widen_scales), or fp32 bytes
     source: TensorInfo | None = None  # the tensor as stored, for the torch fallback's dequantisation
-    _dense: torch.Tensor | None = None
+    _dense: np.ndarray | None = None
 
     @classmethod
     def from_info(cls, info: TensorInfo) -> Weight:
@@ -68,21 +67,21 @@ class Weight:
                 data = kquants.pack(info.data, info.qtype)
             else:
                 data = widen_scales(info.data, info.qtype)
-            return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], torch.from_numpy(data), info)
-        dense = torch.from_numpy(np.ascontiguousarray(dequantize(info)))
-        return cls(info.name, out_f, in_f, 0, dense.view(torch.uint8).reshape(-1), info, dense)
+            return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], data, info)
+        dense = np.ascontiguousarray(dequantize(info))
+        return cls(info.name, out_f, in_f, 0, dense.view(np.uint8).reshape(-1), info, dense)
 
-    def dense(self) -> torch.Tensor:
+    def dense(self) -> np.ndarray:
         """fp32 [out, in] (dequantised once on first use; used by the torch fallback ops)."""
         if self._dense is None:
             if self.kernel_type == 0:
-                self._dense = self.raw.view(torch.float32).reshape(self.out_features, self.in_features)
+                self._dense = self.raw.view(np.float32).reshape(self.out_features, self.in_features)
             else:
                 assert self.source is not None
-                self._dense = torch.from_numpy(np.ascontiguousarray(dequantize(self.source)))
+                self._dense = np.ascontiguousarray(dequantize(self.source))
         return self._dense
 
 
-def vector(info: TensorInfo) -> torch.Tensor:
+def vector(info: TensorInfo) -> np.ndarray:
     """A 1-D tensor (norm weight, bias) as fp32."""
-    return torch.from_numpy(np.ascontiguousarray(dequantize(info)).reshape(-1).copy())
+    return np.ascontiguousarray(dequantize(info)).reshape(-1).copy()

@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="CPU threads for the model (default: torch's default, usually the core count); "
+        help="CPU threads for the model (default: the CPUs this process may run on); "
         "bit-identical results are promised for a fixed thread count",
     )
     parser.add_argument(

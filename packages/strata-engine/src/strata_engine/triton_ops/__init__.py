@@ -6,8 +6,8 @@ by one fixed sequence of float operations chosen by constants (tile sizes, KV sp
 by the batch, so a row's bits do not depend on what else runs (on one GPU model and one Triton
 build; GPU bits differ from the CPU kernels' bits).
 
-The engine hands the ops CPU tensors (weights, norm vectors, the RoPE table, the KV cache and the
-step's index tensors); TritonOps moves what it needs to its device itself and keeps it there:
+The engine hands the ops numpy arrays (weights, norm vectors, the RoPE table, the KV cache and the
+step's index arrays); TritonOps moves what it needs to its device itself and keeps it there:
 weights and other model tensors once (cached by identity), the step's index tensors once per
 step, and the KV cache as a device twin of the CPU cache (allocated on first write). Results go
 back to the engine as CPU fp32 only at the end, from `log_softmax`.
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
-from strata_engine.ops import AttentionMeta, RopeTable
+from strata_engine.ops import Array, AttentionMeta, RopeTable
+from strata_engine.torch_ops import tensor
 from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
 from strata_engine.triton_ops.stored import StoredWeight, from_weight
 from strata_engine.weights import Weight
@@ -48,10 +50,10 @@ class TritonOps:
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = torch.device(device) if device is not None else default_device()
         self._weights: dict[int, tuple[Weight, StoredWeight]] = {}
-        self._model_tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._step_tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._caches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._max_position: tuple[torch.Tensor, int] | None = None
+        self._model_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
+        self._step_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
+        self._caches: dict[int, tuple[Array, torch.Tensor]] = {}
+        self._max_position: tuple[np.ndarray, int] | None = None
 
     # -- where tensors live ---------------------------------------------------------------
     def _weight(self, w: Weight) -> StoredWeight:
@@ -61,29 +63,29 @@ class TritonOps:
             self._weights[id(w)] = hit
         return hit[1]
 
-    def _moved(self, t: torch.Tensor, cache: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """`t` on the device, copied once per tensor object (the cache holds `t`, so ids stay unique)."""
-        if t.device == self.device:
+    def _moved(self, t: Array, cache: dict[int, tuple[Array, torch.Tensor]]) -> torch.Tensor:
+        """`t` on the device, copied once per array object (the cache holds `t`, so ids stay unique)."""
+        if isinstance(t, torch.Tensor) and t.device == self.device:
             return t.contiguous()
         hit = cache.get(id(t))
         if hit is None or hit[0] is not t:
-            hit = (t, t.to(self.device).contiguous())
+            hit = (t, tensor(t).to(self.device).contiguous())
             cache[id(t)] = hit
         return hit[1]
 
-    def _model(self, t: torch.Tensor) -> torch.Tensor:
+    def _model(self, t: Array) -> torch.Tensor:
         """A model tensor (norm weight, bias, RoPE table): moved once for the engine's lifetime."""
         return self._moved(t, self._model_tensors)
 
-    def _step(self, t: torch.Tensor) -> torch.Tensor:
-        """A step's index tensor (positions, tables, slots): moved once, shared by every layer."""
+    def _step(self, t: Array) -> torch.Tensor:
+        """A step's index array (positions, tables, slots): moved once, shared by every layer."""
         if len(self._step_tensors) > 16:
             self._step_tensors.clear()
         return self._moved(t, self._step_tensors)
 
-    def _cache(self, c: torch.Tensor) -> torch.Tensor:
-        """The device twin of a KV cache tensor (the CPU one is never touched)."""
-        if c.device == self.device:
+    def _cache(self, c: Array) -> torch.Tensor:
+        """The device twin of a KV cache array (the host one is never touched)."""
+        if isinstance(c, torch.Tensor) and c.device == self.device:
             return c
         hit = self._caches.get(id(c))
         if hit is None or hit[0] is not c:
@@ -96,53 +98,58 @@ class TritonOps:
         return w
 
     def linear(
-        self, x: torch.Tensor, w: Weight, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+        self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
     ) -> torch.Tensor:
         sw = self._weight(w)
         b = self._model(bias) if bias is not None else None
-        x = x.to(self.device, torch.float32)
+        x = tensor(x).to(self.device, torch.float32)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
 
-    def embed(self, w: Weight, ids: torch.Tensor) -> torch.Tensor:
+    def embed(self, w: Weight, ids: Array) -> torch.Tensor:
         sw = self._weight(w)
-        return matmul.gather_rows(ids.to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes)
+        return matmul.gather_rows(
+            tensor(ids).to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes
+        )
 
-    def rmsnorm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return norm.rmsnorm(x.to(self.device), self._model(weight), eps)
+    def rmsnorm(self, x: Array, weight: Array, eps: float) -> torch.Tensor:
+        return norm.rmsnorm(tensor(x).to(self.device), self._model(weight), eps)
 
-    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.silu_mul(gate, up)
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
+    def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
         pos = self._step(positions)
-        return rope.rope(x.to(self.device), pos, table, self._model(table.cos), self._model(table.sin))
+        return rope.rope(
+            tensor(x).to(self.device), pos, table, self._model(table.cos), self._model(table.sin)
+        )
 
     def kv_write(
         self,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        slots: torch.Tensor,
+        k: Array,
+        v: Array,
+        k_cache: Array,
+        v_cache: Array,
+        slots: Array,
     ) -> None:
         s = self._step(slots)
         kc, vc = self._cache(k_cache), self._cache(v_cache)
-        kc.view(-1, *k.shape[1:])[s] = k.to(self.device)  # a scatter to distinct slots: no arithmetic
-        vc.view(-1, *v.shape[1:])[s] = v.to(self.device)
+        k, v = tensor(k).to(self.device), tensor(v).to(self.device)
+        kc.view(-1, *k.shape[1:])[s] = k  # a scatter to distinct slots: no arithmetic
+        vc.view(-1, *v.shape[1:])[s] = v
 
-    def gelu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         raise NotImplementedError("the GPU kernels have no GeGLU yet (Gemma): run Gemma models on the CPU")
 
-    def softcap(self, x: torch.Tensor, cap: float) -> torch.Tensor:
+    def softcap(self, x: Array, cap: float) -> torch.Tensor:
         raise NotImplementedError(
             "the GPU kernels have no logit soft-capping yet (Gemma 2): run it on the CPU"
         )
 
     def attention(
         self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
         meta: AttentionMeta,
         scale: float | None = None,
         window: int = 0,
@@ -154,13 +161,13 @@ class TritonOps:
                 "(Gemma): run Gemma models on the CPU"
             )
         if self._max_position is None or self._max_position[0] is not meta.positions:
-            self._max_position = (meta.positions, int(meta.positions.max()) if meta.positions.numel() else 0)
+            self._max_position = (meta.positions, int(meta.positions.max()) if len(meta.positions) else 0)
         return attention.attention(
-            q.to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
+            tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
             self._max_position[1],
         )  # fmt: skip
 
-    def log_softmax(self, logits: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
         """The logprob tail on the device; the rows come back to the engine as CPU fp32."""
-        return logprobs.log_softmax(logits.to(self.device)).cpu()
+        return logprobs.log_softmax(tensor(logits).to(self.device)).cpu()

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.ops import AttentionMeta
+from strata_engine.torch_ops import tensor
 
 SPLIT = 256  # KV positions per split (fixed)
 BLOCK_N = 16  # KV positions per inner step (fixed)
@@ -122,7 +123,7 @@ def attention_reference(
     kf, vf = k_cache.double().flatten(0, 1), v_cache.double().flatten(0, 1)
     for i in range(q.shape[0]):
         p = int(meta.positions[i])
-        table = meta.block_tables[int(meta.token_seq[i])].to(torch.int64)
+        table = tensor(meta.block_tables)[int(meta.token_seq[i])].to(torch.int64)
         j = torch.arange(p + 1)
         slots = table[j // bs] * bs + j % bs
         k = kf[slots].repeat_interleave(group, dim=1)  # [p+1, H, D]

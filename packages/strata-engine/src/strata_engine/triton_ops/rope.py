@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.ops import RopeTable
+from strata_engine.torch_ops import tensor
 
 
 @triton.jit
@@ -60,8 +61,8 @@ def rope(
 def rope_reference(x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
     """float64 rotation by the table's angles, written as complex multiplication."""
     x = x.double()
-    pos = positions.to(torch.int64)
-    c, s = table.cos.double()[pos][:, None, :], table.sin.double()[pos][:, None, :]
+    pos = tensor(positions).to(torch.int64)
+    c, s = tensor(table.cos).double()[pos][:, None, :], tensor(table.sin).double()[pos][:, None, :]
     rot, rest = x[..., : table.dim], x[..., table.dim :]
     if table.interleaved:
         z = torch.complex(rot[..., 0::2], rot[..., 1::2]) * torch.complex(c, s)

@@ -15,6 +15,7 @@ import torch
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
+from strata_engine.torch_ops import tensor
 from strata_engine.triton_ops.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
 from strata_engine.weights import NATIVE_TYPES, Weight, widen_scales
 
@@ -33,8 +34,10 @@ class StoredWeight:
     wf: torch.Tensor
 
 
-def _pack(kt: int, data: torch.Tensor, out_f: int, in_f: int, device: torch.device) -> StoredWeight:
-    wq = data.reshape(-1).to(device=device, dtype=torch.uint8).contiguous()
+def _pack(
+    kt: int, data: np.ndarray | torch.Tensor, out_f: int, in_f: int, device: torch.device
+) -> StoredWeight:
+    wq = tensor(data).reshape(-1).to(device=device, dtype=torch.uint8).contiguous()
     wf = wq.view(torch.float16 if kt in RAW_TYPES.values() else torch.float32)
     return StoredWeight(kt, out_f, in_f, row_bytes(kt, in_f), wq, wf)
 

@@ -1,0 +1,124 @@
+"""`TorchOps`: the engine's ops in plain PyTorch (MKL GEMMs, SDPA).
+
+Correct, but a row's bits depend on the batch shape: the fallback where the native kernels
+cannot build, and the "invariance off" switch for tests and benchmarks. Imported only when
+chosen, so an engine on the native kernels never loads torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from strata_engine.ops import Array, AttentionMeta, RopeTable
+from strata_engine.weights import Weight
+
+
+def tensor(a: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """The engine's numpy arrays as tensors sharing their memory (tensors pass through)."""
+    return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+
+
+class TorchOps:
+    """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
+
+    name = "torch"
+    invariant = False
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+
+    def pack(self, w: Weight) -> Weight:
+        return w
+
+    def linear(
+        self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
+    ) -> torch.Tensor:
+        return F.linear(tensor(x), tensor(w.dense()), None if bias is None else tensor(bias))
+
+    def embed(self, w: Weight, ids: Array) -> torch.Tensor:
+        return tensor(w.dense())[tensor(ids).to(torch.int64)]
+
+    def rmsnorm(self, x: Array, weight: Array, eps: float) -> torch.Tensor:
+        x = tensor(x)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * tensor(weight)
+
+    def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
+        return F.silu(tensor(gate)) * tensor(up)
+
+    def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
+        return F.gelu(tensor(gate), approximate="tanh") * tensor(up)
+
+    def softcap(self, x: Array, cap: float) -> torch.Tensor:
+        return torch.tanh(tensor(x) / cap) * cap
+
+    def attention(
+        self,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> torch.Tensor:
+        q, k_cache, v_cache = tensor(q), tensor(k_cache), tensor(v_cache)
+        positions, token_seq = tensor(meta.positions), tensor(meta.token_seq)
+        out = torch.empty_like(q)
+        group = q.shape[1] // k_cache.shape[2]
+        bs = meta.block_size
+        for row in torch.unique(token_seq).tolist():
+            idx = (token_seq == row).nonzero().squeeze(1)
+            pos = positions[idx].to(torch.int64)
+            n = int(pos.max()) + 1
+            table = tensor(meta.block_tables)[row].to(torch.int64)
+            j = torch.arange(n)
+            slots = table[j // bs] * bs + j % bs
+            k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
+            v = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
+            mask = j[None, :] <= pos[:, None]
+            if window:
+                mask &= j[None, :] > pos[:, None] - window
+            qh = q[idx].transpose(0, 1)
+            if softcap:  # SDPA cannot cap the scores: written out
+                s = qh @ k.transpose(1, 2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[2]))
+                s = (torch.tanh(s / softcap) * softcap).masked_fill(~mask, float("-inf"))
+                o = torch.softmax(s, dim=-1) @ v
+            else:
+                o = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=scale)
+            out[idx] = o.transpose(0, 1)
+        return out
+
+    def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
+        x, pos = tensor(x), tensor(positions).to(torch.int64)
+        cos, sin = tensor(table.cos)[pos][:, None, :], tensor(table.sin)[pos][:, None, :]
+        rot, rest = x[..., : table.dim], x[..., table.dim :]
+        if table.interleaved:
+            a, b = rot[..., 0::2], rot[..., 1::2]
+            out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+        else:
+            half = table.dim // 2
+            a, b = rot[..., :half], rot[..., half:]
+            out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+        return torch.cat((out, rest), dim=-1) if rest.shape[-1] else out
+
+    def kv_write(
+        self,
+        k: Array,
+        v: Array,
+        k_cache: Array,
+        v_cache: Array,
+        slots: Array,
+    ) -> None:
+        k, v, slots = tensor(k), tensor(v), tensor(slots)
+        tensor(k_cache).view(-1, *k.shape[1:])[slots] = k
+        tensor(v_cache).view(-1, *v.shape[1:])[slots] = v
+
+    def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
+        logits = tensor(logits).float()
+        rows = [torch.log_softmax(row, dim=-1) for row in logits]  # one row at a time
+        return torch.stack(rows) if rows else logits
