@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import platform
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +57,16 @@ class Recorder:
         self.rows: dict[tuple[int, ...], dict[int, bytes]] = defaultdict(dict)
         run = engine.runner.run
 
-        def recording_run(work):
-            refs, lp = run(work)
+        def recorded(refs: list, lp: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+            # each row is read as the engine asks for it: the rows share one buffer
             for ref, row in zip(refs, lp, strict=True):
                 if ref.scores_prompt:
-                    self.rows[ref.work.seq.request.prompt_ids][ref.position] = row.numpy().tobytes()
-            return refs, lp
+                    self.rows[ref.work.seq.request.prompt_ids][ref.position] = row.tobytes()
+                yield row
+
+        def recording_run(work):
+            refs, lp = run(work)
+            return refs, recorded(refs, lp)
 
         engine.runner.run = recording_run
 
@@ -159,26 +164,26 @@ def _tiny_prompts(vocab: int) -> list[list[int]]:
 
 def _tiny_step(
     model: Transformer, kv: list, parts: list[tuple[list[int], list[int], int, int]], block_size: int
-) -> list[torch.Tensor]:
+) -> list[np.ndarray]:
     """One forward over (prompt, block table, start, end) parts; each part's log-probabilities."""
     ids, positions, token_seq, slots = [], [], [], []
     max_blocks = max(len(table) for _, table, _, _ in parts)
-    tables = torch.zeros(len(parts), max_blocks, dtype=torch.int32)
+    tables = np.zeros((len(parts), max_blocks), dtype=np.int32)
     for i, (prompt, table, start, end) in enumerate(parts):
-        tables[i, : len(table)] = torch.tensor(table, dtype=torch.int32)
+        tables[i, : len(table)] = table
         for p in range(start, end):
             ids.append(prompt[p])
             positions.append(p)
             token_seq.append(i)
             slots.append(table[p // block_size] * block_size + p % block_size)
     meta = AttentionMeta(
-        positions=torch.tensor(positions, dtype=torch.int32),
-        token_seq=torch.tensor(token_seq, dtype=torch.int32),
+        positions=np.array(positions, dtype=np.int32),
+        token_seq=np.array(token_seq, dtype=np.int32),
         block_tables=tables,
-        slots=torch.tensor(slots, dtype=torch.int64),
+        slots=np.array(slots, dtype=np.int64),
         block_size=block_size,
     )
-    lp = model.ops.log_softmax(model.logits(model.forward(torch.tensor(ids, dtype=torch.int64), meta, kv)))
+    lp = model.ops.log_softmax(model.logits(model.forward(np.array(ids, dtype=np.int64), meta, kv)))
     out, at = [], 0
     for _, _, start, end in parts:
         out.append(lp[at : at + end - start])
@@ -196,15 +201,15 @@ def _tiny_digests(path: Path, threads: int) -> dict[str, str]:
 
     def fresh() -> list:
         shape = (n_blocks, bs, cfg.n_kv_heads, cfg.head_dim)
-        return [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.n_layers)]
+        return [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
 
     def tables(order: list[int]) -> list[list[int]]:
         free = iter(order)
         return [[next(free) for _ in range(-(-len(p) // bs))] for p in prompts]
 
-    def digest(rows: list[list[torch.Tensor]]) -> str:
+    def digest(rows: list[list[np.ndarray]]) -> str:
         # every position but the last (which predicts past the prompt) of every prompt, in order
-        data = b"".join(torch.cat(r)[:-1].numpy().tobytes() for r in rows)
+        data = b"".join(np.concatenate(r)[:-1].tobytes() for r in rows)
         return hashlib.sha256(data).hexdigest()
 
     out = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
-import torch
 
 from strata_engine.api import ErrorCode, LogprobParams, Request, RequestError, SamplingParams
 from strata_engine.checks import check_request
@@ -16,7 +16,7 @@ VALUES = [-5.0, -0.5, -5.0, -7.0, -9.0, -0.25]  # ids 0 and 2 tie
 
 
 def row(params: LogprobParams, token_id: int = 3):
-    return build_row(torch.tensor(VALUES), token_id, params)
+    return build_row(np.array(VALUES, dtype=np.float32), token_id, params)
 
 
 def test_ties_go_to_the_lower_id_and_nan_sorts_last() -> None:

@@ -84,9 +84,10 @@ def test_a_stop_tokens_text_is_added_only_with_include_stop(tok: Tokenizer) -> N
 # ---------------------------------------------------------------- sampler: logit processors
 
 
-def logits_and_lp(seed: int, vocab: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_and_lp(seed: int, vocab: int = 64) -> tuple[torch.Tensor, np.ndarray]:
+    """Random fp32 logits (the reference's) and their log-probabilities as the sampler gets them."""
     logits = torch.randn(vocab, generator=torch.Generator().manual_seed(seed), dtype=torch.float32) * 4
-    return logits, torch.log_softmax(logits, dim=-1)
+    return logits, torch.log_softmax(logits, dim=-1).numpy()
 
 
 def test_processors_give_vllms_distribution_on_logits() -> None:
@@ -102,7 +103,7 @@ def test_processors_give_vllms_distribution_on_logits() -> None:
         reference[token_id] += value
     for token_id in set(output):
         reference[token_id] -= 0.7 + 0.4 * output.count(token_id)
-    got = Sampler(params).process(lp.double().numpy(), output)
+    got = Sampler(params).process(lp.astype(np.float64), output)
     expected = torch.softmax(reference, dim=-1).numpy()
     probs = np.exp(got - got.max())
     probs /= probs.sum()
