@@ -98,10 +98,17 @@ def _byte_decoder() -> dict[str, int]:
 
 
 _BYTE_DECODER = _byte_decoder()
+# the same mapping for str.translate; the Latin-1 characters outside the alphabet become U+0100,
+# which no Latin-1 encoding accepts, so a piece holding one takes the character-wise path
+_TO_LATIN1 = {**{c: 0x100 for c in range(0x100)}, **{ord(ch): b for ch, b in _BYTE_DECODER.items()}}
 
 
 def _piece_to_bytes(piece: str) -> bytes:
     """Undo the byte-level mapping; a character outside the alphabet keeps its UTF-8 bytes."""
+    try:  # the whole piece in the alphabet (nearly every piece): one translation, one encoding
+        return piece.translate(_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:
+        pass
     out = bytearray()
     for ch in piece:
         b = _BYTE_DECODER.get(ch)

@@ -28,8 +28,10 @@ def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
     _, type_size = GGML_QUANT_SIZES[qtype]
     n_half = SCALES[qtype]
     blocks = blocks.reshape(-1, type_size)
-    halves = blocks[:, : 2 * n_half].copy().view(np.float16).astype(np.float32)
-    return np.concatenate([halves.view(np.uint8), blocks[:, 2 * n_half :]], axis=1).reshape(-1)
+    out = np.empty((blocks.shape[0], type_size + 2 * n_half), dtype=np.uint8)
+    out[:, 4 * n_half :] = blocks[:, 2 * n_half :]
+    out[:, : 4 * n_half].view(np.float32)[:] = blocks[:, : 2 * n_half].view(np.float16)
+    return out.reshape(-1)
 
 
 def dequantize(info: TensorInfo) -> np.ndarray:

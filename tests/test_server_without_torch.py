@@ -1,0 +1,66 @@
+"""A server on the native kernels runs without torch: start-up and memory depend on it.
+
+Importing torch costs over a second and about 200 MB; the native path needs none of it. The
+server process's memory map is read from /proc: no torch library may be mapped, while it
+serves scored, sampled, structured and chat requests (every path a request can take).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from strata_server.launch import server_process
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
+
+
+def test_native_server_serves_every_path_without_loading_torch() -> None:
+    with server_process("--model", "default", "--log-level", "warning", "--kv-cache-mb", "64") as server:
+        maps = Path(f"/proc/{server.process.pid}/maps")
+        assert "torch" not in maps.read_text()  # after start-up
+        with httpx.Client(base_url=f"{server.url}/v1", timeout=120.0) as http:
+            scored = http.post(
+                "/completions",
+                json={"prompt": "The capital of France is", "max_tokens": 3, "logprobs": 5, "echo": True},
+            )
+            assert scored.status_code == 200, scored.text
+            assert len(scored.json()["choices"][0]["logprobs"]["tokens"]) > 5
+            sampled = http.post(
+                "/completions",
+                json={"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "seed": 5},
+            )
+            again = http.post(
+                "/completions",
+                json={"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "seed": 5},
+            )
+            assert sampled.status_code == again.status_code == 200
+            assert sampled.json()["choices"][0]["text"] == again.json()["choices"][0]["text"]
+            chat = http.post(
+                "/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "Yes or no?"}],
+                    "max_tokens": 1,
+                    "logprobs": True,
+                    "top_logprobs": 3,
+                    "allowed_token_ids": [9584, 1185],
+                },
+            )
+            assert chat.status_code == 200, chat.text
+            structured = http.post(
+                "/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "Pick one."}],
+                    "max_tokens": 5,
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "c", "schema": {"enum": ["red", "blue"]}},
+                    },
+                },
+            )
+            assert structured.status_code == 200, structured.text
+            assert structured.json()["choices"][0]["message"]["content"] in ('"red"', '"blue"')
+        assert "torch" not in maps.read_text()  # after serving
