@@ -81,9 +81,9 @@ def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(tiny_file: Path,
         assert (weight.kernel_type != 0) == in_block_form, name
         want = expected[name]
         np.testing.assert_array_equal(bits(weight.dense()), bits(want), err_msg=f"{name} dense")
-        ids = torch.from_numpy(rng.integers(0, info.shape[0], size=2 * info.shape[0]))
+        ids = rng.integers(0, info.shape[0], size=2 * info.shape[0])
         got = native.embed(weight, ids)
-        np.testing.assert_array_equal(bits(got), bits(want[ids.numpy()]), err_msg=f"{name} gather")
+        np.testing.assert_array_equal(bits(got), bits(want[ids]), err_msg=f"{name} gather")
 
 
 # where each block keeps its fp16 fields (scale d; Q4_1's min m; the K-quants' d and dmin)
@@ -117,7 +117,7 @@ def test_native_dequantisation_of_arbitrary_blocks(qtype: QT, native: NativeOps)
     info = TensorInfo("w", (rows, cols), qtype, stored.reshape(-1))
     weight = Weight.from_info(info)
     want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(rows, cols)
-    got = native.embed(weight, torch.arange(rows))
+    got = native.embed(weight, np.arange(rows))
     np.testing.assert_array_equal(bits(got), bits(want))
     np.testing.assert_array_equal(bits(weight.dense()), bits(want))
 
@@ -135,8 +135,8 @@ def test_other_gguf_py_types_load_as_fallback(qtype: QT, tmp_path: Path) -> None
 
 def _native_weight(qtype: QT, k: int, rng: np.random.Generator) -> Weight:
     if qtype == QT.F32 and k % 32:  # a row length the block types cannot have: the tail path
-        values = torch.from_numpy(rng.normal(0, 0.1, size=(N_OUT, k)).astype(np.float32))
-        return Weight("w", N_OUT, k, 0, values.view(torch.uint8).reshape(-1))
+        values = rng.normal(0, 0.1, size=(N_OUT, k)).astype(np.float32)
+        return Weight("w", N_OUT, k, 0, values.view(np.uint8).reshape(-1))
     stored = encode_tensor(rng.normal(0, 0.1, size=(N_OUT, k)), qtype, rng)  # random blocks for K-quants
     info = TensorInfo("w", (N_OUT, k), qtype, np.frombuffer(stored.tobytes(), dtype=np.uint8))
     return Weight.from_info(info)
@@ -151,14 +151,15 @@ NATIVE_CASES = [
 def test_native_matmul_matches_float64(qtype: QT, k: int, native: NativeOps) -> None:
     rng = np.random.default_rng(k)
     weight = _native_weight(qtype, k, rng)
-    x = torch.from_numpy(rng.normal(0, 1, size=(37, k)).astype(np.float32))
-    bias = torch.from_numpy(rng.normal(0, 0.1, size=N_OUT).astype(np.float32))
-    w64 = weight.dense().double()  # gguf-py's dequantisation (shown bit-exact above)
-    want = x.double() @ w64.T + bias.double()
+    x = rng.normal(0, 1, size=(37, k)).astype(np.float32)
+    bias = rng.normal(0, 0.1, size=N_OUT).astype(np.float32)
+    w64 = weight.dense().astype(np.float64)  # gguf-py's dequantisation (shown bit-exact above)
+    x64 = x.astype(np.float64)
+    want = x64 @ w64.T + bias.astype(np.float64)
     got = native.linear(x, weight, bias)
     # fp32 accumulation of k products: error below k * 2^-24 * sum |x_i w_i| (plus the bias add)
-    bound = k * 2.0**-24 * (x.double().abs() @ w64.abs().T) + 2.0**-24 * want.abs()
-    err = (got.double() - want).abs()
+    bound = k * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T) + 2.0**-24 * np.abs(want)
+    err = np.abs(got.astype(np.float64) - want)
     assert bool((err <= bound).all()), f"max error {err.max():.3g}"
     assert float(err.max()) < 1e-4
 
@@ -167,14 +168,14 @@ def test_native_matmul_matches_float64(qtype: QT, k: int, native: NativeOps) -> 
 def test_native_matmul_is_batch_invariant(qtype: QT, k: int, native: NativeOps) -> None:
     rng = np.random.default_rng(k + 1)
     weight = _native_weight(qtype, k, rng)
-    x = torch.from_numpy(rng.normal(0, 1, size=(40, k)).astype(np.float32))
-    bias = torch.from_numpy(rng.normal(0, 0.1, size=N_OUT).astype(np.float32))
-    alone = torch.cat([native.linear(x[i : i + 1], weight, bias) for i in range(40)])
+    x = rng.normal(0, 1, size=(40, k)).astype(np.float32)
+    bias = rng.normal(0, 0.1, size=N_OUT).astype(np.float32)
+    alone = np.concatenate([native.linear(x[i : i + 1], weight, bias) for i in range(40)])
     for m in range(1, 41):
         np.testing.assert_array_equal(
             bits(native.linear(x[:m], weight, bias)), bits(alone[:m]), err_msg=f"M={m}"
         )
-    reversed_rows = native.linear(x.flip(0), weight, bias).flip(0)  # every row at another index
+    reversed_rows = native.linear(x[::-1], weight, bias)[::-1]  # every row at another index
     np.testing.assert_array_equal(bits(reversed_rows), bits(alone))
     one_thread = NativeOps(num_threads=1).linear(x, weight, bias)
     np.testing.assert_array_equal(bits(one_thread), bits(alone))
