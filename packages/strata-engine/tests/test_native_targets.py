@@ -111,7 +111,7 @@ def test_kernels_build_without_openmp(build_with, tmp_path: Path, caplog) -> Non
     assert any("without OpenMP" in r.getMessage() for r in caplog.records)
     got = _all_ops(ops, seed=11)
     for a, b in zip(got, reference, strict=True):
-        assert torch.equal(a, b)
+        assert np.array_equal(a, b)
 
 
 def test_contracted_build_would_be_caught(tmp_path: Path) -> None:
@@ -137,35 +137,35 @@ def _random_quant_weight(rng: np.random.Generator, kernel_type: int, n: int, k: 
     head = 8 if kernel_type == 3 else 4
     scales = rng.uniform(-0.05, 0.05, size=(blocks.shape[0], head // 4)).astype(np.float32)
     blocks[:, :head] = scales.view(np.uint8)
-    return Weight("w", n, k, kernel_type, torch.from_numpy(blocks.reshape(-1).copy()))
+    return Weight("w", n, k, kernel_type, blocks.reshape(-1).copy())
 
 
-def _all_ops(ops: NativeOps, seed: int) -> list[torch.Tensor]:
+def _all_ops(ops: NativeOps, seed: int) -> list[np.ndarray]:
     """Every op on random inputs of odd sizes; returns every output."""
     rng = np.random.default_rng(seed)
-    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    t = lambda *shape: rng.uniform(-2, 2, size=shape).astype(np.float32)  # noqa: E731
     outs = []
     for kernel_type in (2, 3, 8):
         w = _random_quant_weight(rng, kernel_type, 23, 64)
         for m in (1, 5, 9, 14):
             outs.append(ops.linear(t(m, 64), w, t(23)))
-        outs.append(ops.embed(w, torch.tensor([3, 0, 22])))
+        outs.append(ops.embed(w, np.array([3, 0, 22], dtype=np.int64)))
     for qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
         w = _random_kquant_weight(rng, qtype, 21, 512)
         outs += [ops.linear(t(m, 512), w) for m in (1, 3, 11)]
-        outs.append(ops.embed(w, torch.tensor([20, 0, 7])))
+        outs.append(ops.embed(w, np.array([20, 0, 7], dtype=np.int64)))
     dense = t(19, 37)
-    w32 = Weight("d", 19, 37, 0, dense.reshape(-1).view(torch.uint8))
+    w32 = Weight("d", 19, 37, 0, dense.reshape(-1).view(np.uint8))
     outs += [ops.linear(t(m, 37), w32) for m in (1, 10)]
     outs.append(ops.rmsnorm(t(7, 45), t(45), 1e-6))
     outs.append(ops.silu_mul(t(3, 101) * 20, t(3, 101)))
     outs.append(ops.log_softmax(t(4, 999) * 10))
     k_cache, v_cache = t(5, 4, 2, 24), t(5, 4, 2, 24)
     meta = AttentionMeta(
-        positions=torch.tensor([2, 7, 0, 13], dtype=torch.int32),
-        token_seq=torch.tensor([0, 0, 1, 1], dtype=torch.int32),
-        block_tables=torch.tensor([[4, 1, 0, 0], [3, 0, 2, 1]], dtype=torch.int32),
-        slots=torch.tensor([0, 1, 2, 3], dtype=torch.int64),
+        positions=np.array([2, 7, 0, 13], dtype=np.int32),
+        token_seq=np.array([0, 0, 1, 1], dtype=np.int32),
+        block_tables=np.array([[4, 1, 0, 0], [3, 0, 2, 1]], dtype=np.int32),
+        slots=np.array([0, 1, 2, 3], dtype=np.int64),
         block_size=4,
     )
     outs.append(ops.attention(t(4, 6, 24), k_cache, v_cache, meta))
@@ -191,7 +191,7 @@ def test_every_target_equals_portable_bit_for_bit(target: str, threads: int) -> 
     reference = _all_ops(NativeOps(1, "portable"), seed=7)
     got = _all_ops(NativeOps(threads, target), seed=7)
     for a, b in zip(got, reference, strict=True):
-        assert torch.equal(a, b)
+        assert np.array_equal(a, b)
 
 
 def test_exp_within_two_ulp_of_float64() -> None:
@@ -206,17 +206,16 @@ def test_exp_within_two_ulp_of_float64() -> None:
 
 
 def test_log_softmax_matches_float64() -> None:
-    logits = torch.from_numpy(np.random.default_rng(5).normal(0, 4, size=(3, 49152)).astype(np.float32))
-    got = NativeOps(2).log_softmax(logits).double()
-    exact = torch.log_softmax(logits.double(), dim=-1)
+    logits = np.random.default_rng(5).normal(0, 4, size=(3, 49152)).astype(np.float32)
+    got32 = NativeOps(2).log_softmax(logits)
+    got = torch.from_numpy(got32).double()
+    exact = torch.log_softmax(torch.from_numpy(logits).double(), dim=-1)
     ulp = torch.from_numpy(np.spacing(exact.float().abs().numpy())).double()
     assert torch.all(torch.abs(got - exact) <= 1.5 * ulp + 1e-7)  # the final fp32 subtractions
-    assert torch.equal(got[1].float(), NativeOps(1).log_softmax(logits[1:2])[0])  # a row alone, same bits
-    overwritten = logits.clone()
-    assert torch.equal(
-        NativeOps(2).log_softmax(overwritten, inplace=True), got.float()
-    )  # in place, same bits
-    assert torch.equal(overwritten, got.float())
+    assert np.array_equal(got32[1], NativeOps(1).log_softmax(logits[1:2])[0])  # a row alone, same bits
+    overwritten = logits.copy()
+    assert np.array_equal(NativeOps(2).log_softmax(overwritten, inplace=True), got32)  # in place, same bits
+    assert np.array_equal(overwritten, got32)
 
 
 def test_gelu_mul_matches_float64() -> None:
@@ -227,7 +226,7 @@ def test_gelu_mul_matches_float64() -> None:
     rng = np.random.default_rng(11)
     gate = np.concatenate([np.linspace(-12, 12, 20_001), rng.normal(0, 3, 20_000)]).astype(np.float32)
     up = rng.uniform(0.5, 2.0, gate.shape[0]).astype(np.float32)
-    got = NativeOps(2).gelu_mul(torch.from_numpy(gate), torch.from_numpy(up)).double().numpy()
+    got = NativeOps(2).gelu_mul(gate, up).astype(np.float64)
     g = gate.astype(np.float64)
     u = 0.7978845608028654 * (g + 0.044715 * g**3)
     exact = g / (1 + np.exp(-2 * u)) * up
@@ -240,10 +239,10 @@ def test_gelu_mul_matches_float64() -> None:
 def test_softcap_matches_float64() -> None:
     """cap * tanh(x / cap): absolute error within 2.5e-7 * cap (measured 2.1e-7: tanh's own error
     is absolute, about 1.7e-7, plus the final rounding)."""
-    x = torch.from_numpy(np.linspace(-400, 400, 100_001).astype(np.float32))
+    x = np.linspace(-400, 400, 100_001).astype(np.float32)
     for cap in (1.0, 30.0, 50.0):
-        got = NativeOps(1).softcap(x, cap).double()
-        exact = torch.tanh(x.double() / cap) * cap
+        got = torch.from_numpy(NativeOps(1).softcap(x, cap)).double()
+        exact = torch.tanh(torch.from_numpy(x).double() / cap) * cap
         assert float((got - exact).abs().max()) <= 2.5e-7 * cap
 
 
@@ -251,35 +250,37 @@ def test_windowed_attention_matches_float64_and_window_zero_is_full() -> None:
     """A sliding-window call attends to exactly the last `window` positions (float64 reference);
     window 0 is bit-identical to the plain call, and a window wider than the context too."""
     rng = np.random.default_rng(4)
-    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    t = lambda *shape: rng.uniform(-2, 2, size=shape).astype(np.float32)  # noqa: E731
     bs, kvh, d, h = 4, 2, 24, 6
     k_cache, v_cache = t(8, bs, kvh, d), t(8, bs, kvh, d)
-    table = torch.tensor([[6, 1, 3, 0, 5], [2, 7, 4, 0, 0]], dtype=torch.int32)
-    positions = torch.tensor([0, 5, 17, 3, 11], dtype=torch.int32)
     meta = AttentionMeta(
-        positions=positions,
-        token_seq=torch.tensor([0, 0, 0, 1, 1], dtype=torch.int32),
-        block_tables=table,
-        slots=torch.zeros(5, dtype=torch.int64),
+        positions=np.array([0, 5, 17, 3, 11], dtype=np.int32),
+        token_seq=np.array([0, 0, 0, 1, 1], dtype=np.int32),
+        block_tables=np.array([[6, 1, 3, 0, 5], [2, 7, 4, 0, 0]], dtype=np.int32),
+        slots=np.zeros(5, dtype=np.int64),
         block_size=bs,
     )
     q = t(5, h, d)
     ops = NativeOps(2)
-    assert torch.equal(
+    assert np.array_equal(
         ops.attention(q, k_cache, v_cache, meta, window=0), ops.attention(q, k_cache, v_cache, meta)
     )
-    assert torch.equal(
+    assert np.array_equal(
         ops.attention(q, k_cache, v_cache, meta, window=64), ops.attention(q, k_cache, v_cache, meta)
     )
+    # the float64 reference in torch, on the same values
+    table, positions = torch.from_numpy(meta.block_tables), torch.from_numpy(meta.positions)
+    kt, vt, qt = torch.from_numpy(k_cache), torch.from_numpy(v_cache), torch.from_numpy(q)
     for window, softcap in ((1, 0.0), (4, 0.0), (6, 1.5), (0, 1.5)):
-        got = ops.attention(q, k_cache, v_cache, meta, scale=0.2, window=window, softcap=softcap).double()
+        out = ops.attention(q, k_cache, v_cache, meta, scale=0.2, window=window, softcap=softcap)
+        got = torch.from_numpy(out).double()
         for i, (row, p) in enumerate(zip(meta.token_seq.tolist(), positions.tolist(), strict=True)):
             start = max(0, p - window + 1) if window else 0
             j = torch.arange(start, p + 1)
             slots = table[row].long()[j // bs] * bs + j % bs
-            k = k_cache.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-            v = v_cache.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-            s = torch.einsum("hd,jhd->hj", q[i].double(), k) * 0.2
+            k = kt.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+            v = vt.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+            s = torch.einsum("hd,jhd->hj", qt[i].double(), k) * 0.2
             if softcap:
                 s = torch.tanh(s / softcap) * softcap
             want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
@@ -290,12 +291,12 @@ def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
     """Query heads of one KV group computed together (one thread: T * KV heads >= 2 * threads)
     give exactly the bits of each head alone (16 threads: too few items per thread to group)."""
     rng = np.random.default_rng(9)
-    t = lambda *shape: torch.from_numpy(rng.uniform(-2, 2, size=shape).astype(np.float32))  # noqa: E731
+    t = lambda *shape: rng.uniform(-2, 2, size=shape).astype(np.float32)  # noqa: E731
     meta = AttentionMeta(
-        positions=torch.tensor([2, 7, 0, 13, 30], dtype=torch.int32),
-        token_seq=torch.tensor([0, 0, 1, 1, 1], dtype=torch.int32),
-        block_tables=torch.tensor([[4, 1, 0, 0, 0, 0, 0, 0], [3, 0, 2, 1, 6, 7, 5, 8]], dtype=torch.int32),
-        slots=torch.zeros(5, dtype=torch.int64),
+        positions=np.array([2, 7, 0, 13, 30], dtype=np.int32),
+        token_seq=np.array([0, 0, 1, 1, 1], dtype=np.int32),
+        block_tables=np.array([[4, 1, 0, 0, 0, 0, 0, 0], [3, 0, 2, 1, 6, 7, 5, 8]], dtype=np.int32),
+        slots=np.zeros(5, dtype=np.int64),
         block_size=4,
     )
     for d, h, kvh in ((64, 9, 3), (128, 8, 2), (32, 8, 2)):
@@ -303,4 +304,4 @@ def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
         for window, softcap in ((0, 0.0), (5, 0.0), (0, 3.0)):
             grouped = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
             alone = NativeOps(16).attention(q, kc, vc, meta, window=window, softcap=softcap)
-            assert torch.equal(grouped, alone), (d, h, window, softcap)
+            assert np.array_equal(grouped, alone), (d, h, window, softcap)
