@@ -77,13 +77,13 @@ def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator) -> Quantised:
     return Quantised(Weight.from_info(info), _dequantize(data, qtype, (n, k)), mins)
 
 
-def _activations(m: int, k: int, rng: np.random.Generator) -> torch.Tensor:
+def _activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """Rows of mixed scales: normal values, blocks of very different magnitudes, an outlier."""
     x = rng.normal(0, 1, size=(m, k)).astype(np.float32)
     block_scale = rng.choice(np.array([1e-3, 1.0, 30.0], dtype=np.float32), size=(m, k // 32))
     x *= np.repeat(block_scale, 32, axis=1)
     x[m // 2, k // 3] = 5e3
-    return torch.from_numpy(x)
+    return x
 
 
 def reference_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,10 +100,10 @@ def reference_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.reshape(m, k), (amax / np.float32(127)).astype(np.float32)
 
 
-def reference_q8_linear(x: torch.Tensor, w: Quantised) -> tuple[np.ndarray, np.ndarray]:
+def reference_q8_linear(x: np.ndarray, w: Quantised) -> tuple[np.ndarray, np.ndarray]:
     """sum_k w_k * d * q_k in float64, and the scale of the kernel's terms for the error bound:
     sum_k (|w_k - min_k| + |min_k|) * |d * q_k| (the kernel adds scale * q and min separately)."""
-    q, d = reference_quantize(x.numpy())
+    q, d = reference_quantize(x)
     xq = q * np.repeat(d.astype(np.float64), 32, axis=1)
     values, mins = w.values.astype(np.float64), w.mins.astype(np.float64)
     return xq @ values.T, np.abs(xq) @ (np.abs(values - mins) + np.abs(mins)).T
@@ -113,14 +113,14 @@ def _q8(target: str | None = None, threads: int = 1) -> NativeOps:
     return NativeOps(threads, target, q8=True)
 
 
-def _all_q8_outputs(ops: NativeOps, seed: int) -> list[torch.Tensor]:
+def _all_q8_outputs(ops: NativeOps, seed: int) -> list[np.ndarray]:
     """q8 matmuls of every type on odd shapes, every row count, with and without bias."""
     rng = np.random.default_rng(seed)
     outs = []
     for qtype in TYPES:
         for k in (256, 512):
             packed = ops.pack(_weight(qtype, N, k, rng).weight)
-            bias = torch.from_numpy(rng.uniform(-1, 1, N).astype(np.float32))
+            bias = rng.uniform(-1, 1, N).astype(np.float32)
             for m in ROWS:
                 x = _activations(m, k, rng)
                 outs += [ops.linear(x, packed), ops.linear(x, packed, bias)]
@@ -130,7 +130,7 @@ def _all_q8_outputs(ops: NativeOps, seed: int) -> list[torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def portable_outputs() -> list[torch.Tensor]:
+def portable_outputs() -> list[np.ndarray]:
     return _all_q8_outputs(_q8("portable"), seed=3)
 
 
@@ -140,7 +140,7 @@ def test_every_target_equals_portable_bit_for_bit(target: str, threads: int, por
     got = _all_q8_outputs(_q8(target, threads), seed=3)
     assert len(got) == len(portable_outputs)
     for i, (a, b) in enumerate(zip(got, portable_outputs, strict=True)):
-        assert torch.equal(a, b), f"output {i} differs from the portable build"
+        assert np.array_equal(a, b), f"output {i} differs from the portable build"
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -152,12 +152,12 @@ def test_output_is_the_contract_arithmetic(qtype: QT) -> None:
     x = _activations(17, 512, rng)
     half_ties = np.arange(32, dtype=np.float32) - 15.5  # one block with amax 127: id 1, x.5 ties
     half_ties[0] = 127.0
-    x[1, :32] = torch.from_numpy(half_ties)
-    bias = torch.from_numpy(rng.uniform(-1, 1, N).astype(np.float32))
+    x[1, :32] = half_ties
+    bias = rng.uniform(-1, 1, N).astype(np.float32)
     want, scale = reference_q8_linear(x, w)
     for target in targets_to_test():
         ops = _q8(target, threads=2)
-        got = ops.linear(x, ops.pack(w.weight), bias).double().numpy() - bias.double().numpy()
+        got = ops.linear(x, ops.pack(w.weight), bias).astype(np.float64) - bias.astype(np.float64)
         err = np.abs(got - want) / scale
         where = np.unravel_index(err.argmax(), err.shape)
         assert err.max() <= REL, f"{target}: relative error {err.max():.3g} at {where}"
@@ -171,9 +171,9 @@ def test_packed_weight_is_the_fp32_paths_matrix(qtype: QT) -> None:
     rng = np.random.default_rng(100 + int(qtype))
     w = _weight(qtype, N, 512, rng)
     x = _activations(9, 512, rng)
-    exact = NativeOps(1).linear(x, w.weight).double().numpy()
-    got = _q8(threads=1).linear(x, _q8().pack(w.weight)).double().numpy()
-    amax = np.abs(x.numpy().reshape(9, 16, 32)).max(axis=2).astype(np.float64)
+    exact = NativeOps(1).linear(x, w.weight).astype(np.float64)
+    got = _q8(threads=1).linear(x, _q8().pack(w.weight)).astype(np.float64)
+    amax = np.abs(x.reshape(9, 16, 32)).max(axis=2).astype(np.float64)
     block_w = np.abs(w.values.astype(np.float64)).reshape(N, 16, 32).sum(axis=2)
     bound = amax / 254 @ block_w.T
     fp32 = REL * reference_q8_linear(x, w)[1]  # both paths' own fp32 rounding
@@ -188,12 +188,12 @@ def test_block_maximum_is_quantised_to_127_not_dropped() -> None:
     ones = np.ones((16, 32), dtype=np.float32)
     data = quants.quantize(ones, QT.Q8_0)
     w = Weight.from_info(TensorInfo("w", (16, 32), QT.Q8_0, data.reshape(-1)))
-    x = torch.zeros(1, 32)
+    x = np.zeros((1, 32), dtype=np.float32)
     x[0, 0] = 7.296825
     x[0, 1] = 1.0
     want = float(x.sum())  # the weight is all ones: y = sum of the quantised x, ~8.2963
     got = ops.linear(x, ops.pack(w))[0]
-    assert torch.allclose(got, torch.full((16,), want), rtol=1e-2), f"got {got[0]:.6g}, want ~{want:.6g}"
+    assert np.allclose(got, np.full(16, want), rtol=1e-2), f"got {got[0]:.6g}, want ~{want:.6g}"
 
 
 @pytest.mark.parametrize("target", targets_to_test())
@@ -204,9 +204,9 @@ def test_row_bits_independent_of_the_other_rows(target: str) -> None:
         w = ops.pack(_weight(qtype, N, 256, rng).weight)
         batch = _activations(13, 256, rng)
         for at in (0, 5, 12):
-            alone = ops.linear(batch[at : at + 1].clone(), w)
-            assert torch.equal(ops.linear(batch, w)[at : at + 1], alone), (qtype.name, at)
-            assert torch.equal(ops.linear(batch[at:].clone(), w)[:1], alone), (qtype.name, at)
+            alone = ops.linear(batch[at : at + 1].copy(), w)
+            assert np.array_equal(ops.linear(batch, w)[at : at + 1], alone), (qtype.name, at)
+            assert np.array_equal(ops.linear(batch[at:].copy(), w)[:1], alone), (qtype.name, at)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -215,12 +215,12 @@ def test_zero_row_gives_exactly_the_bias(qtype: QT) -> None:
     w = _weight(qtype, N, 256, rng).weight
     x = _activations(3, 256, rng)
     x[1] = 0.0
-    bias = torch.from_numpy(rng.uniform(-1, 1, N).astype(np.float32))
+    bias = rng.uniform(-1, 1, N).astype(np.float32)
     for target in targets_to_test():
         ops = _q8(target)
         packed = ops.pack(w)
-        assert torch.equal(ops.linear(x, packed)[1], torch.zeros(N))
-        assert torch.equal(ops.linear(x, packed, bias)[1], bias)
+        assert np.array_equal(ops.linear(x, packed)[1], np.zeros(N, dtype=np.float32))
+        assert np.array_equal(ops.linear(x, packed, bias)[1], bias)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -233,12 +233,12 @@ def test_one_huge_value_row(qtype: QT) -> None:
         ops = _q8(target)
         packed = ops.pack(w.weight)
         for huge, col in ((1e30, 37), (-3e37, 200)):
-            x = torch.zeros(2, 256)
+            x = np.zeros((2, 256), dtype=np.float32)
             x[0, col] = huge
-            x[1] = torch.from_numpy(rng.normal(0, 1, 256).astype(np.float32))
+            x[1] = rng.normal(0, 1, 256).astype(np.float32)
             x[1, col] = huge  # the other values of its block quantise to 0 next to it
             want, scale = reference_q8_linear(x, w)
-            got = ops.linear(x, packed).double().numpy()
+            got = ops.linear(x, packed).astype(np.float64)
             assert np.all(np.abs(got - want) <= REL * scale), (target, huge)
             column = w.values[:, col].astype(np.float64) * np.float32(huge)
             assert np.all(np.abs(got[0] - column) <= REL * scale[0]), (target, huge)
@@ -246,15 +246,15 @@ def test_one_huge_value_row(qtype: QT) -> None:
 
 def test_pack_and_make_ops_edges() -> None:
     rng = np.random.default_rng(5)
-    values = torch.from_numpy(rng.normal(size=(19, 64)).astype(np.float32))
-    dense = Weight("d", 19, 64, 0, values.view(torch.uint8).reshape(-1))
+    values = rng.normal(size=(19, 64)).astype(np.float32)
+    dense = Weight("d", 19, 64, 0, values.view(np.uint8).reshape(-1))
     q4 = _weight(QT.Q4_0, N, 256, rng).weight
     q8 = _q8()
     assert q8.name.endswith("-q8")
     assert q8.pack(dense) is dense  # fp32 weights: as loaded
     packed = q8.pack(q4)
     assert packed.kernel_type == q4.kernel_type | Q8_PACKED
-    assert packed.raw.numel() == q8.lib.strata_q8_packed_bytes(q4.kernel_type, N, 256)
+    assert packed.raw.size == q8.lib.strata_q8_packed_bytes(q4.kernel_type, N, 256)
     assert NativeOps(1).pack(q4) is q4  # the default kernels read the blocks as loaded
     assert TorchOps().pack(q4) is q4
     with pytest.raises(ValueError, match="native-q8"):
