@@ -103,12 +103,7 @@ def _table(ctx: int, dim: int, interleaved: bool, base: float = 10000.0) -> Rope
     half = dim // 2
     inv = base ** (-np.arange(half, dtype=np.float64) * 2.0 / dim)
     ang = np.arange(ctx, dtype=np.float64)[:, None] * inv[None, :]
-    return RopeTable(
-        torch.from_numpy(np.cos(ang).astype(np.float32)),
-        torch.from_numpy(np.sin(ang).astype(np.float32)),
-        dim,
-        interleaved,
-    )
+    return RopeTable(np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), dim, interleaved)
 
 
 @pytest.mark.parametrize("interleaved", [True, False], ids=["llama", "neox"])
@@ -132,22 +127,23 @@ def _paged(lengths: list[int], kvh: int, d: int, bs: int, seed: int):
     need = [math.ceil(n / bs) for n in lengths]
     num_blocks = sum(need) + 2
     order = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.zeros(len(lengths), max(need), dtype=torch.int32)
+    tables = np.zeros((len(lengths), max(need)), dtype=np.int32)
     at = 0
     for i, n in enumerate(need):
-        tables[i, :n] = torch.tensor(order[at : at + n], dtype=torch.int32)
+        tables[i, :n] = order[at : at + n]
         at += n
     k = torch.randn(num_blocks, bs, kvh, d, generator=gen)
     v = torch.randn(num_blocks, bs, kvh, d, generator=gen)
     return k, v, tables
 
 
-def _meta(tables, token_seq: list[int], positions: list[int], bs: int) -> AttentionMeta:
+def _meta(tables: np.ndarray, token_seq: list[int], positions: list[int], bs: int) -> AttentionMeta:
+    """The step's indices as the engine hands them over (numpy)."""
     return AttentionMeta(
-        positions=torch.tensor(positions, dtype=torch.int32),
-        token_seq=torch.tensor(token_seq, dtype=torch.int32),
+        positions=np.array(positions, dtype=np.int32),
+        token_seq=np.array(token_seq, dtype=np.int32),
         block_tables=tables,
-        slots=torch.zeros(len(positions), dtype=torch.int64),  # unused by attention
+        slots=np.zeros(len(positions), dtype=np.int64),  # unused by attention
         block_size=bs,
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,13 +18,15 @@ pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
+from strata_engine.torch_ops import tensor
 from strata_engine.triton_ops import default_device
 
 DEVICE = default_device()
 
 
-def on(t: torch.Tensor) -> torch.Tensor:
-    return t.to(DEVICE)
+def on(t: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A tensor, or one of the engine's numpy arrays (RoPE table, step indices), on DEVICE."""
+    return tensor(t).to(DEVICE)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
