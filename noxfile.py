@@ -20,7 +20,9 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "engine", "triton", "client", "server", "decide", "integration", "ray"]
+nox.options.sessions = [
+    "lint", "engine", "triton", "client", "server", "decide", "integration", "without_torch", "ray",
+]  # fmt: skip
 
 PY = "3.11"
 TORCH = "torch==2.13.0"
@@ -125,6 +127,18 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests: the real server on the real model, spoken to over HTTP."""
     python = torch_env(session, ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test,gateway]")
     pytest(session, "tests", python=python)
+
+
+@nox.session(python=PY)
+def without_torch(session: nox.Session) -> None:
+    """The engine and server installed as a user installs them, without torch (an optional
+    extra): a real server on the real model serves every kind of request."""
+    session.install(ENGINE, f"{SERVER}[test]")
+    session.run(
+        "python", "-c",
+        "import importlib.util as u, sys; sys.exit('torch must not be installed' if u.find_spec('torch') else 0)",
+    )  # fmt: skip
+    pytest(session, "tests/test_server_without_torch.py")
 
 
 @nox.session(python=PY)

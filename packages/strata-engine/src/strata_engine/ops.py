@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from strata_engine.api import ModelLoadError
 from strata_engine.weights import Weight
 
 logger = logging.getLogger("strata_engine")
@@ -115,6 +116,16 @@ def address(a: np.ndarray | None) -> int | None:
     return None if a is None else a.ctypes.data
 
 
+def f32(a: np.ndarray) -> np.ndarray:
+    """`a` as the C kernels read it: contiguous fp32 (no copy when it already is)."""
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def ints(a: np.ndarray, dtype: type[np.integer]) -> np.ndarray:
+    """An index array as the C kernels read it: contiguous int32 or int64 (no copy when it is)."""
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def to_numpy(a: Array) -> np.ndarray:
     """A backend's result as a host numpy array (no copy for numpy or a CPU tensor)."""
     return a if isinstance(a, np.ndarray) else a.detach().cpu().numpy()
@@ -173,7 +184,7 @@ class NativeOps:
     def linear(
         self, x: np.ndarray, w: Weight, bias: np.ndarray | None = None, out: np.ndarray | None = None
     ) -> np.ndarray:
-        x = np.ascontiguousarray(x)
+        x, bias = f32(x), None if bias is None else f32(bias)  # locals: alive through the call
         m = x.shape[0]
         y = np.empty((m, w.out_features), dtype=np.float32) if out is None else out
         assert y.shape == (m, w.out_features) and y.dtype == np.float32 and y.flags["C_CONTIGUOUS"]
@@ -185,7 +196,7 @@ class NativeOps:
         return y
 
     def embed(self, w: Weight, ids: np.ndarray) -> np.ndarray:
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        ids = ints(ids, np.int64)
         out = np.empty((ids.shape[0], w.in_features), dtype=np.float32)
         self.lib.strata_gather_rows(
             address(w.raw), w.kernel_type, w.in_features, address(ids), ids.shape[0], address(out)
@@ -193,26 +204,26 @@ class NativeOps:
         return out
 
     def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-        x = np.ascontiguousarray(x)
+        x, weight = f32(x), f32(weight)
         y = np.empty_like(x)
         rows = x.size // x.shape[-1]
         self.lib.strata_rmsnorm(address(x), rows, x.shape[-1], address(weight), eps, address(y), self.threads)
         return y
 
     def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-        gate, up = np.ascontiguousarray(gate), np.ascontiguousarray(up)
+        gate, up = f32(gate), f32(up)
         out = np.empty_like(gate)
         self.lib.strata_silu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
     def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-        gate, up = np.ascontiguousarray(gate), np.ascontiguousarray(up)
+        gate, up = f32(gate), f32(up)
         out = np.empty_like(gate)
         self.lib.strata_gelu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
-        x = np.ascontiguousarray(x)
+        x = f32(x)
         out = np.empty_like(x)
         self.lib.strata_softcap(address(x), x.size, cap, address(out))
         return out
@@ -228,19 +239,20 @@ class NativeOps:
         softcap: float = 0.0,
     ) -> np.ndarray:
         t, h, d = q.shape
-        q = np.ascontiguousarray(q)
+        q = f32(q)
+        tables, token_seq = ints(meta.block_tables, np.int32), ints(meta.token_seq, np.int32)
+        positions = ints(meta.positions, np.int32)
         out = np.empty_like(q)
         self.lib.strata_attention(
             address(q), t, h, k_cache.shape[2], d, address(k_cache), address(v_cache),
-            meta.block_size, address(meta.block_tables), meta.block_tables.shape[1],
-            address(meta.token_seq), address(meta.positions),
+            meta.block_size, address(tables), tables.shape[1], address(token_seq), address(positions),
             1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
             address(out), self.threads,
         )  # fmt: skip
         return out
 
     def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
-        x = np.ascontiguousarray(x)  # rotated in place: q and k are fresh outputs of linear
+        x, positions = f32(x), ints(positions, np.int32)  # x rotated in place: a fresh linear output
         t, h, d = x.shape
         self.lib.strata_rope(
             address(x), t, h, d, table.dim, address(positions), address(table.cos),
@@ -256,14 +268,14 @@ class NativeOps:
         v_cache: np.ndarray,
         slots: np.ndarray,
     ) -> None:
-        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        k, v, slots = f32(k), f32(v), ints(slots, np.int64)
         self.lib.strata_kv_write(
             address(k), address(v), k.shape[0], k[0].size, address(slots),
             address(k_cache), address(v_cache),
         )  # fmt: skip
 
     def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:
-        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        logits = f32(logits)
         # in place: each row's values are all read before its first is written (kernels.c), and
         # a fresh [512, 49152] output alone costs about 28 ms of page faults
         out = logits if inplace else np.empty_like(logits)
@@ -291,14 +303,16 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
     if kernels == "native-q8" and device == "cuda":
         raise ValueError("kernels native-q8 (8-bit activations) run on the CPU only; use --device cpu")
     if device == "cuda" or (device == "auto" and kernels != "native-q8" and cuda_present()):
-        from strata_engine.triton_ops import TritonOps
-
+        try:
+            from strata_engine.triton_ops import TritonOps
+        except ImportError as exc:
+            raise ModelLoadError(
+                f"the GPU kernels need torch and triton ({exc}): pip install 'strata-engine[gpu]'"
+            ) from exc
         return TritonOps()
     threads = num_threads or default_threads()
     if kernels == "torch":
-        from strata_engine.torch_ops import TorchOps
-
-        return TorchOps(threads)
+        return torch_ops(threads)
     from strata_engine.native import NativeUnavailable
 
     if kernels == "native-q8":  # asked for by name: no fallback
@@ -308,15 +322,30 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
     except NativeUnavailable as exc:
         if kernels == "native":
             raise
+        try:
+            fallback = torch_ops(threads)
+        except ModelLoadError:
+            raise NativeUnavailable(
+                f"{exc}; the torch fallback is not installed either (pip install torch==2.13.0)"
+            ) from exc
         logger.warning(
             "native kernels unavailable (%s); running the torch fallback, which is slower and NOT "
             "batch-invariant. Install a C compiler (e.g. `apt-get install gcc`, `xcode-select --install`) "
             "and restart to get exact, batch-invariant results.",
             exc,
         )
-        from strata_engine.torch_ops import TorchOps
+        return fallback
 
-        return TorchOps(threads)
+
+def torch_ops(threads: int) -> Ops:
+    """The torch fallback kernels; torch is optional (the engine's `torch` extra)."""
+    try:
+        from strata_engine.torch_ops import TorchOps
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"kernels torch need torch ({exc}): pip install torch==2.13.0 (or 'strata-engine[torch]')"
+        ) from exc
+    return TorchOps(threads)
 
 
 def describe(kernels: str, invariant: bool) -> str:

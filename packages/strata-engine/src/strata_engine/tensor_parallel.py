@@ -260,8 +260,13 @@ def init_from_env(world_size: int, device: str = "cpu") -> TensorParallel:
     NCCL with CUDA (each rank on GPU LOCAL_RANK)."""
     if world_size <= 1:
         return SINGLE
-    import torch
-    import torch.distributed as dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise TensorParallelError(
+            f"--tensor-parallel needs torch ({exc}): pip install torch==2.13.0 (or 'strata-engine[torch]')"
+        ) from exc
 
     missing = [name for name in LAUNCH_ENV if name not in os.environ]
     if missing:
