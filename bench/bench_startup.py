@@ -79,7 +79,13 @@ def serve_work(port: int) -> None:
     """The requests whose memory the figure includes (each must succeed)."""
     ids = [100 + (i * 7919) % 49000 for i in range(PROMPT_TOKENS)]
     scored = {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 5}
-    decode = {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "seed": 1, "ignore_eos": True}
+    decode = {
+        "prompt": "Once upon a time",
+        "max_tokens": 64,
+        "temperature": 0.8,
+        "seed": 1,
+        "ignore_eos": True,
+    }
     chat = {
         "messages": [{"role": "user", "content": "Is the sky blue? Answer yes or no."}],
         "max_tokens": 1,
@@ -145,7 +151,9 @@ def llama_round(model: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
     parser.add_argument("--kv-cache-mb", type=int, default=64)
@@ -160,7 +168,9 @@ def main() -> None:
         strata.append(strata_round(args, model))
         if not args.no_llama:
             llama.append(llama_round(model))
-        line = f"round {r}: strata ready {strata[-1]['ready_s']:.3f} s, peak RSS {strata[-1]['rss_mb']:.0f} MB"
+        line = (
+            f"round {r}: strata ready {strata[-1]['ready_s']:.3f} s, peak RSS {strata[-1]['rss_mb']:.0f} MB"
+        )
         if llama:
             line += f"; llama.cpp loaded {llama[-1]['ready_s']:.3f} s, peak RSS {llama[-1]['rss_mb']:.0f} MB"
         print(line, flush=True)
@@ -172,11 +182,15 @@ def main() -> None:
     kv = strata[0]["kv_mb"]
     budget = gguf_mb + kv + 150
     rss = min(row["rss_mb"] for row in strata)
-    print(f"\nkernels {args.kernels}; GGUF {gguf_mb:.1f} MB; KV budget {kv:.1f} MB (--kv-cache-mb {args.kv_cache_mb})")
+    print(
+        f"\nkernels {args.kernels}; GGUF {gguf_mb:.1f} MB; KV budget {kv:.1f} MB (--kv-cache-mb {args.kv_cache_mb})"
+    )
     print(f"strata start-up to ready (s): {spread(strata, 'ready_s')}  (target < 1 s)")
     print(f"strata peak RSS at ready (MB): {spread(strata, 'rss_ready_mb')}")
     print(f"strata peak RSS after the work (MB): {spread(strata, 'rss_mb')}")
-    print(f"  target: GGUF + KV budget + 150 MB = {budget:.0f} MB; best run {rss:.0f} MB ({rss - budget:+.0f} MB)")
+    print(
+        f"  target: GGUF + KV budget + 150 MB = {budget:.0f} MB; best run {rss:.0f} MB ({rss - budget:+.0f} MB)"
+    )
     if llama:
         print(f"llama.cpp launch to loaded (s): {spread(llama, 'ready_s')}")
         print(f"llama.cpp peak RSS after the 512-token all-logits eval (MB): {spread(llama, 'rss_mb')}")
