@@ -354,19 +354,20 @@ class Transformer:
         """
         assert layer.router is not None and layer.experts is not None
         ops, k = self.ops, self.cfg.n_experts_used
-        logits = to_numpy(ops.linear(h, layer.router))
+        routed = ops.linear(h, layer.router)  # the backend's own kind of array, as `out` is
+        logits = to_numpy(routed)
         order = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: the lower id first
         top = np.take_along_axis(logits, order, axis=1).astype(np.float64)
         e = exactmath.exp(top - top[:, :1])  # the first is the largest: exp(0) = 1 for it
         weights = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
-        out = like(h, np.zeros(h.shape, dtype=np.float32))
+        out = like(routed, np.zeros(h.shape, dtype=np.float32))
         for expert in np.unique(order).tolist():  # ascending expert id
             rows, slot = np.nonzero(order == expert)
             gate, up, down = layer.experts[expert]
-            index = like(h, rows)
-            x = h[index]
+            x = h[like(h, rows)]
             y = ops.linear(ops.silu_mul(ops.linear(x, gate), ops.linear(x, up)), down)
-            out[index] = out[index] + like(h, weights[rows, slot][:, None]) * y
+            index = like(out, rows)
+            out[index] = out[index] + like(out, weights[rows, slot][:, None]) * y
         return out
 
     def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
