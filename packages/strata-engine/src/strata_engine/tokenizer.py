@@ -119,12 +119,17 @@ def _piece_to_bytes(piece: str) -> bytes:
     return bytes(out)
 
 
-def _split_merge(merge: str) -> tuple[str, str]:
-    """A GGUF merge "left right": split at the first space after the first character."""
-    i = merge.find(" ", 1)
-    if i < 0:
-        raise ModelLoadError(f"bad BPE merge in GGUF metadata: {merge!r}")
-    return merge[:i], merge[i + 1 :]
+def _split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
+    """GGUF merges "left right" as pairs, each split at the first space after its first
+    character. Comprehensions, not a call per merge: a vocabulary has tens of thousands."""
+    parts = [m.partition(" ") for m in merges]
+    for i in [i for i, m in enumerate(merges) if m.startswith(" ")]:  # the left part is a space
+        head, sep, tail = merges[i][1:].partition(" ")
+        parts[i] = (" " + head, sep, tail)
+    if not all(sep for _, sep, _ in parts):
+        bad = next(m for m, (_, sep, _) in zip(merges, parts, strict=True) if not sep)
+        raise ModelLoadError(f"bad BPE merge in GGUF metadata: {bad!r}")
+    return [(left, right) for left, _, right in parts]
 
 
 def _optional_id(meta: Mapping[str, Any], key: str, n_vocab: int) -> int | None:
@@ -210,11 +215,7 @@ class Tokenizer:
 
         # tokenizers panics on a merge whose parts or result are not in the vocabulary; such a
         # merge can never produce a token id, so it is left out.
-        pairs = []
-        for merge in merges:
-            left, right = _split_merge(merge)
-            if left in vocab and right in vocab and left + right in vocab:
-                pairs.append((left, right))
+        pairs = [(a, b) for a, b in _split_merges(merges) if a in vocab and b in vocab and a + b in vocab]
         self._bpe = BPE(vocab, pairs, ignore_merges=spec.ignore_merges)
         self._pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in spec.regexes]
