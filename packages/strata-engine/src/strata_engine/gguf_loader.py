@@ -32,6 +32,7 @@ _SCALARS = {
     12: ("<d", 8),
 }
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")  # a string's byte count
 _NUMPY_OF = {
     0: "<u1",
     1: "<i1",
@@ -73,6 +74,18 @@ class _Cursor:
         self.pos = start + n
         return bytes(self.buf[start : self.pos]).decode("utf-8", errors="replace")
 
+    def strings(self, count: int) -> list[str]:
+        """`count` strings in a row (a vocabulary, its merges): one tight loop, no call each."""
+        buf, pos, out = self.buf, self.pos, []
+        length = _LENGTH.unpack_from
+        for _ in range(count):
+            (n,) = length(buf, pos)
+            pos += 8
+            out.append(str(buf[pos : pos + n], "utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, vtype: int) -> Any:
         if vtype == _STRING:
             return self.string()
@@ -80,7 +93,7 @@ class _Cursor:
             (itype, count) = struct.unpack_from("<IQ", self.buf, self.pos)
             self.pos += 12
             if itype == _STRING:
-                return [self.string() for _ in range(count)]
+                return self.strings(count)
             if itype in _NUMPY_OF:
                 arr = np.frombuffer(self.buf, dtype=_NUMPY_OF[itype], count=count, offset=self.pos)
                 self.pos += arr.nbytes
