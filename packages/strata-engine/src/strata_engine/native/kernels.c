@@ -394,20 +394,26 @@ static inline __attribute__((always_inline)) void attend_group(
     int64_t o_stride) {
     int C = D / VL;
     int j = 0;
-    for (; j + 4 <= n; j += 4) { /* four positions at a time */
+    vf qr[GROUP_MAX * 4]; /* the heads' queries (G * D <= 256), loaded once: in registers where they fit */
+    for (int i = 0; i < G * C; i++) qr[i] = vf_load(qv + i * VL);
+    for (; j + 4 <= n; j += 4) { /* four positions at a time, each K vector loaded once for all heads */
         const float *kr[4];
         for (int u = 0; u < 4; u++) {
             int p = start + j + u;
             kr[u] = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
         }
+        vf acc[GROUP_MAX][4]; /* acc[g][u]: head g's dot product with position j + u, over c in order */
+        for (int g = 0; g < G; g++)
+            for (int u = 0; u < 4; u++) acc[g][u] = vf_zero();
+        for (int c = 0; c < C; c++) {
+            vf k[4];
+            for (int u = 0; u < 4; u++) k[u] = vf_load(kr[u] + c * VL);
+            for (int g = 0; g < G; g++)
+                for (int u = 0; u < 4; u++) acc[g][u] = vf_fma(qr[g * C + c], k[u], acc[g][u]);
+        }
         for (int g = 0; g < G; g++) {
-            vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-            for (int c = 0; c < C; c++) {
-                vf qc = vf_load(qv + g * D + c * VL);
-                for (int u = 0; u < 4; u++) acc[u] = vf_fma(qc, vf_load(kr[u] + c * VL), acc[u]);
-            }
             float d4[4];
-            vf_hsum4(acc[0], acc[1], acc[2], acc[3], d4);
+            vf_hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3], d4);
             for (int u = 0; u < 4; u++) s[g * s_stride + j + u] = d4[u] * scale;
         }
     }
