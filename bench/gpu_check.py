@@ -117,6 +117,7 @@ def check_kernels(device, dry: bool) -> None:
     from tiny_models import encode_tensor
 
     from strata_engine.ops import AttentionMeta, RopeTable
+    from strata_engine.torch_ops import tensor
     from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
     from strata_engine.triton_ops.stored import from_gguf
 
@@ -171,15 +172,10 @@ def check_kernels(device, dry: bool) -> None:
     for interleaved in (True, False):
         d = 128
         ang = np.arange(512)[:, None] * 10000.0 ** (-np.arange(d // 2) * 2.0 / d)[None, :]
-        table = RopeTable(
-            torch.from_numpy(np.cos(ang).astype(np.float32)),
-            torch.from_numpy(np.sin(ang).astype(np.float32)),
-            d,
-            interleaved,
-        )
+        table = RopeTable(np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), d, interleaved)
         xq = torch.randn(m_big, 8, d, generator=gen)
         pos = torch.randint(0, 512, (m_big,), generator=gen, dtype=torch.int32)
-        cs, sn = table.cos.to(device), table.sin.to(device)
+        cs, sn = tensor(table.cos).to(device), tensor(table.sin).to(device)
         y = rope.rope(xq.to(device), pos.to(device), table, cs, sn).cpu()
         err = float((y.double() - rope.rope_reference(xq, pos, table)).abs().max())
         style = "interleaved" if interleaved else "neox"
@@ -204,12 +200,12 @@ def check_kernels(device, dry: bool) -> None:
 
     def attend(qq, seqs, poss, tab):
         meta = AttentionMeta(
-            torch.tensor(poss, dtype=torch.int32), torch.tensor(seqs, dtype=torch.int32), tab,
-            torch.zeros(len(poss), dtype=torch.int64), bs,
+            np.array(poss, dtype=np.int32), np.array(seqs, dtype=np.int32), tab.numpy(),
+            np.zeros(len(poss), dtype=np.int64), bs,
         )  # fmt: skip
         out = attention.attention(
-            qq.to(device), kc.to(device), vc.to(device), meta, meta.positions.to(device),
-            meta.token_seq.to(device), tab.to(device), max(poss),
+            qq.to(device), kc.to(device), vc.to(device), meta, tensor(meta.positions).to(device),
+            tensor(meta.token_seq).to(device), tensor(meta.block_tables).to(device), max(poss),
         )  # fmt: skip
         return out.cpu(), meta
 
