@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from gguf import GGMLQuantizationType as QT
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
@@ -37,7 +36,7 @@ SHAPES = [  # (type, out, in, what)
 ROWS = (1, 4, 16, 128)
 
 
-def seconds(ops: NativeOps, x: torch.Tensor, weight: Weight) -> float:
+def seconds(ops: NativeOps, x: np.ndarray, weight: Weight) -> float:
     start = time.perf_counter()
     ops.linear(x, weight)
     return time.perf_counter() - start
@@ -60,7 +59,7 @@ def main() -> None:
         weight = Weight.from_info(info)
         packed = q8.pack(weight)
         for m in ROWS:
-            x = torch.from_numpy(rng.normal(0, 1, (m, k)).astype(np.float32))
+            x = rng.normal(0, 1, (m, k)).astype(np.float32)
             pairs = [(seconds(exact, x, weight), seconds(q8, x, packed)) for _ in range(args.repeat)]
             a, b = (min(column) for column in zip(*pairs, strict=True))  # alternated: noise hits both
             label = f"{qtype.name} {n}x{k} ({what})"
