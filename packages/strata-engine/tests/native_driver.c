@@ -31,17 +31,16 @@ static float *floats(int64_t n, float lo, float hi) {
 
 static void emit(const float *p, int64_t n) { fwrite(p, 4, (size_t)n, stdout); }
 
-/* Random blocks of a quantised [N, K] weight as a GGUF file holds them (fp16 scale d in
- * [2^-11, 2^-7), Q4_1's fp16 min m in (-2^-3, -2^-7]), random quants. */
+/* Random blocks of a quantised [N, K] weight in the kernels' layout (fp32 scale, fp32 min). */
 static uint8_t *blocks(int wtype, int64_t N, int64_t K) {
     int64_t rb = row_bytes(wtype, K), nb = N * (K / 32);
     uint8_t *w = malloc((size_t)(rb * N));
-    int size = (int)(rb / (K / 32)), head = wtype == WT_Q4_1 ? 4 : 2;
+    int size = (int)(rb / (K / 32)), head = wtype == WT_Q4_1 ? 8 : 4;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = w + b * size;
-        uint16_t d = (uint16_t)(0x1000u + (next_u64() >> 52)), m = (uint16_t)(0xa000u + (next_u64() >> 52));
-        memcpy(blk, &d, 2);
-        if (wtype == WT_Q4_1) memcpy(blk + 2, &m, 2);
+        float d = uniform(0.001f, 0.05f), m = uniform(-0.2f, 0.0f);
+        memcpy(blk, &d, 4);
+        if (wtype == WT_Q4_1) memcpy(blk + 4, &m, 4);
         for (int i = head; i < size; i++) blk[i] = (uint8_t)(next_u64() >> 56);
     }
     return w;

@@ -1,8 +1,7 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (F32, Q4_0, Q4_1, Q8_0, and the K-quants Q4_K, Q5_K,
-Q6_K) stay in block form and are dequantised inside the matmul: Q4_0, Q4_1 and Q8_0 as the
-file holds them (memory-mapped, never copied), the K-quants rearranged by kquants. Every other type gguf-py can
+Q6_K) stay in block form and are dequantised inside the matmul. Every other type gguf-py can
 dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32 at load time.
 """
 
@@ -20,6 +19,19 @@ from strata_engine.gguf_loader import TensorInfo
 
 # GGML type -> kernel type code (the GGML type id)
 NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8, QT.Q4_K: 12, QT.Q5_K: 13, QT.Q6_K: 14}
+SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
+
+
+def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
+    """The kernels' block layout: each leading fp16 field (scale d, Q4_1's min m) widened to
+    fp32, quants unchanged. fp16 -> fp32 is exact, so the values are gguf-py's."""
+    _, type_size = GGML_QUANT_SIZES[qtype]
+    n_half = SCALES[qtype]
+    blocks = blocks.reshape(-1, type_size)
+    out = np.empty((blocks.shape[0], type_size + 2 * n_half), dtype=np.uint8)
+    out[:, 4 * n_half :] = blocks[:, 2 * n_half :]
+    out[:, : 4 * n_half].view(np.float32)[:] = blocks[:, : 2 * n_half].view(np.float16)
+    return out.reshape(-1)
 
 
 def dequantize(info: TensorInfo) -> np.ndarray:
@@ -41,7 +53,7 @@ class Weight:
     out_features: int
     in_features: int
     kernel_type: int  # native kernel type code
-    raw: np.ndarray  # uint8 blocks as the kernels read them (the file's, or kquants'), or fp32 bytes
+    raw: np.ndarray  # uint8 blocks in the kernels' layout (see widen_scales), or fp32 bytes
     source: TensorInfo | None = None  # the tensor as stored, for the torch fallback's dequantisation
     _dense: np.ndarray | None = None
 
@@ -55,8 +67,8 @@ class Weight:
                 data = np.array(info.data)
             elif info.qtype in kquants.PACKERS:
                 data = kquants.pack(info.data, info.qtype)
-            else:  # Q4_0, Q4_1, Q8_0: the file's own blocks, not copied (the kernels read fp16 scales)
-                data = info.data
+            else:
+                data = widen_scales(info.data, info.qtype)
             return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], data, info)
         dense = np.ascontiguousarray(dequantize(info))
         return cls(info.name, out_f, in_f, 0, dense.view(np.uint8).reshape(-1), info, dense)

@@ -10,10 +10,10 @@
  * output element, never inside a reduction. No libm function is on the numeric path: e^x
  * and log are vector.h's own fixed sequences (sqrtf and fmaf are exactly rounded by IEEE 754).
  *
- * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0, as the file holds them) or fp32,
- * and are dequantised just before use with the same arithmetic as gguf-py; a block's fp16 scale
- * (and Q4_1's min) is widened to fp32 as it is read (an exact conversion, f16_at):
- *   Q4_0: d f16, qs[16]  (18 bytes)   Q4_1: d f16, m f16, qs[16]  (20)   Q8_0: d f16, qs[32]  (34)
+ * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0) or fp32, and are dequantised
+ * just before use with the same arithmetic as gguf-py. At load time each block's fp16 scale
+ * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion):
+ *   Q4_0: d f32, qs[16]  (20 bytes)   Q4_1: d f32, m f32, qs[16]  (24)   Q8_0: d f32, qs[32]  (36)
  */
 #include <math.h>
 #include <stdint.h>
@@ -61,34 +61,12 @@ static inline float f32_at(const uint8_t *p) {
     return v;
 }
 
-/* An IEEE half at p, widened to float: exact (every half is a float), and the same bits on every
- * target (integer work only; NaN payloads and signed zeros kept). */
-static inline float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu, bits;
-    if (e == 31u) {
-        bits = sign | 0x7f800000u | (m << 13); /* infinity, NaN */
-    } else if (e != 0u) {
-        bits = sign | ((e + 112u) << 23) | (m << 13); /* normal: rebias 15 -> 127 */
-    } else if (m == 0u) {
-        bits = sign; /* zero */
-    } else { /* subnormal m * 2^-24: normalise the mantissa */
-        uint32_t shift = 0;
-        while (!(m & 0x400u)) m <<= 1, shift++;
-        bits = sign | ((113u - shift) << 23) | ((m & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Bytes of one weight row of K values in a given type. */
 static int64_t row_bytes(int wtype, int64_t K) {
     switch (wtype) {
-    case WT_Q4_0: return K / 32 * 18;
-    case WT_Q4_1: return K / 32 * 20;
-    case WT_Q8_0: return K / 32 * 34;
+    case WT_Q4_0: return K / 32 * 20;
+    case WT_Q4_1: return K / 32 * 24;
+    case WT_Q8_0: return K / 32 * 36;
     case WT_Q4_K: return K / 256 * 152;
     case WT_Q5_K: return K / 256 * 184;
     case WT_Q6_K: return K / 256 * 276;
@@ -176,28 +154,28 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
     if (wtype >= WT_Q4_K) {
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_Q8_0) {
-        const uint8_t *blk = row + b * 34;
-        vf d = vf_set1(f16_at(blk));
-        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 2)), d);
-        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 18)), d);
+        const uint8_t *blk = row + b * 36;
+        vf d = vf_set1(f32_at(blk));
+        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);
+        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 20)), d);
     } else if (wtype == WT_Q4_0) {
-        const uint8_t *blk = row + b * 18;
-        vf d = vf_set1(f16_at(blk)), eight = vf_set1(8.0f);
-#ifdef VF_LUT16
-        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 2, lo, hi);
-        return;
-#endif
-        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 2, 0), eight)); /* (q - 8) is exact in float */
-        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 2, 1), eight));
-    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
         const uint8_t *blk = row + b * 20;
-        vf d = vf_set1(f16_at(blk)), m = vf_set1(f16_at(blk + 2));
+        vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
 #ifdef VF_LUT16
-        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 4, lo, hi);
+        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 4, lo, hi);
         return;
 #endif
-        *lo = vf_add(vf_mul(d, vf_from_u4(blk + 4, 0)), m);
-        *hi = vf_add(vf_mul(d, vf_from_u4(blk + 4, 1)), m);
+        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
+        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
+    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
+        const uint8_t *blk = row + b * 24;
+        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 8, lo, hi);
+        return;
+#endif
+        *lo = vf_add(vf_mul(d, vf_from_u4(blk + 8, 0)), m);
+        *hi = vf_add(vf_mul(d, vf_from_u4(blk + 8, 1)), m);
     }
 }
 

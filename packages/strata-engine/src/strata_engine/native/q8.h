@@ -65,12 +65,12 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
  * is its block's (or half's) scale times q, plus the block's min where the type has one. */
 static void q8_block_quants(int t, const uint8_t *row, int64_t b, int q[32]) {
     if (t == WT_Q4_0 || t == WT_Q4_1) {
-        const uint8_t *qs = row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 2 : 4);
+        const uint8_t *qs = row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
         for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
         if (t == WT_Q4_0)
             for (int i = 0; i < 32; i++) q[i] -= 8;
     } else if (t == WT_Q8_0) {
-        for (int i = 0; i < 32; i++) q[i] = (int8_t)row[b * 34 + 2 + i];
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)row[b * 36 + 4 + i];
     } else if (t == WT_Q6_K) {
         const int8_t *qs = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
         for (int i = 0; i < 32; i++) q[i] = qs[i];
@@ -112,11 +112,10 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         head[16 + o] = f32_at(sblk + 4);
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
-                } else { /* the block's fp16 scale (and Q4_1's min), widened to fp32 (exact) */
+                } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
                     const uint8_t *blk = row + b * row_bytes(wtype, 32);
-                    float d = f16_at(blk), m = q8_has_min(wtype) ? f16_at(blk + 2) : 0.0f;
-                    memcpy(dst + 4 * o, &d, 4);
-                    if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, &m, 4);
+                    memcpy(dst + 4 * o, blk, 4);
+                    if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
                 }
                 for (int k = 0; k < 32; k++) {
                     int v = q[k] + off; /* 0..255 */

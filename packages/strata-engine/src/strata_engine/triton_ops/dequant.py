@@ -7,7 +7,7 @@ a multiply-add; the dequantise kernel below is launched with fusion off).
 
 Layouts (`kt`, the kernel type code):
 - 0 F32: `wf` is the fp32 tensor itself, `row_bytes` unused.
-- 2 Q4_0, 3 Q4_1, 8 Q8_0: `stored.widen_scales`'s layout: the fp16 scale (and
+- 2 Q4_0, 3 Q4_1, 8 Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
   Q4_1's min) widened to fp32 at the start of each 32-value block; `wf` is a fp32 view.
 - 12 Q4_K, 13 Q5_K, 14 Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
 """

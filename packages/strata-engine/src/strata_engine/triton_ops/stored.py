@@ -1,7 +1,6 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
-The engine's `Weight` keeps F32 and the file's Q4_0/Q4_1/Q8_0 blocks in `raw` (the GPU gets them
-with their fp16 scales widened to fp32, `widen_scales`); K-quants
+The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
 (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there (kquants.py), so where
 `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those (4.5 to 6.6 bits a
 weight), otherwise it reads the fp32 copy.
@@ -13,29 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.torch_ops import tensor
 from strata_engine.triton_ops.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
-from strata_engine.weights import NATIVE_TYPES, Weight
+from strata_engine.weights import NATIVE_TYPES, Weight, widen_scales
 
 RAW_TYPES = {QT.Q4_K: Q4_K, QT.Q5_K: Q5_K, QT.Q6_K: Q6_K}  # kept as GGUF bytes on the device
-SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
-QTYPE_OF = {kt: qt for qt, kt in NATIVE_TYPES.items()}
-
-
-def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
-    """The Triton kernels' block layout of Q4_0, Q4_1 and Q8_0: each leading fp16 field (scale d,
-    Q4_1's min m) widened to fp32, quants unchanged. fp16 -> fp32 is exact: gguf-py's values."""
-    _, type_size = GGML_QUANT_SIZES[qtype]
-    n_half = SCALES[qtype]
-    blocks = blocks.reshape(-1, type_size)
-    out = np.empty((blocks.shape[0], type_size + 2 * n_half), dtype=np.uint8)
-    out[:, 4 * n_half :] = blocks[:, 2 * n_half :]
-    out[:, : 4 * n_half].view(np.float32)[:] = blocks[:, : 2 * n_half].view(np.float16)
-    return out.reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -79,8 +63,4 @@ def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     src = w.source
     if isinstance(src, TensorInfo) and src.qtype in RAW_TYPES and w.in_features % 256 == 0:
         return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)
-    if QTYPE_OF.get(w.kernel_type) in SCALES:  # the file's blocks (the CPU kernels' layout)
-        return _pack(
-            w.kernel_type, widen_scales(w.raw, QTYPE_OF[w.kernel_type]), w.out_features, w.in_features, device
-        )
     return _pack(w.kernel_type, w.raw, w.out_features, w.in_features, device)
