@@ -61,6 +61,23 @@ static inline float f32_at(const uint8_t *p) {
     return v;
 }
 
+/* Scratch memory for a call's temporaries, kept per calling thread from call to call and grown
+ * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
+ * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:
+ * about 15% of a 512-token prefill. One slot per call site, so that nested calls never share. */
+enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_SLOTS };
+static void *scratch(int slot, size_t bytes) {
+    static _Thread_local void *buf[SCRATCH_SLOTS];
+    static _Thread_local size_t cap[SCRATCH_SLOTS];
+    if (bytes > cap[slot]) {
+        free(buf[slot]);
+        size_t grown = bytes + bytes / 4 + 4096; /* room for somewhat larger steps */
+        buf[slot] = malloc(grown);
+        cap[slot] = buf[slot] ? grown : 0;
+    }
+    return buf[slot];
+}
+
 /* Bytes of one weight row of K values in a given type. */
 static int64_t row_bytes(int wtype, int64_t K) {
     switch (wtype) {
@@ -660,10 +677,12 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
                   float *vc, int nthreads) {
     int64_t H = L->hidden, q_dim = L->n_heads * L->head_dim, kv_dim = L->n_kv_heads * L->head_dim;
     int64_t wide = L->ffn > q_dim ? L->ffn : q_dim;
-    float *h = (float *)malloc((size_t)(T * H) * 4), *q = (float *)malloc((size_t)(T * q_dim) * 4);
-    float *k = (float *)malloc((size_t)(T * kv_dim) * 4), *v = (float *)malloc((size_t)(T * kv_dim) * 4);
-    float *a = (float *)malloc((size_t)(T * wide) * 4), *g = (float *)malloc((size_t)(T * L->ffn) * 4);
-    float *u = (float *)malloc((size_t)(T * L->ffn) * 4);
+    /* the layer's temporaries, one block kept between calls (64-byte aligned parts) */
+    int64_t sizes[7] = {T * H, T * q_dim, T * kv_dim, T * kv_dim, T * wide, T * L->ffn, T * L->ffn}, total = 0;
+    for (int i = 0; i < 7; i++) total += (sizes[i] + 15) / 16 * 16;
+    float *parts[7], *at = (float *)scratch(SCRATCH_LAYER, (size_t)total * 4);
+    for (int i = 0; i < 7; i++) parts[i] = at, at += (sizes[i] + 15) / 16 * 16;
+    float *h = parts[0], *q = parts[1], *k = parts[2], *v = parts[3], *a = parts[4], *g = parts[5], *u = parts[6];
     int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;
 
     strata_rmsnorm(x, T, H, L->attn_norm, L->eps, h, nthreads);
@@ -690,7 +709,6 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     strata_matmul(a, T, L->ffn, L->w_down, L->t_down, H, NULL, h, nthreads);
     if (L->post_ffn_norm) strata_rmsnorm(h, T, H, L->post_ffn_norm, L->eps, h, nthreads);
     for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
-    free(h), free(q), free(k), free(v), free(a), free(g), free(u);
 }
 
 #include "q8.h" /* the opt-in 8-bit-activation kernels */

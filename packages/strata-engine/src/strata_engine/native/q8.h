@@ -357,11 +357,12 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
-    q8_rows xr;
-    xr.q = (int8_t *)malloc((size_t)(M * K));
-    xr.d = (float *)malloc((size_t)(M * nb) * 4);
-    xr.dsum = (float *)malloc((size_t)(M * nb) * 4);
-    xr.sums = (int32_t *)malloc((size_t)(M * nb) * 8);
+    q8_rows xr; /* in one scratch block kept between calls (kernels.c): sums, d, dsum, then q */
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
+    xr.sums = (int32_t *)block;
+    xr.d = (float *)(block + M * nb * 8);
+    xr.dsum = (float *)(block + M * nb * 12);
+    xr.q = (int8_t *)(block + M * nb * 16);
     q8_quantize(x, M, K, &xr, nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
@@ -389,5 +390,4 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             }
         }
     }
-    free(xr.q), free(xr.d), free(xr.dsum), free(xr.sums);
 }
