@@ -93,7 +93,9 @@ class TensorParallel:
         import torch
         import torch.distributed as dist
 
-        mine = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x.contiguous()
+        from strata_engine.torch_ops import tensor
+
+        mine = tensor(x).contiguous()
         parts = [torch.empty_like(mine) for _ in range(self.world)]
         self._call(dist.all_gather, parts, mine)
         total = parts[0]

@@ -67,7 +67,11 @@ class TorchOps:
         softcap: float = 0.0,
     ) -> torch.Tensor:
         q, k_cache, v_cache = tensor(q), tensor(k_cache), tensor(v_cache)
-        positions, token_seq = tensor(meta.positions), tensor(meta.token_seq)
+        positions, token_seq, tables = (
+            tensor(meta.positions),
+            tensor(meta.token_seq),
+            tensor(meta.block_tables),
+        )
         out = torch.empty_like(q)
         group = q.shape[1] // k_cache.shape[2]
         bs = meta.block_size
@@ -75,7 +79,7 @@ class TorchOps:
             idx = (token_seq == row).nonzero().squeeze(1)
             pos = positions[idx].to(torch.int64)
             n = int(pos.max()) + 1
-            table = tensor(meta.block_tables)[row].to(torch.int64)
+            table = tables[row].to(torch.int64)
             j = torch.arange(n)
             slots = table[j // bs] * bs + j % bs
             k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)

@@ -677,11 +677,11 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
                   float *vc, int nthreads) {
     int64_t H = L->hidden, q_dim = L->n_heads * L->head_dim, kv_dim = L->n_kv_heads * L->head_dim;
     int64_t wide = L->ffn > q_dim ? L->ffn : q_dim;
-    /* the layer's temporaries, one block kept between calls (64-byte aligned parts) */
+    /* the layer's temporaries: one scratch block, each part a whole number of 16-float vectors */
     int64_t sizes[7] = {T * H, T * q_dim, T * kv_dim, T * kv_dim, T * wide, T * L->ffn, T * L->ffn}, total = 0;
-    for (int i = 0; i < 7; i++) total += (sizes[i] + 15) / 16 * 16;
+    for (int i = 0; i < 7; i++) sizes[i] = (sizes[i] + 15) / 16 * 16, total += sizes[i];
     float *parts[7], *at = (float *)scratch(SCRATCH_LAYER, (size_t)total * 4);
-    for (int i = 0; i < 7; i++) parts[i] = at, at += (sizes[i] + 15) / 16 * 16;
+    for (int i = 0; i < 7; i++) parts[i] = at, at += sizes[i];
     float *h = parts[0], *q = parts[1], *k = parts[2], *v = parts[3], *a = parts[4], *g = parts[5], *u = parts[6];
     int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;
 
