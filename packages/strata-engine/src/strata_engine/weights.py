@@ -7,6 +7,7 @@ dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine import kquants
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
+from strata_engine.native import NativeUnavailable
 
 # GGML type -> kernel type code (the GGML type id)
 NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8, QT.Q4_K: 12, QT.Q5_K: 13, QT.Q6_K: 14}
@@ -63,13 +65,16 @@ class Weight:
             raise ModelLoadError(f"tensor {info.name}: expected 2 dimensions, got {info.shape}")
         out_f, in_f = info.shape
         if info.qtype in NATIVE_TYPES and in_f % GGML_QUANT_SIZES[info.qtype][0] == 0 and in_f % 32 == 0:
+            data = None
             if info.qtype == QT.F32:
                 data = np.array(info.data)
-            elif info.qtype in kquants.PACKERS:
-                data = kquants.pack(info.data, info.qtype)
+            elif info.qtype in kquants.PACKED_BYTES:
+                with suppress(NativeUnavailable):  # no kernels to read the layout: fp32 below
+                    data = kquants.pack(info.data, info.qtype)
             else:
                 data = widen_scales(info.data, info.qtype)
-            return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], data, info)
+            if data is not None:
+                return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], data, info)
         dense = np.ascontiguousarray(dequantize(info))
         return cls(info.name, out_f, in_f, 0, dense.view(np.uint8).reshape(-1), info, dense)
 

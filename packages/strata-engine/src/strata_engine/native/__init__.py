@@ -25,7 +25,7 @@ from strata_engine.paths import strata_home
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels.c"
-HEADERS = (HERE / "vector.h", HERE / "q8.h")
+HEADERS = (HERE / "vector.h", HERE / "q8.h", HERE / "kquant_layout.h")
 PROBE = HERE / "cpu_features.c"
 # -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
 BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
@@ -60,6 +60,7 @@ SIGNATURES = {
     "strata_softcap": [_P, _I64, _F, _P],
     "strata_layer": [_P, _P, _I64, _P, _P, _P, _I, _I, _P, _P, _P, _I],
     "strata_q8_pack": [_I, _P, _I64, _I64, _P, _I],
+    "strata_kquant_pack": [_I, _P, _I64, _P, _I],
     "strata_q8_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
 }
 # functions with a result: name -> (argument types, result type)

@@ -91,6 +91,8 @@ static int64_t row_bytes(int wtype, int64_t K) {
     }
 }
 
+#include "kquant_layout.h" /* K-quant blocks rearranged at load */
+
 /*
  * The dot-product sequence every output uses: acc = fma(x[k:k+16], w[k:k+16], acc) for
  * k = 0, 16, 32, ... (the last step zero-padded when K is not a multiple of 16), then
@@ -132,7 +134,7 @@ static inline void dot_block(const float *x, int64_t ldx, const float *w, int64_
 }
 
 /*
- * K-quants, in the layout kquants.py gives them at load: sub-block b % 8 of super-block b / 8.
+ * K-quants, in the layout kquant_layout.h gives them at load: sub-block b % 8 of super-block b / 8.
  * Q4_K / Q5_K: (d * sc) * q - (dmin * m), q a nibble (+ 16 * its fifth bit for Q5_K);
  * Q6_K: (d * sc) * q for each half of 16, q stored as int8. The same float32 products in the
  * same order as gguf-py, so the same bits.

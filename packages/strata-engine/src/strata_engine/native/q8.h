@@ -61,37 +61,45 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
     return (N + Q8_GROUP - 1) / Q8_GROUP * q8_group_bytes(wtype, K / 32);
 }
 
-/* The 32 integer quants q of block b of a source row (before the offset): each weight's value
- * is its block's (or half's) scale times q, plus the block's min where the type has one. */
+/* The 32 integer quants q of block b of a byte type's source row (Q8_0, Q5_K, Q6_K; before the
+ * offset): each weight's value is its block's (or half's) scale times q, plus the block's min
+ * where the type has one. */
 static void q8_block_quants(int t, const uint8_t *row, int64_t b, int q[32]) {
-    if (t == WT_Q4_0 || t == WT_Q4_1) {
-        const uint8_t *qs = row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
-        for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
-        if (t == WT_Q4_0)
-            for (int i = 0; i < 32; i++) q[i] -= 8;
-    } else if (t == WT_Q8_0) {
+    if (t == WT_Q8_0) {
         for (int i = 0; i < 32; i++) q[i] = (int8_t)row[b * 36 + 4 + i];
     } else if (t == WT_Q6_K) {
         const int8_t *qs = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
         for (int i = 0; i < 32; i++) q[i] = qs[i];
-    } else { /* Q4_K, Q5_K: a nibble, plus 16 times the fifth bit (Q5_K) */
-        const uint8_t *blk = row + (b >> 3) * row_bytes(t, 256), *qs = blk + 24 + (b & 7) * 16;
+    } else { /* Q5_K: a nibble plus 16 times the fifth bit */
+        const uint8_t *blk = row + (b >> 3) * 184, *qs = blk + 24 + (b & 7) * 16, *h = blk + 152 + (b & 7) * 4;
+        uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
-        if (t == WT_Q5_K) {
-            const uint8_t *h = blk + 152 + (b & 7) * 4;
-            uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-            for (int i = 0; i < 32; i++) q[i] += 16 * (int)((bits >> i) & 1u);
-        }
+        for (int i = 0; i < 32; i++) q[i] += 16 * (int)((bits >> i) & 1u);
     }
+}
+
+/* The quant bytes of one output o of a packed block (see the top): 4-bit types 4 rows of 4 bytes,
+ * the others 8. A 4-bit block's byte k already holds w(k) | w(16 + k) << 4 in the kernels'
+ * layout (Q4_0's offset 8 is its own stored nibble), so those bytes are copied as they are. */
+static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8_t *qs) {
+    if (q8_nibbles(t)) {
+        const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * 152 + 24 + (b & 7) * 16
+                                          : row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
+        return;
+    }
+    int q[32], off = q8_offset(t);
+    q8_block_quants(t, row, b, q);
+    for (int k = 0; k < 32; k++) qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)(q[k] + off); /* 0..255 */
 }
 
 /* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
 void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads) {
     int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
     int64_t bb = q8_block_bytes(wtype), gbytes = q8_group_bytes(wtype, nb);
-    int off = q8_offset(wtype), halves = q8_halves(wtype), kq = q8_kquant(wtype);
+    int halves = q8_halves(wtype), kq = q8_kquant(wtype);
     int64_t scale_bytes = kq ? 16 : 64;
-    memset(out, 0, (size_t)(groups * gbytes));
+    if (N % Q8_GROUP) memset(out + (groups - 1) * gbytes, 0, (size_t)gbytes); /* the missing outputs */
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
@@ -99,8 +107,6 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
             uint8_t *qs = dst + scale_bytes * (halves + q8_has_min(wtype));
             for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
                 const uint8_t *row = w + (g * Q8_GROUP + o) * rb;
-                int q[32];
-                q8_block_quants(wtype, row, b, q);
                 if (kq) { /* the super-block's d (and dmin), and the block's 6-bit scale(s) (and min) */
                     const uint8_t *sblk = row + (b >> 3) * row_bytes(wtype, 256);
                     float *head = (float *)(dst - (b & 7) * bb - q8_super_bytes(wtype));
@@ -117,13 +123,7 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                     memcpy(dst + 4 * o, blk, 4);
                     if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
                 }
-                for (int k = 0; k < 32; k++) {
-                    int v = q[k] + off; /* 0..255 */
-                    if (q8_nibbles(wtype))
-                        qs[(k & 15) / 4 * 64 + 4 * o + (k & 3)] |= (uint8_t)(k < 16 ? v : v << 4);
-                    else
-                        qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)v;
-                }
+                q8_block_bytes_of(wtype, row, b, o, qs);
             }
         }
 }
