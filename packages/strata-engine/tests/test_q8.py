@@ -202,8 +202,8 @@ def test_row_bits_independent_of_the_other_rows(target: str) -> None:
     ops = _q8(target, threads=2)
     for qtype in TYPES:
         w = ops.pack(_weight(qtype, N, 256, rng).weight)
-        batch = _activations(13, 256, rng)
-        for at in (0, 5, 12):
+        batch = _activations(21, 256, rng)  # 16 rows or more: Q6_K's unpacked path (q8.h)
+        for at in (0, 5, 20):
             alone = ops.linear(batch[at : at + 1].copy(), w)
             assert np.array_equal(ops.linear(batch, w)[at : at + 1], alone), (qtype.name, at)
             assert np.array_equal(ops.linear(batch[at:].copy(), w)[:1], alone), (qtype.name, at)

@@ -21,6 +21,8 @@
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
  *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
  *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
+ *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
+ *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
  *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
  * Unsigned weights times signed activations is what the instructions multiply (VNNI vpdpbusd,
  * AVX2 vpmaddubsw); an offset (Q4_0: 8, Q6_K: 32, Q8_0: 128) is taken back exactly as
@@ -28,11 +30,16 @@
  */
 
 #define Q8_GROUP 16
+/* Internal: Q6_K unpacked to one byte per weight, a group at a time, for calls of many rows (see
+ * strata_q8_matmul); never stored. */
+#define WT_Q6_K_BYTES 114
+#define Q6_UNPACK_ROWS 16 /* rows from which a call unpacks Q6_K groups once instead of per row tile */
 
 static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
 static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K; }
-static inline int q8_halves(int t) { return t == WT_Q6_K ? 2 : 1; } /* scales per block */
-static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : t == WT_Q6_K ? 32 : t == WT_Q8_0 ? 128 : 0; }
+static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
+static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
+static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0; }
 static inline int q8_kquant(int t) { return t >= WT_Q4_K; }
 
 int strata_q8_supported(int wtype) {
@@ -43,7 +50,7 @@ int strata_q8_supported(int wtype) {
 /* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
 static int64_t q8_block_bytes(int t) {
     int64_t scale = q8_kquant(t) ? 16 : 64;
-    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : 512);
+    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : 512);
 }
 
 /* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
@@ -90,6 +97,18 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     int q[32], off = q8_offset(t);
     q8_block_quants(t, row, b, q);
+    if (t == WT_Q6_K) { /* 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits of each half */
+        for (int c = 0; c < 4; c++) {
+            int high[2] = {0, 0};
+            for (int r = 0; r < 4; r++) {
+                int lo = q[4 * r + c] + off, hi = q[16 + 4 * r + c] + off; /* 0..63 */
+                qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                high[0] |= (lo >> 4) << (2 * r), high[1] |= (hi >> 4) << (2 * r);
+            }
+            qs[256 + 4 * o + c] = (uint8_t)high[0], qs[320 + 4 * o + c] = (uint8_t)high[1];
+        }
+        return;
+    }
     for (int k = 0; k < 32; k++) qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)(q[k] + off); /* 0..255 */
 }
 
@@ -171,6 +190,7 @@ typedef __m512i vq; /* 64 unsigned weight bytes */
 typedef __m512i vi; /* 16 int32 lanes */
 static inline vi vi_zero(void) { return _mm512_setzero_si512(); }
 static inline vq vq_load(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline void vq_store(uint8_t *p, vq v) { _mm512_storeu_si512((void *)p, v); }
 static inline vq vq_lo(vq v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
 static inline vq vq_hi(vq v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
 static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
@@ -179,6 +199,11 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4));
 }
 static inline vi vi_sub_n(vi a, int32_t n) { return _mm512_sub_epi32(a, _mm512_set1_epi32(n)); }
+/* Q6_K: nibbles | the 2 high bits (bits 2r, 2r+1 of each byte of hb) << 4 */
+static inline vq vq_q6(vq nib, vq hb, int r) {
+    __m512i h = r < 2 ? _mm512_slli_epi16(hb, 4 - 2 * r) : _mm512_srli_epi16(hb, 2 * r - 4);
+    return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x30), 0xF8); /* nib | (h & 0x30) */
+}
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
@@ -198,6 +223,9 @@ typedef struct { __m256i lo, hi; } vi;
 static inline vi vi_zero(void) { return (vi){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
 static inline vq vq_load(const uint8_t *p) {
     return (vq){_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)(p + 32))};
+}
+static inline void vq_store(uint8_t *p, vq v) {
+    _mm256_storeu_si256((__m256i *)p, v.lo), _mm256_storeu_si256((__m256i *)(p + 32), v.hi);
 }
 static inline vq vq_lo(vq v) {
     __m256i m = _mm256_set1_epi8(15);
@@ -231,6 +259,11 @@ static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
     __m256i xv = _mm256_set1_epi32(x4);
     return (vi){dot4_8(acc.lo, w.lo, xv, 1), dot4_8(acc.hi, w.hi, xv, 1)};
 }
+static inline __m256i q6_8(__m256i nib, __m256i hb, int r) {
+    __m256i h = r < 2 ? _mm256_slli_epi16(hb, 4 - 2 * r) : _mm256_srli_epi16(hb, 2 * r - 4);
+    return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+}
+static inline vq vq_q6(vq nib, vq hb, int r) { return (vq){q6_8(nib.lo, hb.lo, r), q6_8(nib.hi, hb.hi, r)}; }
 static inline vi vi_sub_n(vi a, int32_t n) {
     __m256i v = _mm256_set1_epi32(n);
     return (vi){_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
@@ -264,12 +297,17 @@ typedef struct { uint8_t b[64]; } vq;
 typedef struct { int32_t l[16]; } vi;
 static inline vi vi_zero(void) { vi r; memset(&r, 0, sizeof r); return r; }
 static inline vq vq_load(const uint8_t *p) { vq r; memcpy(r.b, p, 64); return r; }
+static inline void vq_store(uint8_t *p, vq v) { memcpy(p, v.b, 64); }
 static inline vq vq_lo(vq v) { for (int i = 0; i < 64; i++) v.b[i] &= 15; return v; }
 static inline vq vq_hi(vq v) { for (int i = 0; i < 64; i++) v.b[i] >>= 4; return v; }
 static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     for (int o = 0; o < 16; o++)
         for (int c = 0; c < 4; c++) acc.l[o] += (int32_t)w.b[4 * o + c] * (int32_t)x[c];
     return acc;
+}
+static inline vq vq_q6(vq nib, vq hb, int r) {
+    for (int i = 0; i < 64; i++) nib.b[i] |= (uint8_t)(((hb.b[i] >> (2 * r)) & 3) << 4);
+    return nib;
 }
 static inline vi vi_sub_n(vi a, int32_t n) { for (int o = 0; o < 16; o++) a.l[o] -= n; return a; }
 static inline vi vi_add(vi a, vi b) { for (int o = 0; o < 16; o++) a.l[o] += b.l[o]; return a; }
@@ -322,6 +360,18 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                         s2[i] = vi_dot4(s2[i], hi, x + 16 + 4 * r);
                     }
                 }
+            } else if (t == WT_Q6_K) { /* half h, quads r: nibbles (low: h = 0) and high bits */
+                vq hb = vq_load(qs + 256 + h * 64);
+                for (int r = 0; r < 4; r++) {
+                    vq v = vq_load(qs + r * 64), w = vq_q6(h ? vq_hi(v) : vq_lo(v), hb, r);
+                    for (int i = 0; i < rows; i++) {
+                        const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 16 * h + 4 * r;
+                        if (r & 1)
+                            s2[i] = vi_dot4(s2[i], w, x);
+                        else
+                            s[i] = vi_dot4(s[i], w, x);
+                    }
+                }
             } else {
                 int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
                 for (int r = r0; r < r1; r += 2) {
@@ -353,10 +403,28 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
     }
 }
 
+/* One group of a Q6_K weight unpacked to one byte per weight (WT_Q6_K_BYTES): the same scales,
+ * and byte 4o+c of row r = w(o, 4r+c) + 32. Many rows then share the unpacking. */
+static void q6_unpack_group(const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *src = grp + q8_block_at(WT_Q6_K, b);
+        uint8_t *out = dst + q8_block_at(WT_Q6_K_BYTES, b);
+        if ((b & 7) == 0) memcpy(out - q8_super_bytes(WT_Q6_K), src - q8_super_bytes(WT_Q6_K), 64); /* d */
+        memcpy(out, src, 32);                                                                     /* scales */
+        vq h0 = vq_load(src + 32 + 256), h1 = vq_load(src + 32 + 320);
+        for (int r = 0; r < 4; r++) {
+            vq v = vq_load(src + 32 + 64 * r);
+            vq_store(out + 32 + 64 * r, vq_q6(vq_lo(v), h0, r));
+            vq_store(out + 32 + 64 * (r + 4), vq_q6(vq_hi(v), h1, r));
+        }
+    }
+}
+
 /* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
+    int unpack = wtype == WT_Q6_K && M >= Q6_UNPACK_ROWS, t = unpack ? WT_Q6_K_BYTES : wtype;
     q8_rows xr; /* in one scratch block kept between calls (kernels.c): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
     xr.sums = (int32_t *)block;
@@ -367,12 +435,17 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
+        const uint8_t *grp = packed + g * gbytes;
+        if (unpack) { /* into this thread's scratch, kept between calls */
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_Q6, (size_t)q8_group_bytes(t, nb));
+            q6_unpack_group(grp, nb, bytes);
+            grp = bytes;
+        }
         for (int64_t m0 = 0; m0 < M; m0 += Q8_MR) {
             int rows = M - m0 < Q8_MR ? (int)(M - m0) : Q8_MR;
             vf acc[Q8_MR];
-            const uint8_t *grp = packed + g * gbytes;
             switch (rows) { /* a constant row count: the compiler keeps the tile in registers */
-#define Q8_ROWS(R) case R: q8_group_rows(wtype, grp, nb, &xr, K, m0, R, acc); break;
+#define Q8_ROWS(R) case R: q8_group_rows(t, grp, nb, &xr, K, m0, R, acc); break;
                 Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3)
 #if Q8_MR >= 4
                 Q8_ROWS(4)
