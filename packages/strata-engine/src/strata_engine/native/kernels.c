@@ -493,8 +493,10 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     {
         float *s = (float *)malloc((size_t)max_ctx * 4 * G);
         float *acc = (float *)malloc((size_t)(D + VL) * 4);
+        /* dynamic: a causal token's work grows with its position, so equal static shares of the
+         * tokens left one thread with three quarters of a prefill's attention */
         if (G > 1) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 2)
             for (int64_t tg = 0; tg < T * (H / G); tg++) {
                 int64_t t = tg / (H / G);
                 int h0 = (int)(tg % (H / G)) * G;
@@ -514,7 +516,7 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
 #undef GROUP_CASE
             }
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 2)
         for (int64_t th = 0; th < (G > 1 ? 0 : T * H); th++) {
             int64_t t = th / H;
             int h = (int)(th % H), kvh = h / group;

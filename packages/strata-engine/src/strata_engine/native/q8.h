@@ -455,11 +455,16 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
 #endif
 #undef Q8_ROWS
             }
-            for (int i = 0; i < rows; i++) {
-                float out[16];
-                vf_store(out, acc[i]);
+            for (int i = 0; i < rows; i++) { /* a whole group stored as one vector (a copy loop became a libc call) */
                 float *yr = y + (m0 + i) * N + g * Q8_GROUP;
-                for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+                vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
+                if (outs == Q8_GROUP) {
+                    vf_store(yr, v);
+                } else {
+                    float out[16];
+                    vf_store(out, v);
+                    for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+                }
             }
         }
     }
