@@ -6,13 +6,15 @@ For each weight type and shape (the default model's FFN and LM head, a Qwen3-1.7
 and its Q6_K down projection), random GGUF blocks, and 1, 4, 16 and 128 activation rows: the
 best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arithmetic on the
 dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
-inside the call, integer dot products), with the rate in multiply-adds per second. The two
-runs alternate, so that a noisy machine disturbs both alike.
+inside the call, integer dot products), with the rate in multiply-adds per second and as a share
+of the machine's peak rate of the kernels' integer step (int8_peak.c: 12 independent chains of
+it per thread, nothing else). The two runs alternate, so that a noisy machine disturbs both alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from gguf import GGMLQuantizationType as QT
 sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
 from tiny_models import encode_tensor  # the engine tests' GGUF block writer
 
+from strata_engine import native
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.ops import NativeOps
 from strata_engine.weights import Weight
@@ -42,6 +45,19 @@ def seconds(ops: NativeOps, x: np.ndarray, weight: Weight) -> float:
     return time.perf_counter() - start
 
 
+def int8_peak_gmacs(target: str, threads: int) -> float:
+    """The machine's peak multiply-adds/s of the q8 kernels' integer step (int8_peak.c, built with
+    the kernels' target flags), best of 3; 0 where the target has no vector step for it."""
+    lib = ctypes.CDLL(str(native._compile([Path(__file__).with_name("int8_peak.c")], native.TARGETS[target][1], "int8_peak")))
+    lib.int8_peak.argtypes, lib.int8_peak.restype = [ctypes.c_int64, ctypes.c_int], ctypes.c_int64
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        macs = lib.int8_peak(20_000_000, threads)
+        best = max(best, macs / (time.perf_counter() - start) / 1e9)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -50,7 +66,9 @@ def main() -> None:
     args = ap.parse_args()
     exact, q8 = NativeOps(args.threads, args.target), NativeOps(args.threads, args.target, q8=True)
     print(f"kernels {exact.name} and {q8.name}, {args.threads} threads, best of {args.repeat}")
-    print(f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'speed-up':>10}")
+    peak = int8_peak_gmacs(q8.target, args.threads)
+    print(f"machine peak of the q8 kernels' integer step: {peak:.0f} GMAC/s ({args.threads} threads)")
+    print(f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'of peak':>9}{'speed-up':>10}")
     rng = np.random.default_rng(0)
     for qtype, n, k, what in SHAPES:
         info = TensorInfo(
@@ -63,7 +81,9 @@ def main() -> None:
             pairs = [(seconds(exact, x, weight), seconds(q8, x, packed)) for _ in range(args.repeat)]
             a, b = (min(column) for column in zip(*pairs, strict=True))  # alternated: noise hits both
             label = f"{qtype.name} {n}x{k} ({what})"
-            print(f"{label:46}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{m * n * k / b / 1e9:11.1f}{a / b:10.2f}")
+            rate = m * n * k / b / 1e9
+            share = f"{rate / peak:9.0%}" if peak else f"{'':9}"
+            print(f"{label:46}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{rate:11.1f}{share}{a / b:10.2f}")
 
 
 if __name__ == "__main__":

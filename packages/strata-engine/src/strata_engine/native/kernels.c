@@ -24,6 +24,7 @@
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
 #define FUSED_MAX_ROWS 8
+#define FUSED_WR 4 /* weight rows taken together when one or two rows of x run (decode) */
 /* Rows sharing each dequantised block in matmul_fused: a speed choice only, sized to the registers. */
 #if defined(STRATA_TARGET_AVX512)
 #define FUSED_ROWS 8
@@ -212,38 +213,64 @@ static void dequant_row(int wtype, const uint8_t *src, float *dst, int64_t K) {
     }
 }
 
-/* `rows` rows of x against one weight row: each block dequantised once, in registers, and used by
- * every row (inlined with a constant `rows`, so that the accumulators stay in registers). */
+/* `rows` rows of x against `wr` consecutive weight rows: each block dequantised once, in registers,
+ * and used by every row (inlined with constant `rows` and `wr`, so that the accumulators stay in
+ * registers). Each output is its own chain of FMAs in block order, exactly dot_1's sequence; the
+ * wr weight rows give the core wr independent chains to overlap, where one output alone waits
+ * on its FMA latency (one row: decode). */
 static inline __attribute__((always_inline)) void fused_rows(const float *x, int64_t K, const uint8_t *row,
-                                                             int wtype, int64_t nb, int rows, float *y,
-                                                             int64_t ldy) {
-    vf acc[FUSED_ROWS];
-    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+                                                             int64_t rb, int wr, int wtype, int64_t nb, int rows,
+                                                             float *y, int64_t ldy) {
+    vf acc[FUSED_ROWS][FUSED_WR];
+    for (int i = 0; i < rows; i++)
+        for (int r = 0; r < wr; r++) acc[i][r] = vf_zero();
+    const uint8_t *next = row + wr * rb; /* the next weight rows, fetched ahead (see above) */
+    int64_t ahead = wr * rb / nb + 64;
     for (int64_t b = 0; b < nb; b++) {
-        vf lo, hi;
-        dequant_block(wtype, row, b, &lo, &hi);
-        for (int i = 0; i < rows; i++) {
-            const float *xr = x + i * K + b * 32;
-            acc[i] = vf_fma(vf_load(xr), lo, acc[i]);
-            acc[i] = vf_fma(vf_load(xr + 16), hi, acc[i]);
+        if (wr > 1)
+            for (int64_t l = 0; l < ahead; l += 64) __builtin_prefetch(next + b * (ahead - 64) + l);
+#pragma GCC unroll 4 /* unrolled, so that acc[i][r] is a register, not a stack slot */
+        for (int r = 0; r < wr; r++) {
+            vf lo, hi;
+            dequant_block(wtype, row + r * rb, b, &lo, &hi);
+            for (int i = 0; i < rows; i++) {
+                const float *xr = x + i * K + b * 32;
+                acc[i][r] = vf_fma(vf_load(xr), lo, acc[i][r]);
+                acc[i][r] = vf_fma(vf_load(xr + 16), hi, acc[i][r]);
+            }
         }
     }
-    for (int i = 0; i < rows; i++) y[i * ldy] = vf_hsum(acc[i]);
+    for (int i = 0; i < rows; i++)
+        for (int r = 0; r < wr; r++) y[i * ldy + r] = vf_hsum(acc[i][r]);
 }
 
-/* Few rows (decode): dequantise each block in registers and use it at once, no panel. */
+/* Few rows (decode): dequantise each block in registers and use it at once, no panel. One or two
+ * rows take FUSED_WR weight rows at a time (see fused_rows). */
 static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                          float *y, int nthreads) {
     int64_t rb = row_bytes(wtype, K), nb = K / 32;
+    int wr = M <= 2 ? FUSED_WR : 1;
+    int64_t steps = (N + wr - 1) / wr;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t n = s * wr;
         const uint8_t *row = w + n * rb;
+        if (n + wr > N) { /* the last few weight rows, one at a time */
+            for (; n < N; n++, row += rb)
+                for (int64_t m = 0; m < M; m++) fused_rows(x + m * K, K, row, rb, 1, wtype, nb, 1, y + m * N + n, N);
+            continue;
+        }
+        if (wr > 1) {
+            if (M == 1) fused_rows(x, K, row, rb, FUSED_WR, wtype, nb, 1, y + n, N);
+            else fused_rows(x, K, row, rb, FUSED_WR, wtype, nb, 2, y + n, N);
+            continue;
+        }
         for (int64_t m0 = 0; m0 < M; m0 += FUSED_ROWS) {
             int rows = M - m0 < FUSED_ROWS ? (int)(M - m0) : FUSED_ROWS;
             const float *xm = x + m0 * K;
             float *ym = y + m0 * N + n;
             switch (rows) {
-#define FUSED_CASE(R) case R: fused_rows(xm, K, row, wtype, nb, R, ym, N); break;
+#define FUSED_CASE(R) case R: fused_rows(xm, K, row, rb, 1, wtype, nb, R, ym, N); break;
                 FUSED_CASE(1) FUSED_CASE(2) FUSED_CASE(3) FUSED_CASE(4)
 #if FUSED_ROWS >= 8
                 FUSED_CASE(5) FUSED_CASE(6) FUSED_CASE(7) FUSED_CASE(8)
