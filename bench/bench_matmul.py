@@ -48,7 +48,11 @@ def seconds(ops: NativeOps, x: np.ndarray, weight: Weight) -> float:
 def int8_peak_gmacs(target: str, threads: int) -> float:
     """The machine's peak multiply-adds/s of the q8 kernels' integer step (int8_peak.c, built with
     the kernels' target flags), best of 3; 0 where the target has no vector step for it."""
-    lib = ctypes.CDLL(str(native._compile([Path(__file__).with_name("int8_peak.c")], native.TARGETS[target][1], "int8_peak")))
+    lib = ctypes.CDLL(
+        str(
+            native._compile([Path(__file__).with_name("int8_peak.c")], native.TARGETS[target][1], "int8_peak")
+        )
+    )
     lib.int8_peak.argtypes, lib.int8_peak.restype = [ctypes.c_int64, ctypes.c_int], ctypes.c_int64
     best = 0.0
     for _ in range(3):
@@ -68,7 +72,9 @@ def main() -> None:
     print(f"kernels {exact.name} and {q8.name}, {args.threads} threads, best of {args.repeat}")
     peak = int8_peak_gmacs(q8.target, args.threads)
     print(f"machine peak of the q8 kernels' integer step: {peak:.0f} GMAC/s ({args.threads} threads)")
-    print(f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'of peak':>9}{'speed-up':>10}")
+    print(
+        f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'of peak':>9}{'speed-up':>10}"
+    )
     rng = np.random.default_rng(0)
     for qtype, n, k, what in SHAPES:
         info = TensorInfo(
