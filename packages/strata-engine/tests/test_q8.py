@@ -196,6 +196,19 @@ def test_block_maximum_is_quantised_to_127_not_dropped() -> None:
     assert np.allclose(got, np.full(16, want), rtol=1e-2), f"got {got[0]:.6g}, want ~{want:.6g}"
 
 
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_packed_rows_are_the_dequantised_rows(qtype: QT) -> None:
+    """A tied LM head's packed copy also serves as the embedding: each row read back from it is
+    gguf-py's dequantised row, bit for bit, on every target (edge rows of a partial group too)."""
+    rng = np.random.default_rng(200 + int(qtype))
+    w = _weight(qtype, N, 512, rng)
+    ids = np.array([0, 1, 15, 16, N - 2, N - 1, 7, 7])
+    for target in targets_to_test():
+        ops = _q8(target)
+        got = ops.embed(ops.pack(w.weight), ids)
+        assert np.array_equal(got.view(np.uint32), w.values[ids].astype(np.float32).view(np.uint32)), target
+
+
 @pytest.mark.parametrize("target", targets_to_test())
 def test_row_bits_independent_of_the_other_rows(target: str) -> None:
     rng = np.random.default_rng(8)

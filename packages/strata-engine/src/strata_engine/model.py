@@ -22,7 +22,7 @@ from strata_engine import exactmath, fused_layer
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.ops import Array, AttentionMeta, Ops, RopeTable, like, to_numpy
+from strata_engine.ops import Q8_PACKED, Array, AttentionMeta, Ops, RopeTable, like, to_numpy
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 from strata_engine.weights import Weight, vector
 
@@ -217,6 +217,8 @@ class Transformer:
         self.output = ops.pack(
             Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
         )
+        if "output.weight" not in t and self.output.kernel_type & Q8_PACKED:
+            self.embedding = self.output  # its rows dequantise to the same values: one copy, not two
         self.norm = vector(need("output_norm.weight"))
         if any(name.startswith("rope_factors") for name in t):
             raise ModelLoadError(

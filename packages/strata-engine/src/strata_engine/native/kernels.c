@@ -54,6 +54,7 @@ enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K 
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads);
 
+void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out);
 const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
 static inline float f32_at(const uint8_t *p) {
@@ -331,6 +332,10 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
 
 /* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */
 void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out) {
+    if (wtype & WT_Q8_PACKED) { /* a tied LM head's packed copy, standing in for the embedding */
+        for (int64_t i = 0; i < n; i++) strata_q8_dequant_row(wtype & ~WT_Q8_PACKED, w, K, ids[i], out + i * K);
+        return;
+    }
     int64_t rb = row_bytes(wtype, K);
     for (int64_t i = 0; i < n; i++) dequant_row(wtype, w + ids[i] * rb, out + i * K, K);
 }

@@ -147,6 +147,40 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
         }
 }
 
+/* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
+ * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
+void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
+    int64_t nb = K / 32, bb = q8_block_bytes(t);
+    int o = (int)(n % Q8_GROUP);
+    const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b), *qs = blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+        const float *head = (const float *)(blk - (b & 7) * bb - q8_super_bytes(t)); /* K-quants only */
+        float *y = out + b * 32;
+        for (int k = 0; k < 32; k++) {
+            int r = (k & 15) / 4, c = k & 3, q;
+            if (q8_nibbles(t) || t == WT_Q6_K) {
+                q = (qs[r * 64 + 4 * o + c] >> (k < 16 ? 0 : 4)) & 15;
+                if (t == WT_Q6_K) q |= ((qs[256 + (k >> 4) * 64 + 4 * o + c] >> (2 * r)) & 3) << 4;
+            } else {
+                q = qs[k / 4 * 64 + 4 * o + c];
+            }
+            q -= q8_offset(t) == 8 ? 0 : q8_offset(t); /* Q4_0 keeps its stored nibble: d * (q - 8) below */
+            if (t == WT_Q8_0) {
+                y[k] = (float)q * f32_at(blk + 4 * o);
+            } else if (t == WT_Q4_0) {
+                y[k] = f32_at(blk + 4 * o) * ((float)q - 8.0f);
+            } else if (t == WT_Q4_1) {
+                y[k] = f32_at(blk + 4 * o) * (float)q + f32_at(blk + 64 + 4 * o);
+            } else if (t == WT_Q6_K) {
+                y[k] = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)q;
+            } else { /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
+                y[k] = head[o] * (float)(int8_t)blk[o] * (float)q - head[16 + o] * (float)(int8_t)blk[16 + o];
+            }
+        }
+    }
+}
+
 /* A row's blocks quantised: q = round-to-nearest-even(x * (127 / amax)), d = amax / 127, and the
  * sums of q over each half of 16 (for offsets and mins). The same values on every target. */
 typedef struct {
