@@ -67,7 +67,7 @@ static inline float f32_at(const uint8_t *p) {
  * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
  * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:
  * about 15% of a 512-token prefill. One slot per call site, so that nested calls never share. */
-enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_Q6, SCRATCH_SLOTS };
+enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_SLOTS };
 static void *scratch(int slot, size_t bytes) {
     static _Thread_local void *buf[SCRATCH_SLOTS];
     static _Thread_local size_t cap[SCRATCH_SLOTS];

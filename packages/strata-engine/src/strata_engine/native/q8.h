@@ -23,6 +23,8 @@
  *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
  *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
  *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
+ *           Q5_K (5 bits): the low nibbles so, then 64 bytes of fifth bits: bit r of byte 4o+c is
+ *           w(o, 4r+c)'s, bit 4 + r is w(o, 16+4r+c)'s;
  *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
  * Unsigned weights times signed activations is what the instructions multiply (VNNI vpdpbusd,
  * AVX2 vpmaddubsw); an offset (Q4_0: 8, Q6_K: 32, Q8_0: 128) is taken back exactly as
@@ -30,13 +32,14 @@
  */
 
 #define Q8_GROUP 16
-/* Internal: Q6_K unpacked to one byte per weight, a group at a time, for calls of many rows (see
- * strata_q8_matmul); never stored. */
+/* Internal: Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of many
+ * rows (see strata_q8_matmul); never stored. */
+#define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
-#define Q6_UNPACK_ROWS 16 /* rows from which a call unpacks Q6_K groups once instead of per row tile */
+#define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_K/Q6_K groups once instead of per row tile */
 
 static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
-static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K; }
+static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES; }
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
 static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0; }
@@ -50,7 +53,7 @@ int strata_q8_supported(int wtype) {
 /* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
 static int64_t q8_block_bytes(int t) {
     int64_t scale = q8_kquant(t) ? 16 : 64;
-    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : 512);
+    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : t == WT_Q5_K ? 320 : 512);
 }
 
 /* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
@@ -109,6 +112,19 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         }
         return;
     }
+    if (t == WT_Q5_K) { /* 5 bits: the low nibbles as a 4-bit block's, then the fifth bits: bit r of byte
+                         * 4o+c is w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s */
+        for (int c = 0; c < 4; c++) {
+            int high = 0;
+            for (int r = 0; r < 4; r++) {
+                int lo = q[4 * r + c], hi = q[16 + 4 * r + c]; /* 0..31 */
+                qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                high |= (lo >> 4) << r | (hi >> 4) << (4 + r);
+            }
+            qs[256 + 4 * o + c] = (uint8_t)high;
+        }
+        return;
+    }
     for (int k = 0; k < 32; k++) qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)(q[k] + off); /* 0..255 */
 }
 
@@ -159,9 +175,10 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
         float *y = out + b * 32;
         for (int k = 0; k < 32; k++) {
             int r = (k & 15) / 4, c = k & 3, q;
-            if (q8_nibbles(t) || t == WT_Q6_K) {
+            if (q8_nibbles(t) || t == WT_Q6_K || t == WT_Q5_K) {
                 q = (qs[r * 64 + 4 * o + c] >> (k < 16 ? 0 : 4)) & 15;
                 if (t == WT_Q6_K) q |= ((qs[256 + (k >> 4) * 64 + 4 * o + c] >> (2 * r)) & 3) << 4;
+                if (t == WT_Q5_K) q |= ((qs[256 + 4 * o + c] >> (r + (k < 16 ? 0 : 4))) & 1) << 4;
             } else {
                 q = qs[k / 4 * 64 + 4 * o + c];
             }
@@ -233,10 +250,11 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4));
 }
 static inline vi vi_sub_n(vi a, int32_t n) { return _mm512_sub_epi32(a, _mm512_set1_epi32(n)); }
-/* Q6_K: nibbles | the 2 high bits (bits 2r, 2r+1 of each byte of hb) << 4 */
-static inline vq vq_q6(vq nib, vq hb, int r) {
-    __m512i h = r < 2 ? _mm512_slli_epi16(hb, 4 - 2 * r) : _mm512_srli_epi16(hb, 2 * r - 4);
-    return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8(0x30), 0xF8); /* nib | (h & 0x30) */
+/* nib | ((hb shifted left by `shift`, right where negative) & mask), per byte: the high bits of
+ * Q5_K/Q6_K put above their nibbles (the 16-bit shifts' carries between bytes fall outside mask) */
+static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
+    __m512i h = shift >= 0 ? _mm512_slli_epi16(hb, shift) : _mm512_srli_epi16(hb, -shift);
+    return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8((char)mask), 0xF8); /* nib | (h & mask) */
 }
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
@@ -293,11 +311,13 @@ static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
     __m256i xv = _mm256_set1_epi32(x4);
     return (vi){dot4_8(acc.lo, w.lo, xv, 1), dot4_8(acc.hi, w.hi, xv, 1)};
 }
-static inline __m256i q6_8(__m256i nib, __m256i hb, int r) {
-    __m256i h = r < 2 ? _mm256_slli_epi16(hb, 4 - 2 * r) : _mm256_srli_epi16(hb, 2 * r - 4);
-    return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+static inline __m256i bits_8(__m256i nib, __m256i hb, int shift, int mask) {
+    __m256i h = shift >= 0 ? _mm256_slli_epi16(hb, shift) : _mm256_srli_epi16(hb, -shift);
+    return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8((char)mask)));
 }
-static inline vq vq_q6(vq nib, vq hb, int r) { return (vq){q6_8(nib.lo, hb.lo, r), q6_8(nib.hi, hb.hi, r)}; }
+static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
+    return (vq){bits_8(nib.lo, hb.lo, shift, mask), bits_8(nib.hi, hb.hi, shift, mask)};
+}
 static inline vi vi_sub_n(vi a, int32_t n) {
     __m256i v = _mm256_set1_epi32(n);
     return (vi){_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
@@ -339,8 +359,8 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
         for (int c = 0; c < 4; c++) acc.l[o] += (int32_t)w.b[4 * o + c] * (int32_t)x[c];
     return acc;
 }
-static inline vq vq_q6(vq nib, vq hb, int r) {
-    for (int i = 0; i < 64; i++) nib.b[i] |= (uint8_t)(((hb.b[i] >> (2 * r)) & 3) << 4);
+static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
+    for (int i = 0; i < 64; i++) nib.b[i] |= (uint8_t)((shift >= 0 ? hb.b[i] << shift : hb.b[i] >> -shift) & mask);
     return nib;
 }
 static inline vi vi_sub_n(vi a, int32_t n) { for (int o = 0; o < 16; o++) a.l[o] -= n; return a; }
@@ -385,9 +405,11 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
         for (int h = 0; h < halves; h++) {
             vi s[Q8_MR], s2[Q8_MR]; /* two independent chains per row (integers: any order is exact) */
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), s2[i] = vi_zero();
-            if (q8_nibbles(t)) { /* rows r: quads r (low nibbles) and r + 4 (high) */
+            if (q8_nibbles(t) || t == WT_Q5_K) { /* rows r: quads r (low nibbles) and r + 4 (high) */
+                vq hb = t == WT_Q5_K ? vq_load(qs + 256) : vq_load(qs); /* Q5_K: the fifth bits */
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
+                    if (t == WT_Q5_K) lo = vq_bits(lo, hb, 4 - r, 0x10), hi = vq_bits(hi, hb, -r, 0x10);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
                         s[i] = vi_dot4(s[i], lo, x + 4 * r);
@@ -397,7 +419,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
             } else if (t == WT_Q6_K) { /* half h, quads r: nibbles (low: h = 0) and high bits */
                 vq hb = vq_load(qs + 256 + h * 64);
                 for (int r = 0; r < 4; r++) {
-                    vq v = vq_load(qs + r * 64), w = vq_q6(h ? vq_hi(v) : vq_lo(v), hb, r);
+                    vq v = vq_load(qs + r * 64), w = vq_bits(h ? vq_hi(v) : vq_lo(v), hb, 4 - 2 * r, 0x30);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 16 * h + 4 * r;
                         if (r & 1)
@@ -437,19 +459,45 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
     }
 }
 
-/* One group of a Q6_K weight unpacked to one byte per weight (WT_Q6_K_BYTES): the same scales,
- * and byte 4o+c of row r = w(o, 4r+c) + 32. Many rows then share the unpacking. */
-static void q6_unpack_group(const uint8_t *grp, int64_t nb, uint8_t *dst) {
+/* One row tile of one group (see q8_group_rows), with a constant row count: the compiler keeps the
+ * tile in registers. */
+static inline __attribute__((always_inline)) void q8_tile(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr,
+                                                          int64_t K, int64_t m0, int rows, vf *acc) {
+    switch (rows) {
+#define Q8_ROWS(R) case R: q8_group_rows(t, grp, nb, xr, K, m0, R, acc); break;
+        Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3)
+#if Q8_MR >= 4
+        Q8_ROWS(4)
+#endif
+#if Q8_MR >= 8
+        Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
+#endif
+#undef Q8_ROWS
+    }
+}
+
+/* One group of a Q5_K or Q6_K weight unpacked to one byte per weight (WT_Q5_K_BYTES, WT_Q6_K_BYTES):
+ * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
+ * the unpacking. */
+static void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    int bytes = t == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES, head = (int)q8_super_bytes(t);
+    int scales = 16 * (q8_halves(t) + q8_has_min(t));
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *src = grp + q8_block_at(WT_Q6_K, b);
-        uint8_t *out = dst + q8_block_at(WT_Q6_K_BYTES, b);
-        if ((b & 7) == 0) memcpy(out - q8_super_bytes(WT_Q6_K), src - q8_super_bytes(WT_Q6_K), 64); /* d */
-        memcpy(out, src, 32);                                                                     /* scales */
-        vq h0 = vq_load(src + 32 + 256), h1 = vq_load(src + 32 + 320);
+        const uint8_t *src = grp + q8_block_at(t, b);
+        uint8_t *out = dst + q8_block_at(bytes, b);
+        if ((b & 7) == 0) memcpy(out - head, src - head, (size_t)head); /* the super-block's d (and dmin) */
+        memcpy(out, src, (size_t)scales);
+        const uint8_t *qs = src + scales;
+        uint8_t *oq = out + scales;
         for (int r = 0; r < 4; r++) {
-            vq v = vq_load(src + 32 + 64 * r);
-            vq_store(out + 32 + 64 * r, vq_q6(vq_lo(v), h0, r));
-            vq_store(out + 32 + 64 * (r + 4), vq_q6(vq_hi(v), h1, r));
+            vq v = vq_load(qs + 64 * r);
+            if (t == WT_Q6_K) {
+                vq_store(oq + 64 * r, vq_bits(vq_lo(v), vq_load(qs + 256), 4 - 2 * r, 0x30));
+                vq_store(oq + 64 * (r + 4), vq_bits(vq_hi(v), vq_load(qs + 320), 4 - 2 * r, 0x30));
+            } else {
+                vq_store(oq + 64 * r, vq_bits(vq_lo(v), vq_load(qs + 256), 4 - r, 0x10));
+                vq_store(oq + 64 * (r + 4), vq_bits(vq_hi(v), vq_load(qs + 256), -r, 0x10));
+            }
         }
     }
 }
@@ -458,7 +506,8 @@ static void q6_unpack_group(const uint8_t *grp, int64_t nb, uint8_t *dst) {
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
-    int unpack = wtype == WT_Q6_K && M >= Q6_UNPACK_ROWS, t = unpack ? WT_Q6_K_BYTES : wtype;
+    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M >= UNPACK_ROWS;
+    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (kernels.c): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
     xr.sums = (int32_t *)block;
@@ -471,23 +520,19 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
         const uint8_t *grp = packed + g * gbytes;
         if (unpack) { /* into this thread's scratch, kept between calls */
-            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_Q6, (size_t)q8_group_bytes(t, nb));
-            q6_unpack_group(grp, nb, bytes);
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+            unpack_group(wtype, grp, nb, bytes);
             grp = bytes;
         }
         for (int64_t m0 = 0; m0 < M; m0 += Q8_MR) {
             int rows = M - m0 < Q8_MR ? (int)(M - m0) : Q8_MR;
             vf acc[Q8_MR];
-            switch (rows) { /* a constant row count: the compiler keeps the tile in registers */
-#define Q8_ROWS(R) case R: q8_group_rows(t, grp, nb, &xr, K, m0, R, acc); break;
-                Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3)
-#if Q8_MR >= 4
-                Q8_ROWS(4)
-#endif
-#if Q8_MR >= 8
-                Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
-#endif
-#undef Q8_ROWS
+            switch (t) { /* a constant type: no per-block tests of it in the inner loops */
+            case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
+            default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K, Q6_K and their bytes */
             }
             for (int i = 0; i < rows; i++) { /* a whole group stored as one vector (a copy loop became a libc call) */
                 float *yr = y + (m0 + i) * N + g * Q8_GROUP;
