@@ -271,7 +271,7 @@ class NativeOps:
         k, v, slots = f32(k), f32(v), ints(slots, np.int64)
         self.lib.strata_kv_write(
             address(k), address(v), k.shape[0], k[0].size, address(slots),
-            address(k_cache), address(v_cache),
+            address(k_cache), address(v_cache), self.threads,
         )  # fmt: skip
 
     def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:

@@ -53,7 +53,7 @@ SIGNATURES = {
     "strata_silu_mul": [_P, _P, _I64, _P, _I],
     "strata_attention": [_P, _I64, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _F, _F, _I, _P, _I],
     "strata_rope": [_P, _I64, _I, _I, _I, _P, _P, _P, _I],
-    "strata_kv_write": [_P, _P, _I64, _I64, _P, _P, _P],
+    "strata_kv_write": [_P, _P, _I64, _I64, _P, _P, _P, _I],
     "strata_log_softmax": [_P, _I64, _I64, _P, _I],
     "strata_exp": [_P, _I64, _P],
     "strata_gelu_mul": [_P, _P, _I64, _P, _I],

@@ -594,7 +594,8 @@ void strata_rope(float *x, int64_t T, int H, int D, int rot, const int32_t *pos,
 
 /* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them). */
 void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
-                     float *kc, float *vc) {
+                     float *kc, float *vc, int nthreads) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (T * row_floats >= SMALL_WORK)
     for (int64_t t = 0; t < T; t++) {
         memcpy(kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
         memcpy(vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
@@ -731,7 +732,7 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     }
     strata_rope(q, T, nh, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
     strata_rope(k, T, nkv, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
-    strata_kv_write(k, v, T, kv_dim, slots, kc, vc);
+    strata_kv_write(k, v, T, kv_dim, slots, kc, vc, nthreads);
     strata_attention(q, T, nh, nkv, d, kc, vc, block_size, tables, max_blocks, t_seq, pos, L->scale, L->softcap,
                      L->window, a, nthreads);
     strata_matmul(a, T, q_dim, L->wo, L->to, H, NULL, h, nthreads);
