@@ -98,6 +98,15 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
+    if (t == WT_Q8_0) { /* q + 128 is the stored byte with its top bit flipped */
+        for (int r = 0; r < 8; r++) {
+            uint32_t word;
+            memcpy(&word, row + b * 36 + 4 + 4 * r, 4);
+            word ^= 0x80808080u;
+            memcpy(qs + r * 64 + 4 * o, &word, 4);
+        }
+        return;
+    }
     int q[32], off = q8_offset(t);
     q8_block_quants(t, row, b, q);
     if (t == WT_Q6_K) { /* 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits of each half */
