@@ -5,8 +5,9 @@ initialised GGUF of that kind: Qwen3-1.7B's shape (arch qwen3, 28 layers, hidden
 8 KV heads, head_dim 128, FFN 6144, q/k norms, RoPE theta 1e6, output tied to the token
 embedding), weights mixed as llama.cpp's Q4_K_M mixes them (Q4_K; attn_v and ffn_down Q6_K in
 the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32), and the
-SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). The file is cached under
-STRATA_HOME/bench (or --out) and never committed.
+SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). `--mix q5_k_m` writes the
+Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K). The file is cached under STRATA_HOME/bench
+(or --out) and never committed.
 
 It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
 llama.cpp's on a few prompt positions, and measures both on the same file, each side in its own
@@ -14,7 +15,8 @@ subprocess (bench_engine's measurement): load time, prefill tokens/s (last-posit
 decode tokens/s at batch 1, peak RSS, and the ratios. Table to stdout, JSON to
 bench/results/kquants.json.
 
-    python bench/bench_kquants.py [--quick] [--threads 2] [--rounds 2] [--out PATH]
+    python bench/bench_kquants.py [--mix q4_k_m|q5_k_m] [--quick] [--threads 2] [--rounds 2] [--out PATH]
+                                  [--json bench/results/kquants.json]
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ CHECK_POSITIONS = 32  # prompt positions whose top-1 the two engines are compare
 # is within 5e-6 of a float64 reference where llama.cpp is off by up to 0.16. A top-1 that leads
 # by less than this is a near-tie llama.cpp may flip; the others must agree.
 CLEAR_MARGIN = 0.25
-FTYPE_Q4_K_M = 15  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+FTYPES = {"q4_k_m": 15, "q5_k_m": 17}  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q5_K_M
+BASE_TYPE = {"q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K}  # what most weights are
 SPREAD_OF = ("token_embd.weight", "blk.0.attn_v.weight", "blk.3.attn_v.weight", "blk.0.ffn_up.weight")
 
 
@@ -56,6 +59,18 @@ def _fp16_bytes(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float16).view(np.uint8).reshape(-1, 2)
 
 
+def _scale_bytes(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Q4_K/Q5_K's 8 six-bit scales and mins in 12 bytes, as llama.cpp's get_scale_min_k4 unpacks them."""
+    return np.concatenate(
+        [
+            (sc[:, :4] & 0x3F) | ((sc[:, 4:] >> 4) << 6),
+            (m[:, :4] & 0x3F) | ((m[:, 4:] >> 4) << 6),
+            (sc[:, 4:] & 0x0F) | ((m[:, 4:] & 0x0F) << 4),
+        ],
+        axis=1,
+    )
+
+
 def random_q4_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
     """Q4_K super-blocks (144 bytes): w = d * sc * q - dmin * m with random nibbles q; dmin = 8 d
     (exact in fp16) and m = round(7.5 sc / 8), so each sub-block is centred near zero."""
@@ -65,11 +80,22 @@ def random_q4_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarr
     d = std / (40 * 4.6) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40, std(q) ~ 4.6
     blocks[:, 0:2] = _fp16_bytes(d)
     blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * 8)
-    # the 12 scale bytes, packed as llama.cpp's get_scale_min_k4 unpacks them
-    blocks[:, 4:8] = (sc[:, :4] & 0x3F) | ((sc[:, 4:] >> 4) << 6)
-    blocks[:, 8:12] = (m[:, :4] & 0x3F) | ((m[:, 4:] >> 4) << 6)
-    blocks[:, 12:16] = (sc[:, 4:] & 0x0F) | ((m[:, 4:] & 0x0F) << 4)
+    blocks[:, 4:16] = _scale_bytes(sc, m)
     blocks[:, 16:] = rng.integers(0, 256, size=(n_blocks, 128), dtype=np.uint8)
+    return blocks
+
+
+def random_q5_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Q5_K super-blocks (176 bytes): as Q4_K with 5-bit q (a nibble and a fifth bit in qh);
+    dmin = 16 d and m = round(15.5 sc / 16), so each sub-block is centred near zero."""
+    blocks = np.empty((n_blocks, 176), dtype=np.uint8)
+    sc = rng.integers(16, 64, size=(n_blocks, 8), dtype=np.uint8)
+    m = np.rint(sc * (15.5 / 16)).astype(np.uint8)
+    d = std / (40 * 9.2) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40, std(q) ~ 9.2
+    blocks[:, 0:2] = _fp16_bytes(d)
+    blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * 16)
+    blocks[:, 4:16] = _scale_bytes(sc, m)
+    blocks[:, 16:176] = rng.integers(0, 256, size=(n_blocks, 160), dtype=np.uint8)  # qh, qs
     return blocks
 
 
@@ -85,7 +111,7 @@ def random_q6_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarr
     return blocks
 
 
-RANDOM_BLOCKS = {QT.Q4_K: random_q4_k, QT.Q6_K: random_q6_k}
+RANDOM_BLOCKS = {QT.Q4_K: random_q4_k, QT.Q5_K: random_q5_k, QT.Q6_K: random_q6_k}
 
 
 def random_weight(qtype: QT, rows: int, cols: int, std: float, rng: np.random.Generator) -> np.ndarray:
@@ -93,15 +119,16 @@ def random_weight(qtype: QT, rows: int, cols: int, std: float, rng: np.random.Ge
     return RANDOM_BLOCKS[qtype](rows * cols // block, std, rng).reshape(rows, cols // block * size)
 
 
-def mixture(layers: int) -> dict[str, QT]:
-    """Each 2-D weight's type, as llama.cpp's Q4_K_M would choose it for this shape."""
+def mixture(layers: int, mix: str = "q4_k_m") -> dict[str, QT]:
+    """Each 2-D weight's type, as llama.cpp's Q4_K_M (or Q5_K_M) would choose it for this shape."""
+    base = BASE_TYPE[mix]
     types = {"token_embd.weight": QT.Q6_K}  # tied: quantised as the output, Q6_K
     for i in range(layers):
         more = use_more_bits(i, layers)
         for name in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
-            types[f"blk.{i}.{name}.weight"] = QT.Q4_K
+            types[f"blk.{i}.{name}.weight"] = base
         for name in ("attn_v", "ffn_down"):
-            types[f"blk.{i}.{name}.weight"] = QT.Q6_K if more else QT.Q4_K
+            types[f"blk.{i}.{name}.weight"] = QT.Q6_K if more else base
     return types
 
 
@@ -115,16 +142,16 @@ def copy_tokenizer(writer: GGUFWriter, source: Path) -> int:
     return len(reader.fields["tokenizer.ggml.tokens"].data)
 
 
-def write_model(path: Path, layers: int, seed: int = 0) -> None:
-    """Write the random Qwen3-shaped Q4_K_M-style GGUF to `path` (atomically)."""
+def write_model(path: Path, layers: int, seed: int = 0, mix: str = "q4_k_m") -> None:
+    """Write the random Qwen3-shaped Q4_K_M-style (or Q5_K_M-style) GGUF to `path` (atomically)."""
     from strata_engine.model_store import resolve_model
 
     s = {**SHAPE, "layers": layers}
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".tmp")
     w = GGUFWriter(str(tmp), "qwen3")
-    w.add_name(f"random Qwen3-1.7B-shaped Q4_K_M-style ({layers} layers, SmolLM2 vocabulary)")
-    w.add_file_type(FTYPE_Q4_K_M)
+    w.add_name(f"random Qwen3-1.7B-shaped {mix.upper()}-style ({layers} layers, SmolLM2 vocabulary)")
+    w.add_file_type(FTYPES[mix])
     w.add_block_count(layers)
     w.add_context_length(CTX)
     w.add_embedding_length(s["hidden"])
@@ -141,7 +168,7 @@ def write_model(path: Path, layers: int, seed: int = 0) -> None:
     def norm(name: str, n: int) -> None:
         w.add_tensor(name, (1.0 + rng.normal(0.0, 0.05, size=n)).astype(np.float32))
 
-    types = mixture(layers)
+    types = mixture(layers, mix)
     q_out, kv_out = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
     shapes = {"attn_q": (q_out, s["hidden"]), "attn_k": (kv_out, s["hidden"]), "attn_v": (kv_out, s["hidden"]),
               "attn_output": (s["hidden"], q_out), "ffn_gate": (s["ffn"], s["hidden"]),
@@ -169,12 +196,12 @@ def write_model(path: Path, layers: int, seed: int = 0) -> None:
     tmp.replace(path)
 
 
-def model_path(out: str | None, layers: int) -> Path:
+def model_path(out: str | None, layers: int, mix: str = "q4_k_m") -> Path:
     from strata_engine.paths import strata_home
 
     if out:
         return Path(out)
-    return strata_home() / "bench" / f"qwen3-1.7b-shape-{layers}l-q4_k_m-random.gguf"
+    return strata_home() / "bench" / f"qwen3-1.7b-shape-{layers}l-{mix}-random.gguf"
 
 
 def describe(path: Path) -> dict:
@@ -271,7 +298,7 @@ def sanity(path: Path, threads: int) -> dict:
     same = [a == b for a, b in zip(ours["top1"], theirs["top1"], strict=True)]
     clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
     diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
-    packed = set(ours["weights"]) <= {"Q4_K packed", "Q6_K packed"}
+    packed = set(ours["weights"]) <= {f"{t} packed" for t in ("Q4_K", "Q5_K", "Q6_K")}
     agree_clear = sum(same[i] for i in clear)
     return {
         "positions": len(same),
@@ -290,6 +317,7 @@ def main() -> None:
     ap.add_argument("--out", help="where the GGUF is (written there if missing)")
     ap.add_argument("--layers", type=int, default=SHAPE["layers"], help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--mix", choices=sorted(FTYPES), default="q4_k_m", help="the file's type mixture")
     ap.add_argument("--repeat", type=int, default=2, help="measurements per side and round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds in which the sides take turns")
     ap.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
@@ -305,12 +333,12 @@ def main() -> None:
         return
     if args.quick:
         args.prompt, args.decode, args.rounds, args.repeat = 256, 64, 1, 1
-    path = model_path(args.out, args.layers)
+    path = model_path(args.out, args.layers, args.mix)
     print(host_line())
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        write_model(path, args.layers)
+        write_model(path, args.layers, mix=args.mix)
         print(f"wrote {path} in {time.perf_counter() - t0:.0f}s")
     model = describe(path)
     print(
