@@ -71,23 +71,6 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
     return (N + Q8_GROUP - 1) / Q8_GROUP * q8_group_bytes(wtype, K / 32);
 }
 
-/* The 32 integer quants q of block b of a byte type's source row (Q8_0, Q5_K, Q6_K; before the
- * offset): each weight's value is its block's (or half's) scale times q, plus the block's min
- * where the type has one. */
-static void q8_block_quants(int t, const uint8_t *row, int64_t b, int q[32]) {
-    if (t == WT_Q8_0) {
-        for (int i = 0; i < 32; i++) q[i] = (int8_t)row[b * 36 + 4 + i];
-    } else if (t == WT_Q6_K) {
-        const int8_t *qs = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
-        for (int i = 0; i < 32; i++) q[i] = qs[i];
-    } else { /* Q5_K: a nibble plus 16 times the fifth bit */
-        const uint8_t *blk = row + (b >> 3) * 184, *qs = blk + 24 + (b & 7) * 16, *h = blk + 152 + (b & 7) * 4;
-        uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        for (int i = 0; i < 16; i++) q[i] = qs[i] & 15, q[i + 16] = qs[i] >> 4;
-        for (int i = 0; i < 32; i++) q[i] += 16 * (int)((bits >> i) & 1u);
-    }
-}
-
 /* The quant bytes of one output o of a packed block (see the top): 4-bit types 4 rows of 4 bytes,
  * the others 8. A 4-bit block's byte k already holds w(k) | w(16 + k) << 4 in the kernels'
  * layout (Q4_0's offset 8 is its own stored nibble), so those bytes are copied as they are. */
@@ -107,34 +90,29 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         }
         return;
     }
-    int q[32], off = q8_offset(t);
-    q8_block_quants(t, row, b, q);
-    if (t == WT_Q6_K) { /* 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits of each half */
-        for (int c = 0; c < 4; c++) {
-            int high[2] = {0, 0};
-            for (int r = 0; r < 4; r++) {
-                int lo = q[4 * r + c] + off, hi = q[16 + 4 * r + c] + off; /* 0..63 */
-                qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
-                high[0] |= (lo >> 4) << (2 * r), high[1] |= (hi >> 4) << (2 * r);
-            }
-            qs[256 + 4 * o + c] = (uint8_t)high[0], qs[320 + 4 * o + c] = (uint8_t)high[1];
-        }
-        return;
-    }
-    if (t == WT_Q5_K) { /* 5 bits: the low nibbles as a 4-bit block's, then the fifth bits: bit r of byte
-                         * 4o+c is w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s */
+    if (t == WT_Q5_K) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
+                         * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i) */
+        const uint8_t *blk = row + (b >> 3) * 184, *h = blk + 152 + (b & 7) * 4;
+        uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, blk + 24 + (b & 7) * 16 + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
             int high = 0;
-            for (int r = 0; r < 4; r++) {
-                int lo = q[4 * r + c], hi = q[16 + 4 * r + c]; /* 0..31 */
-                qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
-                high |= (lo >> 4) << r | (hi >> 4) << (4 + r);
-            }
+            for (int r = 0; r < 4; r++) high |= (int)((bits >> (4 * r + c)) & 1u) << r | (int)((bits >> (16 + 4 * r + c)) & 1u) << (4 + r);
             qs[256 + 4 * o + c] = (uint8_t)high;
         }
         return;
     }
-    for (int k = 0; k < 32; k++) qs[k / 4 * 64 + 4 * o + (k & 3)] = (uint8_t)(q[k] + off); /* 0..255 */
+    /* Q6_K: its int8 quant q plus 32 in 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits */
+    const int8_t *q = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
+    for (int c = 0; c < 4; c++) {
+        int high[2] = {0, 0};
+        for (int r = 0; r < 4; r++) {
+            int lo = q[4 * r + c] + 32, hi = q[16 + 4 * r + c] + 32; /* 0..63 */
+            qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            high[0] |= (lo >> 4) << (2 * r), high[1] |= (hi >> 4) << (2 * r);
+        }
+        qs[256 + 4 * o + c] = (uint8_t)high[0], qs[320 + 4 * o + c] = (uint8_t)high[1];
+    }
 }
 
 /* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
