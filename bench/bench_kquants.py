@@ -71,32 +71,30 @@ def _scale_bytes(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
     )
 
 
-def random_q4_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
-    """Q4_K super-blocks (144 bytes): w = d * sc * q - dmin * m with random nibbles q; dmin = 8 d
-    (exact in fp16) and m = round(7.5 sc / 8), so each sub-block is centred near zero."""
-    blocks = np.empty((n_blocks, 144), dtype=np.uint8)
+def _random_with_mins(n_blocks: int, std: float, rng: np.random.Generator, bits: int) -> np.ndarray:
+    """Q4_K (bits 4, 144 bytes) or Q5_K (bits 5, 176 bytes) super-blocks: w = d * sc * q - dmin * m
+    with random q of `bits` bits; dmin = 2^(bits-1) d (exact in fp16) and m = round(mean(q) sc /
+    2^(bits-1)), so each sub-block is centred near zero. Q5_K's fifth bits (qh) come before its
+    nibbles, both random."""
+    blocks = np.empty((n_blocks, 16 + 32 * bits), dtype=np.uint8)
     sc = rng.integers(16, 64, size=(n_blocks, 8), dtype=np.uint8)
-    m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
-    d = std / (40 * 4.6) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40, std(q) ~ 4.6
+    half = 2 ** (bits - 1)
+    m = np.rint(sc * ((2 * half - 1) / 2 / half)).astype(np.uint8)
+    std_q = {4: 4.6, 5: 9.2}[bits]  # of uniform q over 0 .. 2^bits - 1
+    d = std / (40 * std_q) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40
     blocks[:, 0:2] = _fp16_bytes(d)
-    blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * 8)
+    blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * half)
     blocks[:, 4:16] = _scale_bytes(sc, m)
-    blocks[:, 16:] = rng.integers(0, 256, size=(n_blocks, 128), dtype=np.uint8)
+    blocks[:, 16:] = rng.integers(0, 256, size=(n_blocks, 32 * bits), dtype=np.uint8)
     return blocks
+
+
+def random_q4_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    return _random_with_mins(n_blocks, std, rng, 4)
 
 
 def random_q5_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
-    """Q5_K super-blocks (176 bytes): as Q4_K with 5-bit q (a nibble and a fifth bit in qh);
-    dmin = 16 d and m = round(15.5 sc / 16), so each sub-block is centred near zero."""
-    blocks = np.empty((n_blocks, 176), dtype=np.uint8)
-    sc = rng.integers(16, 64, size=(n_blocks, 8), dtype=np.uint8)
-    m = np.rint(sc * (15.5 / 16)).astype(np.uint8)
-    d = std / (40 * 9.2) * rng.uniform(0.75, 1.25, size=n_blocks)  # E[sc] ~ 40, std(q) ~ 9.2
-    blocks[:, 0:2] = _fp16_bytes(d)
-    blocks[:, 2:4] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * 16)
-    blocks[:, 4:16] = _scale_bytes(sc, m)
-    blocks[:, 16:176] = rng.integers(0, 256, size=(n_blocks, 160), dtype=np.uint8)  # qh, qs
-    return blocks
+    return _random_with_mins(n_blocks, std, rng, 5)
 
 
 def random_q6_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
