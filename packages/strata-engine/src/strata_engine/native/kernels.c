@@ -218,14 +218,16 @@ static void dequant_row(int wtype, const uint8_t *src, float *dst, int64_t K) {
  * and used by every row (inlined with constant `rows` and `wr`, so that the accumulators stay in
  * registers). Each output is its own chain of FMAs in block order, exactly dot_1's sequence; the
  * wr weight rows give the core wr independent chains to overlap, where one output alone waits
- * on its FMA latency (one row: decode). */
+ * on its FMA latency (one row: decode). wr rows read side by side are wr short streams, which the
+ * hardware prefetcher misses, so the next wr rows are prefetched while these run (a prefetch
+ * past the weight's end is harmless: it never faults). */
 static inline __attribute__((always_inline)) void fused_rows(const float *x, int64_t K, const uint8_t *row,
                                                              int64_t rb, int wr, int wtype, int64_t nb, int rows,
                                                              float *y, int64_t ldy) {
     vf acc[FUSED_ROWS][FUSED_WR];
     for (int i = 0; i < rows; i++)
         for (int r = 0; r < wr; r++) acc[i][r] = vf_zero();
-    const uint8_t *next = row + wr * rb; /* the next weight rows, fetched ahead (see above) */
+    const uint8_t *next = row + wr * rb; /* the next weight rows, prefetched (see above) */
     int64_t ahead = wr * rb / nb + 64;
     for (int64_t b = 0; b < nb; b++) {
         if (wr > 1)
