@@ -22,9 +22,11 @@ from tiny_models import (
     write_tiny_model,
 )
 
+from strata_engine import kquants
 from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
+from strata_engine.native import NativeUnavailable
 from strata_engine.ops import NativeOps
 from strata_engine.torch_ops import TorchOps
 from strata_engine.weights import Weight, dequantize
@@ -129,6 +131,22 @@ def test_other_gguf_py_types_load_as_fallback(qtype: QT, tmp_path: Path) -> None
     path = write_tensor_file(tmp_path / "t.gguf", {"w": (stored, qtype)})
     info = GGUFFile(path).tensors["w"]
     weight = Weight.from_info(info)
+    assert weight.kernel_type == 0
+    np.testing.assert_array_equal(bits(weight.dense()), bits(gguf_py_values(path)["w"]))
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K], ids=lambda t: t.name)
+def test_k_quants_without_kernels_load_as_gguf_py_fp32(qtype: QT, tmp_path: Path, monkeypatch) -> None:
+    """Where the kernels cannot be built (no C compiler), a K-quant tensor is kept as gguf-py's
+    fp32 values, as any type the kernels do not read, rather than failing the load."""
+
+    def no_kernels(*_: object) -> None:
+        raise NativeUnavailable("no C compiler found")
+
+    monkeypatch.setattr(kquants, "load", no_kernels)
+    rng = np.random.default_rng(int(qtype))
+    path = write_tensor_file(tmp_path / "t.gguf", {"w": (random_blocks(qtype, (16, 512), rng), qtype)})
+    weight = Weight.from_info(GGUFFile(path).tensors["w"])
     assert weight.kernel_type == 0
     np.testing.assert_array_equal(bits(weight.dense()), bits(gguf_py_values(path)["w"]))
 

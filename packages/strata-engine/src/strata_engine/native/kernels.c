@@ -53,8 +53,8 @@ enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K 
 #define WT_Q8_PACKED 256
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads);
-
 void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out);
+
 const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
 static inline float f32_at(const uint8_t *p) {

@@ -150,41 +150,6 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
         }
 }
 
-/* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
- * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
-void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
-    int64_t nb = K / 32, bb = q8_block_bytes(t);
-    int o = (int)(n % Q8_GROUP);
-    const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(t, b), *qs = blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
-        const float *head = (const float *)(blk - (b & 7) * bb - q8_super_bytes(t)); /* K-quants only */
-        float *y = out + b * 32;
-        for (int k = 0; k < 32; k++) {
-            int r = (k & 15) / 4, c = k & 3, q;
-            if (q8_nibbles(t) || t == WT_Q6_K || t == WT_Q5_K) {
-                q = (qs[r * 64 + 4 * o + c] >> (k < 16 ? 0 : 4)) & 15;
-                if (t == WT_Q6_K) q |= ((qs[256 + (k >> 4) * 64 + 4 * o + c] >> (2 * r)) & 3) << 4;
-                if (t == WT_Q5_K) q |= ((qs[256 + 4 * o + c] >> (r + (k < 16 ? 0 : 4))) & 1) << 4;
-            } else {
-                q = qs[k / 4 * 64 + 4 * o + c];
-            }
-            q -= q8_offset(t) == 8 ? 0 : q8_offset(t); /* Q4_0 keeps its stored nibble: d * (q - 8) below */
-            if (t == WT_Q8_0) {
-                y[k] = (float)q * f32_at(blk + 4 * o);
-            } else if (t == WT_Q4_0) {
-                y[k] = f32_at(blk + 4 * o) * ((float)q - 8.0f);
-            } else if (t == WT_Q4_1) {
-                y[k] = f32_at(blk + 4 * o) * (float)q + f32_at(blk + 64 + 4 * o);
-            } else if (t == WT_Q6_K) {
-                y[k] = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)q;
-            } else { /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
-                y[k] = head[o] * (float)(int8_t)blk[o] * (float)q - head[16 + o] * (float)(int8_t)blk[16 + o];
-            }
-        }
-    }
-}
-
 /* A row's blocks quantised: q = round-to-nearest-even(x * (127 / amax)), d = amax / 127, and the
  * sums of q over each half of 16 (for offsets and mins). The same values on every target. */
 typedef struct {
@@ -373,6 +338,53 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 #define vi_dot4_signed vi_dot4
 #endif
 
+/* Q5_K/Q6_K: quad row R's high bits (from its plane) put above its nibbles (see the top) */
+static inline vq q8_high(int t, vq nib, vq plane, int R) {
+    int r = R & 3;
+    return t == WT_Q6_K ? vq_bits(nib, plane, 4 - 2 * r, 0x30) : vq_bits(nib, plane, 4 - r - 4 * (R >> 2), 0x10);
+}
+
+/* Quad row R of a packed block: elements 4R .. 4R+3 of the group's 16 outputs, as the unsigned
+ * bytes the dot step multiplies (see the top). The one place that knows where each type keeps
+ * them: 4-bit types in the low (R < 4) or high nibbles, Q5_K and Q6_K in nibbles plus a plane of
+ * high bits, the byte types (and the unpacked Q5_K/Q6_K) a byte a weight. */
+static inline vq q8_row(int t, const uint8_t *qs, int R) {
+    if (!q8_nibbles(t) && t != WT_Q5_K && t != WT_Q6_K) return vq_load(qs + 64 * R);
+    vq v = vq_load(qs + 64 * (R & 3)), nib = R >> 2 ? vq_hi(v) : vq_lo(v);
+    if (q8_nibbles(t)) return nib;
+    return q8_high(t, nib, vq_load(qs + 256 + (t == WT_Q6_K ? 64 * (R >> 2) : 0)), R);
+}
+
+/* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
+ * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
+void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
+    int64_t nb = K / 32, bb = q8_block_bytes(t);
+    int o = (int)(n % Q8_GROUP);
+    const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b), *qs = blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+        const float *head = (const float *)(blk - (b & 7) * bb - q8_super_bytes(t)); /* K-quants only */
+        for (int R = 0; R < 8; R++) {
+            uint8_t bytes[64];
+            vq_store(bytes, q8_row(t, qs, R));
+            for (int c = 0; c < 4; c++) {
+                int k = 4 * R + c, v = bytes[4 * o + c]; /* w(o, k) plus the type's offset */
+                float *y = out + b * 32 + k;
+                if (t == WT_Q8_0)
+                    *y = (float)(v - 128) * f32_at(blk + 4 * o);
+                else if (t == WT_Q4_0)
+                    *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
+                else if (t == WT_Q4_1)
+                    *y = f32_at(blk + 4 * o) * (float)v + f32_at(blk + 64 + 4 * o);
+                else if (t == WT_Q6_K)
+                    *y = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)(v - 32);
+                else /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
+                    *y = head[o] * (float)(int8_t)blk[o] * (float)v - head[16 + o] * (float)(int8_t)blk[16 + o];
+            }
+        }
+    }
+}
+
 /* Rows m0 .. m0+rows of one group of 16 outputs: the per-output sequence at the top, Q8_MR rows
  * sharing each unpacked block of weights. */
 static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
@@ -392,33 +404,21 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
         for (int h = 0; h < halves; h++) {
             vi s[Q8_MR], s2[Q8_MR]; /* two independent chains per row (integers: any order is exact) */
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), s2[i] = vi_zero();
-            if (q8_nibbles(t) || t == WT_Q5_K) { /* rows r: quads r (low nibbles) and r + 4 (high) */
-                vq hb = t == WT_Q5_K ? vq_load(qs + 256) : vq_load(qs); /* Q5_K: the fifth bits */
+            if (q8_nibbles(t) || t == WT_Q5_K) { /* quads r and r + 4: one load's low and high nibbles */
+                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0)); /* Q5_K's fifth bits, once a block (unused else) */
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
-                    if (t == WT_Q5_K) lo = vq_bits(lo, hb, 4 - r, 0x10), hi = vq_bits(hi, hb, -r, 0x10);
+                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
                         s[i] = vi_dot4(s[i], lo, x + 4 * r);
                         s2[i] = vi_dot4(s2[i], hi, x + 16 + 4 * r);
                     }
                 }
-            } else if (t == WT_Q6_K) { /* half h, quads r: nibbles (low: h = 0) and high bits */
-                vq hb = vq_load(qs + 256 + h * 64);
-                for (int r = 0; r < 4; r++) {
-                    vq v = vq_load(qs + r * 64), w = vq_bits(h ? vq_hi(v) : vq_lo(v), hb, 4 - 2 * r, 0x30);
-                    for (int i = 0; i < rows; i++) {
-                        const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 16 * h + 4 * r;
-                        if (r & 1)
-                            s2[i] = vi_dot4(s2[i], w, x);
-                        else
-                            s[i] = vi_dot4(s[i], w, x);
-                    }
-                }
-            } else {
+            } else { /* quad rows in pairs (Q6_K: half h's four; halves run in order) */
                 int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
                 for (int r = r0; r < r1; r += 2) {
-                    vq v = vq_load(qs + r * 64), v2 = vq_load(qs + r * 64 + 64);
+                    vq v = q8_row(t, qs, r), v2 = q8_row(t, qs, r + 1);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 4 * r;
                         s[i] = signed_dot ? vi_dot4_signed(s[i], v, x) : vi_dot4(s[i], v, x);
@@ -474,18 +474,7 @@ static void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
         uint8_t *out = dst + q8_block_at(bytes, b);
         if ((b & 7) == 0) memcpy(out - head, src - head, (size_t)head); /* the super-block's d (and dmin) */
         memcpy(out, src, (size_t)scales);
-        const uint8_t *qs = src + scales;
-        uint8_t *oq = out + scales;
-        for (int r = 0; r < 4; r++) {
-            vq v = vq_load(qs + 64 * r);
-            if (t == WT_Q6_K) {
-                vq_store(oq + 64 * r, vq_bits(vq_lo(v), vq_load(qs + 256), 4 - 2 * r, 0x30));
-                vq_store(oq + 64 * (r + 4), vq_bits(vq_hi(v), vq_load(qs + 320), 4 - 2 * r, 0x30));
-            } else {
-                vq_store(oq + 64 * r, vq_bits(vq_lo(v), vq_load(qs + 256), 4 - r, 0x10));
-                vq_store(oq + 64 * (r + 4), vq_bits(vq_hi(v), vq_load(qs + 256), -r, 0x10));
-            }
-        }
+        for (int R = 0; R < 8; R++) vq_store(out + scales + 64 * R, q8_row(t, src + scales, R));
     }
 }
 
@@ -519,7 +508,8 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
-            default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K, Q6_K and their bytes */
+            case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;
+            default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K (faster so at 2-15 rows), the unpacked bytes */
             }
             for (int i = 0; i < rows; i++) { /* a whole group stored as one vector (a copy loop became a libc call) */
                 float *yr = y + (m0 + i) * N + g * Q8_GROUP;
