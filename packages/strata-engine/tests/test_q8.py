@@ -44,6 +44,16 @@ REL = 1e-5
 
 # Types whose value is scale * q + min: the stored bytes of the quants, in gguf-py's block layout
 QUANT_BYTES = {QT.Q4_1: (20, 4, 20), QT.Q4_K: (144, 16, 144), QT.Q5_K: (176, 16, 176)}
+# Every type's quant bytes (block size, start, end) and the byte that gives each weight the
+# largest magnitude the dot step multiplies (all bits set; Q8_0: -128, the sign trick's 128)
+EXTREME_BYTES = {
+    QT.Q4_0: (18, 2, 18, 0xFF),
+    QT.Q4_1: (20, 4, 20, 0xFF),
+    QT.Q8_0: (34, 2, 34, 0x80),
+    QT.Q4_K: (144, 16, 144, 0xFF),
+    QT.Q5_K: (176, 16, 176, 0xFF),
+    QT.Q6_K: (210, 0, 192, 0xFF),
+}
 
 
 class Quantised(NamedTuple):
@@ -58,13 +68,17 @@ def _dequantize(data: np.ndarray, qtype: QT, shape: tuple[int, int]) -> np.ndarr
     return np.asarray(quants.dequantize(data, qtype), dtype=np.float32).reshape(shape)
 
 
-def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator) -> Quantised:
+def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator, extreme: bool = False) -> Quantised:
     """A real GGUF [n, k] weight (Weight.from_info), with gguf-py's values. Q8_0 also gets quants
     of -128 (valid in the format, never written by the quantiser). The mins are the values of
-    the same blocks with every quant bit cleared."""
+    the same blocks with every quant bit cleared. `extreme`: every quant at its largest
+    magnitude (EXTREME_BYTES), the scales as encoded."""
     values = rng.normal(0, 0.05, size=(n, k)).astype(np.float32)
     data = np.ascontiguousarray(encode_tensor(values, qtype, rng))
-    if qtype == QT.Q8_0:
+    if extreme:
+        size, start, end, byte = EXTREME_BYTES[qtype]
+        data.reshape(-1, size)[:, start:end] = byte
+    elif qtype == QT.Q8_0:
         blocks = data.reshape(-1, 34)
         blocks[::3, 2 + rng.integers(0, 32)] = 0x80
     info = TensorInfo("w", (n, k), qtype, data.reshape(-1))
@@ -255,6 +269,26 @@ def test_one_huge_value_row(qtype: QT) -> None:
             assert np.all(np.abs(got - want) <= REL * scale), (target, huge)
             column = w.values[:, col].astype(np.float64) * np.float32(huge)
             assert np.all(np.abs(got[0] - column) <= REL * scale[0]), (target, huge)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_largest_quants_and_activations_sum_exactly(qtype: QT) -> None:
+    """Every weight at its largest quant and every activation at +-127 (rows of all 1, all -1,
+    and blocks of alternating sign): the integer sums reach their bounds, so a step that
+    saturates or a partial sum that overflows (AVX2 keeps int16 sums over several steps) is off
+    by far more than REL. 3 rows take the one-row path, 17 the many-row one (Q5_K/Q6_K unpack)."""
+    rng = np.random.default_rng(30 + int(qtype))
+    w = _weight(qtype, N, 512, rng, extreme=True)
+    for m in (3, 17):
+        signs = np.resize(np.array([1.0, -1.0, 1.0], dtype=np.float32), m)[:, None]
+        x = np.ones((m, 512), dtype=np.float32) * signs
+        x[2] *= np.repeat(np.resize(np.array([1.0, -1.0], dtype=np.float32), 16), 32)
+        want, scale = reference_q8_linear(x, w)
+        for target in targets_to_test():
+            ops = _q8(target, threads=2)
+            got = ops.linear(x, ops.pack(w.weight)).astype(np.float64)
+            err = np.abs(got - want) / scale
+            assert err.max() <= REL, f"{target}, {m} rows: relative error {err.max():.3g}"
 
 
 def test_pack_and_make_ops_edges() -> None:

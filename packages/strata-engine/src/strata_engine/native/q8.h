@@ -257,6 +257,25 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     __m256i xv = _mm256_set1_epi32(x4);
     return (vi){dot4_8(acc.lo, w.lo, xv, 0), dot4_8(acc.hi, w.hi, xv, 0)};
 }
+/* Partial sums kept in int16 (vpmaddubsw's own lanes) over several steps, widened to int32 once
+ * (vpmaddwd): exact while no int16 sum can pass 32,767 in magnitude. A step adds at most
+ * 2 * wmax * 127: 3,810 for nibbles (0-15), 7,874 for Q5_K (0-31), 16,002 for Q6_K (0-63), so
+ * q8_group_rows keeps at most 8, 4 and 2 steps in one int16 sum respectively. */
+typedef struct { __m256i lo, hi; } vh;
+static inline vh vh_zero(void) { return (vh){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+static inline vh vh_dot4(vh acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    __m256i xv = _mm256_set1_epi32(x4);
+    return (vh){_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(w.lo, xv)),
+                _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(w.hi, xv))};
+}
+static inline vh vh_add(vh a, vh b) { return (vh){_mm256_add_epi16(a.lo, b.lo), _mm256_add_epi16(a.hi, b.hi)}; }
+static inline vi vi_add_vh(vi acc, vh h) {
+    __m256i one = _mm256_set1_epi16(1);
+    return (vi){_mm256_add_epi32(acc.lo, _mm256_madd_epi16(h.lo, one)),
+                _mm256_add_epi32(acc.hi, _mm256_madd_epi16(h.hi, one))};
+}
 static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
     int32_t x4;
     memcpy(&x4, x, 4);
@@ -337,6 +356,13 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 #ifndef Q8_SIGNED_DOT /* targets whose dot step takes the unsigned byte as it is: offset taken back */
 #define vi_dot4_signed vi_dot4
 #endif
+#ifndef STRATA_TARGET_AVX2 /* targets whose dot step sums into int32 at once: no int16 partial sums */
+typedef vi vh;
+#define vh_zero vi_zero
+#define vh_dot4 vi_dot4
+#define vh_add vi_add
+#define vi_add_vh vi_add
+#endif
 
 /* Q5_K/Q6_K: quad row R's high bits (from its plane) put above its nibbles (see the top) */
 static inline vq q8_high(int t, vq nib, vq plane, int R) {
@@ -402,8 +428,11 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
         for (int h = 0; h < halves; h++) {
-            vi s[Q8_MR], s2[Q8_MR]; /* two independent chains per row (integers: any order is exact) */
-            for (int i = 0; i < rows; i++) s[i] = vi_zero(), s2[i] = vi_zero();
+            /* two independent chains per row (integers: any order is exact), in int16 partial sums
+             * where the target has them (see vh): at most 4 steps a chain, 8 for nibbles' two */
+            vi s[Q8_MR];
+            vh p[Q8_MR], p2[Q8_MR];
+            for (int i = 0; i < rows; i++) s[i] = vi_zero(), p[i] = vh_zero(), p2[i] = vh_zero();
             if (q8_nibbles(t) || t == WT_Q5_K) { /* quads r and r + 4: one load's low and high nibbles */
                 vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0)); /* Q5_K's fifth bits, once a block (unused else) */
                 for (int r = 0; r < 4; r++) {
@@ -411,22 +440,26 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                     if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
-                        s[i] = vi_dot4(s[i], lo, x + 4 * r);
-                        s2[i] = vi_dot4(s2[i], hi, x + 16 + 4 * r);
+                        p[i] = vh_dot4(p[i], lo, x + 4 * r);
+                        p2[i] = vh_dot4(p2[i], hi, x + 16 + 4 * r);
                     }
                 }
+            } else if (signed_dot) { /* Q8_0 where its signed weights are multiplied: one step fills int16 */
+                for (int r = 0; r < 8; r++)
+                    for (int i = 0; i < rows; i++) s[i] = vi_dot4_signed(s[i], q8_row(t, qs, r), xr->q + (m0 + i) * K + b * 32 + 4 * r);
             } else { /* quad rows in pairs (Q6_K: half h's four; halves run in order) */
                 int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
                 for (int r = r0; r < r1; r += 2) {
                     vq v = q8_row(t, qs, r), v2 = q8_row(t, qs, r + 1);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 4 * r;
-                        s[i] = signed_dot ? vi_dot4_signed(s[i], v, x) : vi_dot4(s[i], v, x);
-                        s2[i] = signed_dot ? vi_dot4_signed(s2[i], v2, x + 4) : vi_dot4(s2[i], v2, x + 4);
+                        p[i] = vh_dot4(p[i], v, x);
+                        p2[i] = vh_dot4(p2[i], v2, x + 4);
                     }
                 }
             }
-            for (int i = 0; i < rows; i++) s[i] = vi_add(s[i], s2[i]);
+            for (int i = 0; i < rows; i++) /* 4-bit weights: both chains fit one int16 sum (8 steps) */
+                s[i] = q8_nibbles(t) ? vi_add_vh(s[i], vh_add(p[i], p2[i])) : vi_add_vh(vi_add_vh(s[i], p[i]), p2[i]);
             /* K-quants: d * scale, the load's own fp32 product (as dequant_kblock forms it) */
             vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
             for (int i = 0; i < rows; i++) {
