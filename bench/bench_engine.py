@@ -168,7 +168,23 @@ def host_line() -> str:
     except OSError:
         pass
     wanted = ["avx512f", "avx2", "fma", "f16c", "asimd", "neon"]
-    return f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
+    host = f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
+    return f"{host}\n{llama_cpp_line()}"
+
+
+def llama_cpp_line() -> str:
+    """Which llama.cpp the ratios are against: its version and the vector extensions its library
+    was built for (an AVX2-only build, bench/build_llama_cpp_avx2.sh, is chosen with
+    LLAMA_CPP_LIB_PATH, which the sides' subprocesses inherit)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return "llama.cpp: not installed"
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    built = [item.split("=")[0].strip() for item in info.split("|") if item.strip().endswith("= 1")]
+    vector = [f for f in built if f.startswith(("AVX", "NEON", "SVE", "FMA", "F16C"))]
+    where = os.environ.get("LLAMA_CPP_LIB_PATH", "its wheel")
+    return f"llama.cpp: llama-cpp-python {llama_cpp.__version__} from {where}, built for {' '.join(vector) or '-'}"
 
 
 def _targets(choice: str) -> list[str | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import sys
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_engine import host_line  # bench/ is the script's folder, so on sys.path
 
 from strata_client import AsyncStrataClient
 from strata_decide.labels import LabelBook
@@ -210,9 +212,11 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     tokens = report["rounds"][0]["prompt_tokens"]
+    print(host_line())
+    target = os.environ.get("STRATA_KERNELS_TARGET", "the best this CPU runs")
     print(
         f"15 reads per round, prompts of {min(tokens)}..{max(tokens)} tokens, {args.threads} threads each, "
-        f"kernels {args.kernels}"
+        f"kernels {args.kernels}, target {target}"
     )
     print_rounds(report, "label")
     print(f"median ratio {report['median_ratio']:.3f} (target <= 0.333), best {report['best_ratio']:.3f}")
