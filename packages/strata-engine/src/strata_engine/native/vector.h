@@ -128,9 +128,14 @@ static inline vf vf_from_i8(const int8_t *p) {
     return (vf){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))};
 }
 static inline vf vf_from_u4(const uint8_t *p, int high) {
-    __m128i b = _mm_loadu_si128((const __m128i *)p);
-    b = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(15));
-    return (vf){_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)))};
+    /* bytes widened straight from memory, then the nibble taken from each 32-bit lane: no
+     * shuffles besides the widening, and the low and high calls on one p share the loads */
+    __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    __m256i m = _mm256_set1_epi32(15);
+    a = high ? _mm256_srli_epi32(a, 4) : _mm256_and_si256(a, m);
+    b = high ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, m);
+    return (vf){_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b)};
 }
 static inline __m256 bits8(uint32_t bits, __m256i lanes) {
     __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lanes), lanes);
