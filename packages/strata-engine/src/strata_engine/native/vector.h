@@ -123,9 +123,9 @@ static inline float vf_hsum(vf a) {
     s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
     return _mm_cvtss_f32(s4);
 }
-static inline vf vf_from_i8(const int8_t *p) {
-    __m128i b = _mm_loadu_si128((const __m128i *)p);
-    return (vf){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))};
+static inline vf vf_from_i8(const int8_t *p) { /* each half widened straight from memory */
+    return (vf){_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
 }
 static inline vf vf_from_u4(const uint8_t *p, int high) {
     /* bytes widened straight from memory, then the nibble taken from each 32-bit lane: no
