@@ -438,9 +438,18 @@ static inline __attribute__((always_inline)) void attend_one(
 /* The G query heads h0 .. h0+G-1 of one token that share one KV head (grouped-query attention),
  * D a multiple of 16, at most 8 * VL: each head's scores, softmax and weighted V sum are exactly
  * attend_one's sequence (same operations, same order), with the heads interleaved so that each
- * K and V row is loaded once for all of them, four scores are reduced at a time (vf_hsum4) and
- * the heads' sums run side by side. G * D <= 4 * 64 keeps the V accumulators in registers. */
+ * K and V row is loaded once for all of them, ATT_POS positions' scores are reduced together
+ * (four: vf_hsum4) and the heads' sums run side by side. G * D <= 4 * 64 keeps the V
+ * accumulators in registers (on AVX-512). */
 #define GROUP_MAX 4
+/* Positions whose scores attend_group takes at a time: a speed choice only (each score is one dot_1
+ * sequence either way), sized to the registers: 32 vectors on AVX-512, 8 where a vector is 2 or 4
+ * registers (AVX2, NEON), where more positions only spill. */
+#if defined(STRATA_TARGET_AVX512)
+#define ATT_POS 4
+#else
+#define ATT_POS 1
+#endif
 static inline __attribute__((always_inline)) void attend_group(
     const float *qv, int G, const int32_t *table, int start, int n, int D, const float *kc, const float *vc,
     int block_size, int KVH, int kvh, float scale, float softcap, float *s, int64_t s_stride, float *o,
@@ -449,25 +458,29 @@ static inline __attribute__((always_inline)) void attend_group(
     int j = 0;
     vf qr[GROUP_MAX * 4]; /* the heads' queries (G * D <= 256), loaded once: in registers where they fit */
     for (int i = 0; i < G * C; i++) qr[i] = vf_load(qv + i * VL);
-    for (; j + 4 <= n; j += 4) { /* four positions at a time, each K vector loaded once for all heads */
-        const float *kr[4];
-        for (int u = 0; u < 4; u++) {
+    for (; j + ATT_POS <= n; j += ATT_POS) { /* ATT_POS positions at a time, each K vector loaded once for all heads */
+        const float *kr[ATT_POS];
+        for (int u = 0; u < ATT_POS; u++) {
             int p = start + j + u;
             kr[u] = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
         }
-        vf acc[GROUP_MAX][4]; /* acc[g][u]: head g's dot product with position j + u, over c in order */
+        vf acc[GROUP_MAX][ATT_POS]; /* acc[g][u]: head g's dot product with position j + u, over c in order */
         for (int g = 0; g < G; g++)
-            for (int u = 0; u < 4; u++) acc[g][u] = vf_zero();
+            for (int u = 0; u < ATT_POS; u++) acc[g][u] = vf_zero();
         for (int c = 0; c < C; c++) {
-            vf k[4];
-            for (int u = 0; u < 4; u++) k[u] = vf_load(kr[u] + c * VL);
+            vf k[ATT_POS];
+            for (int u = 0; u < ATT_POS; u++) k[u] = vf_load(kr[u] + c * VL);
             for (int g = 0; g < G; g++)
-                for (int u = 0; u < 4; u++) acc[g][u] = vf_fma(qr[g * C + c], k[u], acc[g][u]);
+                for (int u = 0; u < ATT_POS; u++) acc[g][u] = vf_fma(qr[g * C + c], k[u], acc[g][u]);
         }
         for (int g = 0; g < G; g++) {
+#if ATT_POS == 4
             float d4[4];
             vf_hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3], d4);
             for (int u = 0; u < 4; u++) s[g * s_stride + j + u] = d4[u] * scale;
+#else
+            for (int u = 0; u < ATT_POS; u++) s[g * s_stride + j + u] = vf_hsum(acc[g][u]) * scale;
+#endif
         }
     }
     for (; j < n; j++) {
