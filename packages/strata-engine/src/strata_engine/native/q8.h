@@ -267,8 +267,11 @@ static inline vh vh_dot4(vh acc, vq w, const int8_t *x) {
     int32_t x4;
     memcpy(&x4, x, 4);
     __m256i xv = _mm256_set1_epi32(x4);
-    return (vh){_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(w.lo, xv)),
-                _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(w.hi, xv))};
+    vh r = {_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(w.lo, xv)),
+            _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(w.hi, xv))};
+    /* the sum stays a chain in registers: reassociated into a tree, the products wait on the stack */
+    __asm__("" : "+x"(r.lo), "+x"(r.hi));
+    return r;
 }
 static inline vh vh_add(vh a, vh b) { return (vh){_mm256_add_epi16(a.lo, b.lo), _mm256_add_epi16(a.hi, b.hi)}; }
 static inline vi vi_add_vh(vi acc, vh h) {
@@ -317,6 +320,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 }
 #define Q8_MR 3
 #define Q8_SIGNED_DOT 1
+#define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
 #else /* NEON and portable C: plain integer loops (exact, like every target) */
 typedef struct { uint8_t b[64]; } vq;
 typedef struct { int32_t l[16]; } vi;
@@ -353,6 +357,9 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 #define Q8_MR 4
 #endif
 
+#ifndef Q8_NIBBLE_CHAINS /* chains a row's 4-bit block is summed in (VNNI: two, to overlap its latency) */
+#define Q8_NIBBLE_CHAINS 2
+#endif
 #ifndef Q8_SIGNED_DOT /* targets whose dot step takes the unsigned byte as it is: offset taken back */
 #define vi_dot4_signed vi_dot4
 #endif
@@ -428,8 +435,9 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
         for (int h = 0; h < halves; h++) {
-            /* two independent chains per row (integers: any order is exact), in int16 partial sums
-             * where the target has them (see vh): at most 4 steps a chain, 8 for nibbles' two */
+            /* two independent chains per row (integers: any order is exact; 4-bit blocks on AVX2:
+             * one, Q8_NIBBLE_CHAINS), in int16 partial sums where the target has them (see vh): at
+             * most 4 steps a chain, 8 for a 4-bit block's */
             vi s[Q8_MR];
             vh p[Q8_MR], p2[Q8_MR];
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), p[i] = vh_zero(), p2[i] = vh_zero();
@@ -441,7 +449,8 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
                         p[i] = vh_dot4(p[i], lo, x + 4 * r);
-                        p2[i] = vh_dot4(p2[i], hi, x + 16 + 4 * r);
+                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) p[i] = vh_dot4(p[i], hi, x + 16 + 4 * r);
+                        else p2[i] = vh_dot4(p2[i], hi, x + 16 + 4 * r);
                     }
                 }
             } else if (signed_dot) { /* Q8_0 where its signed weights are multiplied: one step fills int16 */
