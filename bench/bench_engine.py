@@ -237,14 +237,14 @@ def main() -> None:
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
     strata_cols = [c for c in columns if c != "llama.cpp"]
-    header = "".join(f"{c:>15}" for c in columns) + "".join(
-        f"{'ratio ' + c.removeprefix('native-'):>15}" for c in strata_cols
+    header = "".join(f"{c:>18}" for c in columns) + "".join(
+        f"{'ratio ' + c.removeprefix('native-'):>18}" for c in strata_cols
     )
     print(f"{'metric':36}{header}")
     for label, key in rows:
         ll = results.get("llama.cpp", {}).get(key)
-        cells = "".join(f"{results[c][key]:15.2f}" for c in columns)
-        ratios = "".join(f"{results[c][key] / ll:15.2f}" if ll else f"{'-':>15}" for c in strata_cols)
+        cells = "".join(f"{results[c][key]:18.2f}" for c in columns)
+        ratios = "".join(f"{results[c][key] / ll:18.2f}" if ll else f"{'-':>18}" for c in strata_cols)
         print(f"{label:36}{cells}{ratios}")
 
 
