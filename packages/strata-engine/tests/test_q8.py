@@ -32,7 +32,7 @@ from strata_engine.torch_ops import TorchOps
 from strata_engine.weights import Weight
 
 TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
-ROWS = (1, 3, 8, 9, 17)  # every row-tile remainder: avx512 tiles 8 rows, avx2 3, portable 4
+ROWS = (1, 3, 8, 9, 17)  # every row-tile remainder: avx512 tiles 8 rows, avx2 4 (Q5_K, bytes: 3), portable 4
 N = 37  # odd: the last group of 16 outputs is partial
 
 # |kernel - float64 reference| <= REL * sum_k |w_k * d * q_k|. The kernel's float work per

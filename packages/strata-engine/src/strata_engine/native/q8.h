@@ -318,7 +318,8 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
     b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
     _mm256_storeu_si256((__m256i *)q, b);
 }
-#define Q8_MR 3
+#define Q8_MR 4
+#define Q8_MR_WIDE 3 /* Q5_K and the unpacked bytes: their steps hold more registers */
 #define Q8_SIGNED_DOT 1
 #define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
 #else /* NEON and portable C: plain integer loops (exact, like every target) */
@@ -357,6 +358,14 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 #define Q8_MR 4
 #endif
 
+#ifndef Q8_MR_WIDE
+#define Q8_MR_WIDE Q8_MR
+#endif
+/* Rows a tile of type t takes: a speed choice only (each row's sums are its own), sized to the
+ * registers its steps leave. */
+static inline int q8_tile_rows(int t) {
+    return t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
+}
 #ifndef Q8_NIBBLE_CHAINS /* chains a row's 4-bit block is summed in (VNNI: two, to overlap its latency) */
 #define Q8_NIBBLE_CHAINS 2
 #endif
@@ -542,8 +551,9 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             unpack_group(wtype, grp, nb, bytes);
             grp = bytes;
         }
-        for (int64_t m0 = 0; m0 < M; m0 += Q8_MR) {
-            int rows = M - m0 < Q8_MR ? (int)(M - m0) : Q8_MR;
+        int mr = q8_tile_rows(t);
+        for (int64_t m0 = 0; m0 < M; m0 += mr) {
+            int rows = M - m0 < mr ? (int)(M - m0) : mr;
             vf acc[Q8_MR];
             switch (t) { /* a constant type: no per-block tests of it in the inner loops */
             case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
