@@ -427,8 +427,8 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
     }
 }
 
-/* Rows m0 .. m0+rows of one group of 16 outputs: the per-output sequence at the top, Q8_MR rows
- * sharing each unpacked block of weights. */
+/* Rows m0 .. m0+rows of one group of 16 outputs: the per-output sequence at the top, a tile's
+ * rows (q8_tile_rows) sharing each unpacked block of weights. */
 static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
                                  int rows, vf *acc) {
     int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
