@@ -156,7 +156,8 @@ def keep_best(best: dict, out: dict) -> None:
 
 
 def host_line() -> str:
-    """The CPU model and the vector flags that decide the kernel target."""
+    """Two lines: the CPU model and the vector flags that decide the kernel target, then the
+    llama.cpp build the ratios are against (llama_cpp_line)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="ignore") as cpuinfo:
