@@ -4,7 +4,8 @@ Offered as fixtures (`tokenizer`, `make_engine`) because tests import nothing by
 
 `FakeEngine` satisfies `strata_engine.protocol.EngineClient` with the engine's own checks,
 listing rules and streams, over made-up values: model values are tested only against the
-real engine in tests/test_server_*.py.
+real engine in tests/test_server_*.py. test_engine_contract.py runs the same behavioural
+checks against it and against the real `AsyncEngine` on a tiny model, so it cannot drift.
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ import torch
 
 from strata_engine.api import DEFAULT_CHAT, ChatOptions, LogprobRow, PromptScores, Request, Step
 from strata_engine.async_engine import Choices, Wakeup
-from strata_engine.chat_template import render_ids
+from strata_engine.chat_template import ChatTemplate, render_ids
 from strata_engine.checks import check_request
 from strata_engine.logprobs import build_row
 from strata_engine.output import RequestStream
 from strata_engine.text_stream import decode_spans
 
 EOS = 256
+# A ChatML-like template, so chat bodies reach the server's checks past "no chat template".
+FAKE_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 class ByteDecoder:
@@ -82,7 +88,12 @@ def fake_value(position: int, token_id: int) -> float:
 
 
 class FakeEngine:
-    """Generates `max_tokens` copies of the first allowed id (or "a"), then EOS if room."""
+    """Generates `max_tokens` copies of the first allowed id (or "a").
+
+    `aborted` counts runs that stopped because their stream was aborted, seen at a step, as
+    the real engine drops an aborted request; a run cancelled when its event loop closes is
+    counted in `cancelled` instead, so a test cannot mistake loop shutdown for an abort.
+    """
 
     model_name = "fake-model"
     kernels = "fake"
@@ -90,18 +101,32 @@ class FakeEngine:
     load_seconds = 0.0
     ctx_size = 64
     vocab_size = ByteTokenizer.vocab_size
-    chat_template = None
     failure = None
+    kv_blocks_total = 16
 
-    def __init__(self, step_delay: float = 0.0) -> None:
+    def __init__(
+        self, step_delay: float = 0.0, chat_template: str | None = FAKE_CHAT_TEMPLATE, ctx_size: int = 64
+    ) -> None:
+        self.ctx_size = ctx_size
         self.tokenizer = ByteTokenizer()
+        self.chat_template = None if chat_template is None else ChatTemplate(chat_template)
         self.step_delay = step_delay
         self.active = 0
         self.aborted = 0
+        self.cancelled = 0
+        self.steps = 0
         self._tasks: set[asyncio.Future[None]] = set()
 
     def stats(self) -> dict[str, int]:
-        return {"waiting": 0, "running": self.active}
+        """The real engine's keys (test_engine_contract.py holds them equal)."""
+        used = min(self.active, self.kv_blocks_total)
+        return {
+            "waiting": 0,
+            "running": self.active,
+            "kv_blocks_total": self.kv_blocks_total,
+            "kv_blocks_free": self.kv_blocks_total - used,
+            "steps": self.steps,
+        }
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
         return render_ids(self.chat_template, self.tokenizer, messages, options)
@@ -142,20 +167,37 @@ class FakeEngine:
     async def _run(self, request: Request, stream: RequestStream) -> None:
         self.active += 1
         stream.mark_scheduled()
-        finished = False
         try:
             for k, event in enumerate(self._events(request)):
                 if k:
                     await asyncio.sleep(self.step_delay)
                 if stream.aborted:
+                    self.aborted += 1
                     return
+                self.steps += 1
                 stream.put(event)
             stream.finish()
-            finished = True
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
         finally:
             self.active -= 1
-            if not finished:
-                self.aborted += 1
+
+
+async def eventually(predicate: Callable[[], bool], within_s: float = 5.0) -> None:
+    """Poll `predicate` on the running loop until it holds; fail the test at the deadline.
+
+    Abort tests await this inside their coroutine, before `asyncio.run` cancels what is left.
+    """
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"not true within {within_s} s"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., Any]:
+    return eventually
 
 
 @pytest.fixture

@@ -116,15 +116,19 @@ def test_echo_with_zero_max_tokens_scores_the_prompt_only(client) -> None:
     assert len(choice["logprobs"]["tokens"]) == 3
 
 
-def test_chat_without_template_is_a_clear_400(client) -> None:
-    error = assert_envelope(
-        client.post(
-            "/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "x"}]},
-        ),
-        400,
-    )
+def test_chat_without_template_is_a_clear_400(make_engine) -> None:
+    with TestClient(create_app(make_engine(chat_template=None), ServerSettings())) as client:
+        response = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        error = assert_envelope(response, 400)
     assert "chat template" in error["message"]
+
+
+def test_chat_renders_through_the_fake_template(client) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "logprobs": True}
+    reply = client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"] == "aa"
+    assert reply.json()["usage"]["prompt_tokens"] == len("<|user|>x\n<|assistant|>")
 
 
 @pytest.mark.parametrize(
@@ -205,9 +209,12 @@ def test_tokenize_detokenize_round_trip(client) -> None:
 # ---------------------------------------------------------------- cancellation
 
 
-def test_leaving_the_event_stream_aborts_every_choice(make_engine) -> None:
-    engine = make_engine(step_delay=0.01)
-    requests = [Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=50))] * 3
+LONG_RUN = 100_000  # fake steps: never over before the test's deadline, so only an abort ends it
+
+
+def test_leaving_the_event_stream_aborts_every_choice(make_engine, wait_until) -> None:
+    engine = make_engine(step_delay=0.001, ctx_size=2 * LONG_RUN)
+    requests = [Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=LONG_RUN))] * 3
 
     async def read_two() -> None:
         events = aiter(engine.submit(requests))
@@ -216,26 +223,29 @@ def test_leaving_the_event_stream_aborts_every_choice(make_engine) -> None:
             seen += 1
             if seen == 2:
                 break
+        assert engine.active == 3
         await events.aclose()  # type: ignore[attr-defined]
+        await wait_until(lambda: engine.aborted == 3)  # seen while the loop still runs
+        assert engine.active == 0 and engine.cancelled == 0
 
     asyncio.run(read_two())
-    assert engine.active == 0 and engine.aborted == 3
 
 
-def test_a_disconnect_cancels_a_non_streamed_generation(make_engine) -> None:
-    engine = make_engine(step_delay=0.01)
-    request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=60))  # ~0.6 s of fake steps
+def test_a_disconnect_cancels_a_non_streamed_generation(make_engine, wait_until) -> None:
+    engine = make_engine(step_delay=0.001, ctx_size=2 * LONG_RUN)
+    request = Request(prompt_ids=(1,), sampling=SamplingParams(max_tokens=LONG_RUN))
 
     async def consume() -> int:
         return sum([1 async for _ in engine.submit([request])])
 
     async def receive() -> dict:
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: engine.steps >= 5)  # generating
         return {"type": "http.disconnect"}
 
     async def run() -> None:
         with pytest.raises(ClientDisconnected):
             await until_disconnect(receive, consume())
+        await wait_until(lambda: engine.aborted == 1)
+        assert engine.active == 0 and engine.cancelled == 0
 
     asyncio.run(run())
-    assert engine.active == 0 and engine.aborted == 1

@@ -75,14 +75,15 @@ def test_beyond_the_queue_bound_is_a_429_with_retry_after(make_engine) -> None:
 
 
 def test_a_request_past_its_timeout_is_cancelled_with_504(make_engine) -> None:
-    engine = make_engine(step_delay=0.02)
+    engine = make_engine(step_delay=0.001, ctx_size=200_000)
     settings = ServerSettings(request_timeout=0.2)
+    endless = {"prompt": "hi", "max_tokens": 100_000}  # 100 s of fake steps: only the timeout ends it
     with TestClient(create_app(engine, settings)) as client:
         started = time.monotonic()
-        response = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 60})
-        assert time.monotonic() - started < 1.5
+        response = client.post("/v1/completions", json=endless)
+        assert time.monotonic() - started < 5
         assert_envelope(response, 504, "timeout")
-        stream = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 60, "stream": True})
+        stream = client.post("/v1/completions", json={**endless, "stream": True})
         events = [line for line in stream.text.splitlines() if line.startswith("data: {")]
         assert json.loads(events[-1][6:])["error"]["code"] == "timeout"
         assert stream.text.rstrip().endswith("data: [DONE]")
@@ -176,7 +177,8 @@ def test_a_bug_in_one_request_is_its_own_500(make_engine, monkeypatch, caplog) -
 def test_request_ids_are_echoed_and_used(make_engine, caplog) -> None:
     settings = ServerSettings(api_key="sekrit-key")
     auth = {"authorization": "Bearer sekrit-key"}
-    with TestClient(create_app(make_engine(), settings)) as client, caplog.at_level(logging.INFO):
+    engine = make_engine(chat_template=None)  # the chat request gets an error body, with its id
+    with TestClient(create_app(engine, settings)) as client, caplog.at_level(logging.INFO):
         reply = client.post(
             "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, headers={**auth, "x-request-id": "r-1"}
         )

@@ -93,14 +93,14 @@ def test_a_streamed_reply_ends(make_engine) -> None:
     status, headers, body = run(app, forwarded("/v1/completions", payload))
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert body.endswith(b"data: [DONE]\n\n")
-    assert engine.active == 0 and engine.aborted == 0
+    assert engine.active == 0 and engine.aborted == 0 and engine.cancelled == 0
 
 
-def test_closing_the_forwarder_aborts_the_generation(make_engine) -> None:
+def test_closing_the_forwarder_aborts_the_generation(make_engine, wait_until) -> None:
     """The ingress going away (client gone, replica call cancelled) frees the engine."""
-    engine = make_engine(step_delay=0.02)
+    engine = make_engine(step_delay=0.001, ctx_size=200_000)
+    payload = {"prompt": "hi", "max_tokens": 100_000, "n": 2, "stream": True}  # only an abort ends it
     app = create_app(engine, ServerSettings())
-    payload = {"prompt": "hi", "max_tokens": 50, "n": 2, "stream": True}  # ~1 s of fake steps
 
     async def read_some() -> None:
         messages = run_asgi(app, forwarded("/v1/completions", payload))
@@ -112,10 +112,10 @@ def test_closing_the_forwarder_aborts_the_generation(make_engine) -> None:
                 break
         assert engine.active == 2
         await messages.aclose()  # type: ignore[attr-defined]
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: engine.aborted == 2)  # seen while the loop still runs
+        assert engine.active == 0 and engine.cancelled == 0
 
     asyncio.run(read_some())
-    assert engine.active == 0 and engine.aborted == 2
 
 
 @pytest.mark.parametrize("body", [b"{nope", b'{"prompt": "hi", "max_tokens": "3"}', b"[]"])
