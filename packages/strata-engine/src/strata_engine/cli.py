@@ -17,7 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="strata-engine", description="Generate text with logprobs from a GGUF model."
     )
-    ap.add_argument("--model", default="default", help="GGUF path, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+    ap.add_argument(
+        "--model",
+        default="default",
+        help="GGUF path, a Hub reference (owner/repo:QUANT, owner/repo/FILE.gguf), or 'default' "
+        "(SmolLM2-135M-Instruct Q4_1)",
+    )
     ap.add_argument(
         "--prompt", default="What is the capital of France?", help="user message (chat) or raw text"
     )

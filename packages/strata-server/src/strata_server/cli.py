@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="default",
-        help="path to a .gguf file, or 'default' for SmolLM2-135M-Instruct "
-        "(downloaded once into ~/.cache/strata/models)",
+        help="path to a .gguf file; a Hugging Face Hub reference, owner/repo:QUANT (e.g. :Q4_K_M) or "
+        "owner/repo/FILE.gguf (fetched into the Hub cache, verified, offline once cached); or "
+        "'default' for SmolLM2-135M-Instruct (downloaded once into ~/.cache/strata/models)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port to listen on")
