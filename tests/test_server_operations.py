@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from strata_server.launch import ServerProcess, server_process
 
@@ -49,11 +50,18 @@ def http(ops_server: ServerProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-def metric(http: httpx.Client, name: str) -> float:
-    for line in http.get("/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics")
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of the sample `name` whose labels include `labels` in an exposition text."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
+def metric(http: httpx.Client, name: str, **labels: str) -> float:
+    """One series' value from the server's /metrics."""
+    return sample(http.get("/metrics").text, name, **labels)
 
 
 def wait_idle(http: httpx.Client, within_s: float = 3.0) -> None:
@@ -132,6 +140,8 @@ def test_request_ids_are_echoed_in_the_reply_and_the_json_log(ops_server, http: 
 
 def test_metrics_carry_the_operator_series(http: httpx.Client) -> None:
     text = http.get("/metrics").text
+    model_name = http.get("/v1/models").json()["data"][0]["id"]
+    vllm = {"model_name": model_name, "engine": "0"}  # vLLM's label set
     for name in (
         "strata:num_requests_waiting",
         "strata:num_requests_running",
@@ -140,11 +150,15 @@ def test_metrics_carry_the_operator_series(http: httpx.Client) -> None:
         "strata:prefix_cache_hit_rate",
         "strata:time_to_first_token_seconds_bucket",
         "strata:inter_token_latency_seconds_bucket",
-        "strata_requests_total{",
-        "strata_kernels_info{",
-        "strata:max_queue 1",
+        "strata:e2e_request_latency_seconds_bucket",
+        "strata:request_success_total",
+        "strata:prompt_tokens_total",
+        "strata:generation_tokens_total",
     ):
-        assert name in text
+        assert sample(text, name, **vllm) >= 0
+    assert sample(text, "strata:max_queue", **vllm) == 1
+    assert sample(text, "strata_requests_total", model_name=model_name) > 0
+    assert sample(text, "strata_kernels_info", model_name=model_name, invariant="true") == 1
 
 
 def test_keys_from_flag_and_environment_and_no_cors(ops_server: ServerProcess) -> None:

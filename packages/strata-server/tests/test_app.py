@@ -10,6 +10,7 @@ import asyncio
 import msgspec
 import pytest
 from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from strata_engine.api import Request, SamplingParams
 from strata_engine.protocol import EngineClient
@@ -30,6 +31,15 @@ def client(engine):
 
 def test_the_fake_engine_honours_the_engine_contract(engine) -> None:
     assert isinstance(engine, EngineClient)
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of the sample `name` whose labels include `labels` in an exposition text."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise AssertionError(f"{name} {labels} not in /metrics")
 
 
 def assert_envelope(response, status: int) -> dict:
@@ -190,12 +200,18 @@ def test_metrics_count_requests_and_tokens(client) -> None:
     client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
     client.post("/v1/completions", content=b"{")
     text = client.get("/metrics").text
-    assert 'strata_requests_total{route="/v1/completions",status="200"} 1' in text
-    assert 'strata_requests_total{route="/v1/completions",status="400"} 1' in text
-    assert "strata_generated_tokens_total 3" in text
-    assert "strata_prompt_tokens_total 2" in text
-    assert "strata_engine_waiting 0" in text
-    assert 'strata_request_duration_seconds_count{route="/v1/completions"} 2' in text
+    route = {"route": "/v1/completions"}
+    assert sample(text, "strata_requests_total", **route, status="200") == 1
+    assert sample(text, "strata_requests_total", **route, status="400") == 1
+    # vLLM's names and labels, with the strata: prefix
+    vllm = {"model_name": "fake-model", "engine": "0"}
+    assert sample(text, "strata:generation_tokens_total", **vllm) == 3
+    assert sample(text, "strata:prompt_tokens_total", **vllm) == 2
+    assert sample(text, "strata:request_success_total", **vllm, finished_reason="length") == 1
+    assert sample(text, "strata:e2e_request_latency_seconds_count", **vllm) == 1
+    assert sample(text, "strata:request_generation_tokens_sum", **vllm) == 3
+    assert sample(text, "strata_engine_waiting", model_name="fake-model") == 0
+    assert sample(text, "strata_request_duration_seconds_count", **route) == 2
 
 
 def test_tokenize_detokenize_round_trip(client) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 import strata_server.completions as completions_module
 from strata_server import ServerSettings, create_app
@@ -202,22 +203,35 @@ def test_request_ids_are_echoed_and_used(make_engine, caplog) -> None:
 # ---------------------------------------------------------------- metrics
 
 
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of the sample `name` whose labels include `labels` in an exposition text."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
 def test_metrics_have_the_operator_series(make_engine) -> None:
     with TestClient(create_app(make_engine(), ServerSettings(max_queue=7))) as client:
         client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
         text = client.get("/metrics").text
+    vllm = {"model_name": "fake-model", "engine": "0"}
     for name in (
         "strata:num_requests_waiting",
         "strata:num_requests_running",
         "strata:kv_cache_usage_perc",
+        "strata:gpu_cache_usage_perc",
         "strata:prefix_cache_hit_rate",
-        'strata:time_to_first_token_seconds_count{model="strata"} 1',
-        'strata:inter_token_latency_seconds_count{model="strata"} 2',
-        "strata:max_queue 7",
-        'strata_requests_total{route="/v1/completions",status="200"} 1',
-        'strata_kernels_info{kernels="fake"',
+        "strata:prefix_cache_queries_total",
+        "strata:prefix_cache_hits_total",
     ):
-        assert name in text
+        assert sample(text, name, **vllm) >= 0
+    assert sample(text, "strata:time_to_first_token_seconds_count", **vllm) == 1
+    assert sample(text, "strata:inter_token_latency_seconds_count", **vllm) == 2
+    assert sample(text, "strata:max_queue", **vllm) == 7
+    assert sample(text, "strata_requests_total", route="/v1/completions", status="200") == 1
+    assert sample(text, "strata_kernels_info", kernels="fake", model_name="fake-model") == 1
 
 
 # ---------------------------------------------------------------- access

@@ -29,6 +29,7 @@ from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, e
 from strata_server.formatting import SSE_DONE, sse
 from strata_server.info import health as health_body
 from strata_server.info import models
+from strata_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from strata_server.metrics import metrics_middleware
 from strata_server.openapi import body_of, openapi_config
 from strata_server.plan import Plan, engine_requests
@@ -205,7 +206,7 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
         down = ctx.drain.draining or engine.failure is not None
         return json_response(health_body(ctx), 503 if down else 200)
 
-    @get("/metrics", media_type="text/plain; version=0.0.4")
+    @get("/metrics", media_type=METRICS_CONTENT_TYPE)
     async def metrics() -> str:
         """Prometheus text: requests, tokens, latency histograms, queue depth, KV cache."""
         server = {

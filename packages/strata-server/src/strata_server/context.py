@@ -50,11 +50,12 @@ class ServerSettings:
 class ServerContext:
     engine: EngineClient  # strata_engine.AsyncEngine, or a test's stand-in
     settings: ServerSettings
-    metrics: Metrics = field(default_factory=Metrics)
     drain: Drain = field(default_factory=Drain)
     admission: Admission = field(init=False)
+    metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
+        self.metrics = Metrics(self.served_name, self.engine.ctx_size)
         self.admission = Admission(slots=self.settings.slots, max_queue=self.settings.max_queue)
 
     @property
@@ -90,8 +91,9 @@ class ServerContext:
             ticket.release()
             raise
         timeout = self.settings.request_timeout
-        deadline = None if timeout is None else (started or time.monotonic()) + timeout
-        return TrackedStream(events, ticket, self.metrics, deadline, timeout)
+        arrived = time.monotonic() if started is None else started
+        deadline = None if timeout is None else arrived + timeout
+        return TrackedStream(events, ticket, self.metrics, deadline, timeout, arrived)
 
     @property
     def limits(self) -> Limits:

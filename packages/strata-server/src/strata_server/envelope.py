@@ -24,6 +24,13 @@ def counted_usage(plan: Plan, tallies: Sequence[ChoiceTally], ctx: ServerContext
     """The reply's usage, added to the token counters and the request's log record as it is made."""
     reply_usage = usage(plan, tallies)
     record_usage(reply_usage, ctx)
+    ctx.metrics.observe_reply(
+        reply_usage.prompt_tokens,
+        reply_usage.completion_tokens,
+        plan.n,
+        plan.max_tokens,
+        (tally.finish_reason or "length" for tally in tallies),
+    )
     return reply_usage
 
 

@@ -1,89 +1,198 @@
-"""Prometheus text exposition, formatted by hand (no client library needed for a few series).
+"""`/metrics` through `prometheus_client`: vLLM's series under the `strata:` prefix, plus Strata's own.
 
-Series an operator graphs carry vLLM's names with the `strata:` prefix where vLLM has one
-(`vllm:num_requests_waiting` -> `strata:num_requests_waiting`); the older `strata_*` series
-are kept unchanged for existing dashboards.
+Every series vLLM also has carries vLLM's name with `strata:` for `vllm:` and vLLM's labels
+(`model_name` = the served name, `engine="0"`), so a vLLM dashboard works after replacing the
+prefix. Strata's own series (`strata_kernels_info`, `strata_requests_total`, the engine's
+scheduler state, ...) carry `model_name` too. Each app owns one registry (never the
+process-wide default), so two apps in one process never share a counter.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LATENCY_BUCKETS = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-
-TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-@dataclass
-class Histogram:
-    buckets: tuple[float, ...] = LATENCY_BUCKETS
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.buckets) + 1)
-
-    def observe(self, value: float) -> None:
-        self.total += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-                return
-        self.counts[-1] += 1
-
-    def lines(self, name: str, labels: str) -> Iterable[str]:
-        cumulative = 0
-        for bound, count in zip(self.buckets, self.counts[:-1], strict=True):
-            cumulative += count
-            yield f'{name}_bucket{{{labels},le="{bound}"}} {cumulative}'
-        cumulative += self.counts[-1]
-        yield f'{name}_bucket{{{labels},le="+Inf"}} {cumulative}'
-        yield f"{name}_sum{{{labels}}} {self.total}"
-        yield f"{name}_count{{{labels}}} {cumulative}"
+# vLLM's buckets, so its dashboards' quantiles read the same
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TOKEN_GAP_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+HTTP_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+N_BUCKETS = (1, 2, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort")
+VLLM_LABELS = ("model_name", "engine")
+UNROUTED = "unrouted"  # the route label of requests no route matched (404s)
+ENGINE_INDEX = "0"  # one engine per server (replicas are told apart by `replica`, see ray_metrics)
 
 
-@dataclass
+def one_two_five(limit: int) -> tuple[float, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to `limit`."""
+    out: list[float] = []
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            value = step * scale
+            if value > limit:
+                return tuple(out)
+            out.append(float(value))
+        scale *= 10
+
+
 class Metrics:
-    """Counters the routes and the middleware update; `render` writes the exposition text."""
+    """The series the routes and the middleware update; `render` writes the exposition text.
 
-    requests: Counter = field(default_factory=Counter)  # (route, status) -> count
-    latency: dict[str, Histogram] = field(default_factory=dict)  # route -> histogram
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    cached_tokens: int = 0
-    ttft: Histogram = field(default_factory=Histogram)
-    inter_token: Histogram = field(default_factory=lambda: Histogram(TOKEN_GAP_BUCKETS))
-    queue_time: Histogram = field(default_factory=Histogram)
+    `model_name` is the served name (vLLM's label); `max_model_len` bounds the token-count
+    histograms as vLLM's do.
+    """
+
+    def __init__(self, model_name: str = "strata", max_model_len: int = 8192) -> None:
+        self.model_name = model_name
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        ids = (model_name, ENGINE_INDEX)
+
+        def gauge(name: str, text: str) -> Gauge:
+            return Gauge(f"strata:{name}", text, VLLM_LABELS, registry=registry)
+
+        def counter(name: str, text: str) -> Counter:
+            return Counter(f"strata:{name}", text, VLLM_LABELS, registry=registry)
+
+        def histogram(name: str, text: str, buckets: Iterable[float]) -> Histogram:
+            return Histogram(f"strata:{name}", text, VLLM_LABELS, registry=registry, buckets=tuple(buckets))
+
+        # scheduler and cache state (set from the engine's stats at every scrape)
+        self.running = gauge("num_requests_running", "Requests in the engine's running batch.").labels(*ids)
+        self.waiting = gauge("num_requests_waiting", "Requests waiting for an engine slot.").labels(*ids)
+        self.kv_usage = gauge("kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.").labels(*ids)
+        self.kv_usage_old = gauge(
+            "gpu_cache_usage_perc", "The same as kv_cache_usage_perc (vLLM's older name)."
+        ).labels(*ids)
+        self.admitted = gauge("num_requests_admitted", "Engine requests the server holds.").labels(*ids)
+        self.max_queue = gauge("max_queue", "The --max-queue bound (-1: none).").labels(*ids)
+        self.draining = gauge("server_draining", "1 while shutting down.").labels(*ids)
+        self.kv_total = gauge("kv_blocks_total", "Paged KV-cache blocks.").labels(*ids)
+        self.kv_used = gauge("kv_blocks_used", "KV-cache blocks held by requests.").labels(*ids)
+        self.kv_free = gauge("kv_blocks_free", "KV-cache blocks free or evictable.").labels(*ids)
+        self.hit_rate = gauge(
+            "prefix_cache_hit_rate", "Prompt tokens served from the prefix cache, 0..1."
+        ).labels(*ids)
+        # tokens and requests
+        self.cache_queries = counter(
+            "prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
+        ).labels(*ids)
+        self.cache_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache.").labels(
+            *ids
+        )
+        self.prompt_counter = counter("prompt_tokens", "Prompt tokens processed.").labels(*ids)
+        self.generation_counter = counter("generation_tokens", "Tokens generated.").labels(*ids)
+        success = Counter(
+            "strata:request_success",
+            "Finished choices by finish reason.",
+            (*VLLM_LABELS, "finished_reason"),
+            registry=registry,
+        )
+        self.success = {reason: success.labels(*ids, reason) for reason in FINISH_REASONS}
+        token_buckets = one_two_five(max_model_len)
+        self.request_prompt_tokens = histogram(
+            "request_prompt_tokens", "Prompt tokens per request.", token_buckets
+        ).labels(*ids)
+        self.request_generation_tokens = histogram(
+            "request_generation_tokens", "Generated tokens per request.", token_buckets
+        ).labels(*ids)
+        self.params_n = histogram("request_params_n", "The n request parameter.", N_BUCKETS).labels(*ids)
+        self.params_max_tokens = histogram(
+            "request_params_max_tokens", "The max_tokens request parameter.", token_buckets
+        ).labels(*ids)
+        # timings
+        self.ttft = histogram(
+            "time_to_first_token_seconds", "From arrival to a choice's first token.", TTFT_BUCKETS
+        ).labels(*ids)
+        self.inter_token = histogram(
+            "inter_token_latency_seconds", "Between a choice's tokens.", TOKEN_GAP_BUCKETS
+        ).labels(*ids)
+        self.e2e = histogram(
+            "e2e_request_latency_seconds", "From arrival to a reply's last token.", REQUEST_LATENCY_BUCKETS
+        ).labels(*ids)
+        self.queue_time = histogram(
+            "request_queue_time_seconds", "From arrival to an engine slot.", REQUEST_LATENCY_BUCKETS
+        ).labels(*ids)
+        self.inference_time = histogram(
+            "request_inference_time_seconds",
+            "From an engine slot to the last token.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*ids)
+        self.prefill_time = histogram(
+            "request_prefill_time_seconds", "From an engine slot to the first token.", REQUEST_LATENCY_BUCKETS
+        ).labels(*ids)
+        self.decode_time = histogram(
+            "request_decode_time_seconds", "From the first token to the last.", REQUEST_LATENCY_BUCKETS
+        ).labels(*ids)
+        # Strata's own series
+        self.kernels_info = Gauge(
+            "strata_kernels_info",
+            "The kernels the engine runs (1 for the active backend).",
+            ("model_name", "kernels", "invariant"),
+            registry=registry,
+        )
+        self.requests = Counter(
+            "strata_requests",
+            "HTTP requests by route and status.",
+            ("model_name", "route", "status"),
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "strata_request_duration_seconds",
+            "Time from request to last response byte.",
+            ("model_name", "route"),
+            registry=registry,
+            buckets=HTTP_LATENCY_BUCKETS,
+        )
+        self.engine_gauges: dict[str, Gauge] = {}
+        self.prompt_tokens = 0  # totals for the hit rate
+        self.cached_tokens = 0
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        self.requests[(route, status)] += 1
-        self.latency.setdefault(route, Histogram()).observe(seconds)
+        """One HTTP request, by route template and status (the middleware calls it)."""
+        self.requests.labels(self.model_name, route, str(status)).inc()
+        self.request_duration.labels(self.model_name, route).observe(seconds)
 
     def add_tokens(self, prompt: int, generated: int, cached: int = 0) -> None:
+        """A reply's usage: the token counters and the prefix cache's queries and hits."""
         self.prompt_tokens += prompt
-        self.generated_tokens += generated
         self.cached_tokens += cached
+        self.prompt_counter.inc(prompt)
+        self.generation_counter.inc(generated)
+        self.cache_queries.inc(prompt)
+        self.cache_hits.inc(cached)
+
+    def observe_reply(
+        self,
+        prompt_tokens: int,
+        generation_tokens: int,
+        n: int,
+        max_tokens: int | None,
+        finish_reasons: Iterable[str | None],
+    ) -> None:
+        """A generation reply's shape: its token counts, its parameters, each choice's finish."""
+        self.request_prompt_tokens.observe(prompt_tokens)
+        self.request_generation_tokens.observe(generation_tokens)
+        self.params_n.observe(n)
+        if max_tokens is not None:
+            self.params_max_tokens.observe(max_tokens)
+        for reason in finish_reasons:
+            self.success[reason if reason in self.success else "abort"].inc()
 
     def render(
         self,
@@ -92,82 +201,40 @@ class Metrics:
         invariant: bool,
         server: Mapping[str, float] | None = None,
     ) -> str:
-        out = [
-            "# HELP strata_kernels_info The kernels the engine runs (1 for the active backend).",
-            "# TYPE strata_kernels_info gauge",
-            f'strata_kernels_info{{kernels="{kernels}",invariant="{str(invariant).lower()}"}} 1',
-            "# HELP strata_requests_total HTTP requests by route and status.",
-            "# TYPE strata_requests_total counter",
-        ]
-        for (route, status), count in sorted(self.requests.items()):
-            out.append(f'strata_requests_total{{route="{route}",status="{status}"}} {count}')
-        out += [
-            "# HELP strata_prompt_tokens_total Prompt tokens processed.",
-            "# TYPE strata_prompt_tokens_total counter",
-            f"strata_prompt_tokens_total {self.prompt_tokens}",
-            "# HELP strata_generated_tokens_total Tokens generated.",
-            "# TYPE strata_generated_tokens_total counter",
-            f"strata_generated_tokens_total {self.generated_tokens}",
-            "# HELP strata_request_duration_seconds Time from request to last response byte.",
-            "# TYPE strata_request_duration_seconds histogram",
-        ]
-        for route, histogram in sorted(self.latency.items()):
-            out.extend(histogram.lines("strata_request_duration_seconds", f'route="{route}"'))
-        out += self._operator_lines(engine_stats, server or {})
-        for key, value in sorted(engine_stats.items()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out += [
-                    f"# HELP strata_engine_{key} Engine scheduler state: {key}.",
-                    f"# TYPE strata_engine_{key} gauge",
-                    f"strata_engine_{key} {value}",
-                ]
-        return "\n".join(out) + "\n"
+        """The exposition text, with the gauges read from `engine_stats` and `server` now."""
+        self._set_gauges(engine_stats, server or {})
+        self.kernels_info.clear()
+        self.kernels_info.labels(self.model_name, kernels, str(invariant).lower()).set(1)
+        return generate_latest(self.registry).decode()
 
-    def _operator_lines(self, stats: Mapping[str, object], server: Mapping[str, float]) -> list[str]:
-        """The vLLM-named series (`strata:` prefix): queue, slots, KV cache, prefix cache, latency."""
-
+    def _set_gauges(self, stats: Mapping[str, object], server: Mapping[str, float]) -> None:
         def number(key: str) -> float:
             value = stats.get(key, 0)
             return float(value) if isinstance(value, (int, float)) else 0.0
 
         total, free = number("kv_blocks_total"), number("kv_blocks_free")
-        hit_rate = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        gauges = [
-            ("num_requests_waiting", number("waiting"), "Engine requests waiting for a slot."),
-            ("num_requests_running", number("running"), "Engine requests running."),
-            ("num_requests_admitted", server.get("admitted", 0), "Engine requests the server holds."),
-            ("max_queue", server.get("max_queue", -1), "The --max-queue bound (-1: none)."),
-            ("server_draining", server.get("draining", 0), "1 while shutting down."),
-            ("kv_blocks_total", total, "Paged KV-cache blocks."),
-            ("kv_blocks_used", total - free, "KV-cache blocks held by requests."),
-            ("kv_blocks_free", free, "KV-cache blocks free or evictable."),
-            ("kv_cache_usage_perc", (total - free) / total if total else 0.0, "KV-cache usage, 0..1."),
-            ("prefix_cache_hit_rate", hit_rate, "Prompt tokens served from the prefix cache, 0..1."),
-        ]
-        out: list[str] = []
-        for name, value, text in gauges:
-            out += [f"# HELP strata:{name} {text}", f"# TYPE strata:{name} gauge", f"strata:{name} {value:g}"]
-        counters = [
-            (
-                "prefix_cache_queries_total",
-                self.prompt_tokens,
-                "Prompt tokens looked up in the prefix cache.",
-            ),
-            ("prefix_cache_hits_total", self.cached_tokens, "Prompt tokens found in the prefix cache."),
-            ("prompt_tokens_total", self.prompt_tokens, "Prompt tokens processed."),
-            ("generation_tokens_total", self.generated_tokens, "Tokens generated."),
-        ]
-        for name, count, text in counters:
-            out += [f"# HELP strata:{name} {text}", f"# TYPE strata:{name} counter", f"strata:{name} {count}"]
-        histograms = [
-            ("time_to_first_token_seconds", self.ttft, "From arrival to a choice's first token."),
-            ("inter_token_latency_seconds", self.inter_token, "Between a choice's tokens."),
-            ("request_queue_time_seconds", self.queue_time, "From arrival to an engine slot."),
-        ]
-        for name, histogram, text in histograms:
-            out += [f"# HELP strata:{name} {text}", f"# TYPE strata:{name} histogram"]
-            out.extend(histogram.lines(f"strata:{name}", 'model="strata"'))
-        return out
+        usage = (total - free) / total if total else 0.0
+        self.running.set(number("running"))
+        self.waiting.set(number("waiting"))
+        self.kv_usage.set(usage)
+        self.kv_usage_old.set(usage)
+        self.kv_total.set(total)
+        self.kv_used.set(total - free)
+        self.kv_free.set(free)
+        self.hit_rate.set(self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0)
+        self.admitted.set(server.get("admitted", 0))
+        self.max_queue.set(server.get("max_queue", -1))
+        self.draining.set(server.get("draining", 0))
+        for key, value in sorted(stats.items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key not in self.engine_gauges:
+                    self.engine_gauges[key] = Gauge(
+                        f"strata_engine_{key}",
+                        f"Engine scheduler state: {key}.",
+                        ("model_name",),
+                        registry=self.registry,
+                    )
+                self.engine_gauges[key].labels(self.model_name).set(value)
 
 
 def metrics_middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
@@ -180,7 +247,7 @@ def metrics_middleware(metrics: Metrics) -> Callable[[ASGIApp], ASGIApp]:
                 return
             started = time.perf_counter()
             status = 500
-            route = scope.get("path_template") or scope["path"]
+            route = scope.get("path_template") or UNROUTED  # never the raw path: bounded labels
 
             async def timed_send(message: Message) -> None:
                 nonlocal status

@@ -33,6 +33,7 @@ class TrackedStream:
         metrics: Metrics,
         deadline: float | None,
         timeout_s: float | None,
+        arrived: float | None = None,
     ) -> None:
         self.inner = inner
         self.ticket = ticket
@@ -40,6 +41,9 @@ class TrackedStream:
         self.deadline = deadline
         self.timeout_s = timeout_s
         self.submitted = time.monotonic()
+        self.arrived = self.submitted if arrived is None else arrived  # monotonic, for latencies
+        self.first_token: float | None = None
+        self.last_token: float | None = None
         self.record = current_record()
 
     def abort(self) -> None:
@@ -77,6 +81,7 @@ class TrackedStream:
                 try:
                     index, event = await self._next(events)
                 except StopAsyncIteration:
+                    self._time_reply()
                     return
                 if isinstance(event, Step):
                     self._time_step(index, last)
@@ -88,17 +93,30 @@ class TrackedStream:
 
     def _time_step(self, index: int, last: dict[int, float]) -> None:
         now = time.monotonic()
+        self.last_token = now
         previous = last.get(index)
         last[index] = now
         if previous is not None:
             self.metrics.inter_token.observe(now - previous)
             return
-        ttft = now - self.submitted
+        ttft = now - self.arrived
         self.metrics.ttft.observe(ttft)
-        record = self.record
-        if record is not None and record.ttft_s is None:
-            record.ttft_s = ttft
+        if self.first_token is None:
+            self.first_token = now
             scheduled = self.inner.scheduled_at
-            if scheduled is not None:
-                record.queue_s = max(scheduled - self.submitted, 0.0)
-                self.metrics.queue_time.observe(record.queue_s)
+            queue_s = None if scheduled is None else max(scheduled - self.arrived, 0.0)
+            if queue_s is not None:
+                self.metrics.queue_time.observe(queue_s)
+            record = self.record
+            if record is not None and record.ttft_s is None:
+                record.ttft_s, record.queue_s = ttft, queue_s
+
+    def _time_reply(self) -> None:
+        """A reply that ran to its end: vLLM's end-to-end, inference, prefill and decode times."""
+        now = time.monotonic()
+        self.metrics.e2e.observe(now - self.arrived)
+        scheduled, first, last = self.inner.scheduled_at, self.first_token, self.last_token
+        if scheduled is not None and first is not None and last is not None:
+            self.metrics.inference_time.observe(max(last - scheduled, 0.0))
+            self.metrics.prefill_time.observe(max(first - scheduled, 0.0))
+            self.metrics.decode_time.observe(last - first)
