@@ -3,59 +3,35 @@ request a 500 in the error envelope, the request batched with it is answered nor
 the next request is served.
 
 The server is the real app on the real engine and model, run in this process (uvicorn on
-127.0.0.1, a free port) so that the bug can be planted: no input from outside can trigger one.
+a socket bound on 127.0.0.1) so that the bug can be planted: no input from outside can trigger one.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import uvicorn
 
 import strata_engine.engine as engine_module
 from strata_engine import AsyncEngine, LLMEngine
 from strata_engine.model_store import resolve_model
 from strata_server.app import create_app
 from strata_server.context import ServerSettings
+from strata_server.launch import in_process_server
 
 POISON_LOGPROBS = 3  # the request asking for 3 alternatives meets the planted bug
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def in_process_url() -> Iterator[str]:
     engine = AsyncEngine(LLMEngine(resolve_model("default"), num_threads=2, parallel=2))
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(engine, ServerSettings(slots=2)), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
-    engine.shutdown()
+    try:
+        with in_process_server(create_app(engine, ServerSettings(slots=2))) as url:
+            yield url  # healthy, or the launcher raised
+    finally:
+        engine.shutdown()
 
 
 def _complete(url: str, logprobs: int) -> httpx.Response:

@@ -149,6 +149,18 @@ def test_an_error_event_with_a_string_code_takes_its_status_from_the_type(client
     assert (info.value.status_code, info.value.param) == (400, "stop")
 
 
+@pytest.mark.parametrize(("code", "status"), [("timeout", 504), ("engine_unavailable", 503)])
+def test_strata_codes_mid_stream_keep_their_documented_status(client, mock, make_sse, code, status):
+    """The server's own frame (type "server_error", a string code): the status the same failure
+    has as a whole reply, not a 500 (end to end: tests/test_client_stream_errors.py)."""
+    error = {"message": "stopped", "type": "server_error", "param": None, "code": code}
+    chunk = {"choices": [{"index": 0, "text": "a"}]}
+    mock.post("/v1/completions").respond(200, content=make_sse(chunk, {"error": error}, "[DONE]"))
+    with pytest.raises(InternalServerError) as info:
+        list(client.completions.create(model="m", prompt="x", stream=True))
+    assert (info.value.status_code, info.value.code) == (status, code)
+
+
 def test_an_http_error_on_a_stream_request_raises_before_streaming(client, mock):
     body = {"error": {"message": "logprobs too large", "param": "logprobs", "code": 400}}
     mock.post("/v1/chat/completions").respond(400, json=body)

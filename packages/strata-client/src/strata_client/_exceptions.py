@@ -203,17 +203,31 @@ _STATUS_BY_ERROR_TYPE = {
 }
 
 
+# Strata's error ``code`` strings that a stream can end with, by the status the same failure
+# has as a whole reply (docs/DETAILS.md's error table): a timed-out stream is a 504, not a 500.
+_STATUS_BY_ERROR_CODE = {
+    "timeout": 504,
+    "engine_unavailable": 503,
+    "replica_unavailable": 503,
+    "shutting_down": 503,
+    "queue_full": 429,
+}
+
+
 def error_from_event(event: dict[str, Any], response: httpx.Response) -> APIStatusError:
     """The exception for a stream event ``{"error": {...}}`` sent after a 200 status.
 
     The status is the event's ``code`` when that is an HTTP error code (vLLM puts it
-    there), else the one its ``type`` names (``invalid_request_error`` -> 400, ...), else
-    500: the stream failed after it started.
+    there), else the one Strata's string ``code`` stands for (``timeout`` -> 504,
+    ``engine_unavailable`` -> 503, ...), else the one its ``type`` names
+    (``invalid_request_error`` -> 400, ...), else 500: the stream failed after it started.
     """
     details = details_from_body(event, fallback="Error in stream.")
     code = details.code
     if isinstance(code, int) and 400 <= code <= 599:
         status = code
+    elif isinstance(code, str) and code in _STATUS_BY_ERROR_CODE:
+        status = _STATUS_BY_ERROR_CODE[code]
     else:
         status = _STATUS_BY_ERROR_TYPE.get(details.error_type or "", 500)
     return error_class_for(status)(status, details, body=event, response=response)

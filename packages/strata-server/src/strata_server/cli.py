@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port to listen on")
+    parser.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="serve on this inherited, already bound socket instead of --host/--port "
+        "(a launcher binds port 0 and hands the socket over, so no one can take the port first)",
+    )
     parser.add_argument(
         "--parallel",
         type=int,
@@ -338,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             timeout_graceful_shutdown=1,  # after --shutdown-grace, close what is left quickly
         )
         server = GracefulServer(config, app.state.ctx.drain, args.shutdown_grace)
-        server.run()
+        server.run(sockets=None if args.fd is None else [socket.socket(fileno=args.fd)])
         if not server.started:
             sys.exit(3)  # uvicorn's own status for a failed start (port taken, ...)
     finally:
