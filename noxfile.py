@@ -3,7 +3,7 @@
 `nox` runs them all (the README's test command; `.ci/run` calls it). torch is pinned to
 2.13.0 everywhere: on the dev machines pip takes the CPU build from the local wheel cache.
 
-Virtualenvs: the sessions that need torch (lint, engine, server, integration, bench) share
+Virtualenvs: the sessions that need torch (lint, engine, llama, server, integration, bench) share
 one, `.nox/torch-shared`, so torch is installed once and kept between runs; each session
 reinstalls the local packages it tests, so the code under test is always the tree's. The
 client and decide sessions keep their own small virtualenvs (they must not see torch),
@@ -21,7 +21,7 @@ import nox
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
-    "lint", "engine", "triton", "client", "server", "decide", "integration", "without_torch", "ray",
+    "lint", "engine", "llama", "triton", "client", "server", "decide", "integration", "without_torch", "ray",
 ]  # fmt: skip
 
 PY = "3.11"
@@ -33,6 +33,7 @@ DECIDE = "./packages/strata-decide"
 TORCH_ENV = os.path.abspath(".nox/torch-shared")
 TORCH_PYTHON = f"{TORCH_ENV}/bin/python"
 LINT_TOOLS = ("ruff==0.17.6", "mypy==2.4.1")
+LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiled once (minutes); pip's wheel cache keeps the build
 
 
 def pytest(session: nox.Session, *paths: str, python: str = "python") -> None:
@@ -83,7 +84,19 @@ def install_aarch64_tools(session: nox.Session) -> None:
 def engine(session: nox.Session) -> None:
     install_aarch64_tools(session)
     python = torch_env(session, f"{ENGINE}[test]")
-    pytest(session, "packages/strata-engine/tests", python=python)
+    # the llama.cpp comparisons run in `llama`, where llama-cpp-python is installed
+    pytest(session, "packages/strata-engine/tests", "-m", "not llama_cpp", python=python)
+
+
+@nox.session(python=PY, venv_backend="none")
+def llama(session: nox.Session) -> None:
+    """Every test that compares with llama.cpp (tokenizers, architectures), with llama-cpp-python
+    installed in the shared torch virtualenv (kept between runs). Here they cannot skip: a
+    missing llama_cpp fails them (STRATA_REQUIRE_LLAMA_CPP=1)."""
+    python = torch_env(session, f"{ENGINE}[test]", LLAMA_CPP)
+    session.env["STRATA_REQUIRE_LLAMA_CPP"] = "1"
+    # the tests that take the `llama_cpp` fixture (marked `llama_cpp` by the engine's conftest)
+    pytest(session, "packages/strata-engine/tests", "-m", "llama_cpp", python=python)
 
 
 @nox.session(python=PY)
@@ -162,7 +175,7 @@ def bench(session: nox.Session) -> None:
         SERVER,
         CLIENT,
         f"{DECIDE}[gateway]",
-        "llama-cpp-python==0.3.36",
+        LLAMA_CPP,
         "psutil",
         "matplotlib",
     )

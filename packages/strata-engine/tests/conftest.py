@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,6 +18,22 @@ from strata_engine.native import NativeUnavailable, compiler
 sys.path.insert(0, str(Path(__file__).parent))  # helpers: tiny_models, reference_forward
 
 from reference_forward import ReferenceModel
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the `llama_cpp` fixture is marked `llama_cpp`: `nox -s llama` runs those."""
+    for item in items:
+        if "llama_cpp" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.llama_cpp)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp() -> ModuleType:
+    """llama-cpp-python, for the tests that compare with llama.cpp. Without it they skip, except
+    under STRATA_REQUIRE_LLAMA_CPP=1 (`nox -s llama`, which installs it), where that is a failure."""
+    if os.environ.get("STRATA_REQUIRE_LLAMA_CPP") == "1":
+        return importlib.import_module("llama_cpp")
+    return pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
 
 
 @pytest.fixture(scope="session")

@@ -37,9 +37,7 @@ TOP = 20
 SEED = 3
 
 
-@pytest.fixture(scope="module", params=ARCH_SPECS, ids=lambda s: s.name)
-def arch_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    spec: ArchSpec = request.param
+def _arch_files(spec: ArchSpec, tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp(spec.name)
     paths = {
         "packed": write_arch_model(d / "packed.gguf", spec, seed=SEED),
@@ -47,6 +45,18 @@ def arch_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     }
     prompt = np.random.default_rng(5).integers(7, vocab_size(spec) - 3, size=PROMPT_LEN).tolist()
     return spec, paths, prompt
+
+
+@pytest.fixture(scope="module", params=ARCH_SPECS, ids=lambda s: s.name)
+def arch_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    return _arch_files(request.param, tmp_path_factory)
+
+
+@pytest.fixture(
+    scope="module", params=[s for s in ARCH_SPECS if s.arch.startswith("gemma")], ids=lambda s: s.name
+)
+def gemma_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    return _arch_files(request.param, tmp_path_factory)
 
 
 def engine_logprobs(path: Path, prompt: list[int], kernels: str = "native") -> np.ndarray:
@@ -86,9 +96,8 @@ def _llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("weights", ["f32", "packed"])
-def test_logprobs_match_llama_cpp(arch_model, weights: str) -> None:
+def test_logprobs_match_llama_cpp(arch_model, weights: str, llama_cpp) -> None:
     """llama.cpp on the same file: top-1 equal at every position, top-20 within tolerance."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
     spec, paths, prompt = arch_model
     want = _llama_cpp_logprobs(llama_cpp, paths[weights], prompt)
     got = engine_logprobs(paths[weights], prompt)
@@ -110,16 +119,13 @@ def test_logprobs_match_llama_cpp(arch_model, weights: str) -> None:
     assert diff.max() <= tolerance, f"{spec.name}: top-{TOP} off by {diff.max():.3g} > {tolerance}"
 
 
-def test_gemma_llama_cpp_gap_is_its_fp16_gelu(arch_model) -> None:
+def test_gemma_llama_cpp_gap_is_its_fp16_gelu(gemma_model, llama_cpp) -> None:
     """The F32 Gemma gap to llama.cpp is its fp16 GELU table and nothing else: a float64 forward
     with that table agrees with llama.cpp to 1e-5 (median top-20; measured 2.0e-6 gemma, 6.1e-6
     gemma3) where the exact-GELU one is off by 1e-4..5e-4. The rest of the Gemma graph (embedding
     scale, stored norm weights with the +1 folded in, soft-caps, post-norms, windows, RoPE bases)
     is therefore llama.cpp's."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
-    spec, paths, prompt = arch_model
-    if not spec.arch.startswith("gemma"):
-        pytest.skip("no GELU")
+    spec, paths, prompt = gemma_model
     want = _llama_cpp_logprobs(llama_cpp, paths["f32"], prompt)
     top = np.argsort(-want, axis=1)[:, :TOP]
     gaps = {}

@@ -64,9 +64,8 @@ def _detokenize(llama_cpp, llm, ids: list[int], skip_special: bool) -> str:
 
 
 @pytest.mark.parametrize("space_prefix", [None, False])
-def test_ids_equal_live_llama_cpp(golden: dict, tmp_path: Path, space_prefix: bool | None) -> None:
+def test_ids_equal_live_llama_cpp(golden: dict, tmp_path: Path, space_prefix: bool | None, llama_cpp) -> None:
     """Against llama.cpp itself on the corpus plus fuzz, when llama-cpp-python is installed."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
     path = write_vocab_gguf(tmp_path / "spm.gguf", golden["vocab"], space_prefix)
     llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
     tokenizer = Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"], space_prefix))

@@ -95,9 +95,8 @@ def _fuzz_corpus(n: int, seed: int) -> list[str]:
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
-def test_ids_equal_live_llama_cpp(smollm_meta: dict, path: Path, tmp_path: Path) -> None:
+def test_ids_equal_live_llama_cpp(smollm_meta: dict, path: Path, tmp_path: Path, llama_cpp) -> None:
     """Against llama.cpp itself, when llama-cpp-python is installed: corpus plus fuzz."""
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
     gguf = pytest.importorskip("gguf")
     doc = _load_golden(path)
     overrides = _variant_overrides(smollm_meta, doc)
