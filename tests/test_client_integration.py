@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from strata_client import (
@@ -100,7 +101,7 @@ def test_echo_offsets_rebuild_the_returned_text(server):
     assert choice.logprobs.rebuild_text().startswith(choice.text)
 
 
-def test_streamed_chat_with_logprobs_matches_the_unstreamed_answer(server):
+def test_streamed_chat_with_logprobs_matches_the_unstreamed_answer(server, server_url):
     arguments = {"max_tokens": 6, "temperature": 0.0, "logprobs": True, "top_logprobs": 2}
     whole = server.chat.completions.create(messages=QUESTION, **arguments)
     assert isinstance(whole, ChatCompletion)
@@ -119,6 +120,11 @@ def test_streamed_chat_with_logprobs_matches_the_unstreamed_answer(server):
         assert entry.logprob <= 0.0 and 1 <= len(entry.top_logprobs) <= 3
         assert entry.logprob == max(top.logprob for top in entry.top_logprobs)  # greedy
     assert text == whole.choices[0].message.content
+    # the typed models carry the server's provenance: one fingerprint, the model's sha256
+    version = httpx.get(f"{server_url}/version", timeout=30).json()
+    assert whole.system_fingerprint == version["system_fingerprint"]
+    assert {chunk.system_fingerprint for chunk in chunks} == {version["system_fingerprint"]}
+    assert server.models.list().data[0].sha256 == version["model"]["sha256"]
     whole_entries = whole.choices[0].logprobs.content
     assert [(e.token, e.logprob) for e in entries] == [(e.token, e.logprob) for e in whole_entries]
 

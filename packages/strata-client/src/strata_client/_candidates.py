@@ -50,6 +50,7 @@ class CandidateScores(WireModel):
     model: str = ""
     candidates: list[CandidateScore] = Field(default_factory=list)
     usage: Usage | None = None
+    system_fingerprint: str | None = None
 
     @property
     def probabilities(self) -> list[float]:

@@ -120,6 +120,7 @@ class Model(WireModel):
     created: int = 0
     owned_by: str = ""
     max_model_len: int | None = None
+    sha256: str | None = None  # the model file's sha256 (Strata)
 
 
 class ModelList(WireModel):

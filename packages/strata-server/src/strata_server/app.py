@@ -43,6 +43,7 @@ from strata_server.protocol import (
     decode_request,
     encode,
 )
+from strata_server.provenance import Provenance
 from strata_server.request_log import current_record, current_request_id, request_log_middleware
 from strata_server.shutdown import drain_middleware
 from strata_server.tokenizer_routes import detokenize, tokenize, tokenizer_info
@@ -104,9 +105,15 @@ async def _errors_in_stream(
             on_end()
 
 
-def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> Litestar:
-    """Build the app around an already loaded engine (`strata_engine.AsyncEngine`)."""
-    ctx = ServerContext(engine=engine, settings=settings or ServerSettings())
+def create_app(
+    engine: EngineClient, settings: ServerSettings | None = None, provenance: Provenance | None = None
+) -> Litestar:
+    """Build the app around an already loaded engine (`strata_engine.AsyncEngine`).
+
+    `provenance` names the model file and its sha256 for `/version`, `/v1/models` and the
+    replies' `system_fingerprint` (`Provenance.of`); without it they know only the kernels.
+    """
+    ctx = ServerContext(engine=engine, settings=settings or ServerSettings(), provenance=provenance)
 
     keys = [f"Bearer {key}".encode() for key in ctx.settings.keys]
 
@@ -199,6 +206,12 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
         """Special tokens and chat template (lm-evaluation-harness's remote tokenizer)."""
         return json_response(tokenizer_info(ctx))
 
+    @get("/version")
+    async def version() -> Response:
+        """Which arithmetic answers: versions, kernels, the model file's sha256, the fingerprint."""
+        assert ctx.provenance is not None
+        return json_response(ctx.provenance.body(ctx.served_name))
+
     @get("/health")
     async def health() -> Response:
         """200 once the model is loaded (the app only exists after loading); 503 while draining
@@ -230,6 +243,7 @@ def create_app(engine: EngineClient, settings: ServerSettings | None = None) -> 
             detokenize_route,
             tokenizer_info_route,
             health,
+            version,
             metrics,
         ],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -179,5 +179,10 @@ async def score_reply(
     usage = Usage(read, 0, read, PromptTokensDetails(cached_tokens=cached))
     record_usage(usage, ctx)
     return ScoreCandidatesResponse(
-        id=request_id, created=int(time.time()), model=ctx.served_name, candidates=out, usage=usage
+        id=request_id,
+        created=int(time.time()),
+        model=ctx.served_name,
+        candidates=out,
+        usage=usage,
+        system_fingerprint=ctx.system_fingerprint,
     )

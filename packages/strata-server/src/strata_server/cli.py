@@ -9,8 +9,11 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from strata_server.provenance import version_line
 
 if TYPE_CHECKING:
     from strata_server.context import ServerSettings
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument(
         "--model",
         default="default",
@@ -315,8 +319,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_engine.model_store import resolve_model
     from strata_engine.native import NativeUnavailable
     from strata_engine.ops import describe
+    from strata_engine.provenance import model_sha256
     from strata_engine.tensor_parallel import init_from_env
     from strata_server.app import create_app
+    from strata_server.provenance import Provenance
     from strata_server.shutdown import GracefulServer
 
     try:
@@ -325,9 +331,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         engine_args = {**engine_options(args), "tensor_parallel": tp}
         if tp.rank != 0:
             sys.exit(follow_rank(path, engine_args))
-        engine = AsyncEngine.from_path(path, **engine_args)
+        with ThreadPoolExecutor(1, thread_name_prefix="strata-hash") as pool:
+            sha256 = pool.submit(model_sha256, path)  # beside the load (hashlib releases the GIL)
+            engine = AsyncEngine.from_path(path, **engine_args)
+            provenance = Provenance.of(
+                engine.kernels,
+                engine.invariant,
+                path,
+                tp.world,
+                engine_args.get("chat_template"),
+                sha256.result(),
+            )
     except (EngineError, NativeUnavailable) as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")
+    except OSError as exc:
+        sys.exit(f"strata-server: cannot read the model file: {exc}")
     logging.getLogger("strata_server").info(
         "%s; model %s loaded in %.2f s",
         describe(engine.kernels, engine.invariant),
@@ -336,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     settings = server_settings(args, keys)
     try:
-        app = create_app(engine, settings)
+        app = create_app(engine, settings, provenance)
         config = uvicorn.Config(
             app,
             host=args.host,

@@ -14,6 +14,7 @@ from strata_server.checks import Limits
 from strata_server.errors import engine_refusal
 from strata_server.metrics import Metrics
 from strata_server.protocol import ChatMessage
+from strata_server.provenance import Provenance
 from strata_server.render import message_dicts
 from strata_server.shutdown import Drain
 from strata_server.tracked import TrackedStream
@@ -51,12 +52,21 @@ class ServerContext:
     engine: EngineClient  # strata_engine.AsyncEngine, or a test's stand-in
     settings: ServerSettings
     drain: Drain = field(default_factory=Drain)
+    provenance: Provenance | None = None  # None: the engine's kernels only (no model file known)
     admission: Admission = field(init=False)
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.provenance is None:
+            self.provenance = Provenance(kernels=self.engine.kernels, invariant=self.engine.invariant)
         self.metrics = Metrics(self.served_name, self.engine.ctx_size)
         self.admission = Admission(slots=self.settings.slots, max_queue=self.settings.max_queue)
+
+    @property
+    def system_fingerprint(self) -> str:
+        """What every completion, chat and candidate reply carries (see provenance.py)."""
+        assert self.provenance is not None  # set in __post_init__
+        return self.provenance.system_fingerprint
 
     @property
     def served_name(self) -> str:

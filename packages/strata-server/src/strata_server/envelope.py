@@ -56,7 +56,7 @@ def whole_reply(
 ) -> ReplyT:
     """A non-streamed reply holding every finished choice.
 
-    `reply_type` is a reply struct taking `id, created, model, choices, usage`.
+    `reply_type` is a reply struct taking `id, created, model, choices, usage, system_fingerprint`.
     """
     return reply_type(
         id=request_id,
@@ -64,6 +64,7 @@ def whole_reply(
         model=ctx.served_name,
         choices=choices,
         usage=counted_usage(plan, tallies, ctx),
+        system_fingerprint=ctx.system_fingerprint,
     )
 
 
@@ -84,7 +85,14 @@ async def sse_reply(
 
     def frame(listed: list[Any], totals: Usage | None) -> bytes:
         return sse(
-            chunk_type(id=request_id, created=created, model=ctx.served_name, choices=listed, usage=totals)
+            chunk_type(
+                id=request_id,
+                created=created,
+                model=ctx.served_name,
+                choices=listed,
+                usage=totals,
+                system_fingerprint=ctx.system_fingerprint,
+            )
         )
 
     async for choice in choices:

@@ -20,6 +20,7 @@ def models(ctx: ServerContext) -> dict[str, Any]:
                 "owned_by": "strata",
                 "root": ctx.engine.model_name,
                 "max_model_len": ctx.limits.ctx_size,
+                "sha256": None if ctx.provenance is None else ctx.provenance.model_sha256,
             }
         ],
     }

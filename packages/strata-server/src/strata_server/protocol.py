@@ -181,6 +181,7 @@ class CompletionResponse(msgspec.Struct):
     choices: list[CompletionChoice]
     usage: Usage | None
     object: Literal["text_completion"] = "text_completion"
+    system_fingerprint: str | None = None  # see provenance.py: changes exactly when the bits may
 
 
 class TopLogprob(msgspec.Struct):
@@ -220,6 +221,7 @@ class ChatCompletionResponse(msgspec.Struct):
     choices: list[ChatChoice]
     usage: Usage | None
     object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
 
 
 class ChatDelta(msgspec.Struct, omit_defaults=True):
@@ -241,6 +243,7 @@ class ChatCompletionChunk(msgspec.Struct):
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    system_fingerprint: str | None = None
 
 
 # ---------------------------------------------------------------- candidate scoring
@@ -285,6 +288,7 @@ class ScoreCandidatesResponse(msgspec.Struct):
     candidates: list[CandidateScore]
     usage: Usage
     object: Literal["candidate_scores"] = "candidate_scores"
+    system_fingerprint: str | None = None
 
 
 def decode_request(body: bytes, request_type: type[T]) -> T:

@@ -146,10 +146,18 @@ class StrataReplica:
         from strata_engine import AsyncEngine
         from strata_engine.model_store import resolve_model
         from strata_server.app import create_app
+        from strata_server.provenance import Provenance
 
         logging.getLogger("strata_server.access").setLevel(logging.WARNING)  # Serve logs requests
-        self.engine = AsyncEngine.from_path(resolve_model(options.model), **options.engine)
-        self.app = create_app(self.engine, options.settings)
+        path = resolve_model(options.model)
+        self.engine = AsyncEngine.from_path(path, **options.engine)
+        provenance = Provenance.of(
+            self.engine.kernels,
+            self.engine.invariant,
+            path,
+            chat_template=options.engine.get("chat_template"),
+        )
+        self.app = create_app(self.engine, options.settings, provenance)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.board_name = board_name(options.app_name)
         self.pusher = asyncio.get_running_loop().create_task(self._push_metrics())
