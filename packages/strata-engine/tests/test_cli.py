@@ -44,12 +44,12 @@ def test_json_rows_are_consistent(model_path: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["missing", "not-gguf"])
-def test_bad_model_exits_2_with_one_line_error(tmp_path: Path, kind: str) -> None:
+def test_bad_model_exits_1_with_one_line_error(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "model.gguf"
     if kind == "not-gguf":
         path.write_text("this is not a model\n")
     proc = cli("--model", str(path), cwd=tmp_path)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("strata-engine: error:")

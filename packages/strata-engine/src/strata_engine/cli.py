@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from strata_engine.api import EngineError, LogprobParams, Request, SamplingParams, Step
+from strata_engine.api import EngineError, LogprobParams, ModelLoadError, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
 from strata_engine.model_store import resolve_model
 from strata_engine.native import NativeUnavailable
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         events = engine.generate(request)
     except (EngineError, NativeUnavailable) as exc:
         print(f"strata-engine: error: {exc}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, ModelLoadError) else 2
     print(f"# {describe(engine.kernels, engine.invariant)}", file=sys.stderr)
     print(
         f"# model {engine.model_name} loaded in {engine.load_seconds:.2f} s; prompt {len(ids)} tokens",

@@ -26,6 +26,29 @@ GEMMA2_DEFAULTS = {
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
+# Upper bounds on what a header may claim before the tensors are checked against it (see
+# gguf_checks): far above any released model, low enough that no loop or table sized by them
+# runs away. The tensors' shapes then pin every size exactly.
+MAX_COUNT = 2**31 - 1
+MAX_LAYERS = 4096
+
+
+def _int(name: str, value: Any, low: int, high: int) -> int:
+    """An integer hyper-parameter in [low, high], or a `ModelLoadError` naming the key."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelLoadError(f"GGUF metadata {name} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ModelLoadError(f"GGUF metadata {name} = {value} is not in {low}..{high}")
+    return value
+
+
+def _float(name: str, value: Any) -> float:
+    """A finite real hyper-parameter, or a `ModelLoadError` naming the key."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ModelLoadError(f"GGUF metadata {name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str
@@ -76,32 +99,56 @@ class ModelConfig:
                 raise ModelLoadError(f"GGUF metadata lacks {arch}.{name}")
             return value
 
-        hidden = int(key("embedding_length"))
-        n_heads = int(key("attention.head_count"))
-        head_dim = int(key("attention.key_length", hidden // n_heads))
-        vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
-        n_experts = int(meta.get(f"{arch}.expert_count") or 0)
-        n_used = int(meta.get(f"{arch}.expert_used_count") or 0)
+        def count(name: str, default: int | None = None, low: int = 1, high: int = MAX_COUNT) -> int:
+            return _int(f"{arch}.{name}", key(name, default), low, high)
+
+        def real(name: str, default: float) -> float:
+            return _float(f"{arch}.{name}", key(name, default))
+
+        hidden = count("embedding_length")
+        n_heads = count("attention.head_count")
+        head_dim = count("attention.key_length", hidden // n_heads or None)
+        n_tokens = len(meta.get("tokenizer.ggml.tokens") or ())
+        vocab = count("vocab_size", n_tokens or None)
+        n_experts = count("expert_count", 0, low=0)
+        n_used = count("expert_used_count", 0, low=0)
         if n_experts and not 0 < n_used <= n_experts:
             raise ModelLoadError(f"GGUF metadata: {arch}.expert_used_count {n_used} is not in 1..{n_experts}")
         if arch == "qwen3moe" and not n_experts:
             raise ModelLoadError("GGUF metadata lacks qwen3moe.expert_count")
+        n_layers = count("block_count", high=MAX_LAYERS)
+        n_kv_heads = count("attention.head_count_kv", n_heads)
+        if n_heads % n_kv_heads:
+            raise ModelLoadError(
+                f"GGUF metadata: {arch}.attention.head_count {n_heads} is not a multiple of "
+                f"{arch}.attention.head_count_kv {n_kv_heads}"
+            )
+        rope_dim = count("rope.dimension_count", head_dim)
+        if rope_dim > head_dim or rope_dim % 2:
+            raise ModelLoadError(
+                f"GGUF metadata: {arch}.rope.dimension_count {rope_dim} is not an even number up to "
+                f"the head size {head_dim}"
+            )
+        rope_base = real("rope.freq_base", 10000.0)
+        rms_eps = real("attention.layer_norm_rms_epsilon", 1e-6)
+        if rope_base <= 0 or rms_eps < 0:
+            raise ModelLoadError(f"GGUF metadata: {arch}.rope.freq_base must be > 0 and the RMS epsilon >= 0")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
-        gemma = _gemma_switches(arch, meta, int(key("block_count")), hidden, n_heads, head_dim)
+        gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
         return cls(
             arch=arch,
-            n_layers=int(key("block_count")),
+            n_layers=n_layers,
             hidden=hidden,
             n_heads=n_heads,
-            n_kv_heads=int(key("attention.head_count_kv", n_heads)),
+            n_kv_heads=n_kv_heads,
             head_dim=head_dim,
-            ffn=int(key("feed_forward_length", 0 if n_experts else None)),
-            vocab_size=int(vocab),
-            ctx_size=int(key("context_length", 4096)),
-            rope_base=float(key("rope.freq_base", 10000.0)),
-            rope_dim=int(key("rope.dimension_count", head_dim)),
+            ffn=count("feed_forward_length", 0 if n_experts else None, low=0),
+            vocab_size=vocab,
+            ctx_size=count("context_length", 4096),
+            rope_base=rope_base,
+            rope_dim=rope_dim,
             rope_style="interleaved" if arch == "llama" else "neox",
-            rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
+            rms_eps=rms_eps,
             qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             n_experts=n_experts,
             n_experts_used=n_used,
@@ -125,26 +172,30 @@ def _gemma_switches(
     def get(name: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{name}", default)
 
-    if int(get("attention.value_length", head_dim)) != head_dim:
+    def real(name: str, default: float) -> float:
+        return _float(f"{arch}.{name}", get(name, default))
+
+    def count(name: str, default: int | None) -> int:
+        return _int(f"{arch}.{name}", get(name, default), 0, MAX_COUNT)
+
+    if count("attention.value_length", head_dim) != head_dim:
         raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
     scaling = get("rope.scaling.type")
-    if scaling not in (None, "none") and float(get("rope.scaling.factor", 1.0)) != 1.0:
+    if scaling not in (None, "none") and real("rope.scaling.factor", 1.0) != 1.0:
         raise ModelLoadError(
             f"{arch}: RoPE scaling ({scaling}, factor {get('rope.scaling.factor')}) is not supported"
         )
-    heads_dim = hidden // n_heads if n_layers == GEMMA_27B_LAYERS.get(arch) else head_dim
+    heads_dim = max(1, hidden // n_heads) if n_layers == GEMMA_27B_LAYERS.get(arch) else head_dim
     out: dict[str, Any] = {
         "ffn_act": "gelu",
         "embed_scale": True,
         "attn_scale": 1.0 / math.sqrt(heads_dim),
     }
     if arch == "gemma2":
-        out["attn_softcap"] = float(get("attn_logit_softcapping", GEMMA2_DEFAULTS["attn_logit_softcapping"]))
-        out["final_softcap"] = float(
-            get("final_logit_softcapping", GEMMA2_DEFAULTS["final_logit_softcapping"])
-        )
-        out["sliding_window"] = int(
-            get("attention.sliding_window", GEMMA2_DEFAULTS["attention.sliding_window"])
+        out["attn_softcap"] = real("attn_logit_softcapping", GEMMA2_DEFAULTS["attn_logit_softcapping"])
+        out["final_softcap"] = real("final_logit_softcapping", GEMMA2_DEFAULTS["final_logit_softcapping"])
+        out["sliding_window"] = count(
+            "attention.sliding_window", int(GEMMA2_DEFAULTS["attention.sliding_window"])
         )
         out["swa_layers"] = tuple(i % 2 == 0 for i in range(n_layers))
         out["post_norms"] = True
@@ -152,11 +203,15 @@ def _gemma_switches(
         window = get("attention.sliding_window")
         if window is None:
             raise ModelLoadError("GGUF metadata lacks gemma3.attention.sliding_window")
-        out["final_softcap"] = float(get("final_logit_softcapping", 0.0) or 0.0)
-        out["sliding_window"] = int(window)
+        out["final_softcap"] = real("final_logit_softcapping", 0.0)
+        out["sliding_window"] = count("attention.sliding_window", None)
         out["swa_layers"] = tuple(i % 6 < 5 for i in range(n_layers))
-        out["rope_base_swa"] = float(get("rope.freq_base_swa", 10000.0))
+        out["rope_base_swa"] = real("rope.freq_base_swa", 10000.0)
         out["post_norms"] = True
-    if out.get("sliding_window", 0) < 0:
-        raise ModelLoadError(f"{arch}: negative attention.sliding_window")
+    if (
+        out.get("rope_base_swa", 1.0) <= 0
+        or out.get("attn_softcap", 0.0) < 0
+        or out.get("final_softcap", 0.0) < 0
+    ):
+        raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-caps >= 0")
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from strata_engine.block_manager import BlockManager
 from strata_engine.chat_template import ChatTemplate, render_ids
 from strata_engine.checks import check_request
 from strata_engine.config import ModelConfig
+from strata_engine.gguf_checks import check_metadata_types, check_shapes
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.logprobs import build_row
 from strata_engine.model import Transformer
@@ -68,8 +70,10 @@ class LLMEngine:
         tensor_parallel: TensorParallel = SINGLE,
     ) -> None:
         t0 = time.perf_counter()
-        gguf = GGUFFile(path)
+        gguf = GGUFFile(path)  # the file's layout checked: every tensor inside it
+        check_metadata_types(gguf.metadata)
         self.config = cfg = ModelConfig.from_metadata(gguf.metadata)
+        check_shapes(gguf.tensors, cfg, gguf.metadata)  # every size the kernels use, proven
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
         self.ops = make_ops(kernels, device, num_threads)
@@ -79,7 +83,9 @@ class LLMEngine:
         # outside the GIL, which the tokenizer's Python work then uses (about 0.1 s less to ready)
         with ThreadPoolExecutor(1, thread_name_prefix="strata-tokenizer") as pool:
             tokenizer = pool.submit(Tokenizer.from_metadata, gguf.metadata)
-            self.model = Transformer(gguf, cfg, self.ops, tensor_parallel)  # releases the file's pages
+            # RoPE tables for the context this engine serves, not the (larger) one the file claims
+            model_cfg = replace(cfg, ctx_size=self.ctx_size)
+            self.model = Transformer(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages
             self.tokenizer = tokenizer.result()
         template = gguf.get("tokenizer.chat_template")
         self.chat_template = (
@@ -89,7 +95,7 @@ class LLMEngine:
             if template
             else None
         )
-        self.vocab_size = cfg.vocab_size
+        self.vocab_size = self.model.embedding.out_features  # == cfg.vocab_size (check_shapes)
         self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
