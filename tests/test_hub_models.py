@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -293,3 +294,21 @@ def test_strata_server_serves_a_hub_reference(
     reference = client.completions.create(model=model, **ask)  # type: ignore[call-overload]
     assert reply.choices[0].text == reference.choices[0].text
     assert reply.choices[0].logprobs == reference.choices[0].logprobs
+
+
+def test_the_howtos_hub_commands(hub: StandInHub, hub_env: dict[str, str]) -> None:
+    """docs/howto-own-gguf.md's Hub commands, online then offline, pick the documented file."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "howto-own-gguf.md").read_text()
+    commands = re.findall(r"^(\S+=\S+ )?strata-server --model (\w\S*/\S+)$", doc, re.MULTILINE)
+    assert [env for env, _ in commands] == ["", "HF_HUB_OFFLINE=1 "]
+    repo = "bartowski/Qwen2.5-0.5B-Instruct-GGUF"
+    hub.repos[repo] = {
+        f"Qwen2.5-0.5B-Instruct-{q}.gguf": gguf_bytes(q) for q in ("Q4_K_M", "Q4_K_S", "Q4_K_L", "Q8_0")
+    }
+    for env, spec in commands:
+        assert spec == f"{repo}:Q4_K_M"
+        name, _, value = env.strip().partition("=")
+        done = resolve(spec, {**hub_env, name: value} if name else hub_env)
+        assert done.returncode == 0, done.stderr
+        assert Path(done.stdout.strip()).name == "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf"
+    assert f"`{repo}/Qwen2.5-0.5B-Instruct-Q4_K_M.gguf`" in doc  # the file named outright

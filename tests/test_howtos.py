@@ -1,0 +1,180 @@
+"""The how-tos in docs/ run as written, against the real server on the real model.
+
+Their Python blocks run with the documented address (127.0.0.1:8000, the gateway's :8100)
+replaced by the test servers'; their commands are started (`strata-decide serve`) or, for
+lm-evaluation-harness (too heavy to install here, and its tasks' datasets need the network),
+parsed and replayed: the requests its `local-completions` model sends for a log-likelihood task
+(lm_eval 0.4's `RemoteTokenizer` and `LocalCompletionsAPI._create_payload`), through the openai
+SDK to the URL the command names. docs/howto-own-gguf.md's Hub command runs in
+test_hub_models.py against a stand-in Hub.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from strata_server.launch import free_port
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+SERVER = "http://127.0.0.1:8000"
+GATEWAY = "http://127.0.0.1:8100"
+
+
+def blocks(doc: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", (DOCS / doc).read_text(), re.DOTALL)
+
+
+def command_lines(doc: str, program: str) -> list[list[str]]:
+    """Every line of the doc's bash blocks that runs `program`, split as a shell would."""
+    return [
+        shlex.split(line)
+        for block in blocks(doc, "bash")
+        for line in block.splitlines()
+        if line.split(" ", 1)[0] == program
+    ]
+
+
+def run_block(code: str, **urls: str) -> None:
+    for documented, real in urls.items():
+        code = code.replace(documented, real)
+    exec(compile(code, "<how-to>", "exec"), {"__name__": "__howto__"})
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_openai_sdk_howto(index: int, server_url: str) -> None:
+    examples = blocks("howto-openai-sdk.md", "python")
+    assert len(examples) == 4
+    run_block(examples[index], **{SERVER: server_url})
+
+
+def test_the_howtos_start_the_server_they_talk_to() -> None:
+    """Each how-to starts the default model's server on the default port its code talks to."""
+    for doc in ("howto-openai-sdk.md", "howto-lm-eval.md", "howto-typed-decisions.md"):
+        commands = command_lines(doc, "strata-server")
+        assert commands and all(c[1:3] == ["--model", "default"] and "--port" not in c for c in commands)
+    from strata_server.cli import DEFAULT_PORT
+
+    assert SERVER.endswith(f":{DEFAULT_PORT}")
+
+
+@pytest.fixture(scope="module")
+def documented_gateway(server_url: str) -> Iterator[str]:
+    """`strata-decide serve` exactly as the how-to writes it, but for the upstream's and its own port."""
+    (command,) = command_lines("howto-typed-decisions.md", "strata-decide")
+    assert command[1:] == ["serve", "--upstream", SERVER, "--port", "8100"]
+    port = free_port()
+    args = [a.replace(SERVER, server_url).replace("8100", str(port)) for a in command[1:]]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "strata_decide", *args], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert process.poll() is None, "strata-decide serve exited"
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_typed_decisions_howto(documented_gateway: str, server_url: str) -> None:
+    (example,) = blocks("howto-typed-decisions.md", "python")
+    run_block(example, **{GATEWAY: documented_gateway, SERVER: server_url})
+
+
+def lm_eval_model_args() -> dict[str, str]:
+    (command,) = command_lines("howto-lm-eval.md", "lm_eval")
+    assert command[command.index("--model") + 1] == "local-completions"
+    pairs = command[command.index("--model_args") + 1].split(",")
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_lm_eval_howto_requests(server_url: str) -> None:
+    """What `lm_eval --model local-completions` with the how-to's model_args sends for a
+    log-likelihood task, and what it reads back (lm_eval 0.4.13's code, replayed)."""
+    args = lm_eval_model_args()
+    assert args["base_url"] == f"{SERVER}/v1/completions"
+    assert args["tokenizer_backend"] == "remote" and args["tokenized_requests"] == "True"
+    base = args["base_url"].replace(SERVER, server_url)
+    root = base.replace("/v1/completions", "")
+    # the served name in the how-to is the default model's
+    assert httpx.get(f"{root}/v1/models").json()["data"][0]["id"] == args["model"]
+
+    # RemoteTokenizer: check_remote_tokenizer_support, then encode without special tokens
+    info = httpx.get(f"{root}/tokenizer_info").json()
+    assert isinstance(info, dict) and "eos_token" in info
+
+    def encode(text: str) -> list[int]:
+        reply = httpx.post(f"{root}/tokenize", json={"prompt": text, "add_special_tokens": False})
+        tokens = reply.json()["tokens"]
+        assert isinstance(tokens, list)
+        return tokens
+
+    assert httpx.post(f"{root}/detokenize", json={"tokens": encode("test")}).json()["prompt"] == "test"
+    pairs = [
+        ("Question: What is the capital of France?\nAnswer:", " Paris"),
+        ("Question: What is the capital of France?\nAnswer:", " a small blue teapot"),
+        ("The sky is", " blue"),
+    ]
+    requests = [(encode(c), encode(c + x)[len(encode(c)) :]) for c, x in pairs]
+    # LocalCompletionsAPI._create_payload(generate=False), batch_size=8: one request, id lists
+    client = OpenAI(base_url=base.removesuffix("/completions"), api_key="unused", max_retries=0)
+    reply = client.completions.create(
+        model=args["model"],
+        prompt=[ctx + cont for ctx, cont in requests],
+        temperature=0,
+        max_tokens=1,
+        logprobs=1,
+        seed=1234,
+        echo=True,
+    )
+    # parse_logprobs: the continuation's rows are [ctxlen:-1] (the last row is the generated token)
+    for choice, (ctx, cont) in zip(sorted(reply.choices, key=lambda c: c.index), requests, strict=True):
+        rows = choice.logprobs.token_logprobs[len(ctx) : -1]
+        tops = choice.logprobs.top_logprobs[len(ctx) : -1]
+        assert len(rows) == len(cont)
+        greedy = all(value == max(top.values()) for value, top in zip(rows, tops, strict=True))
+        # independent of the echo rows: each continuation token's value as the next token after
+        # its prefix, read from a one-token decision (allowed_token_ids lists its raw value)
+        for i, token in enumerate(cont):
+            single = client.completions.create(
+                model=args["model"],
+                prompt=ctx + cont[:i],
+                max_tokens=1,
+                temperature=0,
+                logprobs=1,
+                extra_body={"allowed_token_ids": [token], "return_tokens_as_token_ids": True},
+            )
+            assert single.choices[0].logprobs.top_logprobs[0][f"token_id:{token}"] == rows[i]
+        # greedy means the model's own greedy continuation is this one
+        best = client.completions.create(
+            model=args["model"],
+            prompt=ctx,
+            max_tokens=len(cont),
+            temperature=0,
+            logprobs=0,
+            extra_body={"return_tokens_as_token_ids": True, "ignore_eos": True},
+        )
+        own = [int(t.removeprefix("token_id:")) for t in best.choices[0].logprobs.tokens]
+        assert greedy == (own == cont)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
