@@ -58,7 +58,9 @@ def size_mb(folder: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
     args = parser.parse_args()
     from bench_engine import host_line  # the host and llama.cpp lines every benchmark prints
