@@ -134,3 +134,17 @@ def test_a_bad_request_is_a_typed_400_and_the_next_call_works(server, prompt_ids
         server.completions.create(prompt=prompt_ids, max_tokens=1, allowed_token_ids=[10**9])
     assert str(10**9) in info.value.message
     assert server.models.list().data
+
+
+def test_prompt_logprobs_parse_into_typed_entries(server):
+    result = server.completions.create(
+        prompt="The capital of France is", max_tokens=1, temperature=0.0, logprobs=1, echo=True,
+        extra_body={"prompt_logprobs": 2},
+    )  # fmt: skip
+    choice = result.choices[0]
+    rows = choice.prompt_logprobs
+    assert rows is not None and rows[0] is None and len(rows) == len(choice.logprobs.tokens) - 1
+    for position, row in enumerate(rows[1:], start=1):
+        token_id = next(iter(row))  # the prompt token comes first
+        assert isinstance(token_id, int) and row[token_id].logprob == choice.logprobs.token_logprobs[position]
+        assert {entry.rank for entry in row.values()} >= {1, 2}

@@ -37,10 +37,10 @@ async def _outcome(engine: AsyncEngine, request: Request) -> int | str:
 def test_a_bug_in_one_request_fails_it_alone(async_engine, monkeypatch):
     real_build_row = engine_module.build_row
 
-    def buggy_build_row(lp, token, params):
+    def buggy_build_row(lp, token, params, **kwargs):
         if params.top_n == POISON_TOP_N:
             raise ValueError("simulated listing bug")
-        return real_build_row(lp, token, params)
+        return real_build_row(lp, token, params, **kwargs)
 
     monkeypatch.setattr(engine_module, "build_row", buggy_build_row)
 

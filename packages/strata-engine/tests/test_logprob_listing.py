@@ -81,3 +81,16 @@ def test_refusals_carry_a_code_and_the_engine_field(request_: Request, code: str
     with pytest.raises(RequestError) as info:
         check_request(request_, vocab_size=20, ctx_size=10)
     assert (info.value.code, info.value.param) == (code, param)
+
+
+@pytest.mark.parametrize(("token_id", "rank"), [(5, 1), (1, 2), (0, 4), (2, 4), (3, 5), (4, 6)])
+def test_prompt_rows_carry_vllms_rank_and_natural_top(token_id: int, rank: int) -> None:
+    """vLLM counts the ids whose value is >= the token's (a tie counts against it: ids 0 and 2)."""
+    values = np.array(VALUES, dtype=np.float32)
+    params = LogprobParams(top_n=2, top_within=(3, 4), prompt_logprobs=True, prompt_top_n=3)
+    r = build_row(values, token_id, params, prompt=True)
+    assert r.rank == rank
+    assert r.prompt_top == ((5, -0.25), (1, -0.5), (0, -5.0))  # natural, whatever the listing's set
+    assert r.listed == ((3, -7.0), (4, -9.0))
+    generated = build_row(values, token_id, params)  # a generated token's row: no prompt extras
+    assert generated.rank is None and generated.prompt_top == ()

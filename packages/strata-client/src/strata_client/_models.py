@@ -27,6 +27,18 @@ class Usage(WireModel):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
+class PromptLogprob(WireModel):
+    """One entry of vLLM's ``prompt_logprobs``: a raw value, its vocabulary rank, the token's text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# one entry per prompt token (None for the first): token id -> its entry
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(WireModel):
     """One choice of ``/v1/completions``: one per prompt (times ``n``), ``index`` in order."""
 
@@ -34,6 +46,7 @@ class CompletionChoice(WireModel):
     text: str = ""
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # when ``prompt_logprobs`` was sent
 
 
 class Completion(WireModel):
@@ -82,6 +95,7 @@ class ChatCompletion(WireModel):
     choices: list[ChatCompletionChoice] = Field(default_factory=list)
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # of the rendered prompt, when asked
 
 
 class ChatDelta(WireModel):

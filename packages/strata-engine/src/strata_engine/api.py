@@ -61,6 +61,9 @@ class LogprobParams:
     # with prompt_logprobs: rows only for prompt tokens at index >= this (candidate scoring), so
     # the tokens before it may come from the prefix cache; rows before it are None
     prompt_rows_from: int = 0
+    # vLLM's `prompt_logprobs`: at prompt positions also the natural top N (raw values) and the
+    # prompt token's rank in the vocabulary (None: not asked)
+    prompt_top_n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,10 @@ class LogprobRow:
     named: dict[int, float] = field(default_factory=dict)
     renormalized: dict[int, float] | None = None
     listed: tuple[tuple[int, float], ...] = ()
+    # prompt rows with `LogprobParams.prompt_top_n` only: the token's rank (how many ids have a
+    # value >= its value, as vLLM counts) and the natural top N
+    rank: int | None = None
+    prompt_top: tuple[tuple[int, float], ...] = ()
 
     @property
     def value(self) -> float:

@@ -187,7 +187,7 @@ class LLMEngine:
             try:
                 if ref.scores_prompt and seq.prompt_rows is not None:
                     seq.prompt_rows.append(
-                        build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs)
+                        build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs, prompt=True)
                     )
                 if ref.samples:
                     self._advance(seq, lp)

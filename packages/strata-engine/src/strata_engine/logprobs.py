@@ -71,12 +71,27 @@ def listing(
     return pairs + extra
 
 
-def build_row(lp: np.ndarray, token_id: int, params: LogprobParams) -> LogprobRow:
-    """The row for one position of one request; `lp` is that position's fp32 log-probabilities."""
+def rank_of(lp: np.ndarray, token_id: int) -> int:
+    """The token's rank in the vocabulary as vLLM counts it: ids whose value is >= its value."""
+    return int(np.count_nonzero(lp >= lp[token_id]))
+
+
+def build_row(lp: np.ndarray, token_id: int, params: LogprobParams, prompt: bool = False) -> LogprobRow:
+    """The row for one position of one request; `lp` is that position's fp32 log-probabilities.
+
+    `prompt` marks a prompt position, which also gets the rank and natural top N of vLLM's
+    `prompt_logprobs` when `params.prompt_top_n` asks (the values are the same floats).
+    """
     named = values_of(lp, params.named_ids) if params.named_ids else {}
     renorm = renormalized(lp, params.renormalize_over) if params.renormalize_over else None
     natural = renorm is None and params.top_within is None  # else the natural top-N is not shown
     top = top_n(lp, params.top_n or 0) if natural else ()
+    ranked = prompt and params.prompt_top_n is not None
+    prompt_top: tuple[tuple[int, float], ...] = ()
+    if ranked and params.prompt_top_n:
+        prompt_top = (
+            top if natural and params.top_n == params.prompt_top_n else top_n(lp, params.prompt_top_n)
+        )
     return LogprobRow(
         token_id=token_id,
         logprob=float(lp[token_id]),
@@ -84,4 +99,6 @@ def build_row(lp: np.ndarray, token_id: int, params: LogprobParams) -> LogprobRo
         named=named,
         renormalized=renorm,
         listed=listing(lp, params, top, named, renorm),
+        rank=rank_of(lp, token_id) if ranked else None,
+        prompt_top=prompt_top,
     )

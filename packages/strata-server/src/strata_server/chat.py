@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from strata_engine.api import ChatOptions, Step
+from strata_engine.api import ChatOptions, PromptScores, Step
 from strata_engine.protocol import ChoiceStream
 from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
-from strata_server.formatting import ChoiceTally, chat_entry
+from strata_server.formatting import ChoiceTally, chat_entry, prompt_logprobs
 from strata_server.plan import Plan, checked_plan
 from strata_server.protocol import (
     ChatChoice,
@@ -22,6 +22,7 @@ from strata_server.protocol import (
     ChatLogprobEntry,
     ChatLogprobs,
     ChatMessageOut,
+    PromptLogprobs,
 )
 
 RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
@@ -79,9 +80,13 @@ async def chat_complete(
     """Run every choice to the end and build one chat reply."""
     tallies = _tallies(plan)
     entries: list[list[ChatLogprobEntry]] = [[] for _ in tallies]
+    prompt_rows: PromptLogprobs | None = None
     async for index, event in events:
         tallies[index].see(event)
-        if isinstance(event, Step) and (entry := _entry(plan, ctx, event)) is not None:
+        if isinstance(event, PromptScores):
+            if index == 0 and plan.prompt_top_n is not None:  # every choice has the same prompt
+                prompt_rows = prompt_logprobs(event, plan.prompts[0], plan, ctx.tokenizer)
+        elif (entry := _entry(plan, ctx, event)) is not None:
             entries[index].append(entry)
     choices = [
         ChatChoice(
@@ -92,7 +97,10 @@ async def chat_complete(
         )
         for i, tally in enumerate(tallies)
     ]
-    return whole_reply(ChatCompletionResponse, choices, plan, tallies, ctx, request_id)
+    reply = whole_reply(ChatCompletionResponse, choices, plan, tallies, ctx, request_id)
+    if prompt_rows is not None:
+        reply.prompt_logprobs = prompt_rows
+    return reply
 
 
 def stream_chat(

@@ -82,6 +82,22 @@ def check_logprobs(plan: Plan, limits: Limits) -> None:
         raise ApiError("`logprob_token_ids` needs `logprobs` set.", param="logprob_token_ids")
 
 
+def check_prompt_logprobs(prompt_logprobs: int | None, stream: bool, limits: Limits) -> int | None:
+    """vLLM's `prompt_logprobs`: 0..max_logprobs alternatives per prompt token, not on a stream
+    (vLLM's rule: a stream has no place for them)."""
+    if prompt_logprobs is None:
+        return None
+    if stream:
+        raise ApiError("`prompt_logprobs` are not available when `stream` is true.", param="prompt_logprobs")
+    if not 0 <= prompt_logprobs <= limits.max_logprobs:
+        raise ApiError(
+            f"`prompt_logprobs` must be between 0 and {limits.max_logprobs} (the server's "
+            f"--max-logprobs), got {prompt_logprobs}.",
+            param="prompt_logprobs",
+        )
+    return prompt_logprobs
+
+
 def check_operator_limits(plan: Plan, limits: Limits) -> None:
     """The operator's bounds on one request's work: choices, new tokens, prompt length."""
     if limits.max_n is not None and plan.num_choices > limits.max_n:

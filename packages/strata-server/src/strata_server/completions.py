@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
+
 from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
 from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
-from strata_server.formatting import ChoiceTally, LegacyBuilder, merge_legacy
+from strata_server.formatting import ChoiceTally, LegacyBuilder, merge_legacy, prompt_logprobs
 from strata_server.plan import Plan, checked_plan
 from strata_server.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
+    PromptLogprobs,
 )
 from strata_server.render import completion_prompts
 
@@ -48,10 +51,14 @@ class CompletionChoiceState:
         self.builder = LegacyBuilder(plan, ctx.tokenizer)
         self.tally = ChoiceTally(prompt_tokens=len(prompt_ids))
         self.wants_logprobs = plan.top_n is not None
+        self.ctx = ctx
+        self.prompt_logprobs: PromptLogprobs | None = None  # vLLM's, once the prompt rows came
+        # the engine sends prompt rows for an echo with logprobs and for `prompt_logprobs`
+        self.rows_coming = (plan.echo and self.wants_logprobs) or plan.prompt_top_n is not None
 
     def start(self) -> list[tuple[str, CompletionLogprobs | None]]:
-        """Echo without logprobs needs no engine event: the prompt text goes out first."""
-        if self.plan.echo and not self.wants_logprobs:
+        """Echo without prompt rows needs no engine event: the prompt text goes out first."""
+        if self.plan.echo and not self.rows_coming:
             text, _ = self.builder.prompt(self.prompt_ids, None)
             return [(text, None)]
         return []
@@ -59,7 +66,12 @@ class CompletionChoiceState:
     def on_event(self, event: PromptScores | Step) -> tuple[str, CompletionLogprobs | None]:
         self.tally.see(event)
         if isinstance(event, PromptScores):
-            return self.builder.prompt(self.prompt_ids, event)
+            if self.plan.prompt_top_n is not None:
+                self.prompt_logprobs = prompt_logprobs(event, self.prompt_ids, self.plan, self.ctx.tokenizer)
+            if not self.plan.echo:
+                return "", None
+            text, frag = self.builder.prompt(self.prompt_ids, event)
+            return text, frag if self.wants_logprobs else None
         frag = self.builder.step(event)
         return event.text, frag if self.wants_logprobs else None
 
@@ -93,6 +105,7 @@ async def complete(
             text="".join(texts[i]),
             logprobs=merge_legacy(frags[i]) if state.wants_logprobs else None,
             finish_reason=state.finish_reason,
+            prompt_logprobs=msgspec.UNSET if state.prompt_logprobs is None else state.prompt_logprobs,
         )
         for i, state in enumerate(states)
     ]

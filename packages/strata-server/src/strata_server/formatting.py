@@ -23,6 +23,8 @@ from strata_server.plan import Plan
 from strata_server.protocol import (
     ChatLogprobEntry,
     CompletionLogprobs,
+    PromptLogprob,
+    PromptLogprobs,
     PromptTokensDetails,
     TopLogprob,
     Usage,
@@ -106,6 +108,32 @@ class LegacyBuilder:
         else:
             frag.token_logprobs.append(safe_logprob(row.value))
             frag.top_logprobs.append(legacy_top(row, self.plan, self.tokenizer))
+
+
+def prompt_logprobs(
+    scores: PromptScores, prompt_ids: Sequence[int], plan: Plan, tokenizer: EngineTokenizer
+) -> PromptLogprobs:
+    """vLLM's `prompt_logprobs` from the prompt rows an echo reads: None for the first token,
+    then {token id: {logprob, rank, decoded_token}} with the prompt token first and the
+    natural top N after it (ranks 1..N; a top entry for the prompt token replaces its own, as
+    in vLLM). The values are the rows' raw floats, so they equal the echo's bit for bit."""
+    out: PromptLogprobs = []
+    for position, token_id in enumerate(prompt_ids):
+        row = scores.rows[position] if position < len(scores.rows) else None
+        if row is None:
+            out.append(None)
+            continue
+        entries = {
+            token_id: PromptLogprob(
+                safe_logprob(row.logprob), row.rank or 0, token_label(tokenizer, token_id, plan.as_token_ids)
+            )
+        }
+        for rank, (other, value) in enumerate(row.prompt_top, start=1):
+            entries[other] = PromptLogprob(
+                safe_logprob(value), rank, token_label(tokenizer, other, plan.as_token_ids)
+            )
+        out.append(entries)
+    return out
 
 
 def merge_legacy(fragments: Iterable[CompletionLogprobs]) -> CompletionLogprobs:

@@ -17,6 +17,7 @@ from strata_server.checks import (
     check_logprobs,
     check_operator_limits,
     check_penalties,
+    check_prompt_logprobs,
     check_sampling,
     normalize_stop,
     resolve_top_n,
@@ -56,6 +57,7 @@ class Plan:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     top_n: int | None = None
+    prompt_top_n: int | None = None  # vLLM's `prompt_logprobs` (None: not asked)
     allowed_ids: tuple[int, ...] | None = None
     structured: StructuredSpec | None = None  # the output's grammar (masks the draw only)
     named_ids: tuple[int, ...] = ()
@@ -118,6 +120,7 @@ def checked_plan(
         frequency_penalty=frequency,
         logit_bias=bias,
         top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
+        prompt_top_n=check_prompt_logprobs(body.prompt_logprobs, body.stream, limits),
         allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
         structured=structured,
         named_ids=unique_ids(body.logprob_token_ids or ()),
@@ -151,14 +154,17 @@ def logprob_params(plan: Plan) -> LogprobParams:
     `logprob_token_ids` alone replace the natural top N (as vLLM does) and are appended.
     """
     if plan.top_n is None:
-        return LogprobParams()
+        if plan.prompt_top_n is None:
+            return LogprobParams()
+        return LogprobParams(prompt_logprobs=True, prompt_top_n=plan.prompt_top_n)
     listing_from_names = plan.allowed_ids is None and bool(plan.named_ids)
     return LogprobParams(
         top_n=0 if listing_from_names else plan.top_n,
-        prompt_logprobs=plan.echo,
+        prompt_logprobs=plan.echo or plan.prompt_top_n is not None,
         named_ids=plan.named_ids,
         renormalize_over=plan.allowed_ids if plan.renormalize else None,
         top_within=None if plan.renormalize else plan.allowed_ids,
+        prompt_top_n=plan.prompt_top_n,
     )
 
 

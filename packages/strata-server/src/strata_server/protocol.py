@@ -72,6 +72,7 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     top_logprobs: int | None = None
+    prompt_logprobs: int | None = None  # vLLM's: per prompt token, its value, rank and the top N
     allowed_token_ids: list[int] | None = None
     logprob_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool = False
@@ -167,11 +168,24 @@ class CompletionLogprobs(msgspec.Struct):
     text_offset: list[int] = msgspec.field(default_factory=list)
 
 
+class PromptLogprob(msgspec.Struct):
+    """One entry of vLLM's `prompt_logprobs`: a raw value, its vocabulary rank, the token's text."""
+
+    logprob: float
+    rank: int
+    decoded_token: str
+
+
+# vLLM's shape: one entry per prompt token, None for the first; token id -> entry
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(msgspec.Struct):
     index: int
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: str | None
+    prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # only when asked
 
 
 class CompletionResponse(msgspec.Struct):
@@ -222,6 +236,7 @@ class ChatCompletionResponse(msgspec.Struct):
     usage: Usage | None
     object: Literal["chat.completion"] = "chat.completion"
     system_fingerprint: str | None = None
+    prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # vLLM's, for the rendered prompt
 
 
 class ChatDelta(msgspec.Struct, omit_defaults=True):
