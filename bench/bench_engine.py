@@ -189,7 +189,7 @@ def llama_cpp_line() -> str:
 
 
 def _targets(choice: str) -> list[str | None]:
-    from strata_engine.native import runnable_targets
+    from strata_engine.kernels.native import runnable_targets
 
     if choice == "best":
         return [None]

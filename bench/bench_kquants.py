@@ -227,7 +227,7 @@ def describe(path: Path) -> dict:
 def strata_check(path: str, threads: int) -> dict:
     """Strata's top-1 at each prompt position, and which kernel types its weights are held in."""
     from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
-    from strata_engine.weights import Weight
+    from strata_engine.kernels.weights import Weight
 
     engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
     held: dict[str, int] = {}

@@ -116,10 +116,10 @@ def check_kernels(device, dry: bool) -> None:
     from gguf import quants
     from tiny_models import encode_tensor
 
-    from strata_engine.ops import AttentionMeta, RopeTable
-    from strata_engine.torch_ops import tensor
-    from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
-    from strata_engine.triton_ops.stored import from_gguf
+    from strata_engine.kernels.base import AttentionMeta, RopeTable
+    from strata_engine.kernels.torch_backend import tensor
+    from strata_engine.kernels.triton import activation, attention, logprobs, matmul, norm, rope
+    from strata_engine.kernels.triton.stored import from_gguf
 
     def same(a, b) -> bool:
         a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
@@ -406,8 +406,8 @@ def speed(tmp: Path, device, shape: Shape, dry: bool) -> None:
     from tiny_models import random_blocks
 
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-    from strata_engine.triton_ops import matmul
-    from strata_engine.triton_ops.stored import from_gguf
+    from strata_engine.kernels.triton import matmul
+    from strata_engine.kernels.triton.stored import from_gguf
 
     reps = 1 if dry else 20
     nbytes = 2**20 if dry else 2**30

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from strata_engine import LLMEngine, Request, SamplingParams
+from strata_engine.kernels.weights import Weight
 from strata_engine.model_store import resolve_model
-from strata_engine.weights import Weight
 
 OPS = ("embed", "rmsnorm", "linear", "rope", "kv_write", "attention", "silu_mul", "log_softmax")
 

@@ -10,10 +10,10 @@ from types import ModuleType
 
 import pytest
 
-from strata_engine import native
 from strata_engine.engine import LLMEngine
+from strata_engine.kernels import native
+from strata_engine.kernels.native import NativeUnavailable, compiler
 from strata_engine.model_store import resolve_model
-from strata_engine.native import NativeUnavailable, compiler
 
 sys.path.insert(0, str(Path(__file__).parent))  # helpers: tiny_models, reference_forward
 

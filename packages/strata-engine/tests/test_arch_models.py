@@ -16,8 +16,9 @@ from strata_engine.api import LogprobParams, ModelLoadError, PromptScores, Reque
 from strata_engine.config import ModelConfig
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.base import to_numpy
+from strata_engine.kernels.choice import make_ops
 from strata_engine.model import Transformer
-from strata_engine.ops import make_ops, to_numpy
 
 PROMPT_LEN = 37  # crosses two 16-token KV blocks
 REFERENCE_TOLERANCE = 1e-4  # fp32 engine vs float64 reference, max |logprob difference|

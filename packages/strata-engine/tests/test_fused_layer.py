@@ -15,8 +15,9 @@ from tiny_models import TINY_SPECS, write_tiny_model
 
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.base import AttentionMeta
+from strata_engine.kernels.choice import make_ops
 from strata_engine.model import Transformer
-from strata_engine.ops import AttentionMeta, make_ops
 
 BLOCK = 16
 PROMPT = 37  # crosses two KV blocks

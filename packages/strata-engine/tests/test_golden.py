@@ -26,9 +26,10 @@ from tiny_arch_models import ARCH_SPECS, write_arch_model
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.base import AttentionMeta
+from strata_engine.kernels.native import targets_to_test
+from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.model import Transformer
-from strata_engine.native import targets_to_test
-from strata_engine.ops import AttentionMeta, NativeOps
 
 GOLDEN = {
     "chat": "91732edb0e966ed3440c9eb6b04e86d822b6beefa23ee844429c3d5c5500d829",

@@ -6,9 +6,10 @@ import logging
 
 import pytest
 
-from strata_engine import native
-from strata_engine.ops import NativeOps, describe, make_ops
-from strata_engine.torch_ops import TorchOps
+from strata_engine.kernels import native
+from strata_engine.kernels.choice import describe, make_ops
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.torch_backend import TorchOps
 
 
 @pytest.fixture

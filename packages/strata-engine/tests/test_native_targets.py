@@ -22,9 +22,17 @@ from gguf import GGMLQuantizationType as QT
 from tiny_models import random_blocks
 
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.native import BASE_FLAGS, HERE, TARGETS, compiler, runnable_targets, targets_to_test
-from strata_engine.ops import AttentionMeta, NativeOps, RopeTable
-from strata_engine.weights import Weight
+from strata_engine.kernels.base import AttentionMeta, RopeTable
+from strata_engine.kernels.native import (
+    BASE_FLAGS,
+    HERE,
+    TARGETS,
+    compiler,
+    runnable_targets,
+    targets_to_test,
+)
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weights import Weight
 
 DRIVER = Path(__file__).with_name("native_driver.c")
 # sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.

@@ -26,10 +26,12 @@ from tiny_models import encode_tensor
 
 from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.native import targets_to_test
-from strata_engine.ops import Q8_PACKED, NativeOps, make_ops
-from strata_engine.torch_ops import TorchOps
-from strata_engine.weights import Weight
+from strata_engine.kernels.base import Q8_PACKED
+from strata_engine.kernels.choice import make_ops
+from strata_engine.kernels.native import targets_to_test
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.torch_backend import TorchOps
+from strata_engine.kernels.weights import Weight
 
 TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 ROWS = (1, 3, 8, 9, 17)  # every row-tile remainder: avx512 tiles 8 rows, avx2 4 (Q5_K, bytes: 3), portable 4

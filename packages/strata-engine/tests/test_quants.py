@@ -22,14 +22,14 @@ from tiny_models import (
     write_tiny_model,
 )
 
-from strata_engine import kquants
 from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.native import NativeUnavailable
-from strata_engine.ops import NativeOps
-from strata_engine.torch_ops import TorchOps
-from strata_engine.weights import Weight, dequantize
+from strata_engine.kernels import kquants
+from strata_engine.kernels.native import NativeUnavailable
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.torch_backend import TorchOps
+from strata_engine.kernels.weights import Weight, dequantize
 
 N_OUT = 300  # not a multiple of the kernel's 16-row panels nor of its 4x4 tiles
 

@@ -27,11 +27,11 @@ from tp_ranks import events_json, requests_for, run_ranks
 from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.torch_backend import TorchOps
+from strata_engine.kernels.weights import Weight, dequantize
 from strata_engine.model import column_range
-from strata_engine.ops import NativeOps
 from strata_engine.tensor_parallel import TensorParallel
-from strata_engine.torch_ops import TorchOps
-from strata_engine.weights import Weight, dequantize
 
 # Largest |logprob(2 ranks) - logprob(1 rank)| allowed over the prompt rows, the generated
 # tokens' rows and their top-5 (measured: about 1e-5 on the default model; docs/scaling.md).

@@ -21,9 +21,9 @@ from gguf import quants
 from tiny_models import encode_tensor
 from triton_setup import DEVICE, on, same_bits
 
-from strata_engine.ops import AttentionMeta, RopeTable
-from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
-from strata_engine.triton_ops.stored import from_gguf
+from strata_engine.kernels.base import AttentionMeta, RopeTable
+from strata_engine.kernels.triton import activation, attention, logprobs, matmul, norm, rope
+from strata_engine.kernels.triton.stored import from_gguf
 
 QTYPES = (QT.F32, QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 

@@ -18,8 +18,8 @@ pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
-from strata_engine.torch_ops import tensor
-from strata_engine.triton_ops import default_device
+from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton.backend import default_device
 
 DEVICE = default_device()
 

@@ -8,9 +8,9 @@ import sys
 
 from strata_engine.api import EngineError, LogprobParams, ModelLoadError, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
+from strata_engine.kernels.choice import KERNEL_CHOICES, describe
+from strata_engine.kernels.native import NativeUnavailable
 from strata_engine.model_store import resolve_model
-from strata_engine.native import NativeUnavailable
-from strata_engine.ops import KERNEL_CHOICES, describe
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,10 +33,10 @@ from strata_engine.checks import check_request
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import check_metadata_types, check_shapes
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.choice import make_ops
 from strata_engine.logprobs import build_row
 from strata_engine.model import Transformer
 from strata_engine.model_runner import ModelRunner
-from strata_engine.ops import make_ops
 from strata_engine.output import RequestStream
 from strata_engine.scheduler import Scheduler
 from strata_engine.scoring import CandidateScore, candidate_requests, candidate_scores

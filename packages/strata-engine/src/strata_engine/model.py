@@ -18,13 +18,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import exactmath, fused_layer
+from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.ops import Q8_PACKED, Array, AttentionMeta, Ops, RopeTable, like, to_numpy
+from strata_engine.kernels import fused_layer
+from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, Ops, RopeTable, like, to_numpy
+from strata_engine.kernels.weights import Weight, vector
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
-from strata_engine.weights import Weight, vector
 
 log = logging.getLogger("strata_engine")
 
@@ -295,7 +296,12 @@ class Transformer:
         self.rope_swa = rope_table(cfg, cfg.rope_base_swa) if cfg.rope_base_swa is not None else self.rope
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
         self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
-        self.fused = fused_layer.describe_all(self)  # one native call per layer, where it applies
+        # one native call per layer where it applies; a tensor-parallel rank keeps the per-op path
+        self.fused = (
+            None
+            if tp.active
+            else fused_layer.describe_all(self.ops, self.layers, self.cfg, self.rope, self.rope_swa)
+        )
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
         """Hidden states after the final norm, [T, hidden], for the step's flat tokens."""

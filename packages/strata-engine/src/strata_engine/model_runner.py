@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
 from strata_engine.model import Transformer
-from strata_engine.ops import Array, AttentionMeta, like, to_numpy
 from strata_engine.scheduler import Work
 
 LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from strata_engine.api import EngineError, EngineUnavailable, ModelLoadError
-from strata_engine.ops import Array, AttentionMeta
+from strata_engine.kernels.base import Array, AttentionMeta
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,7 @@ class TensorParallel:
         import torch
         import torch.distributed as dist
 
-        from strata_engine.torch_ops import tensor
+        from strata_engine.kernels.torch_backend import tensor
 
         mine = tensor(x).contiguous()
         parts = [torch.empty_like(mine) for _ in range(self.world)]

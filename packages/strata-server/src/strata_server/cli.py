@@ -316,9 +316,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from strata_engine import AsyncEngine
     from strata_engine.api import EngineError
+    from strata_engine.kernels.choice import describe
+    from strata_engine.kernels.native import NativeUnavailable
     from strata_engine.model_store import resolve_model
-    from strata_engine.native import NativeUnavailable
-    from strata_engine.ops import describe
     from strata_engine.provenance import model_sha256
     from strata_engine.tensor_parallel import init_from_env
     from strata_server.app import create_app

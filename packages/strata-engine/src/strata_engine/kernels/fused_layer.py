@@ -5,22 +5,84 @@ costs a few microseconds of Python, ctypes and allocation, about 12 per layer, w
 is a large part of a decode step. `strata_layer` performs exactly the same kernel calls in the
 same order (so the same bits; the golden hashes check it), described once per layer at load by a
 `LayerDesc` that holds the weights' addresses. Layers it does not cover (mixtures of experts)
-and tensor-parallel ranks keep the per-operation path.
+and tensor-parallel ranks (model.py decides) keep the per-operation path.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
-from strata_engine.ops import AttentionMeta, NativeOps, RopeTable, address
+from strata_engine.kernels.base import AttentionMeta, Ops, RopeTable, address
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weights import Weight
 
-if TYPE_CHECKING:
-    from strata_engine.config import ModelConfig
-    from strata_engine.model import Layer, Transformer
+
+class Layer(Protocol):
+    """What `describe` reads of a layer (model.py's Layer): stated here so the kernels need not
+    import the model."""
+
+    @property
+    def attn_norm(self) -> np.ndarray: ...
+    @property
+    def ffn_norm(self) -> np.ndarray: ...
+    @property
+    def q_norm(self) -> np.ndarray | None: ...
+    @property
+    def k_norm(self) -> np.ndarray | None: ...
+    @property
+    def post_attn_norm(self) -> np.ndarray | None: ...
+    @property
+    def post_ffn_norm(self) -> np.ndarray | None: ...
+    @property
+    def bq(self) -> np.ndarray | None: ...
+    @property
+    def bk(self) -> np.ndarray | None: ...
+    @property
+    def bv(self) -> np.ndarray | None: ...
+    @property
+    def wq(self) -> Weight: ...
+    @property
+    def wk(self) -> Weight: ...
+    @property
+    def wv(self) -> Weight: ...
+    @property
+    def wo(self) -> Weight: ...
+    @property
+    def w_gate(self) -> Weight | None: ...
+    @property
+    def w_up(self) -> Weight | None: ...
+    @property
+    def w_down(self) -> Weight | None: ...
+    @property
+    def experts(self) -> object | None: ...
+
+
+class ModelConfig(Protocol):
+    """What `describe` reads of the model's hyper-parameters (config.py's ModelConfig)."""
+
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def rms_eps(self) -> float: ...
+    @property
+    def attn_scale(self) -> float | None: ...
+    @property
+    def attn_softcap(self) -> float: ...
+    @property
+    def ffn_act(self) -> str: ...
+    def window(self, layer: int) -> int: ...
+
 
 _P = ctypes.c_void_p
 _I32 = ctypes.c_int32
@@ -96,16 +158,18 @@ class FusedLayers:
             )  # fmt: skip
 
 
-def describe_all(model: Transformer) -> FusedLayers | None:
-    """Every layer's description, or None: not the native kernels, a tensor-parallel rank, or a
-    layer `strata_layer` does not cover (all layers take the same path)."""
-    if not isinstance(model.ops, NativeOps) or model.tp.active:
+def describe_all(
+    ops: Ops, layers: Sequence[Layer], cfg: ModelConfig, rope: RopeTable, rope_swa: RopeTable
+) -> FusedLayers | None:
+    """Every layer's description, or None: not the native kernels, or a layer `strata_layer` does
+    not cover (all layers take the same path). `rope_swa` rotates the sliding-window layers."""
+    if not isinstance(ops, NativeOps):
         return None
-    cfg, descs = model.cfg, []
-    for i, layer in enumerate(model.layers):
+    descs = []
+    for i, layer in enumerate(layers):
         window = cfg.window(i)
-        desc = describe(layer, cfg, model.rope_swa if window else model.rope, window)
+        desc = describe(layer, cfg, rope_swa if window else rope, window)
         if desc is None:
             return None
         descs.append(desc)
-    return FusedLayers(model.ops, descs)
+    return FusedLayers(ops, descs)

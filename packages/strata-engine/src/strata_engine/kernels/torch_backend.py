@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from strata_engine.ops import Array, AttentionMeta, RopeTable
-from strata_engine.weights import Weight
+from strata_engine.kernels.base import Array, AttentionMeta, RopeTable
+from strata_engine.kernels.weights import Weight
 
 
 def tensor(a: np.ndarray | torch.Tensor) -> torch.Tensor:

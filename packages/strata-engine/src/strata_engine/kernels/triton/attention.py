@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.ops import AttentionMeta
-from strata_engine.torch_ops import tensor
+from strata_engine.kernels.base import AttentionMeta
+from strata_engine.kernels.torch_backend import tensor
 
 SPLIT = 256  # KV positions per split (fixed)
 BLOCK_N = 16  # KV positions per inner step (fixed)

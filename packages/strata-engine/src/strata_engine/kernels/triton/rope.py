@@ -8,8 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.ops import RopeTable
-from strata_engine.torch_ops import tensor
+from strata_engine.kernels.base import RopeTable
+from strata_engine.kernels.torch_backend import tensor
 
 
 @triton.jit

@@ -12,7 +12,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from strata_engine.native import load
+from strata_engine.kernels.host import default_threads
+from strata_engine.kernels.native import load
 
 PACKED_BYTES = {QT.Q4_K: 152, QT.Q5_K: 184, QT.Q6_K: 276}  # per super-block of 256 weights
 
@@ -23,8 +24,6 @@ def pack(data: np.ndarray, qtype: QT) -> np.ndarray:
     Raises NativeUnavailable where the kernels cannot be built (no C compiler): the caller
     then keeps the tensor as fp32, as it does for any type the kernels do not read.
     """
-    from strata_engine.ops import default_threads  # ops imports weights, which imports this module
-
     lib, _ = load()
     blocks = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
     out = np.empty(len(blocks) * PACKED_BYTES[qtype], dtype=np.uint8)

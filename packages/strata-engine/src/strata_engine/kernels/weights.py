@@ -14,10 +14,10 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 
-from strata_engine import kquants
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.native import NativeUnavailable
+from strata_engine.kernels import kquants
+from strata_engine.kernels.native import NativeUnavailable
 
 # GGML type -> kernel type code (the GGML type id)
 NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8, QT.Q4_K: 12, QT.Q5_K: 13, QT.Q6_K: 14}

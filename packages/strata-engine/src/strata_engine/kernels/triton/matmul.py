@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.triton_ops.dequant import dequant_tile
+from strata_engine.kernels.triton.dequant import dequant_tile
 
 BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 64  # fixed: the reduction order depends on these only
 GATHER_BLOCK = 256  # columns per program when gathering (dequantising) rows; no reduction

@@ -20,13 +20,11 @@ import os
 import numpy as np
 import torch
 
-from strata_engine.ops import Array, AttentionMeta, RopeTable
-from strata_engine.torch_ops import tensor
-from strata_engine.triton_ops import activation, attention, logprobs, matmul, norm, rope
-from strata_engine.triton_ops.stored import StoredWeight, from_weight
-from strata_engine.weights import Weight
-
-__all__ = ["TritonOps", "default_device"]
+from strata_engine.kernels.base import Array, AttentionMeta, RopeTable
+from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton import activation, attention, logprobs, matmul, norm, rope
+from strata_engine.kernels.triton.stored import StoredWeight, from_weight
+from strata_engine.kernels.weights import Weight
 
 
 def default_device() -> torch.device:

@@ -15,9 +15,9 @@ import torch
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.torch_ops import tensor
-from strata_engine.triton_ops.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
-from strata_engine.weights import NATIVE_TYPES, Weight, widen_scales
+from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
+from strata_engine.kernels.weights import NATIVE_TYPES, Weight, widen_scales
 
 RAW_TYPES = {QT.Q4_K: Q4_K, QT.Q5_K: Q5_K, QT.Q6_K: Q6_K}  # kept as GGUF bytes on the device
 

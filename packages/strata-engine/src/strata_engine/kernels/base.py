@@ -1,0 +1,131 @@
+"""The interface every kernel backend implements, and the types and helpers they share.
+
+`Ops` is what the model calls; `AttentionMeta` and `RopeTable` describe a step's positions and
+the rotary table; `Array` is a backend's own array. The backends (native/backend.py on the C
+kernels, torch_backend.py, triton/) implement `Ops`; choice.py picks one. The engine hands every
+backend numpy arrays (weights, the KV cache, the step's indices); the torch backends take them
+over as tensors themselves, and `to_numpy` brings their results back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from strata_engine.kernels.weights import Weight
+
+Q8_PACKED = 256  # added to a weight's kernel type once repacked for 8-bit activations (q8.h)
+
+
+@dataclass(frozen=True)
+class AttentionMeta:
+    """Where each token of a step sits: its sequence's block table row and its position."""
+
+    positions: np.ndarray  # [T] int32 absolute positions
+    token_seq: np.ndarray  # [T] int32 row of `block_tables` for each token
+    block_tables: np.ndarray  # [S, max_blocks] int32
+    slots: np.ndarray  # [T] int64 flat cache slot (block * block_size + offset) to write
+    block_size: int
+
+
+@dataclass(frozen=True)
+class RopeTable:
+    """cos/sin per absolute position, [ctx, rot/2] fp32 (computed in float64 once)."""
+
+    cos: np.ndarray
+    sin: np.ndarray
+    dim: int  # rotated dims (the first `dim` of each head)
+    interleaved: bool  # pairs (2i, 2i+1) as in llama GGUFs, else (i, i + dim/2)
+
+
+Array = Any  # a backend's own array: numpy for NativeOps, a torch tensor for TorchOps and TritonOps
+
+
+class Ops(Protocol):
+    """What the model calls. `name` says which kernels run (e.g. "native-avx2", "torch");
+    `invariant` whether a row's bits are independent of the rest of the batch."""
+
+    name: str
+    invariant: bool
+
+    def pack(self, w: Weight) -> Weight:
+        """`w` in the form this backend's `linear` reads (at load; `w` itself except for native-q8)."""
+        ...
+
+    def linear(self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None) -> Array:
+        """x @ w.T (+ bias); `out`, a contiguous fp32 [rows, out_features] buffer, may receive the
+        result (which is returned either way)."""
+        ...
+
+    def embed(self, w: Weight, ids: Array) -> Array: ...
+    def rmsnorm(self, x: Array, weight: Array, eps: float) -> Array: ...
+    def silu_mul(self, gate: Array, up: Array) -> Array: ...
+    def gelu_mul(self, gate: Array, up: Array) -> Array:
+        """GeGLU: gelu(gate) * up, GELU's tanh approximation (Gemma)."""
+        ...
+
+    def softcap(self, x: Array, cap: float) -> Array:
+        """cap * tanh(x / cap), elementwise (Gemma 2's final logit soft-capping)."""
+        ...
+
+    def attention(
+        self,
+        q: Array,
+        k_cache: Array,
+        v_cache: Array,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> Array:
+        """Causal attention; `scale` defaults to 1/sqrt(head_dim); `window` > 0 attends only to the
+        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores."""
+        ...
+
+    def rope(self, x: Array, positions: Array, table: RopeTable) -> Array:
+        """x [T, H, D] rotated; may rotate x in place and return it (callers own x)."""
+        ...
+
+    def kv_write(
+        self,
+        k: Array,
+        v: Array,
+        k_cache: Array,
+        v_cache: Array,
+        slots: Array,
+    ) -> None: ...
+    def log_softmax(self, logits: Array, inplace: bool = False) -> Array:
+        """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail); with
+        `inplace` the backend may write them over `logits` (which the caller gives up)."""
+        ...
+
+
+def address(a: np.ndarray | None) -> int | None:
+    """An array's data address for the C kernels, None (NULL) for an absent one."""
+    return None if a is None else a.ctypes.data
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    """`a` as the C kernels read it: contiguous fp32 (no copy when it already is)."""
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def ints(a: np.ndarray, dtype: type[np.integer]) -> np.ndarray:
+    """An index array as the C kernels read it: contiguous int32 or int64 (no copy when it is)."""
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def to_numpy(a: Array) -> np.ndarray:
+    """A backend's result as a host numpy array (no copy for numpy or a CPU tensor)."""
+    return a if isinstance(a, np.ndarray) else a.detach().cpu().numpy()
+
+
+def like(ref: Array, a: np.ndarray) -> Array:
+    """Host values `a` as the same kind of array as `ref` (on its device)."""
+    if isinstance(ref, np.ndarray):
+        return a
+    import torch
+
+    return torch.from_numpy(a).to(ref.device)

@@ -1,0 +1,84 @@
+"""The choice of kernel backend: `--kernels` (auto | native | native-q8 | torch) on `--device`.
+
+`native` (C kernels, native/) is batch-invariant and the default on the CPU; `torch`
+(torch_backend.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback where the kernels
+cannot build and the "invariance off" switch for tests and benchmarks; `triton` (triton/) runs
+the same methods on a GPU. The torch and Triton backends are imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from strata_engine.api import ModelLoadError
+from strata_engine.kernels.base import Ops
+from strata_engine.kernels.host import cuda_present, default_threads
+from strata_engine.kernels.native import NativeUnavailable
+from strata_engine.kernels.native.backend import NativeOps
+
+logger = logging.getLogger("strata_engine")
+
+KERNEL_CHOICES = ("auto", "native", "native-q8", "torch")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None = None) -> Ops:
+    """The backend for `kernels` (auto | native | native-q8 | torch) on `device` (auto | cpu | cuda).
+
+    `auto` on the CPU takes the native kernels and falls back to torch only when they cannot
+    be built, with one WARNING that says why (the fallback is not batch-invariant).
+    """
+    if kernels not in KERNEL_CHOICES:
+        raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
+    if device not in DEVICE_CHOICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
+    if kernels == "native-q8" and device == "cuda":
+        raise ValueError("kernels native-q8 (8-bit activations) run on the CPU only; use --device cpu")
+    if device == "cuda" or (device == "auto" and kernels != "native-q8" and cuda_present()):
+        try:
+            from strata_engine.kernels.triton.backend import TritonOps
+        except ImportError as exc:
+            raise ModelLoadError(
+                f"the GPU kernels need torch and triton ({exc}): pip install 'strata-engine[gpu]'"
+            ) from exc
+        return TritonOps()
+    threads = num_threads or default_threads()
+    if kernels == "torch":
+        return torch_ops(threads)
+    if kernels == "native-q8":  # asked for by name: no fallback
+        return NativeOps(threads, q8=True)
+    try:
+        return NativeOps(threads)
+    except NativeUnavailable as exc:
+        if kernels == "native":
+            raise
+        try:
+            fallback = torch_ops(threads)
+        except ModelLoadError:
+            raise NativeUnavailable(
+                f"{exc}; the torch fallback is not installed either (pip install torch==2.13.0)"
+            ) from exc
+        logger.warning(
+            "native kernels unavailable (%s); running the torch fallback, which is slower and NOT "
+            "batch-invariant. Install a C compiler (e.g. `apt-get install gcc`, `xcode-select --install`) "
+            "and restart to get exact, batch-invariant results.",
+            exc,
+        )
+        return fallback
+
+
+def torch_ops(threads: int) -> Ops:
+    """The torch fallback kernels; torch is optional (the engine's `torch` extra)."""
+    try:
+        from strata_engine.kernels.torch_backend import TorchOps
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"kernels torch need torch ({exc}): pip install torch==2.13.0 (or 'strata-engine[torch]')"
+        ) from exc
+    return TorchOps(threads)
+
+
+def describe(kernels: str, invariant: bool) -> str:
+    """One line for logs and CLIs, like llama.cpp's system info."""
+    kind = "batch-invariant, the same bits on every CPU" if invariant else "NOT batch-invariant"
+    return f"kernels: {kernels} ({kind})"

@@ -1,0 +1,146 @@
+"""`NativeOps`: the engine's ops on the C kernels (kernels.c), batch-invariant by construction.
+
+A row's result never depends on the rest of the batch. It works on numpy arrays, so a CPU engine
+on the native kernels never imports torch (which would cost over a second of start-up and about
+200 MB).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from strata_engine.kernels.base import Q8_PACKED, AttentionMeta, RopeTable, address, f32, ints
+from strata_engine.kernels.native import load
+from strata_engine.kernels.weights import Weight
+
+
+class NativeOps:
+    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see kernels.c).
+
+    With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
+    take integer dot products (native/q8.h): faster, less exact, still batch-invariant and the
+    same bits on every CPU."""
+
+    invariant = True
+
+    def __init__(self, num_threads: int, target: str | None = None, q8: bool = False) -> None:
+        self.lib, self.target = load(target)
+        self.q8 = q8
+        self.name = f"native-{self.target}" + ("-q8" if q8 else "")
+        self.threads = num_threads
+
+    def pack(self, w: Weight) -> Weight:
+        if not self.q8 or not self.lib.strata_q8_supported(w.kernel_type):
+            return w  # fp32 weights and the default mode: as loaded
+        size = self.lib.strata_q8_packed_bytes(w.kernel_type, w.out_features, w.in_features)
+        packed = np.empty(size, dtype=np.uint8)
+        self.lib.strata_q8_pack(
+            w.kernel_type, address(w.raw), w.out_features, w.in_features, address(packed), self.threads
+        )
+        return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
+
+    def linear(
+        self, x: np.ndarray, w: Weight, bias: np.ndarray | None = None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        x, bias = f32(x), None if bias is None else f32(bias)  # locals: alive through the call
+        m = x.shape[0]
+        y = np.empty((m, w.out_features), dtype=np.float32) if out is None else out
+        assert y.shape == (m, w.out_features) and y.dtype == np.float32 and y.flags["C_CONTIGUOUS"]
+        if m:
+            self.lib.strata_matmul(
+                address(x), m, w.in_features, address(w.raw), w.kernel_type, w.out_features,
+                address(bias), address(y), self.threads,
+            )  # fmt: skip
+        return y
+
+    def embed(self, w: Weight, ids: np.ndarray) -> np.ndarray:
+        ids = ints(ids, np.int64)
+        out = np.empty((ids.shape[0], w.in_features), dtype=np.float32)
+        self.lib.strata_gather_rows(
+            address(w.raw), w.kernel_type, w.in_features, address(ids), ids.shape[0], address(out)
+        )
+        return out
+
+    def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+        x, weight = f32(x), f32(weight)
+        y = np.empty_like(x)
+        rows = x.size // x.shape[-1]
+        self.lib.strata_rmsnorm(address(x), rows, x.shape[-1], address(weight), eps, address(y), self.threads)
+        return y
+
+    def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        gate, up = f32(gate), f32(up)
+        out = np.empty_like(gate)
+        self.lib.strata_silu_mul(address(gate), address(up), gate.size, address(out), self.threads)
+        return out
+
+    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        gate, up = f32(gate), f32(up)
+        out = np.empty_like(gate)
+        self.lib.strata_gelu_mul(address(gate), address(up), gate.size, address(out), self.threads)
+        return out
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        x = f32(x)
+        out = np.empty_like(x)
+        self.lib.strata_softcap(address(x), x.size, cap, address(out))
+        return out
+
+    def attention(
+        self,
+        q: np.ndarray,
+        k_cache: np.ndarray,
+        v_cache: np.ndarray,
+        meta: AttentionMeta,
+        scale: float | None = None,
+        window: int = 0,
+        softcap: float = 0.0,
+    ) -> np.ndarray:
+        t, h, d = q.shape
+        q = f32(q)
+        tables, token_seq = ints(meta.block_tables, np.int32), ints(meta.token_seq, np.int32)
+        positions = ints(meta.positions, np.int32)
+        out = np.empty_like(q)
+        self.lib.strata_attention(
+            address(q), t, h, k_cache.shape[2], d, address(k_cache), address(v_cache),
+            meta.block_size, address(tables), tables.shape[1], address(token_seq), address(positions),
+            1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
+            address(out), self.threads,
+        )  # fmt: skip
+        return out
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, table: RopeTable) -> np.ndarray:
+        x, positions = f32(x), ints(positions, np.int32)  # x rotated in place: a fresh linear output
+        t, h, d = x.shape
+        self.lib.strata_rope(
+            address(x), t, h, d, table.dim, address(positions), address(table.cos),
+            address(table.sin), int(table.interleaved),
+        )  # fmt: skip
+        return x
+
+    def kv_write(
+        self,
+        k: np.ndarray,
+        v: np.ndarray,
+        k_cache: np.ndarray,
+        v_cache: np.ndarray,
+        slots: np.ndarray,
+    ) -> None:
+        k, v, slots = f32(k), f32(v), ints(slots, np.int64)
+        self.lib.strata_kv_write(
+            address(k), address(v), k.shape[0], k[0].size, address(slots),
+            address(k_cache), address(v_cache), self.threads,
+        )  # fmt: skip
+
+    def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:
+        logits = f32(logits)
+        # in place: each row's values are all read before its first is written (kernels.c), and
+        # a fresh [512, 49152] output alone costs about 28 ms of page faults
+        out = logits if inplace else np.empty_like(logits)
+        if logits.shape[0]:
+            self.lib.strata_log_softmax(
+                address(logits), logits.shape[0], logits.shape[1], address(out), self.threads
+            )
+        return out
