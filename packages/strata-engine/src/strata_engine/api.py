@@ -73,6 +73,9 @@ class ChatOptions:
     add_generation_prompt: bool = True  # end with the assistant turn's opening
     add_special: bool = False  # force one BOS even when the model does not ask for it
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # extra template variables
+    template: str | None = (
+        None  # a template source to render with instead of the model's (vLLM's per-request `chat_template`)
+    )
 
 
 DEFAULT_CHAT = ChatOptions()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, NoReturn, Protocol
 
 import jinja2
@@ -134,6 +135,15 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template failed: {type(e).__name__}: {e}") from e
 
 
+TEMPLATE_CACHE = 16  # compiled per-request templates kept (a client reuses one template)
+
+
+@lru_cache(maxsize=TEMPLATE_CACHE)
+def compiled(source: str, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
+    """A template source compiled once in the same sandbox (per-request templates repeat)."""
+    return ChatTemplate(source, bos_token, eos_token)
+
+
 class PromptTokenizer(Protocol):
     """What rendering needs of a tokenizer (the engine's, or a test's stand-in)."""
 
@@ -154,6 +164,7 @@ def render_ids(
     The text is encoded with special tokens parsed and no automatic BOS (templates usually
     write their own); one BOS is added when the model wants it (`add_bos`) or the caller
     asks (`options.add_special`) and the text does not already start with it.
+    The caller resolves `options.template` (a per-request source) into `template`.
     """
     if template is None:
         raise ChatTemplateError(

@@ -28,7 +28,7 @@ from strata_engine.api import (
     Step,
 )
 from strata_engine.block_manager import BlockManager
-from strata_engine.chat_template import ChatTemplate, render_ids
+from strata_engine.chat_template import ChatTemplate, compiled, render_ids
 from strata_engine.checks import check_request
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import check_metadata_types, check_shapes
@@ -68,6 +68,7 @@ class LLMEngine:
         device: str = "cpu",
         prefix_cache: bool = True,
         tensor_parallel: TensorParallel = SINGLE,
+        chat_template: str | None = None,
     ) -> None:
         t0 = time.perf_counter()
         gguf = GGUFFile(path)  # the file's layout checked: every tensor inside it
@@ -87,7 +88,8 @@ class LLMEngine:
             model_cfg = replace(cfg, ctx_size=self.ctx_size)
             self.model = Transformer(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages
             self.tokenizer = tokenizer.result()
-        template = gguf.get("tokenizer.chat_template")
+        # an operator's template (the server's --chat-template) replaces the file's
+        template = chat_template if chat_template is not None else gguf.get("tokenizer.chat_template")
         self.chat_template = (
             ChatTemplate(
                 template, self._special_text(self.tokenizer.bos_id), self._special_text(self.tokenizer.eos_id)
@@ -131,8 +133,13 @@ class LLMEngine:
             self.guides.check(request.sampling.structured)
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
-        """Chat messages -> prompt ids through the model's template (see `chat_template.render_ids`)."""
-        return render_ids(self.chat_template, self.tokenizer, messages, options)
+        """Chat messages -> prompt ids through the model's template, or the request's own
+        (`options.template`, compiled once in the same sandbox; see `chat_template.render_ids`)."""
+        template = self.chat_template
+        if options.template is not None:
+            bos, eos = self._special_text(self.tokenizer.bos_id), self._special_text(self.tokenizer.eos_id)
+            template = compiled(options.template, bos, eos)
+        return render_ids(template, self.tokenizer, messages, options)
 
     def add(self, request: Request, output: RequestStream | None = None) -> RequestStream:
         """Check and queue a request; its events arrive on the returned stream."""

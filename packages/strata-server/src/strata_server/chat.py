@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from strata_engine.api import ChatOptions, PromptScores, Step
+from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
 from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
 from strata_server.context import ServerContext
@@ -24,8 +24,7 @@ from strata_server.protocol import (
     ChatMessageOut,
     PromptLogprobs,
 )
-
-RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt"})
+from strata_server.render import chat_options
 
 
 def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
@@ -38,25 +37,19 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
             "(chat values are renormalised over the allowed ids); use /v1/completions.",
             param="logprob_token_ids",
         )
-    template_kwargs = body.chat_template_kwargs or {}
-    if reserved := RESERVED_TEMPLATE_KWARGS & template_kwargs.keys():
-        raise ApiError(
-            f"`chat_template_kwargs` may not set {sorted(reserved)}.",
-            param="chat_template_kwargs",
-        )
+    options = chat_options(
+        add_generation_prompt=body.add_generation_prompt,
+        add_special=body.add_special_tokens,
+        chat_template=body.chat_template,
+        chat_template_kwargs=body.chat_template_kwargs,
+        trusted=ctx.settings.trust_request_chat_template,
+    )
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     check_max_tokens(max_tokens, echo=False)
     return checked_plan(
         body,
         ctx.limits,
-        prompts=lambda: [
-            ctx.render_chat(
-                body.messages,
-                ChatOptions(
-                    add_generation_prompt=body.add_generation_prompt, template_kwargs=template_kwargs
-                ),
-            )
-        ],
+        prompts=lambda: [ctx.render_chat(body.messages, options)],
         max_tokens=max_tokens,
         logprobs=body.logprobs,
         ids_param="messages",

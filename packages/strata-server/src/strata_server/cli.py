@@ -179,10 +179,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds in-flight requests get to finish after SIGTERM/Ctrl-C (a second signal exits at once)",
     )
     parser.add_argument(
-        "--cors-origin",
-        action="append",
+        "--cors-origins",
+        "--cors-origin",  # the older, singular spelling
+        dest="cors_origins",
+        action="extend",
+        nargs="+",
         default=[],
-        help="allow browser requests from this origin (repeatable; '*' for any); CORS is off by default",
+        metavar="ORIGIN",
+        help="allow browser requests from these origins (several after one flag, or the flag "
+        "repeated; '*' for any); CORS is off by default",
+    )
+    parser.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_TEMPLATE",
+        help="a Jinja chat template (a file, or the template itself) replacing the model's; "
+        "rendered in the same sandbox",
+    )
+    parser.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="render a request's own `chat_template` (a template is code the server runs; off: "
+        "such requests get 400)",
     )
     parser.add_argument(
         "--served-model-name",
@@ -217,9 +235,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def chat_template_source(value: str | None) -> str | None:
+    """`--chat-template`: a file's text, or the template itself (vLLM's and llama.cpp's rule);
+    one that does not compile stops the server here, not at the first chat request."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            sys.exit(f"strata-server: cannot read --chat-template {value}: {exc}")
+    elif "{{" in value or "{%" in value:
+        source = value
+    else:
+        sys.exit(f"strata-server: --chat-template {value!r} is neither a file nor a Jinja template")
+    from strata_engine.chat_template import ChatTemplate
+
+    if (error := ChatTemplate(source).compile_error) is not None:
+        sys.exit(f"strata-server: --chat-template: {error.replace('the model', 'this')}")
+    return source
+
+
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """`AsyncEngine.from_path` keywords from the flags (one mapping for every way of serving)."""
     return dict(
+        chat_template=chat_template_source(args.chat_template),
         parallel=args.parallel,
         ctx_size=args.ctx_size,
         kv_cache_mb=args.kv_cache_mb,
@@ -244,7 +285,8 @@ def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSe
         max_n=args.max_n,
         max_tokens_limit=args.max_tokens_limit,
         max_prompt_tokens=args.max_prompt_tokens,
-        cors_origins=tuple(args.cors_origin),
+        cors_origins=tuple(args.cors_origins),
+        trust_request_chat_template=args.trust_request_chat_template,
     )
 
 

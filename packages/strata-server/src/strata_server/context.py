@@ -40,6 +40,7 @@ class ServerSettings:
     max_tokens_limit: int | None = None  # the largest max_tokens (and the default when none is sent)
     max_prompt_tokens: int | None = None  # the longest prompt, in tokens
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    trust_request_chat_template: bool = False  # render a request's own `chat_template` (vLLM's flag)
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -127,6 +127,8 @@ class ChatCompletionRequest(GenerationRequest):
     logprobs: bool = False
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
+    add_special_tokens: bool = False  # one BOS on top of the template's (vLLM's chat default: false)
+    chat_template: str | None = None  # vLLM's per-request template (needs --trust-request-chat-template)
     chat_template_kwargs: dict[str, Any] | None = None
 
 
@@ -138,6 +140,8 @@ class TokenizeRequest(msgspec.Struct):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = None
     add_generation_prompt: bool = True
+    chat_template: str | None = None  # with `messages`, as on chat
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True):

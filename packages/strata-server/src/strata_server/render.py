@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from strata_engine.api import ChatOptions
+from strata_engine.chat_template import compiled
 from strata_engine.protocol import EngineTokenizer
 from strata_server.errors import ApiError
 from strata_server.protocol import ChatMessage, PromptInput
+
+# template variables the server sets itself; `chat_template` is its own field (a template is
+# code the server runs: --trust-request-chat-template decides, not a template variable)
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt", "chat_template"})
 
 PROMPT_FORMS = "a string, a list of strings, a list of token ids, or a list of token-id lists"
 
@@ -59,3 +65,42 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             entry["name"] = message.name
         out.append(entry)
     return out
+
+
+def chat_options(
+    *,
+    add_generation_prompt: bool,
+    add_special: bool,
+    chat_template: str | None,
+    chat_template_kwargs: dict[str, Any] | None,
+    trusted: bool,
+) -> ChatOptions:
+    """vLLM's chat-template fields (chat and `/tokenize` alike) as the engine's options.
+
+    A request's own `chat_template` is refused unless the server trusts request templates
+    (`--trust-request-chat-template`, as vLLM), and one that does not compile is a 400 naming
+    it; `chat_template_kwargs` may not set the variables the server sets.
+    """
+    kwargs = chat_template_kwargs or {}
+    if reserved := RESERVED_TEMPLATE_KWARGS & kwargs.keys():
+        raise ApiError(
+            f"`chat_template_kwargs` may not set {sorted(reserved)}.", param="chat_template_kwargs"
+        )
+    if chat_template is not None:
+        if not trusted:
+            raise ApiError(
+                "A request's `chat_template` is refused: the server was started without "
+                "--trust-request-chat-template (a template is code the server runs).",
+                param="chat_template",
+                code="untrusted_chat_template",
+            )
+        if (error := compiled(chat_template).compile_error) is not None:
+            raise ApiError(
+                error.replace("the model's chat template", "`chat_template`"), param="chat_template"
+            )
+    return ChatOptions(
+        add_generation_prompt=add_generation_prompt,
+        add_special=add_special,
+        template_kwargs=kwargs,
+        template=chat_template,
+    )

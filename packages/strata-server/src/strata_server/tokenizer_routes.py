@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata_engine.api import ChatOptions, RequestError
+from strata_engine.api import RequestError
 from strata_engine.checks import check_ids
 from strata_server.checks import check_model
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError, engine_refusal
 from strata_server.protocol import DetokenizeRequest, TokenizeRequest
+from strata_server.render import chat_options
 
 
 def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
@@ -22,11 +23,18 @@ def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
     if (body.prompt is None) == (body.messages is None):
         raise ApiError("Send exactly one of `prompt` or `messages`.", param="prompt")
     if body.prompt is not None:
+        for name in ("chat_template", "chat_template_kwargs"):
+            if getattr(body, name) is not None:
+                raise ApiError(f"`{name}` applies to `messages`, not to `prompt`.", param=name)
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
         ids = ctx.tokenizer.encode(body.prompt, add_special=add_special, parse_special=True)
     else:
-        options = ChatOptions(
-            add_generation_prompt=body.add_generation_prompt, add_special=bool(body.add_special_tokens)
+        options = chat_options(
+            add_generation_prompt=body.add_generation_prompt,
+            add_special=bool(body.add_special_tokens),
+            chat_template=body.chat_template,
+            chat_template_kwargs=body.chat_template_kwargs,
+            trusted=ctx.settings.trust_request_chat_template,
         )
         ids = ctx.render_chat(body.messages or [], options)
     return {
