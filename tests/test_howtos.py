@@ -11,6 +11,7 @@ test_hub_models.py against a stand-in Hub.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -118,19 +119,24 @@ def test_lm_eval_howto_requests(server_url: str) -> None:
     base = args["base_url"].replace(SERVER, server_url)
     root = base.replace("/v1/completions", "")
     # the served name in the how-to is the default model's
-    assert httpx.get(f"{root}/v1/models").json()["data"][0]["id"] == args["model"]
+    assert httpx.get(f"{root}/v1/models", timeout=120).json()["data"][0]["id"] == args["model"]
 
     # RemoteTokenizer: check_remote_tokenizer_support, then encode without special tokens
-    info = httpx.get(f"{root}/tokenizer_info").json()
+    info = httpx.get(f"{root}/tokenizer_info", timeout=120).json()
     assert isinstance(info, dict) and "eos_token" in info
 
     def encode(text: str) -> list[int]:
-        reply = httpx.post(f"{root}/tokenize", json={"prompt": text, "add_special_tokens": False})
+        reply = httpx.post(
+            f"{root}/tokenize", json={"prompt": text, "add_special_tokens": False}, timeout=120
+        )
         tokens = reply.json()["tokens"]
         assert isinstance(tokens, list)
         return tokens
 
-    assert httpx.post(f"{root}/detokenize", json={"tokens": encode("test")}).json()["prompt"] == "test"
+    assert (
+        httpx.post(f"{root}/detokenize", json={"tokens": encode("test")}, timeout=120).json()["prompt"]
+        == "test"
+    )
     pairs = [
         ("Question: What is the capital of France?\nAnswer:", " Paris"),
         ("Question: What is the capital of France?\nAnswer:", " a small blue teapot"),
@@ -178,3 +184,25 @@ def test_lm_eval_howto_requests(server_url: str) -> None:
         own = [int(t.removeprefix("token_id:")) for t in best.choices[0].logprobs.tokens]
         assert greedy == (own == cont)
     assert [c.index for c in reply.choices] == [0, 1, 2]
+
+
+def test_readme_decision_example(server_url: str) -> None:
+    """The README's curl body, sent as written: both labels listed with their raw values."""
+    readme = (DOCS.parent / "README.md").read_text()
+    (body,) = re.findall(r"curl -s localhost:8000/v1/completions -H '[^']*' -d '(.*?)'", readme, re.DOTALL)
+    request = json.loads(body)
+    reply = httpx.post(f"{server_url}/v1/completions", json=request, timeout=120).json()
+    top = reply["choices"][0]["logprobs"]["top_logprobs"][0]
+    assert sorted(top) == sorted(f"token_id:{i}" for i in request["allowed_token_ids"])
+    # raw values over the whole vocabulary: the same as each label's value asked alone
+    for token_id in request["allowed_token_ids"]:
+        alone = httpx.post(
+            f"{server_url}/v1/completions",
+            json={**request, "allowed_token_ids": [token_id], "logprobs": 1},
+            timeout=120,
+        ).json()["choices"][0]["logprobs"]["top_logprobs"][0]
+        assert alone[f"token_id:{token_id}"] == top[f"token_id:{token_id}"]
+    labels = httpx.post(
+        f"{server_url}/detokenize", json={"tokens": request["allowed_token_ids"]}, timeout=120
+    ).json()
+    assert labels["prompt"] == "YesNo"
