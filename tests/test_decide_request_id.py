@@ -31,7 +31,8 @@ def test_the_gateway_forwards_the_request_id_to_the_server() -> None:
         generated = httpx.get(f"{gateway}/health").headers["x-request-id"]
         assert len(generated) == 32
         time.sleep(0.2)
-        lines = [json.loads(line) for line in server.log().splitlines() if line.startswith('{"event"')]
+        log = server.log().splitlines()  # text format: TIME LEVEL strata_server.access: {json}
+        lines = [json.loads(line[line.index("{") :]) for line in log if '{"event":"request"' in line]
         upstream = [line for line in lines if line["request_id"] == "gw-trace-7"]
         assert upstream and all(line["status"] == 200 for line in upstream)
         assert any(line["route"] == "/v1/completions" for line in upstream)

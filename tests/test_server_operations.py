@@ -7,6 +7,7 @@ Each test waits at most a few seconds for a limit it configured.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from strata_server.launch import ServerProcess, server_process
 KEYS = {"flag": "flag-key", "env": "env-key"}
 AUTH = {"authorization": f"Bearer {KEYS['flag']}"}
 TIMEOUT_S = 1.5
+ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 LONG = {"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "temperature": 0}
 
 
@@ -129,7 +131,10 @@ def test_request_ids_are_echoed_in_the_reply_and_the_json_log(ops_server, http: 
     assert assert_envelope(refused, 400)["param"] == "n"  # --max-n 2
     time.sleep(0.2)
     log = ops_server.log()
-    lines = [json.loads(line) for line in log.splitlines() if line.startswith('{"event":"request"')]
+    # text format: `2026-12-01T15:40:00.123Z INFO strata_server.access: {"event":"request",...}`
+    access = [line for line in log.splitlines() if " INFO strata_server.access: " in line]
+    assert access and all(ISO_TIME.match(line) for line in access)
+    lines = [json.loads(line.split(": ", 1)[1]) for line in access]
     line = next(entry for entry in lines if entry["request_id"] == "ops-42")
     assert line["route"] == "/v1/completions" and line["status"] == 200
     assert line["prompt_tokens"] >= 1 and line["completion_tokens"] == 2 and line["cached_tokens"] is not None

@@ -256,3 +256,13 @@ def test_zstd_body_is_read_when_zstd_is_available(gateway):
     raw = json.dumps({"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}).encode()
     headers = {"content-type": "application/json", "content-encoding": "zstd"}
     assert gateway.post("/v1/systemone", content=zstd.compress(raw), headers=headers).status_code == 200
+
+
+def test_every_configured_key_is_accepted(fake):
+    body = {"model": "jev", "state": "x", "questions": {"q": QUESTIONS["billing"]}}
+    config = GatewayConfig(upstream=fake.url, api_key="one", api_keys=("two", "three"))
+    with TestClient(create_app(config)) as client:
+        for key in ("one", "two", "three"):
+            assert post(client, body, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert post(client, body, headers={"Authorization": "Bearer four"}).status_code == 401
+        assert post(client, body, headers={"Authorization": "Basic two"}).status_code == 401

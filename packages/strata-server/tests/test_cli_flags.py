@@ -48,3 +48,32 @@ def test_request_templates_are_untrusted_unless_asked() -> None:
     assert not server_settings(build_parser().parse_args([]), ()).trust_request_chat_template
     trusted = build_parser().parse_args(["--trust-request-chat-template"])
     assert server_settings(trusted, ()).trust_request_chat_template
+
+
+def test_log_lines_carry_an_iso_utc_time_in_both_formats() -> None:
+    import json
+    import logging
+
+    from strata_server.log_format import JsonFormatter, TextFormatter
+
+    record = logging.LogRecord("strata_server", logging.WARNING, __file__, 1, "slow %s", ("step",), None)
+    record.created = 1764603600.25  # 2025-12-01T15:40:00.250Z
+    assert TextFormatter().format(record) == "2025-12-01T15:40:00.250Z WARNING strata_server: slow step"
+    assert json.loads(JsonFormatter().format(record)) == {
+        "time": "2025-12-01T15:40:00.250Z",
+        "level": "WARNING",
+        "logger": "strata_server",
+        "message": "slow step",
+    }
+    access = logging.LogRecord("strata_server.access", logging.INFO, __file__, 1, "{}", (), None)
+    access.created = record.created
+    access.fields = {"event": "request", "status": 200}
+    assert json.loads(JsonFormatter().format(access)) == {
+        "time": "2025-12-01T15:40:00.250Z",
+        "level": "INFO",
+        "logger": "strata_server.access",
+        "event": "request",
+        "status": 200,
+    }
+    assert build_parser().parse_args(["--log-format", "json"]).log_format == "json"
+    assert build_parser().parse_args([]).log_format == "text"

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from strata_client import AsyncStrataClient
 
-from . import questions
+from . import operations, questions
 from .answers import answer_json
 from .calibrate import Calibration, calibrate, load_examples, read_examples
 from .decider import DecideOptions, Decider, Decision
@@ -31,11 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata-decide", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def server_args(sub: argparse.ArgumentParser) -> None:
+    def upstream_args(sub: argparse.ArgumentParser) -> None:
+        """How every subcommand names the Strata server (the older --upstream* spellings hidden)."""
         sub.add_argument("--server", default=DEFAULT_SERVER, help="upstream Strata server URL")
+        sub.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)
         sub.add_argument("--server-api-key", default=None, help="API key of the upstream server")
-        sub.add_argument("--model", default=None, help="served model (default: the first listed)")
+        sub.add_argument("--upstream-api-key", dest="server_api_key", help=argparse.SUPPRESS)
         sub.add_argument("--timeout", type=float, default=120.0, help="seconds per upstream call")
+        sub.add_argument("--upstream-timeout", dest="timeout", type=float, help=argparse.SUPPRESS)
+
+    def server_args(sub: argparse.ArgumentParser) -> None:
+        upstream_args(sub)
+        sub.add_argument("--model", default=None, help="served model (default: the first listed)")
 
     def mode_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--rotations", action="store_true", help="read every cyclic option order")
@@ -76,18 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     calib.add_argument("--rotations", action="store_true")
 
     serve = commands.add_parser("serve", help="the typed-decision gateway (POST /v1/systemone)")
-    serve.add_argument("--upstream", default=DEFAULT_SERVER, help="Strata server URL")
-    serve.add_argument("--upstream-api-key", default=None)
-    serve.add_argument("--upstream-timeout", type=float, default=120.0)
+    upstream_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8100)
-    serve.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    operations.add_flags(serve)
     mode_args(serve)
 
     bench = commands.add_parser("bench", help="5 states x 3 questions through the gateway")
     target = bench.add_mutually_exclusive_group()
-    target.add_argument("--gateway", default=None, help="a running gateway's URL")
-    target.add_argument("--upstream", default=DEFAULT_SERVER, help="start a gateway on this server")
+    target.add_argument("--gateway", default=None, help="measure a running gateway at this URL instead")
+    target.add_argument("--server", default=DEFAULT_SERVER, help="start a gateway on this Strata server")
+    target.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)
     bench.add_argument("--api-key", default=None, help="the gateway's API key")
     bench.add_argument(
         "--rotations", action="store_true", help="the started gateway reads every option order"
@@ -217,13 +223,13 @@ def run_serve(args: argparse.Namespace) -> int:
     from .gateway.serve import serve
 
     config = GatewayConfig(
-        upstream=args.upstream,
-        api_key=args.api_key,
-        upstream_api_key=args.upstream_api_key,
-        upstream_timeout=args.upstream_timeout,
+        upstream=args.server,
+        api_keys=operations.api_keys(args.api_key, args.api_key_file),
+        upstream_api_key=args.server_api_key,
+        upstream_timeout=args.timeout,
         decide=decide_options(args),
     )
-    serve(config, args.host, args.port)
+    serve(config, args.host, args.port, args.log_level, args.log_format)
     return 0
 
 
@@ -232,7 +238,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from .gateway import GatewayConfig
     from .gateway.serve import background
 
-    config = GatewayConfig(upstream=args.upstream, decide=DecideOptions(rotations=args.rotations))
+    config = GatewayConfig(upstream=args.server, decide=DecideOptions(rotations=args.rotations))
     started = nullcontext(args.gateway) if args.gateway else background(config)
     with (
         started as url,

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from strata_server.log_format import LOG_FORMATS, LOG_LEVELS, configure_logging
 from strata_server.provenance import version_line
 
 if TYPE_CHECKING:
@@ -37,16 +38,6 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
     if env_key := os.environ.get(API_KEY_ENV, "").strip():
         keys.append(env_key)
     return tuple(dict.fromkeys(keys))
-
-
-def configure_logging(level: str) -> None:
-    """Plain lines for the server's messages; the per-request access lines are bare JSON."""
-    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    access = logging.getLogger("strata_server.access")
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access.addHandler(handler)
-    access.propagate = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,11 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the model name clients send and see (default: the model file's stem)",
     )
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="server log level")
     parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="server log level",
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text: 'TIME LEVEL LOGGER: MESSAGE' lines; json: one JSON object per line; "
+        "both with ISO 8601 UTC timestamps",
     )
     ray = parser.add_argument_group("replicas on Ray Serve (needs the [ray] extra; docs/scaling.md)")
     ray.add_argument(
@@ -349,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         keys = api_keys(args)
     except OSError as exc:
         sys.exit(f"strata-server: cannot read --api-key-file: {exc}")
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     if args.ray:
         serve_on_ray(args, keys)
         return
@@ -403,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             port=args.port,
             log_level=args.log_level,
             access_log=False,  # one JSON line per request instead (strata_server.access)
+            log_config=None,  # uvicorn's loggers go through configure_logging's handler
             timeout_graceful_shutdown=1,  # after --shutdown-grace, close what is left quickly
         )
         server = GracefulServer(config, app.state.ctx.drain, args.shutdown_grace)

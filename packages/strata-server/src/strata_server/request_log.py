@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from strata_server.log_format import FIELDS_ATTR
+
 access_log = logging.getLogger("strata_server.access")
 
 MAX_ID_CHARS = 128
@@ -39,8 +41,8 @@ class RequestRecord:
     queue_s: float | None = None
     ttft_s: float | None = None
 
-    def line(self, route: str) -> str:
-        fields = {
+    def fields(self, route: str) -> dict[str, object]:
+        return {
             "event": "request",
             "request_id": self.request_id,
             "method": self.method,
@@ -53,7 +55,6 @@ class RequestRecord:
             "ttft_s": _rounded(self.ttft_s),
             "total_s": _rounded(time.perf_counter() - self.started),
         }
-        return json.dumps(fields, separators=(",", ":"))
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("strata_request", default=None)
@@ -109,7 +110,8 @@ def request_log_middleware() -> Callable[[ASGIApp], ASGIApp]:
             finally:
                 _current.reset(token)
                 route = scope.get("path_template") or scope["path"]
-                access_log.info(record.line(route))
+                fields = record.fields(route)
+                access_log.info(json.dumps(fields, separators=(",", ":")), extra={FIELDS_ATTR: fields})
 
         return middleware
 

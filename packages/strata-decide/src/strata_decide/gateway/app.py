@@ -9,7 +9,6 @@ them concurrently; the state's prompt prefix is shared through the upstream's pr
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from ..answers import answer_json
 from ..decider import DecideOptions, Decider, Decision
 from ..errors import ContextOverflowError, LabelError, UpstreamError
 from ..labels import LabelBook
+from ..operations import accepted
 from ..questions import Content, Question
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
@@ -41,9 +41,15 @@ class GatewayConfig:
 
     upstream: str = "http://127.0.0.1:8000"
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # more accepted keys (see strata_decide.operations)
     upstream_api_key: str | None = None
     upstream_timeout: float = 120.0
     decide: DecideOptions = field(default_factory=DecideOptions)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every accepted API key (empty: no key required)."""
+        return tuple(dict.fromkeys(k for k in (self.api_key, *self.api_keys) if k))
 
 
 class Gateway:
@@ -109,13 +115,11 @@ class Gateway:
         )
 
     def check_auth(self, request: Request) -> None:
-        """Bearer auth when an API key is set; with none set, any Authorization is ignored."""
-        if self.config.api_key is None:
+        """Bearer auth when API keys are set; with none set, any Authorization is ignored."""
+        keys = self.config.keys
+        if not keys:
             return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        given, expected = token.strip().encode(), self.config.api_key.encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
+        if not accepted(request.headers.get("authorization", ""), keys):
             raise Refusal(
                 401,
                 "authentication_error",

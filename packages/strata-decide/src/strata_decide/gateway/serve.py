@@ -6,21 +6,39 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
 
+from ..operations import configure_logging
 from .app import GatewayConfig, create_app
 
 
-def launcher(config: GatewayConfig, host: str, port: int, log_level: str) -> uvicorn.Server:
-    """The one way the gateway is started, in the foreground or on a thread."""
-    return uvicorn.Server(uvicorn.Config(create_app(config), host=host, port=port, log_level=log_level))
+def launcher(
+    config: GatewayConfig, host: str, port: int, log_level: str, own_logging: bool = False
+) -> uvicorn.Server:
+    """The one way the gateway is started, in the foreground or on a thread.
+
+    `own_logging`: logging is configured already (``operations.configure_logging``), so uvicorn
+    leaves it alone and its lines go through the same handler.
+    """
+    options: dict[str, Any] = {"log_config": None} if own_logging else {}
+    return uvicorn.Server(
+        uvicorn.Config(create_app(config), host=host, port=port, log_level=log_level, **options)
+    )
 
 
-def serve(config: GatewayConfig, host: str = "127.0.0.1", port: int = 8100) -> None:
-    """Serve until interrupted."""
-    launcher(config, host, port, "info").run()
+def serve(
+    config: GatewayConfig,
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    log_level: str = "info",
+    log_format: str = "text",
+) -> None:
+    """Serve until interrupted, logging at `log_level` in `log_format` (text or json)."""
+    configure_logging(log_level, log_format)
+    launcher(config, host, port, log_level, own_logging=True).run()
 
 
 @contextmanager
