@@ -4,7 +4,7 @@ Strata: each round launches `python -m strata_server` on the default model with 
 (the model file downloaded, the kernels compiled), polls `/health` every 10 ms and records the
 seconds from the launch to the first 200. It then serves the work whose memory matters: a
 512-token prompt scored at every position (echo), four concurrent 64-token decodes and a chat
-decision read, and reads the process's peak RSS (VmHWM). The target (issue 12): start-up under
+decision read, and reads the process's peak RSS (VmHWM). The targets (docs/performance.md): start-up under
 1 s, and peak RSS no more than the GGUF's size plus the KV budget plus 150 MB, with the KV budget
 as configured (`--kv-cache-mb`, default here 64 MiB with `--ctx-size 1024`).
 
