@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from strata_server.launch import server_process
+from strata_server.launch import free_port, server_process
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -312,3 +312,18 @@ def test_the_howtos_hub_commands(hub: StandInHub, hub_env: dict[str, str]) -> No
         assert done.returncode == 0, done.stderr
         assert Path(done.stdout.strip()).name == "Qwen2.5-0.5B-Instruct-Q4_K_M.gguf"
     assert f"`{repo}/Qwen2.5-0.5B-Instruct-Q4_K_M.gguf`" in doc  # the file named outright
+
+
+def test_the_cache_serves_when_the_hub_is_unreachable(hub: StandInHub, hub_env: dict[str, str]) -> None:
+    hub.repos["acme/model-GGUF"] = QUANTS
+    online = resolve("acme/model-GGUF:Q4_K_M", hub_env)
+    assert online.returncode == 0, online.stderr
+    gone = {**hub_env, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}  # nothing listens there
+    done = resolve("acme/model-GGUF:Q4_K_M", gone)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == online.stdout
+    done = resolve("acme/model-GGUF:Q8_0", gone)  # never fetched: the connection error, in one line
+    assert done.returncode != 0
+    message = done.stderr.strip()
+    assert message.startswith("ModelLoadError: cannot fetch acme/model-GGUF:Q8_0 from the Hub: ")
+    assert "\n" not in message

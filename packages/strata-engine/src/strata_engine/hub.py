@@ -2,7 +2,7 @@
 
 The file is fetched with `huggingface_hub` into its own cache (HF_HOME / HF_HUB_CACHE, its
 progress bar, HF_ENDPOINT and HF_TOKEN honoured) and used from there offline once cached
-(HF_HUB_OFFLINE=1). huggingface_hub checks a plain HTTP download's size against the Hub's and
+(HF_HUB_OFFLINE=1, or whenever the Hub cannot be reached). huggingface_hub checks a plain HTTP download's size against the Hub's and
 names the cached blob after the Hub's ETag, which for an LFS file (every GGUF) is the file's
 sha256; it does not hash the bytes. So Strata does: it hashes the cached file once, compares it
 with that sha256 (or, for a small non-LFS file, with the git blob id) and refuses and deletes a
@@ -87,17 +87,31 @@ def fetch(ref: HubRef) -> Path:
     import huggingface_hub as hf
     from huggingface_hub import constants
 
-    offline = constants.is_offline_mode()
     try:
-        files = _cached_files(ref.repo_id) if offline else _remote_files(hf, ref.repo_id)
-        filename = pick_file(ref, files)
-        path = Path(hf.hf_hub_download(ref.repo_id, filename, local_files_only=offline))
+        if constants.is_offline_mode():
+            path = _from_cache(hf, ref)
+        else:
+            try:
+                filename = pick_file(ref, _remote_files(hf, ref.repo_id))
+                path = Path(hf.hf_hub_download(ref.repo_id, filename))
+            except ModelLoadError:
+                raise
+            except Exception as exc:  # the Hub unreachable (or refusing): what is cached still serves
+                try:
+                    path = _from_cache(hf, ref)
+                except Exception:
+                    raise exc from None
     except ModelLoadError:
         raise
     except Exception as exc:  # huggingface_hub's and httpx's errors differ between versions
         raise ModelLoadError(f"cannot fetch {ref} from the Hub: {_one_line(exc)}") from None
     verify(path)
     return path
+
+
+def _from_cache(hf: Any, ref: HubRef) -> Path:
+    filename = pick_file(ref, _cached_files(ref.repo_id))
+    return Path(hf.hf_hub_download(ref.repo_id, filename, local_files_only=True))
 
 
 def _remote_files(hf: Any, repo_id: str) -> list[str]:
