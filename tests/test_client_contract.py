@@ -10,11 +10,12 @@ import msgspec
 import pytest
 
 from strata_client._resources import AsyncChatCompletions, AsyncCompletions, ChatCompletions, Completions
+from strata_server.checks import NOT_IMPLEMENTED
 from strata_server.protocol import ChatCompletionRequest, CompletionRequest
 
 # Parsed by the server only to refuse a non-neutral value (or, `user`, to ignore it): no
 # typed keyword, `extra_body` still reaches them.
-NOT_OFFERED = frozenset({"repetition_penalty", "suffix", "best_of", "tools", "user"})
+NOT_OFFERED = frozenset({"repetition_penalty", "best_of", "user", *NOT_IMPLEMENTED})
 CALL_OPTIONS = frozenset({"self", "extra_body", "timeout"})
 
 

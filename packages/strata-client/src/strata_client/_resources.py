@@ -60,6 +60,9 @@ class Completions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_logprobs: int | None = None,
+        add_special_tokens: bool | None = None,
+        request_id: str | None = None,
         response_format: dict[str, Any] | None = None,
         structured_outputs: dict[str, Any] | None = None,
         guided_json: JsonSchema | str | None = None,
@@ -81,7 +84,9 @@ class Completions:
         ``return_tokens_as_token_ids`` makes every token string ``"token_id:<id>"``.
         Penalties and ``logit_bias`` (keys: token ids as strings) change sampling only;
         ``min_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``,
-        ``spaces_between_special_tokens`` and ``truncate_prompt_tokens`` are vLLM's.
+        ``spaces_between_special_tokens``, ``truncate_prompt_tokens``, ``prompt_logprobs``
+        (each prompt token's value, rank and top N), ``add_special_tokens`` and ``request_id``
+        are vLLM's.
         Structured output, one constraint per call: OpenAI's ``response_format``
         (``{"type": "json_schema", "json_schema": {"name", "schema"}}`` or ``json_object``),
         vLLM's ``structured_outputs`` (``{"json" | "regex" | "choice" | "grammar": ...}``) or
@@ -126,6 +131,9 @@ class ChatCompletions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_logprobs: int | None = None,
+        add_special_tokens: bool | None = None,
+        request_id: str | None = None,
         response_format: dict[str, Any] | None = None,
         structured_outputs: dict[str, Any] | None = None,
         guided_json: JsonSchema | str | None = None,
@@ -135,6 +143,8 @@ class ChatCompletions:
         guided_whitespace_pattern: str | None = None,
         add_generation_prompt: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        documents: list[dict[str, Any]] | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
@@ -144,8 +154,10 @@ class ChatCompletions:
 
         ``logprobs=True`` with ``top_logprobs=N`` returns ``choices[i].logprobs.content``;
         ``allowed_token_ids`` restricts sampling (on chat, values are renormalised over the
-        allowed ids; ``logprob_token_ids`` cannot be combined with it). ``add_generation_prompt``
-        and ``chat_template_kwargs`` go to the template. Structured output as for
+        allowed ids; ``logprob_token_ids`` cannot be combined with it). ``add_generation_prompt``,
+        ``chat_template_kwargs`` and ``documents`` go to the template; ``chat_template`` replaces
+        it (when the server trusts request templates); ``prompt_logprobs`` gives the rendered
+        prompt's values. Structured output as for
         ``Completions.create``. ``stream=True`` returns a ``Stream`` of ``ChatCompletionChunk``.
         """
         body = wire_body(locals())
@@ -204,6 +216,9 @@ class AsyncCompletions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_logprobs: int | None = None,
+        add_special_tokens: bool | None = None,
+        request_id: str | None = None,
         response_format: dict[str, Any] | None = None,
         structured_outputs: dict[str, Any] | None = None,
         guided_json: JsonSchema | str | None = None,
@@ -255,6 +270,9 @@ class AsyncChatCompletions:
         skip_special_tokens: bool | None = None,
         spaces_between_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prompt_logprobs: int | None = None,
+        add_special_tokens: bool | None = None,
+        request_id: str | None = None,
         response_format: dict[str, Any] | None = None,
         structured_outputs: dict[str, Any] | None = None,
         guided_json: JsonSchema | str | None = None,
@@ -264,6 +282,8 @@ class AsyncChatCompletions:
         guided_whitespace_pattern: str | None = None,
         add_generation_prompt: bool | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        documents: list[dict[str, Any]] | None = None,
         stream: bool = False,
         stream_options: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,

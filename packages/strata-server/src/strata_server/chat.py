@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
-from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
+from strata_server.checks import check_max_tokens, check_model
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
@@ -30,7 +30,6 @@ from strata_server.render import chat_options
 def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     """Check a chat body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
-    refuse_unsupported(tools=body.tools)
     if body.allowed_token_ids is not None and body.logprob_token_ids:
         raise ApiError(
             "On chat, `logprob_token_ids` cannot be combined with `allowed_token_ids` "
@@ -43,6 +42,7 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
         chat_template=body.chat_template,
         chat_template_kwargs=body.chat_template_kwargs,
         trusted=ctx.settings.trust_request_chat_template,
+        documents=body.documents,
     )
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     check_max_tokens(max_tokens, echo=False)

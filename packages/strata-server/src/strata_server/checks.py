@@ -242,6 +242,61 @@ def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
     return stops
 
 
+# vLLM's request fields this server parses but does not implement, and why. Each is a 400
+# naming it (`code: "unsupported"`) unless it holds its neutral value (NEUTRAL, else None or
+# empty); docs/DETAILS.md lists them beside the fields that are honoured.
+NOT_IMPLEMENTED = {
+    "prompt_embeds": "prompts are text or token ids",
+    "suffix": "no fill-in-the-middle",
+    "use_beam_search": "no beam search",
+    "length_penalty": "it applies to beam search only",
+    "min_p": "the sampler has top_k and top_p",
+    "guided_decoding_backend": "structured output has one backend (llguidance)",
+    "priority": "requests are served first come, first served",
+    "logits_processors": "no server-side code from requests",
+    "cache_salt": "the prefix cache is shared (results are identical either way)",
+    "kv_transfer_params": "no disaggregated serving",
+    "vllm_xargs": "no custom extensions",
+    "tools": "no tool calling",
+    "tool_choice": "no tool calling",
+    "parallel_tool_calls": "no tool calling",
+    "reasoning_effort": "no reasoning parser",
+    "include_reasoning": "no reasoning parser (the reply is the model's text as generated)",
+    "bad_words": "use logit_bias",
+    "echo": "on chat, echo is not implemented (use /v1/completions with the rendered prompt)",
+    "continue_final_message": "the template always closes the last message",
+    "mm_processor_kwargs": "text only",
+    "structural_tag": "use response_format or structured_outputs",
+}
+NEUTRAL: dict[str, tuple[object, ...]] = {
+    "use_beam_search": (False,),
+    "length_penalty": (1.0,),
+    "min_p": (None, 0.0),
+    "priority": (0,),
+    "include_reasoning": (True,),
+    "echo": (False,),
+    "continue_final_message": (False,),
+    "tool_choice": (None, "none"),
+}
+
+
+def refuse_not_implemented(body: object) -> None:
+    """Every field of NOT_IMPLEMENTED the body has, at anything but its neutral value: a 400."""
+    for name, why in NOT_IMPLEMENTED.items():
+        if not hasattr(body, name):
+            continue
+        value = getattr(body, name)
+        if value in NEUTRAL.get(name, (None,)) or value == [] or value == {}:
+            continue
+        raise ApiError(f"`{name}` is not supported by this server: {why}.", param=name, code="unsupported")
+
+
+def check_best_of(best_of: int | None, n: int) -> None:
+    """`best_of` only as `n` (one sample per choice, nothing drawn and dropped)."""
+    if best_of is not None and best_of != n:
+        raise ApiError("`best_of` other than `n` is not supported.", param="best_of", code="unsupported")
+
+
 def refuse_unsupported(**fields: object) -> None:
     """Fields the server parses but does not implement: refused, never silently ignored.
 

@@ -8,10 +8,9 @@ import msgspec
 
 from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
-from strata_server.checks import check_max_tokens, check_model, refuse_unsupported
+from strata_server.checks import check_max_tokens, check_model
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
-from strata_server.errors import ApiError
 from strata_server.formatting import ChoiceTally, LegacyBuilder, merge_legacy, prompt_logprobs
 from strata_server.plan import Plan, checked_plan
 from strata_server.protocol import (
@@ -27,14 +26,11 @@ from strata_server.render import completion_prompts
 def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
     """Check a completions body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
-    refuse_unsupported(suffix=body.suffix)
-    if body.best_of is not None and body.best_of != body.n:
-        raise ApiError("`best_of` other than `n` is not supported.", param="best_of")
     check_max_tokens(body.max_tokens, body.echo)
     return checked_plan(
         body,
         ctx.limits,
-        prompts=lambda: completion_prompts(body.prompt, ctx.tokenizer),
+        prompts=lambda: completion_prompts(body.prompt, ctx.tokenizer, body.add_special_tokens),
         max_tokens=body.max_tokens,
         logprobs=body.logprobs,
         ids_param="prompt",

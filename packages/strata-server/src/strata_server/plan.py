@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from strata_engine.api import LogprobParams, Request, SamplingParams, StructuredSpec
 from strata_server.checks import (
     Limits,
+    check_best_of,
     check_logit_bias,
     check_logprobs,
     check_operator_limits,
@@ -20,6 +21,7 @@ from strata_server.checks import (
     check_prompt_logprobs,
     check_sampling,
     normalize_stop,
+    refuse_not_implemented,
     resolve_top_n,
     truncate_prompts,
 )
@@ -88,6 +90,8 @@ def checked_plan(
     `prompts` is called after the sampling checks, so a bad knob is reported before any
     prompt is rendered or tokenised.
     """
+    refuse_not_implemented(body)
+    check_best_of(body.best_of, body.n)
     temperature, top_p, top_k = check_sampling(
         n=body.n,
         temperature=body.temperature,

@@ -94,6 +94,19 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
+    best_of: int | None = None  # only n (or none): one sample per choice
+    request_id: str | None = None  # vLLM's: the reply's id (`cmpl-<id>`), header and log line
+    # vLLM's fields this server does not implement: parsed so that a value other than the
+    # neutral one is a 400 naming it (checks.NOT_IMPLEMENTED), never silently dropped
+    min_p: float | None = None
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    guided_decoding_backend: str | None = None
+    priority: int = 0
+    logits_processors: list[Any] | None = None
+    cache_salt: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
 
 
 class CompletionRequest(GenerationRequest):
@@ -103,8 +116,9 @@ class CompletionRequest(GenerationRequest):
     max_tokens: int | None = 16
     logprobs: bool | int | None = None
     echo: bool = False
-    best_of: int | None = None
     suffix: str | None = None
+    add_special_tokens: bool = True  # vLLM's: BOS on text prompts when the model wants one
+    prompt_embeds: Any = None  # not implemented (see GenerationRequest)
 
 
 class TextPart(msgspec.Struct):
@@ -130,6 +144,17 @@ class ChatCompletionRequest(GenerationRequest):
     add_special_tokens: bool = False  # one BOS on top of the template's (vLLM's chat default: false)
     chat_template: str | None = None  # vLLM's per-request template (needs --trust-request-chat-template)
     chat_template_kwargs: dict[str, Any] | None = None
+    documents: list[dict[str, Any]] | None = None  # vLLM's: the template's `documents` variable
+    # not implemented (see GenerationRequest)
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = None
+    include_reasoning: bool = True
+    bad_words: list[str] | None = None
+    echo: bool = False
+    continue_final_message: bool = False
+    mm_processor_kwargs: dict[str, Any] | None = None
+    structural_tag: str | None = None
 
 
 class TokenizeRequest(msgspec.Struct):

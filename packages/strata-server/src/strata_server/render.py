@@ -23,14 +23,17 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "add_generation_prompt", "chat
 PROMPT_FORMS = "a string, a list of strings, a list of token ids, or a list of token-id lists"
 
 
-def completion_prompts(prompt: PromptInput, tokenizer: EngineTokenizer) -> list[list[int]]:
-    """Each prompt of a completions request as ids, in prompt order."""
+def completion_prompts(
+    prompt: PromptInput, tokenizer: EngineTokenizer, add_special: bool = True
+) -> list[list[int]]:
+    """Each prompt of a completions request as ids, in prompt order (`add_special`: vLLM's
+    `add_special_tokens`, the BOS a text prompt gets when the model wants one)."""
     if isinstance(prompt, str):
-        return [encode_text(prompt, tokenizer)]
+        return [encode_text(prompt, tokenizer, add_special)]
     if not prompt:
         raise ApiError("`prompt` must not be empty.", param="prompt")
     if all(isinstance(p, str) for p in prompt):
-        return [encode_text(p, tokenizer) for p in prompt]  # type: ignore[arg-type]
+        return [encode_text(p, tokenizer, add_special) for p in prompt]  # type: ignore[arg-type]
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]  # type: ignore[arg-type]
     if all(isinstance(p, list) for p in prompt):
@@ -74,6 +77,7 @@ def chat_options(
     chat_template: str | None,
     chat_template_kwargs: dict[str, Any] | None,
     trusted: bool,
+    documents: list[dict[str, Any]] | None = None,
 ) -> ChatOptions:
     """vLLM's chat-template fields (chat and `/tokenize` alike) as the engine's options.
 
@@ -81,7 +85,9 @@ def chat_options(
     (`--trust-request-chat-template`, as vLLM), and one that does not compile is a 400 naming
     it; `chat_template_kwargs` may not set the variables the server sets.
     """
-    kwargs = chat_template_kwargs or {}
+    kwargs = dict(chat_template_kwargs or {})
+    if documents is not None:  # vLLM's RAG documents: a template variable (a template may ignore them)
+        kwargs.setdefault("documents", documents)
     if reserved := RESERVED_TEMPLATE_KWARGS & kwargs.keys():
         raise ApiError(
             f"`chat_template_kwargs` may not set {sorted(reserved)}.", param="chat_template_kwargs"
