@@ -15,7 +15,7 @@ from strata_server.protocol import ChatCompletionRequest, CompletionRequest
 
 # Parsed by the server only to refuse a non-neutral value (or, `user`, to ignore it): no
 # typed keyword, `extra_body` still reaches them.
-NOT_OFFERED = frozenset({"repetition_penalty", "best_of", "user", *NOT_IMPLEMENTED})
+NOT_OFFERED = frozenset({"repetition_penalty", "best_of", "user", "echo", *NOT_IMPLEMENTED})
 CALL_OPTIONS = frozenset({"self", "extra_body", "timeout"})
 
 

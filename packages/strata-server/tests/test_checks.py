@@ -15,7 +15,7 @@ from strata_server.checks import (
     check_penalties,
     check_sampling,
     normalize_stop,
-    refuse_unsupported,
+    refuse_not_implemented,
     resolve_top_n,
     truncate_prompts,
 )
@@ -215,8 +215,21 @@ def test_stop_and_unsupported_fields() -> None:
     assert normalize_stop("x") == ("x",)
     assert normalize_stop(["a", "b"]) == ("a", "b")
     assert refusal(normalize_stop, ["a", ""]).param == "stop"
-    refuse_unsupported(tools=[], suffix=None)
-    assert refusal(refuse_unsupported, suffix="x").param == "suffix"
+    neutral = CompletionRequest(prompt="x", suffix=None, min_p=0.0, priority=0, use_beam_search=False)
+    refuse_not_implemented(neutral)
+    refuse_not_implemented(
+        ChatCompletionRequest(messages=[], tools=[], tool_choice="none", include_reasoning=True)
+    )
+    assert refusal(refuse_not_implemented, CompletionRequest(prompt="x", suffix="!")).param == "suffix"
+    assert refusal(refuse_not_implemented, CompletionRequest(prompt="x", min_p=0.1)).param == "min_p"
+    assert (
+        refusal(refuse_not_implemented, ChatCompletionRequest(messages=[], tool_choice="auto")).param
+        == "tool_choice"
+    )
+    assert (
+        refusal(refuse_not_implemented, ChatCompletionRequest(messages=[], include_reasoning=False)).code
+        == "unsupported"
+    )
 
 
 def test_penalties_bias_and_truncation() -> None:

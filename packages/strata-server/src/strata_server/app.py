@@ -44,7 +44,13 @@ from strata_server.protocol import (
     encode,
 )
 from strata_server.provenance import Provenance
-from strata_server.request_log import current_record, current_request_id, request_log_middleware
+from strata_server.request_log import (
+    MAX_ID_CHARS,
+    current_record,
+    current_request_id,
+    request_log_middleware,
+    sane_request_id,
+)
 from strata_server.shutdown import drain_middleware
 from strata_server.tokenizer_routes import detokenize, tokenize, tokenizer_info
 
@@ -137,9 +143,18 @@ def create_app(
         whole: Callable[[Plan, ChoiceStream, ServerContext, str], Awaitable[Any]],
     ) -> Response | Stream:
         """Submit a checked plan (refusals are plain 4xx), then reply as SSE or one JSON body."""
+        record = current_record()
+        if body.request_id is not None:  # vLLM's field: the id of this request, as X-Request-Id is
+            given = sane_request_id(body.request_id)
+            if given is None:
+                raise ApiError(
+                    f"`request_id` must be printable ASCII, 1 to {MAX_ID_CHARS} characters.",
+                    param="request_id",
+                )
+            if record is not None:
+                record.request_id = given
         requests = engine_requests(plan, ctx.limits.ctx_size, ctx.settings.max_tokens_limit)
         events = ctx.submit(requests, plan.ids_param, started=arrived(request))
-        record = current_record()
         request_id = f"{id_prefix}-{record.request_id}" if record else new_request_id(id_prefix)
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage

@@ -30,6 +30,13 @@ from strata_server.render import chat_options
 def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
     """Check a chat body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
+    if body.echo:  # vLLM's chat echo (the last message's text before the reply): not implemented
+        raise ApiError(
+            "`echo` is not supported on chat; send the rendered prompt (/tokenize with `messages`) "
+            "to /v1/completions with `echo`.",
+            param="echo",
+            code="unsupported",
+        )
     if body.allowed_token_ids is not None and body.logprob_token_ids:
         raise ApiError(
             "On chat, `logprob_token_ids` cannot be combined with `allowed_token_ids` "

@@ -263,7 +263,6 @@ NOT_IMPLEMENTED = {
     "reasoning_effort": "no reasoning parser",
     "include_reasoning": "no reasoning parser (the reply is the model's text as generated)",
     "bad_words": "use logit_bias",
-    "echo": "on chat, echo is not implemented (use /v1/completions with the rendered prompt)",
     "continue_final_message": "the template always closes the last message",
     "mm_processor_kwargs": "text only",
     "structural_tag": "use response_format or structured_outputs",
@@ -274,7 +273,6 @@ NEUTRAL: dict[str, tuple[object, ...]] = {
     "min_p": (None, 0.0),
     "priority": (0,),
     "include_reasoning": (True,),
-    "echo": (False,),
     "continue_final_message": (False,),
     "tool_choice": (None, "none"),
 }
@@ -295,14 +293,3 @@ def check_best_of(best_of: int | None, n: int) -> None:
     """`best_of` only as `n` (one sample per choice, nothing drawn and dropped)."""
     if best_of is not None and best_of != n:
         raise ApiError("`best_of` other than `n` is not supported.", param="best_of", code="unsupported")
-
-
-def refuse_unsupported(**fields: object) -> None:
-    """Fields the server parses but does not implement: refused, never silently ignored.
-
-    Each value passes when it is None or empty.
-    """
-    for name, value in fields.items():
-        if value is None or value == 0 or value == {} or value == []:
-            continue
-        raise ApiError(f"`{name}` is not supported by this server.", param=name, code="unsupported")

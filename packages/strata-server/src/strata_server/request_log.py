@@ -98,7 +98,9 @@ def request_log_middleware() -> Callable[[ASGIApp], ASGIApp]:
                 if message["type"] == "http.response.start":
                     record.status = message["status"]
                     headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-                    headers.append((b"x-request-id", request_id.encode("latin-1")))
+                    headers.append(
+                        (b"x-request-id", record.request_id.encode("latin-1"))
+                    )  # body's may replace it
                     message = {**message, "headers": headers}
                 await send(message)
 
