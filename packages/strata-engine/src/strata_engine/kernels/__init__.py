@@ -2,8 +2,9 @@
 
 Every import in this package points down this list (test_kernel_layer.py checks it):
 
-- `host`: the host's CPUs and CUDA; `native` (package): the C sources, their build and cache,
-  and the ctypes binding to strata_kernels.h.
+- `native.header`: the C interface read from strata_kernels.h (every exported function, type
+  code and struct); `host`: the host's CPUs and CUDA; `native` (package): the C sources, their
+  build and cache, and the library bound from the header.
 - `kquants`: K-quant blocks rearranged for the kernels (in C).
 - `weights`: a weight as the kernels read it (`Weight`), and exact fp32 dequantisation.
 - `base`: the `Ops` protocol and the types every backend shares.

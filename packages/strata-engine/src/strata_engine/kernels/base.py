@@ -14,9 +14,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from strata_engine.kernels.native.header import INTERFACE
 from strata_engine.kernels.weights import Weight
 
-Q8_PACKED = 256  # added to a weight's kernel type once repacked for 8-bit activations (q8.h)
+# added to a weight's kernel type once repacked for 8-bit activations (q8.h; strata_kernels.h)
+Q8_PACKED = INTERFACE.constant("WT_Q8_PACKED")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import numpy as np
 
 from strata_engine.kernels.base import AttentionMeta, Ops, RopeTable, address
 from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.native.header import INTERFACE
 from strata_engine.kernels.weights import Weight
 
 
@@ -84,37 +85,11 @@ class ModelConfig(Protocol):
     def window(self, layer: int) -> int: ...
 
 
-_P = ctypes.c_void_p
-_I32 = ctypes.c_int32
-_I64 = ctypes.c_int64
-_F = ctypes.c_float
+# strata_kernels.h's strata_layer_desc, field for field, in order
+LayerDesc = INTERFACE.structs["strata_layer_desc"]
 
 
-class LayerDesc(ctypes.Structure):
-    """Mirror of kernels.c's strata_layer_desc (field for field, in order)."""
-
-    _fields_ = [
-        *(
-            (name, _P)
-            for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")
-        ),
-        *((name, _P) for name in ("bq", "bk", "bv")),
-        *((name, _P) for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")),
-        *((name, _I32) for name in ("tq", "tk", "tv", "to", "t_gate", "t_up", "t_down")),
-        *((name, _I64) for name in ("hidden", "n_heads", "n_kv_heads", "head_dim", "ffn")),
-        ("eps", _F),
-        ("scale", _F),
-        ("softcap", _F),
-        ("window", _I32),
-        ("gelu", _I32),
-        ("rope_cos", _P),
-        ("rope_sin", _P),
-        ("rope_dim", _I32),
-        ("rope_interleaved", _I32),
-    ]
-
-
-def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> LayerDesc | None:
+def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> ctypes.Structure | None:
     """The layer's description for `strata_layer`, or None when it needs the per-operation path."""
     if layer.experts is not None or layer.w_gate is None or layer.w_up is None or layer.w_down is None:
         return None
@@ -144,7 +119,7 @@ def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> La
 class FusedLayers:
     """Every layer of a model as one `strata_layer` call each."""
 
-    def __init__(self, ops: NativeOps, descs: list[LayerDesc]) -> None:
+    def __init__(self, ops: NativeOps, descs: list[ctypes.Structure]) -> None:
         self.lib, self.threads, self.descs = ops.lib, ops.threads, descs
 
     def run(self, x: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> None:

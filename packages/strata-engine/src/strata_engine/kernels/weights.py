@@ -18,9 +18,10 @@ from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants
 from strata_engine.kernels.native import NativeUnavailable
+from strata_engine.kernels.native.header import INTERFACE
 
-# GGML type -> kernel type code (the GGML type id)
-NATIVE_TYPES = {QT.F32: 0, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8, QT.Q4_K: 12, QT.Q5_K: 13, QT.Q6_K: 14}
+# GGML type -> kernel type code (strata_kernels.h's enum strata_wtype: WT_<GGML name> = its GGML id)
+NATIVE_TYPES = {QT[name.removeprefix("WT_")]: code for name, code in INTERFACE.enums["strata_wtype"].items()}
 SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
 
 

@@ -4,7 +4,9 @@ One source (kernels.c over vector.h's 16-lane virtual vector) is built for each 
 set: avx512, avx2 (+FMA), neon (AArch64) and portable C. All give the same bits; the best one
 the CPU can run is used. The CPU is asked through a tiny probe library (cpu_features.c:
 cpuid via the compiler's builtins), not by reading /proc/cpuinfo. A small C file builds in
-about a second with the system compiler and needs no torch headers.
+about a second with the system compiler and needs no torch headers. Every function, type code
+and struct the library exports is declared once, in strata_kernels.h, and bound from it
+(header.py).
 """
 
 from __future__ import annotations
@@ -19,55 +21,29 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any
 
+from strata_engine.kernels.native.header import INTERFACE
 from strata_engine.paths import strata_home
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels.c"
-HEADERS = (HERE / "vector.h", HERE / "q8.h", HERE / "kquant_layout.h")
+HEADERS = (HERE / "strata_kernels.h", HERE / "vector.h", HERE / "q8.h", HERE / "kquant_layout.h")
 PROBE = HERE / "cpu_features.c"
+PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is kernels.c's
 # -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
 BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
 OPENMP = ["-fopenmp"]
 # target -> (the probe's feature bit it needs, compiler flags); best first
 TARGETS: dict[str, tuple[int, list[str]]] = {
     "avx512": (
-        2,
+        INTERFACE.constant("HAS_AVX512"),
         ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
     ),
-    "avx2": (1, ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
-    "neon": (4, ["-DSTRATA_TARGET_NEON"]),
+    "avx2": (INTERFACE.constant("HAS_AVX2_FMA"), ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
+    "neon": (INTERFACE.constant("HAS_NEON"), ["-DSTRATA_TARGET_NEON"]),
     "portable": (0, ["-DSTRATA_TARGET_PORTABLE"]),
 }
 TARGET_ENV = "STRATA_KERNELS_TARGET"  # force one target (tests, benchmarks)
-
-_P = ctypes.c_void_p
-_I64 = ctypes.c_int64
-_I = ctypes.c_int
-_F = ctypes.c_float
-SIGNATURES = {
-    "strata_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
-    "strata_gather_rows": [_P, _I, _I64, _P, _I64, _P],
-    "strata_rmsnorm": [_P, _I64, _I64, _P, _F, _P, _I],
-    "strata_silu_mul": [_P, _P, _I64, _P, _I],
-    "strata_attention": [_P, _I64, _I, _I, _I, _P, _P, _I, _P, _I, _P, _P, _F, _F, _I, _P, _I],
-    "strata_rope": [_P, _I64, _I, _I, _I, _P, _P, _P, _I],
-    "strata_kv_write": [_P, _P, _I64, _I64, _P, _P, _P, _I],
-    "strata_log_softmax": [_P, _I64, _I64, _P, _I],
-    "strata_exp": [_P, _I64, _P],
-    "strata_gelu_mul": [_P, _P, _I64, _P, _I],
-    "strata_softcap": [_P, _I64, _F, _P],
-    "strata_layer": [_P, _P, _I64, _P, _P, _P, _I, _I, _P, _P, _P, _I],
-    "strata_q8_pack": [_I, _P, _I64, _I64, _P, _I],
-    "strata_kquant_pack": [_I, _P, _I64, _P, _I],
-    "strata_q8_matmul": [_P, _I64, _I64, _P, _I, _I64, _P, _P, _I],
-}
-# functions with a result: name -> (argument types, result type)
-RETURNS: dict[str, tuple[list[Any], Any]] = {
-    "strata_q8_packed_bytes": ([_I, _I64, _I64], _I64),
-    "strata_q8_supported": ([_I], _I),
-}
 
 logger = logging.getLogger("strata_engine")
 
@@ -125,6 +101,7 @@ def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
 @cache
 def cpu_features() -> int:
     lib = ctypes.CDLL(str(_compile([PROBE], [], "strata_cpu_features")))
+    INTERFACE.bind(lib, PROBE_FUNCTIONS)
     return int(lib.strata_cpu_features())
 
 
@@ -146,14 +123,7 @@ def targets_to_test() -> list[str]:
 @cache
 def _load_target(target: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(_compile([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))
-    for name, args in SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = None
-    for name, (args, result) in RETURNS.items():
-        getattr(lib, name).argtypes = args
-        getattr(lib, name).restype = result
-    lib.strata_target.restype = ctypes.c_char_p
+    INTERFACE.bind(lib, [name for name in INTERFACE.functions if name not in PROBE_FUNCTIONS])
     built = lib.strata_target().decode()
     if built != target:
         raise NativeUnavailable(f"the {target} build reports target {built}")

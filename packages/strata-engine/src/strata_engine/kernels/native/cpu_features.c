@@ -3,7 +3,7 @@
  * (cpuid through the compiler's builtins, which also check that the OS saves the vector
  * registers), never read from /proc/cpuinfo. AArch64 always has NEON (Advanced SIMD).
  */
-enum { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4 };
+#include "strata_kernels.h" /* the feature bits: enum strata_cpu */
 
 int strata_cpu_features(void) {
     int f = 0;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata_kernels.h" /* every exported function, type code and struct */
 #include "vector.h"
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
@@ -48,12 +49,6 @@
 #endif
 #endif
 
-enum { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
-/* A weight repacked for 8-bit activations (q8.h) has this bit added to its type. */
-#define WT_Q8_PACKED 256
-void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
-                      const float *bias, float *y, int nthreads);
-void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out);
 
 const char *strata_target(void) { return STRATA_TARGET_NAME; }
 
@@ -709,21 +704,9 @@ void strata_softcap(const float *x, int64_t n, float cap, float *out) {
 /*
  * One dense transformer layer in one call (decode and prefill alike): the same kernels in the
  * same order as model.py's layer loop, so the same bits, without a Python round trip per
- * operation. The weights and switches of a layer are described once at load (strata_layer_desc,
- * mirrored by ops.LayerDesc); each call passes the step's tokens and attention metadata.
+ * operation. The weights and switches of a layer are described once at load (strata_layer_desc in
+ * strata_kernels.h); each call passes the step's tokens and attention metadata.
  */
-typedef struct {
-    const float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm; /* NULL: absent */
-    const float *bq, *bk, *bv;
-    const uint8_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-    int32_t tq, tk, tv, to, t_gate, t_up, t_down; /* weight types */
-    int64_t hidden, n_heads, n_kv_heads, head_dim, ffn;
-    float eps, scale, softcap;
-    int32_t window, gelu;
-    const float *rope_cos, *rope_sin;
-    int32_t rope_dim, rope_interleaved;
-} strata_layer_desc;
-
 void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
                   const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
                   float *vc, int nthreads) {

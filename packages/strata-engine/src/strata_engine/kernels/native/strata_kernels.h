@@ -1,0 +1,76 @@
+/*
+ * Strata's kernel library: every function it exports, every type code and every struct that
+ * crosses into it, stated once. kernels.c and cpu_features.c include this header (so the
+ * compiler holds their definitions to it); the Python side binds the library from it
+ * (native/header.py parses it: one declaration per statement, the types below only).
+ *
+ * The parser reads: enum NAME { CONSTANT = integer, ... };   typedef struct { TYPE field, ...; } NAME;
+ * and function declarations  RESULT strata_NAME(TYPE arg, ...);  with TYPE one of void, int,
+ * int32_t, int64_t, float, a pointer to any of those or to uint8_t / int8_t / a struct below,
+ * and const char * (a string result).
+ */
+#ifndef STRATA_KERNELS_H
+#define STRATA_KERNELS_H
+
+#include <stdint.h>
+
+/* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
+enum strata_wtype { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
+/* A weight repacked for 8-bit activations (q8.h) has this bit added to its type. */
+enum strata_wflag { WT_Q8_PACKED = 256 };
+/* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
+enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4 };
+
+/*
+ * One dense transformer layer, described once at load (fused_layer.py) for strata_layer: the
+ * weights and switches of model.py's layer loop. NULL pointers: an absent norm or bias.
+ */
+typedef struct {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
+    const float *bq, *bk, *bv;
+    const uint8_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    int32_t tq, tk, tv, to, t_gate, t_up, t_down; /* weight types */
+    int64_t hidden, n_heads, n_kv_heads, head_dim, ffn;
+    float eps, scale, softcap;
+    int32_t window, gelu;
+    const float *rope_cos, *rope_sin;
+    int32_t rope_dim, rope_interleaved;
+} strata_layer_desc;
+
+/* cpu_features.c (a library of its own, built first) */
+int strata_cpu_features(void);
+
+/* kernels.c */
+const char *strata_target(void);
+void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
+                   const float *bias, float *y, int nthreads);
+void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out);
+void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, float eps, float *y, int nthreads);
+void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
+                      int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
+                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);
+void strata_rope(float *x, int64_t T, int H, int D, int rot, const int32_t *pos, const float *cos_t,
+                 const float *sin_t, int interleaved);
+void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
+                     float *kc, float *vc, int nthreads);
+void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads);
+void strata_exp(const float *x, int64_t n, float *out);
+void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
+void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
+void strata_softcap(const float *x, int64_t n, float cap, float *out);
+void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
+                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
+                  float *vc, int nthreads);
+
+/* kquant_layout.h: K-quant blocks as stored -> the kernels' layout */
+void strata_kquant_pack(int wtype, const uint8_t *src, int64_t n, uint8_t *dst, int nthreads);
+
+/* q8.h: the opt-in 8-bit-activation kernels */
+int strata_q8_supported(int wtype);
+int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K);
+void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads);
+void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out);
+void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                      const float *bias, float *y, int nthreads);
+
+#endif
