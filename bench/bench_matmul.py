@@ -50,7 +50,9 @@ def int8_peak_gmacs(target: str, threads: int) -> float:
     the kernels' target flags), best of 3; 0 where the target has no vector step for it."""
     lib = ctypes.CDLL(
         str(
-            native._compile([Path(__file__).with_name("int8_peak.c")], native.TARGETS[target][1], "int8_peak")
+            native.compile_library(
+                [Path(__file__).with_name("int8_peak.c")], native.TARGETS[target][1], "int8_peak"
+            )
         )
     )
     lib.int8_peak.argtypes, lib.int8_peak.restype = [ctypes.c_int64, ctypes.c_int], ctypes.c_int64

@@ -4,35 +4,29 @@ One source (kernels.c over vector.h's 16-lane virtual vector) is built for each 
 set: avx512, avx2 (+FMA), neon (AArch64) and portable C. All give the same bits; the best one
 the CPU can run is used. The CPU is asked through a tiny probe library (cpu_features.c:
 cpuid via the compiler's builtins), not by reading /proc/cpuinfo. A small C file builds in
-about a second with the system compiler and needs no torch headers. Every function, type code
-and struct the library exports is declared once, in strata_kernels.h, and bound from it
-(header.py).
+about a second with the system compiler and needs no torch headers, into a private cache
+(build.py: only libraries this user built are loaded). Every function, type code and struct the
+library exports is declared once, in strata_kernels.h, and bound from it (header.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
+from strata_engine.kernels.native.build import BASE_FLAGS, NativeUnavailable, build_library, compiler
 from strata_engine.kernels.native.header import INTERFACE
-from strata_engine.paths import strata_home
+
+__all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targets", "targets_to_test"]
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels.c"
 HEADERS = (HERE / "strata_kernels.h", HERE / "vector.h", HERE / "q8.h", HERE / "kquant_layout.h")
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is kernels.c's
-# -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
-BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
-OPENMP = ["-fopenmp"]
 # target -> (the probe's feature bit it needs, compiler flags); best first
 TARGETS: dict[str, tuple[int, list[str]]] = {
     "avx512": (
@@ -48,59 +42,14 @@ TARGET_ENV = "STRATA_KERNELS_TARGET"  # force one target (tests, benchmarks)
 logger = logging.getLogger("strata_engine")
 
 
-class NativeUnavailable(RuntimeError):
-    """The kernels cannot be built or run here (no C compiler, unknown target): callers fall back."""
-
-
-@cache
-def compiler() -> tuple[str, str]:
-    """The C compiler's path and identity (its --version banner), part of every build key."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        raise NativeUnavailable("no C compiler found (install gcc or clang, or set CC)")
-    try:
-        banner = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise NativeUnavailable(f"the C compiler {cc} does not run: {exc}") from exc
-    return cc, banner.strip()
-
-
-def _compile(sources: list[Path], flags: list[str], name: str) -> Path:
-    """Build (once) and return a shared library; the cache key covers source, flags, compiler, machine."""
-    cc, banner = compiler()
-    key = hashlib.sha256()
-    for part in [
-        *(p.read_bytes() for p in sources),
-        *(h.read_bytes() for h in HEADERS),
-        *map(str.encode, flags),
-    ]:
-        key.update(part + b"\0")
-    key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
-    target = strata_home() / "build" / f"{name}_{key.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
-    for extra in (OPENMP, []):
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            out = Path(tmp) / target.name
-            cmd = [cc, *BASE_FLAGS, *extra, *flags, *map(str, sources), "-o", str(out), "-lm"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode == 0:
-                if not extra and sources[0] == KERNELS:
-                    logger.warning(
-                        "kernels built without OpenMP (%s): they run on one thread", errors[-1][:200]
-                    )
-                os.replace(out, target)  # atomic: concurrent builders never see a half-written file
-                return target
-            errors.append(proc.stderr.strip())
-    raise NativeUnavailable(f"compiling {name} failed: {errors[-1][:2000]}")
+def compile_library(sources: list[Path], flags: list[str], name: str) -> Path:
+    """A shared library built from `sources` (and the kernels' headers) into the private cache."""
+    return build_library(sources, HEADERS, flags, name, warn_serial=sources[0] == KERNELS)
 
 
 @cache
 def cpu_features() -> int:
-    lib = ctypes.CDLL(str(_compile([PROBE], [], "strata_cpu_features")))
+    lib = ctypes.CDLL(str(compile_library([PROBE], [], "strata_cpu_features")))
     INTERFACE.bind(lib, PROBE_FUNCTIONS)
     return int(lib.strata_cpu_features())
 
@@ -122,7 +71,7 @@ def targets_to_test() -> list[str]:
 
 @cache
 def _load_target(target: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_compile([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))
+    lib = ctypes.CDLL(str(compile_library([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))
     INTERFACE.bind(lib, [name for name in INTERFACE.functions if name not in PROBE_FUNCTIONS])
     built = lib.strata_target().decode()
     if built != target:

@@ -1,0 +1,164 @@
+"""Building the C kernels into a private cache, and trusting only what this user built there.
+
+A shared library is code: loading one that someone else could have written runs their code in
+the engine. So the cache directory is created 0700 and must belong to this user (a directory
+another user owns, or that others can write to, is refused: the kernels are then unavailable,
+with the reason); each library is written 0600 and checked before it is loaded (a regular file,
+owned by this user, writable by no one else). A library that fails the check is never loaded:
+it is rebuilt in its place. The compiler runs under a time limit, so a compiler that hangs
+costs a bounded wait and a clear NativeUnavailable, not a server that never starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from strata_engine.paths import strata_home
+
+logger = logging.getLogger("strata_engine")
+
+# -ffp-contract=off: no multiply-add fused by the compiler's choice; every fma is written out.
+BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
+OPENMP = ["-fopenmp"]
+TIMEOUT_ENV = "STRATA_KERNELS_COMPILE_TIMEOUT"  # seconds one compiler run may take
+DEFAULT_TIMEOUT_S = 300.0  # kernels.c takes seconds; a slow, loaded machine a minute or two
+
+
+class NativeUnavailable(RuntimeError):
+    """The kernels cannot be built or run here (no C compiler, unknown target): callers fall back."""
+
+
+@cache
+def compiler() -> tuple[str, str]:
+    """The C compiler's path and identity (its --version banner), part of every build key."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise NativeUnavailable("no C compiler found (install gcc or clang, or set CC)")
+    try:
+        banner = _run([cc, "--version"], timeout=30.0).stdout
+    except subprocess.TimeoutExpired as exc:
+        raise NativeUnavailable(f"the C compiler {cc} did not answer --version within 30 s") from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NativeUnavailable(f"the C compiler {cc} does not run: {exc}") from exc
+    return cc, banner.strip()
+
+
+def compile_timeout() -> float:
+    """Seconds one compiler run may take ($STRATA_KERNELS_COMPILE_TIMEOUT, else 300)."""
+    value = os.environ.get(TIMEOUT_ENV)
+    try:
+        seconds = float(value) if value else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise NativeUnavailable(f"{TIMEOUT_ENV} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise NativeUnavailable(f"{TIMEOUT_ENV} must be positive, not {value!r}")
+    return seconds
+
+
+def _run(cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`cmd` with its output captured, killed with everything it started once `timeout` passes
+    (its own process group: a compiler driver's children would otherwise hold the pipes open)."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
+def cache_dir() -> Path:
+    """The build cache (STRATA_HOME/build), created 0700; refused unless this user owns it and
+    no one else can write to it."""
+    path = strata_home() / "build"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise NativeUnavailable(f"the kernel cache {path} is not a directory (a link or a file): remove it")
+    if info.st_uid != os.geteuid():
+        raise NativeUnavailable(
+            f"the kernel cache {path} belongs to user id {info.st_uid}, not this user ({os.geteuid()}): "
+            "libraries in it cannot be trusted; set STRATA_HOME to a directory of your own"
+        )
+    if info.st_mode & 0o077:  # ours, but others may read or write it (an older build made it so)
+        path.chmod(0o700)
+    return path
+
+
+def untrusted(lib: Path) -> str | None:
+    """Why the library file `lib` must not be loaded, or None when this user alone could have
+    written it (a regular file, owned by this user, writable by no one else)."""
+    info = lib.lstat()
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"it belongs to user id {info.st_uid}, not this user ({os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others can write to it (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def build_library(
+    sources: list[Path], headers: Sequence[Path], flags: list[str], name: str, warn_serial: bool
+) -> Path:
+    """Build (once) and return a shared library this user can trust; the cache key covers the
+    sources, headers, flags, compiler and machine. `warn_serial`: say so when OpenMP is missing."""
+    cc, banner = compiler()
+    key = hashlib.sha256()
+    for part in [
+        *(p.read_bytes() for p in sources),
+        *(h.read_bytes() for h in headers),
+        *map(str.encode, flags),
+    ]:
+        key.update(part + b"\0")
+    key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
+    target = cache_dir() / f"{name}_{key.hexdigest()[:16]}.so"
+    if target.exists() or target.is_symlink():
+        reason = untrusted(target)
+        if reason is None:
+            return target
+        logger.warning("not loading the cached kernels %s: %s; building them again", target, reason)
+    errors: list[str] = []
+    timeout = compile_timeout()
+    # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
+    for extra in (OPENMP, []):
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            cmd = [cc, *BASE_FLAGS, *extra, *flags, *map(str, sources), "-o", str(out), "-lm"]
+            try:
+                proc = _run(cmd, timeout)
+            except subprocess.TimeoutExpired:
+                raise NativeUnavailable(
+                    f"compiling {name} with {cc} did not finish within {timeout:g} s (stopped); "
+                    f"set {TIMEOUT_ENV} to allow longer"
+                ) from None
+            except OSError as exc:
+                raise NativeUnavailable(f"the C compiler {cc} does not run: {exc}") from exc
+            if proc.returncode == 0:
+                if not extra and warn_serial:
+                    logger.warning(
+                        "kernels built without OpenMP (%s): they run on one thread", errors[-1][:200]
+                    )
+                out.chmod(0o600)
+                os.replace(out, target)  # atomic: concurrent builders never see a half-written file
+                return target
+            errors.append(proc.stderr.strip())
+    raise NativeUnavailable(f"compiling {name} failed: {errors[-1][:2000]}")
