@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from strata_engine.protocol import EngineTokenizer
+from strata_engine.stop_matcher import ROOT, StopMatcher
 from strata_engine.tokenizer import Tokenizer
 
 
@@ -33,25 +34,28 @@ class TextStream:
     `include_stop`: a matched stop string stays in the text (cut after it, not before), and
     a stop token's own text is added; `skip_special`: control tokens add no text;
     `min_tokens`: a stop string counts only when it ends in text of a later token.
+    Stop strings are matched by one automaton over all of them (`StopMatcher`): a token costs
+    its own characters, never a pass over the request's stop list. A matcher may be shared by
+    the sequences of one request (it holds no per-sequence state).
     """
 
     def __init__(
         self,
         tokenizer: Tokenizer,
-        stop: tuple[str, ...],
+        stop: tuple[str, ...] | StopMatcher,
         *,
         include_stop: bool = False,
         skip_special: bool = False,
         min_tokens: int = 0,
     ) -> None:
         self.decoder = tokenizer.new_decoder(skip_special=skip_special)
-        self.stop = tuple(s for s in stop if s)
+        self.stops = stop if isinstance(stop, StopMatcher) else StopMatcher(stop)
+        self.state = ROOT  # where the automaton stands after the text so far
         self.include_stop = include_stop
         self.min_tokens = min_tokens
         self.text = ""  # everything decoded so far (stop text included until it is cut)
         self.released = 0  # characters of `text` already handed out
         self.pushed = 0  # tokens pushed so far
-        self.floor = 0  # a stop string must end after this many characters (min_tokens)
 
     @property
     def offset(self) -> int:
@@ -60,11 +64,22 @@ class TextStream:
 
     def push(self, token_id: int) -> tuple[str, bool]:
         """Add a token; return (newly released text, whether a stop string was hit)."""
-        self.text += self.decoder.push(token_id)
+        piece = self.decoder.push(token_id)
+        start = len(self.text)
+        self.text += piece
         self.pushed += 1
-        if self.pushed <= self.min_tokens:
-            self.floor = len(self.text)
-        return self._release()
+        if not self.stops:
+            return self._release_to(len(self.text)), False
+        hit = self._scan(piece, start, counts=self.pushed > self.min_tokens)
+        if hit is not None:
+            begin, end = hit
+            cut = end if self.include_stop else begin
+            piece = self.text[self.released : cut]
+            self.text = self.text[:cut]
+            self.released = cut
+            return piece, True
+        hold = 0 if self.include_stop else self.stops.hold(self.state)
+        return self._release_to(max(self.released, len(self.text) - hold)), False
 
     def end_on_token(self, token_id: int) -> str:
         """Generation ended on a stop token (end-of-generation or a stop id): its text only
@@ -76,41 +91,21 @@ class TextStream:
     def finish(self) -> str:
         """Flush whatever is held back (generation ended for another reason)."""
         self.text += self.decoder.flush()
-        piece = self.text[self.released :]
-        self.released = len(self.text)
-        return piece
+        return self._release_to(len(self.text))
 
-    def _release(self) -> tuple[str, bool]:
-        if not self.stop:
-            piece = self.text[self.released :]
-            self.released = len(self.text)
-            return piece, False
-        longest = max(len(s) for s in self.stop)
-        window_start = max(0, self.released - longest + 1)
-        hits = [
-            (i, i + len(s))
-            for s in self.stop
-            if (i := self.text.find(s, max(window_start, self.floor - len(s) + 1))) != -1
-        ]
-        if hits:
-            start, end = min(hits)
-            cut = end if self.include_stop else start
-            piece = self.text[self.released : cut]
-            self.text = self.text[:cut]
-            self.released = cut
-            return piece, True
-        hold = 0 if self.include_stop else self._possible_stop_tail()
-        end = max(self.released, len(self.text) - hold)
+    def _release_to(self, end: int) -> str:
         piece = self.text[self.released : end]
         self.released = end
-        return piece, False
+        return piece
 
-    def _possible_stop_tail(self) -> int:
-        """How many trailing characters could still begin a stop string (held back)."""
-        hold = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(self.text)), 0, -1):
-                if self.text.endswith(s[:n]):
-                    hold = max(hold, n)
-                    break
-        return hold
+    def _scan(self, piece: str, start: int, counts: bool) -> tuple[int, int] | None:
+        """Run the automaton over the token's characters; the earliest-starting stop string
+        that ends in them, as (start, end) in `text` (None: none, or not yet `counts`)."""
+        stops, state, best = self.stops, self.state, None
+        for i, char in enumerate(piece, start + 1):
+            state = stops.step(state, char)
+            n = stops.match(state)
+            if n and counts and (best is None or i - n < best[0]):
+                best = (i - n, i)  # ties on the start: the earlier end, the shorter stop
+        self.state = state
+        return best
