@@ -271,6 +271,7 @@ def llama_cpp_check(path: str, threads: int) -> dict:
 SIDES = {
     "strata": bench_strata,
     "strata-q8": partial(bench_strata, kernels="native-q8"),  # the opt-in 8-bit-activation kernels
+    "strata-limb3": partial(bench_strata, kernels="native-limb3"),  # activations as exact integer limbs
     "llama.cpp": bench_llama_cpp,
 }
 CHECKS = {"strata": strata_check, "llama.cpp": llama_cpp_check}
@@ -369,12 +370,17 @@ def main() -> None:
         (f"decode bs=1, {args.decode} tok (tok/s)", "decode"),
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
-    ratios: dict[str, dict[str, float | None]] = {"strata": {}, "strata-q8": {}}
-    print(f"{'metric':36}" + "".join(f"{side:>12}" for side in SIDES) + f"{'ratio':>10}{'ratio q8':>10}")
+    ours_sides = [side for side in SIDES if side != "llama.cpp"]
+    ratios: dict[str, dict[str, float | None]] = {side: {} for side in ours_sides}
+    print(
+        f"{'metric':36}"
+        + "".join(f"{side:>13}" for side in SIDES)
+        + "".join(f"{'/' + side.removeprefix('strata-'):>10}" for side in ours_sides)
+    )
     for label, key in rows:
         values = [results.get(side, {}).get(key) for side in SIDES]
         theirs = values[-1]
-        cells = "".join(f"{v:12.2f}" if v is not None else f"{'-':>12}" for v in values)
+        cells = "".join(f"{v:13.2f}" if v is not None else f"{'-':>13}" for v in values)
         for side, ours in zip(ratios, values, strict=False):
             ratios[side][key] = ours / theirs if ours and theirs else None
         print(

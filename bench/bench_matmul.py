@@ -1,4 +1,4 @@
-"""One matmul, the default kernels against the 8-bit-activation kernels (native-q8).
+"""One matmul: the default kernels, the 8-bit-activation kernels (native-q8), the 3-limb kernels.
 
     python bench/bench_matmul.py [--threads 2] [--repeat 15] [--target avx512]
 
@@ -8,7 +8,8 @@ best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arit
 dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
 inside the call, integer dot products), with the rate in multiply-adds per second and as a share
 of the machine's peak rate of the kernels' integer step (int8_peak.c: 12 independent chains of
-it per thread, nothing else). The two runs alternate, so that a noisy machine disturbs both alike.
+it per thread, nothing else). The same for `native-limb3` (three integer steps a weight: its
+share of the peak counts all three). The runs alternate, so that a noisy machine disturbs all alike.
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="kernel target (default: the best this CPU runs)")
     args = ap.parse_args()
     exact, q8 = NativeOps(args.threads, args.target), NativeOps(args.threads, args.target, q8=True)
-    print(f"kernels {exact.name} and {q8.name}, {args.threads} threads, best of {args.repeat}")
+    limb = NativeOps(args.threads, args.target, limbs=3)
+    print(f"kernels {exact.name}, {q8.name} and {limb.name}, {args.threads} threads, best of {args.repeat}")
     peak = int8_peak_gmacs(q8.target, args.threads)
     print(f"machine peak of the q8 kernels' integer step: {peak:.0f} GMAC/s ({args.threads} threads)")
     print(
         f"{'weight':46}{'rows':>5}{'native ms':>11}{'q8 ms':>9}{'q8 GMAC/s':>11}{'of peak':>9}{'speed-up':>10}"
+        f"{'limb3 ms':>10}{'of peak':>9}{'speed-up':>10}"
     )
     rng = np.random.default_rng(0)
     for qtype, n, k, what in SHAPES:
@@ -83,15 +86,22 @@ def main() -> None:
             "w", (n, k), qtype, encode_tensor(rng.normal(0, 0.05, (n, k)), qtype, rng).reshape(-1)
         )
         weight = Weight.from_info(info)
-        packed = q8.pack(weight)
+        packed, limbs = q8.pack(weight), limb.pack(weight)
         for m in ROWS:
             x = rng.normal(0, 1, (m, k)).astype(np.float32)
-            pairs = [(seconds(exact, x, weight), seconds(q8, x, packed)) for _ in range(args.repeat)]
-            a, b = (min(column) for column in zip(*pairs, strict=True))  # alternated: noise hits both
+            runs = [
+                (seconds(exact, x, weight), seconds(q8, x, packed), seconds(limb, x, limbs))
+                for _ in range(args.repeat)
+            ]
+            a, b, c = (min(column) for column in zip(*runs, strict=True))  # alternated: noise hits all
             label = f"{qtype.name} {n}x{k} ({what})"
             rate = m * n * k / b / 1e9
             share = f"{rate / peak:9.0%}" if peak else f"{'':9}"
-            print(f"{label:46}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{rate:11.1f}{share}{a / b:10.2f}")
+            limb_share = f"{3 * m * n * k / c / 1e9 / peak:9.0%}" if peak else f"{'':9}"
+            print(
+                f"{label:46}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{rate:11.1f}{share}{a / b:10.2f}"
+                f"{c * 1e3:10.3f}{limb_share}{a / c:10.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
  * outputs as raw float32 bytes to stdout. Built for each target (avx512, avx2, portable on
  * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
  * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
- * 8-bit-activation kernels' outputs instead (a digest of its own).
+ * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
+ * integer-limb kernels (limb.h) for 3 and 2 limbs.
  */
 #include <stdio.h>
 
@@ -200,9 +201,51 @@ static void q8(void) {
     }
 }
 
+/* `driver limb`: the integer-limb kernels (limb.h) with 3 and 2 limbs on q8's packed weights, every
+ * type, every row-tile remainder, 2 threads for the many-row calls; blocks of very different
+ * magnitudes, a zero block, a block with a NaN, a tiny block (flushed to zero), and blocks of
+ * the largest limbs (+127 everywhere; -128, -128, +127) so that the int16 partial sums meet their
+ * bounds. */
+static void limb(void) {
+    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K};
+    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
+    for (int limbs = 3; limbs >= 2; limbs--)
+        for (int t = 0; t < 6; t++) {
+            int64_t K = 512, N = 37;
+            uint8_t *w = types[t] >= WT_Q4_K ? kquant_blocks(types[t], N, K) : blocks(types[t], N, K);
+            uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(types[t], N, K));
+            strata_q8_pack(types[t], w, N, K, packed, 1);
+            float *bias = floats(N, -0.5f, 0.5f);
+            for (int r = 0; r < 7; r++) {
+                int64_t M = rows[r];
+                float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+                for (int64_t b = 0; b < M * K / 32; b++) {
+                    float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+                    for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
+                }
+                memset(x + 32, 0, 32 * 4);
+                for (int i = 0; i < 32; i++) {
+                    x[64 + i] = (limbs == 3 ? 8355711.0f : 32639.0f) * 0x1p-20f; /* every limb +127 */
+                    x[96 + i] = limbs == 3 ? 8290176.0f * 0x1p-18f : 32384.0f * 0x1p-10f; /* -128, (-128,) 127 */
+                    x[128 + i] *= 1e-33f;
+                }
+                if (M > 2) x[K + 200] = NAN;
+                strata_matmul(x, M, K, packed, types[t] | WT_Q8_PACKED | limbs << 9, N, r % 2 ? bias : NULL, y,
+                              M > 4 ? 2 : 1);
+                emit(y, M * N);
+                free(x), free(y);
+            }
+            free(w), free(packed), free(bias);
+        }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "q8") == 0) {
         q8();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "limb") == 0) {
+        limb();
         return 0;
     }
     matmuls();

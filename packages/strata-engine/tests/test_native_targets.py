@@ -40,6 +40,8 @@ DRIVER = Path(__file__).with_name("native_driver.c")
 DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd3924"
 # sha256 of `driver q8`: the 8-bit-activation kernels (q8.h) alone, the same on every build.
 DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
+# sha256 of `driver limb`: the integer-limb kernels (limb.h), 3 and 2 limbs, the same on every build.
+DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d6ed022"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -63,8 +65,13 @@ def _driver_digest(
     return hashlib.sha256(out).hexdigest()
 
 
-# the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8")
-MODES = {"default": ((), DRIVER_SHA256), "q8": (("q8",), DRIVER_Q8_SHA256)}
+# the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
+# the integer-limb kernels ("limb")
+MODES = {
+    "default": ((), DRIVER_SHA256),
+    "q8": (("q8",), DRIVER_Q8_SHA256),
+    "limb": (("limb",), DRIVER_LIMB_SHA256),
+}
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kernels",
         default="auto",
-        choices=["auto", "native", "native-q8", "torch"],
+        choices=["auto", "native", "native-q8", "native-limb3", "native-limb2", "torch"],
         help="native: the C kernels (exact, batch-invariant, the same bits on every CPU); native-q8: "
         "the same kernels with 8-bit activations (opt-in: faster, less exact, still batch-invariant; "
         "see docs/performance.md); torch: the fallback (not batch-invariant); auto: native, or torch "

@@ -1,4 +1,4 @@
-"""The choice of kernel backend: `--kernels` (auto | native | native-q8 | torch) on `--device`.
+"""The choice of kernel backend: `--kernels` (one of KERNEL_CHOICES) on `--device`.
 
 `native` (C kernels, native/) is batch-invariant and the default on the CPU; `torch`
 (torch_backend.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback where the kernels
@@ -18,12 +18,13 @@ from strata_engine.kernels.native.backend import NativeOps
 
 logger = logging.getLogger("strata_engine")
 
-KERNEL_CHOICES = ("auto", "native", "native-q8", "torch")
+KERNEL_CHOICES = ("auto", "native", "native-q8", "native-limb3", "native-limb2", "torch")
+INTEGER_KERNELS = {"native-q8": 0, "native-limb3": 3, "native-limb2": 2}  # CPU only; name -> limbs
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None = None) -> Ops:
-    """The backend for `kernels` (auto | native | native-q8 | torch) on `device` (auto | cpu | cuda).
+    """The backend for `kernels` (one of KERNEL_CHOICES) on `device` (auto | cpu | cuda).
 
     `auto` on the CPU takes the native kernels and falls back to torch only when they cannot
     be built, with one WARNING that says why (the fallback is not batch-invariant).
@@ -32,9 +33,9 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
     if device not in DEVICE_CHOICES:
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
-    if kernels == "native-q8" and device == "cuda":
-        raise ValueError("kernels native-q8 (8-bit activations) run on the CPU only; use --device cpu")
-    if device == "cuda" or (device == "auto" and kernels != "native-q8" and cuda_present()):
+    if kernels in INTEGER_KERNELS and device == "cuda":
+        raise ValueError(f"kernels {kernels} (integer activations) run on the CPU only; use --device cpu")
+    if device == "cuda" or (device == "auto" and kernels not in INTEGER_KERNELS and cuda_present()):
         try:
             from strata_engine.kernels.triton.backend import TritonOps
         except ImportError as exc:
@@ -45,8 +46,8 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
     threads = num_threads or default_threads()
     if kernels == "torch":
         return torch_ops(threads)
-    if kernels == "native-q8":  # asked for by name: no fallback
-        return NativeOps(threads, q8=True)
+    if kernels in INTEGER_KERNELS:  # asked for by name: no fallback
+        return NativeOps(threads, q8=True, limbs=INTEGER_KERNELS[kernels])
     try:
         return NativeOps(threads)
     except NativeUnavailable as exc:

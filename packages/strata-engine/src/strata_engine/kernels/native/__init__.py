@@ -24,7 +24,13 @@ __all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targ
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels.c"
-HEADERS = (HERE / "strata_kernels.h", HERE / "vector.h", HERE / "q8.h", HERE / "kquant_layout.h")
+HEADERS = (
+    HERE / "strata_kernels.h",
+    HERE / "vector.h",
+    HERE / "q8.h",
+    HERE / "limb.h",
+    HERE / "kquant_layout.h",
+)
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is kernels.c's
 # target -> (the probe's feature bit it needs, compiler flags); best first

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from strata_engine.kernels.base import Q8_PACKED, AttentionMeta, RopeTable, address, f32, ints
+from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, AttentionMeta, RopeTable, address, f32, ints
 from strata_engine.kernels.native import load
 from strata_engine.kernels.weights import Weight
 
@@ -21,14 +21,19 @@ class NativeOps:
 
     With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
     take integer dot products (native/q8.h): faster, less exact, still batch-invariant and the
-    same bits on every CPU."""
+    same bits on every CPU. With `limbs` 3 or 2 (kernels "native-limb3", "native-limb2") the
+    activations become a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.h):
+    the same packed weights and integer steps, exact integer sums, fp32-level accuracy at 3."""
 
     invariant = True
 
-    def __init__(self, num_threads: int, target: str | None = None, q8: bool = False) -> None:
+    def __init__(self, num_threads: int, target: str | None = None, q8: bool = False, limbs: int = 0) -> None:
+        if limbs not in (0, 2, 3):
+            raise ValueError(f"limbs must be 2 or 3 (or 0: none), not {limbs}")
         self.lib, self.target = load(target)
-        self.q8 = q8
-        self.name = f"native-{self.target}" + ("-q8" if q8 else "")
+        self.q8 = q8 or limbs > 0  # the weights repacked for integer dot products
+        self.limbs = limbs
+        self.name = f"native-{self.target}" + (f"-limb{limbs}" if limbs else "-q8" if q8 else "")
         self.threads = num_threads
 
     def pack(self, w: Weight) -> Weight:
@@ -39,7 +44,8 @@ class NativeOps:
         self.lib.strata_q8_pack(
             w.kernel_type, address(w.raw), w.out_features, w.in_features, address(packed), self.threads
         )
-        return Weight(w.name, w.out_features, w.in_features, w.kernel_type | Q8_PACKED, packed, w.source)
+        kind = w.kernel_type | Q8_PACKED | self.limbs << LIMB_SHIFT
+        return Weight(w.name, w.out_features, w.in_features, kind, packed, w.source)
 
     def linear(
         self, x: np.ndarray, w: Weight, bias: np.ndarray | None = None, out: np.ndarray | None = None

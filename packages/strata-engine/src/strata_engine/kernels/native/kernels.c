@@ -21,6 +21,9 @@
 #include <string.h>
 
 #include "strata_kernels.h" /* every exported function, type code and struct */
+
+#define WT_LIMBS(t) (((t) >> WT_LIMB_SHIFT) & 3) /* a q8-packed weight's activation limbs (0: q8's rule) */
+#define WT_BASE(t) ((t) & 255)                  /* the stored type of a repacked weight */
 #include "vector.h"
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
@@ -287,7 +290,8 @@ static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w,
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads) {
     if (wtype & WT_Q8_PACKED) {
-        strata_q8_matmul(x, M, K, w, wtype & ~WT_Q8_PACKED, N, bias, y, nthreads);
+        if (WT_LIMBS(wtype)) strata_limb_matmul(x, M, K, w, WT_BASE(wtype), N, bias, y, nthreads, WT_LIMBS(wtype));
+        else strata_q8_matmul(x, M, K, w, wtype & ~WT_Q8_PACKED, N, bias, y, nthreads);
         return;
     }
     int64_t rb = row_bytes(wtype, K);
@@ -330,7 +334,7 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
 /* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */
 void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out) {
     if (wtype & WT_Q8_PACKED) { /* a tied LM head's packed copy, standing in for the embedding */
-        for (int64_t i = 0; i < n; i++) strata_q8_dequant_row(wtype & ~WT_Q8_PACKED, w, K, ids[i], out + i * K);
+        for (int64_t i = 0; i < n; i++) strata_q8_dequant_row(WT_BASE(wtype), w, K, ids[i], out + i * K);
         return;
     }
     int64_t rb = row_bytes(wtype, K);
@@ -747,3 +751,4 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
 }
 
 #include "q8.h" /* the opt-in 8-bit-activation kernels */
+#include "limb.h" /* activations as exact integer limbs, on q8's packed weights */

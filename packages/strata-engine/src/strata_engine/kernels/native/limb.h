@@ -1,0 +1,314 @@
+/*
+ * Exact activations as integer limbs: the "native-limb3" (and "native-limb2") kernels (included
+ * by kernels.c after q8.h, whose packed weights and integer steps they share).
+ *
+ * q8 rounds each block of 32 activations to 8 bits. Here each block becomes one power-of-two
+ * scale s and k signed int8 limbs per element (k = 2 or 3):
+ *     x = s * X,   X = l_{k-1} 256^{k-1} + ... + l_1 256 + l_0,   every l_j in [-128, 127],
+ * with X = round-half-even(x / s) and s = 2^e the smallest power of two for which the block's
+ * largest |X| is at most XMAX_k = 127 (256^k - 1) / 255 (8,355,711 for k = 3: every X then has
+ * k balanced base-256 digits). s / 2 < amax / 2^(8k-2), so the block's largest element keeps
+ * 8k - 1 significant bits (k = 3: 23, against fp32's 24) and every other element is held to
+ * the same absolute step s / 2 (x / s is exact: s is a power of two). A block whose largest
+ * |x| is below 2^-100 (subnormal-scale activations) is taken as zero; one with a NaN or an
+ * infinity gets s = NaN, so its outputs are NaN as the fp32 path's would be.
+ *
+ * Per output and block (Q6_K: per half of 16) the weights' integer quants w (the q8 packing)
+ * are multiplied with each limb's plane by the same integer steps as q8's:
+ *     S_j = sum_k w_k * l_j,k   (int32, exact: |S_j| <= 32 * 255 * 128 < 2^21 before the offset
+ *                                is taken back, which the AVX2 int16 partial sums respect, see
+ *                                test_limb.py's extremes; Q8_0 on AVX2 takes the wide step)
+ *     L = S_1 * 256 + S_0       (int32, exact: |L| < 2^29)
+ *     S = S_2 * 65536 + L       (k = 3: formed in double, exact: |S| < 2^37 < 2^53)
+ * so S = sum_k w_k X_k exactly, on every target, in any order. The float work per output is
+ * then q8's fixed sequence over the blocks in order, with f = (float)S (one correctly rounded
+ * conversion of the exact sum):
+ *     acc = fma(wscale * s, f, acc)             (Q6_K: once per half, its own scale)
+ *     acc = fma(wmin, s * (float)sum_k X_k, acc)   (types with a min: Q4_1, Q4_K, Q5_K)
+ * and y = acc (+ bias). wscale * s is exact (s is a power of two), so each block adds its exact
+ * product rounded twice (the conversion, the fma): at least as close to the exact dot product
+ * as the fp32 kernels, whose per-element fmas round once per weight.
+ */
+
+#define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
+#define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
+
+static inline int32_t limb_xmax(int limbs) { return limbs == 3 ? 8355711 : 32639; } /* 127 (256^k - 1) / 255 */
+
+typedef struct {
+    int8_t *q;     /* [M, nb, limbs, 32]: limb j of element k of block b */
+    float *s;      /* [M, nb]: the block's scale (0: a zero block, NaN: a NaN or infinity in it) */
+    float *dsum;   /* [M, nb]: s * (float)(sum of the block's X) */
+    int32_t *sums; /* [M, nb, limbs, 2]: limb j's sum over each half */
+} limb_rows;
+
+static inline float limb_pow2(int e) { /* 2^e as a float, -126 <= e <= 127 */
+    uint32_t bits = (uint32_t)(e + 127) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline double limb_pow2d(int e) { /* 2^e as a double, -1022 <= e <= 1023 */
+    uint64_t bits = (uint64_t)(e + 1023) << 52;
+    double d;
+    memcpy(&d, &bits, 8);
+    return d;
+}
+
+/* One block of 32 into limbs (see the top): scalar integer and double steps that every target
+ * performs alike (the rounding is exact: |x / s| < 2^23, and x / s is formed exactly in double). */
+static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *sums, float *s, float *dsum) {
+    float amax = 0.0f;
+    int bad = 0;
+    for (int k = 0; k < 32; k++) {
+        float a = x[k] < 0.0f ? -x[k] : x[k];
+        if (!(a <= 3.4028234663852886e38f)) bad = 1; /* NaN or an infinity */
+        else if (a > amax) amax = a;
+    }
+    memset(q, 0, (size_t)(32 * limbs));
+    memset(sums, 0, sizeof(int32_t) * (size_t)(2 * limbs));
+    uint32_t bits;
+    memcpy(&bits, &amax, 4);
+    int e = (int)(bits >> 23) - 127; /* floor(log2(amax)) for a normal amax */
+    if (bad || amax == 0.0f || e < LIMB_MIN_EXP) { /* NaN: the one (positive, quiet) NaN every target */
+        *s = bad ? NAN : 0.0f;                       /* then propagates; dsum 0 adds no second NaN */
+        *dsum = 0.0f;
+        return;
+    }
+    const double round = 6755399441055744.0; /* 1.5 * 2^52: (v + round) - round is v to nearest even */
+    int sh = e - (8 * limbs - 2);            /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
+    if (((double)amax * limb_pow2d(-sh) + round) - round > (double)limb_xmax(limbs)) sh++;
+    double id = limb_pow2d(-sh);
+    int32_t total = 0;
+    for (int k = 0; k < 32; k++) {
+        int32_t X = (int32_t)(((double)x[k] * id + round) - round);
+        total += X;
+        for (int j = 0; j < limbs; j++) { /* balanced digits: l = X mod 256 in [-128, 127] */
+            int32_t l = ((X & 255) ^ 128) - 128;
+            q[32 * j + k] = (int8_t)l;
+            sums[2 * j + (k >> 4)] += l;
+            X = (X - l) / 256; /* exact: X - l is a multiple of 256 */
+        }
+    }
+    *s = limb_pow2(sh);
+    *dsum = *s * (float)total;
+}
+
+static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, limb_rows *r, int nthreads) {
+    int64_t nb = K / 32;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
+    for (int64_t i = 0; i < M * nb; i++)
+        limb_quantize_block(x + i * 32, limbs, r->q + i * limbs * 32, r->sums + i * limbs * 2, r->s + i, r->dsum + i);
+}
+
+/* ---- per target: the exact per-output value of a block's limb sums (see the top) ------------- */
+#if defined(STRATA_TARGET_AVX512)
+static inline vi limb_low(vi s0, vi s1) { return _mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0); }
+static inline __m256 limb_f8(__m256i s2, __m256i low) {
+    __m512d v = _mm512_fmadd_pd(_mm512_cvtepi32_pd(s2), _mm512_set1_pd(65536.0), _mm512_cvtepi32_pd(low));
+    return _mm512_cvtpd_ps(v); /* exact sum, one rounding */
+}
+static inline vf limb_value3(vi s0, vi s1, vi s2) {
+    vi low = limb_low(s0, s1);
+    __m256 a = limb_f8(_mm512_castsi512_si256(s2), _mm512_castsi512_si256(low));
+    __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
+    return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
+}
+/* Q8_0's unsigned bytes (up to 255) times a limb: vpdpbusd sums into int32, exact */
+#define limb_dot4_wide vi_dot4
+#define LIMB_VR 8 /* virtual rows (rows x limbs) a tile holds */
+#elif defined(STRATA_TARGET_AVX2)
+static inline vi limb_low(vi s0, vi s1) {
+    return (vi){_mm256_add_epi32(_mm256_slli_epi32(s1.lo, 8), s0.lo), _mm256_add_epi32(_mm256_slli_epi32(s1.hi, 8), s0.hi)};
+}
+static inline __m256 limb_f8(__m256i s2, __m256i low) {
+    __m256d big = _mm256_set1_pd(65536.0);
+    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
+    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
+                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
+    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a));
+}
+static inline vf limb_value3(vi s0, vi s1, vi s2) {
+    vi low = limb_low(s0, s1);
+    return (vf){limb_f8(s2.lo, low.lo), limb_f8(s2.hi, low.hi)};
+}
+/* Q8_0's unsigned bytes (up to 255) times a limb (down to -128) overflow vpmaddubsw's int16 pair
+ * sums, so the byte is taken as 16 * high nibble + low nibble: two steps, each within bounds. */
+static inline __m256i dot4_wide8(__m256i acc, __m256i w, __m256i x) {
+    __m256i m = _mm256_set1_epi8(15);
+    __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(w, m), x);
+    __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m), x);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_set1_epi16(1)),
+                                                  _mm256_madd_epi16(hi, _mm256_set1_epi16(16))));
+}
+static inline vi limb_dot4_wide(vi acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    __m256i xv = _mm256_set1_epi32(x4);
+    return (vi){dot4_wide8(acc.lo, w.lo, xv), dot4_wide8(acc.hi, w.hi, xv)};
+}
+#define LIMB_VR 4
+#else
+static inline vi limb_low(vi s0, vi s1) {
+    for (int o = 0; o < 16; o++) s0.l[o] += s1.l[o] * 256;
+    return s0;
+}
+static inline vf limb_value3(vi s0, vi s1, vi s2) {
+    float f[16];
+    for (int o = 0; o < 16; o++) f[o] = (float)((double)s2.l[o] * 65536.0 + (double)(s1.l[o] * 256 + s0.l[o]));
+    return vf_load(f);
+}
+#define limb_dot4_wide vi_dot4
+#define LIMB_VR 4
+#endif
+
+/* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
+static inline int limb_tile_rows(int t, int limbs) {
+    int vr = t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    return vr / limbs > 0 ? vr / limbs : 1;
+}
+
+/* Rows m0 .. m0+rows of one group of 16 outputs: the integer steps of q8_group_rows over each
+ * row's limb planes ("virtual rows"), then the sequence at the top. */
+static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
+                                                                  int limbs, int64_t m0, int rows, vf *acc) {
+    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
+    int vr = rows * limbs;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b);
+        const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
+        const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        const int8_t *xp[3 * LIMB_VR];
+        for (int u = 0; u < vr; u++) xp[u] = xr->q + (((m0 + u / limbs) * nb + b) * limbs + u % limbs) * 32;
+        for (int h = 0; h < halves; h++) {
+            vi s[3 * LIMB_VR];
+            vh p[3 * LIMB_VR], p2[3 * LIMB_VR];
+            for (int u = 0; u < vr; u++) s[u] = vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
+            if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
+                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
+                for (int r = 0; r < 4; r++) {
+                    vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
+                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    for (int u = 0; u < vr; u++) {
+                        p[u] = vh_dot4(p[u], lo, xp[u] + 4 * r);
+                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) p[u] = vh_dot4(p[u], hi, xp[u] + 16 + 4 * r);
+                        else p2[u] = vh_dot4(p2[u], hi, xp[u] + 16 + 4 * r);
+                    }
+                }
+            } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once */
+                for (int r = 0; r < 8; r++) {
+                    vq v = q8_row(t, qs, r);
+                    for (int u = 0; u < vr; u++) s[u] = limb_dot4_wide(s[u], v, xp[u] + 4 * r);
+                }
+            } else { /* quad rows in pairs (Q6_K: half h's four) */
+                int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+                for (int r = r0; r < r1; r += 2) {
+                    vq v = q8_row(t, qs, r), v2 = q8_row(t, qs, r + 1);
+                    for (int u = 0; u < vr; u++) {
+                        p[u] = vh_dot4(p[u], v, xp[u] + 4 * r);
+                        p2[u] = vh_dot4(p2[u], v2, xp[u] + 4 * r + 4);
+                    }
+                }
+            }
+            for (int u = 0; u < vr; u++)
+                s[u] = q8_nibbles(t) ? vi_add_vh(s[u], vh_add(p[u], p2[u])) : vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]);
+            vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+            for (int i = 0; i < rows; i++) {
+                int64_t xb = (m0 + i) * nb + b;
+                const int32_t *sums = xr->sums + xb * limbs * 2;
+                vi *S = s + i * limbs;
+                if (off)
+                    for (int j = 0; j < limbs; j++)
+                        S[j] = vi_sub_n(S[j], off * (halves == 2 ? sums[2 * j + h] : sums[2 * j] + sums[2 * j + 1]));
+                vf f = limbs == 3 ? limb_value3(S[0], S[1], S[2]) : vf_from_vi(limb_low(S[0], S[1]));
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[xb])), f, acc[i]);
+            }
+        }
+        if (has_min && kq) { /* fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc): the same product */
+            vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        } else if (has_min) {
+            vf mn = vf_load((const float *)blk + 16);
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        }
+    }
+}
+
+/* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
+static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
+                                                            int limbs, int64_t m0, int rows, vf *acc) {
+    if (limbs == 3) {
+        switch (rows) {
+        case 1: limb_group_rows(t, grp, nb, xr, 3, m0, 1, acc); break;
+#if LIMB_VR >= 6
+        case 2: limb_group_rows(t, grp, nb, xr, 3, m0, 2, acc); break;
+#endif
+        }
+    } else {
+        switch (rows) {
+        case 1: limb_group_rows(t, grp, nb, xr, 2, m0, 1, acc); break;
+        case 2: limb_group_rows(t, grp, nb, xr, 2, m0, 2, acc); break;
+#if LIMB_VR >= 6
+        case 3: limb_group_rows(t, grp, nb, xr, 2, m0, 3, acc); break;
+#endif
+#if LIMB_VR >= 8
+        case 4: limb_group_rows(t, grp, nb, xr, 2, m0, 4, acc); break;
+#endif
+        }
+    }
+}
+
+/* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x split into `limbs` (2 or 3). */
+void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                        const float *bias, float *y, int nthreads, int limbs) {
+    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
+    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS;
+    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
+    limb_rows xr; /* one scratch block kept between calls: sums, s, dsum, then the limbs */
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * limbs));
+    xr.sums = (int32_t *)block;
+    xr.s = (float *)(block + M * nb * 8 * limbs);
+    xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));
+    xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
+    limb_quantize(x, M, K, limbs, &xr, nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
+    for (int64_t g = 0; g < groups; g++) {
+        int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
+        const uint8_t *grp = packed + g * gbytes;
+        if (unpack) {
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+            unpack_group(wtype, grp, nb, bytes);
+            grp = bytes;
+        }
+        int mr = limb_tile_rows(t, limbs);
+        for (int64_t m0 = 0; m0 < M; m0 += mr) {
+            int rows = M - m0 < mr ? (int)(M - m0) : mr;
+            vf acc[LIMB_VR];
+#define LIMB_CASE(T) limb_tile(T, grp, nb, &xr, limbs, m0, rows, acc)
+            switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
+            case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
+            case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
+            case WT_Q8_0: LIMB_CASE(WT_Q8_0); break;
+            case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
+            case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
+            case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
+            case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
+            default: LIMB_CASE(WT_Q6_K_BYTES); break;
+            }
+#undef LIMB_CASE
+            for (int i = 0; i < rows; i++) {
+                float *yr = y + (m0 + i) * N + g * Q8_GROUP;
+                vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
+                if (outs == Q8_GROUP) {
+                    vf_store(yr, v);
+                } else {
+                    float out[16];
+                    vf_store(out, v);
+                    for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+                }
+            }
+        }
+    }
+}
