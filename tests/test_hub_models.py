@@ -284,8 +284,15 @@ def test_strata_server_serves_a_hub_reference(
         "smollm2-135m-instruct-q8_0.gguf": b"GGUF not this one",
     }
     ask = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 3}
+    # this process's STRATA_HOME, whose kernels are built already (the launcher merges os.environ)
+    env = {k: v for k, v in hub_env.items() if k != "STRATA_HOME"}
     with server_process(
-        "--model", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1", "--log-level", "warning", env=hub_env
+        "--model",
+        "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1",
+        "--log-level",
+        "warning",
+        env=env,
+        startup_timeout_s=300,
     ) as server:
         hub_client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
         hub_model = hub_client.models.list().data[0].id
