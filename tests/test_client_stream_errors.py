@@ -37,7 +37,7 @@ def stream_kinds(client: StrataClient) -> dict[str, Callable[[], Any]]:
 
 @pytest.fixture(scope="module")
 def timeout_client() -> Iterator[StrataClient]:
-    args = ("--parallel", "1", "--request-timeout", "1", "--log-level", "warning")
+    args = ("--parallel", "1", "--threads", "1", "--request-timeout", "1", "--log-level", "warning")
     with server_process(*args) as server, StrataClient(base_url=server.url, max_retries=0) as client:
         yield client
 

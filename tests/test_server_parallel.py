@@ -1,113 +1,137 @@
-"""Under `--parallel 2`, overlapping requests each get exactly the rows they get alone."""
+"""Under `--parallel 2`, overlapping requests each get exactly the rows they get alone.
+
+Overlap is made, then checked, before any bits are compared: the long request is a stream
+read up to its first chunk (so it is generating), the other request runs to its end meanwhile,
+and `/metrics` must still show the long one running afterwards. A host fast enough to finish
+the long request first fails the overlap check instead of passing without testing anything.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
-from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
-LONG = {"prompt": "Write a long story about a dragon who", "max_tokens": 40}
+from strata_server.launch import running_server
+
+# Long by construction: ignore_eos and far more tokens than the other request takes.
+LONG = {"prompt": "Write a long story about a dragon who", "max_tokens": 300, "ignore_eos": True}
 SHORT = {"prompt": "The three primary colours are", "max_tokens": 3}
+SAMPLED = {"prompt": "My favourite food is", "max_tokens": 12, "temperature": 0.9, "seed": 3}
+DEADLINE_S = 30.0
+
+Rows = tuple[str, list[Any], list[Any], list[Any], list[Any]]
 
 
-def read(result) -> tuple:
-    choice = result.choices[0]
-    lp = choice.logprobs
-    return choice.text, lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset
+def metric(http: httpx.Client, name: str) -> float:
+    """One series of /metrics; a missing series fails the test (a renamed metric is a bug here)."""
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise AssertionError(f"{name} not in /metrics")
 
 
-async def run(server_url: str, *requests: dict, stagger_s: float = 0.0) -> list[tuple]:
-    client = AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0, timeout=300)
-    model = (await client.models.list()).data[0].id
-
-    async def one(delay: float, body: dict):
-        await asyncio.sleep(delay)
-        return await client.completions.create(model=model, temperature=0, logprobs=5, echo=False, **body)
-
-    results = await asyncio.gather(*(one(i * stagger_s, b) for i, b in enumerate(requests)))
-    await client.close()
-    return [read(r) for r in results]
+def running(http: httpx.Client) -> float:
+    return metric(http, "strata:num_requests_running")
 
 
-def test_overlapping_requests_get_their_own_rows(server_url: str) -> None:
-    long_alone, short_alone = asyncio.run(run(server_url, LONG)) + asyncio.run(run(server_url, SHORT))
-    # the short request starts while the long one is decoding, and finishes first
-    long_both, short_both = asyncio.run(run(server_url, LONG, SHORT, stagger_s=0.3))
-    assert len(long_both[1]) == len(long_alone[1]) and len(short_both[1]) == len(short_alone[1])
-    assert long_both == long_alone
+def wait_until_idle(http: httpx.Client, within_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + within_s
+    while running(http):
+        assert time.monotonic() < deadline, f"a request still runs after {within_s} s"
+        time.sleep(0.05)
+
+
+def assemble(lines: Iterator[str]) -> Rows:
+    """A streamed completion's text and logprob rows, joined in order."""
+    text, tokens, values, tops, offsets = "", [], [], [], []
+    for line in lines:
+        if not line.startswith("data: {"):
+            continue
+        choice = json.loads(line[6:])["choices"][0]
+        text += choice["text"]
+        lp = choice["logprobs"]
+        tokens += lp["tokens"]
+        values += lp["token_logprobs"]
+        tops += lp["top_logprobs"]
+        offsets += lp["text_offset"]
+    return text, tokens, values, tops, offsets
+
+
+def streamed(http: httpx.Client, body: dict, during: Callable[[], None] | None = None) -> Rows:
+    """`body` streamed with 5 alternatives per token; `during` runs once its first chunk is read."""
+    payload = {"temperature": 0, **body, "logprobs": 5, "stream": True}
+    with http.stream("POST", "/v1/completions", json=payload) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        first = next(lines)
+        assert first.startswith("data: {")
+        if during is not None:
+            during()
+        return assemble(iter([first, *lines]))
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    """Its own server: no other module's requests share the batch, and one kernel thread
+    (a busy-waiting thread pool on a shared CI machine slows each step by orders of magnitude)."""
+    with running_server("--parallel", "2", "--threads", "1", "--log-level", "warning") as url:
+        yield url
+
+
+@pytest.fixture
+def http(server_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server_url, timeout=300) as client:
+        wait_until_idle(client)  # nothing from an earlier test shares the batch unplanned
+        yield client
+
+
+def overlapped(http: httpx.Client, other: dict) -> tuple[Rows, Rows]:
+    """LONG streamed, with `other` run to its end while LONG is generating; (long, other)."""
+    seen: list[Rows] = []
+
+    def run_other() -> None:
+        seen.append(streamed(http, other))
+        assert running(http) >= 1, "LONG ended before the other request did: no overlap to test"
+
+    long_rows = streamed(http, LONG, during=run_other)
+    return long_rows, seen[0]
+
+
+def test_overlapping_requests_get_their_own_rows(http: httpx.Client) -> None:
+    long_alone, short_alone = streamed(http, LONG), streamed(http, SHORT)
+    long_both, short_both = overlapped(http, SHORT)  # overlap asserted inside
+    assert len(long_both[1]) == len(long_alone[1]) == LONG["max_tokens"]
     assert short_both == short_alone
-    # and the other way round: the short one first, the long one joining
-    short_first, long_second = asyncio.run(run(server_url, SHORT, LONG, stagger_s=0.0))
-    assert short_first == short_alone and long_second == long_alone
+    assert long_both == long_alone
 
 
-def test_sampled_requests_with_seeds_are_independent_of_company(
-    server_url: str,
-) -> None:
-    sampled = {
-        "prompt": "My favourite food is",
-        "max_tokens": 12,
-        "temperature": 0.9,
-        "seed": 3,
-    }
-
-    async def sample(*extra: dict) -> list:
-        client = AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
-        model = (await client.models.list()).data[0].id
-        bodies = [sampled, *extra]
-        out = await asyncio.gather(*(client.completions.create(model=model, logprobs=1, **b) for b in bodies))
-        await client.close()
-        return [read(r) for r in out]
-
-    alone = asyncio.run(sample())[0]
-    together = asyncio.run(sample(LONG | {"temperature": 0}))[0]
+def test_sampled_requests_with_seeds_are_independent_of_company(http: httpx.Client) -> None:
+    alone = streamed(http, SAMPLED)
+    _, together = overlapped(http, SAMPLED)
     assert together == alone
 
 
-def wait_until_idle(http: httpx.Client, seconds: float) -> float | None:
-    deadline = time.monotonic() + seconds
-    running = None
-    while time.monotonic() < deadline:
-        running = metric(http.get("/metrics").text, "strata_engine_running")
-        if running == 0:
-            break
-        time.sleep(0.2)
-    return running
-
-
-def test_a_client_that_gives_up_frees_its_slot(server_url: str) -> None:
+def test_a_client_that_gives_up_frees_its_slot(http: httpx.Client) -> None:
     body = {"prompt": "Count forever: 1, 2, 3,", "max_tokens": 4000, "ignore_eos": True}
-    with httpx.Client(base_url=server_url, timeout=60) as http:
-        with pytest.raises(httpx.ReadTimeout):
-            http.post("/v1/completions", json=body, timeout=1.0)
-        assert wait_until_idle(http, 5) == 0
+    with pytest.raises(httpx.ReadTimeout):
+        http.post("/v1/completions", json=body, timeout=1.0)
+    wait_until_idle(http)
+    assert metric(http, "strata:kv_blocks_used") == 0
 
 
-def test_a_disconnected_stream_frees_its_slot(server_url: str) -> None:
-    body = {
-        "prompt": "Count forever: 1, 2, 3,",
-        "max_tokens": 400,
-        "stream": True,
-        "logprobs": 1,
-    }
-    with httpx.Client(base_url=server_url, timeout=60) as http:
-        with http.stream("POST", "/v1/completions", json=body) as response:
-            lines = response.iter_lines()
-            assert next(lines).startswith("data: ")
-            assert next(lines) == ""
-            assert next(lines).startswith("data: ")
-        # the connection is closed; the engine must abort the request promptly
-        assert wait_until_idle(http, 5) == 0
-        ok = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
-        assert ok.status_code == 200
-
-
-def metric(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    pytest.skip(f"engine.stats() has no `{name.removeprefix('strata_engine_')}`")
-    return None
+def test_a_disconnected_stream_frees_its_slot(http: httpx.Client) -> None:
+    body = {"prompt": "Count forever: 1, 2, 3,", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with http.stream("POST", "/v1/completions", json=body) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert running(http) == 1
+    # the connection is closed; the engine must abort the request (4000 tokens would take minutes)
+    wait_until_idle(http)
+    assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).status_code == 200
