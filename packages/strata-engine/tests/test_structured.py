@@ -238,7 +238,7 @@ def test_sampler_masks_only_the_draw() -> None:
 
 def test_a_broken_grammar_fails_when_used_not_when_built() -> None:
     tokenizer = bpe_tokenizer()
-    guide = Guide(vocabulary(tokenizer, tokenizer.vocab_size), StructuredSpec("grammar", "not a grammar"))
+    guide = Guides(tokenizer, tokenizer.vocab_size).new(StructuredSpec("grammar", "not a grammar"))
     with pytest.raises(Exception, match="structured output"):
         guide.mask()
     with pytest.raises(RequestError) as err:
@@ -305,4 +305,4 @@ def test_engine_refuses_structured_with_allowed_ids(tiny_engine: LLMEngine) -> N
     sampling = SamplingParams(structured=regex_spec("a"), allowed_token_ids=(1, 2))
     with pytest.raises(RequestError) as err:
         tiny_engine.check(Request((1,), sampling))
-    assert err.value.param == "sampling.structured"
+    assert err.value.param == "sampling.allowed_token_ids"

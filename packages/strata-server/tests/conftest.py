@@ -136,9 +136,13 @@ class FakeEngine:
         values = torch.tensor([fake_value(position, i) for i in range(self.vocab_size)], dtype=torch.float32)
         return build_row(values, token_id, request.logprobs)
 
-    def submit(self, requests: Sequence[Request]) -> Choices:
+    def check(self, requests: Sequence[Request]) -> None:
         for request in requests:
             check_request(request, self.vocab_size, self.ctx_size)
+
+    def submit(self, requests: Sequence[Request], *, checked: bool = False) -> Choices:
+        if not checked:
+            self.check(requests)
         wakeup = Wakeup()
         streams = [RequestStream(wakeup) for _ in requests]
         for request, stream in zip(requests, streams, strict=True):

@@ -20,6 +20,7 @@ from strata_server.checks import (
     truncate_prompts,
 )
 from strata_server.errors import ApiError, engine_refusal
+from strata_server.limits import RequestLimits
 from strata_server.plan import Plan, choice_seed, engine_requests, logprob_params, unique_ids
 from strata_server.protocol import (
     ChatCompletionRequest,
@@ -212,9 +213,12 @@ def test_sampling_defaults_and_refusals() -> None:
 
 
 def test_stop_and_unsupported_fields() -> None:
-    assert normalize_stop("x") == ("x",)
-    assert normalize_stop(["a", "b"]) == ("a", "b")
-    assert refusal(normalize_stop, ["a", ""]).param == "stop"
+    limits = RequestLimits(max_stop_strings=2, max_stop_chars=5)
+    assert normalize_stop("x", limits) == ("x",)
+    assert normalize_stop(["a", "b"], limits) == ("a", "b")
+    assert refusal(normalize_stop, ["a", ""], limits).param == "stop"
+    assert "--max-stop-strings" in refusal(normalize_stop, ["a", "b", "c"], limits).message
+    assert "--max-stop-chars" in refusal(normalize_stop, ["abc", "def"], limits).message
     neutral = CompletionRequest(prompt="x", suffix=None, min_p=0.0, priority=0, use_beam_search=False)
     refuse_not_implemented(neutral)
     refuse_not_implemented(

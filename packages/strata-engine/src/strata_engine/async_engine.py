@@ -122,14 +122,23 @@ class AsyncEngine:
         return self.engine.render_chat(messages, options)
 
     # -- requests --------------------------------------------------------------------
-    def submit(self, requests: Sequence[Request]) -> Choices:
+    def check(self, requests: Sequence[Request]) -> None:
+        """Refuse what can never run (`RequestError`), queueing nothing; callable from any
+        thread, so a server does this work (ids, grammars) off its event loop."""
+        for request in requests:
+            self.engine.check(request)
+
+    def submit(self, requests: Sequence[Request], *, checked: bool = False) -> Choices:
         """Check every request (all or none are queued), queue them, return their streams.
 
         Raises `RequestError` before anything runs, so a refusal is never a failure after
-        a reply has started. Must be called on the event loop that will read the streams.
+        a reply has started. `checked`: `check` already passed (only the engine's health is
+        looked at again). Must be called on the event loop that will read the streams.
         """
-        for request in requests:
-            self.engine.check(request)
+        if checked:
+            self.engine.check_alive()
+        else:
+            self.check(requests)
         wakeup = Wakeup()
         streams = [RequestStream(wakeup, self._wake.set) for _ in requests]
         for request, stream in zip(requests, streams, strict=True):

@@ -28,8 +28,8 @@ def check_request(request: Request, vocab_size: int, ctx_size: int) -> None:
         )
     if s.structured is not None and s.allowed_token_ids is not None:
         raise RequestError(
-            "Structured output cannot be combined with allowed token ids.",
-            "sampling.structured",
+            "The allowed token ids cannot be combined with structured output.",
+            "sampling.allowed_token_ids",
             ErrorCode.INVALID_STRUCTURED_OUTPUT,
         )
     check_ids(request.prompt_ids, vocab_size, "prompt_ids")

@@ -25,6 +25,7 @@ from strata_engine.api import (
     FinishReason,
     PromptScores,
     Request,
+    RequestError,
     Step,
 )
 from strata_engine.block_manager import BlockManager
@@ -126,11 +127,15 @@ class LLMEngine:
     def check(self, request: Request) -> None:
         """Refuse what can never run (see `checks.check_request`, the one authority), and
         everything once the engine has lost a tensor-parallel rank (`EngineUnavailable`)."""
-        if self.failure is not None:
-            raise self.failure
+        self.check_alive()
         check_request(request, self.vocab_size, self.ctx_size)
         if request.sampling.structured is not None:
             self.guides.check(request.sampling.structured)
+
+    def check_alive(self) -> None:
+        """`EngineUnavailable` once the engine has lost a tensor-parallel rank for good."""
+        if self.failure is not None:
+            raise self.failure
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:
         """Chat messages -> prompt ids through the model's template, or the request's own
@@ -198,6 +203,9 @@ class LLMEngine:
                     )
                 if ref.samples:
                     self._advance(seq, lp)
+            except RequestError as exc:  # the request's own fault (a grammar past llguidance's limits)
+                self.scheduler.finish(seq)
+                seq.output.fail(exc)
             except Exception as exc:  # one request's bug (sampling, listing, text) fails it alone
                 log.exception("request failed while processing its step; the others go on")
                 self.scheduler.finish(seq)

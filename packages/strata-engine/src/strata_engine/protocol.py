@@ -105,6 +105,11 @@ class EngineClient(Protocol):
         """Messages -> prompt ids (template, then one BOS by the model's rule); raises `RequestError`."""
         ...
 
-    def submit(self, requests: Sequence[Request]) -> ChoiceStream:
-        """Check every request (`RequestError` before anything runs), queue them all, stream their events."""
+    def check(self, requests: Sequence[Request]) -> None:
+        """Refuse what can never run (`RequestError`) without queueing; callable from any thread."""
+        ...
+
+    def submit(self, requests: Sequence[Request], *, checked: bool = False) -> ChoiceStream:
+        """Check every request (`RequestError` before anything runs; skipped when `checked`:
+        `check` already passed), queue them all, stream their events."""
         ...

@@ -51,10 +51,9 @@ class Sampler:
     def __init__(self, params: SamplingParams, guide: Guide | None = None) -> None:
         self.params = params
         self.guide = guide  # structured output: the sequence's own matcher, None when unconstrained
+        # a repeated id only writes its own score twice: the mask needs no de-duplication
         self.allowed = (
-            np.array(sorted(set(params.allowed_token_ids)), dtype=np.int64)
-            if params.allowed_token_ids
-            else None
+            np.asarray(params.allowed_token_ids, dtype=np.int64) if params.allowed_token_ids else None
         )
         self.bias_ids = np.array([i for i, _ in params.logit_bias], dtype=np.int64)
         self.bias_values = np.array([v for _, v in params.logit_bias], dtype=np.float64)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import llguidance
 import numpy as np
@@ -48,7 +49,7 @@ def _checked(kind: str, build: Callable[[], str]) -> StructuredSpec:
         raise GrammarError(str(exc) or type(exc).__name__) from None
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
-        raise GrammarError(error.strip())
+        raise GrammarError(first_line(error))
     return StructuredSpec(kind, grammar)
 
 
@@ -147,9 +148,9 @@ def vocabulary(tokenizer: Tokenizer, n_vocab: int) -> llguidance.LLTokenizer:
 class Guide:
     """One sequence's matcher: which ids may come next, advanced by each drawn id."""
 
-    def __init__(self, vocab: llguidance.LLTokenizer, spec: StructuredSpec) -> None:
-        self._matcher = llguidance.LLMatcher(vocab, spec.grammar, log_level=0)  # never raises
-        self._size = vocab.vocab_size
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
+        self._matcher = matcher
+        self._size = vocab_size
 
     def mask(self) -> Mask:
         """True for every id the grammar allows next (EOS ids exactly when it accepts)."""
@@ -176,21 +177,33 @@ class Guide:
         return self._matcher.is_accepting()
 
     def _raise_on_error(self) -> None:
+        """A matcher error is the grammar's (llguidance's size and complexity limits): the
+        request's fault, reported by its first line only (the rest repeats the grammar)."""
         if self._matcher.is_error():
-            raise EngineError(f"structured output: {self._matcher.get_error()}")
+            raise RequestError(
+                f"structured output: {first_line(self._matcher.get_error())}",
+                "sampling.structured",
+                ErrorCode.INVALID_STRUCTURED_OUTPUT,
+            )
 
 
 class Guides:
     """Makes each sequence's `Guide` over one model's vocabulary, built on first use.
 
+    A grammar is validated once and compiled once however many sequences use it (`n` > 1):
+    the last few are remembered, and each sequence gets a copy of the compiled matcher.
     Thread-safe: requests are checked on the caller's thread and run on the engine's.
     """
+
+    REMEMBERED = 16
 
     def __init__(self, tokenizer: Tokenizer, n_vocab: int) -> None:
         self._tokenizer = tokenizer
         self._n_vocab = n_vocab
         self._vocab: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
+        self._checked: OrderedDict[str, str] = OrderedDict()  # grammar -> error ("" when valid)
+        self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
 
     @property
     def vocab(self) -> llguidance.LLTokenizer:
@@ -201,13 +214,47 @@ class Guides:
 
     def check(self, spec: StructuredSpec) -> None:
         """Refuse a grammar that does not compile against this vocabulary (before it runs)."""
-        error = llguidance.LLMatcher.validate_grammar(spec.grammar, self.vocab)
+        error = _remembered(self._checked, spec.grammar, self._lock)
+        if error is None:
+            error = (llguidance.LLMatcher.validate_grammar(spec.grammar, self.vocab) or "").strip()
+            _remember(self._checked, spec.grammar, error, self._lock, self.REMEMBERED)
         if error:
             raise RequestError(
-                f"Invalid structured output constraint ({spec.kind}): {error.strip()}",
+                f"Invalid structured output constraint ({spec.kind}): {first_line(error)}",
                 "sampling.structured",
                 ErrorCode.INVALID_STRUCTURED_OUTPUT,
             )
 
     def new(self, spec: StructuredSpec) -> Guide:
-        return Guide(self.vocab, spec)
+        template = _remembered(self._compiled, spec.grammar, self._lock)
+        if template is None:
+            template = llguidance.LLMatcher(self.vocab, spec.grammar, log_level=0)  # never raises
+            _remember(self._compiled, spec.grammar, template, self._lock, self.REMEMBERED)
+        return Guide(template.deep_copy(), self.vocab.vocab_size)
+
+
+T = TypeVar("T")
+
+
+def _remembered(cache: OrderedDict[str, T], key: str, lock: threading.Lock) -> T | None:
+    with lock:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _remember(cache: OrderedDict[str, T], key: str, value: T, lock: threading.Lock, most: int) -> None:
+    with lock:
+        cache[key] = value
+        while len(cache) > most:
+            cache.popitem(last=False)
+
+
+def first_line(message: str, most: int = 1000) -> str:
+    """llguidance's message without the parser state and grammar it may append (a grammar may
+    be the whole request, which must never reach a reply or a log line), at most `most` characters."""
+    text = message.strip()
+    for marker in ("<state>", "<grammar>"):
+        text = text.split(marker, 1)[0].rstrip()
+    return text if len(text) <= most else text[:most] + "..."

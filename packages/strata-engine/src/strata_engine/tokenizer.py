@@ -39,6 +39,10 @@ _LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}" + _LLAMA3_TAIL
 _QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}" + _LLAMA3_TAIL
 _DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
 
+# Texts longer than this are encoded by `encode_batch`, which (unlike `encode`) lets other
+# Python threads run meanwhile: tokenizing a megabyte takes seconds.
+LONG_TEXT = 10_000
+
 
 @dataclass(frozen=True)
 class _PreTokenizer:
@@ -285,7 +289,10 @@ class Tokenizer:
         """Text -> ids. `add_special`: BOS/EOS as the model wants; `parse_special`: control
         token texts such as "<|im_start|>" become their single id instead of plain text."""
         tok = self._with_specials if parse_special else self._without_specials
-        ids = tok.encode(text, add_special_tokens=False).ids if text else []
+        if len(text) > LONG_TEXT:  # `encode_batch` releases the GIL: a server thread keeps running
+            ids = tok.encode_batch([text], add_special_tokens=False)[0].ids
+        else:
+            ids = tok.encode(text, add_special_tokens=False).ids if text else []
         if add_special and self.add_bos and self.bos_id is not None:  # __init__ refuses add_bos without one
             ids.insert(0, self.bos_id)
         if add_special and self.add_eos and self.eos_id is not None:

@@ -33,8 +33,8 @@ class Ticket:
 class Admission:
     """Counts engine requests in flight; `enter` refuses beyond `slots + max_queue`.
 
-    `max_queue` None means unbounded. A single request larger than the whole bound is still
-    admitted when nothing else is in flight (the operator limits on `n` bound its size).
+    `max_queue` None means unbounded. A single request larger than the whole bound is refused
+    by `check_size` (400); one within it is admitted when nothing else is in flight.
     """
 
     slots: int
@@ -59,6 +59,17 @@ class Admission:
         capacity = self.capacity
         if capacity is not None and self.in_flight >= capacity:
             raise self._full()
+
+    def check_size(self, size: int) -> None:
+        """A request of more sequences than the whole bound could never be admitted: a 400
+        (not a 429: retrying cannot help), so one request cannot flood the queue either."""
+        capacity = self.capacity
+        if capacity is not None and size > capacity:
+            raise ApiError(
+                f"This request is {size} sequences (prompts x n); the server queues at most "
+                f"{capacity} (--parallel + --max-queue).",
+                param="n",
+            )
 
     def enter(self, size: int) -> Ticket:
         capacity = self.capacity

@@ -6,11 +6,12 @@ validation failure takes the same path to the OpenAI error envelope.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from litestar import Litestar, MediaType, Request, Response, Router, get, post
 from litestar.config.cors import CORSConfig
@@ -19,8 +20,9 @@ from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
 from strata_engine.api import EngineUnavailable, RequestError
+from strata_engine.api import Request as EngineRequest
 from strata_engine.protocol import ChoiceStream, EngineClient
-from strata_server.candidates import candidate_plan, score_reply
+from strata_server.candidates import CandidatePlan, candidate_plan, score_reply
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id
@@ -52,15 +54,24 @@ from strata_server.request_log import (
     sane_request_id,
 )
 from strata_server.shutdown import drain_middleware
+from strata_server.slow_clients import body_timeout_middleware
 from strata_server.tokenizer_routes import detokenize, tokenize, tokenizer_info
 
 log = logging.getLogger("strata_server")
+
+Body = TypeVar("Body", CompletionRequest, ChatCompletionRequest)
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's code; nobody reads it, the metrics do
 
 
 def json_response(value: Any, status: int = 200) -> Response:
     return Response(content=encode(value), status_code=status, media_type=MediaType.JSON)
+
+
+async def json_reply(value: Any) -> Response:
+    """A JSON response encoded on a worker thread (an answer may be megabytes of logprobs)."""
+    content = await asyncio.to_thread(encode, value)
+    return Response(content=content, status_code=200, media_type=MediaType.JSON)
 
 
 def accepted_key(given: bytes, keys: list[bytes]) -> bool:
@@ -79,16 +90,23 @@ def arrived(request: Request) -> float:
     return time.monotonic() - (time.perf_counter() - record.started)
 
 
-def event_stream(chunks: AsyncIterator[bytes], on_end: Callable[[], None] | None = None) -> Stream:
+Refusal = Callable[[RequestError], ApiError]
+
+
+def event_stream(
+    chunks: AsyncIterator[bytes],
+    on_end: Callable[[], None] | None = None,
+    refusal: Refusal = engine_refusal,
+) -> Stream:
     return Stream(
-        _errors_in_stream(chunks, on_end),
+        _errors_in_stream(chunks, on_end, refusal),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _errors_in_stream(
-    chunks: AsyncIterator[bytes], on_end: Callable[[], None] | None = None
+    chunks: AsyncIterator[bytes], on_end: Callable[[], None] | None = None, refusal: Refusal = engine_refusal
 ) -> AsyncIterator[bytes]:
     """Once headers are sent, a failure becomes an SSE `error` event (which SDKs raise)."""
     request_id = current_request_id()
@@ -99,7 +117,7 @@ async def _errors_in_stream(
         if isinstance(exc, EngineUnavailable):
             error = unavailable(exc)
         else:
-            error = exc if isinstance(exc, ApiError) else engine_refusal(exc)
+            error = exc if isinstance(exc, ApiError) else refusal(exc)
         yield sse(error_body(error.message, error.status, error.param, error.code, request_id))
         yield SSE_DONE
     except Exception as exc:
@@ -134,15 +152,30 @@ def create_app(
                 code="invalid_api_key",
             )
 
+    def prepared(
+        raw: bytes, request_type: type[Body], to_plan: Callable[[Body, ServerContext], Plan]
+    ) -> tuple[Body, Plan, list[EngineRequest]]:
+        """Decode, check, tokenize or render, and engine-check a generation body.
+
+        Runs on a worker thread (`asyncio.to_thread`): this is the work that grows with the
+        request's size (prompts, templates, grammars), so the event loop never does it.
+        """
+        body = decode_request(raw, request_type)
+        plan = to_plan(body, ctx)
+        requests = engine_requests(plan, ctx.limits.ctx_size, ctx.settings.max_tokens_limit)
+        ctx.check(requests, plan.ids_param, plan.structured_param)
+        return body, plan, requests
+
     async def generate(
         request: Request,
         body: GenerationRequest,
         plan: Plan,
+        requests: list[EngineRequest],
         id_prefix: str,
         stream: Callable[[Plan, ChoiceStream, ServerContext, str, bool], AsyncIterator[bytes]],
         whole: Callable[[Plan, ChoiceStream, ServerContext, str], Awaitable[Any]],
     ) -> Response | Stream:
-        """Submit a checked plan (refusals are plain 4xx), then reply as SSE or one JSON body."""
+        """Submit checked requests (refusals are plain 4xx), then reply as SSE or one JSON body."""
         record = current_record()
         if body.request_id is not None:  # vLLM's field: the id of this request, as X-Request-Id is
             given = sane_request_id(body.request_id)
@@ -153,43 +186,55 @@ def create_app(
                 )
             if record is not None:
                 record.request_id = given
-        requests = engine_requests(plan, ctx.limits.ctx_size, ctx.settings.max_tokens_limit)
-        events = ctx.submit(requests, plan.ids_param, started=arrived(request))
+        events = ctx.submit(requests, plan.ids_param, started=arrived(request), checked=True)
         request_id = f"{id_prefix}-{record.request_id}" if record else new_request_id(id_prefix)
+
+        def refusal(exc: RequestError) -> ApiError:  # a refusal found while running (a grammar's limits)
+            return engine_refusal(exc, plan.ids_param, plan.structured_param)
+
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return event_stream(stream(plan, events, ctx, request_id, include_usage), events.abort)
+            return event_stream(stream(plan, events, ctx, request_id, include_usage), events.abort, refusal)
         try:
-            return json_response(
-                await until_disconnect(request.receive, whole(plan, events, ctx, request_id))
-            )
+            reply = await until_disconnect(request.receive, whole(plan, events, ctx, request_id))
         except ClientDisconnected:
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
+        except RequestError as exc:
+            raise refusal(exc) from None
         finally:
             events.abort()  # no-op once finished; frees the admission slot on any failure
+        return await json_reply(reply)
 
     @post("/completions", status_code=200, operation_class=body_of(CompletionRequest))
     async def completions(request: Request) -> Response | Stream:
         """OpenAI legacy completions with full logprobs (see docs/DETAILS.md)."""
         ctx.admission.check_room()
-        body = decode_request(await request.body(), CompletionRequest)
-        plan = completion_plan(body, ctx)
-        return await generate(request, body, plan, "cmpl", stream_completion, complete)
+        raw = await request.body()
+        body, plan, requests = await asyncio.to_thread(prepared, raw, CompletionRequest, completion_plan)
+        return await generate(request, body, plan, requests, "cmpl", stream_completion, complete)
 
     @post("/chat/completions", status_code=200, operation_class=body_of(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response | Stream:
         """Chat completions through the model's chat template, with logprobs."""
         ctx.admission.check_room()
-        body = decode_request(await request.body(), ChatCompletionRequest)
-        plan = chat_plan(body, ctx)
-        return await generate(request, body, plan, "chatcmpl", stream_chat, chat_complete)
+        raw = await request.body()
+        body, plan, requests = await asyncio.to_thread(prepared, raw, ChatCompletionRequest, chat_plan)
+        return await generate(request, body, plan, requests, "chatcmpl", stream_chat, chat_complete)
+
+    def prepared_scores(raw: bytes) -> tuple[CandidatePlan, list[EngineRequest]]:
+        """Decode, check, tokenize and engine-check a scoring body (on a worker thread)."""
+        plan = candidate_plan(decode_request(raw, ScoreCandidatesRequest), ctx)
+        requests = plan.requests()
+        ctx.check(requests, "prompt")
+        return plan, requests
 
     @post("/score_candidates", status_code=200, operation_class=body_of(ScoreCandidatesRequest))
     async def score_candidates(request: Request) -> Response:
         """Exact log-probabilities of candidate continuations of one prompt (see candidates.py)."""
         ctx.admission.check_room()
-        plan = candidate_plan(decode_request(await request.body(), ScoreCandidatesRequest), ctx)
-        events = ctx.submit(plan.requests(), "prompt", started=arrived(request))
+        raw = await request.body()
+        plan, requests = await asyncio.to_thread(prepared_scores, raw)
+        events = ctx.submit(requests, "prompt", started=arrived(request), checked=True)
         record = current_record()
         request_id = f"score-{record.request_id}" if record else new_request_id("score")
         try:
@@ -198,7 +243,7 @@ def create_app(
             return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
         finally:
             events.abort()
-        return json_response(reply)
+        return await json_reply(reply)
 
     @get("/models")
     async def list_models() -> Response:
@@ -208,13 +253,18 @@ def create_app(
     @post("/tokenize", status_code=200, operation_class=body_of(TokenizeRequest))
     async def tokenize_route(request: Request) -> Response:
         """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
-        return json_response(tokenize(decode_request(await request.body(), TokenizeRequest), ctx))
+        raw = await request.body()
+        return await json_reply(
+            await asyncio.to_thread(lambda: tokenize(decode_request(raw, TokenizeRequest), ctx))
+        )
 
     @post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
     async def detokenize_route(request: Request) -> Response:
         """vLLM detokenize: `tokens` -> `prompt` text."""
-        body = decode_request(await request.body(), DetokenizeRequest)
-        return json_response(detokenize(body, ctx))
+        raw = await request.body()
+        return await json_reply(
+            await asyncio.to_thread(lambda: detokenize(decode_request(raw, DetokenizeRequest), ctx))
+        )
 
     @get("/tokenizer_info")
     async def tokenizer_info_route() -> Response:
@@ -263,6 +313,7 @@ def create_app(
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[
+            body_timeout_middleware(ctx.settings.limits.body_timeout),
             request_log_middleware(),
             drain_middleware(ctx.drain),
             metrics_middleware(ctx.metrics),
@@ -271,6 +322,7 @@ def create_app(
         if ctx.settings.cors_origins
         else None,
         openapi_config=openapi_config(),
+        request_max_body_size=ctx.settings.limits.max_body_bytes,
         logging_config=None,  # the CLI configures logging; an embedding process keeps its own
     )
     app.state.ctx = ctx

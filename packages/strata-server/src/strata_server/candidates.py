@@ -24,7 +24,12 @@ from strata_engine.checks import check_ids
 from strata_engine.protocol import ChoiceStream
 from strata_engine.scoring import alone_ids, candidate_requests, candidate_scores, continuation_ids
 from strata_server.answer_set import finite_answers
-from strata_server.checks import MAX_N, check_model
+from strata_server.checks import (
+    check_input_size,
+    check_model,
+    check_prompt_tokens,
+    check_top_logprobs,
+)
 from strata_server.context import ServerContext
 from strata_server.envelope import record_usage
 from strata_server.errors import ApiError, engine_refusal
@@ -37,8 +42,6 @@ from strata_server.protocol import (
     Usage,
 )
 from strata_server.render import encode_text
-
-MAX_CANDIDATES = MAX_N  # one engine request per candidate: the same bound as choices
 
 
 @dataclass(frozen=True)
@@ -60,28 +63,22 @@ def candidate_plan(body: ScoreCandidatesRequest, ctx: ServerContext) -> Candidat
     """Check a body and tokenize it (every refusal a 4xx naming the field)."""
     check_model(body.model, ctx.served_name)
     limits = ctx.limits
-    most = MAX_CANDIDATES if limits.max_n is None else min(MAX_CANDIDATES, limits.max_n)
+    # one engine request per candidate: --max-n bounds them as it bounds choices
+    most = min(limits.request.max_candidates, limits.max_n or limits.request.max_candidates)
     given, values = _given_candidates(body, most)
     if not 1 <= len(given) <= most:
         raise ApiError(
-            f"`candidates` must hold between 1 and {most} entries, got {len(given)}.",
+            f"`candidates` must hold between 1 and {most} entries, got {len(given)}"
+            + (" (--max-candidates, --max-n)." if len(given) > most else "."),
             param="candidates",
         )
-    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= limits.max_logprobs:
-        raise ApiError(
-            f"`top_logprobs` must be between 0 and {limits.max_logprobs}, got {body.top_logprobs}.",
-            param="top_logprobs",
-        )
+    check_top_logprobs(body.top_logprobs, limits)
+    size = len(body.prompt) + sum(len(c) for c in given)
+    check_input_size(size, limits.request, "prompt", "The prompt and candidates have")
     prompt_ids = _prompt_ids(body.prompt, ctx)
     candidates = [_candidate_ids(body.prompt, c, ctx) for c in given]
     longest = len(prompt_ids) + max(len(c) for c in candidates)
-    if limits.max_prompt_tokens is not None and longest > limits.max_prompt_tokens:
-        raise ApiError(
-            f"The prompt with its longest candidate has {longest} tokens; the server allows at "
-            f"most {limits.max_prompt_tokens} (--max-prompt-tokens).",
-            param="candidates",
-            code="prompt_too_long",
-        )
+    check_prompt_tokens(longest, limits, "candidates", "The prompt with its longest candidate")
     texts = [
         c if isinstance(c, str) else ctx.tokenizer.decode(ids)
         for c, ids in zip(given, candidates, strict=True)

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
-from strata_server.checks import check_max_tokens, check_model
+from strata_server.checks import check_max_tokens, check_messages_size, check_model
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
 from strata_server.errors import ApiError
@@ -43,6 +43,7 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
             "(chat values are renormalised over the allowed ids); use /v1/completions.",
             param="logprob_token_ids",
         )
+    check_messages_size(body.messages, ctx.limits.request)
     options = chat_options(
         add_generation_prompt=body.add_generation_prompt,
         add_special=body.add_special_tokens,

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from strata_server.errors import ApiError
+from strata_server.limits import RequestLimits
 
 if TYPE_CHECKING:
     from strata_server.plan import Plan
+    from strata_server.protocol import ChatMessage, PromptInput
 
 MAX_N = 128  # choices per prompt; a bound so one request cannot queue unbounded work
+BYTES_PER_VALUE = 32  # a listed value in a JSON answer: the token, its logprob, punctuation
+MAX_ID_DIGITS = 20  # a token id key of `logit_bias` (int() of thousands of digits is slow, then fails)
 MIN_TEMPERATURE = 1e-5  # below this sampling is greedy (dividing by ~0 would overflow)
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
@@ -32,6 +36,9 @@ class Limits:
     max_n: int | None = None  # operator limits (None: only the built-in ones)
     max_tokens: int | None = None
     max_prompt_tokens: int | None = None
+    request: RequestLimits = field(
+        default_factory=RequestLimits
+    )  # the size bounds of one request (limits.py)
 
 
 def check_model(requested: str | None, served: str) -> None:
@@ -64,18 +71,31 @@ def check_logprobs(plan: Plan, limits: Limits) -> None:
     """The logprob rules of the wire, shared by completions and chat.
 
     The alternatives count is within 0..max_logprobs, or up to the number of allowed ids
-    when `allowed_token_ids` is given (the listing is bounded by that set). What the model
-    decides (ids inside the vocabulary, prompts that fit the context) the engine checks,
-    once, when the requests are submitted.
+    when `allowed_token_ids` is given (the listing is bounded by that set), never beyond
+    --max-logprob-ids; so are the named ids. What the model decides (ids inside the
+    vocabulary, prompts that fit the context) the engine checks, once, when the requests
+    are submitted.
     """
+    most = limits.request.max_logprob_ids
+    if len(plan.named_ids) > most:
+        raise ApiError(
+            f"`logprob_token_ids` names {len(plan.named_ids)} ids; the server allows at most "
+            f"{most} (--max-logprob-ids).",
+            param="logprob_token_ids",
+        )
     if plan.top_n is not None:
         cap = limits.max_logprobs
         if plan.allowed_ids is not None:
-            cap = max(cap, len(plan.allowed_ids))
+            cap = max(cap, min(len(plan.allowed_ids), most))
         if not 0 <= plan.top_n <= cap:
+            if cap == limits.max_logprobs:
+                why = " (the server's --max-logprobs)."
+            elif cap == most:
+                why = " (the server's --max-logprob-ids)."
+            else:
+                why = "."
             raise ApiError(
-                f"`{plan.top_n_param}` must be between 0 and {cap}, got {plan.top_n}"
-                + (" (the server's --max-logprobs)." if cap == limits.max_logprobs else "."),
+                f"`{plan.top_n_param}` must be between 0 and {cap}, got {plan.top_n}{why}",
                 param=plan.top_n_param,
             )
     elif plan.named_ids:
@@ -98,29 +118,80 @@ def check_prompt_logprobs(prompt_logprobs: int | None, stream: bool, limits: Lim
     return prompt_logprobs
 
 
+def check_top_logprobs(value: int | None, limits: Limits, param: str = "top_logprobs") -> None:
+    """Alternatives listed per position without an allowed set: 0..--max-logprobs."""
+    if value is not None and not 0 <= value <= limits.max_logprobs:
+        raise ApiError(
+            f"`{param}` must be between 0 and {limits.max_logprobs}, got {value} (the server's "
+            "--max-logprobs).",
+            param=param,
+        )
+
+
+def check_prompt_tokens(longest: int, limits: Limits, param: str, what: str = "The prompt") -> None:
+    """The operator's --max-prompt-tokens, on the longest prompt of a request."""
+    if limits.max_prompt_tokens is not None and longest > limits.max_prompt_tokens:
+        raise ApiError(
+            f"{what} has {longest} tokens; the server allows at most "
+            f"{limits.max_prompt_tokens} (--max-prompt-tokens).",
+            param=param,
+            code="prompt_too_long",
+        )
+
+
+def check_sequences(
+    count: int, limits: Limits, param: str = "n", what: str = "choices (n x prompts)"
+) -> None:
+    """The operator's --max-n, on the engine sequences one request becomes."""
+    if limits.max_n is not None and count > limits.max_n:
+        raise ApiError(
+            f"This request asks for {count} {what}; the server allows at most {limits.max_n} (--max-n).",
+            param=param,
+        )
+
+
 def check_operator_limits(plan: Plan, limits: Limits) -> None:
     """The operator's bounds on one request's work: choices, new tokens, prompt length."""
-    if limits.max_n is not None and plan.num_choices > limits.max_n:
-        raise ApiError(
-            f"This request asks for {plan.num_choices} choices (n x prompts); the server allows "
-            f"at most {limits.max_n} (--max-n).",
-            param="n",
-        )
+    check_sequences(plan.num_choices, limits)
     if limits.max_tokens is not None and plan.max_tokens is not None and plan.max_tokens > limits.max_tokens:
         raise ApiError(
             f"`max_tokens` is {plan.max_tokens}; the server allows at most {limits.max_tokens} "
             "(--max-tokens-limit).",
             param="max_tokens",
         )
-    if limits.max_prompt_tokens is not None:
-        longest = max((len(p) for p in plan.prompts), default=0)
-        if longest > limits.max_prompt_tokens:
-            raise ApiError(
-                f"The prompt has {longest} tokens; the server allows at most "
-                f"{limits.max_prompt_tokens} (--max-prompt-tokens).",
-                param=plan.ids_param,
-                code="prompt_too_long",
-            )
+    check_prompt_tokens(max((len(p) for p in plan.prompts), default=0), limits, plan.ids_param)
+    check_answer_size(plan, limits)
+
+
+def check_answer_size(plan: Plan, limits: Limits) -> None:
+    """Refuse an answer estimated past --max-answer-bytes before anything runs.
+
+    Positions are the prompt (echoed with logprobs, or with `prompt_logprobs`) and the new
+    tokens of every choice; each lists its own value, the alternatives and the named ids.
+    """
+    per_position = 0 if plan.top_n is None else 1 + plan.top_n + len(plan.named_ids)
+    per_prompt_position = (per_position if plan.echo else 0) + (
+        0 if plan.prompt_top_n is None else 2 + plan.prompt_top_n  # vLLM's prompt_logprobs
+    )
+    positions = 0
+    values = 0
+    for prompt in plan.prompts:
+        new = plan.max_tokens if plan.max_tokens is not None else max(limits.ctx_size - len(prompt), 1)
+        positions += plan.n * (len(prompt) + new)
+        values += plan.n * (len(prompt) * per_prompt_position + new * per_position)
+    estimate = values * BYTES_PER_VALUE
+    if estimate > limits.request.max_answer_bytes:
+        if plan.top_n is None:
+            param = "prompt_logprobs"
+        else:
+            param = "logprob_token_ids" if plan.named_ids else plan.top_n_param
+        raise ApiError(
+            f"This answer would list {values} values over {positions} positions (about "
+            f"{estimate // 2**20} MiB); the server allows about {limits.request.max_answer_bytes // 2**20} "
+            "MiB (--max-answer-bytes). Ask for fewer values, positions or choices.",
+            param=param,
+            code="answer_too_large",
+        )
 
 
 def check_max_tokens(max_tokens: int | None, echo: bool, param: str = "max_tokens") -> None:
@@ -201,8 +272,9 @@ def check_logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], 
     """
     pairs: dict[int, float] = {}
     for key, value in (bias or {}).items():
-        if not (key.isascii() and key.isdigit()):
-            raise ApiError(f"`logit_bias` keys must be token ids, got {key!r}.", param="logit_bias")
+        if not (key.isascii() and key.isdigit() and len(key) <= MAX_ID_DIGITS):
+            shown = key if len(key) <= MAX_ID_DIGITS else f"{key[:MAX_ID_DIGITS]}... ({len(key)} characters)"
+            raise ApiError(f"`logit_bias` keys must be token ids, got {shown!r}.", param="logit_bias")
         if int(key) in pairs:
             raise ApiError(f"`logit_bias` names token id {int(key)} twice.", param="logit_bias")
         if not (math.isfinite(value) and -BIAS_RANGE <= value <= BIAS_RANGE):
@@ -232,11 +304,25 @@ def truncate_prompts(prompts: list[list[int]], keep: int | None, ctx_size: int) 
     return [prompt[-keep:] for prompt in prompts]
 
 
-def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of non-empty strings (an empty stop string would end every reply)."""
+def normalize_stop(stop: str | Sequence[str] | None, limits: RequestLimits) -> tuple[str, ...]:
+    """`stop` as a tuple of non-empty strings (an empty stop string would end every reply),
+    within --max-stop-strings and --max-stop-chars."""
     if stop is None:
         return ()
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(stops) > limits.max_stop_strings:
+        raise ApiError(
+            f"`stop` has {len(stops)} strings; the server allows at most {limits.max_stop_strings} "
+            "(--max-stop-strings).",
+            param="stop",
+        )
+    total = sum(len(s) for s in stops)
+    if total > limits.max_stop_chars:
+        raise ApiError(
+            f"`stop` strings have {total} characters together; the server allows at most "
+            f"{limits.max_stop_chars} (--max-stop-chars).",
+            param="stop",
+        )
     if any(s == "" for s in stops):
         raise ApiError("`stop` strings must not be empty.", param="stop")
     return stops
@@ -276,6 +362,52 @@ NEUTRAL: dict[str, tuple[object, ...]] = {
     "continue_final_message": (False,),
     "tool_choice": (None, "none"),
 }
+
+
+def check_prompt_size(prompt: PromptInput | list[int], limits: RequestLimits, param: str = "prompt") -> None:
+    """Each text prompt within --max-prompt-chars characters, each id prompt within as many ids.
+
+    Checked before anything is tokenized, so the size of the work is bounded before it starts.
+    """
+    most = limits.max_prompt_chars
+    if isinstance(prompt, str) or any(isinstance(p, int) for p in prompt):
+        items: list[Any] = [prompt]  # one text, or one id list (mixed forms are refused later)
+    else:
+        items = list(prompt)
+    for item in items:
+        if len(item) > most:
+            unit = "characters" if isinstance(item, str) else "token ids"
+            raise ApiError(
+                f"A prompt has {len(item)} {unit}; the server allows at most {most} (--max-prompt-chars).",
+                param=param,
+                code="prompt_too_long",
+            )
+
+
+def check_messages_size(
+    messages: Sequence[ChatMessage], limits: RequestLimits, param: str = "messages"
+) -> None:
+    """Chat messages' text within --max-prompt-chars together (before rendering the template)."""
+    total = 0
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            total += len(content)
+        elif content is not None:
+            total += sum(len(part.text or "") for part in content)
+        total += len(message.role) + len(message.name or "")
+    check_input_size(total, limits, param, "The messages have")
+
+
+def check_input_size(total: int, limits: RequestLimits, param: str, what: str) -> None:
+    """Characters (or token ids) of a request's input together within --max-prompt-chars."""
+    if total > limits.max_prompt_chars:
+        raise ApiError(
+            f"{what} {total} characters or token ids; the server allows at most "
+            f"{limits.max_prompt_chars} (--max-prompt-chars).",
+            param=param,
+            code="prompt_too_long",
+        )
 
 
 def refuse_not_implemented(body: object) -> None:

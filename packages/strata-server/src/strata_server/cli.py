@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from strata_server.limits import add_flags as add_limit_flags
+from strata_server.limits import from_args as limits_from_args
 from strata_server.log_format import LOG_FORMATS, LOG_LEVELS, configure_logging
 from strata_server.provenance import version_line
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUE = 256
+DEFAULT_MAX_N = 256
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_SHUTDOWN_GRACE_S = 30.0
 API_KEY_ENV = "STRATA_API_KEY"
@@ -153,7 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a request may take from arrival to its last token; then it is cancelled "
         "(KV blocks freed) and answered 504 (0: no timeout)",
     )
-    parser.add_argument("--max-n", type=int, default=None, help="most choices per request (n x prompts)")
+    parser.add_argument(
+        "--max-n",
+        type=int,
+        default=DEFAULT_MAX_N,
+        help="most sequences per request (prompts x n; each is an engine request counted against --max-queue)",
+    )
     parser.add_argument(
         "--max-tokens-limit",
         type=int,
@@ -206,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="text: 'TIME LEVEL LOGGER: MESSAGE' lines; json: one JSON object per line; "
         "both with ISO 8601 UTC timestamps",
     )
+    add_limit_flags(parser)
     ray = parser.add_argument_group("replicas on Ray Serve (needs the [ray] extra; docs/scaling.md)")
     ray.add_argument(
         "--ray",
@@ -280,6 +289,7 @@ def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSe
         max_prompt_tokens=args.max_prompt_tokens,
         cors_origins=tuple(args.cors_origins),
         trust_request_chat_template=args.trust_request_chat_template,
+        limits=limits_from_args(args),
     )
 
 
@@ -339,6 +349,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if value is not None and value < 1:
             sys.exit(f"strata-server: --{flag.replace('_', '-')} must be at least 1")
     try:
+        limits_from_args(args)
+    except ValueError as exc:
+        sys.exit(f"strata-server: {exc}")
+    try:
         keys = api_keys(args)
     except OSError as exc:
         sys.exit(f"strata-server: cannot read --api-key-file: {exc}")
@@ -359,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_server.app import create_app
     from strata_server.provenance import Provenance
     from strata_server.shutdown import GracefulServer
+    from strata_server.slow_clients import connection_options
 
     try:
         path = resolve_model(args.model)
@@ -398,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             access_log=False,  # one JSON line per request instead (strata_server.access)
             log_config=None,  # uvicorn's loggers go through configure_logging's handler
             timeout_graceful_shutdown=1,  # after --shutdown-grace, close what is left quickly
+            **connection_options(settings.limits),
         )
         server = GracefulServer(config, app.state.ctx.drain, args.shutdown_grace)
         server.run(sockets=None if args.fd is None else [socket.socket(fileno=args.fd)])

@@ -12,6 +12,7 @@ from strata_engine.protocol import EngineClient, EngineTokenizer
 from strata_server.admission import Admission
 from strata_server.checks import Limits
 from strata_server.errors import engine_refusal
+from strata_server.limits import RequestLimits
 from strata_server.metrics import Metrics
 from strata_server.protocol import ChatMessage
 from strata_server.provenance import Provenance
@@ -23,6 +24,7 @@ _request_counter = itertools.count(1)
 
 
 DEFAULT_MAX_QUEUE = 256
+DEFAULT_MAX_N = 256  # sequences (prompts x n) in one request
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,12 @@ class ServerSettings:
     slots: int = 4  # the engine's --parallel: requests beyond it wait in the queue
     max_queue: int | None = DEFAULT_MAX_QUEUE  # engine requests waiting beyond `slots`; None: no bound
     request_timeout: float | None = None  # seconds from arrival to the reply's end
-    max_n: int | None = None  # choices per request (n x prompts)
+    max_n: int | None = DEFAULT_MAX_N  # choices per request (n x prompts)
     max_tokens_limit: int | None = None  # the largest max_tokens (and the default when none is sent)
     max_prompt_tokens: int | None = None  # the longest prompt, in tokens
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     trust_request_chat_template: bool = False  # render a request's own `chat_template` (vLLM's flag)
+    limits: RequestLimits = field(default_factory=RequestLimits)  # request and connection bounds
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -84,17 +87,38 @@ class ServerContext:
         except RequestError as exc:
             raise engine_refusal(exc, "messages") from None
 
+    def check(
+        self, requests: Sequence[Request], prompt_param: str, structured_param: str = "response_format"
+    ) -> None:
+        """Everything that must hold before queueing, on the caller's (worker) thread.
+
+        The request's sequences must fit the admission bound at all (a request larger than
+        --parallel + --max-queue could never run: 400 on `n`), and the engine's checks must
+        pass (refusals become 400s naming the wire fields).
+        """
+        self.admission.check_size(len(requests))
+        try:
+            self.engine.check(requests)
+        except RequestError as exc:
+            raise engine_refusal(exc, prompt_param, structured_param) from None
+
     def submit(
-        self, requests: Sequence[Request], prompt_param: str, started: float | None = None
+        self,
+        requests: Sequence[Request],
+        prompt_param: str,
+        started: float | None = None,
+        *,
+        checked: bool = False,
     ) -> TrackedStream:
         """Queue a reply's requests within the admission bound and the request's deadline.
 
         A full queue is a 429, an engine refusal a 400 naming the wire field; both before
-        anything runs. `started` (monotonic) is when the request arrived (default: now).
+        anything runs. `started` (monotonic) is when the request arrived (default: now);
+        `checked` says `check` already ran (off the event loop), so the engine skips its checks.
         """
         ticket = self.admission.enter(len(requests))
         try:
-            events = self.engine.submit(requests)
+            events = self.engine.submit(requests, checked=checked)
         except RequestError as exc:
             ticket.release()
             raise engine_refusal(exc, prompt_param) from None
@@ -115,6 +139,7 @@ class ServerContext:
             max_n=self.settings.max_n,
             max_tokens=self.settings.max_tokens_limit,
             max_prompt_tokens=self.settings.max_prompt_tokens,
+            request=self.settings.limits,
         )
 
 

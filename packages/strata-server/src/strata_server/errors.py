@@ -34,14 +34,16 @@ _ERROR_TYPES = {
 
 
 # The engine names fields by its own request types; the wire names them by the route's body.
-# `None` means "the route's prompt field" (`prompt` for completions, `messages` for chat).
+# `None` means "the route's prompt field" (`prompt` for completions, `messages` for chat);
+# `STRUCTURED` the field that carried the request's constraint (`guided_regex`, ...).
+STRUCTURED = "<structured>"
 WIRE_PARAMS: dict[str, str | None] = {
     "prompt_ids": None,
     "messages": "messages",
     "sampling.max_tokens": "max_tokens",
     "sampling.allowed_token_ids": "allowed_token_ids",
     "sampling.stop_token_ids": "stop_token_ids",
-    "sampling.structured": "response_format",
+    "sampling.structured": STRUCTURED,
     "sampling.logit_bias": "logit_bias",
     "sampling.min_tokens": "min_tokens",
     "logprobs.top_within": "allowed_token_ids",
@@ -70,11 +72,14 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def engine_refusal(exc: RequestError, prompt_param: str = "prompt") -> ApiError:
-    """An engine `RequestError` as a 400, its param renamed by `WIRE_PARAMS` (code kept)."""
+def engine_refusal(
+    exc: RequestError, prompt_param: str = "prompt", structured_param: str = "response_format"
+) -> ApiError:
+    """An engine `RequestError` as a 400, its param renamed to the wire field (code kept)."""
     param = exc.param
     if param is not None and param in WIRE_PARAMS:
-        param = WIRE_PARAMS[param] or prompt_param
+        wire = WIRE_PARAMS[param]
+        param = prompt_param if wire is None else structured_param if wire == STRUCTURED else wire
     return ApiError(exc.message, param=param, code=exc.code)
 
 

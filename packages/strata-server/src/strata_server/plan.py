@@ -26,7 +26,7 @@ from strata_server.checks import (
     truncate_prompts,
 )
 from strata_server.protocol import GenerationRequest
-from strata_server.structured_output import structured_spec
+from strata_server.structured_output import structured_param, structured_spec
 
 SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted seed is valid
 
@@ -68,6 +68,7 @@ class Plan:
     as_token_ids: bool = False
     ids_param: str = "prompt"
     top_n_param: str = "logprobs"
+    structured_param: str = "response_format"  # the wire field of `structured`
 
     @property
     def num_choices(self) -> int:
@@ -105,7 +106,9 @@ def checked_plan(
     )
     bias = check_logit_bias(body.logit_bias)
     top_n_param = "top_logprobs" if logprobs is True else "logprobs"
-    structured = structured_spec(body)  # a bad schema/regex/grammar is a 400 before the prompt
+    structured = structured_spec(
+        body, limits.request
+    )  # a bad schema/regex/grammar is a 400 before the prompt
     plan = Plan(
         prompts=truncate_prompts(prompts(), body.truncate_prompt_tokens, limits.ctx_size),
         max_tokens=max_tokens,
@@ -114,7 +117,7 @@ def checked_plan(
         top_p=top_p,
         top_k=top_k,
         seed=body.seed,
-        stop=normalize_stop(body.stop),
+        stop=normalize_stop(body.stop, limits.request),
         stop_token_ids=tuple(body.stop_token_ids or ()),
         ignore_eos=body.ignore_eos,
         min_tokens=body.min_tokens,
@@ -133,6 +136,7 @@ def checked_plan(
         as_token_ids=body.return_tokens_as_token_ids,
         ids_param=ids_param,
         top_n_param=top_n_param,
+        structured_param=structured_param(body),
     )
     check_logprobs(plan, limits)
     check_operator_limits(plan, limits)

@@ -17,12 +17,14 @@ from strata_engine.api import StructuredSpec
 from strata_engine.structured import (
     GrammarError,
     choice_spec,
+    first_line,
     grammar_spec,
     json_object_spec,
     json_schema_spec,
     regex_spec,
 )
 from strata_server.errors import ApiError
+from strata_server.limits import RequestLimits
 from strata_server.protocol import GenerationRequest, ResponseFormat, StructuredOutputs
 
 INVALID = "invalid_structured_output"
@@ -31,44 +33,83 @@ RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 Build = Callable[[], StructuredSpec]
 
 
-def structured_spec(body: GenerationRequest) -> StructuredSpec | None:
-    """The request's one output constraint (None: free text), or a 400 naming the field."""
-    asked = [(param, build) for param, build in _constraints(body) if build is not None]
+def structured_spec(body: GenerationRequest, limits: RequestLimits) -> StructuredSpec | None:
+    """The request's one output constraint (None: free text), or a 400 naming the field.
+
+    Sizes are checked (--max-grammar-chars, --max-choice-options, --max-schema-depth) before
+    anything is parsed or compiled, so the work is bounded by the limits, not by the body.
+    """
+    asked = [(param, build) for param, build in _constraints(body, limits) if build is not None]
     if not asked:
         return None
     if len(asked) > 1:
         names = ", ".join(f"`{param}`" for param, _ in asked)
         raise ApiError(f"Give one structured output constraint, not several ({names}).", param=asked[1][0])
     param, build = asked[0]
-    if body.allowed_token_ids is not None:
-        raise ApiError(
-            f"`allowed_token_ids` cannot be combined with structured output (`{param}`).",
-            param="allowed_token_ids",
-        )
     try:
         return build()
     except GrammarError as exc:
-        raise ApiError(f"Invalid `{param}`: {exc}", param=param, code=INVALID) from None
+        raise ApiError(f"Invalid `{param}`: {first_line(str(exc))}", param=param, code=INVALID) from None
 
 
-def _constraints(body: GenerationRequest) -> list[tuple[str, Build | None]]:
+def structured_param(body: GenerationRequest) -> str:
+    """The wire field that carries the request's constraint (for the engine's refusals)."""
+    for param, value in (
+        ("structured_outputs", body.structured_outputs),
+        ("guided_json", body.guided_json),
+        ("guided_regex", body.guided_regex),
+        ("guided_choice", body.guided_choice),
+        ("guided_grammar", body.guided_grammar),
+    ):
+        if value is not None:
+            return param
+    return "response_format"
+
+
+def _constraints(body: GenerationRequest, limits: RequestLimits) -> list[tuple[str, Build | None]]:
+    def text(value: str | None, param: str, spec: Callable[[str], StructuredSpec]) -> Build | None:
+        if value is None:
+            return None
+        _check_chars(len(value), param, limits)
+        return lambda: spec(value)
+
     return [
-        ("response_format", _from_response_format(body.response_format)),
-        ("structured_outputs", _from_structured_outputs(body.structured_outputs)),
-        ("guided_json", _json(body.guided_json, "guided_json", pattern=body.guided_whitespace_pattern)),
-        ("guided_regex", None if body.guided_regex is None else lambda: regex_spec(body.guided_regex or "")),
+        ("response_format", _from_response_format(body.response_format, limits)),
+        ("structured_outputs", _from_structured_outputs(body.structured_outputs, limits)),
         (
-            "guided_choice",
-            None if body.guided_choice is None else lambda: choice_spec(body.guided_choice or []),
+            "guided_json",
+            _json(body.guided_json, "guided_json", limits, pattern=body.guided_whitespace_pattern),
         ),
-        (
-            "guided_grammar",
-            None if body.guided_grammar is None else lambda: grammar_spec(body.guided_grammar or ""),
-        ),
+        ("guided_regex", text(body.guided_regex, "guided_regex", regex_spec)),
+        ("guided_choice", _choice(body.guided_choice, "guided_choice", limits)),
+        ("guided_grammar", text(body.guided_grammar, "guided_grammar", grammar_spec)),
     ]
 
 
-def _from_response_format(fmt: ResponseFormat | None) -> Build | None:
+def _check_chars(size: int, param: str, limits: RequestLimits) -> None:
+    if size > limits.max_grammar_chars:
+        raise ApiError(
+            f"`{param}` has {size} characters; the server allows at most {limits.max_grammar_chars} "
+            "(--max-grammar-chars).",
+            param=param,
+        )
+
+
+def _choice(choices: list[str] | None, param: str, limits: RequestLimits) -> Build | None:
+    """`guided_choice` within --max-choice-options options and --max-grammar-chars characters."""
+    if choices is None:
+        return None
+    if len(choices) > limits.max_choice_options:
+        raise ApiError(
+            f"`{param}` has {len(choices)} options; the server allows at most "
+            f"{limits.max_choice_options} (--max-choice-options).",
+            param=param,
+        )
+    _check_chars(sum(len(c) for c in choices), param, limits)
+    return lambda: choice_spec(choices)
+
+
+def _from_response_format(fmt: ResponseFormat | None, limits: RequestLimits) -> Build | None:
     """OpenAI's `response_format`: `text` is no constraint; `json_schema` needs its `schema`."""
     if fmt is None or fmt.type == "text":
         return None
@@ -80,7 +121,7 @@ def _from_response_format(fmt: ResponseFormat | None) -> Build | None:
                 "`response_format` of type `json_schema` needs `json_schema.schema`.",
                 param="response_format",
             )
-        return _json(fmt.json_schema.schema, "response_format")
+        return _json(fmt.json_schema.schema, "response_format", limits)
     raise ApiError(
         f"`response_format.type` must be one of {', '.join(RESPONSE_FORMAT_TYPES)}; got `{fmt.type}`.",
         param="response_format",
@@ -88,7 +129,7 @@ def _from_response_format(fmt: ResponseFormat | None) -> Build | None:
     )
 
 
-def _from_structured_outputs(so: StructuredOutputs | None) -> Build | None:
+def _from_structured_outputs(so: StructuredOutputs | None, limits: RequestLimits) -> Build | None:
     """vLLM's `structured_outputs`: exactly one of its constraint fields."""
     if so is None:
         return None
@@ -101,7 +142,7 @@ def _from_structured_outputs(so: StructuredOutputs | None) -> Build | None:
     any_whitespace, pattern = not so.disable_any_whitespace, so.whitespace_pattern
     given: list[Build] = []
     if so.json is not None:
-        schema = _schema_value(so.json, "structured_outputs")
+        schema = _schema_value(so.json, "structured_outputs", limits)
         if so.disable_additional_properties:
             schema = _closed_objects(schema)
         given.append(
@@ -110,10 +151,12 @@ def _from_structured_outputs(so: StructuredOutputs | None) -> Build | None:
     if so.json_object is not None:
         given.append(lambda: json_object_spec(any_whitespace=any_whitespace, whitespace_pattern=pattern))
     if so.regex is not None:
+        _check_chars(len(so.regex), "structured_outputs", limits)
         given.append(lambda: regex_spec(so.regex or ""))
-    if so.choice is not None:
-        given.append(lambda: choice_spec(so.choice or []))
+    if (choice := _choice(so.choice, "structured_outputs", limits)) is not None:
+        given.append(choice)
     if so.grammar is not None:
+        _check_chars(len(so.grammar), "structured_outputs", limits)
         given.append(lambda: grammar_spec(so.grammar or ""))
     if len(given) != 1:
         raise ApiError(
@@ -124,28 +167,65 @@ def _from_structured_outputs(so: StructuredOutputs | None) -> Build | None:
     return given[0]
 
 
-def _json(value: dict[str, Any] | bool | str | None, param: str, pattern: str | None = None) -> Build | None:
+def _json(
+    value: dict[str, Any] | bool | str | None, param: str, limits: RequestLimits, pattern: str | None = None
+) -> Build | None:
     if value is None:
         return None
-    schema = _schema_value(value, param)
+    schema = _schema_value(value, param, limits)
     return lambda: json_schema_spec(schema, whitespace_pattern=pattern)
 
 
-def _schema_value(value: dict[str, Any] | bool | str, param: str) -> dict[str, Any] | bool:
-    """A schema given as an object, a boolean, or (vLLM allows it) a JSON string of one."""
-    if not isinstance(value, str):
-        return value
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise ApiError(
-            f"Invalid `{param}`: the schema string is not JSON ({exc}).", param=param, code=INVALID
-        ) from None
-    if not isinstance(parsed, dict | bool):
-        raise ApiError(
-            f"Invalid `{param}`: a JSON schema must be an object or a boolean.", param=param, code=INVALID
-        )
-    return parsed
+def _schema_value(
+    value: dict[str, Any] | bool | str, param: str, limits: RequestLimits
+) -> dict[str, Any] | bool:
+    """A schema given as an object, a boolean, or (vLLM allows it) a JSON string of one,
+    within --max-grammar-chars characters and --max-schema-depth levels."""
+    if isinstance(value, str):
+        _check_chars(len(value), param, limits)
+        try:
+            parsed = json.loads(value)
+        except RecursionError:
+            raise _too_deep(param, limits) from None
+        except ValueError as exc:
+            raise ApiError(
+                f"Invalid `{param}`: the schema string is not JSON ({exc}).", param=param, code=INVALID
+            ) from None
+        if json_depth(parsed) > limits.max_schema_depth:
+            raise _too_deep(param, limits)
+        if not isinstance(parsed, dict | bool):
+            raise ApiError(
+                f"Invalid `{param}`: a JSON schema must be an object or a boolean.", param=param, code=INVALID
+            )
+        value = parsed
+    if json_depth(value) > limits.max_schema_depth:
+        raise _too_deep(param, limits)
+    _check_chars(len(json.dumps(value)), param, limits)
+    return value
+
+
+def _too_deep(param: str, limits: RequestLimits) -> ApiError:
+    return ApiError(
+        f"`{param}` is nested more than {limits.max_schema_depth} levels deep (--max-schema-depth).",
+        param=param,
+    )
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _closed_objects(schema: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from strata_engine.api import RequestError
 from strata_engine.checks import check_ids
-from strata_server.checks import check_model
+from strata_server.checks import check_input_size, check_messages_size, check_model
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError, engine_refusal
 from strata_server.protocol import DetokenizeRequest, TokenizeRequest
@@ -26,9 +26,11 @@ def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
         for name in ("chat_template", "chat_template_kwargs"):
             if getattr(body, name) is not None:
                 raise ApiError(f"`{name}` applies to `messages`, not to `prompt`.", param=name)
+        check_input_size(len(body.prompt), ctx.limits.request, "prompt", "The prompt has")
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
         ids = ctx.tokenizer.encode(body.prompt, add_special=add_special, parse_special=True)
     else:
+        check_messages_size(body.messages or [], ctx.limits.request)
         options = chat_options(
             add_generation_prompt=body.add_generation_prompt,
             add_special=bool(body.add_special_tokens),
@@ -47,6 +49,7 @@ def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
 
 def detokenize(body: DetokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
     check_model(body.model, ctx.served_name)
+    check_input_size(len(body.tokens), ctx.limits.request, "tokens", "`tokens` has")
     try:
         check_ids(body.tokens, ctx.limits.vocab_size, "tokens")
     except RequestError as exc:
