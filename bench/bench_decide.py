@@ -1,8 +1,8 @@
 """Decision benchmark: 5 states x 3 questions through the gateway vs naive llama-cpp-python.
 
-    python bench/bench_decide.py [--upstream URL] [--model-path GGUF] [--json]
+    python bench/bench_decide.py [--server URL] [--model-path GGUF] [--json]
 
-Strata side: a gateway (in-process, free port) in front of ``--upstream`` (or of a
+Strata side: a gateway (in-process, free port) in front of ``--server`` (or of a
 strata-server this script starts on the default model); each of the 15 decisions is one
 ``POST /v1/systemone`` with one question; the questions of a state share its prefix.
 
@@ -106,13 +106,14 @@ def naive_llama_cpp(model_path: Path, cases: list[tuple[list[int], list[int]]]) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--upstream", default=None, help="a running strata-server (default: start one)")
+    parser.add_argument("--server", default=None, help="a running strata-server (default: start one)")
+    parser.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)  # the older spelling
     parser.add_argument("--model-path", type=Path, default=DEFAULT_GGUF, help="GGUF for llama.cpp")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     report: dict[str, Any] = {}
-    with strata_server(args.upstream) as upstream:
+    with strata_server(args.server) as upstream:
         for name, rotations in (("strata_gateway", False), ("strata_gateway_rotations", True)):
             config = GatewayConfig(
                 upstream=upstream, upstream_timeout=300, decide=DecideOptions(rotations=rotations)

@@ -72,7 +72,7 @@ def test_the_howtos_start_the_server_they_talk_to() -> None:
 def documented_gateway(server_url: str) -> Iterator[str]:
     """`strata-decide serve` exactly as the how-to writes it, but for the upstream's and its own port."""
     (command,) = command_lines("howto-typed-decisions.md", "strata-decide")
-    assert command[1:] == ["serve", "--upstream", SERVER, "--port", "8100"]
+    assert command[1:] == ["serve", "--server", SERVER, "--port", "8100"]
     port = free_port()
     args = [a.replace(SERVER, server_url).replace("8100", str(port)) for a in command[1:]]
     process = subprocess.Popen(
