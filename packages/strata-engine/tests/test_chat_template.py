@@ -11,17 +11,15 @@ import pytest
 from strata_engine.api import RequestError
 from strata_engine.chat_template import ChatTemplate, ChatTemplateError
 
-MODEL_PATH = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 USER = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def smollm_template() -> ChatTemplate:
-    if not MODEL_PATH.exists():
-        pytest.skip(f"SmolLM2 model not cached at {MODEL_PATH}")
+def smollm_template(model_path: Path) -> ChatTemplate:
+    """The default model's template, from the model store (STRATA_HOME / XDG aware)."""
     gguf = pytest.importorskip("gguf")
-    source = gguf.GGUFReader(MODEL_PATH).fields["tokenizer.chat_template"].contents()
+    source = gguf.GGUFReader(model_path).fields["tokenizer.chat_template"].contents()
     return ChatTemplate(source, bos_token="<|im_start|>", eos_token="<|im_end|>")
 
 

@@ -11,7 +11,6 @@ import pytest
 from strata_engine.api import ModelLoadError
 from strata_engine.tokenizer import Tokenizer
 
-MODEL_PATH = Path.home() / ".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 DATA = Path(__file__).parent / "data"
 GOLDEN = sorted(DATA.glob("tokenizer_reference_*.json"))
 
@@ -21,11 +20,10 @@ def _load_golden(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def smollm_meta() -> dict:
-    if not MODEL_PATH.exists():
-        pytest.skip(f"SmolLM2 model not cached at {MODEL_PATH}")
+def smollm_meta(model_path: Path) -> dict:
+    """The default model's tokenizer metadata, from the model store (STRATA_HOME / XDG aware)."""
     gguf = pytest.importorskip("gguf")
-    reader = gguf.GGUFReader(MODEL_PATH)
+    reader = gguf.GGUFReader(model_path)
     return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
 
 
@@ -95,13 +93,15 @@ def _fuzz_corpus(n: int, seed: int) -> list[str]:
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
-def test_ids_equal_live_llama_cpp(smollm_meta: dict, path: Path, tmp_path: Path, llama_cpp) -> None:
+def test_ids_equal_live_llama_cpp(
+    smollm_meta: dict, model_path: Path, path: Path, tmp_path: Path, llama_cpp
+) -> None:
     """Against llama.cpp itself, when llama-cpp-python is installed: corpus plus fuzz."""
     gguf = pytest.importorskip("gguf")
     doc = _load_golden(path)
     overrides = _variant_overrides(smollm_meta, doc)
     gguf_path = tmp_path / "vocab.gguf"
-    _write_vocab_gguf(gguf, gguf_path, overrides)
+    _write_vocab_gguf(gguf, model_path, gguf_path, overrides)
     llm = llama_cpp.Llama(str(gguf_path), vocab_only=True, verbose=False)
     tokenizer = Tokenizer.from_metadata({**smollm_meta, **overrides})
     texts = [c["text"] for c in doc["cases"]] + _fuzz_corpus(300, seed=1234)
@@ -115,9 +115,9 @@ def test_ids_equal_live_llama_cpp(smollm_meta: dict, path: Path, tmp_path: Path,
     assert not wrong, f"{len(wrong)} of {2 * len(texts)} differ from llama.cpp: {wrong[:3]}"
 
 
-def _write_vocab_gguf(gguf, path: Path, overrides: dict) -> None:
+def _write_vocab_gguf(gguf, model_path: Path, path: Path, overrides: dict) -> None:
     """SmolLM2's metadata with `overrides`, no tensors: enough for llama.cpp's vocab_only."""
-    reader = gguf.GGUFReader(MODEL_PATH)
+    reader = gguf.GGUFReader(model_path)
     arch = reader.fields["general.architecture"].contents()
     overrides = {**overrides, f"{arch}.vocab_size": len(overrides["tokenizer.ggml.tokens"])}
     writer = gguf.GGUFWriter(path, arch)
