@@ -31,6 +31,7 @@ BASE = Provenance(
         {"server_version": "9.9.9"},
         {"tensor_parallel": 2},
         {"chat_template_sha256": "ef" * 32},
+        {"kernels": "triton", "gpu": "NVIDIA H200"},
     ],
 )
 def test_the_fingerprint_changes_with_what_may_change_the_bits(change: dict) -> None:
@@ -76,6 +77,7 @@ def test_version_route_models_and_replies_carry_the_provenance(make_engine) -> N
             "arithmetic": "native",
             "invariant": True,
             "tensor_parallel": 1,
+            "gpu": None,
             "model": {"id": "fake-model", "file": "m.gguf", "size": 5, "sha256": SHA},
             "chat_template_sha256": None,
             "system_fingerprint": BASE.system_fingerprint,
@@ -97,3 +99,9 @@ def test_version_flag_prints_both_versions(capsys) -> None:
     assert out.strip() == (
         f"strata-server {package_version('strata-server')} (strata-engine {package_version('strata-engine')})"
     )
+
+
+def test_the_gpu_model_enters_only_the_triton_fingerprint() -> None:
+    triton = dataclasses.replace(BASE, kernels="triton", gpu="NVIDIA H200")
+    assert dataclasses.replace(triton, gpu="NVIDIA A100").system_fingerprint != triton.system_fingerprint
+    assert Provenance.of("native-avx2", True, None).gpu is None  # a CPU server names no GPU

@@ -4,9 +4,10 @@ the `system_fingerprint` every completion and chat reply carries.
 The fingerprint is a digest of exactly what the determinism guarantee is tied to (see
 docs/DETAILS.md): the versions of strata-engine and strata-server, the GGUF's sha256, the
 arithmetic (`strata_engine.provenance.arithmetic`: "native" for every CPU target alike,
-"native-q8", "triton", "torch"), the tensor-parallel rank count when above one (its partial
-sums are added in another order), and the server's `--chat-template` when one replaces the
-model's (it changes the prompt a chat request runs on). Thread count, CPU model, batch, served
+"native-q8", "triton", "torch"), the GPU's model name with the Triton kernels (their bits are
+promised per GPU model), the tensor-parallel rank count when above one (its partial sums are
+added in another order), and the server's `--chat-template` when one replaces the model's
+(it changes the prompt a chat request runs on). Thread count, CPU model, batch, served
 name and limits are left out: they never change the bits.
 """
 
@@ -42,6 +43,7 @@ class Provenance:
     model_sha256: str | None = None
     tensor_parallel: int = 1
     chat_template_sha256: str | None = None  # the server's --chat-template, when it replaces the model's
+    gpu: str | None = None  # the GPU's model name with the Triton kernels (their bits are per GPU model)
     server_version: str = package_version("strata-server")
     engine_version: str = package_version("strata-engine")
 
@@ -66,6 +68,7 @@ class Provenance:
             model_sha256=sha256 if file is None or sha256 is not None else model_sha256(file),
             tensor_parallel=tensor_parallel,
             chat_template_sha256=None if chat_template is None else text_sha256(chat_template),
+            gpu=gpu_name() if kernels == "triton" else None,
         )
 
     @property
@@ -85,6 +88,8 @@ class Provenance:
             parts.append(f"tensor-parallel={self.tensor_parallel}")
         if self.chat_template_sha256 is not None:
             parts.append(f"chat-template-sha256={self.chat_template_sha256}")
+        if self.gpu is not None:
+            parts.append(f"gpu={self.gpu}")
         return "fp_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     def body(self, served_name: str) -> dict[str, Any]:
@@ -97,6 +102,7 @@ class Provenance:
             "arithmetic": self.arithmetic,
             "invariant": self.invariant,
             "tensor_parallel": self.tensor_parallel,
+            "gpu": self.gpu,
             "model": {
                 "id": served_name,
                 "file": self.model_file,
@@ -106,6 +112,16 @@ class Provenance:
             "chat_template_sha256": self.chat_template_sha256,
             "system_fingerprint": self.system_fingerprint,
         }
+
+
+def gpu_name() -> str | None:
+    """The CUDA device's model name (torch is there whenever the Triton kernels run)."""
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    except Exception:  # no CUDA after all: nothing to name
+        return None
 
 
 def text_sha256(text: str) -> str:
