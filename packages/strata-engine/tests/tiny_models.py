@@ -146,11 +146,16 @@ def _add_tokenizer(writer: GGUFWriter, pre: str) -> None:
 
 
 def write_tiny_model(
-    path: Path, spec: TinySpec, seed: int = 0, overrides: dict[str, QT] | None = None
+    path: Path,
+    spec: TinySpec,
+    seed: int = 0,
+    overrides: dict[str, QT] | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     """Write `spec` as a GGUF file at `path`; weights are random (seeded).
 
-    `overrides` forces the type of named 2-D weights (to write a type the engine must refuse).
+    `overrides` forces the type of named 2-D weights (to write a type the engine must refuse);
+    `chat_template` is stored as `tokenizer.chat_template` (none by default).
     """
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), spec.arch)
@@ -167,6 +172,8 @@ def write_tiny_model(
     writer.add_layer_norm_rms_eps(1e-5 if spec.arch == "llama" else 1e-6)
     writer.add_vocab_size(VOCAB_SIZE)
     _add_tokenizer(writer, spec.pre)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     types = itertools.cycle(SUPPORTED_TYPES[spec.type_offset :] + SUPPORTED_TYPES[: spec.type_offset])
 
