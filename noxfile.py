@@ -22,6 +22,7 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
     "lint", "engine", "llama", "triton", "client", "server", "decide", "integration", "without_torch", "ray",
+    "browser",
 ]  # fmt: skip
 
 PY = "3.11"
@@ -34,6 +35,7 @@ TORCH_ENV = os.path.abspath(".nox/torch-shared")
 TORCH_PYTHON = f"{TORCH_ENV}/bin/python"
 LINT_TOOLS = ("ruff==0.17.6", "mypy==2.4.1")
 LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiled once (minutes); pip's wheel cache keeps the build
+PLAYWRIGHT = "playwright>=1.45"
 
 
 # Every session prints its skips by reason; under CI a test may skip only for a reason CI cannot
@@ -154,7 +156,42 @@ def decide(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Cross-package tests: the real server on the real model, spoken to over HTTP."""
     python = torch_env(session, ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test,gateway]")
-    pytest(session, "tests", python=python)
+    pytest(session, "tests", "--ignore=tests/browser", python=python)  # those run in `browser`
+
+
+def install_chromium(session: nox.Session) -> None:
+    """Debian's chromium, which Playwright drives (its own browser download needs a CDN).
+
+    Where apt is not available the session skips, saying why; on a machine with apt a
+    browser that cannot be installed fails the session.
+    """
+    if shutil.which("chromium"):
+        return
+    if not shutil.which("apt-get"):
+        session.skip("no apt-get here to install Debian's chromium: the browser tests are skipped")
+    if os.geteuid() != 0:
+        session.error("chromium is missing and apt-get needs root: run `sudo apt-get install -y chromium`")
+    session.run(
+        "bash", "-c",
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null",
+        external=True,
+    )  # fmt: skip
+    if not shutil.which("chromium"):
+        session.error("apt-get installed no `chromium` on PATH")
+
+
+@nox.session(python=PY, venv_backend="none")
+def browser(session: nox.Session) -> None:
+    """The decision playground in headless Chromium (Playwright), on the real gateway and server.
+
+    Screenshots go to artifacts/playground/ (gitignored).
+    """
+    install_chromium(session)
+    python = torch_env(
+        session, ENGINE, f"{SERVER}[test]", f"{CLIENT}[test]", f"{DECIDE}[test,gateway]", PLAYWRIGHT
+    )
+    session.env["STRATA_BROWSER_REQUIRED"] = "1"  # a missing browser or Playwright fails here
+    pytest(session, "tests/browser", python=python)
 
 
 @nox.session(python=PY)

@@ -42,6 +42,8 @@ class FakeUpstream:
     completion_calls: list[dict] = field(default_factory=list)
     fail_completions_with: int | None = None
     context_error: bool = False
+    cached_tokens: int | None = None  # set: usage.prompt_tokens_details.cached_tokens
+    system_fingerprint: str | None = None  # set: the replies' system_fingerprint
 
     # tokenizer -------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -152,7 +154,12 @@ class FakeUpstream:
             "completion_tokens": 1,
             "total_tokens": len(prompt) + 1,
         }
-        return httpx.Response(200, json={"id": "x", "model": self.model, "choices": [choice], "usage": usage})
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        reply = {"id": "x", "model": self.model, "choices": [choice], "usage": usage}
+        if self.system_fingerprint is not None:
+            reply["system_fingerprint"] = self.system_fingerprint
+        return httpx.Response(200, json=reply)
 
 
 @pytest.fixture

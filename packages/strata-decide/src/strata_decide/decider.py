@@ -28,6 +28,16 @@ from .read import RawRead, read_labels, read_texts
 
 
 @dataclass(frozen=True)
+class FirstRead:
+    """The read of the options in the caller's order: its prompt and what the server said of
+    it (prefix-cache hits, ``system_fingerprint``). The gateway's ``x_trace`` shows it."""
+
+    prompt_ids: tuple[int, ...]
+    cached_tokens: int
+    fingerprint: str | None
+
+
+@dataclass(frozen=True)
 class Decision:
     """The answer distribution over ``question.options`` (in their order) and its cost."""
 
@@ -36,6 +46,7 @@ class Decision:
     prompt_tokens: int
     completion_tokens: int
     reads: int
+    first_read: FirstRead | None = None
 
     @property
     def probabilities(self) -> dict[str, float]:
@@ -77,7 +88,7 @@ class Decider:
     async def decide(self, state: Content, question: Question) -> Decision:
         """Read ``question`` about ``state`` and return its distribution over the options."""
         labels = None
-        if (question.answers or self.options.answers) == "labels" or question.kind != "choice":
+        if self.answers_by_label(question):
             labels = await self.labels.labels_for(question.kind, len(question.options))
         ending = "" if labels else await self.end_of_turn()
         shifts = range(len(question.options)) if self.options.rotations else range(1)
@@ -86,13 +97,22 @@ class Decider:
         )
         distributions = [distribution for distribution, _, _ in reads]
         combined = distributions[0] if len(distributions) == 1 else geometric_mean(distributions)
+        _, first_prompt, first_raw = reads[0]
         return Decision(
             question=question,
             distribution=with_temperature(combined, self.options.temperature),
-            prompt_tokens=sum(prompt for _, prompt, _ in reads),
-            completion_tokens=sum(completion for _, _, completion in reads),
+            prompt_tokens=sum(raw.prompt_tokens for _, _, raw in reads),
+            completion_tokens=sum(raw.completion_tokens for _, _, raw in reads),
             reads=len(reads),
+            first_read=FirstRead(
+                tuple(first_prompt.token_ids), first_raw.cached_tokens, first_raw.fingerprint
+            ),
         )
+
+    def answers_by_label(self, question: Question) -> bool:
+        """Whether ``question`` is read by one-token labels (else its options' names are
+        scored whole): scores and yes/no always; a choice as it or the decider says."""
+        return question.kind != "choice" or (question.answers or self.options.answers) == "labels"
 
     async def end_of_turn(self) -> str:
         """The text of the model's end-of-turn token (its EOS; "" if it has none), fetched once."""
@@ -111,15 +131,17 @@ class Decider:
         labels: list[Label] | None,
         ending: str,
         shift: int,
-    ) -> tuple[Distribution, int, int]:
+    ) -> tuple[Distribution, Prompt, RawRead]:
         """Read with the options rotated left by ``shift``; map the result back to option order."""
         options = rotate(list(question.options), shift)
         async with self._slots:
-            _, raw = await read_question(self.client, self.model, state, question, options, labels, ending)
+            prompt, raw = await read_question(
+                self.client, self.model, state, question, options, labels, ending
+            )
         # position j shows option (j + shift) % n: put each value back at its option's index
         n = len(options)
         raw_by_option = [raw.raw_logprobs[(i - shift) % n] for i in range(n)]
-        return from_raw(raw_by_option), raw.prompt_tokens, raw.completion_tokens
+        return from_raw(raw_by_option), prompt, raw
 
 
 async def read_question(

@@ -25,6 +25,7 @@ from strata_client import (
     AsyncStrataClient,
     Completion,
     CompletionLogprobs,
+    Usage,
 )
 
 from .errors import UpstreamError, upstream_failure
@@ -32,11 +33,18 @@ from .errors import UpstreamError, upstream_failure
 
 @dataclass(frozen=True)
 class RawRead:
-    """The raw logprob of each label (in label order) and the prompt's token count."""
+    """The raw logprob of each label (in label order) and the prompt's token count.
+
+    ``cached_tokens``: how much of the prompt the server read from its prefix cache (its
+    ``usage.prompt_tokens_details``); ``fingerprint``: the reply's ``system_fingerprint``
+    (None where the server sends none). Both are shown by the gateway's ``x_trace``.
+    """
 
     raw_logprobs: list[float]
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
+    fingerprint: str | None = None
 
 
 async def read_labels(
@@ -63,6 +71,8 @@ async def read_labels(
         raw_logprobs=[value for value in raw if value is not None],  # all of them: none is missing
         prompt_tokens=usage.prompt_tokens if usage else len(prompt_ids),
         completion_tokens=usage.completion_tokens if usage else 1,
+        cached_tokens=cached_of(usage),
+        fingerprint=completion.system_fingerprint,
     )
 
 
@@ -78,7 +88,23 @@ async def read_texts(
     if len(scores.candidates) != len(texts):
         raise UpstreamError(f"the server scored {len(scores.candidates)} of {len(texts)} candidates")
     read = len(prompt_ids) + sum(len(c.token_ids) for c in scores.candidates)
-    return RawRead([c.logprob for c in scores.candidates], prompt_tokens=read, completion_tokens=0)
+    # the candidate that computed the prompt found the least of it cached; the others then
+    # read the prompt from the cache it filled
+    cached = min((c.cached_tokens for c in scores.candidates), default=0)
+    fingerprint = (scores.model_extra or {}).get("system_fingerprint")
+    return RawRead(
+        [c.logprob for c in scores.candidates],
+        prompt_tokens=read,
+        completion_tokens=0,
+        cached_tokens=min(cached, len(prompt_ids)),
+        fingerprint=fingerprint if isinstance(fingerprint, str) else None,
+    )
+
+
+def cached_of(usage: Usage | None) -> int:
+    """The prompt tokens a reply says came from the prefix cache (0 where it does not say)."""
+    details = usage.prompt_tokens_details if usage else None
+    return (details.cached_tokens or 0) if details else 0
 
 
 async def read_top(

@@ -1,4 +1,6 @@
-"""The Litestar app: ``POST /v1/systemone``, ``GET /v1/models``, ``GET /health``.
+"""The Litestar app: ``POST /v1/systemone``, ``GET /v1/models``, ``GET /health``; the
+playground page at ``/`` (`page.py`) and the server's routes it needs under ``/upstream/``
+(`passthrough.py`).
 
 Each question of a request is decided on its own (see ``strata_decide.decider``), all of
 them concurrently; the state's prompt prefix is shared through the upstream's prefix cache.
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,8 +32,11 @@ from ..operations import accepted
 from ..questions import Content, Question
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
+from .page import page_routes
+from .passthrough import Passthrough
 from .request_id import forward_request_ids, request_id_middleware
-from .schema import parse_request, validation_detail
+from .schema import SystemOneRequest, parse_request, validation_detail
+from .trace import fingerprint_of, parity_of, trace_of
 
 ALIASES = ("jev", "jev-latest")
 ALIAS_PREFIX = "jev-"
@@ -59,7 +66,8 @@ class Gateway:
         self.config = config
         self.client: AsyncStrataClient | None = None
         self.labels: LabelBook | None = None
-        self._deciders: dict[str, Decider] = {}
+        self._deciders: dict[tuple[str, bool], Decider] = {}
+        self.passthrough = Passthrough(config.upstream, config.upstream_api_key, config.upstream_timeout)
         self._served: list[Any] | None = None
 
     async def start(self) -> None:
@@ -71,6 +79,7 @@ class Gateway:
         )
         forward_request_ids(self.client)
         self.labels = LabelBook(self.client)
+        await self.passthrough.start()
 
     @property
     def upstream(self) -> AsyncStrataClient:
@@ -79,15 +88,20 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return self.client
 
-    def decider(self, model: str) -> Decider:
-        """The decider for a served model (one per model: its own read slots, shared labels)."""
-        if model not in self._deciders:
-            self._deciders[model] = Decider(self.upstream, model, self.config.decide, self.labels)
-        return self._deciders[model]
+    def decider(self, model: str, rotations: bool | None = None) -> Decider:
+        """The decider for a served model (one per model and rotations mode: its own read
+        slots, shared labels); ``rotations`` None: the gateway's own setting."""
+        options = self.config.decide
+        key = (model, options.rotations if rotations is None else rotations)
+        if key not in self._deciders:
+            options = replace(options, rotations=key[1])
+            self._deciders[key] = Decider(self.upstream, model, options, self.labels)
+        return self._deciders[key]
 
     async def stop(self) -> None:
         if self.client is not None:
             await self.client.close()
+        await self.passthrough.stop()
 
     async def served_models(self) -> list[Any]:
         """The upstream's models (fetched once; an upstream failure is a 502)."""
@@ -136,14 +150,42 @@ class Gateway:
         model = await self.resolve(parsed.model)
         ids = list(parsed.questions)
         asked = [parsed.questions[i].to_question() for i in ids]
-        decisions = await decide_all(self.decider(model), parsed.state, asked)
+        decider = self.decider(model, parsed.x_strata.rotations)
+        decisions = await decide_all(decider, parsed.state, asked)
         answers = {qid: answer_json(decision) for qid, decision in zip(ids, decisions, strict=True)}
         check_finite(answers)
         usage = {
             "input_tokens": sum(d.prompt_tokens for d in decisions),
             "output_tokens": sum(d.completion_tokens for d in decisions),
         }
-        return json_response({"model": model, "answers": answers, "usage": usage})
+        reply: dict[str, Any] = {"model": model, "answers": answers, "usage": usage}
+        if parsed.x_strata.trace or parsed.x_strata.parity:
+            await self.inspect(parsed, model, decider, dict(zip(ids, decisions, strict=True)), reply)
+        return json_response(reply)
+
+    async def inspect(
+        self,
+        parsed: SystemOneRequest,
+        model: str,
+        decider: Decider,
+        decisions: dict[str, Decision],
+        reply: dict[str, Any],
+    ) -> None:
+        """The extensions a request asked for, added to its answers (see ``trace.py``)."""
+        with library_refusals():
+            for qid, decision in decisions.items():
+                answer = reply["answers"][qid]
+                if parsed.x_strata.trace:
+                    answer["x_trace"] = await trace_of(self.upstream, decider, parsed.state, decision)
+                if parsed.x_strata.parity:
+                    wire = parsed.questions[qid].model_dump()
+                    labels = decider.labels
+                    answer["x_parity"] = await parity_of(
+                        self.upstream, labels, decider, model, parsed.state, decision, wire
+                    )
+        if parsed.x_strata.trace:
+            reply["x_system_fingerprint"] = fingerprint_of(list(decisions.values()))
+        check_finite(reply["answers"])
 
     async def models(self, request: Request) -> Response:
         self.check_auth(request)
@@ -168,8 +210,15 @@ class Gateway:
 
 async def decide_all(decider: Decider, state: Content, questions: list[Question]) -> list[Decision]:
     """Every question decided on its own, concurrently; library errors become refusals."""
-    try:
+    with library_refusals():
         return await asyncio.gather(*(decider.decide(state, q) for q in questions))
+
+
+@contextmanager
+def library_refusals() -> Iterator[None]:
+    """The decide library's errors as the gateway's refusals."""
+    try:
+        yield
     except ContextOverflowError as error:
         raise Refusal(400, "tokens_exceeded", str(error)) from error
     except LabelError as error:
@@ -222,7 +271,13 @@ def create_app(config: GatewayConfig) -> Litestar:
         return json_response({"status": "ok"})
 
     return Litestar(
-        route_handlers=[system_one, models, health],
+        route_handlers=[
+            system_one,
+            models,
+            health,
+            *gateway.passthrough.routes(gateway.check_auth),
+            *page_routes(),
+        ],
         on_startup=[gateway.start],
         on_shutdown=[gateway.stop],
         exception_handlers={

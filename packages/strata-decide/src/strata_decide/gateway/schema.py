@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from .. import questions
 
@@ -82,6 +90,18 @@ class SystemOneRequest(BaseModel):
     model: StrictStr
     state: Content
     questions: dict[str, Question] = Field(min_length=1)
+    x_strata: StrataExtensions = Field(default_factory=lambda: StrataExtensions())
+
+
+class StrataExtensions(_Strict):
+    """``x_strata``: what the playground asks for besides the answers (typed-decision SDKs
+    never send it). ``trace`` adds each answer's prompt and read (``trace.py``); ``rotations``
+    reads every rotation of the options (None: the gateway's ``--rotations``); ``parity``
+    compares each label read with the server's own top-20."""
+
+    trace: StrictBool = False
+    rotations: StrictBool | None = None
+    parity: StrictBool = False
 
 
 def parse_request(body: bytes) -> SystemOneRequest:
