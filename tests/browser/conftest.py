@@ -40,8 +40,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
+    """Chromium for one module: Playwright's sync API runs an event loop on this thread until
+    it stops, which tests elsewhere that call asyncio.run() must not find still running."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -165,7 +165,12 @@ def test_bars_show_exactly_the_probabilities_of_the_api(page: Any, gateway: str)
         "prompt"
     ]
     assert page.inner_text("#prompt-text") == trace["text"]
-    assert page.inner_text("#prompt-text mark").startswith(trace["shared_prefix_text"][:20])
+    underlined = "".join(e.text_content() for e in page.query_selector_all("#prompt-text .in-state"))
+    assert underlined == trace["shared_prefix_text"]
+    cached = "".join(e.text_content() for e in page.query_selector_all("#prompt-text mark"))
+    assert trace["text"].startswith(cached)
+    stats = page.inner_text("#prompt-stats")
+    assert (cached != "") == (not stats.split("; ")[1].startswith("0 read")), stats
     assert f"{trace['tokens']} tokens" in page.inner_text("#prompt-stats")
 
 
@@ -209,9 +214,12 @@ def test_repeat_shows_two_equal_hashes(page: Any, gateway: str):
     assert first == again == reply_hash(systemone(gateway, body(choice())).json())
     assert page.inner_text("#hash-verdict") == "equal"
     fingerprint = page.inner_text("#fingerprint")
-    health = httpx.get(f"{gateway}/upstream/health").json()
-    assert fingerprint.startswith("model ") or len(fingerprint) > 0
-    assert health["model"] in fingerprint or page.inner_text("#fingerprint-label") == "system_fingerprint"
+    served = systemone(gateway, body(choice(), x_strata={"trace": True})).json()["x_system_fingerprint"]
+    if served is not None:
+        assert fingerprint == served
+    else:  # a server without system_fingerprint: its model and kernels from /health instead
+        health = httpx.get(f"{gateway}/upstream/health").json()
+        assert health["model"] in fingerprint and health["kernels"] in fingerprint
 
 
 def test_the_hash_pieces_match_independent_implementations(page: Any, gateway: str):
