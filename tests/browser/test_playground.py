@@ -383,3 +383,42 @@ def test_screenshots_desktop_and_narrow(page: Any, gateway: str, artifacts: Any)
     page.screenshot(path=str(artifacts / "narrow.png"), full_page=True)
     assert (artifacts / "desktop.png").stat().st_size > 10_000
     assert (artifacts / "narrow.png").stat().st_size > 10_000
+
+
+CONTRAST = """() => {
+  const rgb = (c) => c.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map((v) => {
+    v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+  }).reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const background = (e) => {
+    for (; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length < 4 || c[3] > 0) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const low = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const e = node.parentElement;
+    if (!node.textContent.trim() || !e.getClientRects().length || e.closest('[hidden], :disabled')) continue;
+    const [a, b] = [lum(rgb(getComputedStyle(e).color).slice(0, 3)), lum(background(e))];
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) low.push(`${e.tagName}#${e.id}.${e.className}: ${ratio.toFixed(2)}`);
+  }
+  return low;
+}"""
+UNLABELLED = """() => Array.from(document.querySelectorAll('input, select, textarea'))
+  .filter((e) => e.labels.length === 0 && !e.getAttribute('aria-label')).map((e) => e.id)"""
+
+
+def test_every_field_is_labelled_and_all_text_has_contrast(page: Any, gateway: str):
+    open_page(page, gateway)
+    fill(page)
+    press(page, "#decide")
+    press(page, "#parity")
+    assert page.evaluate(UNLABELLED) == []
+    assert page.evaluate(CONTRAST) == []  # WCAG AA: at least 4.5:1 for every visible text
+    page.click("#tab-structured")
+    assert page.evaluate(CONTRAST) == []
