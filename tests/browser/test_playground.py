@@ -239,7 +239,10 @@ def test_the_hash_pieces_match_independent_implementations(page: Any, gateway: s
 
 def test_an_invalid_request_shows_the_servers_message(page: Any, gateway: str):
     open_page(page, gateway)
-    fill(page, options="")
+    fill(page)
+    press(page, "#decide")
+    assert page.is_visible("#result")
+    page.fill("#options", "")
     press(page, "#decide")
     refusal = systemone(gateway, body({"type": "choice", "instructions": QUESTION, "criteria": {}}))
     assert refusal.status_code == 422

@@ -371,7 +371,13 @@ async function busy(statusText, work) {
 async function decide() {
   const body = decisionBody({ x_strata: { trace: true } });
   $("request-json").textContent = JSON.stringify(body, null, 2);
-  const reply = await call("POST", "/v1/systemone", body);
+  let reply;
+  try {
+    reply = await call("POST", "/v1/systemone", body);
+  } catch (error) {
+    $("result").hidden = true; // no answer of an earlier request beside this refusal
+    throw error;
+  }
   const hash = await replyHash(reply);
   last = { body, reply, hash };
   if (!serverInfo) await loadServerInfo();
