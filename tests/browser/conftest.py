@@ -83,7 +83,7 @@ def page(browser: Any) -> Iterator[Any]:
     """A fresh tab (own session storage) at desktop size; console errors in `page.errors`."""
     context = browser.new_context(viewport={"width": 1200, "height": 900})
     tab = context.new_page()
-    tab.set_default_timeout(180_000)
+    tab.set_default_timeout(600_000)  # a loaded 2-core host can take minutes per request
     tab.errors = []
     tab.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
     tab.on("pageerror", lambda e: tab.errors.append(f"uncaught: {e}"))
