@@ -126,6 +126,11 @@ def trickle(
     return f"still open after {give_up_s:.0f} s", 0
 
 
+def idle(seconds: float) -> tuple[str, int]:
+    time.sleep(seconds)
+    return "-", 0
+
+
 def nested_schema(levels: int) -> str:
     schema = '{"type": "string"}'
     for _ in range(levels // 2):
@@ -140,6 +145,7 @@ def request_rows() -> list[tuple[str, Callable[[str], tuple[str, int]]]]:
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
     )
     return [
+        ("idle (no request, 2 s): the machine's own noise", lambda u: idle(2.0)),
         ("/tokenize, 9.9 MB prompt", lambda u: post(u, "/tokenize", {"prompt": "hello world " * 825_000})),
         (
             "/tokenize, 960 KB prompt (under the limit)",
