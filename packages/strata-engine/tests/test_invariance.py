@@ -177,11 +177,15 @@ def test_seeded_sampling_is_batch_invariant(engines):
     assert run_batch(engine, [*fillers[:3], sampled, *fillers[3:]])[3] == alone
 
 
-def test_preemption_under_memory_pressure_recomputes_identically(model_path):
+def test_preemption_under_memory_pressure_recomputes_identically(model_path, monkeypatch):
     """A KV budget too small for all requests at once: sequences are preempted and recomputed,
     every request still finishes, and its bits equal a run with plenty of memory."""
     roomy = _engine(model_path, True, parallel=8)
     tight = _engine(model_path, True, parallel=8, kv_cache_mb=1, ctx_size=256)
+    preempted = []
+    preempt = tight.scheduler._preempt
+    monkeypatch.setattr(tight.scheduler, "_preempt", lambda seq: (preempted.append(seq), preempt(seq)))
     requests = [_request(roomy, p, max_tokens=24, echo=False, ignore_eos=True) for p in PROMPTS[:8]]
     assert tight.blocks.num_blocks * tight.blocks.block_size < sum(len(r.prompt_ids) + 24 for r in requests)
     assert run_batch(tight, requests) == run_batch(roomy, requests)
+    assert preempted, "no sequence was preempted: the run never met the memory pressure it tests"

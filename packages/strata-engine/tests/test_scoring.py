@@ -94,7 +94,10 @@ def test_chunked_prefill_and_other_requests_change_no_bits(model_path: Path, fre
     assert [s.num_cached_tokens for s in chunked[1:]] == [shared] * (len(WORDS) - 1)
 
 
-def test_totals_and_renormalised_values_match_float64(fresh: LLMEngine) -> None:
+def test_totals_and_renormalised_values_are_float64_sums_of_the_echo_rows(fresh: LLMEngine) -> None:
+    """A candidate's total is the float64 sum of its rows when echoed alone, and the renormalised
+    values are those totals' log-softmax (the rows themselves meet the float64 reference
+    forward in test_real_model.py)."""
     tok = fresh.tokenizer
     prompt_ids = tok.encode(PROMPT)
     candidates = [continuation_ids(tok, PROMPT, word) for word in WORDS]
