@@ -267,3 +267,54 @@ def test_a_disconnect_cancels_a_non_streamed_generation(make_engine, wait_until)
         assert engine.active == 0 and engine.cancelled == 0
 
     asyncio.run(run())
+
+
+# ------------------------------------------------ documented refusals (docs/DETAILS.md)
+
+CHAT = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+
+
+@pytest.mark.parametrize("key", ["messages", "add_generation_prompt", "chat_template"])
+def test_chat_template_kwargs_may_not_set_the_servers_variables(client, key) -> None:
+    body = {**CHAT, "chat_template_kwargs": {key: "x"}}
+    error = assert_envelope(client.post("/v1/chat/completions", json=body), 400)
+    assert error["param"] == "chat_template_kwargs" and key in error["message"]
+    extra = {**CHAT, "chat_template_kwargs": {"unused_variable": 1}}  # any other name is passed on
+    assert client.post("/v1/chat/completions", json=extra).status_code == 200
+
+
+def test_chat_logprob_token_ids_with_allowed_token_ids_is_a_400(client) -> None:
+    body = {**CHAT, "logprobs": True, "logprob_token_ids": [97], "allowed_token_ids": [97, 98]}
+    error = assert_envelope(client.post("/v1/chat/completions", json=body), 400)
+    assert error["param"] == "logprob_token_ids"
+    alone = {**CHAT, "logprobs": True, "logprob_token_ids": [97]}
+    assert client.post("/v1/chat/completions", json=alone).status_code == 200
+
+
+def test_best_of_other_than_n_is_refused(client) -> None:
+    error = assert_envelope(client.post("/v1/completions", json={"prompt": "x", "best_of": 2}), 400)
+    assert (error["param"], error["code"]) == ("best_of", "unsupported")
+    same = {"prompt": "x", "best_of": 2, "n": 2, "max_tokens": 1}
+    assert client.post("/v1/completions", json=same).status_code == 200
+
+
+def test_a_prompt_over_max_prompt_tokens_is_prompt_too_long(engine) -> None:
+    with TestClient(create_app(engine, ServerSettings(max_prompt_tokens=3))) as c:
+        error = assert_envelope(c.post("/v1/completions", json={"prompt": "abcd", "max_tokens": 1}), 400)
+        assert (error["param"], error["code"]) == ("prompt", "prompt_too_long")
+        assert c.post("/v1/completions", json={"prompt": "abc", "max_tokens": 1}).status_code == 200
+
+
+def test_a_wrong_key_is_invalid_api_key(engine) -> None:
+    with TestClient(create_app(engine, ServerSettings(api_key="sekrit"))) as c:
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "sekrit"}):
+            error = assert_envelope(c.post("/v1/completions", json={"prompt": "x"}, headers=headers), 401)
+            assert error["code"] == "invalid_api_key"
+
+
+def test_a_draining_server_answers_503_with_connection_close(client) -> None:
+    client.app.state.ctx.drain.draining = True
+    reply = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+    assert assert_envelope(reply, 503)["code"] == "shutting_down"
+    assert reply.headers["connection"] == "close"  # the client reconnects elsewhere
+    assert client.get("/health").status_code == 503 and client.get("/metrics").status_code == 200
