@@ -69,14 +69,29 @@ def test_two_ranks_give_the_same_bits_alone_and_under_load(
     assert health["status"] == "ok"
 
 
-def test_a_dead_rank_fails_loudly_and_does_not_hang(tp_server: tuple[ServerProcess, list[Any]]) -> None:
-    """Runs last on the module's server: it kills the worker rank."""
-    server, workers = tp_server
+def test_a_dead_rank_fails_loudly_and_does_not_hang() -> None:
+    """On a server of its own (it kills the worker rank), so no test depends on running after it."""
+    with tensor_parallel_server(2, *ARGS) as (server, workers):
+        _kill_a_rank_mid_request(server, workers)
+
+
+def _running(url: str) -> bool:
+    """Whether /metrics shows a request in the engine's running batch."""
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("strata:num_requests_running"):
+            return float(line.rsplit(" ", 1)[1]) >= 1
+    raise AssertionError("strata:num_requests_running not in /metrics")
+
+
+def _kill_a_rank_mid_request(server: ServerProcess, workers: list[Any]) -> None:
     reply: list[httpx.Response] = []
     long = {"prompt": "Write a long story.", "max_tokens": 2000, "ignore_eos": True, "temperature": 0}
     thread = threading.Thread(target=lambda: reply.append(complete(server.url, long)))
     thread.start()
-    time.sleep(1.0)  # the request is generating
+    deadline = time.monotonic() + FAILURE_WITHIN_S
+    while not _running(server.url):  # polled: the kill must land mid-request
+        assert time.monotonic() < deadline and thread.is_alive(), "the long request never ran"
+        time.sleep(0.05)
     workers[0].send_signal(signal.SIGKILL)
     started = time.monotonic()
     thread.join(FAILURE_WITHIN_S)
