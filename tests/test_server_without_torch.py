@@ -2,11 +2,16 @@
 
 Importing torch costs over a second and about 200 MB; the native path needs none of it. The
 server process's memory map is read from /proc: no torch library may be mapped, while it
-serves scored, sampled, structured and chat requests (every path a request can take).
+serves scored, sampled, structured and chat requests (every path a request can take), and
+its scored reply carries the golden bits: the digest below was taken from the native kernels
+(the same on every kernel target and thread count, as strata-engine's test_golden.py proves
+for the full-vocabulary rows), so a server without torch that took another path fails here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -18,6 +23,23 @@ from strata_server.launch import server_process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
 TORCH_FILES = re.compile(r"/torch/|libtorch")  # the package's directory, its shared libraries
+GOLDEN_PROMPT = "<|im_start|>user\nIs the sky blue? Answer Yes or No.<|im_end|>\n<|im_start|>assistant\n"
+GOLDEN_BODY = {"prompt": GOLDEN_PROMPT, "max_tokens": 4, "echo": True, "logprobs": 5, "temperature": 0}
+# sha256 of the reply's tokens, token logprobs and top-5 lists (floats as exact hex); update
+# only with a deliberate change of the arithmetic (test_golden.py's hashes change with it)
+GOLDEN_DIGEST = "1a86ea8483cbd88d6c3e1a2e34ea60e21af95d9041658cd634fb3140f5c0dcb8"
+
+
+def logprobs_digest(lp: dict) -> str:
+    exact = [
+        lp["tokens"],
+        [None if v is None else float(v).hex() for v in lp["token_logprobs"]],
+        [
+            None if t is None else sorted((k, float(v).hex()) for k, v in t.items())
+            for t in lp["top_logprobs"]
+        ],
+    ]
+    return hashlib.sha256(json.dumps(exact).encode()).hexdigest()
 
 
 def torch_mapped(maps: Path) -> list[str]:
@@ -69,4 +91,7 @@ def test_native_server_serves_every_path_without_loading_torch() -> None:
             )
             assert structured.status_code == 200, structured.text
             assert structured.json()["choices"][0]["message"]["content"] in ('"red"', '"blue"')
+            golden = http.post("/completions", json=GOLDEN_BODY)
+            assert golden.status_code == 200, golden.text
+            assert logprobs_digest(golden.json()["choices"][0]["logprobs"]) == GOLDEN_DIGEST
         assert torch_mapped(maps) == []  # after serving
