@@ -306,3 +306,19 @@ def test_engine_refuses_structured_with_allowed_ids(tiny_engine: LLMEngine) -> N
     with pytest.raises(RequestError) as err:
         tiny_engine.check(Request((1,), sampling))
     assert err.value.param == "sampling.allowed_token_ids"
+
+
+def test_the_vocabulary_is_built_at_load_not_by_the_first_structured_request(tmp_path, monkeypatch) -> None:
+    """llguidance's vocabulary holds the GIL for up to seconds: building it on the first
+    structured request stalls every other route, so the engine builds it while it loads."""
+    path = write_tiny_model(tmp_path / "model.gguf", TINY_SPECS[0], seed=3)
+    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, parallel=1)
+    assert engine.guides.loaded
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a request built llguidance's vocabulary")
+
+    monkeypatch.setattr("strata_engine.structured.vocabulary", refuse)
+    prompt = tuple(engine.tokenizer.encode("the cat is", add_special=False))
+    text = "".join(s.text for s in steps(engine.generate(structured_request(prompt, seed=1))))
+    assert re.fullmatch(PATTERN, text), text

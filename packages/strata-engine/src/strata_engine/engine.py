@@ -100,6 +100,7 @@ class LLMEngine:
         )
         self.vocab_size = self.model.embedding.out_features  # == cfg.vocab_size (check_shapes)
         self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
+        self.guides.load()  # llguidance's vocabulary holds the GIL: built before ready, not on a request
         per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)

@@ -188,7 +188,7 @@ class Guide:
 
 
 class Guides:
-    """Makes each sequence's `Guide` over one model's vocabulary, built on first use.
+    """Makes each sequence's `Guide` over one model's vocabulary, built by `load()` or on first use.
 
     A grammar is validated once and compiled once however many sequences use it (`n` > 1):
     the last few are remembered, and each sequence gets a copy of the compiled matcher.
@@ -204,6 +204,16 @@ class Guides:
         self._lock = threading.Lock()
         self._checked: OrderedDict[str, str] = OrderedDict()  # grammar -> error ("" when valid)
         self._compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+
+    def load(self) -> None:
+        """Build llguidance's vocabulary now. It holds the GIL for 0.3 s to over a second, so
+        the engine calls this while it loads: no request (and no `/health` poll) waits on it."""
+        _ = self.vocab
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the vocabulary is built (so no request will build it)."""
+        return self._vocab is not None
 
     @property
     def vocab(self) -> llguidance.LLTokenizer:
