@@ -1,6 +1,6 @@
 """Replay hostile inputs against a live strata-server and report what each one did.
 
-    python bench/hostile.py [--model default] [--skip-models]
+    python bench/hostile.py [--model default] [--skip-models] [--row TEXT ...]
 
 Starts `strata-server` on the model (a free port on 127.0.0.1) and sends each hostile request
 of the table in docs/server.md#limits while another thread polls `/health`; prints, per row,
@@ -273,10 +273,12 @@ def request_rows() -> list[tuple[str, Callable[[str], tuple[str, int]]]]:
     ]
 
 
-def run_requests(model: str) -> list[Row]:
+def run_requests(model: str, only: list[str] | None = None) -> list[Row]:
+    """Each request row (those whose name contains one of `only`, when given) on one fresh server."""
     rows = []
+    chosen = [(n, s) for n, s in request_rows() if not only or any(text in n for text in only)]
     with server_process("--model", model, "--parallel", "2", "--log-level", "warning") as server:
-        for name, send in request_rows():
+        for name, send in chosen:
             with HealthPoller(server.url) as poller:
                 status, size = send(server.url)
             rows.append(Row(name, status, size, poller.worst * 1000, alive(server.url)))
@@ -380,9 +382,12 @@ def main() -> None:
     )
     parser.add_argument("--model", default="default")
     parser.add_argument("--skip-models", action="store_true", help="only the request rows")
+    parser.add_argument(
+        "--row", action="append", help="only the request rows whose name contains this text (repeatable)"
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, port {free_port()} free; requests against --model {args.model}")
-    run_requests(args.model)
+    run_requests(args.model, args.row)
     if not args.skip_models:
         run_model_rows(args.model)
 

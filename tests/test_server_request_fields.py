@@ -108,6 +108,29 @@ def test_special_tokens_are_skipped_by_default(server_url: str, route: str, stre
     assert spaced["text"] == kept  # special-token texts are concatenated either way (see DETAILS)
 
 
+@pytest.mark.parametrize("spaces", [True, False])
+def test_special_tokens_meet_their_neighbours_without_spaces(server_url: str, spaces: bool) -> None:
+    """vLLM's detokenizer for a fast (tokenizers) vocabulary, which every GGUF vocabulary is,
+    writes an added token's text with no space around it; `spaces_between_special_tokens=false`
+    only drops a space its decoder would put between two of them. So with either value the
+    text is the tokens' own strings end to end: a space next to a special token is a bug."""
+    body = body_for(
+        "completions",
+        prompt="<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+        max_tokens=40,
+        ignore_eos=True,
+        logprobs=0,
+        skip_special_tokens=False,
+        spaces_between_special_tokens=spaces,
+    )
+    response = post(server_url, "completions", body)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    tokens = choice["logprobs"]["tokens"]
+    assert any(token in SPECIALS for token in tokens)  # past the end of turn: control tokens
+    assert choice["text"] == "".join(tokens)
+
+
 def test_truncate_prompt_tokens_keeps_the_last_tokens(server_url: str) -> None:
     ids = httpx.post(f"{server_url}/tokenize", json={"prompt": STORY}).json()["tokens"]
     keep = 5
