@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strata_engine.api import RequestError
+from strata_engine.api import RequestError, SamplingParams
 from strata_engine.checks import check_request
 from strata_server.checks import (
     Limits,
@@ -113,9 +113,9 @@ def test_top_n_forms() -> None:
     assert resolve_top_n(0, None, "logprobs") == 0
 
 
-def plan(**kwargs) -> Plan:
+def plan(allowed_ids: tuple[int, ...] | None = None, **kwargs) -> Plan:
     base = {"prompts": [[1, 2, 3]], "max_tokens": 5}
-    base.update(kwargs)
+    base.update({"sampling": SamplingParams(allowed_token_ids=allowed_ids)}, **kwargs)
     return Plan(**base)
 
 
@@ -141,7 +141,7 @@ def test_allowed_ids_raise_the_cap_to_their_count() -> None:
         ({"prompts": [[1, -3]]}, "prompt", -3),
         ({"allowed_ids": (4, 5000)}, "allowed_token_ids", 5000),
         ({"top_n": 1, "named_ids": (99999,)}, "logprob_token_ids", 99999),
-        ({"stop_token_ids": (1234,)}, "stop_token_ids", 1234),
+        ({"sampling": SamplingParams(stop_token_ids=(1234,))}, "stop_token_ids", 1234),
     ],
 )
 def test_ids_outside_the_vocabulary_are_named(kwargs: dict, param: str, bad_id: int) -> None:

@@ -6,7 +6,7 @@ import math
 
 import msgspec
 
-from strata_engine.api import LogprobRow, PromptScores, Step
+from strata_engine.api import LogprobRow, PromptScores, SamplingParams, Step
 from strata_engine.text_stream import decode_spans
 from strata_server.formatting import (
     ChoiceTally,
@@ -22,9 +22,9 @@ from strata_server.plan import Plan
 from strata_server.protocol import encode
 
 
-def plan(**kwargs) -> Plan:
+def plan(allowed_ids: tuple[int, ...] | None = None, **kwargs) -> Plan:
     base = {"prompts": [[104, 105]], "max_tokens": 3, "top_n": 2}
-    base.update(kwargs)
+    base.update({"sampling": SamplingParams(allowed_token_ids=allowed_ids)}, **kwargs)
     return Plan(**base)
 
 

@@ -8,9 +8,9 @@ per returned choice, asking the engine for exactly the listing the response show
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from strata_engine.api import LogprobParams, Request, SamplingParams, StructuredSpec
+from strata_engine.api import LogprobParams, Request, SamplingParams
 from strata_server.checks import (
     Limits,
     check_best_of,
@@ -33,46 +33,41 @@ SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted s
 
 @dataclass(frozen=True)
 class Plan:
-    """A checked request: prompts as ids plus generation and logprob options.
+    """A checked request: prompts as ids, the engine's `SamplingParams` and the wire-only fields.
 
-    `top_n` None means no logprobs at all. `allowed_ids` restricts sampling; with
-    `renormalize` (chat) its values are renormalised over the set, without it (completions)
-    the listing shows the allowed ids' raw full-vocabulary values. `named_ids` are
-    vLLM's `logprob_token_ids`: raw values reported at every position. Penalties and
-    `logit_bias` change the draw only; reported values stay raw.
+    `sampling` is every choice's sampling, except `max_tokens` and `seed`, which
+    `engine_requests` sets per choice (`max_tokens` None: what the context has left; choice
+    i draws with seed + i). Penalties and `logit_bias` change the draw only; reported values
+    stay raw. The logprob fields are the wire's forms, which the responses render;
+    `logprob_params` turns them into the engine's `LogprobParams`. `top_n` None means no
+    logprobs at all. With `allowed_token_ids` and `renormalize` (chat) the listed values are
+    renormalised over the set, without it (completions) they are the allowed ids' raw
+    full-vocabulary values. `named_ids` are vLLM's `logprob_token_ids`: raw values
+    reported at every position.
     """
 
     prompts: list[list[int]]
     max_tokens: int | None
     n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    include_stop: bool = False
-    skip_special: bool = True
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: tuple[tuple[int, float], ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     top_n: int | None = None
     prompt_top_n: int | None = None  # vLLM's `prompt_logprobs` (None: not asked)
-    allowed_ids: tuple[int, ...] | None = None
-    structured: StructuredSpec | None = None  # the output's grammar (masks the draw only)
     named_ids: tuple[int, ...] = ()
     echo: bool = False
     renormalize: bool = False
     as_token_ids: bool = False
     ids_param: str = "prompt"
     top_n_param: str = "logprobs"
-    structured_param: str = "response_format"  # the wire field of `structured`
+    structured_param: str = "response_format"  # the wire field of `sampling.structured`
 
     @property
     def num_choices(self) -> int:
         return len(self.prompts) * self.n
+
+    @property
+    def allowed_ids(self) -> tuple[int, ...] | None:
+        """`allowed_token_ids`: they restrict the draw and shape the logprob listing."""
+        return self.sampling.allowed_token_ids
 
 
 def checked_plan(
@@ -113,23 +108,25 @@ def checked_plan(
         prompts=truncate_prompts(prompts(), body.truncate_prompt_tokens, limits.ctx_size),
         max_tokens=max_tokens,
         n=body.n,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=body.seed,
-        stop=normalize_stop(body.stop, limits.request),
-        stop_token_ids=tuple(body.stop_token_ids or ()),
-        ignore_eos=body.ignore_eos,
-        min_tokens=body.min_tokens,
-        include_stop=body.include_stop_str_in_output,
-        skip_special=body.skip_special_tokens,
-        presence_penalty=presence,
-        frequency_penalty=frequency,
-        logit_bias=bias,
+        sampling=SamplingParams(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=body.seed,
+            stop=normalize_stop(body.stop, limits.request),
+            stop_token_ids=tuple(body.stop_token_ids or ()),
+            ignore_eos=body.ignore_eos,
+            allowed_token_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
+            structured=structured,
+            min_tokens=body.min_tokens,
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            skip_special_tokens=body.skip_special_tokens,
+            presence_penalty=presence,
+            frequency_penalty=frequency,
+            logit_bias=bias,
+        ),
         top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
         prompt_top_n=check_prompt_logprobs(body.prompt_logprobs, body.stream, limits),
-        allowed_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
-        structured=structured,
         named_ids=unique_ids(body.logprob_token_ids or ()),
         echo=echo,
         renormalize=renormalize,
@@ -191,23 +188,10 @@ def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = No
     return [
         Request(
             prompt_ids=tuple(prompt),
-            sampling=SamplingParams(
+            sampling=replace(
+                plan.sampling,
                 max_tokens=max_new_tokens(plan, len(prompt), ctx_size, max_tokens_limit),
-                temperature=plan.temperature,
-                top_p=plan.top_p,
-                top_k=plan.top_k,
-                seed=choice_seed(plan.seed, i),
-                stop=plan.stop,
-                stop_token_ids=plan.stop_token_ids,
-                ignore_eos=plan.ignore_eos,
-                allowed_token_ids=plan.allowed_ids,
-                structured=plan.structured,
-                min_tokens=plan.min_tokens,
-                include_stop_str_in_output=plan.include_stop,
-                skip_special_tokens=plan.skip_special,
-                presence_penalty=plan.presence_penalty,
-                frequency_penalty=plan.frequency_penalty,
-                logit_bias=plan.logit_bias,
+                seed=choice_seed(plan.sampling.seed, i),
             ),
             logprobs=lp,
         )
