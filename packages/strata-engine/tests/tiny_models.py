@@ -151,11 +151,13 @@ def write_tiny_model(
     seed: int = 0,
     overrides: dict[str, QT] | None = None,
     chat_template: str | None = None,
+    scales: dict[str, float] | None = None,
 ) -> Path:
     """Write `spec` as a GGUF file at `path`; weights are random (seeded).
 
     `overrides` forces the type of named 2-D weights (to write a type the engine must refuse);
-    `chat_template` is stored as `tokenizer.chat_template` (none by default).
+    `chat_template` is stored as `tokenizer.chat_template` (none by default); `scales`
+    multiplies named tensors' values (e.g. denormal embeddings).
     """
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), spec.arch)
@@ -180,10 +182,12 @@ def write_tiny_model(
     def matrix(name: str, rows: int, cols: int, std: float) -> None:
         qtype = next(types)
         qtype = (overrides or {}).get(name, qtype)
-        add_weight(writer, name, rng.normal(0.0, std, size=(rows, cols)), qtype, rng)
+        values = rng.normal(0.0, std, size=(rows, cols)) * (scales or {}).get(name, 1.0)
+        add_weight(writer, name, values, qtype, rng)
 
     def vec(name: str, n: int, center: float, std: float) -> None:
-        writer.add_tensor(name, (center + rng.normal(0.0, std, size=n)).astype(np.float32))
+        values = (center + rng.normal(0.0, std, size=n)) * (scales or {}).get(name, 1.0)
+        writer.add_tensor(name, values.astype(np.float32))
 
     q_out, kv_out = N_HEADS * spec.head_dim, N_KV_HEADS * spec.head_dim
     matrix("token_embd.weight", VOCAB_SIZE, HIDDEN, 0.15)

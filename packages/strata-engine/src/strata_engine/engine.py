@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,11 @@ class LLMEngine:
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
         self.ops = make_ops(kernels, device, num_threads)
+        # IEEE default float modes around each step, whatever other code in the process set
+        # (the native kernels' NativeOps.ieee_floats; other ops run as the process is)
+        self._float_modes: Callable[[], AbstractContextManager[None]] = getattr(
+            self.ops, "ieee_floats", nullcontext
+        )
         self.tp = tensor_parallel  # this rank's place; see tensor_parallel.py
         self.failure: EngineUnavailable | None = None  # set when a rank is lost: nothing runs any more
         # the tokenizer is built beside the weights: reading them mostly waits on page faults,
@@ -171,6 +178,10 @@ class LLMEngine:
 
     # -- the step -------------------------------------------------------------------------
     def step(self) -> None:
+        with self._float_modes():  # the step's sampling and listing too: they read floats
+            self._step()
+
+    def _step(self) -> None:
         for seq in [s for s in (*self.scheduler.running, *self.scheduler.waiting) if s.aborted]:
             self._finish(seq)
         work = self.scheduler.schedule()
@@ -277,7 +288,8 @@ class LLMEngine:
 
     def follow(self) -> None:
         """Ranks other than 0: run rank 0's steps until it stops (it runs the scheduler)."""
-        self.runner.follow()
+        with self._float_modes():
+            self.runner.follow()
 
     def close(self) -> None:
         """Release the other ranks (they exit) and leave the process group."""

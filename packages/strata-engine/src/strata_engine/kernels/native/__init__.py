@@ -30,6 +30,7 @@ HEADERS = (
     HERE / "q8.h",
     HERE / "limb.h",
     HERE / "kquant_layout.h",
+    HERE / "fpmode.h",
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is kernels.c's

@@ -8,6 +8,8 @@ on the native kernels never imports torch (which would cost over a second of sta
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -35,6 +37,19 @@ class NativeOps:
         self.limbs = limbs
         self.name = f"native-{self.target}" + (f"-limb{limbs}" if limbs else "-q8" if q8 else "")
         self.threads = num_threads
+
+    @contextmanager
+    def ieee_floats(self) -> Iterator[None]:
+        """Run the block (one engine step) with IEEE default float modes on this thread and on
+        the kernels' worker threads, then give this thread its own modes back: flush-to-zero or
+        denormals-are-zero set by other code in the process (torch.set_flush_denormal) would
+        otherwise change the kernels' bits (native/fpmode.h)."""
+        saved = self.lib.strata_fp_ieee(self.threads)
+        try:
+            yield
+        finally:
+            if saved:
+                self.lib.strata_fp_restore(saved)
 
     def pack(self, w: Weight) -> Weight:
         if not self.q8 or not self.lib.strata_q8_supported(w.kernel_type):

@@ -752,3 +752,4 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
 
 #include "q8.h" /* the opt-in 8-bit-activation kernels */
 #include "limb.h" /* activations as exact integer limbs, on q8's packed weights */
+#include "fpmode.h" /* the IEEE default modes, set around each step */

@@ -78,4 +78,9 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
 void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                         const float *bias, float *y, int nthreads, int limbs);
 
+/* fpmode.h: the IEEE default floating-point modes the kernels assume, set around each step */
+int strata_fp_mode(void);
+int strata_fp_ieee(int nthreads);
+void strata_fp_restore(int mode);
+
 #endif
