@@ -111,21 +111,6 @@ def test_type_codes_are_the_ggml_ids_and_the_packed_flag_is_apart() -> None:
     }
 
 
-def test_the_gpu_kernels_use_the_same_type_codes() -> None:
-    pytest.importorskip("triton")
-    from strata_engine.kernels.triton import dequant
-
-    assert tuple(NATIVE_TYPES.values()) == (
-        dequant.F32,
-        dequant.Q4_0,
-        dequant.Q4_1,
-        dequant.Q8_0,
-        dequant.Q4_K,
-        dequant.Q5_K,
-        dequant.Q6_K,
-    )
-
-
 def _syntax_check(source: Path, flags: list[str], include: Path) -> subprocess.CompletedProcess[str]:
     cc, _ = native.compiler()
     cmd = [cc, "-fsyntax-only", "-std=c11", "-Werror=missing-prototypes", f"-I{include}", *flags, str(source)]

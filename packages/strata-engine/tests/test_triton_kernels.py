@@ -24,6 +24,7 @@ from triton_setup import DEVICE, on, same_bits
 from strata_engine.kernels.base import AttentionMeta, RopeTable
 from strata_engine.kernels.triton import activation, attention, logprobs, matmul, norm, rope
 from strata_engine.kernels.triton.stored import from_gguf
+from strata_engine.kernels.weights import NATIVE_TYPES
 
 QTYPES = (QT.F32, QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 
@@ -183,3 +184,18 @@ def test_log_softmax(rows, vocab):
     assert y.dtype == torch.float32
     assert (y.double() - logprobs.log_softmax_reference(x)).abs().max() < 2e-6
     assert same_bits(logprobs.log_softmax(on(x[-1:])), y[-1:])
+
+
+def test_the_gpu_kernels_use_the_c_headers_type_codes() -> None:
+    """The Triton kernels write GGML type codes as literals: they must be the C header's."""
+    from strata_engine.kernels.triton import dequant
+
+    assert tuple(NATIVE_TYPES.values()) == (
+        dequant.F32,
+        dequant.Q4_0,
+        dequant.Q4_1,
+        dequant.Q8_0,
+        dequant.Q4_K,
+        dequant.Q5_K,
+        dequant.Q6_K,
+    )
