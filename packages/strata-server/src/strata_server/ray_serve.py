@@ -54,9 +54,6 @@ REPLICA_HEADER = b"x-strata-replica"  # which replica answered (tests, benchmark
 BOARD_NAMESPACE = "strata"
 METRICS_PUSH_S = 1.0  # how often a replica publishes its /metrics text
 METRICS_MAX_AGE_S = 5.0  # older texts belong to replicas that are gone
-# One byte past Litestar's default request_max_body_size: a larger body reaches the replica's
-# app just too large, and the app answers its own 413, as the single server does.
-MAX_FORWARDED_BODY = 10_000_000 + 1
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024  # request bodies and replies are small
 # Route by prefix only when a replica has seen at least half of the prompt; below that the
 # emptier replica takes it. Ray's default (10%) lets a shared template plus a token or two of
@@ -235,7 +232,10 @@ class StrataIngress:
         if scope["path"] == "/metrics" and scope["method"] == "GET":
             await _reply(send, 200, (await self.metrics()).encode(), b"text/plain; version=0.0.4")
             return
-        request = ForwardedRequest.of(scope, await _read_body(receive), headers)
+        # One byte past the app's body limit (--max-body-bytes): a larger body reaches the
+        # replica's app just too large, and the app answers its own 413, as the single server does.
+        body = await _read_body(receive, self.options.settings.limits.max_body_bytes + 1)
+        request = ForwardedRequest.of(scope, body, headers)
         if scope["path"] == "/health" and scope["method"] == "GET":
             await self.health(request, send)
             return
@@ -337,10 +337,11 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive, most: int) -> bytes:
+    """The request's body, cut at `most` bytes."""
     chunks: list[bytes] = []
     size = 0
-    while size < MAX_FORWARDED_BODY:
+    while size < most:
         message = await receive()
         if message["type"] != "http.request":
             break
@@ -349,7 +350,7 @@ async def _read_body(receive: Receive) -> bytes:
         size += len(chunk)
         if not message.get("more_body", False):
             break
-    return b"".join(chunks)[:MAX_FORWARDED_BODY]
+    return b"".join(chunks)[:most]
 
 
 async def _reply(
