@@ -62,12 +62,15 @@ class Choices:
     async def _events(self) -> AsyncIterator[tuple[int, EngineEvent]]:
         try:
             while True:
+                took = False
                 for index, stream in enumerate(self.streams):
                     for event in stream.take():
+                        took = True
                         yield index, event
                 if all(stream.drained for stream in self.streams):
                     return
-                await self._wakeup.wait()
+                if not took:  # a stream that failed after these events raises on the next take
+                    await self._wakeup.wait()
         finally:
             self.abort()
 
