@@ -46,7 +46,23 @@ def streamed(reply: httpx.Response) -> bool:
 
 IDS = {"logprobs": 0, "return_tokens_as_token_ids": True}  # completions: the first token's id
 
+# vLLM's sampling fields that both request models carry, checked the same way on both routes
+SHARED: dict[str, tuple[dict[str, Any], Check]] = {
+    "use_beam_search": ({"use_beam_search": True}, None),
+    "top_k": ({"top_k": 1, "temperature": 1.0}, ok),
+    "min_p": ({"min_p": 0.1}, None),
+    "repetition_penalty": ({"repetition_penalty": 1.2}, None),
+    "length_penalty": ({"length_penalty": 2.0}, None),
+    "stop_token_ids": ({"stop_token_ids": [ID], "allowed_token_ids": [ID]}, lambda r: choice(r)["finish_reason"] == "stop"),
+    "include_stop_str_in_output": ({"include_stop_str_in_output": True}, ok),
+    "ignore_eos": ({"ignore_eos": True}, ok),
+    "min_tokens": ({"min_tokens": 1}, ok),
+    "skip_special_tokens": ({"skip_special_tokens": False}, ok),
+    "spaces_between_special_tokens": ({"spaces_between_special_tokens": False}, ok),
+}  # fmt: skip
+
 COMPLETION: dict[str, tuple[dict[str, Any], Check]] = {
+    **SHARED,
     "model": ({}, ok),  # the served name, filled in below
     "prompt": ({"prompt": "Hello"}, ok),
     "prompt_embeds": ({"prompt_embeds": "AAAA"}, None),
@@ -66,17 +82,6 @@ COMPLETION: dict[str, tuple[dict[str, Any], Check]] = {
     "temperature": ({"temperature": 0.5}, ok),
     "top_p": ({"top_p": 0.5}, ok),
     "user": ({"user": "someone"}, ok),  # end-user id: metadata, no effect on the reply (as OpenAI's)
-    "use_beam_search": ({"use_beam_search": True}, None),
-    "top_k": ({"top_k": 1, "temperature": 1.0}, ok),
-    "min_p": ({"min_p": 0.1}, None),
-    "repetition_penalty": ({"repetition_penalty": 1.2}, None),
-    "length_penalty": ({"length_penalty": 2.0}, None),
-    "stop_token_ids": ({"stop_token_ids": [ID], "allowed_token_ids": [ID]}, lambda r: choice(r)["finish_reason"] == "stop"),
-    "include_stop_str_in_output": ({"include_stop_str_in_output": True}, ok),
-    "ignore_eos": ({"ignore_eos": True}, ok),
-    "min_tokens": ({"min_tokens": 1}, ok),
-    "skip_special_tokens": ({"skip_special_tokens": False}, ok),
-    "spaces_between_special_tokens": ({"spaces_between_special_tokens": False}, ok),
     "truncate_prompt_tokens": ({"truncate_prompt_tokens": 2}, lambda r: r.json()["usage"]["prompt_tokens"] == 2),
     "allowed_token_ids": ({"allowed_token_ids": [ID], **IDS}, first_token_is(ID)),
     "prompt_logprobs": ({"prompt_logprobs": 1}, lambda r: choice(r)["prompt_logprobs"][0] is None),
@@ -103,6 +108,7 @@ COMPLETION: dict[str, tuple[dict[str, Any], Check]] = {
 CHAT_IDS = {"logprobs": True, "top_logprobs": 0, "return_tokens_as_token_ids": True}
 
 CHAT: dict[str, tuple[dict[str, Any], Check]] = {
+    **SHARED,
     "messages": ({}, ok),
     "model": ({}, ok),
     "frequency_penalty": ({"frequency_penalty": 0.5}, ok),
@@ -127,17 +133,6 @@ CHAT: dict[str, tuple[dict[str, Any], Check]] = {
     "parallel_tool_calls": ({"parallel_tool_calls": True}, None),
     "user": ({"user": "someone"}, ok),
     "best_of": ({"best_of": 1}, ok),
-    "use_beam_search": ({"use_beam_search": True}, None),
-    "top_k": ({"top_k": 1, "temperature": 1.0}, ok),
-    "min_p": ({"min_p": 0.1}, None),
-    "repetition_penalty": ({"repetition_penalty": 1.2}, None),
-    "length_penalty": ({"length_penalty": 2.0}, None),
-    "stop_token_ids": ({"stop_token_ids": [ID], "allowed_token_ids": [ID]}, lambda r: choice(r)["finish_reason"] == "stop"),
-    "include_stop_str_in_output": ({"include_stop_str_in_output": True}, ok),
-    "ignore_eos": ({"ignore_eos": True}, ok),
-    "min_tokens": ({"min_tokens": 1}, ok),
-    "skip_special_tokens": ({"skip_special_tokens": False}, ok),
-    "spaces_between_special_tokens": ({"spaces_between_special_tokens": False}, ok),
     "truncate_prompt_tokens": ({"truncate_prompt_tokens": 3}, lambda r: r.json()["usage"]["prompt_tokens"] == 3),
     "prompt_logprobs": ({"prompt_logprobs": 1}, lambda r: r.json()["prompt_logprobs"][0] is None),
     "allowed_token_ids": ({"allowed_token_ids": [ID], **CHAT_IDS}, first_token_is(ID)),
