@@ -8,7 +8,11 @@ Strata once per vector target this CPU can run (e.g. avx512 and avx2 on an AVX-5
 `--kernels native,native-q8` also runs the opt-in 8-bit-activation kernels.
 
     python bench/bench_engine.py [--threads 2] [--repeat 3] [--targets best|all|avx2,...]
-                                 [--kernels native|native-q8|native,native-q8]
+                                 [--kernels native|native-q8|native,native-q8] [--prompt 512]
+                                 [--json PATH]
+
+After the table: the weights a decode step reads and each side's decode as a share of the
+host's measured read bandwidth (memory_bandwidth.py).
 """
 
 from __future__ import annotations
@@ -155,6 +159,26 @@ def keep_best(best: dict, out: dict) -> None:
         best[key] = min(best[key], value) if key in ("load_s", "peak_rss_mb") else max(best[key], value)
 
 
+def decode_against_bandwidth(path: str, threads: int, results: dict[str, dict]) -> dict:
+    """Each side's batch-1 decode as the rate it reads weights (the GGUF's bytes a token x tokens/s)
+    and as a share of this host's measured read bandwidth (memory_bandwidth.py, same run); prints
+    one line per side and returns the figures for the JSON."""
+    from memory_bandwidth import decode_weight_bytes, read_gbps
+
+    per_token = decode_weight_bytes(path)
+    host = read_gbps(threads)
+    print(
+        f"decode reads {per_token / 1e6:.0f} MB of weights a token; host read bandwidth {host:.1f} GB/s ({threads} threads)"
+    )
+    out: dict = {"weight_bytes_per_token": per_token, "host_read_gbps": host}
+    for side, figures in results.items():
+        if figures.get("decode"):
+            rate = per_token * figures["decode"] / 1e9
+            out[side] = {"gbps": rate, "share": rate / host}
+            print(f"  {side:>18}: {rate:5.1f} GB/s of weights = {rate / host:4.0%} of the host's bandwidth")
+    return out
+
+
 def host_line() -> str:
     """Two lines: the CPU model and the vector flags that decide the kernel target, then the
     llama.cpp build the ratios are against (llama_cpp_line)."""
@@ -207,13 +231,34 @@ def main() -> None:
         "--targets", default="best", help="best, all, or a comma list (avx512,avx2,neon,portable)"
     )
     ap.add_argument("--kernels", default="native", help="native, native-q8, or both (comma list)")
+    ap.add_argument("--prompt", type=int, default=PROMPT_TOKENS, help="prefill length (tokens)")
+    ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side == "strata":
-        print(json.dumps(bench_strata(args.threads, args.repeat, kernels=args.kernels)))
+        print(
+            json.dumps(
+                bench_strata(
+                    args.threads,
+                    args.repeat,
+                    prompt_tokens=args.prompt,
+                    all_logits=args.prompt <= PROMPT_TOKENS,
+                    kernels=args.kernels,
+                )
+            )
+        )
         return
     if args.side == "llama.cpp":
-        print(json.dumps(bench_llama_cpp(args.threads, args.repeat)))
+        print(
+            json.dumps(
+                bench_llama_cpp(
+                    args.threads,
+                    args.repeat,
+                    prompt_tokens=args.prompt,
+                    all_logits=args.prompt <= PROMPT_TOKENS,
+                )
+            )
+        )
         return
     print(host_line())
     results: dict[str, dict[str, float]] = {}
@@ -225,15 +270,16 @@ def main() -> None:
     for _ in range(args.rounds):
         for side, target, kernels in runs:
             env = {**os.environ, **({"STRATA_KERNELS_TARGET": target} if target else {})}
-            side_args = ["--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat)]
+            side_args = ["--side", side, "--threads", str(args.threads), "--repeat", str(args.repeat),
+                         "--prompt", str(args.prompt)]  # fmt: skip
             out = run_side(side, __file__, [*side_args, *(["--kernels", kernels] if kernels else [])], env)
             if out is not None:
                 keep_best(results.setdefault(out.pop("kernels", side), out), out)
     columns = list(results)
     rows = [
         ("load to ready (s)", "load_s"),
-        ("prefill 512, last logits (tok/s)", "prefill_last"),
-        ("prefill 512, all logits (tok/s)", "prefill_all"),
+        (f"prefill {args.prompt}, last logits (tok/s)", "prefill_last"),
+        (f"prefill {args.prompt}, all logits (tok/s)", "prefill_all"),
         ("decode bs=1, 128 tok (tok/s)", "decode"),
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
@@ -243,10 +289,20 @@ def main() -> None:
     )
     print(f"{'metric':36}{header}")
     for label, key in rows:
+        if any(key not in results[c] for c in columns):
+            continue  # every position's logits: measured at the default prompt length only
         ll = results.get("llama.cpp", {}).get(key)
         cells = "".join(f"{results[c][key]:18.2f}" for c in columns)
         ratios = "".join(f"{results[c][key] / ll:18.2f}" if ll else f"{'-':>18}" for c in strata_cols)
         print(f"{label:36}{cells}{ratios}")
+    from strata_engine.model_store import resolve_model
+
+    bandwidth = decode_against_bandwidth(str(resolve_model("default")), args.threads, results)
+    if args.json:
+        record = {"host": host_line(), "threads": args.threads, "prompt_tokens": args.prompt,
+                  "results": results, "decode_bandwidth": bandwidth}  # fmt: skip
+        with open(args.json, "w", encoding="utf-8") as out:
+            out.write(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,15 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from bench_engine import _prompt_ids, bench_llama_cpp, bench_strata, host_line, keep_best, run_side
+from bench_engine import (
+    _prompt_ids,
+    bench_llama_cpp,
+    bench_strata,
+    decode_against_bandwidth,
+    host_line,
+    keep_best,
+    run_side,
+)
 from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
 from gguf import GGMLQuantizationType as QT
 
@@ -324,9 +332,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: 256/64 tokens, one round, one repeat")
     ap.add_argument("--json", default=str(RESULTS / "kquants.json"))
     ap.add_argument("--note", default=NOTE, help="how the figures were taken (in the JSON)")
+    ap.add_argument("--sides", default=",".join(SIDES), help="which sides to run (comma list)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    sides = [s for s in SIDES if s in args.sides.split(",")]
     if args.side:
         side_main(args)
         return
@@ -359,7 +369,7 @@ def main() -> None:
     side_args = ["--model", str(path), "--threads", str(args.threads), "--repeat", str(args.repeat),
                  "--prompt", str(args.prompt), "--decode", str(args.decode)]  # fmt: skip
     for _ in range(args.rounds):  # the sides take turns; each keeps its best figures
-        for side in SIDES:
+        for side in sides:
             out = run_side(side, __file__, ["--side", side, *side_args])
             if out is not None:
                 out.pop("kernels", None)
@@ -370,15 +380,15 @@ def main() -> None:
         (f"decode bs=1, {args.decode} tok (tok/s)", "decode"),
         ("peak RSS (MB)", "peak_rss_mb"),
     ]
-    ours_sides = [side for side in SIDES if side != "llama.cpp"]
+    ours_sides = [side for side in sides if side != "llama.cpp"]
     ratios: dict[str, dict[str, float | None]] = {side: {} for side in ours_sides}
     print(
         f"{'metric':36}"
-        + "".join(f"{side:>13}" for side in SIDES)
+        + "".join(f"{side:>13}" for side in sides)
         + "".join(f"{'/' + side.removeprefix('strata-'):>10}" for side in ours_sides)
     )
     for label, key in rows:
-        values = [results.get(side, {}).get(key) for side in SIDES]
+        values = [results.get(side, {}).get(key) for side in sides]
         theirs = values[-1]
         cells = "".join(f"{v:13.2f}" if v is not None else f"{'-':>13}" for v in values)
         for side, ours in zip(ratios, values, strict=False):
@@ -387,6 +397,7 @@ def main() -> None:
             f"{label:36}{cells}"
             + "".join(f"{r[key]:10.2f}" if r[key] else f"{'-':>10}" for r in ratios.values())
         )
+    bandwidth = decode_against_bandwidth(str(path), args.threads, results)
     record = {
         "note": args.note,
         "host": host_line(),
@@ -399,6 +410,7 @@ def main() -> None:
         "sanity": check,
         "results": results,
         "ratios_strata_over_llama_cpp": ratios,
+        "decode_bandwidth": bandwidth,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
