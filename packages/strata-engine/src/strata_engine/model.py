@@ -50,6 +50,79 @@ class Layer:
     experts: list[tuple[Weight, Weight, Weight]] | None = None  # (gate, up, down) per expert
     post_attn_norm: np.ndarray | None = None  # gemma2/3: on the attention output
     post_ffn_norm: np.ndarray | None = None  # gemma2/3: on the FFN output
+    # q/k/v and gate/up as fused matmuls, for backends that pay per launch (`Ops.fuses_projections`)
+    qkv: tuple[FusedProjection, ...] | None = None
+    gate_up: tuple[FusedProjection, ...] | None = None
+
+
+@dataclass(frozen=True)
+class FusedProjection:
+    """Consecutive projections of one input read by one matmul: their weights' rows stacked (and
+    their biases), packed once. An output depends only on its own weight row, so each member's
+    columns of the result are the bits its own matmul gives."""
+
+    weight: Weight
+    bias: np.ndarray | None
+    widths: tuple[int, ...]  # the members' output features, in order
+
+
+def fuse_projections(
+    weights: list[Weight], biases: list[np.ndarray | None], ops: Ops
+) -> tuple[FusedProjection, ...]:
+    """`weights` (with `biases`) as runs of fused matmuls: consecutive members of one stored type
+    whose biases are all present or all absent share a run (Q4_K_M's Q6_K attn_v stands alone)."""
+    runs: list[list[int]] = []
+    for i, w in enumerate(weights):
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and weights[last].kernel_type == w.kernel_type
+            and weights[last].in_features == w.in_features
+            and (biases[last] is None) == (biases[i] is None)
+        ):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    fused = []
+    for run in runs:
+        members = [weights[i] for i in run]
+        parts = [biases[i] for i in run]
+        bias = None if parts[0] is None else np.concatenate(parts).astype(np.float32)  # type: ignore[arg-type]
+        widths = tuple(w.out_features for w in members)
+        fused.append(FusedProjection(ops.pack(stack_rows(members)), bias, widths))
+    return tuple(fused)
+
+
+def stack_rows(weights: list[Weight]) -> Weight:
+    """The weights' rows one after another as one weight (the inverse of `split_rows`)."""
+    if len(weights) == 1:
+        return weights[0]
+    first = weights[0]
+    name = "+".join(w.name for w in weights)
+    out = sum(w.out_features for w in weights)
+    raw = np.concatenate([w.raw for w in weights])
+    sources = [w.source for w in weights]
+    source = None
+    if first.source is not None and all(s is not None for s in sources):
+        data = np.concatenate([s.data for s in sources if s is not None])
+        source = TensorInfo(name, (out, first.in_features), first.source.qtype, data)
+    return Weight(name, out, first.in_features, first.kernel_type, raw, source)
+
+
+def fused_linear(ops: Ops, x: Array, projections: tuple[FusedProjection, ...]) -> list[Array]:
+    """Each member's output of `projections` applied to `x`, as contiguous arrays."""
+    outs: list[Array] = []
+    for p in projections:
+        y = ops.linear(x, p.weight, p.bias)
+        if len(p.widths) == 1:
+            outs.append(y)
+            continue
+        start = 0
+        for width in p.widths:
+            part = y[:, start : start + width]
+            outs.append(part.contiguous() if hasattr(part, "contiguous") else np.ascontiguousarray(part))
+            start += width
+    return outs
 
 
 def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
@@ -152,10 +225,22 @@ def shard_layer(layer: Layer, cfg: ModelConfig, tp: TensorParallel) -> Layer:
 
 
 def pack_layer(layer: Layer, ops: Ops) -> Layer:
-    """The layer's matmul weights in the form `ops.linear` reads (see `Ops.pack`)."""
+    """The layer's matmul weights in the form `ops.linear` reads (see `Ops.pack`); for a backend
+    that pays per launch (`fuses_projections`), q/k/v and gate/up fused (`fuse_projections`)
+    instead, the members left unpacked (the forward reads only the fused weights)."""
 
     def pack(w: Weight | None) -> Weight | None:
         return None if w is None else ops.pack(w)
+
+    if getattr(ops, "fuses_projections", False) and layer.experts is None:
+        assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
+        return replace(
+            layer,
+            qkv=fuse_projections([layer.wq, layer.wk, layer.wv], [layer.bq, layer.bk, layer.bv], ops),
+            gate_up=fuse_projections([layer.w_gate, layer.w_up], [None, None], ops),
+            wo=ops.pack(layer.wo),
+            w_down=ops.pack(layer.w_down),
+        )
 
     return replace(
         layer,
@@ -317,9 +402,14 @@ class Transformer:
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
-            q = ops.linear(h, layer.wq, layer.bq).reshape(n, cfg.n_heads, cfg.head_dim)
-            k = ops.linear(h, layer.wk, layer.bk).reshape(n, cfg.n_kv_heads, cfg.head_dim)
-            v = ops.linear(h, layer.wv, layer.bv).reshape(n, cfg.n_kv_heads, cfg.head_dim)
+            if layer.qkv is not None:
+                q, k, v = fused_linear(ops, h, layer.qkv)
+            else:
+                q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
+                           ops.linear(h, layer.wv, layer.bv))  # fmt: skip
+            q = q.reshape(n, cfg.n_heads, cfg.head_dim)
+            k = k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+            v = v.reshape(n, cfg.n_kv_heads, cfg.head_dim)
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
@@ -342,7 +432,11 @@ class Transformer:
             else:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
                 assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
-                f = ops.linear(act(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down)
+                if layer.gate_up is not None:
+                    gate, up = fused_linear(ops, h, layer.gate_up)
+                else:
+                    gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
+                f = ops.linear(act(gate, up), layer.w_down)
             f = self.tp.all_reduce(f)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)

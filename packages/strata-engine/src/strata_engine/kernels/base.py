@@ -48,7 +48,9 @@ Array = Any  # a backend's own array: numpy for NativeOps, a torch tensor for To
 
 class Ops(Protocol):
     """What the model calls. `name` says which kernels run (e.g. "native-avx2", "torch");
-    `invariant` whether a row's bits are independent of the rest of the batch."""
+    `invariant` whether a row's bits are independent of the rest of the batch. A backend that
+    pays per launch may also set `fuses_projections = True`: the model then reads q/k/v and
+    gate/up through one matmul each run of same-typed weights (model.FusedProjection)."""
 
     name: str
     invariant: bool
