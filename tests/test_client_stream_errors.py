@@ -102,12 +102,19 @@ def client(server_url: str) -> Iterator[StrataClient]:
         yield client
 
 
-def test_a_streamed_completion_with_echo_and_usage_equals_the_whole_reply(client: StrataClient) -> None:
+@pytest.mark.parametrize("logprobs", [3, None], ids=["with-logprobs", "text-only"])
+def test_a_streamed_completion_with_echo_and_usage_equals_the_whole_reply(
+    client: StrataClient, logprobs: int | None
+) -> None:
+    """Both ways an echo is made: from the prompt's scored rows (with logprobs) and from the
+    prompt's ids before the engine sends anything (without)."""
     body = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0, "echo": True}
-    whole = client.completions.create(**body, logprobs=3)
+    whole = client.completions.create(**body, logprobs=logprobs)
     assert isinstance(whole, Completion)
     chunks = list(
-        client.completions.create(**body, logprobs=3, stream=True, stream_options={"include_usage": True})
+        client.completions.create(
+            **body, logprobs=logprobs, stream=True, stream_options={"include_usage": True}
+        )
     )
     pieces = [chunk.choices[0] for chunk in chunks if chunk.choices]
     usage = [chunk.usage for chunk in chunks if chunk.usage is not None]
@@ -117,6 +124,9 @@ def test_a_streamed_completion_with_echo_and_usage_equals_the_whole_reply(client
     assert pieces[-1].finish_reason == whole.choices[0].finish_reason
     assert usage[0] == whole.usage
     expected = whole.choices[0].logprobs
+    if logprobs is None:
+        assert expected is None and all(piece.logprobs is None for piece in pieces)
+        return
     assert expected is not None
     for field in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
         streamed = [item for piece in pieces for item in getattr(piece.logprobs, field)]

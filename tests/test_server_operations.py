@@ -152,6 +152,7 @@ def test_a_request_past_the_timeout_is_cancelled_and_its_blocks_freed(timeout_ht
 def test_a_client_leaving_a_stream_frees_its_slot_within_a_few_steps(http: httpx.Client) -> None:
     """The engine stops within the step in progress and one more, plus the steps it runs while
     the disconnect travels: bounded here by two /metrics round trips' worth, measured on the spot."""
+    started = metric(http, "strata_engine_steps")
     with http.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as stream:
         lines = first_chunk(stream)
         for _ in range(3):
@@ -159,6 +160,8 @@ def test_a_client_leaving_a_stream_frees_its_slot_within_a_few_steps(http: httpx
         before = metric(http, "strata_engine_steps")
         steps_at_close = metric(http, "strata_engine_steps")
         per_round_trip = steps_at_close - before
+    # the yardstick counts: a prefill step and a decode step at least made the two tokens read
+    assert steps_at_close - started >= 2
     wait_idle(http)
     extra_steps = metric(http, "strata_engine_steps") - steps_at_close
     print(f"disconnect: slot freed after {extra_steps:.0f} more steps ({per_round_trip:.0f} per round trip)")
@@ -193,10 +196,15 @@ def test_request_ids_are_echoed_in_the_reply_and_the_json_log(ops_server, http: 
 
 
 def test_metrics_carry_the_operator_series(http: httpx.Client) -> None:
-    assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).status_code == 200  # its own
-    text = http.get("/metrics").text
+    """Every operator series is there, and the counters move by exactly this test's own reply."""
+    wait_idle(http)  # nothing else adds to the counters meanwhile
     model_name = http.get("/v1/models").json()["data"][0]["id"]
     vllm = {"model_name": model_name, "engine": "0"}  # vLLM's label set
+    before = http.get("/metrics").text
+    reply = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+    assert reply.status_code == 200, reply.text
+    usage, finish = reply.json()["usage"], reply.json()["choices"][0]["finish_reason"]
+    text = http.get("/metrics").text
     for name in (
         "strata:num_requests_waiting",
         "strata:num_requests_running",
@@ -206,13 +214,23 @@ def test_metrics_carry_the_operator_series(http: httpx.Client) -> None:
         "strata:time_to_first_token_seconds_bucket",
         "strata:inter_token_latency_seconds_bucket",
         "strata:e2e_request_latency_seconds_bucket",
-        "strata:request_success_total",
-        "strata:prompt_tokens_total",
-        "strata:generation_tokens_total",
     ):
         assert sample(text, name, **vllm) >= 0
+
+    def moved(name: str, **labels: str) -> float:
+        """How far a counter moved over the reply (a series first made by the reply was 0)."""
+        try:
+            earlier = sample(before, name, **labels)
+        except AssertionError:
+            earlier = 0.0
+        return sample(text, name, **labels) - earlier
+
+    assert moved("strata:prompt_tokens_total", **vllm) == usage["prompt_tokens"] > 0
+    assert moved("strata:generation_tokens_total", **vllm) == usage["completion_tokens"] == 1
+    assert moved("strata:request_success_total", **vllm, finished_reason=finish) == 1
+    completions = {"model_name": model_name, "route": "/v1/completions", "status": "200"}
+    assert moved("strata_requests_total", **completions) == 1
     assert sample(text, "strata:max_queue", **vllm) == 1
-    assert sample(text, "strata_requests_total", model_name=model_name) > 0
     assert sample(text, "strata_kernels_info", model_name=model_name, invariant="true") == 1
 
 
@@ -220,7 +238,8 @@ def test_keys_from_flag_and_environment_and_no_cors(ops_server: ServerProcess) -
     with httpx.Client(base_url=ops_server.url, timeout=10) as client:
         for key in KEYS.values():
             assert client.get("/v1/models", headers={"authorization": f"Bearer {key}"}).status_code == 200
-        assert_envelope(client.get("/v1/models", headers={"authorization": "Bearer nope"}), 401)
+        wrong = client.get("/v1/models", headers={"authorization": "Bearer nope"})
+        assert_envelope(wrong, 401, "invalid_api_key")
         reply = client.get("/health", headers={"origin": "https://elsewhere.example"})
         assert reply.status_code == 200 and "access-control-allow-origin" not in reply.headers
 

@@ -4,6 +4,8 @@ Overlap is made, then checked, before any bits are compared: the long request is
 read up to its first chunk (so it is generating), the other request runs to its end meanwhile,
 and `/metrics` must still show the long one running afterwards. A host fast enough to finish
 the long request first fails the overlap check instead of passing without testing anything.
+Both directions: a request that joins the long one's batch and leaves it, and the long one
+joining a batch that already runs a request which then leaves it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from strata_server.launch import running_server
 LONG = {"prompt": "Write a long story about a dragon who", "max_tokens": 300, "ignore_eos": True}
 SHORT = {"prompt": "The three primary colours are", "max_tokens": 3}
 SAMPLED = {"prompt": "My favourite food is", "max_tokens": 12, "temperature": 0.9, "seed": 3}
+# Runs far longer than any test here (it is left, and so aborted, by the client).
+ENDLESS = {"prompt": "Count forever: 1, 2, 3,", "max_tokens": 4000, "ignore_eos": True}
 DEADLINE_S = 30.0
 
 Rows = tuple[str, list[Any], list[Any], list[Any], list[Any]]
@@ -64,10 +68,26 @@ def assemble(lines: Iterator[str]) -> Rows:
     return text, tokens, values, tops, offsets
 
 
-def streamed(http: httpx.Client, body: dict, during: Callable[[], None] | None = None) -> Rows:
-    """`body` streamed with 5 alternatives per token; `during` runs once its first chunk is read."""
+def poll(condition: Callable[[], bool], what: str, within_s: float = DEADLINE_S) -> None:
+    """Wait until `condition()` holds; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within_s} s: {what}"
+        time.sleep(0.02)
+
+
+def streamed(
+    http: httpx.Client,
+    body: dict,
+    during: Callable[[], None] | None = None,
+    read_timeout: float | None = None,
+) -> Rows:
+    """`body` streamed with 5 alternatives per token; `during` runs once its first chunk is read.
+
+    `read_timeout`: the longest wait for any one chunk (default: the client's)."""
     payload = {"temperature": 0, **body, "logprobs": 5, "stream": True}
-    with http.stream("POST", "/v1/completions", json=payload) as response:
+    timeout = http.timeout if read_timeout is None else httpx.Timeout(read_timeout)
+    with http.stream("POST", "/v1/completions", json=payload, timeout=timeout) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
         first = next(lines)
@@ -116,6 +136,27 @@ def test_sampled_requests_with_seeds_are_independent_of_company(http: httpx.Clie
     alone = streamed(http, SAMPLED)
     _, together = overlapped(http, SAMPLED)
     assert together == alone
+
+
+def test_a_request_that_leaves_during_a_long_one_changes_none_of_its_rows(http: httpx.Client) -> None:
+    """The other direction: LONG joins a batch where another request is generating (so LONG
+    prefills and decodes in the batch's second place), that request leaves while LONG runs, and
+    LONG ends alone in the first place. Its rows are the ones it gets alone."""
+    alone = streamed(http, LONG)
+    with http.stream("POST", "/v1/completions", json={**ENDLESS, "stream": True}) as first:
+        first_lines = first.iter_lines()  # held: a dropped line iterator closes the response
+        assert next(first_lines).startswith("data: {")  # generating, for far longer than LONG
+
+        def leave() -> None:
+            assert running(http) == 2, "LONG did not join the running request"
+            first.close()  # the client leaves: the server aborts it at the engine's next step
+            poll(lambda: running(http) < 2, "the request that left is gone from the batch")
+            assert running(http) == 1, "LONG ended before the other request left: no overlap to test"
+
+        # every chunk comes within the deadline: a LONG dropped from the batch fails, not hangs
+        joined = streamed(http, LONG, during=leave, read_timeout=DEADLINE_S)
+    assert len(joined[1]) == LONG["max_tokens"]
+    assert joined == alone
 
 
 def test_a_client_that_gives_up_frees_its_slot(http: httpx.Client) -> None:

@@ -198,7 +198,8 @@ def test_every_chat_field(http: httpx.Client, model: str, field: str) -> None:
 
 def test_best_of_other_than_n_is_refused(http: httpx.Client) -> None:
     reply = http.post("/v1/completions", json={"prompt": PROMPT, "best_of": 3, "max_tokens": 1})
-    assert reply.status_code == 400 and reply.json()["error"]["param"] == "best_of"
+    assert reply.status_code == 400, reply.text
+    assert (reply.json()["error"]["param"], reply.json()["error"]["code"]) == ("best_of", "unsupported")
 
 
 def test_details_lists_every_field() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+import gguf
 import pytest
 
 from strata_engine.api import RequestError
@@ -18,7 +19,6 @@ USER = [{"role": "user", "content": "What is the capital of France?"}]
 @pytest.fixture(scope="module")
 def smollm_template(model_path: Path) -> ChatTemplate:
     """The default model's template, from the model store (STRATA_HOME / XDG aware)."""
-    gguf = pytest.importorskip("gguf")
     source = gguf.GGUFReader(model_path).fields["tokenizer.chat_template"].contents()
     return ChatTemplate(source, bos_token="<|im_start|>", eos_token="<|im_end|>")
 

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import gguf
 import pytest
 
 from strata_engine.api import ModelLoadError
@@ -22,7 +23,6 @@ def _load_golden(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def smollm_meta(model_path: Path) -> dict:
     """The default model's tokenizer metadata, from the model store (STRATA_HOME / XDG aware)."""
-    gguf = pytest.importorskip("gguf")
     reader = gguf.GGUFReader(model_path)
     return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
 
@@ -97,7 +97,6 @@ def test_ids_equal_live_llama_cpp(
     smollm_meta: dict, model_path: Path, path: Path, tmp_path: Path, llama_cpp
 ) -> None:
     """Against llama.cpp itself, when llama-cpp-python is installed: corpus plus fuzz."""
-    gguf = pytest.importorskip("gguf")
     doc = _load_golden(path)
     overrides = _variant_overrides(smollm_meta, doc)
     gguf_path = tmp_path / "vocab.gguf"
