@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from strata_engine.api import RequestError, SamplingParams
+from strata_engine.api import RequestError
 from strata_engine.checks import check_request
 from strata_server.checks import (
     Limits,
     check_logit_bias,
-    check_logprobs,
     check_max_tokens,
     check_model,
     check_penalties,
@@ -21,7 +20,7 @@ from strata_server.checks import (
 )
 from strata_server.errors import ApiError, engine_refusal
 from strata_server.limits import RequestLimits
-from strata_server.plan import Plan, choice_seed, engine_requests, logprob_params, unique_ids
+from strata_server.plan import Plan, checked_plan, choice_seed, engine_requests, logprob_params, unique_ids
 from strata_server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -37,10 +36,30 @@ def refusal(fn, *args, **kwargs) -> ApiError:
     return info.value
 
 
-def submitted(plan: Plan, limits: Limits) -> None:
-    """What a route does: wire rules, then the engine's one check of each request, its
+def planned(
+    prompts: list[list[int]] | None = None,
+    limits: Limits = LIMITS,
+    ids_param: str = "prompt",
+    **fields,
+) -> Plan:
+    """A completions body's fields through the one place that checks them (`checked_plan`),
+    with `prompts` standing for what tokenising would give."""
+    body = CompletionRequest(prompt="x", **fields)
+    return checked_plan(
+        body,
+        limits,
+        prompts=lambda: [[1, 2, 3]] if prompts is None else prompts,
+        max_tokens=body.max_tokens,
+        logprobs=body.logprobs,
+        ids_param=ids_param,
+        echo=body.echo,
+    )
+
+
+def submitted(prompts: list[list[int]] | None = None, limits: Limits = LIMITS, **fields) -> None:
+    """What a route does: the wire rules, then the engine's one check of each request, its
     refusal renamed to the wire's field."""
-    check_logprobs(plan, limits)
+    plan = planned(prompts, limits, **fields)
     for request in engine_requests(plan, limits.ctx_size):
         try:
             check_request(request, limits.vocab_size, limits.ctx_size)
@@ -113,67 +132,86 @@ def test_top_n_forms() -> None:
     assert resolve_top_n(0, None, "logprobs") == 0
 
 
-def plan(allowed_ids: tuple[int, ...] | None = None, **kwargs) -> Plan:
-    base = {"prompts": [[1, 2, 3]], "max_tokens": 5}
-    base.update({"sampling": SamplingParams(allowed_token_ids=allowed_ids)}, **kwargs)
-    return Plan(**base)
-
-
 def test_logprob_count_is_capped_by_max_logprobs() -> None:
-    check_logprobs(plan(top_n=20), LIMITS)
-    err = refusal(check_logprobs, plan(top_n=21), LIMITS)
+    planned(logprobs=20)
+    err = refusal(planned, logprobs=21)
     assert err.param == "logprobs" and "20" in err.message
-    assert refusal(check_logprobs, plan(top_n=-1), LIMITS).status == 400
+    assert refusal(planned, logprobs=-1).status == 400
+    assert refusal(planned, logprobs=True, top_logprobs=21).param == "top_logprobs"
 
 
 def test_allowed_ids_raise_the_cap_to_their_count() -> None:
-    allowed = tuple(range(10, 265))  # a 255-option decision
-    check_logprobs(plan(top_n=255, allowed_ids=allowed), LIMITS)
-    assert refusal(check_logprobs, plan(top_n=256, allowed_ids=allowed), LIMITS).status == 400
+    allowed = list(range(10, 265))  # a 255-option decision
+    planned(logprobs=255, allowed_token_ids=allowed)
+    assert refusal(planned, logprobs=256, allowed_token_ids=allowed).status == 400
     # a small allowed set does not lower the server's cap
-    check_logprobs(plan(top_n=20, allowed_ids=(5, 6)), LIMITS)
+    planned(logprobs=20, allowed_token_ids=[5, 6])
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "param", "bad_id"),
+    ("prompts", "fields", "param", "bad_id"),
     [
-        ({"prompts": [[1, 1000]]}, "prompt", 1000),
-        ({"prompts": [[1, -3]]}, "prompt", -3),
-        ({"allowed_ids": (4, 5000)}, "allowed_token_ids", 5000),
-        ({"top_n": 1, "named_ids": (99999,)}, "logprob_token_ids", 99999),
-        ({"sampling": SamplingParams(stop_token_ids=(1234,))}, "stop_token_ids", 1234),
+        ([[1, 1000]], {}, "prompt", 1000),
+        ([[1, -3]], {}, "prompt", -3),
+        (None, {"allowed_token_ids": [4, 5000]}, "allowed_token_ids", 5000),
+        (None, {"logprobs": 1, "logprob_token_ids": [99999]}, "logprob_token_ids", 99999),
+        (None, {"stop_token_ids": [1234]}, "stop_token_ids", 1234),
     ],
 )
-def test_ids_outside_the_vocabulary_are_named(kwargs: dict, param: str, bad_id: int) -> None:
-    err = refusal(submitted, plan(**kwargs), LIMITS)
+def test_ids_outside_the_vocabulary_are_named(prompts, fields: dict, param: str, bad_id: int) -> None:
+    err = refusal(submitted, prompts, **fields)
     assert err.param == param
     assert str(bad_id) in err.message
 
 
 def test_empty_allowed_ids_and_logprob_ids_without_logprobs_are_refused() -> None:
-    assert refusal(submitted, plan(allowed_ids=()), LIMITS).param == "allowed_token_ids"
-    assert refusal(submitted, plan(named_ids=(3,)), LIMITS).param == "logprob_token_ids"
+    assert refusal(submitted, allowed_token_ids=[]).param == "allowed_token_ids"
+    assert refusal(submitted, logprob_token_ids=[3]).param == "logprob_token_ids"
+
+
+def test_logprob_fields_are_checked_before_the_prompt_is_tokenised() -> None:
+    def never() -> list[list[int]]:
+        raise AssertionError("the prompt was tokenised before a bad field was refused")
+
+    for fields, param in (
+        ({"logprobs": 21}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
+        ({"logprob_token_ids": [3]}, "logprob_token_ids"),
+    ):
+        body = CompletionRequest(prompt="x", **fields)
+        err = refusal(
+            checked_plan,
+            body,
+            LIMITS,
+            prompts=never,
+            max_tokens=1,
+            logprobs=body.logprobs,
+            ids_param="prompt",
+        )
+        assert err.param == param, fields
 
 
 def test_context_overflow_says_maximum_context_length() -> None:
-    submitted(plan(prompts=[[1] * 95], max_tokens=5), LIMITS)
-    err = refusal(submitted, plan(prompts=[[1] * 95], max_tokens=6), LIMITS)
+    submitted([[1] * 95], max_tokens=5)
+    err = refusal(submitted, [[1] * 95], max_tokens=6)
     assert "maximum context length" in err.message and "101" in err.message
-    err = refusal(submitted, plan(prompts=[[1] * 101], max_tokens=0), LIMITS)
+    err = refusal(submitted, [[1] * 101], max_tokens=0, echo=True)
     assert "maximum context length" in err.message
     # no max_tokens: the prompt must leave room for at least one token
-    err = refusal(submitted, plan(prompts=[[1] * 100], max_tokens=None), LIMITS)
+    err = refusal(submitted, [[1] * 100], max_tokens=None)
     assert err.code == "context_length_exceeded" and err.param == "prompt"
-    submitted(plan(prompts=[[1] * 99], max_tokens=None), LIMITS)
+    submitted([[1] * 99], max_tokens=None)
 
 
 def test_empty_prompt_is_refused_naming_the_routes_field() -> None:
-    assert refusal(submitted, plan(prompts=[[]]), LIMITS).param == "prompt"
-    assert refusal(submitted, plan(prompts=[[]], ids_param="messages"), LIMITS).param == "messages"
+    assert refusal(submitted, [[]]).param == "prompt"
+    assert refusal(submitted, [[]], ids_param="messages").param == "messages"
 
 
 def test_huge_max_tokens_is_a_context_refusal_not_a_crash() -> None:
-    err = refusal(submitted, plan(max_tokens=10**30), LIMITS)
+    err = refusal(submitted, max_tokens=10**30)
     assert "maximum context length" in err.message
 
 
@@ -257,22 +295,37 @@ def test_penalties_bias_and_truncation() -> None:
 
 
 def test_completions_allowed_ids_ask_for_a_raw_top_n_within_them() -> None:
-    params = logprob_params(plan(top_n=2, allowed_ids=(7, 8, 9), named_ids=(8, 3)))
+    params = planned(logprobs=2, allowed_token_ids=[7, 8, 9], logprob_token_ids=[8, 3, 8]).logprobs
     assert params.top_within == (7, 8, 9) and params.top_n == 2
     assert params.named_ids == (8, 3)
     assert params.renormalize_over is None
 
 
 def test_chat_allowed_ids_ask_for_renormalised_values() -> None:
-    params = logprob_params(plan(top_n=2, allowed_ids=(7, 8), renormalize=True))
+    params = logprob_params(2, None, (), (7, 8), renormalize=True)
     assert params.renormalize_over == (7, 8) and params.top_within is None
     assert params.named_ids == ()
 
 
 def test_plain_logprobs_ask_for_the_natural_top_n_and_echo_rows() -> None:
-    params = logprob_params(plan(top_n=4, echo=True))
+    params = planned(logprobs=4, echo=True).logprobs
     assert params.top_n == 4 and params.prompt_logprobs
-    assert logprob_params(plan(top_n=None, echo=True)).top_n is None
+    echo_alone = planned(echo=True).logprobs
+    assert echo_alone.top_n is None and not echo_alone.prompt_logprobs
+
+
+def test_logprob_token_ids_alone_replace_the_natural_top_n() -> None:
+    params = planned(logprobs=5, logprob_token_ids=[9, 4]).logprobs
+    assert params.top_n == 0 and params.named_ids == (9, 4)
+
+
+def test_every_choice_is_asked_the_plans_one_listing() -> None:
+    plan = planned([[1, 2], [3]], n=2, logprobs=3, prompt_logprobs=2, seed=5)
+    requests = engine_requests(plan, LIMITS.ctx_size)
+    assert len(requests) == 4
+    assert all(r.logprobs == plan.logprobs for r in requests)
+    assert plan.logprobs.prompt_top_n == 2 and plan.logprobs.prompt_logprobs
+    assert [r.sampling.seed for r in requests] == [5, 6, 5, 6]
 
 
 def test_choice_seeds_differ_per_sample_and_stay_in_range() -> None:
@@ -286,4 +339,5 @@ def test_repeated_allowed_ids_count_once_towards_the_cap() -> None:
     allowed = unique_ids([7] * 30 + [8])
     assert allowed == (7, 8)
     big = Limits(vocab_size=1000, ctx_size=100, max_logprobs=1)
-    assert refusal(check_logprobs, plan(top_n=3, allowed_ids=allowed), big).param == "logprobs"
+    assert refusal(planned, limits=big, logprobs=3, allowed_token_ids=[7] * 30 + [8]).param == "logprobs"
+    planned(limits=big, logprobs=2, allowed_token_ids=[7] * 30 + [8])

@@ -6,7 +6,7 @@ import math
 
 import msgspec
 
-from strata_engine.api import LogprobRow, PromptScores, SamplingParams, Step
+from strata_engine.api import LogprobParams, LogprobRow, PromptScores, SamplingParams, Step
 from strata_engine.text_stream import decode_spans
 from strata_server.formatting import (
     ChoiceTally,
@@ -22,10 +22,16 @@ from strata_server.plan import Plan
 from strata_server.protocol import encode
 
 
-def plan(allowed_ids: tuple[int, ...] | None = None, **kwargs) -> Plan:
-    base = {"prompts": [[104, 105]], "max_tokens": 3, "top_n": 2}
-    base.update({"sampling": SamplingParams(allowed_token_ids=allowed_ids)}, **kwargs)
-    return Plan(**base)
+def plan(
+    allowed_ids: tuple[int, ...] | None = None, top_n: int | None = 2, renormalize: bool = False, **kwargs
+) -> Plan:
+    base = {
+        "prompts": [[104, 105]],
+        "max_tokens": 3,
+        "sampling": SamplingParams(allowed_token_ids=allowed_ids),
+        "logprobs": LogprobParams(top_n=top_n, renormalize_over=allowed_ids if renormalize else None),
+    }
+    return Plan(**{**base, **kwargs})
 
 
 def test_safe_logprob_never_lets_nan_or_inf_through(tokenizer) -> None:

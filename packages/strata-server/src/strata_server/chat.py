@@ -66,7 +66,7 @@ def chat_plan(body: ChatCompletionRequest, ctx: ServerContext) -> Plan:
 
 
 def _entry(plan: Plan, ctx: ServerContext, step: Step) -> ChatLogprobEntry | None:
-    if plan.top_n is None or step.logprobs is None:
+    if not plan.wants_logprobs or step.logprobs is None:
         return None
     return chat_entry(step.logprobs, plan, ctx.tokenizer)
 
@@ -85,7 +85,7 @@ async def chat_complete(
     async for index, event in events:
         tallies[index].see(event)
         if isinstance(event, PromptScores):
-            if index == 0 and plan.prompt_top_n is not None:  # every choice has the same prompt
+            if index == 0 and plan.logprobs.prompt_top_n is not None:  # every choice has the same prompt
                 prompt_rows = prompt_logprobs(event, plan.prompts[0], plan, ctx.tokenizer)
         elif (entry := _entry(plan, ctx, event)) is not None:
             entries[index].append(entry)
@@ -93,7 +93,7 @@ async def chat_complete(
         ChatChoice(
             index=i,
             message=ChatMessageOut(role="assistant", content="".join(tally.text)),
-            logprobs=ChatLogprobs(content=entries[i]) if plan.top_n is not None else None,
+            logprobs=ChatLogprobs(content=entries[i]) if plan.wants_logprobs else None,
             finish_reason=tally.finish_reason or "length",
         )
         for i, tally in enumerate(tallies)

@@ -67,38 +67,42 @@ def resolve_top_n(logprobs: bool | int | None, top_logprobs: int | None, param: 
     return logprobs
 
 
-def check_logprobs(plan: Plan, limits: Limits) -> None:
-    """The logprob rules of the wire, shared by completions and chat.
+def check_logprobs(
+    top_n: int | None,
+    named_ids: Sequence[int],
+    allowed_ids: Sequence[int] | None,
+    limits: Limits,
+    param: str = "logprobs",
+) -> None:
+    """The logprob counts of the wire, shared by completions and chat (`param`: the route's
+    name for `top_n`, `logprobs` or `top_logprobs`).
 
     The alternatives count is within 0..max_logprobs, or up to the number of allowed ids
     when `allowed_token_ids` is given (the listing is bounded by that set), never beyond
-    --max-logprob-ids; so are the named ids. What the model decides (ids inside the
-    vocabulary, prompts that fit the context) the engine checks, once, when the requests
-    are submitted.
+    --max-logprob-ids; so are the named ids, which need logprobs asked. What the model
+    decides (ids inside the vocabulary, prompts that fit the context) the engine checks,
+    once, when the requests are checked.
     """
     most = limits.request.max_logprob_ids
-    if len(plan.named_ids) > most:
+    if len(named_ids) > most:
         raise ApiError(
-            f"`logprob_token_ids` names {len(plan.named_ids)} ids; the server allows at most "
+            f"`logprob_token_ids` names {len(named_ids)} ids; the server allows at most "
             f"{most} (--max-logprob-ids).",
             param="logprob_token_ids",
         )
-    if plan.top_n is not None:
+    if top_n is not None:
         cap = limits.max_logprobs
-        if plan.allowed_ids is not None:
-            cap = max(cap, min(len(plan.allowed_ids), most))
-        if not 0 <= plan.top_n <= cap:
+        if allowed_ids is not None:
+            cap = max(cap, min(len(allowed_ids), most))
+        if not 0 <= top_n <= cap:
             if cap == limits.max_logprobs:
                 why = " (the server's --max-logprobs)."
             elif cap == most:
                 why = " (the server's --max-logprob-ids)."
             else:
                 why = "."
-            raise ApiError(
-                f"`{plan.top_n_param}` must be between 0 and {cap}, got {plan.top_n}{why}",
-                param=plan.top_n_param,
-            )
-    elif plan.named_ids:
+            raise ApiError(f"`{param}` must be between 0 and {cap}, got {top_n}{why}", param=param)
+    elif named_ids:
         raise ApiError("`logprob_token_ids` needs `logprobs` set.", param="logprob_token_ids")
 
 
@@ -167,11 +171,13 @@ def check_answer_size(plan: Plan, limits: Limits) -> None:
     """Refuse an answer estimated past --max-answer-bytes before anything runs.
 
     Positions are the prompt (echoed with logprobs, or with `prompt_logprobs`) and the new
-    tokens of every choice; each lists its own value, the alternatives and the named ids.
+    tokens of every choice; each lists its own value, the alternatives the engine is asked
+    for (none when the named ids replace them) and the named ids.
     """
-    per_position = 0 if plan.top_n is None else 1 + plan.top_n + len(plan.named_ids)
+    asked = plan.logprobs
+    per_position = 0 if asked.top_n is None else 1 + asked.top_n + len(asked.named_ids)
     per_prompt_position = (per_position if plan.echo else 0) + (
-        0 if plan.prompt_top_n is None else 2 + plan.prompt_top_n  # vLLM's prompt_logprobs
+        0 if asked.prompt_top_n is None else 2 + asked.prompt_top_n  # vLLM's prompt_logprobs
     )
     positions = 0
     values = 0
@@ -181,10 +187,10 @@ def check_answer_size(plan: Plan, limits: Limits) -> None:
         values += plan.n * (len(prompt) * per_prompt_position + new * per_position)
     estimate = values * BYTES_PER_VALUE
     if estimate > limits.request.max_answer_bytes:
-        if plan.top_n is None:
+        if asked.top_n is None:
             param = "prompt_logprobs"
         else:
-            param = "logprob_token_ids" if plan.named_ids else plan.top_n_param
+            param = "logprob_token_ids" if asked.named_ids else plan.top_n_param
         raise ApiError(
             f"This answer would list {values} values over {positions} positions (about "
             f"{estimate // 2**20} MiB); the server allows about {limits.request.max_answer_bytes // 2**20} "

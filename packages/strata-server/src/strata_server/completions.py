@@ -47,11 +47,11 @@ class CompletionChoiceState:
         self.prompt_ids = prompt_ids
         self.builder = LegacyBuilder(plan, ctx.tokenizer)
         self.tally = ChoiceTally(prompt_tokens=len(prompt_ids))
-        self.wants_logprobs = plan.top_n is not None
+        self.wants_logprobs = plan.wants_logprobs
         self.ctx = ctx
         self.prompt_logprobs: PromptLogprobs | None = None  # vLLM's, once the prompt rows came
-        # the engine sends prompt rows for an echo with logprobs and for `prompt_logprobs`
-        self.rows_coming = (plan.echo and self.wants_logprobs) or plan.prompt_top_n is not None
+        # the engine sends prompt rows when asked (an echo with logprobs, `prompt_logprobs`)
+        self.rows_coming = plan.logprobs.prompt_logprobs
 
     def start(self) -> list[tuple[str, CompletionLogprobs | None]]:
         """Echo without prompt rows needs no engine event: the prompt text goes out first."""
@@ -63,7 +63,7 @@ class CompletionChoiceState:
     def on_event(self, event: PromptScores | Step) -> tuple[str, CompletionLogprobs | None]:
         self.tally.see(event)
         if isinstance(event, PromptScores):
-            if self.plan.prompt_top_n is not None:
+            if self.plan.logprobs.prompt_top_n is not None:
                 self.prompt_logprobs = prompt_logprobs(event, self.prompt_ids, self.plan, self.ctx.tokenizer)
             if not self.plan.echo:
                 return "", None

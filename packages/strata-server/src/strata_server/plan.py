@@ -33,28 +33,24 @@ SEED_MODULUS = 2**63  # choice seeds are (seed + i) mod 2**63, so any accepted s
 
 @dataclass(frozen=True)
 class Plan:
-    """A checked request: prompts as ids, the engine's `SamplingParams` and the wire-only fields.
+    """A checked request: prompts as ids, the engine's parameters, and the wire-only fields.
 
-    `sampling` is every choice's sampling, except `max_tokens` and `seed`, which
-    `engine_requests` sets per choice (`max_tokens` None: what the context has left; choice
-    i draws with seed + i). Penalties and `logit_bias` change the draw only; reported values
-    stay raw. The logprob fields are the wire's forms, which the responses render;
-    `logprob_params` turns them into the engine's `LogprobParams`. `top_n` None means no
-    logprobs at all. With `allowed_token_ids` and `renormalize` (chat) the listed values are
-    renormalised over the set, without it (completions) they are the allowed ids' raw
-    full-vocabulary values. `named_ids` are vLLM's `logprob_token_ids`: raw values
-    reported at every position.
+    `sampling` and `logprobs` are the engine's `SamplingParams` and `LogprobParams`, built
+    once from the body by `checked_plan`; every choice runs with them, except `max_tokens`
+    and `seed`, which `engine_requests` sets per choice (`max_tokens` None: what the context
+    has left; choice i draws with seed + i). Penalties and `logit_bias` change the draw only;
+    reported values stay raw. `logprobs.top_n` None means the reply lists no logprobs for
+    its tokens. The rest is what only the wire knows: `echo` (the prompt's text leads each
+    choice), `as_token_ids` (how tokens are labelled) and the wire names under which a
+    refusal found later (the engine's checks, the answer's size) is reported.
     """
 
     prompts: list[list[int]]
     max_tokens: int | None
     n: int = 1
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    top_n: int | None = None
-    prompt_top_n: int | None = None  # vLLM's `prompt_logprobs` (None: not asked)
-    named_ids: tuple[int, ...] = ()
+    logprobs: LogprobParams = field(default_factory=LogprobParams)
     echo: bool = False
-    renormalize: bool = False
     as_token_ids: bool = False
     ids_param: str = "prompt"
     top_n_param: str = "logprobs"
@@ -65,9 +61,9 @@ class Plan:
         return len(self.prompts) * self.n
 
     @property
-    def allowed_ids(self) -> tuple[int, ...] | None:
-        """`allowed_token_ids`: they restrict the draw and shape the logprob listing."""
-        return self.sampling.allowed_token_ids
+    def wants_logprobs(self) -> bool:
+        """`logprobs` (or `top_logprobs`) was asked: each returned token carries its values."""
+        return self.logprobs.top_n is not None
 
 
 def checked_plan(
@@ -83,8 +79,11 @@ def checked_plan(
 ) -> Plan:
     """Check the shared fields and build the Plan (every refusal is a 4xx here).
 
-    `prompts` is called after the sampling checks, so a bad knob is reported before any
-    prompt is rendered or tokenised.
+    Each wire field is checked once, here or in the function this calls for it, under its
+    own name; what depends on the model (ids inside the vocabulary, prompts that fit the
+    context) the engine checks when the requests are checked. `prompts` is called after the
+    field checks, so a bad knob is reported before any prompt is rendered or tokenised.
+    `renormalize` (chat): values listed with `allowed_token_ids` are renormalised over them.
     """
     refuse_not_implemented(body)
     check_best_of(body.best_of, body.n)
@@ -99,45 +98,70 @@ def checked_plan(
     presence, frequency = check_penalties(
         body.presence_penalty, body.frequency_penalty, body.repetition_penalty
     )
+    stop = normalize_stop(body.stop, limits.request)
     bias = check_logit_bias(body.logit_bias)
+    allowed = None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids)
     top_n_param = "top_logprobs" if logprobs is True else "logprobs"
-    structured = structured_spec(
-        body, limits.request
-    )  # a bad schema/regex/grammar is a 400 before the prompt
+    wanted = checked_logprobs(
+        body,
+        limits,
+        logprobs=logprobs,
+        allowed=allowed,
+        top_n_param=top_n_param,
+        echo=echo,
+        renormalize=renormalize,
+    )
+    structured = structured_spec(body, limits.request)  # the costliest check, after the cheap ones
+    sampling = SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=body.seed,
+        stop=stop,
+        stop_token_ids=tuple(body.stop_token_ids or ()),
+        ignore_eos=body.ignore_eos,
+        allowed_token_ids=allowed,
+        structured=structured,
+        min_tokens=body.min_tokens,
+        include_stop_str_in_output=body.include_stop_str_in_output,
+        skip_special_tokens=body.skip_special_tokens,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        logit_bias=bias,
+    )
     plan = Plan(
         prompts=truncate_prompts(prompts(), body.truncate_prompt_tokens, limits.ctx_size),
         max_tokens=max_tokens,
         n=body.n,
-        sampling=SamplingParams(
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=body.seed,
-            stop=normalize_stop(body.stop, limits.request),
-            stop_token_ids=tuple(body.stop_token_ids or ()),
-            ignore_eos=body.ignore_eos,
-            allowed_token_ids=None if body.allowed_token_ids is None else unique_ids(body.allowed_token_ids),
-            structured=structured,
-            min_tokens=body.min_tokens,
-            include_stop_str_in_output=body.include_stop_str_in_output,
-            skip_special_tokens=body.skip_special_tokens,
-            presence_penalty=presence,
-            frequency_penalty=frequency,
-            logit_bias=bias,
-        ),
-        top_n=resolve_top_n(logprobs, body.top_logprobs, top_n_param),
-        prompt_top_n=check_prompt_logprobs(body.prompt_logprobs, body.stream, limits),
-        named_ids=unique_ids(body.logprob_token_ids or ()),
+        sampling=sampling,
+        logprobs=wanted,
         echo=echo,
-        renormalize=renormalize,
         as_token_ids=body.return_tokens_as_token_ids,
         ids_param=ids_param,
         top_n_param=top_n_param,
         structured_param=structured_param(body),
     )
-    check_logprobs(plan, limits)
     check_operator_limits(plan, limits)
     return plan
+
+
+def checked_logprobs(
+    body: GenerationRequest,
+    limits: Limits,
+    *,
+    logprobs: bool | int | None,
+    allowed: tuple[int, ...] | None,
+    top_n_param: str,
+    echo: bool,
+    renormalize: bool,
+) -> LogprobParams:
+    """The wire's logprob fields, each checked once under its own name, as the engine's
+    `LogprobParams` (`logprobs` is the route's field: an int on completions, a bool on chat)."""
+    top_n = resolve_top_n(logprobs, body.top_logprobs, top_n_param)
+    prompt_top_n = check_prompt_logprobs(body.prompt_logprobs, body.stream, limits)
+    named = unique_ids(body.logprob_token_ids or ())
+    check_logprobs(top_n, named, allowed, limits, top_n_param)
+    return logprob_params(top_n, prompt_top_n, named, allowed, echo=echo, renormalize=renormalize)
 
 
 def unique_ids(ids: Iterable[int]) -> tuple[int, ...]:
@@ -152,24 +176,35 @@ def choice_seed(seed: int | None, sample_index: int) -> int | None:
     return (seed + sample_index) % SEED_MODULUS
 
 
-def logprob_params(plan: Plan) -> LogprobParams:
-    """Ask the engine for exactly the listing the response will show.
+def logprob_params(
+    top_n: int | None,
+    prompt_top_n: int | None,
+    named_ids: tuple[int, ...],
+    allowed_ids: tuple[int, ...] | None,
+    *,
+    echo: bool = False,
+    renormalize: bool = False,
+) -> LogprobParams:
+    """Ask the engine for exactly the listing the response will show (the values checked).
 
-    With `allowed_token_ids` the top N is chosen within that set (renormalised on chat);
-    `logprob_token_ids` alone replace the natural top N (as vLLM does) and are appended.
+    `top_n` None: no logprobs for the tokens (`prompt_top_n`: vLLM's `prompt_logprobs`, which
+    needs prompt rows on its own). With `allowed_token_ids` the top N is chosen within that
+    set (renormalised over it with `renormalize`, chat; the allowed ids' raw
+    full-vocabulary values without, completions); `logprob_token_ids` alone replace the
+    natural top N (as vLLM does) and are appended. `echo` with logprobs needs prompt rows.
     """
-    if plan.top_n is None:
-        if plan.prompt_top_n is None:
+    if top_n is None:
+        if prompt_top_n is None:
             return LogprobParams()
-        return LogprobParams(prompt_logprobs=True, prompt_top_n=plan.prompt_top_n)
-    listing_from_names = plan.allowed_ids is None and bool(plan.named_ids)
+        return LogprobParams(prompt_logprobs=True, prompt_top_n=prompt_top_n)
+    listing_from_names = allowed_ids is None and bool(named_ids)
     return LogprobParams(
-        top_n=0 if listing_from_names else plan.top_n,
-        prompt_logprobs=plan.echo or plan.prompt_top_n is not None,
-        named_ids=plan.named_ids,
-        renormalize_over=plan.allowed_ids if plan.renormalize else None,
-        top_within=None if plan.renormalize else plan.allowed_ids,
-        prompt_top_n=plan.prompt_top_n,
+        top_n=0 if listing_from_names else top_n,
+        prompt_logprobs=echo or prompt_top_n is not None,
+        named_ids=named_ids,
+        renormalize_over=allowed_ids if renormalize else None,
+        top_within=None if renormalize else allowed_ids,
+        prompt_top_n=prompt_top_n,
     )
 
 
@@ -184,7 +219,6 @@ def max_new_tokens(plan: Plan, prompt_len: int, ctx_size: int, limit: int | None
 
 def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = None) -> list[Request]:
     """One engine request per choice, in choice order (prompt-major, then sample)."""
-    lp = logprob_params(plan)
     return [
         Request(
             prompt_ids=tuple(prompt),
@@ -193,7 +227,7 @@ def engine_requests(plan: Plan, ctx_size: int, max_tokens_limit: int | None = No
                 max_tokens=max_new_tokens(plan, len(prompt), ctx_size, max_tokens_limit),
                 seed=choice_seed(plan.sampling.seed, i),
             ),
-            logprobs=lp,
+            logprobs=plan.logprobs,
         )
         for prompt in plan.prompts
         for i in range(plan.n)
