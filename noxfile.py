@@ -125,6 +125,7 @@ def triton(session: nox.Session) -> None:
     pytest(
         session,
         "packages/strata-engine/tests/test_triton_kernels.py",
+        "packages/strata-engine/tests/test_triton_float_ops.py",
         "packages/strata-engine/tests/test_triton_model.py",
     )
 

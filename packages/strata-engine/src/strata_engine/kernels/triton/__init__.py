@@ -1,4 +1,5 @@
 """The Triton GPU backend: `backend.TritonOps` and one module per kernel family (matmul with fused
-GGUF dequantisation, norm, rope, activation, attention, logprobs), each with a float64 torch
-reference next to it. This file imports nothing, so a kernel module never runs its package's
-backend."""
+GGUF dequantisation, norm, rope, activation, attention, logprobs). The float kernels perform the
+C kernels' own sequences of IEEE operations (ieee.py holds vector.h's e^x, tanh, log and
+horizontal sum), so their bits are the CPU's. This file imports nothing, so a kernel module never
+runs its package's backend."""

@@ -1,4 +1,6 @@
-"""SwiGLU's elementwise half, silu(gate) * up: no reduction, so trivially batch-invariant."""
+"""The gated FFN's elementwise half and logit soft-capping, in the C kernels' arithmetic
+(kernels.c silu, gelu_tanh, strata_softcap), with vector.h's own e^x and tanh (ieee.py):
+no reduction, so a value depends on its own inputs only, and its bits are the CPU's."""
 
 from __future__ import annotations
 
@@ -6,26 +8,63 @@ import torch
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton import ieee
+
 BLOCK = 1024
 
 
-@triton.jit
-def _silu_mul_kernel(g_ptr, u_ptr, out_ptr, n, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["n"])
+def _gated_kernel(g_ptr, u_ptr, out_ptr, n, GELU: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, tl.div_rn(g, 1.0 + tl.exp(-g)) * u, mask=mask)
+    if GELU:  # g / (1 + e^(-2u)), -2u = (g * (1 + 0.044715 g^2)) * -2 sqrt(2/pi)
+        inner = tl.fma(g * g, 0.044714998453855515, 1.0)
+        z = (g * inner) * -1.5957691669464111
+        act = tl.div_rn(g, 1.0 + ieee.exp(z))
+    else:  # silu: g / (1 + e^(0 - g))
+        act = tl.div_rn(g, 1.0 + ieee.exp(0.0 - g))
+    tl.store(out_ptr + offs, act * u, mask=mask)
 
 
-def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    gate, up = gate.contiguous(), up.contiguous()
+@triton.jit(do_not_specialize=["n"])
+def _softcap_kernel(x_ptr, out_ptr, n, cap, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, cap * ieee.tanh(tl.div_rn(x, cap)), mask=mask)
+
+
+def _gated(gate: torch.Tensor, up: torch.Tensor, gelu: bool) -> torch.Tensor:
+    gate, up = gate.float().contiguous(), up.float().contiguous()
     out = torch.empty_like(gate)
     n = gate.numel()
     if n:
-        _silu_mul_kernel[(triton.cdiv(n, BLOCK),)](gate, up, out, n, BLOCK=BLOCK)
+        _gated_kernel[(triton.cdiv(n, BLOCK),)](gate, up, out, n, GELU=gelu, BLOCK=BLOCK, **ieee.LAUNCH)
+    return out
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up (SwiGLU), C's bits."""
+    return _gated(gate, up, gelu=False)
+
+
+def gelu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(gate) * up (GeGLU), C's bits."""
+    return _gated(gate, up, gelu=True)
+
+
+def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """cap * tanh(x / cap) elementwise (Gemma 2's logit soft-capping), C's bits."""
+    x = x.float().contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        _softcap_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, cap, BLOCK=BLOCK, **ieee.LAUNCH)
     return out
 
 
 def silu_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """float64 SwiGLU: a sanity check of the arithmetic's accuracy, not of its bits."""
     return torch.nn.functional.silu(gate.double()) * up.double()

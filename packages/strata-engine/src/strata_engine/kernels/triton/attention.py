@@ -1,11 +1,28 @@
-"""Paged grouped-query attention over the engine's KV blocks, for prefill and decode alike.
+"""Paged grouped-query attention over the engine's KV blocks in the C kernel's arithmetic
+(kernels.c attend_one, attend_group), for prefill and decode alike: a (token, head)'s output
+is the CPU's bits.
 
-Each (token, query head) attends over positions 0..p of its own sequence, where p is the
-token's position, after the step's K/V were written. Positions are cut into splits of SPLIT
-(a constant), each split walked in BLOCK_N steps with an online softmax; a second kernel
-combines the splits in order 0, 1, 2, ... skipping empty ones. Every float operation depends
-only on the token's position and its cache contents, never on the batch, so a position gets
-the same bits from a one-shot prefill, a chunk, a prefix-cache continuation or a decode step.
+One program per (token, KV head) serves the GROUP query heads that share that KV head, so each
+K and V row is read once for all of them. For each head, over the positions start..pos of its
+sequence (start = 0, or pos + 1 - window on sliding-window layers), in C's order:
+
+1. scores s_j = dot_1(q, k_j) * scale: 16 FMA lanes walked over D in 16-float steps (the last
+   zero-padded), then vf_hsum's tree; soft-capped (softcap * tanh(s_j / softcap)) where asked;
+   the max as max_n's (the largest value; where that is a zero, the first zero);
+2. numerators e_j = e^(s_j - max) with vector.h's e^x;
+3. sum = ((e_0 + e_1) + e_2) + ... in position order, inv = 1 / sum;
+4. out[d] = fma(e_j * inv, v_j[d], out[d]) over j in position order, the D lanes side by side.
+
+Steps 1 and 2 take BLOCK_N positions at a time. Steps 3 and 4 are C's sequential chains: they
+fix the order of every addition over the positions, so a (token, head)'s positions cannot be
+split across programs (flash-decoding's splits would add in another order); a program walks its
+whole context, and no empty split exists to launch. The scores and numerators wait between the
+steps in a scratch row per (token, head) of max_position + 1 floats (rounded up to whole
+blocks), and step 1 leaves each position's K/V row offset in a scratch row per (token, KV head),
+so step 4's chain reads a V row without a block-table lookup.
+
+Every integer argument that changes from step to step is left unspecialised, so one binary per
+model serves every step.
 """
 
 from __future__ import annotations
@@ -18,105 +35,131 @@ import triton.language as tl
 
 from strata_engine.kernels.base import AttentionMeta
 from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton import ieee
 
-SPLIT = 256  # KV positions per split (fixed)
-BLOCK_N = 16  # KV positions per inner step (fixed)
+BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
+UNROLL = 4  # positions per step of the sum and the V chain (no effect on the bits)
 
 
-@triton.jit
-def _attn_split_kernel(
-    q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
-    H, KVH, D, max_blocks, block_size, n_splits, scale,
-    GROUP: tl.constexpr, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+@triton.jit(do_not_specialize=["H", "KVH", "max_blocks", "block_size", "s_stride", "window"])
+def _attention_kernel(
+    q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, out_ptr,
+    H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
+    D: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
-    t = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
-    kvh = h // GROUP
+    t = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1)
     pos = tl.load(pos_ptr + t)
-    row = tl.load(seq_ptr + t).to(tl.int64)
-    start = s * SPLIT
-    end = tl.minimum(start + SPLIT, pos + 1)
-    d = tl.arange(0, BLOCK_D)
-    dmask = d < D
-    q = tl.load(q_ptr + (t.to(tl.int64) * H + h) * D + d, mask=dmask, other=0.0)
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], dtype=tl.float32)  # noqa: E741
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for j0 in range(start, end, BLOCK_N):
-        j = j0 + tl.arange(0, BLOCK_N)
-        jmask = j < end
-        blk = tl.load(tables_ptr + row * max_blocks + j // block_size, mask=jmask, other=0).to(tl.int64)
-        slot = blk * block_size + j % block_size
-        kv_offs = (slot[:, None] * KVH + kvh) * D + d[None, :]
-        kvmask = jmask[:, None] & dmask[None, :]
-        k = tl.load(k_ptr + kv_offs, mask=kvmask, other=0.0)
-        scores = tl.where(jmask, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=0))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(scores - m_new)
-        v = tl.load(v_ptr + kv_offs, mask=kvmask, other=0.0)
-        l = l * alpha + tl.sum(p, axis=0)  # noqa: E741
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m = m_new
-    part = (t.to(tl.int64) * H + h) * n_splits + s
-    tl.store(m_ptr + part, m)
-    tl.store(l_ptr + part, l)
-    tl.store(acc_ptr + part * D + d, acc, mask=dmask)
+    table = tables_ptr + tl.load(seq_ptr + t).to(tl.int64) * max_blocks
+    start = tl.where((window > 0) & (pos + 1 > window), pos + 1 - window, 0)
+    n = pos + 1 - start  # positions start .. pos; scratch index j is position start + j
+    g = tl.arange(0, BLOCK_G)
+    gmask = g < GROUP
+    head = t * H + kvh * GROUP + g  # [BLOCK_G] rows of q / out
+    srow = s_ptr + head * s_stride  # the heads' scores, then numerators
+    rrow = r_ptr + (t * KVH + kvh) * s_stride  # each position's K/V row offset
+    qrow = q_ptr + head * D
+    lanes = tl.arange(0, 16)
+    jj = tl.arange(0, BLOCK_N)
 
+    # 1. the scores, and their max
+    best = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    first_zero = tl.zeros([BLOCK_G], dtype=tl.int32) + n
+    for j0 in range(0, n, BLOCK_N):
+        j = j0 + jj
+        jmask = j < n
+        p = start + j
+        blk = tl.load(table + p // block_size, mask=jmask, other=0).to(tl.int64)
+        row = ((blk * block_size + p % block_size) * KVH + kvh) * D  # a valid row past the end too
+        tl.store(rrow + j, row)
+        acc = tl.zeros([BLOCK_G, BLOCK_N, 16], dtype=tl.float32)
+        for c in tl.static_range(0, D, 16):
+            dmask = c + lanes < D
+            qc = tl.load(qrow[:, None] + c + lanes[None, :], mask=gmask[:, None] & dmask[None, :], other=0.0)
+            kc = tl.load(
+                k_ptr + row[:, None] + c + lanes[None, :], mask=jmask[:, None] & dmask[None, :], other=0.0
+            )
+            acc = tl.fma(qc[:, None, :], kc[None, :, :], acc)
+        s = ieee.hsum16(acc.reshape(BLOCK_G * BLOCK_N, 16), BLOCK_G * BLOCK_N).reshape(BLOCK_G, BLOCK_N)
+        s = s * scale
+        if SOFTCAP:
+            s = softcap * ieee.tanh(tl.div_rn(s, softcap))
+        live = gmask[:, None] & jmask[None, :]
+        tl.store(srow[:, None] + j[None, :], s, mask=live)
+        # a max is exact in any order (NaN never wins, as in C); only a zero's sign is not
+        best = ieee.vmax(tl.max(tl.where(live & (s == s), s, float("-inf")), axis=1), best)
+        first_zero = tl.minimum(first_zero, tl.min(tl.where(live & (s == 0.0), j, n), axis=1))
+    tl.debug_barrier()
+    zero = tl.load(srow + first_zero, mask=gmask & (best == 0.0), other=0.0)
+    mx = tl.where(best == 0.0, zero, best)
 
-@triton.jit
-def _attn_combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, H, D, n_splits, BLOCK_D: tl.constexpr):
-    t = tl.program_id(0)
-    h = tl.program_id(1)
+    # 2. the numerators, in place of the scores; -0.0 past the end (to the end of the block),
+    # the identity of addition, so that steps 3 and 4 may run past the end without a mask
+    for j0 in range(0, n, BLOCK_N):
+        j = j0 + jj
+        jmask = (j < n)[None, :]
+        s = tl.load(srow[:, None] + j[None, :], mask=gmask[:, None] & jmask, other=0.0)
+        e = tl.where(jmask, ieee.exp(s - mx[:, None]), -0.0)
+        tl.store(srow[:, None] + j[None, :], e, mask=gmask[:, None])
+    tl.debug_barrier()
+
+    # 3. their sum in position order, UNROLL positions a step (so that their loads are issued
+    # together): a -0.0 past the end leaves the sum as it is
+    total = tl.zeros([BLOCK_G], dtype=tl.float32)
+    for j0 in range(0, n, UNROLL):
+        for u in tl.static_range(UNROLL):
+            total = total + tl.load(srow + (j0 + u), mask=gmask, other=0.0)
+    inv = tl.div_rn(1.0, tl.where(gmask, total, 1.0))
+
+    # 4. the weighted sum of the V rows in position order, UNROLL positions a step likewise;
+    # past the end the weight is -0.0 * inv = -0.0 and the V row is read as +0.0, so that
+    # fma(-0.0, +0.0, o) = o exactly, whatever o (a -0.0 included)
     d = tl.arange(0, BLOCK_D)
-    dmask = d < D
-    first = (t.to(tl.int64) * H + h) * n_splits
-    big = tl.full([], float("-inf"), tl.float32)
-    for s in range(0, n_splits):
-        big = tl.maximum(big, tl.load(m_ptr + first + s))
-    total = tl.zeros([], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for s in range(0, n_splits):
-        ms = tl.load(m_ptr + first + s)
-        live = ms > float("-inf")
-        w = tl.exp(tl.where(live, ms - big, 0.0))
-        total = tl.where(live, total + tl.load(l_ptr + first + s) * w, total)
-        part = tl.load(acc_ptr + (first + s) * D + d, mask=dmask, other=0.0)
-        acc = tl.where(live, acc + part * w, acc)
-    tl.store(out_ptr + (t.to(tl.int64) * H + h) * D + d, tl.div_rn(acc, total), mask=dmask)
+    o = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for j0 in range(0, n, UNROLL):
+        for u in tl.static_range(UNROLL):
+            width = tl.where(j0 + u < n, D, 0)  # the V row's live lanes: none past the end
+            v = tl.load(v_ptr + tl.load(rrow + (j0 + u)) + d, mask=d < width, other=0.0)
+            w = tl.load(srow + (j0 + u), mask=gmask, other=0.0) * inv
+            o = tl.fma(w[:, None], v[None, :], o)
+    tl.store(out_ptr + head[:, None] * D + d[None, :], o, mask=gmask[:, None] & (d < D)[None, :])
 
 
 def attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta,
     positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
+    scale: float | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:  # fmt: skip
-    """Attention output [T, H, D]; the index tensors are `meta`'s, already on q's device, and
-    `max_position` is the largest position in the step (it only sizes the grid)."""
-    q = q.contiguous()
+    """Attention output [T, H, D], C's bits; the index tensors are `meta`'s, already on q's
+    device, and `max_position` is the largest position in the step (it sizes the scratch).
+    `scale` defaults to 1/sqrt(D); `window` > 0 attends to the last `window` positions only;
+    `softcap` > 0 caps the scores."""
+    q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
     out = torch.empty_like(q)
     if not t:
         return out
-    n_splits = max_position // SPLIT + 1
-    m = torch.empty(t * h * n_splits, dtype=torch.float32, device=q.device)
-    ell = torch.empty_like(m)
-    acc = torch.empty(t * h * n_splits, d, dtype=torch.float32, device=q.device)
-    block_d = triton.next_power_of_2(d)
-    _attn_split_kernel[(t, h, n_splits)](
-        q, k_cache, v_cache, block_tables, token_seq, positions, m, ell, acc,
-        h, kvh, d, block_tables.shape[1], meta.block_size, n_splits, 1.0 / math.sqrt(d),
-        GROUP=h // kvh, SPLIT=SPLIT, BLOCK_N=BLOCK_N, BLOCK_D=block_d,
+    stride = triton.cdiv(max_position + 1, BLOCK_N) * BLOCK_N  # whole blocks: see step 2
+    scores = torch.empty(t * h * stride, dtype=torch.float32, device=q.device)
+    rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
+    group = h // kvh
+    _attention_kernel[(t, kvh)](
+        q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows, out,
+        h, kvh, block_tables.shape[1], meta.block_size, stride,
+        1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
+        D=d, GROUP=group, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
+        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, **ieee.LAUNCH,
     )  # fmt: skip
-    _attn_combine_kernel[(t, h)](m, ell, acc, out, h, d, n_splits, BLOCK_D=block_d)
     return out
 
 
 def attention_reference(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta
 ) -> torch.Tensor:
-    """float64 causal attention of each token over its sequence's cached positions 0..p."""
+    """float64 causal attention of each token over its sequence's cached positions 0..p (a
+    sanity check of the arithmetic's accuracy, not of its bits)."""
     out = torch.empty(q.shape, dtype=torch.float64)
     group = q.shape[1] // k_cache.shape[2]
     bs = meta.block_size

@@ -113,7 +113,7 @@ class TritonOps:
         return norm.rmsnorm(tensor(x).to(self.device), self._model(weight), eps)
 
     def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        return activation.silu_mul(gate, up)
+        return activation.silu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
         pos = self._step(positions)
@@ -136,12 +136,10 @@ class TritonOps:
         vc.view(-1, *v.shape[1:])[s] = v
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        raise NotImplementedError("the GPU kernels have no GeGLU yet (Gemma): run Gemma models on the CPU")
+        return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
 
     def softcap(self, x: Array, cap: float) -> torch.Tensor:
-        raise NotImplementedError(
-            "the GPU kernels have no logit soft-capping yet (Gemma 2): run it on the CPU"
-        )
+        return activation.softcap(tensor(x).to(self.device), cap)
 
     def attention(
         self,
@@ -153,17 +151,12 @@ class TritonOps:
         window: int = 0,
         softcap: float = 0.0,
     ) -> torch.Tensor:
-        if scale is not None or window or softcap:
-            raise NotImplementedError(
-                "the GPU attention kernel has no query scale, sliding window or soft-capping yet "
-                "(Gemma): run Gemma models on the CPU"
-            )
         if self._max_position is None or self._max_position[0] is not meta.positions:
             self._max_position = (meta.positions, int(meta.positions.max()) if len(meta.positions) else 0)
         return attention.attention(
             tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
-            self._max_position[1],
+            self._max_position[1], scale=scale, window=window, softcap=softcap,
         )  # fmt: skip
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:

@@ -1,5 +1,15 @@
-"""Full-vocabulary fp32 log-softmax, one program per row, over fixed chunks of the vocabulary
-in order (max, then sum of exp, then write): a row's bits are its own."""
+"""Full-vocabulary log-softmax, one program per row, in the C kernel's arithmetic
+(kernels.c strata_log_softmax), so a row's log-probabilities are the CPU's bits:
+
+- the max is max_n's: the largest non-NaN value (a max is exact in any order), and where that
+  is a zero, the first zero of the row (the sign a scalar scan keeps);
+- the sum of e^(x - max) runs over 16-float steps in order with Kahan compensation in each of
+  16 lanes (the last step's padding lanes zero), vector.h's own e^x;
+- the lanes' sums minus their compensations are added in double in lane order, and log_d (in
+  double, ieee.py) gives the log of the total, rounded once to fp32;
+- out = (x - max) - lse.
+
+The compensated sum is a chain of V/16 steps per row (C's order): a row is one program."""
 
 from __future__ import annotations
 
@@ -7,39 +17,64 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 2048
+from strata_engine.kernels.triton import ieee
+
+BLOCK = 1024  # columns per step of the max and output passes (order-free: no effect on bits)
+UNROLL = 4  # 16-float steps of the compensated sum taken together (no effect on the bits)
 
 
-@triton.jit
-def _log_softmax_kernel(x_ptr, out_ptr, V, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    base = row * V
-    mx = tl.full([BLOCK], float("-inf"), tl.float32)
+@triton.jit(do_not_specialize=["V"])
+def _log_softmax_kernel(x_ptr, out_ptr, V, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * V
+    cols = tl.arange(0, BLOCK)
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    first_zero = tl.full([BLOCK], V, tl.int32)
     for v0 in range(0, V, BLOCK):
-        cols = v0 + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + base + cols, mask=cols < V, other=float("-inf"))
-        mx = tl.maximum(mx, x)
-    m = tl.max(mx, axis=0)
-    total = tl.zeros([BLOCK], dtype=tl.float32)
+        at = v0 + cols
+        x = tl.load(x_ptr + base + at, mask=at < V, other=float("-inf"))
+        best = ieee.vmax(x, best)
+        first_zero = tl.minimum(first_zero, tl.where(x == 0.0, at, V))
+    mx = tl.max(best, axis=0)  # exact in any order: only a zero's sign depends on it
+    fz = tl.min(first_zero, axis=0)
+    mx = tl.where(mx == 0.0, tl.load(x_ptr + base + fz, mask=fz < V, other=0.0), mx)
+
+    lanes = tl.arange(0, 16)
+    acc = tl.zeros([16], dtype=tl.float32)
+    comp = tl.zeros([16], dtype=tl.float32)
+    for i0 in range(0, V, 16 * UNROLL):  # UNROLL steps of 16 at a time: their e^x overlap
+        for u in tl.static_range(UNROLL):
+            i = i0 + 16 * u
+            m = i + lanes < V
+            e = ieee.exp(tl.load(x_ptr + base + i + lanes, mask=m, other=0.0) - mx)
+            e = tl.where(m, e, 0.0)
+            y = e - comp
+            t = acc + y
+            live = i < V  # a step past the row's end is no step: C's loop has ended
+            comp = tl.where(live, (t - acc) - y, comp)
+            acc = tl.where(live, t, acc)
+    d = acc.to(tl.float64) - comp.to(tl.float64)
+    total = tl.zeros([], dtype=tl.float64)
+    for k in tl.static_range(16):
+        total = total + ieee.lane(d, k, 16)
+    lse = ieee.log_d(total).to(tl.float32)
+
     for v0 in range(0, V, BLOCK):
-        cols = v0 + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + base + cols, mask=cols < V, other=float("-inf"))
-        total += tl.exp(x - m)
-    lse = m + tl.log(tl.sum(total, axis=0))
-    for v0 in range(0, V, BLOCK):
-        cols = v0 + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + base + cols, mask=cols < V, other=0.0)
-        tl.store(out_ptr + base + cols, x - lse, mask=cols < V)
+        at = v0 + cols
+        x = tl.load(x_ptr + base + at, mask=at < V, other=0.0)
+        tl.store(out_ptr + base + at, (x - mx) - lse, mask=at < V)
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """fp32 log-probabilities of each row of [R, V] logits, on the logits' device."""
+    """fp32 log-probabilities of each row of [R, V] logits, on the logits' device, C's bits."""
     logits = logits.float().contiguous()
     out = torch.empty_like(logits)
     if logits.shape[0] and logits.shape[1]:
-        _log_softmax_kernel[(logits.shape[0],)](logits, out, logits.shape[1], BLOCK=BLOCK)
+        _log_softmax_kernel[(logits.shape[0],)](
+            logits, out, logits.shape[1], BLOCK=BLOCK, UNROLL=UNROLL, **ieee.LAUNCH
+        )
     return out
 
 
 def log_softmax_reference(logits: torch.Tensor) -> torch.Tensor:
+    """float64 log-softmax: a sanity check of the arithmetic's accuracy, not of its bits."""
     return torch.log_softmax(logits.double(), dim=-1)

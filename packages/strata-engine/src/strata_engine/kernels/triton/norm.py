@@ -1,5 +1,9 @@
-"""RMSNorm, one program per row: the row's sum of squares is one fixed `tl.sum` tree over a
-block as wide as the row, so a row's bits never depend on how many rows share the call."""
+"""RMSNorm, one program per row, in the C kernel's arithmetic (kernels.c strata_rmsnorm):
+r = 1 / sqrt(dot_1(x, x) / K + eps), then (x * r) * weight.
+
+dot_1 is 16 lanes of FMAs walked over the row in 16-float steps (the last zero-padded), then
+vf_hsum's fixed tree; the rest are single correctly rounded operations. A row's bits are the
+CPU's and never depend on how many rows share the call."""
 
 from __future__ import annotations
 
@@ -7,30 +11,42 @@ import torch
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton.ieee import LAUNCH, hsum16
 
-@triton.jit
-def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, D, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < D
-    x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
-    mean = tl.sum(x * x, axis=0) / D
-    inv = tl.div_rn(1.0, tl.sqrt_rn(mean + eps))
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    tl.store(y_ptr + row * D + cols, x * inv * w, mask=mask)
+OUT_BLOCK = 1024  # columns written per step (elementwise: no effect on the bits)
+
+
+@triton.jit(do_not_specialize=["K"])
+def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, K, eps, OUT: tl.constexpr):
+    base = tl.program_id(0).to(tl.int64) * K
+    lanes = tl.arange(0, 16)
+    acc = tl.zeros([1, 16], dtype=tl.float32)
+    for k0 in range(0, K, 16):
+        x = tl.load(x_ptr + base + k0 + lanes, mask=k0 + lanes < K, other=0.0)[None, :]
+        acc = tl.fma(x, x, acc)
+    mean = tl.div_rn(hsum16(acc, 1), K.to(tl.float32))  # [1]
+    r = tl.div_rn(tl.full([1], 1.0, tl.float32), tl.sqrt_rn(mean + eps))
+    cols = tl.arange(0, OUT)
+    for k0 in range(0, K, OUT):
+        m = k0 + cols < K
+        x = tl.load(x_ptr + base + k0 + cols, mask=m, other=0.0)
+        w = tl.load(w_ptr + k0 + cols, mask=m, other=0.0)
+        tl.store(y_ptr + base + k0 + cols, (x * r) * w, mask=m)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
-    x = x.contiguous()
+    """(x * (1 / sqrt(mean(x^2) + eps))) * weight over the last dimension, C's bits."""
+    x = x.float().contiguous()
     y = torch.empty_like(x)
     d = x.shape[-1]
     rows = x.numel() // d if d else 0
     if rows:
-        _rmsnorm_kernel[(rows,)](x, weight, y, d, eps, BLOCK=triton.next_power_of_2(d))
+        out = min(OUT_BLOCK, triton.next_power_of_2(d))
+        _rmsnorm_kernel[(rows,)](x, weight.float().contiguous(), y, d, eps, OUT=out, **LAUNCH)
     return y
 
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """float64 RMSNorm: a sanity check of the arithmetic's accuracy, not of its bits."""
     x = x.double()
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight.double()

@@ -1,6 +1,8 @@
 """Rotary position embedding, both layouts: interleaved pairs (2i, 2i+1) as llama GGUFs store
 q/k, and neox halves (i, i + dim/2) as qwen2/qwen3. One program per (token, head); each value
-depends only on its own pair and its position's cos/sin (no reduction)."""
+depends only on its own pair and its position's cos/sin (no reduction), in the C kernel's
+arithmetic (kernels.c strata_rope): a*c - b*s and a*s + b*c with separately rounded products
+(launched without multiply-add contraction)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import triton.language as tl
 
 from strata_engine.kernels.base import RopeTable
 from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton.ieee import LAUNCH
 
 
 @triton.jit
@@ -32,8 +35,9 @@ def _rope_kernel(
         ib = i + HALF
     a = tl.load(base + ia, mask=mask, other=0.0)
     b = tl.load(base + ib, mask=mask, other=0.0)
-    tl.store(base + ia, a * c - b * s, mask=mask)
-    tl.store(base + ib, a * s + b * c, mask=mask)
+    ac, bs, as_, bc = a * c, b * s, a * s, b * c
+    tl.store(base + ia, ac - bs, mask=mask)
+    tl.store(base + ib, as_ + bc, mask=mask)
 
 
 def rope(
@@ -54,12 +58,14 @@ def rope(
             half,
             INTERLEAVED=table.interleaved,
             BLOCK=triton.next_power_of_2(half),
+            **LAUNCH,
         )
     return out
 
 
 def rope_reference(x: torch.Tensor, positions: torch.Tensor, table: RopeTable) -> torch.Tensor:
-    """float64 rotation by the table's angles, written as complex multiplication."""
+    """float64 rotation by the table's angles, written as complex multiplication (a sanity
+    check of the arithmetic's accuracy, not of its bits)."""
     x = x.double()
     pos = tensor(positions).to(torch.int64)
     c, s = tensor(table.cos).double()[pos][:, None, :], tensor(table.sin).double()[pos][:, None, :]
