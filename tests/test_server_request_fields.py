@@ -103,17 +103,16 @@ def test_special_tokens_are_skipped_by_default(server_url: str, route: str, stre
     assert any(special in kept for special in SPECIALS)
     assert skipped == strip_specials(kept)
     spaced = generate(
-        server_url, route, stream, skip_special_tokens=False, spaces_between_special_tokens=False, **options
+        server_url, route, stream, skip_special_tokens=False, spaces_between_special_tokens=True, **options
     )
-    assert spaced["text"] == kept  # special-token texts are concatenated either way (see DETAILS)
+    assert spaced["text"] == kept  # the default, sent explicitly: the same text (see DETAILS)
 
 
-@pytest.mark.parametrize("spaces", [True, False])
-def test_special_tokens_meet_their_neighbours_without_spaces(server_url: str, spaces: bool) -> None:
+def test_special_tokens_meet_their_neighbours_without_spaces(server_url: str) -> None:
     """vLLM's detokenizer for a fast (tokenizers) vocabulary, which every GGUF vocabulary is,
-    writes an added token's text with no space around it; `spaces_between_special_tokens=false`
-    only drops a space its decoder would put between two of them. So with either value the
-    text is the tokens' own strings end to end: a space next to a special token is a bug."""
+    writes an added token's text with no space around it (`spaces_between_special_tokens`
+    true, the default and the only accepted value): the text is the tokens' own strings end
+    to end, so a space next to a special token is a bug."""
     body = body_for(
         "completions",
         prompt="<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -121,7 +120,7 @@ def test_special_tokens_meet_their_neighbours_without_spaces(server_url: str, sp
         ignore_eos=True,
         logprobs=0,
         skip_special_tokens=False,
-        spaces_between_special_tokens=spaces,
+        spaces_between_special_tokens=True,
     )
     response = post(server_url, "completions", body)
     assert response.status_code == 200, response.text
@@ -129,6 +128,20 @@ def test_special_tokens_meet_their_neighbours_without_spaces(server_url: str, sp
     tokens = choice["logprobs"]["tokens"]
     assert any(token in SPECIALS for token in tokens)  # past the end of turn: control tokens
     assert choice["text"] == "".join(tokens)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_spaces_between_special_tokens_false_is_refused(server_url: str, route: str, stream: bool) -> None:
+    """Only the default is supported: false would ask to drop spaces Strata never inserts, so it
+    is a 400 naming the field and saying why, on both routes, before anything runs."""
+    response = post(server_url, route, body_for(route, spaces_between_special_tokens=False, stream=stream))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "unsupported"
+    assert error["param"] == "spaces_between_special_tokens"
+    assert "does not insert spaces between special tokens" in error["message"]
+    assert "only the default" in error["message"]
 
 
 def test_truncate_prompt_tokens_keeps_the_last_tokens(server_url: str) -> None:

@@ -58,7 +58,7 @@ SHARED: dict[str, tuple[dict[str, Any], Check]] = {
     "ignore_eos": ({"ignore_eos": True}, ok),
     "min_tokens": ({"min_tokens": 1}, ok),
     "skip_special_tokens": ({"skip_special_tokens": False}, ok),
-    "spaces_between_special_tokens": ({"spaces_between_special_tokens": False}, ok),
+    "spaces_between_special_tokens": ({"spaces_between_special_tokens": False}, None),  # only true
 }  # fmt: skip
 
 COMPLETION: dict[str, tuple[dict[str, Any], Check]] = {

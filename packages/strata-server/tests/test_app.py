@@ -291,6 +291,22 @@ def test_chat_logprob_token_ids_with_allowed_token_ids_is_a_400(client) -> None:
     assert client.post("/v1/chat/completions", json=alone).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("route", "body"), [("/v1/completions", {"prompt": "x"}), ("/v1/chat/completions", CHAT)]
+)
+def test_spaces_between_special_tokens_only_true(client, route: str, body: dict) -> None:
+    """The default (true) is accepted and changes nothing; false is a 400 naming the field."""
+    plain = client.post(route, json={**body, "max_tokens": 2})
+    spaced = client.post(route, json={**body, "max_tokens": 2, "spaces_between_special_tokens": True})
+    assert plain.status_code == spaced.status_code == 200
+    assert plain.json()["choices"] == spaced.json()["choices"]
+    refused = client.post(route, json={**body, "max_tokens": 2, "spaces_between_special_tokens": False})
+    error = assert_envelope(refused, 400)
+    assert error["type"] == "invalid_request_error" and error["code"] == "unsupported"
+    assert error["param"] == "spaces_between_special_tokens"
+    assert "does not insert spaces between special tokens" in error["message"]
+
+
 def test_best_of_other_than_n_is_refused(client) -> None:
     error = assert_envelope(client.post("/v1/completions", json={"prompt": "x", "best_of": 2}), 400)
     assert (error["param"], error["code"]) == ("best_of", "unsupported")

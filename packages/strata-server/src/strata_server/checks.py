@@ -358,6 +358,10 @@ NOT_IMPLEMENTED = {
     "continue_final_message": "the template always closes the last message",
     "mm_processor_kwargs": "text only",
     "structural_tag": "use response_format or structured_outputs",
+    "spaces_between_special_tokens": (
+        "Strata does not insert spaces between special tokens (vLLM's behaviour with a fast, "
+        "`tokenizers`, vocabulary); only the default, true, is supported"
+    ),
 }
 NEUTRAL: dict[str, tuple[object, ...]] = {
     "use_beam_search": (False,),
@@ -367,6 +371,7 @@ NEUTRAL: dict[str, tuple[object, ...]] = {
     "include_reasoning": (True,),
     "continue_final_message": (False,),
     "tool_choice": (None, "none"),
+    "spaces_between_special_tokens": (True,),
 }
 
 

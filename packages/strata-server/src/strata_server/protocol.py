@@ -83,7 +83,7 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     min_tokens: int = 0
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True  # only true (checks.NOT_IMPLEMENTED)
     truncate_prompt_tokens: int | None = None
     user: str | None = None
     # structured output (see structured_output.py): OpenAI's field, vLLM's, vLLM's older ones
