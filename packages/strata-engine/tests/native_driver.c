@@ -4,11 +4,12 @@
  * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
  * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
- * integer-limb kernels (limb.h) for 3 and 2 limbs.
+ * integer-limb kernels (limb.h) for 3 and 2 limbs. Built with the library's C files
+ * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
 
-#include "kernels.c"
+#include "internal.h" /* the exported functions, and row_bytes */
 
 static uint64_t state = 0x9E3779B97F4A7C15ULL;
 
@@ -171,7 +172,7 @@ static void kquants(void) {
     }
 }
 
-/* `driver q8`: the 8-bit-activation kernels (q8.h), pack + matmul for every type they take,
+/* `driver q8`: the 8-bit-activation kernels (q8.c), pack + matmul for every type they take,
  * N odd (a partial group of 16 outputs), every row-tile remainder; only these outputs. Blocks of
  * very different magnitudes, a zero block, and a block whose maximum times 127 / maximum rounds
  * above 127 in fp32 (7.296825: 127.00001), which must still quantise to 127. */

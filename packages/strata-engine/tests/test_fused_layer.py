@@ -1,4 +1,4 @@
-"""One native call per layer (fused_layer.py / kernels.c strata_layer) against the per-operation
+"""One native call per layer (fused_layer.py / layer.c strata_layer) against the per-operation
 path of model.py: the same bits for every architecture switch it covers (biases, q/k norms,
 both RoPE layouts, GeGLU, post-norms, soft-capped and sliding-window attention), for a prefill
 chunk and a decode step; and the layers it does not cover take the per-operation path."""

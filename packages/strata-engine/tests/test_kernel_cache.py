@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -177,3 +178,36 @@ def test_loading_goes_through_the_checks(home: Path, tmp_path: Path) -> None:
         assert ctypes.CDLL(str(lib)).strata_cpu_features() != PLANTED
     finally:
         native.cpu_features.cache_clear()
+
+
+def test_every_kernel_file_is_in_the_build_key(home: Path, tmp_path: Path, monkeypatch) -> None:
+    """The cache key hashes every C file and header the kernels are built from: a change to any one
+    of them gives a new library, never the cached one (the compiler faked: only the key matters)."""
+    files = sorted(p.name for p in native.HERE.iterdir() if p.suffix in (".c", ".h"))
+    assert sorted(p.name for p in (*native.SOURCES, *native.HEADERS, native.PROBE)) == files
+    copy = tmp_path / "native"
+    copy.mkdir()
+    for name in files:
+        shutil.copy(native.HERE / name, copy / name)
+    sources, headers = [copy / p.name for p in native.SOURCES], [copy / p.name for p in native.HEADERS]
+
+    def fake_run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        if cmd[-1] != "--version":  # a build: an empty library where it was asked for
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "fake cc 1.0", "")
+
+    monkeypatch.setattr(build, "_run", fake_run)
+    build.compiler.cache_clear()
+    try:
+        first = build.build_library(sources, headers, [], "k", warn_serial=False)
+        again = build.build_library(sources, headers, [], "k", warn_serial=False)
+        assert again == first  # the same files: the cached library
+        names = {first.name}
+        for path in [*sources, *headers]:
+            original = path.read_bytes()
+            path.write_bytes(original + b"\n")
+            names.add(build.build_library(sources, headers, [], "k", warn_serial=False).name)
+            path.write_bytes(original)
+    finally:
+        build.compiler.cache_clear()
+    assert len(names) == 1 + len(sources) + len(headers)

@@ -2,14 +2,17 @@
 
 Checked against references that do not come from the parser: the hand-written ctypes table the
 generated binding replaced, the C compiler's own offsets, sizes and types of strata_layer_desc's
-fields, GGML's type ids, and the compiler's -Wmissing-prototypes (every function the C exports
-is declared in the header, which kernels.c includes, so each definition is held to it). The
-parser refuses what it cannot read.
+fields, GGML's type ids, the compiler's -Wmissing-prototypes (every function a C file defines
+outside itself is declared in a header it includes, so each definition is held to it) and the
+built library's own table of exports (exactly the header's functions: a helper the files share
+stays hidden). The parser refuses what it cannot read.
 """
 
 from __future__ import annotations
 
 import ctypes
+import platform
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -119,16 +122,42 @@ def _syntax_check(source: Path, flags: list[str], include: Path) -> subprocess.C
 
 @pytest.mark.parametrize("target", native.targets_to_test())
 def test_every_exported_function_is_declared_in_the_header(target: str) -> None:
-    for source in (native.KERNELS, native.PROBE):
+    for source in (*native.SOURCES, native.PROBE):
         proc = _syntax_check(source, native.TARGETS[target][1], native.HERE)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.returncode == 0, (source.name, proc.stderr[-2000:])
 
 
 def test_an_undeclared_export_would_be_caught(tmp_path: Path) -> None:
-    planted = tmp_path / "kernels.c"
-    planted.write_text(native.KERNELS.read_text() + "\nint strata_undeclared(int x) { return x; }\n")
+    planted, source = tmp_path / "matmul.c", native.HERE / "matmul.c"
+    planted.write_text(source.read_text() + "\nint strata_undeclared(int x) { return x; }\n")
     proc = _syntax_check(planted, native.TARGETS["portable"][1], native.HERE)
     assert proc.returncode != 0 and "strata_undeclared" in proc.stderr
+
+
+def _exported_functions(lib: Path) -> set[str]:
+    """The functions the shared library `lib` exports, as the dynamic linker sees them (nm -D)."""
+    nm = shutil.which("nm")
+    if nm is None or platform.system() != "Linux":
+        pytest.skip("needs binutils' nm and an ELF library (Linux)")
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+    rows = [line.split() for line in out.stdout.splitlines()]  # address, kind, name
+    return {row[2] for row in rows if len(row) == 3 and row[1] in ("T", "W", "i")}  # code, not data
+
+
+def test_the_library_exports_exactly_the_header_functions() -> None:
+    """The shared helpers the C files define once (the scratch memory, q8's unpacking) are not
+    exports: only what strata_kernels.h declares is the library's interface."""
+    portable = native.TARGETS["portable"][1]
+    lib = native.compile_library(list(native.SOURCES), portable, "strata_kernels_portable")  # as the engine
+    exported = {name for name in _exported_functions(lib) if not name.startswith("_")}  # _init, _fini
+    assert exported == set(INTERFACE.functions) - set(native.PROBE_FUNCTIONS)
+
+
+def test_an_exported_helper_would_be_caught() -> None:
+    """The check above can fail: a shared helper left visible is an export."""
+    unhidden = [*native.TARGETS["portable"][1], "-DSTRATA_HIDDEN="]  # internal.h keeps a -D definition
+    lib = native.compile_library([native.HERE / "common.c"], unhidden, "unhidden")
+    assert "scratch" in _exported_functions(lib)
 
 
 def test_the_parser_reads_the_forms_it_lists() -> None:

@@ -1,6 +1,6 @@
 """One kernel contract on every CPU: each target's build gives the same bits (issue 9).
 
-The C test driver (native_driver.c) runs every kernel on fixed inputs; its output must be
+The C test driver (native_driver.c, built with the kernels' C files) runs every kernel on fixed inputs; its output must be
 byte-identical for every x86 target this host can run, for the AArch64 builds run under
 qemu (when the cross compiler and qemu are installed: the engine nox session installs them),
 and equal to the digest committed here, which every CI machine, of whatever CPU, re-proves.
@@ -26,6 +26,7 @@ from strata_engine.kernels.base import AttentionMeta, RopeTable
 from strata_engine.kernels.native import (
     BASE_FLAGS,
     HERE,
+    SOURCES,
     TARGETS,
     compiler,
     runnable_targets,
@@ -38,7 +39,7 @@ DRIVER = Path(__file__).with_name("native_driver.c")
 # sha256 of the driver's output: the same on AVX-512, AVX2, NEON and portable C builds.
 # Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
 DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd3924"
-# sha256 of `driver q8`: the 8-bit-activation kernels (q8.h) alone, the same on every build.
+# sha256 of `driver q8`: the 8-bit-activation kernels (q8.c) alone, the same on every build.
 DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
 # sha256 of `driver limb`: the integer-limb kernels (limb.h), 3 and 2 limbs, the same on every build.
 DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d6ed022"
@@ -59,7 +60,8 @@ def _driver_digest(
     key = (*cc, *flags)
     if key not in _BUILT:
         exe = tmp / "driver"
-        subprocess.run([*cc, *DRIVER_FLAGS, *flags, str(DRIVER), "-o", str(exe), "-lm"], check=True)
+        sources = [str(DRIVER), *map(str, SOURCES)]
+        subprocess.run([*cc, *DRIVER_FLAGS, *flags, *sources, "-o", str(exe), "-lm"], check=True)
         _BUILT[key] = exe
     out = subprocess.run([*run, str(_BUILT[key]), *mode], check=True, capture_output=True).stdout
     return hashlib.sha256(out).hexdigest()

@@ -1,4 +1,4 @@
-"""The opt-in 8-bit-activation kernels ("native-q8", native/q8.h) against their contract.
+"""The opt-in 8-bit-activation kernels ("native-q8", native/q8.c) against their contract.
 
 - every target gives the portable build's bits (any row tile remainder, bias, thread count);
 - the output is the contract's arithmetic: checked against an independent numpy reference
@@ -231,7 +231,7 @@ def test_row_bits_independent_of_the_other_rows(target: str) -> None:
     ops = _q8(target, threads=2)
     for qtype in TYPES:
         w = ops.pack(_weight(qtype, N, 256, rng).weight)
-        batch = _activations(21, 256, rng)  # 16 rows or more: Q6_K's unpacked path (q8.h)
+        batch = _activations(21, 256, rng)  # 16 rows or more: Q6_K's unpacked path (q8.c)
         for at in (0, 5, 20):
             alone = ops.linear(batch[at : at + 1].copy(), w)
             assert np.array_equal(ops.linear(batch, w)[at : at + 1], alone), (qtype.name, at)

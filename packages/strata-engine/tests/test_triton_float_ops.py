@@ -1,6 +1,6 @@
 """Each Triton float kernel computes the C kernels' bits: e^x, RMSNorm, RoPE, SwiGLU/GeGLU,
 soft-capping, paged GQA attention and the log-softmax tail, each compared as uint32 with the
-native op (NativeOps, kernels.c) on random inputs of odd sizes, one and many rows, and extreme
+native op (NativeOps, native/*.c) on random inputs of odd sizes, one and many rows, and extreme
 values; a float64 check of each kernel's accuracy rides along where it is cheap.
 
 Without a GPU these run under Triton's interpreter, which performs each IEEE fp32 operation on

@@ -17,7 +17,7 @@ import numpy as np
 from strata_engine.kernels.native.header import INTERFACE
 from strata_engine.kernels.weights import Weight
 
-# added to a weight's kernel type once repacked for 8-bit activations (q8.h; strata_kernels.h)
+# added to a weight's kernel type once repacked for 8-bit activations (q8.c; strata_kernels.h)
 Q8_PACKED = INTERFACE.constant("WT_Q8_PACKED")
 LIMB_SHIFT = INTERFACE.constant("WT_LIMB_SHIFT")  # where a repacked weight's type holds its limbs (limb.h)
 

@@ -2,7 +2,7 @@
 
 Most published GGUFs are Q4_K_M (Q4_K and Q6_K blocks) or Q5_K_M. The kernels dequantise one
 sub-block of 32 at a time, so at load each sub-block is given its quants contiguously and the
-fp16 scales are widened to fp32; native/kquant_layout.h does it (and documents the layout) in
+fp16 scales are widened to fp32; native/kquant_pack.c does it (and documents the layout) in
 C, at memory speed, because the 0.9 GB of a 1.7B model's blocks took seconds in numpy.
 """
 

@@ -1,10 +1,10 @@
 """The C kernels, compiled once per machine and target on first use, loaded with ctypes.
 
-One source (kernels.c over vector.h's 16-lane virtual vector) is built for each instruction
-set: avx512, avx2 (+FMA), neon (AArch64) and portable C. All give the same bits; the best one
+One set of C files (SOURCES, each over vector.h's 16-lane virtual vector) is built into one
+library for each instruction set: avx512, avx2 (+FMA), neon (AArch64) and portable C. All give the same bits; the best one
 the CPU can run is used. The CPU is asked through a tiny probe library (cpu_features.c:
-cpuid via the compiler's builtins), not by reading /proc/cpuinfo. A small C file builds in
-about a second with the system compiler and needs no torch headers, into a private cache
+cpuid via the compiler's builtins), not by reading /proc/cpuinfo. The kernels build in seconds
+with the system compiler and needs no torch headers, into a private cache
 (build.py: only libraries this user built are loaded). Every function, type code and struct the
 library exports is declared once, in strata_kernels.h, and bound from it (header.py).
 """
@@ -23,17 +23,31 @@ from strata_engine.kernels.native.header import INTERFACE
 __all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targets", "targets_to_test"]
 
 HERE = Path(__file__).parent
-KERNELS = HERE / "kernels.c"
+# The kernel library's C files, one job each (strata_kernels.h says which defines what).
+SOURCES = tuple(
+    HERE / name
+    for name in (
+        "common.c",  # the target's name, the scratch memory
+        "matmul.c",  # fp32 matmul on weights as stored, embedding gather
+        "elementwise.c",  # RMSNorm, RoPE, SwiGLU / GeGLU, soft-cap, e^x
+        "attention.c",  # paged, windowed attention; the KV write
+        "logprobs.c",  # log-softmax
+        "layer.c",  # one dense layer in one call
+        "kquant_pack.c",  # K-quant blocks rearranged at load
+        "q8.c",  # 8-bit activations, integer dot products (and limb.h's integer limbs)
+        "fpmode.c",  # the IEEE default float modes around each step
+    )
+)
+# Every header the sources include: part of each build's cache key, as the sources are.
 HEADERS = (
-    HERE / "strata_kernels.h",
-    HERE / "vector.h",
-    HERE / "q8.h",
+    HERE / "strata_kernels.h",  # the library's interface
+    HERE / "internal.h",  # what the files share and do not export
+    HERE / "vector.h",  # the 16-lane virtual vector
+    HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.h)
     HERE / "limb.h",
-    HERE / "kquant_layout.h",
-    HERE / "fpmode.h",
 )
 PROBE = HERE / "cpu_features.c"
-PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is kernels.c's
+PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's
 # target -> (the probe's feature bit it needs, compiler flags); best first
 TARGETS: dict[str, tuple[int, list[str]]] = {
     "avx512": (
@@ -51,7 +65,7 @@ logger = logging.getLogger("strata_engine")
 
 def compile_library(sources: list[Path], flags: list[str], name: str) -> Path:
     """A shared library built from `sources` (and the kernels' headers) into the private cache."""
-    return build_library(sources, HEADERS, flags, name, warn_serial=sources[0] == KERNELS)
+    return build_library(sources, HEADERS, flags, name, warn_serial=tuple(sources) == SOURCES)
 
 
 @cache
@@ -78,7 +92,7 @@ def targets_to_test() -> list[str]:
 
 @cache
 def _load_target(target: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(compile_library([KERNELS], TARGETS[target][1], f"strata_kernels_{target}")))
+    lib = ctypes.CDLL(str(compile_library(list(SOURCES), TARGETS[target][1], f"strata_kernels_{target}")))
     INTERFACE.bind(lib, [name for name in INTERFACE.functions if name not in PROBE_FUNCTIONS])
     built = lib.strata_target().decode()
     if built != target:

@@ -1,4 +1,4 @@
-"""`NativeOps`: the engine's ops on the C kernels (kernels.c), batch-invariant by construction.
+"""`NativeOps`: the engine's ops on the C kernels (native/*.c), batch-invariant by construction.
 
 A row's result never depends on the rest of the batch. It works on numpy arrays, so a CPU engine
 on the native kernels never imports torch (which would cost over a second of start-up and about
@@ -19,10 +19,10 @@ from strata_engine.kernels.weights import Weight
 
 
 class NativeOps:
-    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see kernels.c).
+    """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see internal.h).
 
     With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
-    take integer dot products (native/q8.h): faster, less exact, still batch-invariant and the
+    take integer dot products (native/q8.c): faster, less exact, still batch-invariant and the
     same bits on every CPU. With `limbs` 3 or 2 (kernels "native-limb3", "native-limb2") the
     activations become a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.h):
     the same packed weights and integer steps, exact integer sums, fp32-level accuracy at 3."""
@@ -43,7 +43,7 @@ class NativeOps:
         """Run the block (one engine step) with IEEE default float modes on this thread and on
         the kernels' worker threads, then give this thread its own modes back: flush-to-zero or
         denormals-are-zero set by other code in the process (torch.set_flush_denormal) would
-        otherwise change the kernels' bits (native/fpmode.h)."""
+        otherwise change the kernels' bits (native/fpmode.c)."""
         saved = self.lib.strata_fp_ieee(self.threads)
         try:
             yield
@@ -157,7 +157,7 @@ class NativeOps:
 
     def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:
         logits = f32(logits)
-        # in place: each row's values are all read before its first is written (kernels.c), and
+        # in place: each row's values are all read before its first is written (logprobs.c), and
         # a fresh [512, 49152] output alone costs about 28 ms of page faults
         out = logits if inplace else np.empty_like(logits)
         if logits.shape[0]:

@@ -32,7 +32,7 @@ logger = logging.getLogger("strata_engine")
 BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC"]
 OPENMP = ["-fopenmp"]
 TIMEOUT_ENV = "STRATA_KERNELS_COMPILE_TIMEOUT"  # seconds one compiler run may take
-DEFAULT_TIMEOUT_S = 300.0  # kernels.c takes seconds; a slow, loaded machine a minute or two
+DEFAULT_TIMEOUT_S = 300.0  # the kernels take seconds; a slow, loaded machine a minute or two
 
 
 class NativeUnavailable(RuntimeError):

@@ -1,6 +1,6 @@
 """The C library's interface, read from its one header (strata_kernels.h) into ctypes.
 
-The header is the only statement of what the kernels export: kernels.c includes it, so the
+The header is the only statement of what the kernels export: every kernel file includes it, so the
 compiler holds every definition to it, and the Python side binds the library from it here. The
 parser is small and strict: it reads exactly the forms the header's opening comment lists and
 refuses anything else (an unknown type, a stray statement), so the binding cannot silently drift

@@ -1,6 +1,6 @@
 /*
- * Exact activations as integer limbs: the "native-limb3" (and "native-limb2") kernels (included
- * by kernels.c after q8.h, whose packed weights and integer steps they share).
+ * Exact activations as integer limbs: the "native-limb3" (and "native-limb2") kernels, on q8.h's
+ * packed weights and integer steps.
  *
  * q8 rounds each block of 32 activations to 8 bits. Here each block becomes one power-of-two
  * scale s and k signed int8 limbs per element (k = 2 or 3):

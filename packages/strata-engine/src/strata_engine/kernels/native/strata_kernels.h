@@ -1,7 +1,8 @@
 /*
  * Strata's kernel library: every function it exports, every type code and every struct that
- * crosses into it, stated once. kernels.c and cpu_features.c include this header (so the
- * compiler holds their definitions to it); the Python side binds the library from it
+ * crosses into it, stated once, grouped by the C file that defines it. Every kernel file includes
+ * this header (through internal.h; cpu_features.c directly), so the compiler holds their
+ * definitions to it; the Python side binds the library from it
  * (native/header.py parses it: one declaration per statement, the types below only).
  *
  * The parser reads: enum NAME { CONSTANT = integer, ... };   typedef struct { TYPE field, ...; } NAME;
@@ -16,7 +17,7 @@
 
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
-/* A weight repacked for 8-bit activations (q8.h) has this bit added to its type; with its
+/* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
  * activations as integer limbs (limb.h), also the limb count shifted left by WT_LIMB_SHIFT. */
 enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
@@ -41,32 +42,42 @@ typedef struct {
 /* cpu_features.c (a library of its own, built first) */
 int strata_cpu_features(void);
 
-/* kernels.c */
+/* common.c */
 const char *strata_target(void);
+
+/* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.h), the embedding gather */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads);
 void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out);
+
+/* elementwise.c: a row or an element at a time */
 void strata_rmsnorm(const float *x, int64_t M, int64_t K, const float *weight, float eps, float *y, int nthreads);
-void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
-                      int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
-                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);
 void strata_rope(float *x, int64_t T, int H, int D, int rot, const int32_t *pos, const float *cos_t,
                  const float *sin_t, int interleaved);
-void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
-                     float *kc, float *vc, int nthreads);
-void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads);
 void strata_exp(const float *x, int64_t n, float *out);
 void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
 void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
 void strata_softcap(const float *x, int64_t n, float cap, float *out);
+
+/* attention.c: the paged KV cache */
+void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
+                      int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
+                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);
+void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
+                     float *kc, float *vc, int nthreads);
+
+/* logprobs.c */
+void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads);
+
+/* layer.c: one dense layer, composed of the functions above */
 void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
                   const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
                   float *vc, int nthreads);
 
-/* kquant_layout.h: K-quant blocks as stored -> the kernels' layout */
+/* kquant_pack.c: K-quant blocks as stored -> the kernels' layout */
 void strata_kquant_pack(int wtype, const uint8_t *src, int64_t n, uint8_t *dst, int nthreads);
 
-/* q8.h: the opt-in 8-bit-activation kernels */
+/* q8.c: the opt-in 8-bit-activation kernels */
 int strata_q8_supported(int wtype);
 int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K);
 void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads);
@@ -78,7 +89,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
 void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                         const float *bias, float *y, int nthreads, int limbs);
 
-/* fpmode.h: the IEEE default floating-point modes the kernels assume, set around each step */
+/* fpmode.c: the IEEE default floating-point modes the kernels assume, set around each step */
 int strata_fp_mode(void);
 int strata_fp_ieee(int nthreads);
 void strata_fp_restore(int mode);

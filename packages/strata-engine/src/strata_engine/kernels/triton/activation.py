@@ -1,5 +1,5 @@
 """The gated FFN's elementwise half and logit soft-capping, in the C kernels' arithmetic
-(kernels.c silu, gelu_tanh, strata_softcap), with vector.h's own e^x and tanh (ieee.py):
+(elementwise.c silu, gelu_tanh, strata_softcap), with vector.h's own e^x and tanh (ieee.py):
 no reduction, so a value depends on its own inputs only, and its bits are the CPU's."""
 
 from __future__ import annotations

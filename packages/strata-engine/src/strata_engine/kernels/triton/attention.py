@@ -1,5 +1,5 @@
 """Paged grouped-query attention over the engine's KV blocks in the C kernel's arithmetic
-(kernels.c attend_one, attend_group), for prefill and decode alike: a (token, head)'s output
+(attention.c attend_one, attend_group), for prefill and decode alike: a (token, head)'s output
 is the CPU's bits.
 
 One program per (token, KV head) serves the GROUP query heads that share that KV head, so each

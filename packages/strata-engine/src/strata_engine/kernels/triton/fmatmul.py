@@ -1,4 +1,4 @@
-"""y = x W^T (+ bias) for fp32 weights in the C kernels' order (kernels.c dot_1), the CPU's bits.
+"""y = x W^T (+ bias) for fp32 weights in the C kernels' order (internal.h dot_1), the CPU's bits.
 
 Each output is 16 lanes of FMAs over k = 0, 16, 32, ... (the last step zero-padded), then
 vf_hsum's fixed tree, then + bias: the sequence every C matmul path gives an fp32 weight, in

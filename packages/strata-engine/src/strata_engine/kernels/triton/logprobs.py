@@ -1,5 +1,5 @@
 """Full-vocabulary log-softmax, one program per row, in the C kernel's arithmetic
-(kernels.c strata_log_softmax), so a row's log-probabilities are the CPU's bits:
+(logprobs.c strata_log_softmax), so a row's log-probabilities are the CPU's bits:
 
 - the max is max_n's: the largest non-NaN value (a max is exact in any order), and where that
   is a zero, the first zero of the row (the sign a scalar scan keeps);

@@ -1,4 +1,4 @@
-"""RMSNorm, one program per row, in the C kernel's arithmetic (kernels.c strata_rmsnorm):
+"""RMSNorm, one program per row, in the C kernel's arithmetic (elementwise.c strata_rmsnorm):
 r = 1 / sqrt(dot_1(x, x) / K + eps), then (x * r) * weight.
 
 dot_1 is 16 lanes of FMAs walked over the row in 16-float steps (the last zero-padded), then

@@ -1,7 +1,7 @@
 """Rotary position embedding, both layouts: interleaved pairs (2i, 2i+1) as llama GGUFs store
 q/k, and neox halves (i, i + dim/2) as qwen2/qwen3. One program per (token, head); each value
 depends only on its own pair and its position's cos/sin (no reduction), in the C kernel's
-arithmetic (kernels.c strata_rope): a*c - b*s and a*s + b*c with separately rounded products
+arithmetic (elementwise.c strata_rope): a*c - b*s and a*s + b*c with separately rounded products
 (launched without multiply-add contraction)."""
 
 from __future__ import annotations

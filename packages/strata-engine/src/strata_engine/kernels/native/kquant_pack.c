@@ -1,6 +1,6 @@
 /*
  * K-quant super-blocks (Q4_K, Q5_K, Q6_K) rearranged at load, exactly, into the layout the
- * kernels read (included by kernels.c).
+ * kernels read (matmul.c dequantises it, q8.c packs it further).
  *
  * A super-block holds 256 weights in 8 sub-blocks of 32; the kernels dequantise one sub-block at
  * a time, so each is given its quants contiguously, and the fp16 scales are widened to fp32
@@ -12,6 +12,7 @@
  *   Q6_K (276 bytes, file 210): d f32, sc i8[16], then q - 32 as int8 for all 256 elements.
  * The values the kernels form from these are gguf-py's, bit for bit (test_quants.py).
  */
+#include "internal.h"
 
 /* fp16 -> fp32, exact (normal, subnormal, zero, inf and NaN with its payload), on every target. */
 static inline float f16_to_f32(const uint8_t *p) {

@@ -7,6 +7,10 @@
  * NativeOps.ieee_floats), so the step's every float operation, on the calling thread and on
  * each worker, runs with the defaults, and the caller's modes are given back.
  */
+#include <stdint.h>
+
+#include "strata_kernels.h"
+
 #if defined(__x86_64__) || defined(__SSE__)
 #include <xmmintrin.h>
 /* MXCSR: FTZ (bit 15), DAZ (bit 6), rounding control (bits 13-14) */

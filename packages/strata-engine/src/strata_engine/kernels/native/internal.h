@@ -1,0 +1,103 @@
+/*
+ * What the kernel files share and do not export (every file includes it; the library's own
+ * interface is strata_kernels.h, which this includes).
+ *
+ * Strata's CPU kernels are batch-invariant by construction and give the same bits on every CPU.
+ * Every output element is computed by one fixed sequence of float operations that depends
+ * only on that element's own inputs (its activation row, its weight row, its position),
+ * never on how many other rows share the call, where the row sits in the batch, how many
+ * threads run, or which instruction set the machine has. The kernels are written once
+ * against the 16-lane virtual vector of vector.h; compiled for AVX-512, AVX2 + FMA, NEON or
+ * plain C they perform the same IEEE operations in the same order. Threads split work by
+ * output element, never inside a reduction. No libm function is on the numeric path: e^x
+ * and log are vector.h's own fixed sequences (sqrtf and fmaf are exactly rounded by IEEE 754).
+ * Every file is built with -ffp-contract=off (build.py), so no multiply-add is fused unless it
+ * is written (vf_fma), within a file or across files.
+ *
+ * Here: the helpers more than one file uses, inline (row sizes, the dot-product sequence, the
+ * exact maximum), and the declarations of the few shared functions defined once (the scratch
+ * memory), kept out of the library's exports (STRATA_HIDDEN).
+ */
+#ifndef STRATA_INTERNAL_H
+#define STRATA_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata_kernels.h" /* every exported function, type code and struct */
+#include "vector.h"
+
+/* A function shared between the kernel files and not exported by the library. */
+#ifndef STRATA_HIDDEN
+#define STRATA_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+#define WT_LIMBS(t) (((t) >> WT_LIMB_SHIFT) & 3) /* a q8-packed weight's activation limbs (0: q8's rule) */
+#define WT_BASE(t) ((t) & 255)                  /* the stored type of a repacked weight */
+#define SMALL_WORK 32768 /* below this many elements a call runs on one thread: waking threads costs more */
+
+static inline float f32_at(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Scratch memory for a call's temporaries, kept per calling thread from call to call and grown
+ * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
+ * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:
+ * about 15% of a 512-token prefill. One slot per call site, so that nested calls never share. */
+enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_SLOTS };
+STRATA_HIDDEN void *scratch(int slot, size_t bytes); /* common.c */
+
+/* Bytes of one weight row of K values in a given type. */
+static inline int64_t row_bytes(int wtype, int64_t K) {
+    switch (wtype) {
+    case WT_Q4_0: return K / 32 * 20;
+    case WT_Q4_1: return K / 32 * 24;
+    case WT_Q8_0: return K / 32 * 36;
+    case WT_Q4_K: return K / 256 * 152;
+    case WT_Q5_K: return K / 256 * 184;
+    case WT_Q6_K: return K / 256 * 276;
+    default: return K * 4;
+    }
+}
+
+/*
+ * The dot-product sequence every output uses: acc = fma(x[k:k+16], w[k:k+16], acc) for
+ * k = 0, 16, 32, ... (the last step zero-padded when K is not a multiple of 16), then
+ * vf_hsum. dot_1, matmul.c's dot_block and matmul_fused, and attention.c's scores all follow it
+ * exactly.
+ */
+static inline float dot_1(const float *x, const float *w, int64_t K) {
+    vf acc = vf_zero();
+    int64_t k = 0;
+    for (; k + VL <= K; k += VL) acc = vf_fma(vf_load(x + k), vf_load(w + k), acc);
+    if (k < K) acc = vf_fma(vf_load_n(x + k, (int)(K - k)), vf_load_n(w + k, (int)(K - k)), acc);
+    return vf_hsum(acc);
+}
+
+/* The largest of p[0..n) (at least -inf; a NaN never wins a comparison), exactly what a scalar
+ * scan `if (p[i] > mx) mx = p[i]` returns: lane-wise maxima, then the lanes (a max is exact:
+ * any order gives the same value), and the scan itself when that value is a zero, where the
+ * scan's answer (+0 or -0: whichever comes first) depends on the order. */
+static inline float max_n(const float *p, int64_t n) {
+    vf m = vf_set1(-INFINITY);
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) m = vf_max(vf_load(p + i), m);
+    float lanes[VL], mx = -INFINITY;
+    vf_store(lanes, m);
+    for (int l = 0; l < VL; l++)
+        if (lanes[l] > mx) mx = lanes[l];
+    for (; i < n; i++)
+        if (p[i] > mx) mx = p[i];
+    if (mx == 0.0f) {
+        mx = -INFINITY;
+        for (i = 0; i < n; i++)
+            if (p[i] > mx) mx = p[i];
+    }
+    return mx;
+}
+
+#endif

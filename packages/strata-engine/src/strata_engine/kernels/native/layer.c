@@ -1,0 +1,48 @@
+/*
+ * One dense transformer layer in one call (decode and prefill alike): the same kernels in the
+ * same order as model.py's layer loop, so the same bits, without a Python round trip per
+ * operation. The weights and switches of a layer are described once at load (strata_layer_desc in
+ * strata_kernels.h); each call passes the step's tokens and attention metadata. It calls only the
+ * library's exported kernels (and the scratch memory), so it is their composition and nothing else.
+ */
+#include "internal.h"
+
+void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
+                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
+                  float *vc, int nthreads) {
+    int64_t H = L->hidden, q_dim = L->n_heads * L->head_dim, kv_dim = L->n_kv_heads * L->head_dim;
+    int64_t wide = L->ffn > q_dim ? L->ffn : q_dim;
+    /* the layer's temporaries: one scratch block, each part a whole number of 16-float vectors */
+    int64_t sizes[7] = {T * H, T * q_dim, T * kv_dim, T * kv_dim, T * wide, T * L->ffn, T * L->ffn}, total = 0;
+    for (int i = 0; i < 7; i++) sizes[i] = (sizes[i] + 15) / 16 * 16, total += sizes[i];
+    float *parts[7], *at = (float *)scratch(SCRATCH_LAYER, (size_t)total * 4);
+    for (int i = 0; i < 7; i++) parts[i] = at, at += sizes[i];
+    float *h = parts[0], *q = parts[1], *k = parts[2], *v = parts[3], *a = parts[4], *g = parts[5], *u = parts[6];
+    int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;
+
+    strata_rmsnorm(x, T, H, L->attn_norm, L->eps, h, nthreads);
+    strata_matmul(h, T, H, L->wq, L->tq, q_dim, L->bq, q, nthreads);
+    strata_matmul(h, T, H, L->wk, L->tk, kv_dim, L->bk, k, nthreads);
+    strata_matmul(h, T, H, L->wv, L->tv, kv_dim, L->bv, v, nthreads);
+    if (L->q_norm && L->k_norm) { /* per head, in place (a row is read whole before it is written) */
+        strata_rmsnorm(q, T * nh, d, L->q_norm, L->eps, q, nthreads);
+        strata_rmsnorm(k, T * nkv, d, L->k_norm, L->eps, k, nthreads);
+    }
+    strata_rope(q, T, nh, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
+    strata_rope(k, T, nkv, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
+    strata_kv_write(k, v, T, kv_dim, slots, kc, vc, nthreads);
+    strata_attention(q, T, nh, nkv, d, kc, vc, block_size, tables, max_blocks, t_seq, pos, L->scale, L->softcap,
+                     L->window, a, nthreads);
+    strata_matmul(a, T, q_dim, L->wo, L->to, H, NULL, h, nthreads);
+    if (L->post_attn_norm) strata_rmsnorm(h, T, H, L->post_attn_norm, L->eps, h, nthreads);
+    for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
+
+    strata_rmsnorm(x, T, H, L->ffn_norm, L->eps, h, nthreads);
+    strata_matmul(h, T, H, L->w_gate, L->t_gate, L->ffn, NULL, g, nthreads);
+    strata_matmul(h, T, H, L->w_up, L->t_up, L->ffn, NULL, u, nthreads);
+    if (L->gelu) strata_gelu_mul(g, u, T * L->ffn, a, nthreads);
+    else strata_silu_mul(g, u, T * L->ffn, a, nthreads);
+    strata_matmul(a, T, L->ffn, L->w_down, L->t_down, H, NULL, h, nthreads);
+    if (L->post_ffn_norm) strata_rmsnorm(h, T, H, L->post_ffn_norm, L->eps, h, nthreads);
+    for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
+}

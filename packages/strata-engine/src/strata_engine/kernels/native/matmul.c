@@ -1,0 +1,272 @@
+/*
+ * The fp32 matmul on weights as they are stored, and the embedding gather (internal.h states the
+ * contract every kernel keeps).
+ *
+ * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0) or fp32, and are dequantised
+ * just before use with the same arithmetic as gguf-py. At load time each block's fp16 scale
+ * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion):
+ *   Q4_0: d f32, qs[16]  (20 bytes)   Q4_1: d f32, m f32, qs[16]  (24)   Q8_0: d f32, qs[32]  (36)
+ * K-quants are rearranged at load (kquant_pack.c). A weight repacked for integer activations
+ * goes to q8.c or limb.c.
+ */
+#include "internal.h"
+
+#define PANEL 16 /* weight rows (outputs) dequantised at a time */
+#define FUSED_MAX_ROWS 8
+#define FUSED_WR 4 /* weight rows taken together when one or two rows of x run (decode) */
+/* Rows sharing each dequantised block in matmul_fused: a speed choice only, sized to the registers. */
+#if defined(STRATA_TARGET_AVX512)
+#define FUSED_ROWS 8
+#else
+#define FUSED_ROWS 4
+#endif
+
+/* Register blocking of the many-rows matmul: a speed choice only (each output's sequence of
+ * operations is the same for any blocking), sized to each target's register file. */
+#ifndef MR
+#if defined(STRATA_TARGET_AVX512)
+#define MR 4
+#define NR 4
+#elif defined(STRATA_TARGET_AVX2) /* 12 accumulators + 4 weight registers of 16 */
+#define MR 3
+#define NR 2
+#else
+#define MR 2
+#define NR 2
+#endif
+#endif
+
+/* MR rows x NR outputs at once; each output sees exactly dot_1's sequence. */
+static inline void dot_block(const float *x, int64_t ldx, const float *w, int64_t K, float *y, int64_t ldy) {
+    vf acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = vf_zero();
+    int64_t k = 0;
+    for (; k + VL <= K; k += VL) {
+        vf wv[NR];
+        for (int j = 0; j < NR; j++) wv[j] = vf_load(w + j * K + k);
+        for (int i = 0; i < MR; i++) {
+            vf xv = vf_load(x + i * ldx + k);
+            for (int j = 0; j < NR; j++) acc[i][j] = vf_fma(xv, wv[j], acc[i][j]);
+        }
+    }
+    if (k < K) {
+        int n = (int)(K - k);
+        vf wv[NR];
+        for (int j = 0; j < NR; j++) wv[j] = vf_load_n(w + j * K + k, n);
+        for (int i = 0; i < MR; i++) {
+            vf xv = vf_load_n(x + i * ldx + k, n);
+            for (int j = 0; j < NR; j++) acc[i][j] = vf_fma(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) y[i * ldy + j] = vf_hsum(acc[i][j]);
+}
+
+/*
+ * K-quants, in the layout kquant_pack.c gives them at load: sub-block b % 8 of super-block b / 8.
+ * Q4_K / Q5_K: (d * sc) * q - (dmin * m), q a nibble (+ 16 * its fifth bit for Q5_K);
+ * Q6_K: (d * sc) * q for each half of 16, q stored as int8. The same float32 products in the
+ * same order as gguf-py, so the same bits.
+ */
+static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    int j = (int)(b & 7);
+    if (wtype == WT_Q6_K) {
+        const uint8_t *blk = row + (b >> 3) * 276;
+        const int8_t *sc = (const int8_t *)(blk + 4), *q = (const int8_t *)(blk + 20 + j * 32);
+        float d = f32_at(blk);
+        *lo = vf_mul(vf_set1(d * (float)sc[2 * j]), vf_from_i8(q));
+        *hi = vf_mul(vf_set1(d * (float)sc[2 * j + 1]), vf_from_i8(q + 16));
+        return;
+    }
+    const uint8_t *blk = row + (b >> 3) * (wtype == WT_Q4_K ? 152 : 184);
+    vf scale = vf_set1(f32_at(blk) * (float)blk[8 + j]), min = vf_set1(f32_at(blk + 4) * (float)blk[16 + j]);
+#ifdef VF_LUT16
+    if (wtype == WT_Q4_K) { /* the 16 possible values, then a lookup: the same operations per value */
+        vf_lut16_u4(vf_sub(vf_mul(scale, vf_iota()), min), blk + 24 + j * 16, lo, hi);
+        return;
+    }
+#endif
+    vf ql = vf_from_u4(blk + 24 + j * 16, 0), qh = vf_from_u4(blk + 24 + j * 16, 1);
+    if (wtype == WT_Q5_K) {
+        const uint8_t *h = blk + 152 + j * 4;
+        vf sixteen = vf_set1(16.0f);
+        ql = vf_add(ql, vf_mul(vf_from_bits16((uint32_t)h[0] | (uint32_t)h[1] << 8), sixteen));
+        qh = vf_add(qh, vf_mul(vf_from_bits16((uint32_t)h[2] | (uint32_t)h[3] << 8), sixteen));
+    }
+    *lo = vf_sub(vf_mul(scale, ql), min);
+    *hi = vf_sub(vf_mul(scale, qh), min);
+}
+
+/* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
+static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    if (wtype >= WT_Q4_K) {
+        dequant_kblock(wtype, row, b, lo, hi);
+    } else if (wtype == WT_Q8_0) {
+        const uint8_t *blk = row + b * 36;
+        vf d = vf_set1(f32_at(blk));
+        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);
+        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 20)), d);
+    } else if (wtype == WT_Q4_0) {
+        const uint8_t *blk = row + b * 20;
+        vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 4, lo, hi);
+        return;
+#endif
+        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
+        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
+    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
+        const uint8_t *blk = row + b * 24;
+        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 8, lo, hi);
+        return;
+#endif
+        *lo = vf_add(vf_mul(d, vf_from_u4(blk + 8, 0)), m);
+        *hi = vf_add(vf_mul(d, vf_from_u4(blk + 8, 1)), m);
+    }
+}
+
+/* Dequantise one weight row into dst[K]. */
+static void dequant_row(int wtype, const uint8_t *src, float *dst, int64_t K) {
+    if (wtype == WT_F32) {
+        memcpy(dst, src, (size_t)K * 4);
+        return;
+    }
+    for (int64_t b = 0; b < K / 32; b++) {
+        vf lo, hi;
+        dequant_block(wtype, src, b, &lo, &hi);
+        vf_store(dst + b * 32, lo);
+        vf_store(dst + b * 32 + 16, hi);
+    }
+}
+
+/* `rows` rows of x against `wr` consecutive weight rows: each block dequantised once, in registers,
+ * and used by every row (inlined with constant `rows` and `wr`, so that the accumulators stay in
+ * registers). Each output is its own chain of FMAs in block order, exactly dot_1's sequence; the
+ * wr weight rows give the core wr independent chains to overlap, where one output alone waits
+ * on its FMA latency (one row: decode). wr rows read side by side are wr short streams, which the
+ * hardware prefetcher misses, so the next wr rows are prefetched while these run (a prefetch
+ * past the weight's end is harmless: it never faults). */
+static inline __attribute__((always_inline)) void fused_rows(const float *x, int64_t K, const uint8_t *row,
+                                                             int64_t rb, int wr, int wtype, int64_t nb, int rows,
+                                                             float *y, int64_t ldy) {
+    vf acc[FUSED_ROWS][FUSED_WR];
+    for (int i = 0; i < rows; i++)
+        for (int r = 0; r < wr; r++) acc[i][r] = vf_zero();
+    const uint8_t *next = row + wr * rb; /* the next weight rows, prefetched (see above) */
+    int64_t ahead = wr * rb / nb + 64;
+    for (int64_t b = 0; b < nb; b++) {
+        if (wr > 1)
+            for (int64_t l = 0; l < ahead; l += 64) __builtin_prefetch(next + b * (ahead - 64) + l);
+#pragma GCC unroll 4 /* unrolled, so that acc[i][r] is a register, not a stack slot */
+        for (int r = 0; r < wr; r++) {
+            vf lo, hi;
+            dequant_block(wtype, row + r * rb, b, &lo, &hi);
+            for (int i = 0; i < rows; i++) {
+                const float *xr = x + i * K + b * 32;
+                acc[i][r] = vf_fma(vf_load(xr), lo, acc[i][r]);
+                acc[i][r] = vf_fma(vf_load(xr + 16), hi, acc[i][r]);
+            }
+        }
+    }
+    for (int i = 0; i < rows; i++)
+        for (int r = 0; r < wr; r++) y[i * ldy + r] = vf_hsum(acc[i][r]);
+}
+
+/* Few rows (decode): dequantise each block in registers and use it at once, no panel. One or two
+ * rows take FUSED_WR weight rows at a time (see fused_rows). */
+static void matmul_fused(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
+                         float *y, int nthreads) {
+    int64_t rb = row_bytes(wtype, K), nb = K / 32;
+    int wr = M <= 2 ? FUSED_WR : 1;
+    int64_t steps = (N + wr - 1) / wr;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t n = s * wr;
+        const uint8_t *row = w + n * rb;
+        if (n + wr > N) { /* the last few weight rows, one at a time */
+            for (; n < N; n++, row += rb)
+                for (int64_t m = 0; m < M; m++) fused_rows(x + m * K, K, row, rb, 1, wtype, nb, 1, y + m * N + n, N);
+            continue;
+        }
+        if (wr > 1) {
+            if (M == 1) fused_rows(x, K, row, rb, FUSED_WR, wtype, nb, 1, y + n, N);
+            else fused_rows(x, K, row, rb, FUSED_WR, wtype, nb, 2, y + n, N);
+            continue;
+        }
+        for (int64_t m0 = 0; m0 < M; m0 += FUSED_ROWS) {
+            int rows = M - m0 < FUSED_ROWS ? (int)(M - m0) : FUSED_ROWS;
+            const float *xm = x + m0 * K;
+            float *ym = y + m0 * N + n;
+            switch (rows) {
+#define FUSED_CASE(R) case R: fused_rows(xm, K, row, rb, 1, wtype, nb, R, ym, N); break;
+                FUSED_CASE(1) FUSED_CASE(2) FUSED_CASE(3) FUSED_CASE(4)
+#if FUSED_ROWS >= 8
+                FUSED_CASE(5) FUSED_CASE(6) FUSED_CASE(7) FUSED_CASE(8)
+#endif
+#undef FUSED_CASE
+            }
+        }
+    }
+}
+
+/*
+ * y[M, N] = x[M, K] @ W[N, K]^T (+ bias[N]), W in `wtype` blocks.
+ * Few rows: fused dequantise-and-dot. More rows: parallel over panels of PANEL outputs,
+ * each dequantised once into fp32 and reused by every row. Both give the same bits.
+ */
+void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
+                   const float *bias, float *y, int nthreads) {
+    if (wtype & WT_Q8_PACKED) {
+        if (WT_LIMBS(wtype)) strata_limb_matmul(x, M, K, w, WT_BASE(wtype), N, bias, y, nthreads, WT_LIMBS(wtype));
+        else strata_q8_matmul(x, M, K, w, wtype & ~WT_Q8_PACKED, N, bias, y, nthreads);
+        return;
+    }
+    int64_t rb = row_bytes(wtype, K);
+    if (wtype != WT_F32 && M <= FUSED_MAX_ROWS) {
+        matmul_fused(x, M, K, w, wtype, N, y, nthreads);
+    } else {
+        int64_t npanels = (N + PANEL - 1) / PANEL;
+#pragma omp parallel num_threads(nthreads)
+        {
+            float *panel = wtype == WT_F32 ? NULL : (float *)malloc((size_t)PANEL * K * 4);
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < npanels; p++) {
+                int64_t n0 = p * PANEL;
+                int64_t np = N - n0 < PANEL ? N - n0 : PANEL;
+                const float *pw;
+                if (wtype == WT_F32) {
+                    pw = (const float *)(w + n0 * rb);
+                } else {
+                    for (int64_t j = 0; j < np; j++) dequant_row(wtype, w + (n0 + j) * rb, panel + j * K, K);
+                    pw = panel;
+                }
+                int64_t m = 0;
+                for (; m + MR <= M; m += MR) {
+                    int64_t j = 0;
+                    for (; j + NR <= np; j += NR) dot_block(x + m * K, K, pw + j * K, K, y + m * N + n0 + j, N);
+                    for (; j < np; j++)
+                        for (int i = 0; i < MR; i++) y[(m + i) * N + n0 + j] = dot_1(x + (m + i) * K, pw + j * K, K);
+                }
+                for (; m < M; m++)
+                    for (int64_t j = 0; j < np; j++) y[m * N + n0 + j] = dot_1(x + m * K, pw + j * K, K);
+            }
+            free(panel);
+        }
+    }
+    if (bias)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
+}
+
+/* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */
+void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out) {
+    if (wtype & WT_Q8_PACKED) { /* a tied LM head's packed copy, standing in for the embedding */
+        for (int64_t i = 0; i < n; i++) strata_q8_dequant_row(WT_BASE(wtype), w, K, ids[i], out + i * K);
+        return;
+    }
+    int64_t rb = row_bytes(wtype, K);
+    for (int64_t i = 0; i < n; i++) dequant_row(wtype, w + ids[i] * rb, out + i * K, K);
+}

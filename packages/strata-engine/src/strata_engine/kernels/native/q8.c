@@ -1,0 +1,304 @@
+/* The opt-in 8-bit-activation kernels ("native-q8"): weights repacked at load, activations
+ * quantised per call, integer dot products (q8.h states the layout, the steps and the contract). */
+#include "q8.h"
+
+int strata_q8_supported(int wtype) {
+    return wtype == WT_Q4_0 || wtype == WT_Q4_1 || wtype == WT_Q8_0 || wtype == WT_Q4_K || wtype == WT_Q5_K ||
+           wtype == WT_Q6_K;
+}
+
+int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
+    return (N + Q8_GROUP - 1) / Q8_GROUP * q8_group_bytes(wtype, K / 32);
+}
+
+/* The quant bytes of one output o of a packed block (see the top): 4-bit types 4 rows of 4 bytes,
+ * the others 8. A 4-bit block's byte k already holds w(k) | w(16 + k) << 4 in the kernels'
+ * layout (Q4_0's offset 8 is its own stored nibble), so those bytes are copied as they are. */
+static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8_t *qs) {
+    if (q8_nibbles(t)) {
+        const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * 152 + 24 + (b & 7) * 16
+                                          : row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
+        return;
+    }
+    if (t == WT_Q8_0) { /* q + 128 is the stored byte with its top bit flipped */
+        for (int r = 0; r < 8; r++) {
+            uint32_t word;
+            memcpy(&word, row + b * 36 + 4 + 4 * r, 4);
+            word ^= 0x80808080u;
+            memcpy(qs + r * 64 + 4 * o, &word, 4);
+        }
+        return;
+    }
+    if (t == WT_Q5_K) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
+                         * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i) */
+        const uint8_t *blk = row + (b >> 3) * 184, *h = blk + 152 + (b & 7) * 4;
+        uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, blk + 24 + (b & 7) * 16 + 4 * r, 4);
+        for (int c = 0; c < 4; c++) {
+            int high = 0;
+            for (int r = 0; r < 4; r++) high |= (int)((bits >> (4 * r + c)) & 1u) << r | (int)((bits >> (16 + 4 * r + c)) & 1u) << (4 + r);
+            qs[256 + 4 * o + c] = (uint8_t)high;
+        }
+        return;
+    }
+    /* Q6_K: its int8 quant q plus 32 in 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits */
+    const int8_t *q = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
+    for (int c = 0; c < 4; c++) {
+        int high[2] = {0, 0};
+        for (int r = 0; r < 4; r++) {
+            int lo = q[4 * r + c] + 32, hi = q[16 + 4 * r + c] + 32; /* 0..63 */
+            qs[r * 64 + 4 * o + c] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            high[0] |= (lo >> 4) << (2 * r), high[1] |= (hi >> 4) << (2 * r);
+        }
+        qs[256 + 4 * o + c] = (uint8_t)high[0], qs[320 + 4 * o + c] = (uint8_t)high[1];
+    }
+}
+
+/* Repack a [N, K] weight in the kernels' block layout into the q8 layout (see the top). */
+void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads) {
+    int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
+    int64_t bb = q8_block_bytes(wtype), gbytes = q8_group_bytes(wtype, nb);
+    int halves = q8_halves(wtype), kq = q8_kquant(wtype);
+    int64_t scale_bytes = kq ? 16 : 64;
+    if (N % Q8_GROUP) memset(out + (groups - 1) * gbytes, 0, (size_t)gbytes); /* the missing outputs */
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *dst = out + g * gbytes + q8_block_at(wtype, b);
+            uint8_t *qs = dst + scale_bytes * (halves + q8_has_min(wtype));
+            for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
+                const uint8_t *row = w + (g * Q8_GROUP + o) * rb;
+                if (kq) { /* the super-block's d (and dmin), and the block's 6-bit scale(s) (and min) */
+                    const uint8_t *sblk = row + (b >> 3) * row_bytes(wtype, 256);
+                    float *head = (float *)(dst - (b & 7) * bb - q8_super_bytes(wtype));
+                    int j = (int)(b & 7);
+                    head[o] = f32_at(sblk);
+                    if (wtype == WT_Q6_K) {
+                        dst[o] = sblk[4 + 2 * j], dst[16 + o] = sblk[5 + 2 * j];
+                    } else {
+                        head[16 + o] = f32_at(sblk + 4);
+                        dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
+                    }
+                } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
+                    const uint8_t *blk = row + b * row_bytes(wtype, 32);
+                    memcpy(dst + 4 * o, blk, 4);
+                    if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
+                }
+                q8_block_bytes_of(wtype, row, b, o, qs);
+            }
+        }
+}
+
+/* A row's blocks quantised: q = round-to-nearest-even(x * (127 / amax)), d = amax / 127, and the
+ * sums of q over each half of 16 (for offsets and mins). The same values on every target. */
+typedef struct {
+    int8_t *q;      /* [M, K] */
+    float *d;       /* [M, nb] */
+    float *dsum;    /* [M, nb]: d * (float)(sum of the block's q) */
+    int32_t *sums;  /* [M, nb, 2]: sums of q over each half */
+} q8_rows;
+
+static void q8_quantize(const float *x, int64_t M, int64_t K, q8_rows *r, int nthreads) {
+    int64_t nb = K / 32;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
+    for (int64_t i = 0; i < M * nb; i++) {
+        const float *xb = x + i * 32;
+        vf m = vf_zero(); /* |x| as max(x, -x); a NaN never wins a comparison */
+        for (int h = 0; h < 2; h++) {
+            vf v = vf_load(xb + 16 * h);
+            m = vf_max(vf_max(v, vf_sub(vf_zero(), v)), m);
+        }
+        float lanes[VL], amax = 0.0f; /* a max is exact: any order gives the same value */
+        vf_store(lanes, m);
+        for (int l = 0; l < VL; l++)
+            if (lanes[l] > amax) amax = lanes[l];
+        int32_t s[2];
+        q8_round_block(xb, amax > 0.0f ? 127.0f / amax : 0.0f, r->q + i * 32, s);
+        r->d[i] = amax / 127.0f;
+        r->dsum[i] = r->d[i] * (float)(s[0] + s[1]);
+        r->sums[2 * i] = s[0];
+        r->sums[2 * i + 1] = s[1];
+    }
+}
+
+/* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
+ * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
+void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
+    int64_t nb = K / 32, bb = q8_block_bytes(t);
+    int o = (int)(n % Q8_GROUP);
+    const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b), *qs = blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+        const float *head = (const float *)(blk - (b & 7) * bb - q8_super_bytes(t)); /* K-quants only */
+        for (int R = 0; R < 8; R++) {
+            uint8_t bytes[64];
+            vq_store(bytes, q8_row(t, qs, R));
+            for (int c = 0; c < 4; c++) {
+                int k = 4 * R + c, v = bytes[4 * o + c]; /* w(o, k) plus the type's offset */
+                float *y = out + b * 32 + k;
+                if (t == WT_Q8_0)
+                    *y = (float)(v - 128) * f32_at(blk + 4 * o);
+                else if (t == WT_Q4_0)
+                    *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
+                else if (t == WT_Q4_1)
+                    *y = f32_at(blk + 4 * o) * (float)v + f32_at(blk + 64 + 4 * o);
+                else if (t == WT_Q6_K)
+                    *y = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)(v - 32);
+                else /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
+                    *y = head[o] * (float)(int8_t)blk[o] * (float)v - head[16 + o] * (float)(int8_t)blk[16 + o];
+            }
+        }
+    }
+}
+
+/* Rows m0 .. m0+rows of one group of 16 outputs: the per-output sequence at the top, a tile's
+ * rows (q8_tile_rows) sharing each unpacked block of weights. */
+static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
+                                 int rows, vf *acc) {
+    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
+#ifdef Q8_SIGNED_DOT
+    int signed_dot = t == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
+    if (signed_dot) off = 0;
+#else
+    int signed_dot = 0;
+#endif
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b);
+        const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
+        const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        for (int h = 0; h < halves; h++) {
+            /* two independent chains per row (integers: any order is exact; 4-bit blocks on AVX2:
+             * one, Q8_NIBBLE_CHAINS), in int16 partial sums where the target has them (see vh): at
+             * most 4 steps a chain, 8 for a 4-bit block's */
+            vi s[Q8_MR];
+            vh p[Q8_MR], p2[Q8_MR];
+            for (int i = 0; i < rows; i++) s[i] = vi_zero(), p[i] = vh_zero(), p2[i] = vh_zero();
+            if (q8_nibbles(t) || t == WT_Q5_K) { /* quads r and r + 4: one load's low and high nibbles */
+                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0)); /* Q5_K's fifth bits, once a block (unused else) */
+                for (int r = 0; r < 4; r++) {
+                    vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
+                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    for (int i = 0; i < rows; i++) {
+                        const int8_t *x = xr->q + (m0 + i) * K + b * 32;
+                        p[i] = vh_dot4(p[i], lo, x + 4 * r);
+                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) p[i] = vh_dot4(p[i], hi, x + 16 + 4 * r);
+                        else p2[i] = vh_dot4(p2[i], hi, x + 16 + 4 * r);
+                    }
+                }
+            } else if (signed_dot) { /* Q8_0 where its signed weights are multiplied: one step fills int16 */
+                for (int r = 0; r < 8; r++)
+                    for (int i = 0; i < rows; i++) s[i] = vi_dot4_signed(s[i], q8_row(t, qs, r), xr->q + (m0 + i) * K + b * 32 + 4 * r);
+            } else { /* quad rows in pairs (Q6_K: half h's four; halves run in order) */
+                int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+                for (int r = r0; r < r1; r += 2) {
+                    vq v = q8_row(t, qs, r), v2 = q8_row(t, qs, r + 1);
+                    for (int i = 0; i < rows; i++) {
+                        const int8_t *x = xr->q + (m0 + i) * K + b * 32 + 4 * r;
+                        p[i] = vh_dot4(p[i], v, x);
+                        p2[i] = vh_dot4(p2[i], v2, x + 4);
+                    }
+                }
+            }
+            for (int i = 0; i < rows; i++) /* 4-bit weights: both chains fit one int16 sum (8 steps) */
+                s[i] = q8_nibbles(t) ? vi_add_vh(s[i], vh_add(p[i], p2[i])) : vi_add_vh(vi_add_vh(s[i], p[i]), p2[i]);
+            /* K-quants: d * scale, the load's own fp32 product (as dequant_kblock forms it) */
+            vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+            for (int i = 0; i < rows; i++) {
+                int64_t xb = (m0 + i) * nb + b;
+                const int32_t *sums = xr->sums + 2 * xb;
+                if (off) s[i] = vi_sub_n(s[i], off * (halves == 2 ? sums[h] : sums[0] + sums[1]));
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->d[xb])), vf_from_vi(s[i]), acc[i]);
+            }
+        }
+        if (has_min && kq) { /* fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc): the same product */
+            vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        } else if (has_min) {
+            vf mn = vf_load((const float *)blk + 16);
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(xr->dsum[(m0 + i) * nb + b]), acc[i]);
+        }
+    }
+}
+
+/* One row tile of one group (see q8_group_rows), with a constant row count: the compiler keeps the
+ * tile in registers. */
+static inline __attribute__((always_inline)) void q8_tile(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr,
+                                                          int64_t K, int64_t m0, int rows, vf *acc) {
+    switch (rows) {
+#define Q8_ROWS(R) case R: q8_group_rows(t, grp, nb, xr, K, m0, R, acc); break;
+        Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3)
+#if Q8_MR >= 4
+        Q8_ROWS(4)
+#endif
+#if Q8_MR >= 8
+        Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
+#endif
+#undef Q8_ROWS
+    }
+}
+
+/* See q8.h. */
+void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    int bytes = t == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES, head = (int)q8_super_bytes(t);
+    int scales = 16 * (q8_halves(t) + q8_has_min(t));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *src = grp + q8_block_at(t, b);
+        uint8_t *out = dst + q8_block_at(bytes, b);
+        if ((b & 7) == 0) memcpy(out - head, src - head, (size_t)head); /* the super-block's d (and dmin) */
+        memcpy(out, src, (size_t)scales);
+        for (int R = 0; R < 8; R++) vq_store(out + scales + 64 * R, q8_row(t, src + scales, R));
+    }
+}
+
+/* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
+void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                      const float *bias, float *y, int nthreads) {
+    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
+    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M >= UNPACK_ROWS;
+    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
+    q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
+    xr.sums = (int32_t *)block;
+    xr.d = (float *)(block + M * nb * 8);
+    xr.dsum = (float *)(block + M * nb * 12);
+    xr.q = (int8_t *)(block + M * nb * 16);
+    q8_quantize(x, M, K, &xr, nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
+    for (int64_t g = 0; g < groups; g++) {
+        int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
+        const uint8_t *grp = packed + g * gbytes;
+        if (unpack) { /* into this thread's scratch, kept between calls */
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+            unpack_group(wtype, grp, nb, bytes);
+            grp = bytes;
+        }
+        int mr = q8_tile_rows(t);
+        for (int64_t m0 = 0; m0 < M; m0 += mr) {
+            int rows = M - m0 < mr ? (int)(M - m0) : mr;
+            vf acc[Q8_MR];
+            switch (t) { /* a constant type: no per-block tests of it in the inner loops */
+            case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;
+            default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K (faster so at 2-15 rows), the unpacked bytes */
+            }
+            for (int i = 0; i < rows; i++) { /* a whole group stored as one vector (a copy loop became a libc call) */
+                float *yr = y + (m0 + i) * N + g * Q8_GROUP;
+                vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
+                if (outs == Q8_GROUP) {
+                    vf_store(yr, v);
+                } else {
+                    float out[16];
+                    vf_store(out, v);
+                    for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+                }
+            }
+        }
+    }
+}
+
+#include "limb.h" /* activations as exact integer limbs, on q8's packed weights */
