@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from strata_engine.api import PromptScores, Step
@@ -86,7 +87,10 @@ async def chat_complete(
         tallies[index].see(event)
         if isinstance(event, PromptScores):
             if index == 0 and plan.logprobs.prompt_top_n is not None:  # every choice has the same prompt
-                prompt_rows = prompt_logprobs(event, plan.prompts[0], plan, ctx.tokenizer)
+                # rows that grow with the prompt: formatted on a worker thread, never on the loop
+                prompt_rows = await asyncio.to_thread(
+                    prompt_logprobs, event, plan.prompts[0], plan, ctx.tokenizer
+                )
         elif (entry := _entry(plan, ctx, event)) is not None:
             entries[index].append(entry)
     choices = [

@@ -1,7 +1,12 @@
-"""`/v1/completions`: body -> Plan -> engine -> legacy reply (whole, or as SSE chunks)."""
+"""`/v1/completions`: body -> Plan -> engine -> legacy reply (whole, or as SSE chunks).
+
+An echoed prompt is formatted on a worker thread (`asyncio.to_thread`), as bodies are
+tokenised: its rows grow with the prompt and the listing, so the event loop never formats them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -53,12 +58,23 @@ class CompletionChoiceState:
         # the engine sends prompt rows when asked (an echo with logprobs, `prompt_logprobs`)
         self.rows_coming = plan.logprobs.prompt_logprobs
 
-    def start(self) -> list[tuple[str, CompletionLogprobs | None]]:
+    @property
+    def echo_first(self) -> bool:
         """Echo without prompt rows needs no engine event: the prompt text goes out first."""
-        if self.plan.echo and not self.rows_coming:
+        return self.plan.echo and not self.rows_coming
+
+    def start(self) -> list[tuple[str, CompletionLogprobs | None]]:
+        """The echoed prompt's text when `echo_first` (decoded here: call it off the loop)."""
+        if self.echo_first:
             text, _ = self.builder.prompt(self.prompt_ids, None)
             return [(text, None)]
         return []
+
+    async def take(self, event: PromptScores | Step) -> tuple[str, CompletionLogprobs | None]:
+        """An event's piece; a prompt's rows are formatted on a worker thread, a step here."""
+        if isinstance(event, PromptScores):
+            return await asyncio.to_thread(self.on_event, event)
+        return self.on_event(event)
 
     def on_event(self, event: PromptScores | Step) -> tuple[str, CompletionLogprobs | None]:
         self.tally.see(event)
@@ -69,8 +85,7 @@ class CompletionChoiceState:
                 return "", None
             text, frag = self.builder.prompt(self.prompt_ids, event)
             return text, frag if self.wants_logprobs else None
-        frag = self.builder.step(event)
-        return event.text, frag if self.wants_logprobs else None
+        return event.text, self.builder.step(event) if self.wants_logprobs else None
 
     @property
     def finish_reason(self) -> str:
@@ -81,6 +96,13 @@ def _choice_states(plan: Plan, ctx: ServerContext) -> list[CompletionChoiceState
     return [CompletionChoiceState(plan, prompt, ctx) for prompt in plan.prompts for _ in range(plan.n)]
 
 
+async def _starts(states: list[CompletionChoiceState]) -> list[list[tuple[str, CompletionLogprobs | None]]]:
+    """Every choice's opening pieces, decoded in one worker-thread call when any has some."""
+    if not any(state.echo_first for state in states):
+        return [[] for _ in states]
+    return await asyncio.to_thread(lambda: [state.start() for state in states])
+
+
 async def complete(
     plan: Plan, events: ChoiceStream, ctx: ServerContext, request_id: str
 ) -> CompletionResponse:
@@ -88,11 +110,10 @@ async def complete(
     states = _choice_states(plan, ctx)
     texts: list[list[str]] = [[] for _ in states]
     frags: list[list[CompletionLogprobs]] = [[] for _ in states]
-    for i, state in enumerate(states):
-        for text, _ in state.start():
-            texts[i].append(text)
+    for i, pieces in enumerate(await _starts(states)):
+        texts[i].extend(text for text, _ in pieces)
     async for index, event in events:
-        text, frag = states[index].on_event(event)
+        text, frag = await states[index].take(event)
         texts[index].append(text)
         if frag is not None:
             frags[index].append(frag)
@@ -121,19 +142,26 @@ def stream_completion(
     states = _choice_states(plan, ctx)
     choices = _chunk_choices(states, events)
     tallies = [s.tally for s in states]
-    return sse_reply(CompletionResponse, choices, plan, tallies, ctx, request_id, include_usage)
+    return sse_reply(
+        CompletionResponse, choices, plan, tallies, ctx, request_id, include_usage, _holds_prompt_rows
+    )
+
+
+def _holds_prompt_rows(choice: CompletionChoice) -> bool:
+    """An echoed prompt's chunk with its rows (a generated token's chunk has one position)."""
+    return choice.logprobs is not None and len(choice.logprobs.tokens) > 1
 
 
 async def _chunk_choices(
     states: list[CompletionChoiceState], events: ChoiceStream
 ) -> AsyncIterator[CompletionChoice]:
     """Echoed prompts first, then each event's piece; a finish for any choice left open."""
-    for i, state in enumerate(states):
-        for text, frag in state.start():
+    for i, pieces in enumerate(await _starts(states)):
+        for text, frag in pieces:
             yield CompletionChoice(index=i, text=text, logprobs=frag, finish_reason=None)
     finished = [False] * len(states)
     async for index, event in events:
-        text, frag = states[index].on_event(event)
+        text, frag = await states[index].take(event)
         finish = event.finish_reason if isinstance(event, Step) else None
         finished[index] = finished[index] or finish is not None
         yield CompletionChoice(index=index, text=text, logprobs=frag, finish_reason=finish)

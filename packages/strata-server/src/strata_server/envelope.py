@@ -7,6 +7,7 @@ The routes only say how engine events become their own choice objects.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -76,10 +77,13 @@ async def sse_reply(
     ctx: ServerContext,
     request_id: str,
     include_usage: bool,
+    off_loop: Callable[[Any], bool] | None = None,
 ) -> AsyncIterator[bytes]:
     """SSE frames: one chunk per choice delta, then usage if asked, then [DONE].
 
     `tallies` must be the ones `choices` updates, so usage is read once they are exhausted.
+    A chunk `off_loop` picks (one that grows with the request, as an echoed prompt's rows)
+    is encoded on a worker thread; a token's chunk is small and encoded here.
     """
     created = int(time.time())
 
@@ -96,7 +100,10 @@ async def sse_reply(
         )
 
     async for choice in choices:
-        yield frame([choice], None)
+        if off_loop is not None and off_loop(choice):
+            yield await asyncio.to_thread(frame, [choice], None)
+        else:
+            yield frame([choice], None)
     reply_usage = counted_usage(plan, tallies, ctx)
     if include_usage:
         yield frame([], reply_usage)
