@@ -151,7 +151,8 @@ def test_a_request_that_leaves_during_a_long_one_changes_none_of_its_rows(http: 
             assert running(http) == 2, "LONG did not join the running request"
             first.close()  # the client leaves: the server aborts it at the engine's next step
             poll(lambda: running(http) < 2, "the request that left is gone from the batch")
-            assert running(http) == 1, "LONG ended before the other request left: no overlap to test"
+            # 0: LONG ended first (no overlap to test) or was dropped from the batch with the other
+            assert running(http) == 1, "LONG no longer runs once the other request left"
 
         # every chunk comes within the deadline: a LONG dropped from the batch fails, not hangs
         joined = streamed(http, LONG, during=leave, read_timeout=DEADLINE_S)
