@@ -69,6 +69,10 @@ def test_an_unwritable_cache_still_gives_the_digest(tmp_path: Path, monkeypatch)
         ("native-portable", "native", "portable"),
         ("native-avx512-q8", "native-q8", "avx512"),
         ("native-avx2-q8", "native-q8", "avx2"),
+        ("native-avx512-limb3", "native-limb3", "avx512"),
+        ("native-portable-limb2", "native-limb2", "portable"),
+        ("triton-q8", "native-q8", None),  # the integer modes on a GPU: the C kernels' arithmetic
+        ("triton-limb3", "native-limb3", None),
         ("triton", "triton", None),
         ("torch", "torch", None),
     ],

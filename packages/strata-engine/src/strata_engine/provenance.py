@@ -18,6 +18,8 @@ from pathlib import Path
 
 from strata_engine.paths import strata_home
 
+INTEGER_MODES = ("q8", "limb3", "limb2")  # the integer-activation kernels (kernels/choice.py)
+
 CHUNK_BYTES = 1 << 20
 DIGEST_CHARS = 64
 
@@ -82,16 +84,32 @@ def arithmetic(kernels: str) -> str:
     """The arithmetic a kernels name computes with: what the bits depend on, not the host.
 
     "native-avx2", "native-avx512", "native-neon" and "native-portable" are one arithmetic,
-    "native"; their 8-bit-activation builds are "native-q8". The GPU's Triton kernels and the
-    torch fallback keep their own names (neither promises the CPU kernels' bits).
+    "native"; their integer-activation builds are "native-q8", "native-limb3" and
+    "native-limb2", and so are the GPU's Triton kernels in those modes ("triton-q8", ...), which
+    compute the C kernels' integer arithmetic. The fp32 Triton kernels and the torch fallback
+    keep their own names (neither promises the CPU kernels' bits).
     """
+    mode = _integer_mode(kernels)
+    if mode is not None:
+        return f"native-{mode}"
     if kernels.startswith("native-"):
-        return "native-q8" if kernels.endswith("-q8") else "native"
+        return "native"
     return kernels
+
+
+def _integer_mode(kernels: str) -> str | None:
+    """The integer mode ("q8", "limb3" or "limb2") a kernels name runs, else None."""
+    if kernels.startswith(("native-", "triton-")):
+        mode = kernels.rsplit("-", 1)[1]
+        if mode in INTEGER_MODES:
+            return mode
+    return None
 
 
 def kernel_target(kernels: str) -> str | None:
     """The instruction set the native kernels were built for ("avx2", ...), None for others."""
     if not kernels.startswith("native-"):
         return None
-    return kernels.removeprefix("native-").removesuffix("-q8")
+    target = kernels.removeprefix("native-")
+    mode = _integer_mode(kernels)
+    return target.removesuffix(f"-{mode}") if mode is not None else target

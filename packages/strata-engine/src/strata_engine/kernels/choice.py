@@ -3,7 +3,10 @@
 `native` (C kernels, native/) is batch-invariant and the default on the CPU; `torch`
 (torch_backend.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback where the kernels
 cannot build and the "invariance off" switch for tests and benchmarks; `triton` (triton/) runs
-the same methods on a GPU. The torch and Triton backends are imported only when chosen.
+the same methods on a GPU. The integer modes (`native-q8`, `native-limb3`, `native-limb2`) run
+on the CPU by default and on a GPU when `--device cuda` asks: there the Triton integer matmul
+(triton/intmatmul.py) computes the C kernels' matmul bits. The torch and Triton backends are
+imported only when chosen.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from strata_engine.kernels.native.backend import NativeOps
 logger = logging.getLogger("strata_engine")
 
 KERNEL_CHOICES = ("auto", "native", "native-q8", "native-limb3", "native-limb2", "torch")
-INTEGER_KERNELS = {"native-q8": 0, "native-limb3": 3, "native-limb2": 2}  # CPU only; name -> limbs
+INTEGER_KERNELS = {"native-q8": 0, "native-limb3": 3, "native-limb2": 2}  # name -> limbs (0: q8's rule)
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
@@ -33,16 +36,9 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
     if device not in DEVICE_CHOICES:
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
-    if kernels in INTEGER_KERNELS and device == "cuda":
-        raise ValueError(f"kernels {kernels} (integer activations) run on the CPU only; use --device cpu")
     if device == "cuda" or (device == "auto" and kernels not in INTEGER_KERNELS and cuda_present()):
-        try:
-            from strata_engine.kernels.triton.backend import TritonOps
-        except ImportError as exc:
-            raise ModelLoadError(
-                f"the GPU kernels need torch and triton ({exc}): pip install 'strata-engine[gpu]'"
-            ) from exc
-        return TritonOps()
+        # an integer mode asked for on the GPU: the same integer arithmetic there (1 limb: q8's)
+        return triton_ops((INTEGER_KERNELS[kernels] or 1) if kernels in INTEGER_KERNELS else None)
     threads = num_threads or default_threads()
     if kernels == "torch":
         return torch_ops(threads)
@@ -66,6 +62,17 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
             exc,
         )
         return fallback
+
+
+def triton_ops(limbs: int | None = None) -> Ops:
+    """The Triton GPU kernels (`limbs`: the integer matmul's, None: fp32); triton is optional."""
+    try:
+        from strata_engine.kernels.triton.backend import TritonOps
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"the GPU kernels need torch and triton ({exc}): pip install 'strata-engine[gpu]'"
+        ) from exc
+    return TritonOps(limbs=limbs)
 
 
 def torch_ops(threads: int) -> Ops:

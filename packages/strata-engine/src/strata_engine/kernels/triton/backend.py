@@ -20,9 +20,18 @@ import os
 import numpy as np
 import torch
 
-from strata_engine.kernels.base import Array, AttentionMeta, RopeTable
+from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton import activation, attention, logprobs, matmul, norm, rope
+from strata_engine.kernels.triton import (
+    activation,
+    attention,
+    intmatmul,
+    logprobs,
+    matmul,
+    norm,
+    packed,
+    rope,
+)
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import Weight
 
@@ -45,9 +54,16 @@ class TritonOps:
     name = "triton"
     invariant = True
 
-    def __init__(self, device: torch.device | str | None = None) -> None:
+    def __init__(self, device: torch.device | str | None = None, limbs: int | None = None) -> None:
+        """`limbs` 1 (q8's 8-bit rule), 2 or 3: the CPU's integer matmuls ("native-q8",
+        "native-limb2", "native-limb3"; intmatmul.py) on weights packed by its C code."""
         self.device = torch.device(device) if device is not None else default_device()
+        self.limbs = limbs
+        self._packer = packed.packer(limbs) if limbs is not None else None
+        if limbs is not None:
+            self.name = packed.arithmetic_name(limbs)
         self._weights: dict[int, tuple[Weight, StoredWeight]] = {}
+        self._packed: dict[int, tuple[Weight, packed.PackedWeight]] = {}
         self._model_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
         self._step_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
         self._caches: dict[int, tuple[Array, torch.Tensor]] = {}
@@ -59,6 +75,14 @@ class TritonOps:
         if hit is None or hit[0] is not w:
             hit = (w, from_weight(w, self.device))
             self._weights[id(w)] = hit
+        return hit[1]
+
+    def _packed_weight(self, w: Weight) -> packed.PackedWeight:
+        """A weight packed for integer dot products, its bytes moved once."""
+        hit = self._packed.get(id(w))
+        if hit is None or hit[0] is not w:
+            hit = (w, packed.from_packed(w, self.device))
+            self._packed[id(w)] = hit
         return hit[1]
 
     def _moved(self, t: Array, cache: dict[int, tuple[Array, torch.Tensor]]) -> torch.Tensor:
@@ -93,17 +117,21 @@ class TritonOps:
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
-        return w
+        return w if self._packer is None else self._packer.pack(w)
 
     def linear(
         self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
     ) -> torch.Tensor:
-        sw = self._weight(w)
         b = self._model(bias) if bias is not None else None
         x = tensor(x).to(self.device, torch.float32)
+        if w.kernel_type & Q8_PACKED:
+            return intmatmul.matmul(x, self._packed_weight(w), b)
+        sw = self._weight(w)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
 
     def embed(self, w: Weight, ids: Array) -> torch.Tensor:
+        if w.kernel_type & Q8_PACKED:  # a tied LM head's packed copy, standing in for the embedding
+            return packed.gather_rows(tensor(ids), self._packed_weight(w))
         sw = self._weight(w)
         return matmul.gather_rows(
             tensor(ids).to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes

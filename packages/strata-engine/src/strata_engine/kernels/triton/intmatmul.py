@@ -1,0 +1,216 @@
+"""The integer matmul: y = x W^T (+ bias) on q8-packed weights, the C kernels' bits on a GPU.
+
+The arithmetic contract is native/q8.h's and native/limb.h's (their top comments):
+activations quantised per block of 32 (quantize.py), weights as packed by strata_q8_pack
+(packed.py), and per output and block b (Q6_K: per half of 16, its own scale), in that order:
+
+    S   = sum_k w_k * l_j,k per limb j           exact int32 sums: any order, any instruction
+    f   = (float)S                                k = 1
+          (float)(S_1 * 256 + S_0)                k = 2 (exact in int32)
+          (float)((double)S_2 * 65536 + (S_1 * 256 + S_0))   k = 3 (exact in fp64, one rounding)
+    acc = fma(wscale * s, f, acc)
+    acc = fma(wmin, dsum, acc)                    Q4_1;  fma(dmin * m, -dsum, acc) Q4_K, Q5_K
+
+from acc = 0, then y = acc (+ bias). Each line is one IEEE operation (`tl.fma`, never a
+multiply-add the compiler may fuse or split; fusion is off where a compiler runs), so the bits
+are the C kernels' on any device: the integer sums are where devices differ in speed, and they
+cannot differ in value.
+
+Two paths compute it: `_tile_kernel` (prefill: `tl.dot` on int8 tiles of BLOCK_M rows, int32
+accumulation) and `_rows_kernel` (decode: one row a program, elementwise integer products
+summed with `tl.sum`, no row padding). They share every float step (`_accumulate`), and their
+integer sums are equal because they are exact, so a row's bits cannot depend on which path ran;
+`matmul` picks by row count. Every runtime integer is unspecialised: one binary per kernel,
+type and limb count.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from strata_engine.kernels.triton.matmul import _no_fusion
+from strata_engine.kernels.triton.packed import (
+    PackedWeight,
+    block_offset,
+    head_offset,
+    layout,
+    quants,
+    scales,
+)
+from strata_engine.kernels.triton.quantize import Quantised, quantize
+
+BLOCK_M, BLOCK_N = 16, 32  # the tile path's tile (BLOCK_N: whole groups of 16 outputs)
+ROWS_N = 32  # outputs per program of the row path
+ROWS_MAX = 8  # calls of at most this many rows take the row path: a speed choice only
+PATHS = ("auto", "tile", "rows")
+
+
+@triton.jit
+def _value(sa, sb, sc, LIMBS: tl.constexpr):
+    """The block's exact sum over the limbs' sums, converted once to fp32 (limb.h's limb_value3)."""
+    if LIMBS == 1:
+        f = sa.to(tl.float32)
+    elif LIMBS == 2:
+        f = (sb * 256 + sa).to(tl.float32)
+    else:
+        f = (sc.to(tl.float64) * 65536.0 + (sb * 256 + sa).to(tl.float64)).to(tl.float32)
+    return f
+
+
+@triton.jit
+def _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
+    """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape)."""
+    acc = tl.fma(ws0 * s, f0, acc)
+    if WT == 14:  # Q6_K: the second half, its own scale
+        acc = tl.fma(ws1 * s, f1, acc)
+    if WT == 3:  # Q4_1: + min * dsum
+        acc = tl.fma(mn, dsum, acc)
+    elif WT == 12 or WT == 13:  # Q4_K, Q5_K: - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
+        acc = tl.fma(mn, -dsum, acc)
+    return acc
+
+
+@triton.jit
+def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
+    """S_j for a tile of rows: int8 limb plane [BM, 32] @ int8 quants [32, BN] into int32 (Q6_K:
+    half HALF's sum, the other half's activations zeroed)."""
+    x = tl.load(q_ptr + (xb * LIMBS + j)[:, None] * 32 + k[None, :], mask=rmask[:, None], other=0)
+    if WT == 14:
+        x = tl.where((k[None, :] >> 4) == HALF, x, tl.zeros_like(x))
+    return tl.dot(x, w8, out_dtype=tl.int32)
+
+
+@triton.jit
+def _row_sum(q_ptr, xb, k, w, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
+    """S_j for one row: elementwise int32 products [32, BN] summed over the block (exact)."""
+    x = tl.load(q_ptr + (xb * LIMBS + j) * 32 + k).to(tl.int32)
+    if WT == 14:
+        x = tl.where((k >> 4) == HALF, x, 0)
+    return tl.sum(x[:, None] * w, axis=0)
+
+
+@triton.jit
+def _tile_value(q_ptr, xb, rmask, k, w8, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
+    """f of a tile: the limbs' sums of one block (or Q6_K half), combined and converted once."""
+    sa = _tile_sum(q_ptr, xb, rmask, k, w8, 0, WT, HALF, LIMBS)
+    sb = tl.zeros_like(sa)
+    sc = tl.zeros_like(sa)
+    if LIMBS >= 2:
+        sb = _tile_sum(q_ptr, xb, rmask, k, w8, 1, WT, HALF, LIMBS)
+    if LIMBS == 3:
+        sc = _tile_sum(q_ptr, xb, rmask, k, w8, 2, WT, HALF, LIMBS)
+    return _value(sa, sb, sc, LIMBS)
+
+
+@triton.jit
+def _row_value(q_ptr, xb, k, w, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
+    """f of one row: as _tile_value, from _row_sum's sums (the same integers)."""
+    sa = _row_sum(q_ptr, xb, k, w, 0, WT, HALF, LIMBS)
+    sb = tl.zeros_like(sa)
+    sc = tl.zeros_like(sa)
+    if LIMBS >= 2:
+        sb = _row_sum(q_ptr, xb, k, w, 1, WT, HALF, LIMBS)
+    if LIMBS == 3:
+        sc = _row_sum(q_ptr, xb, k, w, 2, WT, HALF, LIMBS)
+    return _value(sa, sb, sc, LIMBS)
+
+
+@triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
+def _tile_kernel(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, M, N, nb, GB,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    rm = tl.program_id(1) * BM + tl.arange(0, BM)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rmask = rm < M
+    live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
+    group = (rn // 16).to(tl.int64) * GB
+    o = rn % 16
+    k = tl.arange(0, 32)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for b in range(0, nb):  # the blocks in order: the float sequence is C's
+        blk = group + block_offset(b, KQ, BB, SB)
+        w8 = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT).to(tl.int8)
+        ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+        xb = rm.to(tl.int64) * nb + b
+        s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
+        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
+        f0 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 0, LIMBS)
+        f1 = f0
+        if WT == 14:  # Q6_K: the second half's sum, for its own scale
+            f1 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 1, LIMBS)
+        acc = _accumulate(
+            acc, f0, f1, tl.broadcast_to(ws0[None, :], (BM, BN)), tl.broadcast_to(ws1[None, :], (BM, BN)),
+            tl.broadcast_to(mn[None, :], (BM, BN)), s, dsum, WT,
+        )  # fmt: skip
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], acc, mask=rmask[:, None] & (rn < N)[None, :])
+
+
+@triton.jit(do_not_specialize=["N", "nb", "GB"])
+def _rows_kernel(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, N, nb, GB,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BN: tl.constexpr,
+):  # fmt: skip
+    m = tl.program_id(1).to(tl.int64)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    live = rn < (N + 15) // 16 * 16
+    group = (rn // 16).to(tl.int64) * GB
+    o = rn % 16
+    k = tl.arange(0, 32)
+    acc = tl.zeros((BN,), tl.float32)
+    for b in range(0, nb):
+        blk = group + block_offset(b, KQ, BB, SB)
+        w = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT)
+        ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+        xb = m * nb + b
+        s = tl.broadcast_to(tl.load(s_ptr + xb), (BN,))
+        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb), (BN,))
+        f0 = _row_value(q_ptr, xb, k, w, WT, 0, LIMBS)
+        f1 = f0
+        if WT == 14:
+            f1 = _row_value(q_ptr, xb, k, w, WT, 1, LIMBS)
+        acc = _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT)
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)
+    tl.store(y_ptr + m * N + rn, acc, mask=rn < N)
+
+
+def matmul_quantised(
+    xq: Quantised, pw: PackedWeight, bias: torch.Tensor | None = None, path: str = "auto"
+) -> torch.Tensor:
+    """y [M, N] from activations already quantised (`quantize(x, pw.limbs)`)."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
+    if xq.limbs != pw.limbs:
+        raise ValueError(f"activations in {xq.limbs} limbs, the weight expects {pw.limbs}")
+    m, nb = xq.s.shape
+    if nb * 32 != pw.in_features:
+        raise ValueError(f"activations have {nb * 32} inputs, the weight {pw.in_features}")
+    n = pw.out_features
+    y = torch.empty(m, n, dtype=torch.float32, device=xq.q.device)
+    if not m or not n:
+        return y
+    if not nb:
+        return y.zero_() + (bias if bias is not None else 0.0)
+    b = bias.to(torch.float32).contiguous() if bias is not None else y
+    args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
+    consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **_no_fusion()}
+    if path == "rows" or (path == "auto" and m <= ROWS_MAX):
+        _rows_kernel[(triton.cdiv(n, ROWS_N), m)](*args, n, nb, pw.group_bytes, BN=ROWS_N, **consts)
+    else:
+        grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M))
+        _tile_kernel[grid](*args, m, n, nb, pw.group_bytes, BM=BLOCK_M, BN=BLOCK_N, **consts)
+    return y
+
+
+def matmul(
+    x: torch.Tensor, pw: PackedWeight, bias: torch.Tensor | None = None, path: str = "auto"
+) -> torch.Tensor:
+    """y [M, N] = x [M, K] @ W^T (+ bias): strata_q8_matmul (limbs 1) or strata_limb_matmul's bits."""
+    return matmul_quantised(quantize(x.to(pw.wq.device), pw.limbs), pw, bias, path)

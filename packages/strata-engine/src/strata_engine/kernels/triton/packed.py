@@ -1,0 +1,256 @@
+"""Weights repacked for integer dot products (native/q8.h's `strata_q8_pack`), read on the device.
+
+The C code packs each weight once at load; the GPU receives those same bytes, so both devices
+read one layout and there is one packer to trust. Per group of 16 outputs and block of 32
+inputs (q8.h's top comment is the specification; the sizes below mirror its q8_* helpers):
+
+- scales: Q4_0, Q4_1, Q8_0 an fp32 scale per output (and Q4_1's fp32 min); K-quants, before
+  every 8th block, the super-block's fp32 d (and dmin) per output, and per block int8 6-bit
+  scales (Q6_K: one per half of 16) and mins;
+- quants: byte 4o+c of quad row r holds output o's elements 4r+c (low nibble) and 16+4r+c (high
+  nibble) for 4-bit types, Q5_K adds a plane of fifth bits, Q6_K two planes of high bit pairs,
+  Q8_0 a byte per weight (w + 128).
+
+`quants` and `scales` decode one whole block for a set of outputs, each scale once; the kernels
+multiply the signed quants (w minus the type's offset), which gives the C code's exact integer
+sums without its offset correction. `gather_rows` dequantises rows with strata_q8_dequant_row's
+float operations, for a tied LM head whose packed copy also serves as the embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED
+from strata_engine.kernels.host import default_threads
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton.matmul import _no_fusion
+from strata_engine.kernels.weights import Weight
+
+Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 8, 12, 13, 14  # strata_kernels.h's weight types
+SUPPORTED = (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)  # strata_q8_supported
+GROUP = 16  # outputs per packed group
+GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
+
+
+def kquant(t: int) -> bool:
+    return t >= Q4_K
+
+
+def has_min(t: int) -> bool:
+    return t in (Q4_1, Q4_K, Q5_K)
+
+
+def halves(t: int) -> int:
+    """Scales per block: Q6_K has one per half of 16."""
+    return 2 if t == Q6_K else 1
+
+
+def scale_bytes(t: int) -> int:
+    """Bytes of a block's own scales and mins, before its quants."""
+    return (16 if kquant(t) else 64) * (halves(t) + has_min(t))
+
+
+def block_bytes(t: int) -> int:
+    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t == Q5_K else 512
+    return scale_bytes(t) + quants
+
+
+def super_bytes(t: int) -> int:
+    """Bytes of a K-quant super-block's header (d, and dmin where there are mins), else 0."""
+    return 64 * (1 + has_min(t)) if kquant(t) else 0
+
+
+def block_at(t: int, b: int) -> int:
+    """Where block b of a group starts (K-quants: after its super-block's header)."""
+    if not kquant(t):
+        return b * block_bytes(t)
+    return (b >> 3) * (super_bytes(t) + 8 * block_bytes(t)) + super_bytes(t) + (b & 7) * block_bytes(t)
+
+
+def group_bytes(t: int, nb: int) -> int:
+    return block_at(t, nb)
+
+
+def packed_bytes(t: int, n: int, k: int) -> int:
+    """strata_q8_packed_bytes: the size of an [n, k] weight once packed."""
+    return triton.cdiv(n, GROUP) * group_bytes(t, k // 32)
+
+
+def layout(t: int) -> dict[str, int]:
+    """The layout constants the kernels take (all decided by the type: one binary per type)."""
+    return {"WT": t, "KQ": int(kquant(t)), "BB": block_bytes(t), "SB": super_bytes(t), "SCB": scale_bytes(t)}
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight packed by strata_q8_pack, on the device: `wq` its bytes, `wf` the same as fp32."""
+
+    wtype: int  # the base type (Q4_0 ... Q6_K)
+    limbs: int  # 1 (q8's 8-bit rule), 2 or 3: how the activations meet it
+    out_features: int
+    in_features: int
+    group_bytes: int
+    wq: torch.Tensor
+    wf: torch.Tensor
+
+
+def packer(limbs: int, threads: int | None = None) -> NativeOps:
+    """The C kernels that pack weights at load for `limbs` (1: q8's rule; 2, 3): the GPU then
+    receives the bytes the CPU's integer kernels read."""
+    if limbs not in (1, 2, 3):
+        raise ValueError(f"limbs must be 1 (q8), 2 or 3, not {limbs}")
+    return NativeOps(threads or default_threads(), q8=True, limbs=0 if limbs == 1 else limbs)
+
+
+def arithmetic_name(limbs: int) -> str:
+    """The ops' name: the CPU kernels' mode ("q8", "limb3", "limb2") after "triton-", which
+    provenance.arithmetic maps to the same arithmetic as "native-<target>-<mode>"."""
+    return "triton-" + ("q8" if limbs == 1 else f"limb{limbs}")
+
+
+def limbs_of(kernel_type: int) -> int:
+    """The limbs a packed weight's type names (0 there is q8's rule: 1 here)."""
+    return (kernel_type >> LIMB_SHIFT) & 3 or 1
+
+
+def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
+    """A weight packed on the CPU (NativeOps(q8=True).pack), its bytes copied to `device`."""
+    if not w.kernel_type & Q8_PACKED:
+        raise ValueError(f"weight {w.name} is not packed for integer dot products")
+    t = w.kernel_type & (Q8_PACKED - 1)
+    if t not in SUPPORTED:
+        raise ValueError(f"weight {w.name}: type {t} has no integer kernels")
+    size = packed_bytes(t, w.out_features, w.in_features)
+    if w.raw.size != size:
+        raise ValueError(f"weight {w.name}: {w.raw.size} packed bytes, the layout says {size}")
+    wq = torch.from_numpy(w.raw.reshape(-1)).to(device=device, dtype=torch.uint8).contiguous()
+    gb = group_bytes(t, w.in_features // 32)
+    return PackedWeight(
+        t, limbs_of(w.kernel_type), w.out_features, w.in_features, gb, wq, wq.view(torch.float32)
+    )
+
+
+# ---- decoding inside the kernels ------------------------------------------------------------
+
+
+@triton.jit
+def block_offset(b, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr):
+    """Where block b starts inside its group (q8_block_at)."""
+    if KQ:  # noqa: SIM108 (a constexpr branch: one kernel per type compiles only its line)
+        off = (b >> 3) * (SB + 8 * BB) + SB + (b & 7) * BB
+    else:
+        off = b * BB
+    return off
+
+
+@triton.jit
+def head_offset(b, BB: tl.constexpr, SB: tl.constexpr):
+    """Where block b's super-block header (d, dmin) starts inside its group (K-quants)."""
+    return (b >> 3) * (SB + 8 * BB)
+
+
+@triton.jit
+def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
+    """Signed integer quants w(o, k) of one block (the stored value minus the type's offset), for
+    element indices `k` and outputs `o` (broadcast against each other and `qs`, the byte where
+    each output's block quants start); 0 where not `live`."""
+    c = k & 3
+    if WT == 8:  # Q8_0: a byte a weight, w + 128
+        w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=128).to(tl.int32) - 128
+    else:  # nibbles: element k in quad row (k mod 16) / 4, the high nibble for k >= 16
+        byte = tl.load(wq_ptr + qs + ((k & 15) >> 2) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
+        w = (byte >> ((k >> 4) * 4)) & 15
+        if WT == 2:  # Q4_0: offset 8
+            w = w - 8
+        elif WT == 13:  # Q5_K: bit r (k < 16) or 4 + r of the plane's byte is the fifth bit
+            hb = tl.load(wq_ptr + qs + 256 + 4 * o + c, mask=live, other=0).to(tl.int32)
+            w = w | (((hb >> ((k >> 4) * 4 + ((k & 15) >> 2))) & 1) << 4)
+        elif WT == 14:  # Q6_K: half h's plane, bits 2r and 2r + 1; offset 32
+            hb = tl.load(wq_ptr + qs + 256 + (k >> 4) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
+            w = (w | (((hb >> (2 * ((k & 15) >> 2))) & 3) << 4)) - 32
+    return w
+
+
+@triton.jit
+def _int8(wq_ptr, at, live):
+    byte = tl.load(wq_ptr + at, mask=live, other=0).to(tl.int32)
+    return ((byte ^ 128) - 128).to(tl.float32)
+
+
+@triton.jit
+def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexpr):
+    """(scale of half 0, scale of half 1, min factor) of one block per output, each the C code's
+    one fp32 value: K-quants d * sc and dmin * m (the load's own products), the others the stored
+    fp32 scale and Q4_1's min. Unused ones are 0."""
+    zero = tl.zeros((blk + o).shape, tl.float32)
+    ws1 = zero
+    mn = zero
+    if KQ:
+        d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
+        ws0 = d * _int8(wq_ptr, blk + o, live)
+        if WT == 14:
+            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
+        else:
+            dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+            mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
+    else:
+        ws0 = tl.load(wf_ptr + blk // 4 + o, mask=live, other=0.0)
+        if WT == 3:
+            mn = tl.load(wf_ptr + blk // 4 + 16 + o, mask=live, other=0.0)
+    return ws0, ws1, mn
+
+
+# ---- rows of a packed weight as fp32 (the tied embedding) -----------------------------------
+
+
+@triton.jit(do_not_specialize=["nb", "GB"])
+def _gather_kernel(
+    ids_ptr, wq_ptr, wf_ptr, out_ptr, nb, GB,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0)
+    b = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
+    n = tl.load(ids_ptr + t).to(tl.int64)
+    o = (n % 16).to(tl.int32)
+    live = (b < nb)[:, None]
+    blk = (n // 16) * GB + block_offset(b, KQ, BB, SB).to(tl.int64)  # [BLOCKS]
+    head = (n // 16) * GB + head_offset(b, BB, SB).to(tl.int64)
+    k = tl.arange(0, 32)[None, :]
+    w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
+    ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
+    if WT == 14:  # (d * sc_h) * q
+        val = tl.where(k < 16, ws0, ws1) * w
+    elif WT == 3:  # d * q + m
+        val = ws0 * w + mn
+    elif KQ:  # (d * sc) * q - dmin * m
+        val = ws0 * w - mn
+    else:  # d * q (Q4_0: q - 8 as a float, exact; Q8_0)
+        val = ws0 * w
+    tl.store(out_ptr + t.to(tl.int64) * nb * 32 + b[:, None] * 32 + k, val, mask=live)
+
+
+def gather_rows(ids: torch.Tensor, pw: PackedWeight) -> torch.Tensor:
+    """fp32 rows `ids` of a packed weight: strata_q8_dequant_row's values (gguf-py's)."""
+    ids = ids.to(device=pw.wq.device, dtype=torch.int64).contiguous()
+    nb = pw.in_features // 32
+    out = torch.empty(ids.shape[0], pw.in_features, dtype=torch.float32, device=pw.wq.device)
+    if ids.shape[0]:
+        grid = (ids.shape[0], triton.cdiv(nb, GATHER_BLOCKS))
+        _gather_kernel[grid](
+            ids,
+            pw.wq,
+            pw.wf,
+            out,
+            nb,
+            pw.group_bytes,
+            **layout(pw.wtype),
+            BLOCKS=GATHER_BLOCKS,
+            **_no_fusion(),
+        )
+    return out

@@ -1,0 +1,119 @@
+"""Activations as integers for the integer matmul: the C kernels' rules (native/q8.h,
+native/limb.h), bit for bit, one program per row and run of blocks of 32.
+
+Why integers: a dot product of integer quants is exact, so neither the device nor the order of
+its sums can change it; only a short, fixed float sequence per output remains (intmatmul.py).
+That holds only if both devices quantise a block to the same integers and scale, so this module
+repeats the C code's operations exactly:
+
+- `limbs` 1 (q8's rule, kernels "native-q8"): amax = max |x| (NaN ignored), d = amax / 127,
+  q = round-half-even(x * (127 / amax)) where that lies within +-127, else 0 (NaN, infinity, or
+  an amax so small that 127 / amax overflows); fp32 with IEEE division (`div_rn`) and the
+  portable C's 1.5 * 2^23 rounding trick.
+- `limbs` 2 or 3 (limb.h's `limb_quantize_block`): s = 2^sh, the smallest power of two with
+  every |X| = |round-half-even(x / s)| <= 127 (256^k - 1) / 255, formed in fp64 with the 1.5 *
+  2^52 trick; X split into k balanced int8 digits. A block with a NaN or infinity gets s = NaN,
+  one whose largest |x| is 0 or below 2^-100 is zero.
+
+Every block also gets dsum = s * (float)(sum of its integers), the min term's factor. A max and
+an integer sum are exact in any order, so `tl.max`/`tl.sum` are free here; every float operation
+is a single IEEE operation, so fusion (off where a compiler runs) cannot change the bits either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from strata_engine.kernels.triton.matmul import _no_fusion
+
+BLOCKS = 8  # blocks of 32 per program: a speed choice only (each block is quantised alone)
+LIMB_MIN_EXP = -100  # limb.h: blocks whose largest |x| is below 2^-100 are zero
+XMAX = {2: 32639, 3: 8355711}  # 127 (256^k - 1) / 255: the largest |X| with k balanced digits
+
+
+@dataclass(frozen=True)
+class Quantised:
+    """Rows of activations as the integer matmul reads them (limb.h's limb_rows)."""
+
+    q: torch.Tensor  # int8 [M, nb, limbs, 32]: digit j of element k of block b
+    s: torch.Tensor  # fp32 [M, nb]: the block's scale (q8: d = amax / 127)
+    dsum: torch.Tensor  # fp32 [M, nb]: s * (float)(sum of the block's integers)
+    limbs: int
+
+
+@triton.jit(do_not_specialize=["nb"])
+def _quantize_kernel(
+    x_ptr, q_ptr, s_ptr, dsum_ptr, nb,
+    LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr, MIN_EXP: tl.constexpr,
+    BB: tl.constexpr,
+):  # fmt: skip
+    m = tl.program_id(0).to(tl.int64)
+    blocks = tl.program_id(1) * BB + tl.arange(0, BB)
+    ok = blocks < nb
+    k = tl.arange(0, 32)
+    at = (m * nb + blocks.to(tl.int64))[:, None]  # [BB, 1]: the block's index in the row-major grid
+    x = tl.load(x_ptr + at * 32 + k[None, :], mask=ok[:, None], other=0.0)
+    a = tl.abs(x)
+    if LIMBS == 1:
+        amax = tl.max(tl.where(a > 0.0, a, 0.0), axis=1)  # a NaN never wins, as in q8_quantize
+        pos = amax > 0.0
+        inv = tl.where(pos, tl.math.div_rn(tl.zeros_like(amax) + 127.0, tl.where(pos, amax, 1.0)), 0.0)
+        v = x * inv[:, None]
+        r = (v + 12582912.0) - 12582912.0  # 1.5 * 2^23: to nearest, ties to even
+        n = tl.where((r >= -127.0) & (r <= 127.0), r, 0.0).to(tl.int32)
+        tl.store(q_ptr + at * 32 + k[None, :], n.to(tl.int8), mask=ok[:, None])
+        s = tl.math.div_rn(amax, tl.zeros_like(amax) + 127.0)
+        dsum = s * tl.sum(n, axis=1).to(tl.float32)
+    else:
+        finite = a <= 3.4028234663852886e38  # false for NaN and infinity
+        bad = tl.max(tl.where(finite, 0, 1), axis=1) > 0
+        amax = tl.max(tl.where(finite, a, 0.0), axis=1)
+        e = (amax.to(tl.int32, bitcast=True) >> 23) - 127  # floor(log2(amax)) for a normal amax
+        zero = bad | (amax == 0.0) | (e < MIN_EXP)
+        sh = e - SHIFT
+        big = 6755399441055744.0  # 1.5 * 2^52: (v + big) - big is v to nearest, ties to even
+        t = (amax.to(tl.float64) * _pow2d(-sh) + big) - big
+        sh = tl.where(t > XMAX, sh + 1, sh)
+        v = (x.to(tl.float64) * _pow2d(-sh)[:, None] + big) - big  # the product is exact (2^-sh)
+        X = tl.where(zero[:, None], 0.0, v).to(tl.int32)
+        total = tl.sum(X, axis=1)
+        for j in tl.static_range(LIMBS):  # balanced digits: l = X mod 256 in [-128, 127]
+            digit = ((X & 255) ^ 128) - 128
+            tl.store(q_ptr + (at * LIMBS + j) * 32 + k[None, :], digit.to(tl.int8), mask=ok[:, None])
+            X = (X - digit) >> 8  # exact: X - digit is a multiple of 256
+        scale = ((tl.where(zero, 0, sh) + 127) << 23).to(tl.float32, bitcast=True)
+        nan = (tl.zeros_like(sh) + 0x7FC00000).to(tl.float32, bitcast=True)  # C's NAN: the quiet NaN
+        s = tl.where(bad, nan, tl.where(zero, 0.0, scale))
+        dsum = tl.where(zero, 0.0, s * total.to(tl.float32))
+    tl.store(s_ptr + m * nb + blocks, s, mask=ok)
+    tl.store(dsum_ptr + m * nb + blocks, dsum, mask=ok)
+
+
+@triton.jit
+def _pow2d(e):
+    """2^e as fp64 (e an int32 within fp64's normal range), built from its bits."""
+    return ((e + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
+
+
+def quantize(x: torch.Tensor, limbs: int) -> Quantised:
+    """Each block of 32 of x [M, K] (K a multiple of 32) as `limbs` int8 digits and a scale."""
+    if limbs not in (1, 2, 3):
+        raise ValueError(f"limbs must be 1 (q8), 2 or 3, not {limbs}")
+    x = x.to(torch.float32).contiguous()
+    m, k = x.shape
+    if k % 32:
+        raise ValueError(f"the integer matmul takes whole blocks of 32 inputs, not K = {k}")
+    nb = k // 32
+    q = torch.empty(m, nb, limbs, 32, dtype=torch.int8, device=x.device)
+    s = torch.empty(m, nb, dtype=torch.float32, device=x.device)
+    dsum = torch.empty_like(s)
+    if m and nb:
+        _quantize_kernel[(m, triton.cdiv(nb, BLOCKS))](
+            x, q, s, dsum, nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
+            MIN_EXP=LIMB_MIN_EXP, BB=BLOCKS, **_no_fusion(),
+        )  # fmt: skip
+    return Quantised(q, s, dsum, limbs)
