@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.matmul import _no_fusion
+from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.triton.packed import (
     PackedWeight,
     block_offset,
@@ -200,7 +200,7 @@ def matmul_quantised(
         return y.zero_() + (bias if bias is not None else 0.0)
     b = bias.to(torch.float32).contiguous() if bias is not None else y
     args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
-    consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **_no_fusion()}
+    consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
     if path == "rows" or (path == "auto" and m <= ROWS_MAX):
         _rows_kernel[(triton.cdiv(n, ROWS_N), m)](*args, n, nb, pw.group_bytes, BN=ROWS_N, **consts)
     else:

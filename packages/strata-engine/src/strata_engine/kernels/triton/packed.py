@@ -28,7 +28,7 @@ import triton.language as tl
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton.matmul import _no_fusion
+from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.weights import Weight
 
 Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 8, 12, 13, 14  # strata_kernels.h's weight types
@@ -251,6 +251,6 @@ def gather_rows(ids: torch.Tensor, pw: PackedWeight) -> torch.Tensor:
             pw.group_bytes,
             **layout(pw.wtype),
             BLOCKS=GATHER_BLOCKS,
-            **_no_fusion(),
+            **LAUNCH,
         )
     return out

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.matmul import _no_fusion
+from strata_engine.kernels.triton.ieee import LAUNCH
 
 BLOCKS = 8  # blocks of 32 per program: a speed choice only (each block is quantised alone)
 LIMB_MIN_EXP = -100  # limb.h: blocks whose largest |x| is below 2^-100 are zero
@@ -114,6 +114,6 @@ def quantize(x: torch.Tensor, limbs: int) -> Quantised:
     if m and nb:
         _quantize_kernel[(m, triton.cdiv(nb, BLOCKS))](
             x, q, s, dsum, nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
-            MIN_EXP=LIMB_MIN_EXP, BB=BLOCKS, **_no_fusion(),
+            MIN_EXP=LIMB_MIN_EXP, BB=BLOCKS, **LAUNCH,
         )  # fmt: skip
     return Quantised(q, s, dsum, limbs)
