@@ -16,10 +16,18 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
-import torch
 
-from strata_engine.api import DEFAULT_CHAT, ChatOptions, LogprobRow, PromptScores, Request, Step
+from strata_engine.api import (
+    DEFAULT_CHAT,
+    ChatOptions,
+    EngineUnavailable,
+    LogprobRow,
+    PromptScores,
+    Request,
+    Step,
+)
 from strata_engine.async_engine import Choices, Wakeup
 from strata_engine.chat_template import ChatTemplate, render_ids
 from strata_engine.checks import check_request
@@ -133,7 +141,7 @@ class FakeEngine:
 
     def _row(self, position: int, token_id: int, request: Request) -> LogprobRow:
         """A row built by the engine's own listing rules over made-up values."""
-        values = torch.tensor([fake_value(position, i) for i in range(self.vocab_size)], dtype=torch.float32)
+        values = np.array([fake_value(position, i) for i in range(self.vocab_size)], dtype=np.float32)
         return build_row(values, token_id, request.logprobs)
 
     def check(self, requests: Sequence[Request]) -> None:
@@ -184,6 +192,8 @@ class FakeEngine:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+        except Exception as exc:  # as the real engine does: the request fails, it never hangs
+            stream.fail(EngineUnavailable(f"the fake engine failed: {exc!r}"))
         finally:
             self.active -= 1
 

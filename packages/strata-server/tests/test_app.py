@@ -334,3 +334,29 @@ def test_a_draining_server_answers_503_with_connection_close(client) -> None:
     assert assert_envelope(reply, 503)["code"] == "shutting_down"
     assert reply.headers["connection"] == "close"  # the client reconnects elsewhere
     assert client.get("/health").status_code == 503 and client.get("/metrics").status_code == 200
+
+
+def test_chat_allowed_token_ids_with_logprobs_lists_the_renormalised_row(client) -> None:
+    """allowed_token_ids with logprobs on chat: the reply lists the sampled token's row (which the
+    fake builds with the engine's own listing rules over numpy values, as the engine does)."""
+    body = {**CHAT, "max_tokens": 2, "logprobs": True, "top_logprobs": 2, "allowed_token_ids": [97, 98]}
+    reply = client.post("/v1/chat/completions", json=body, timeout=10)
+    assert reply.status_code == 200, reply.text
+    content = reply.json()["choices"][0]["logprobs"]["content"]
+    assert [entry["token"] for entry in content] == ["a", "a"]
+    assert all(len(entry["top_logprobs"]) == 2 for entry in content)
+
+
+def test_a_fake_engine_failure_fails_the_request_instead_of_hanging(make_engine, monkeypatch) -> None:
+    """The stand-in fails a request whose events raise, as the real engine fails one whose step
+    raises (503 engine_unavailable): a broken stand-in must not turn tests into hangs."""
+    engine = make_engine()
+
+    def broken(request):
+        raise AttributeError("planted")
+        yield  # a generator, as _events is
+
+    monkeypatch.setattr(engine, "_events", broken)
+    with TestClient(create_app(engine, ServerSettings())) as c:
+        reply = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=10)
+    assert reply.status_code == 503, reply.text
