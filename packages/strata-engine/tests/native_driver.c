@@ -4,7 +4,7 @@
  * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
  * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
- * integer-limb kernels (limb.h) for 3 and 2 limbs. Built with the library's C files
+ * integer-limb kernels (limb.c) for 3 and 2 limbs. Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -202,7 +202,7 @@ static void q8(void) {
     }
 }
 
-/* `driver limb`: the integer-limb kernels (limb.h) with 3 and 2 limbs on q8's packed weights, every
+/* `driver limb`: the integer-limb kernels (limb.c) with 3 and 2 limbs on q8's packed weights, every
  * type, every row-tile remainder, 2 threads for the many-row calls; blocks of very different
  * magnitudes, a zero block, a block with a NaN, a tiny block (flushed to zero), and blocks of
  * the largest limbs (+127 everywhere; -128, -128, +127) so that the int16 partial sums meet their

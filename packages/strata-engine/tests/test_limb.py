@@ -1,4 +1,4 @@
-"""The integer-limb kernels ("native-limb3", "native-limb2", native/limb.h) against their contract.
+"""The integer-limb kernels ("native-limb3", "native-limb2", native/limb.c) against their contract.
 
 - every target gives the portable build's bits (any row tile remainder, bias, thread count);
 - the output is the contract's arithmetic: checked against an independent numpy reference

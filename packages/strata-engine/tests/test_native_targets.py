@@ -41,7 +41,7 @@ DRIVER = Path(__file__).with_name("native_driver.c")
 DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd3924"
 # sha256 of `driver q8`: the 8-bit-activation kernels (q8.c) alone, the same on every build.
 DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
-# sha256 of `driver limb`: the integer-limb kernels (limb.h), 3 and 2 limbs, the same on every build.
+# sha256 of `driver limb`: the integer-limb kernels (limb.c), 3 and 2 limbs, the same on every build.
 DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d6ed022"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",

@@ -88,7 +88,7 @@ def _activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def _edge_rows(k: int) -> np.ndarray:
     """Blocks at the rules' edges: huge (near fp32's largest), tiny (subnormal, and just below
-    limb.h's 2^-100), zero, a NaN, an infinity, a lone value, values that round at a tie."""
+    limb.c's 2^-100), zero, a NaN, an infinity, a lone value, values that round at a tie."""
     x = np.random.default_rng(7).normal(0, 1, size=(9, k)).astype(np.float32)
     x[0, :32] = 3e38 * np.sign(x[0, :32])
     x[1, :32] = 1e-40
@@ -222,7 +222,7 @@ def test_row_path_equals_tile_path(qtype: QT, limbs: int) -> None:
 
 
 def c_rule(x: np.ndarray, limbs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """q8.h's q8_quantize (limbs 1) or limb.h's limb_quantize_block, ported to numpy per block:
+    """q8.c's q8_quantize (limbs 1) or limb.c's limb_quantize_block, ported to numpy per block:
     (integers X [M, nb, 32], s [M, nb], dsum [M, nb])."""
     m, k = x.shape
     blocks = x.reshape(m, k // 32, 32).astype(np.float32)

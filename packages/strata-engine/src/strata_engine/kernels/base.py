@@ -19,7 +19,7 @@ from strata_engine.kernels.weights import Weight
 
 # added to a weight's kernel type once repacked for 8-bit activations (q8.c; strata_kernels.h)
 Q8_PACKED = INTERFACE.constant("WT_Q8_PACKED")
-LIMB_SHIFT = INTERFACE.constant("WT_LIMB_SHIFT")  # where a repacked weight's type holds its limbs (limb.h)
+LIMB_SHIFT = INTERFACE.constant("WT_LIMB_SHIFT")  # where a repacked weight's type holds its limbs (limb.c)
 
 
 @dataclass(frozen=True)

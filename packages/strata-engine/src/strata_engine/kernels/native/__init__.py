@@ -34,7 +34,8 @@ SOURCES = tuple(
         "logprobs.c",  # log-softmax
         "layer.c",  # one dense layer in one call
         "kquant_pack.c",  # K-quant blocks rearranged at load
-        "q8.c",  # 8-bit activations, integer dot products (and limb.h's integer limbs)
+        "q8.c",  # 8-bit activations, integer dot products
+        "limb.c",  # activations as exact integer limbs, on q8's packed weights
         "fpmode.c",  # the IEEE default float modes around each step
     )
 )
@@ -43,8 +44,7 @@ HEADERS = (
     HERE / "strata_kernels.h",  # the library's interface
     HERE / "internal.h",  # what the files share and do not export
     HERE / "vector.h",  # the 16-lane virtual vector
-    HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.h)
-    HERE / "limb.h",
+    HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.c)
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's

@@ -24,7 +24,7 @@ class NativeOps:
     With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
     take integer dot products (native/q8.c): faster, less exact, still batch-invariant and the
     same bits on every CPU. With `limbs` 3 or 2 (kernels "native-limb3", "native-limb2") the
-    activations become a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.h):
+    activations become a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.c):
     the same packed weights and integer steps, exact integer sums, fp32-level accuracy at 3."""
 
     invariant = True

@@ -300,5 +300,3 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
         }
     }
 }
-
-#include "limb.h" /* activations as exact integer limbs, on q8's packed weights */

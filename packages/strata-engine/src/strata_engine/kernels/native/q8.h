@@ -1,6 +1,6 @@
 /*
  * 8-bit activations: the opt-in "native-q8" kernels (q8.c); the weights' packed layout and the
- * integer steps described here are shared with the integer-limb kernels (limb.h).
+ * integer steps described here are shared with the integer-limb kernels (limb.c).
  *
  * The default kernels compute in fp32 on gguf-py's dequantised weights. This mode instead
  * quantises each activation row to 8 bits per block of 32 (llama.cpp's Q8_0 rule) and takes

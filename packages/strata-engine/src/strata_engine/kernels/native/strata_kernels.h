@@ -18,7 +18,7 @@
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
- * activations as integer limbs (limb.h), also the limb count shifted left by WT_LIMB_SHIFT. */
+ * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */
 enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
 enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4 };
@@ -45,7 +45,7 @@ int strata_cpu_features(void);
 /* common.c */
 const char *strata_target(void);
 
-/* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.h), the embedding gather */
+/* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads);
 void strata_gather_rows(const uint8_t *w, int wtype, int64_t K, const int64_t *ids, int64_t n, float *out);
@@ -85,7 +85,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads);
 
-/* limb.h: activations as exact integer limbs, on q8's packed weights */
+/* limb.c: activations as exact integer limbs, on q8's packed weights */
 void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                         const float *bias, float *y, int nthreads, int limbs);
 

@@ -1,6 +1,6 @@
 """The integer matmul: y = x W^T (+ bias) on q8-packed weights, the C kernels' bits on a GPU.
 
-The arithmetic contract is native/q8.h's and native/limb.h's (their top comments):
+The arithmetic contract is native/q8.h's and native/limb.c's (their top comments):
 activations quantised per block of 32 (quantize.py), weights as packed by strata_q8_pack
 (packed.py), and per output and block b (Q6_K: per half of 16, its own scale), in that order:
 
@@ -49,7 +49,7 @@ PATHS = ("auto", "tile", "rows")
 
 @triton.jit
 def _value(sa, sb, sc, LIMBS: tl.constexpr):
-    """The block's exact sum over the limbs' sums, converted once to fp32 (limb.h's limb_value3)."""
+    """The block's exact sum over the limbs' sums, converted once to fp32 (limb.c's limb_value3)."""
     if LIMBS == 1:
         f = sa.to(tl.float32)
     elif LIMBS == 2:

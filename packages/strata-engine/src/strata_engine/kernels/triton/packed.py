@@ -1,4 +1,4 @@
-"""Weights repacked for integer dot products (native/q8.h's `strata_q8_pack`), read on the device.
+"""Weights repacked for integer dot products (native/q8.c's `strata_q8_pack`), read on the device.
 
 The C code packs each weight once at load; the GPU receives those same bytes, so both devices
 read one layout and there is one packer to trust. Per group of 16 outputs and block of 32

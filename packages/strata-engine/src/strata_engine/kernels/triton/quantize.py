@@ -1,5 +1,5 @@
-"""Activations as integers for the integer matmul: the C kernels' rules (native/q8.h,
-native/limb.h), bit for bit, one program per row and run of blocks of 32.
+"""Activations as integers for the integer matmul: the C kernels' rules (native/q8.c,
+native/limb.c), bit for bit, one program per row and run of blocks of 32.
 
 Why integers: a dot product of integer quants is exact, so neither the device nor the order of
 its sums can change it; only a short, fixed float sequence per output remains (intmatmul.py).
@@ -10,7 +10,7 @@ repeats the C code's operations exactly:
   q = round-half-even(x * (127 / amax)) where that lies within +-127, else 0 (NaN, infinity, or
   an amax so small that 127 / amax overflows); fp32 with IEEE division (`div_rn`) and the
   portable C's 1.5 * 2^23 rounding trick.
-- `limbs` 2 or 3 (limb.h's `limb_quantize_block`): s = 2^sh, the smallest power of two with
+- `limbs` 2 or 3 (limb.c's `limb_quantize_block`): s = 2^sh, the smallest power of two with
   every |X| = |round-half-even(x / s)| <= 127 (256^k - 1) / 255, formed in fp64 with the 1.5 *
   2^52 trick; X split into k balanced int8 digits. A block with a NaN or infinity gets s = NaN,
   one whose largest |x| is 0 or below 2^-100 is zero.
@@ -31,13 +31,13 @@ import triton.language as tl
 from strata_engine.kernels.triton.ieee import LAUNCH
 
 BLOCKS = 8  # blocks of 32 per program: a speed choice only (each block is quantised alone)
-LIMB_MIN_EXP = -100  # limb.h: blocks whose largest |x| is below 2^-100 are zero
+LIMB_MIN_EXP = -100  # limb.c: blocks whose largest |x| is below 2^-100 are zero
 XMAX = {2: 32639, 3: 8355711}  # 127 (256^k - 1) / 255: the largest |X| with k balanced digits
 
 
 @dataclass(frozen=True)
 class Quantised:
-    """Rows of activations as the integer matmul reads them (limb.h's limb_rows)."""
+    """Rows of activations as the integer matmul reads them (limb.c's limb_rows)."""
 
     q: torch.Tensor  # int8 [M, nb, limbs, 32]: digit j of element k of block b
     s: torch.Tensor  # fp32 [M, nb]: the block's scale (q8: d = amax / 127)

@@ -29,6 +29,7 @@
  * product rounded twice (the conversion, the fma): at least as close to the exact dot product
  * as the fp32 kernels, whose per-element fmas round once per weight.
  */
+#include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
 #define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
