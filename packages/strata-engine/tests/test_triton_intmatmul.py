@@ -327,3 +327,30 @@ def test_one_binary_per_kernel(kernel) -> None:
         kernel.kwargs["do_not_specialize"] if hasattr(kernel, "kwargs") else kernel.do_not_specialize
     )
     assert ints and set(ints) <= set(unspecialised), ints
+
+
+def test_tiny_model_equals_the_cpu_engine(tmp_path) -> None:
+    """A whole tiny model (tied head: its packed copy is the embedding; every weight type) in
+    "native-limb3" on the GPU backend gives the CPU engine's bits: prompt logprobs with the top
+    20, and greedy decode steps."""
+    from tiny_models import TINY_SPECS, write_tiny_model
+
+    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0])
+    request = Request(
+        (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
+        SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
+        LogprobParams(top_n=20, prompt_logprobs=True),
+    )
+    rows = {}
+    for device in ("cpu", "cuda"):
+        engine = LLMEngine(path, kernels="native-limb3", device=device, parallel=2)
+        rows[device] = [
+            (r.token_id, r.logprob, r.top)
+            for event in engine.generate(request)
+            for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
+            if r is not None
+        ]
+        assert arithmetic(engine.kernels) == "native-limb3"
+    assert len(rows["cpu"]) == 13 and rows["cuda"] == rows["cpu"]

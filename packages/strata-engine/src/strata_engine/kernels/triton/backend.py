@@ -25,6 +25,7 @@ from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
     activation,
     attention,
+    fmatmul,
     intmatmul,
     logprobs,
     matmul,
@@ -32,6 +33,7 @@ from strata_engine.kernels.triton import (
     packed,
     rope,
 )
+from strata_engine.kernels.triton.dequant import F32
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import Weight
 
@@ -127,6 +129,8 @@ class TritonOps:
         if w.kernel_type & Q8_PACKED:
             return intmatmul.matmul(x, self._packed_weight(w), b)
         sw = self._weight(w)
+        if sw.kt == F32:  # fp32 weights: the C kernels' dot_1 order in every mode (fmatmul.py)
+            return fmatmul.matmul(x, sw.wf.view(sw.out_features, sw.in_features), b)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
 
     def embed(self, w: Weight, ids: Array) -> torch.Tensor:
