@@ -127,6 +127,7 @@ def triton(session: nox.Session) -> None:
         "packages/strata-engine/tests/test_triton_kernels.py",
         "packages/strata-engine/tests/test_triton_float_ops.py",
         "packages/strata-engine/tests/test_triton_intmatmul.py",
+        "packages/strata-engine/tests/test_triton_engine_bits.py",
         "packages/strata-engine/tests/test_triton_model.py",
     )
 

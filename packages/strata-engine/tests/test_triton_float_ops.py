@@ -282,3 +282,26 @@ def test_log_softmax_zero_signs_are_c(native, row):
     reaches the output through x - max)."""
     x = np.array([row], dtype=np.float32)
     assert_c_bits(logprobs.log_softmax(on(x)).cpu(), native.log_softmax(x))
+
+
+def test_the_gpus_tile_sizes_give_the_same_bits(native, monkeypatch):
+    """Under the interpreter the kernels take many rows a program (ieee.INTERPRETED); a GPU
+    takes few. Which outputs share a program never changes an output's operations: the GPU's
+    sizes, run here, give C's bits too."""
+    monkeypatch.setattr(norm, "ROWS", 1)
+    monkeypatch.setattr(logprobs, "ROWS", 1)
+    monkeypatch.setattr(fmatmul, "BM", 8)
+    monkeypatch.setattr(fmatmul, "BN", 16)
+    monkeypatch.setattr(attention, "TOK", 1)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 75)) * 3).astype(np.float32)
+    w = rng.standard_normal(75).astype(np.float32)
+    assert_c_bits(norm.rmsnorm(on(x), on(w), 1e-6).cpu(), native.rmsnorm(x, w, 1e-6))
+    assert_c_bits(logprobs.log_softmax(on(x)).cpu(), native.log_softmax(x))
+    m = rng.standard_normal((37, 75)).astype(np.float32)
+    weight = Weight("w", 37, 75, 0, m.view(np.uint8).reshape(-1))
+    assert_c_bits(fmatmul.matmul(on(x), on(m)).cpu(), native.linear(x, weight))
+    k, v, tables = _paged(LENGTHS, 2, 24, 16, seed=1)
+    q = rng.standard_normal((len(POSITIONS), 6, 24)).astype(np.float32)
+    meta = _meta(tables, TOKEN_SEQ, POSITIONS, 16)
+    assert_c_bits(_attend(q, k, v, meta, window=9), native.attention(q, k, v, meta, window=9))

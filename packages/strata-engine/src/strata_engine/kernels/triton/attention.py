@@ -2,7 +2,8 @@
 (attention.c attend_one, attend_group), for prefill and decode alike: a (token, head)'s output
 is the CPU's bits.
 
-One program per (token, KV head) serves the GROUP query heads that share that KV head, so each
+One program per (token, KV head) on a GPU (TOK tokens a program under the interpreter, where a
+wider tensor costs nothing more) serves the GROUP query heads that share that KV head, so each
 K and V row is read once for all of them. For each head, over the positions start..pos of its
 sequence (start = 0, or pos + 1 - window on sliding-window layers), in C's order:
 
@@ -39,91 +40,99 @@ from strata_engine.kernels.triton import ieee
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
 UNROLL = 4  # positions per step of the sum and the V chain (no effect on the bits)
+TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ieee.INTERPRETED)
 
 
-@triton.jit(do_not_specialize=["H", "KVH", "max_blocks", "block_size", "s_stride", "window"])
+@triton.jit(do_not_specialize=["T", "H", "KVH", "max_blocks", "block_size", "s_stride", "window"])
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, out_ptr,
-    H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
+    T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
+    D: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
-    t = tl.program_id(0).to(tl.int64)
+    # TOK tokens a program (1 on a GPU), each with its own positions: [TOK, ...] tensors
+    tt = tl.program_id(0).to(tl.int64) * TOK + tl.arange(0, TOK)
+    tmask = tt < T
     kvh = tl.program_id(1)
-    pos = tl.load(pos_ptr + t)
-    table = tables_ptr + tl.load(seq_ptr + t).to(tl.int64) * max_blocks
+    pos = tl.load(pos_ptr + tt, mask=tmask, other=0)
+    table = tables_ptr + tl.load(seq_ptr + tt, mask=tmask, other=0).to(tl.int64) * max_blocks
     start = tl.where((window > 0) & (pos + 1 > window), pos + 1 - window, 0)
     n = pos + 1 - start  # positions start .. pos; scratch index j is position start + j
+    n_most = tl.max(n, axis=0)
     g = tl.arange(0, BLOCK_G)
-    gmask = g < GROUP
-    head = t * H + kvh * GROUP + g  # [BLOCK_G] rows of q / out
+    tg = tmask[:, None] & (g < GROUP)[None, :]  # [TOK, BLOCK_G]
+    head = tt[:, None] * H + kvh * GROUP + g[None, :]  # rows of q / out
     srow = s_ptr + head * s_stride  # the heads' scores, then numerators
-    rrow = r_ptr + (t * KVH + kvh) * s_stride  # each position's K/V row offset
+    rrow = r_ptr + (tt * KVH + kvh) * s_stride  # each position's K/V row offset
     qrow = q_ptr + head * D
     lanes = tl.arange(0, 16)
     jj = tl.arange(0, BLOCK_N)
 
     # 1. the scores, and their max
-    best = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    first_zero = tl.zeros([BLOCK_G], dtype=tl.int32) + n
-    for j0 in range(0, n, BLOCK_N):
+    best = tl.full([TOK, BLOCK_G], float("-inf"), tl.float32)
+    first_zero = tl.zeros([TOK, BLOCK_G], dtype=tl.int32) + n[:, None]
+    for j0 in range(0, n_most, BLOCK_N):
         j = j0 + jj
-        jmask = j < n
-        p = start + j
-        blk = tl.load(table + p // block_size, mask=jmask, other=0).to(tl.int64)
+        jmask = j[None, :] < n[:, None]  # [TOK, BLOCK_N]
+        p = start[:, None] + j[None, :]
+        blk = tl.load(table[:, None] + p // block_size, mask=jmask & tmask[:, None], other=0).to(tl.int64)
         row = ((blk * block_size + p % block_size) * KVH + kvh) * D  # a valid row past the end too
-        tl.store(rrow + j, row)
-        acc = tl.zeros([BLOCK_G, BLOCK_N, 16], dtype=tl.float32)
+        tl.store(rrow[:, None] + j[None, :], row, mask=tmask[:, None])
+        acc = tl.zeros([TOK, BLOCK_G, BLOCK_N, 16], dtype=tl.float32)
         for c in tl.static_range(0, D, 16):
-            dmask = c + lanes < D
-            qc = tl.load(qrow[:, None] + c + lanes[None, :], mask=gmask[:, None] & dmask[None, :], other=0.0)
+            dmask = (c + lanes < D)[None, None, :]
+            qc = tl.load(qrow[:, :, None] + c + lanes[None, None, :], mask=tg[:, :, None] & dmask, other=0.0)
             kc = tl.load(
-                k_ptr + row[:, None] + c + lanes[None, :], mask=jmask[:, None] & dmask[None, :], other=0.0
+                k_ptr + row[:, :, None] + c + lanes[None, None, :], mask=jmask[:, :, None] & dmask, other=0.0
             )
-            acc = tl.fma(qc[:, None, :], kc[None, :, :], acc)
-        s = ieee.hsum16(acc.reshape(BLOCK_G * BLOCK_N, 16), BLOCK_G * BLOCK_N).reshape(BLOCK_G, BLOCK_N)
+            acc = tl.fma(qc[:, :, None, :], kc[:, None, :, :], acc)
+        rows: tl.constexpr = TOK * BLOCK_G * BLOCK_N
+        s = ieee.hsum16(acc.reshape(rows, 16), rows).reshape(TOK, BLOCK_G, BLOCK_N)
         s = s * scale
         if SOFTCAP:
             s = softcap * ieee.tanh(tl.div_rn(s, softcap))
-        live = gmask[:, None] & jmask[None, :]
-        tl.store(srow[:, None] + j[None, :], s, mask=live)
+        live = tg[:, :, None] & jmask[:, None, :]
+        tl.store(srow[:, :, None] + j[None, None, :], s, mask=live)
         # a max is exact in any order (NaN never wins, as in C); only a zero's sign is not
-        best = ieee.vmax(tl.max(tl.where(live & (s == s), s, float("-inf")), axis=1), best)
-        first_zero = tl.minimum(first_zero, tl.min(tl.where(live & (s == 0.0), j, n), axis=1))
+        best = ieee.vmax(tl.max(tl.where(live & (s == s), s, float("-inf")), axis=2), best)
+        at = tl.where(live & (s == 0.0), j[None, None, :], n[:, None, None])
+        first_zero = tl.minimum(first_zero, tl.min(at, axis=2))
     tl.debug_barrier()
-    zero = tl.load(srow + first_zero, mask=gmask & (best == 0.0), other=0.0)
+    zero = tl.load(srow + first_zero, mask=tg & (best == 0.0), other=0.0)
     mx = tl.where(best == 0.0, zero, best)
 
     # 2. the numerators, in place of the scores; -0.0 past the end (to the end of the block),
     # the identity of addition, so that steps 3 and 4 may run past the end without a mask
-    for j0 in range(0, n, BLOCK_N):
+    for j0 in range(0, n_most, BLOCK_N):
         j = j0 + jj
-        jmask = (j < n)[None, :]
-        s = tl.load(srow[:, None] + j[None, :], mask=gmask[:, None] & jmask, other=0.0)
-        e = tl.where(jmask, ieee.exp(s - mx[:, None]), -0.0)
-        tl.store(srow[:, None] + j[None, :], e, mask=gmask[:, None])
+        jmask = (j[None, :] < n[:, None])[:, None, :]
+        s = tl.load(srow[:, :, None] + j[None, None, :], mask=tg[:, :, None] & jmask, other=0.0)
+        e = tl.where(jmask, ieee.exp(s - mx[:, :, None]), -0.0)
+        tl.store(srow[:, :, None] + j[None, None, :], e, mask=tg[:, :, None])
     tl.debug_barrier()
 
     # 3. their sum in position order, UNROLL positions a step (so that their loads are issued
     # together): a -0.0 past the end leaves the sum as it is
-    total = tl.zeros([BLOCK_G], dtype=tl.float32)
-    for j0 in range(0, n, UNROLL):
+    total = tl.zeros([TOK, BLOCK_G], dtype=tl.float32)
+    for j0 in range(0, n_most, UNROLL):
         for u in tl.static_range(UNROLL):
-            total = total + tl.load(srow + (j0 + u), mask=gmask, other=0.0)
-    inv = tl.div_rn(1.0, tl.where(gmask, total, 1.0))
+            total = total + tl.load(srow + (j0 + u), mask=tg, other=0.0)
+    inv = tl.div_rn(1.0, tl.where(tg, total, 1.0))
 
     # 4. the weighted sum of the V rows in position order, UNROLL positions a step likewise;
     # past the end the weight is -0.0 * inv = -0.0 and the V row is read as +0.0, so that
     # fma(-0.0, +0.0, o) = o exactly, whatever o (a -0.0 included)
     d = tl.arange(0, BLOCK_D)
-    o = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    for j0 in range(0, n, UNROLL):
+    o = tl.zeros([TOK, BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for j0 in range(0, n_most, UNROLL):
         for u in tl.static_range(UNROLL):
-            width = tl.where(j0 + u < n, D, 0)  # the V row's live lanes: none past the end
-            v = tl.load(v_ptr + tl.load(rrow + (j0 + u)) + d, mask=d < width, other=0.0)
-            w = tl.load(srow + (j0 + u), mask=gmask, other=0.0) * inv
-            o = tl.fma(w[:, None], v[None, :], o)
-    tl.store(out_ptr + head[:, None] * D + d[None, :], o, mask=gmask[:, None] & (d < D)[None, :])
+            width = tl.where(j0 + u < n, D, 0)  # each token's live V lanes: none past its end
+            vrow = v_ptr + tl.load(rrow + (j0 + u), mask=tmask, other=0)
+            v = tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0.0)
+            w = tl.load(srow + (j0 + u), mask=tg, other=0.0) * inv
+            o = tl.fma(w[:, :, None], v[:, None, :], o)
+    out = out_ptr + head[:, :, None] * D + d[None, None, :]
+    tl.store(out, o, mask=tg[:, :, None] & (d < D)[None, None, :])
 
 
 def attention(
@@ -145,11 +154,11 @@ def attention(
     scores = torch.empty(t * h * stride, dtype=torch.float32, device=q.device)
     rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
     group = h // kvh
-    _attention_kernel[(t, kvh)](
+    _attention_kernel[(triton.cdiv(t, TOK), kvh)](
         q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows, out,
-        h, kvh, block_tables.shape[1], meta.block_size, stride,
+        t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
-        D=d, GROUP=group, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
+        D=d, GROUP=group, TOK=TOK, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
         BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, **ieee.LAUNCH,
     )  # fmt: skip
     return out

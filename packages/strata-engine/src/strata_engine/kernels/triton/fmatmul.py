@@ -15,7 +15,7 @@ import triton.language as tl
 
 from strata_engine.kernels.triton import ieee
 
-BM, BN = 8, 16
+BM, BN = (64, 64) if ieee.INTERPRETED else (8, 16)  # a speed choice only (see ieee.INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K"])

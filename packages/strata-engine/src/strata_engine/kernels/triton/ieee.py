@@ -15,6 +15,7 @@ The constants are C's float literals as fp32 values (their decimal expansions he
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import triton
@@ -23,6 +24,10 @@ import triton.language as tl
 # Launch options of every float kernel: no multiply-add contraction (C builds with
 # -ffp-contract=off). The interpreter ignores launch options it has no use for.
 LAUNCH: dict[str, Any] = {"enable_fp_fusion": False}
+# Under Triton's interpreter (tests without a GPU) an operation costs the same for a tensor of 16
+# values or of 16000, so kernels take more rows a program there; which outputs share a program
+# never changes an output's operations, so the bits are the same either way.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -82,10 +87,10 @@ def hsum16(v, ROWS: tl.constexpr):
 
 @triton.jit
 def lane(v, i, LANES: tl.constexpr):
-    """Lane i of a 1-d vector v [LANES], exactly: every other lane becomes -0.0, the identity
-    of addition (x + -0.0 == x for every x, +0.0 and -0.0 included), so any summation order
-    returns lane i's bits."""
-    return tl.sum(tl.where(tl.arange(0, LANES) == i, v, -0.0), axis=0)
+    """Lane i of each row of v [ROWS, LANES], exactly: every other lane becomes -0.0, the
+    identity of addition (x + -0.0 == x for every x, +0.0 and -0.0 included), so any summation
+    order returns lane i's bits."""
+    return tl.sum(tl.where(tl.arange(0, LANES)[None, :] == i, v, -0.0), axis=1)
 
 
 @triton.jit

@@ -9,7 +9,8 @@
   double, ieee.py) gives the log of the total, rounded once to fp32;
 - out = (x - max) - lse.
 
-The compensated sum is a chain of V/16 steps per row (C's order): a row is one program."""
+The compensated sum is a chain of V/16 steps per row (C's order): on a GPU a row is one
+program."""
 
 from __future__ import annotations
 
@@ -21,31 +22,36 @@ from strata_engine.kernels.triton import ieee
 
 BLOCK = 1024  # columns per step of the max and output passes (order-free: no effect on bits)
 UNROLL = 4  # 16-float steps of the compensated sum taken together (no effect on the bits)
+ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
 
 
-@triton.jit(do_not_specialize=["V"])
-def _log_softmax_kernel(x_ptr, out_ptr, V, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * V
-    cols = tl.arange(0, BLOCK)
-    best = tl.full([BLOCK], float("-inf"), tl.float32)
-    first_zero = tl.full([BLOCK], V, tl.int32)
+@triton.jit(do_not_specialize=["R", "V"])
+def _log_softmax_kernel(x_ptr, out_ptr, R, V, ROWS: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rmask = (r < R)[:, None]
+    rbase = r.to(tl.int64) * V
+    base = rbase[:, None]  # [ROWS, 1]
+    cols = tl.arange(0, BLOCK)[None, :]
+    best = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)
+    first_zero = tl.full([ROWS, BLOCK], V, tl.int32)
     for v0 in range(0, V, BLOCK):
         at = v0 + cols
-        x = tl.load(x_ptr + base + at, mask=at < V, other=float("-inf"))
+        x = tl.load(x_ptr + base + at, mask=rmask & (at < V), other=float("-inf"))
         best = ieee.vmax(x, best)
         first_zero = tl.minimum(first_zero, tl.where(x == 0.0, at, V))
-    mx = tl.max(best, axis=0)  # exact in any order: only a zero's sign depends on it
-    fz = tl.min(first_zero, axis=0)
-    mx = tl.where(mx == 0.0, tl.load(x_ptr + base + fz, mask=fz < V, other=0.0), mx)
+    mx = tl.max(best, axis=1)  # exact in any order: only a zero's sign depends on it
+    fz = tl.min(first_zero, axis=1)
+    mx = tl.where(mx == 0.0, tl.load(x_ptr + rbase + fz, mask=(r < R) & (fz < V), other=0.0), mx)
+    mx = mx[:, None]
 
-    lanes = tl.arange(0, 16)
-    acc = tl.zeros([16], dtype=tl.float32)
-    comp = tl.zeros([16], dtype=tl.float32)
+    lanes = tl.arange(0, 16)[None, :]
+    acc = tl.zeros([ROWS, 16], dtype=tl.float32)
+    comp = tl.zeros([ROWS, 16], dtype=tl.float32)
     for i0 in range(0, V, 16 * UNROLL):  # UNROLL steps of 16 at a time: their e^x overlap
         for u in tl.static_range(UNROLL):
             i = i0 + 16 * u
             m = i + lanes < V
-            e = ieee.exp(tl.load(x_ptr + base + i + lanes, mask=m, other=0.0) - mx)
+            e = ieee.exp(tl.load(x_ptr + base + i + lanes, mask=rmask & m, other=0.0) - mx)
             e = tl.where(m, e, 0.0)
             y = e - comp
             t = acc + y
@@ -53,24 +59,26 @@ def _log_softmax_kernel(x_ptr, out_ptr, V, BLOCK: tl.constexpr, UNROLL: tl.const
             comp = tl.where(live, (t - acc) - y, comp)
             acc = tl.where(live, t, acc)
     d = acc.to(tl.float64) - comp.to(tl.float64)
-    total = tl.zeros([], dtype=tl.float64)
+    total = tl.zeros([ROWS], dtype=tl.float64)
     for k in tl.static_range(16):
         total = total + ieee.lane(d, k, 16)
-    lse = ieee.log_d(total).to(tl.float32)
+    lse = ieee.log_d(total).to(tl.float32)[:, None]
 
     for v0 in range(0, V, BLOCK):
         at = v0 + cols
-        x = tl.load(x_ptr + base + at, mask=at < V, other=0.0)
-        tl.store(out_ptr + base + at, (x - mx) - lse, mask=at < V)
+        live = rmask & (at < V)
+        x = tl.load(x_ptr + base + at, mask=live, other=0.0)
+        tl.store(out_ptr + base + at, (x - mx) - lse, mask=live)
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """fp32 log-probabilities of each row of [R, V] logits, on the logits' device, C's bits."""
     logits = logits.float().contiguous()
     out = torch.empty_like(logits)
-    if logits.shape[0] and logits.shape[1]:
-        _log_softmax_kernel[(logits.shape[0],)](
-            logits, out, logits.shape[1], BLOCK=BLOCK, UNROLL=UNROLL, **ieee.LAUNCH
+    rows, vocab = logits.shape
+    if rows and vocab:
+        _log_softmax_kernel[(triton.cdiv(rows, ROWS),)](
+            logits, out, rows, vocab, ROWS=ROWS, BLOCK=BLOCK, UNROLL=UNROLL, **ieee.LAUNCH
         )
     return out
 

@@ -1,4 +1,5 @@
-"""RMSNorm, one program per row, in the C kernel's arithmetic (elementwise.c strata_rmsnorm):
+"""RMSNorm, one program per row (on a GPU), in the C kernel's arithmetic (elementwise.c
+strata_rmsnorm):
 r = 1 / sqrt(dot_1(x, x) / K + eps), then (x * r) * weight.
 
 dot_1 is 16 lanes of FMAs walked over the row in 16-float steps (the last zero-padded), then
@@ -11,27 +12,30 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.ieee import LAUNCH, hsum16
+from strata_engine.kernels.triton import ieee
 
 OUT_BLOCK = 1024  # columns written per step (elementwise: no effect on the bits)
+ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
 
 
-@triton.jit(do_not_specialize=["K"])
-def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, K, eps, OUT: tl.constexpr):
-    base = tl.program_id(0).to(tl.int64) * K
-    lanes = tl.arange(0, 16)
-    acc = tl.zeros([1, 16], dtype=tl.float32)
+@triton.jit(do_not_specialize=["M", "K"])
+def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, K, eps, ROWS: tl.constexpr, OUT: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rmask = (r < M)[:, None]
+    base = (r.to(tl.int64) * K)[:, None]
+    lanes = tl.arange(0, 16)[None, :]
+    acc = tl.zeros([ROWS, 16], dtype=tl.float32)
     for k0 in range(0, K, 16):
-        x = tl.load(x_ptr + base + k0 + lanes, mask=k0 + lanes < K, other=0.0)[None, :]
+        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0)
         acc = tl.fma(x, x, acc)
-    mean = tl.div_rn(hsum16(acc, 1), K.to(tl.float32))  # [1]
-    r = tl.div_rn(tl.full([1], 1.0, tl.float32), tl.sqrt_rn(mean + eps))
-    cols = tl.arange(0, OUT)
+    mean = tl.div_rn(ieee.hsum16(acc, ROWS), K.to(tl.float32))
+    inv = tl.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.sqrt_rn(mean + eps))[:, None]
+    cols = tl.arange(0, OUT)[None, :]
     for k0 in range(0, K, OUT):
-        m = k0 + cols < K
+        m = rmask & (k0 + cols < K)
         x = tl.load(x_ptr + base + k0 + cols, mask=m, other=0.0)
-        w = tl.load(w_ptr + k0 + cols, mask=m, other=0.0)
-        tl.store(y_ptr + base + k0 + cols, (x * r) * w, mask=m)
+        w = tl.load(w_ptr + k0 + cols, mask=k0 + cols < K, other=0.0)
+        tl.store(y_ptr + base + k0 + cols, (x * inv) * w, mask=m)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -42,7 +46,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rows = x.numel() // d if d else 0
     if rows:
         out = min(OUT_BLOCK, triton.next_power_of_2(d))
-        _rmsnorm_kernel[(rows,)](x, weight.float().contiguous(), y, d, eps, OUT=out, **LAUNCH)
+        _rmsnorm_kernel[(triton.cdiv(rows, ROWS),)](
+            x, weight.float().contiguous(), y, rows, d, eps, ROWS=ROWS, OUT=out, **ieee.LAUNCH
+        )
     return y
 
 

@@ -1,5 +1,5 @@
 """Rotary position embedding, both layouts: interleaved pairs (2i, 2i+1) as llama GGUFs store
-q/k, and neox halves (i, i + dim/2) as qwen2/qwen3. One program per (token, head); each value
+q/k, and neox halves (i, i + dim/2) as qwen2/qwen3. One program per token (all its heads); each value
 depends only on its own pair and its position's cos/sin (no reduction), in the C kernel's
 arithmetic (elementwise.c strata_rope): a*c - b*s and a*s + b*c with separately rounded products
 (launched without multiply-add contraction)."""
@@ -17,16 +17,17 @@ from strata_engine.kernels.triton.ieee import LAUNCH
 
 @triton.jit
 def _rope_kernel(
-    x_ptr, pos_ptr, cos_ptr, sin_ptr, H, D, HALF, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr
-):
+    x_ptr, pos_ptr, cos_ptr, sin_ptr, H, D, HALF,
+    INTERLEAVED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     t = tl.program_id(0)
-    h = tl.program_id(1)
-    i = tl.arange(0, BLOCK)
-    mask = i < HALF
+    hs = tl.arange(0, BLOCK_H)[:, None]
+    i = tl.arange(0, BLOCK)[None, :]
+    mask = (hs < H) & (i < HALF)
     pos = tl.load(pos_ptr + t).to(tl.int64)
-    c = tl.load(cos_ptr + pos * HALF + i, mask=mask, other=0.0)
-    s = tl.load(sin_ptr + pos * HALF + i, mask=mask, other=0.0)
-    base = x_ptr + (t.to(tl.int64) * H + h) * D
+    c = tl.load(cos_ptr + pos * HALF + i, mask=i < HALF, other=0.0)
+    s = tl.load(sin_ptr + pos * HALF + i, mask=i < HALF, other=0.0)
+    base = x_ptr + (t.to(tl.int64) * H + hs) * D
     if INTERLEAVED:
         ia = 2 * i
         ib = 2 * i + 1
@@ -44,22 +45,14 @@ def rope(
     x: torch.Tensor, positions: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor
 ) -> torch.Tensor:
     """x [T, H, D] rotated in its first `table.dim` dims; `cos`/`sin` are the table on x's device."""
-    out = x.contiguous().clone()
+    out = x.float().contiguous().clone()
     t, h, d = out.shape
     half = table.dim // 2
     if t and h and half:
-        _rope_kernel[(t, h)](
-            out,
-            positions,
-            cos,
-            sin,
-            h,
-            d,
-            half,
-            INTERLEAVED=table.interleaved,
-            BLOCK=triton.next_power_of_2(half),
-            **LAUNCH,
-        )
+        _rope_kernel[(t,)](
+            out, positions, cos, sin, h, d, half, INTERLEAVED=table.interleaved,
+            BLOCK_H=triton.next_power_of_2(h), BLOCK=triton.next_power_of_2(half), **LAUNCH,
+        )  # fmt: skip
     return out
 
 

@@ -1,0 +1,125 @@
+"""Whole models on the Triton kernels give the CPU engine's bits: every full-vocabulary fp32
+log-probability row (each prompt position, and each greedy decode step) of an engine on
+TritonOps equals, as bytes, the row the CPU engine (the C kernels) computes, for tiny models of
+each architecture with fp32 weights (whose matmuls both devices run in the C kernels' order),
+with each request alone, all batched together, and prefilled in chunks of 5 tokens.
+
+The CPU engine's rows are themselves batch-invariant (test_invariance.py, test_golden.py), so
+the CPU runs each request alone once; the GPU engine runs all three ways. Without a GPU the
+Triton kernels run under Triton's interpreter (IEEE fp32 one operation at a time): equality
+here says the Triton kernels perform the C kernels' operations in the C kernels' order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from gguf import GGMLQuantizationType as QT
+from tiny_arch_models import ARCH_SPECS, vocab_size, write_arch_model
+
+from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+
+GENERATE = 2  # greedy decode steps after each prompt: their rows are compared too
+
+
+class Recorder:
+    """Every row the engine computes, as bytes, by (prompt, position, prompt row or sampled)."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.rows: dict[tuple, bytes] = {}
+        run = engine.runner.run
+
+        def recorded(refs, lp):
+            for ref, row in zip(refs, lp, strict=True):  # rows share a buffer: copy each now
+                self.rows[(ref.work.seq.request.prompt_ids, ref.position, ref.samples)] = row.tobytes()
+                yield row
+
+        def recording_run(work):
+            refs, lp = run(work)
+            return refs, recorded(refs, lp)
+
+        engine.runner.run = recording_run
+
+
+def _requests(prompts: list[tuple[int, ...]]) -> list[Request]:
+    return [
+        Request(
+            p,
+            SamplingParams(max_tokens=GENERATE, temperature=0.0, ignore_eos=True),
+            LogprobParams(top_n=1, prompt_logprobs=True),
+        )
+        for p in prompts
+    ]
+
+
+def _rows(path: Path, kernels: str, device: str, prompts, mode: str) -> dict[tuple, bytes]:
+    kw: dict = {"prefix_cache": False, "kv_cache_mb": 16}
+    if mode == "chunked":
+        kw["step_tokens"] = 5
+    if device == "cpu":
+        kw["num_threads"] = 2
+    engine = LLMEngine(path, device=device, kernels=kernels, parallel=8, **kw)
+    rec = Recorder(engine)
+    requests = _requests(prompts)
+    if mode == "batched":
+        engine.generate_batch(requests)
+    else:
+        for r in requests:
+            for _ in engine.generate(r):
+                pass
+    return rec.rows
+
+
+def _prompts(vocab: int, seed: int) -> list[tuple[int, ...]]:
+    """Three prompts: 20 tokens (across a 16-position KV block boundary), 16 (one block exactly), 5."""
+    rng = np.random.default_rng(seed)
+    return [tuple(int(t) for t in rng.integers(7, vocab - 3, size=n)) for n in (20, 16, 5)]
+
+
+def assert_same_rows(cpu: dict[tuple, bytes], gpu: dict[tuple, bytes], what: str) -> None:
+    assert cpu.keys() == gpu.keys(), f"{what}: the engines computed different rows"
+    for key in sorted(cpu, key=lambda k: (len(k[0]), k[0], k[1], k[2])):
+        if cpu[key] != gpu[key]:
+            a, b = (np.frombuffer(r, dtype=np.float32) for r in (cpu[key], gpu[key]))
+            bad = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
+            raise AssertionError(
+                f"{what}: position {key[1]} of a {len(key[0])}-token prompt differs in "
+                f"{len(bad)} of {a.size} logprobs, first token {bad[0]}: {a[bad[0]]!r} vs {b[bad[0]]!r}"
+            )
+
+
+@pytest.fixture(scope="module", params=ARCH_SPECS, ids=lambda s: s.name)
+def fp32_model(request, tmp_path_factory) -> tuple[Path, list[tuple[int, ...]]]:
+    """(GGUF path, prompts) of one architecture with every weight F32."""
+    path = tmp_path_factory.mktemp(request.param.name) / "f32.gguf"
+    return write_arch_model(path, request.param, seed=4, types=(QT.F32,)), _prompts(
+        vocab_size(request.param), 4
+    )
+
+
+def _same_on_both(path: Path, prompts, kernels: str) -> None:
+    cpu = _rows(path, kernels, "cpu", prompts, "alone")
+    assert len(cpu) == sum(len(p) - 1 + GENERATE for p in prompts)
+    for mode in ("alone", "batched", "chunked"):
+        assert_same_rows(cpu, _rows(path, kernels, "cuda", prompts, mode), f"{kernels}, {mode}")
+
+
+def test_fp32_models_rows_are_the_cpu_engines(fp32_model):
+    """fp32 weights: the default kernels (C's dot_1 matmul order on both devices) end to end."""
+    _same_on_both(*fp32_model, "native")
+
+
+def test_a_planted_difference_is_seen():
+    """The comparison reads every byte: one flipped bit of one logprob fails it."""
+    rows = {((1, 2), 0, False): np.zeros(5, np.float32).tobytes()}
+    flipped = bytearray(rows[((1, 2), 0, False)])
+    flipped[7] ^= 1
+    with pytest.raises(AssertionError, match="differs in 1 of 5"):
+        assert_same_rows(rows, {((1, 2), 0, False): bytes(flipped)}, "planted")
