@@ -1,10 +1,10 @@
 """`TritonOps`: the engine's ops as Triton kernels for CUDA GPUs, batch-invariant by construction.
 
-Each kernel family has its module (matmul with fused GGUF dequantisation, norm, rope, activation,
-attention, logprobs) and a float64 torch reference next to it. Every output element is computed
-by one fixed sequence of float operations chosen by constants (tile sizes, KV split size), never
-by the batch, so a row's bits do not depend on what else runs (on one GPU model and one Triton
-build; GPU bits differ from the CPU kernels' bits).
+Each kernel family has its module (integer and fp32 matmuls, norm, rope, activation, attention,
+logprobs). Every output element is computed by one fixed sequence of float operations, never
+chosen by the batch, so a row's bits do not depend on what else runs; in the integer modes and for
+fp32 weights that sequence is the C kernels' own, so the rows are the CPU engine's (docs/gpu.md).
+The plain float mode's quantised matmul (matmul.py) is batch-invariant in another order.
 
 The engine hands the ops numpy arrays (weights, norm vectors, the RoPE table, the KV cache and the
 step's index arrays); TritonOps moves what it needs to its device itself and keeps it there:
@@ -55,6 +55,7 @@ class TritonOps:
 
     name = "triton"
     invariant = True
+    fuses_projections = True  # q/k/v and gate/up through one matmul per run of same-typed weights
 
     def __init__(self, device: torch.device | str | None = None, limbs: int | None = None) -> None:
         """`limbs` 1 (q8's 8-bit rule), 2 or 3: the CPU's integer matmuls ("native-q8",
