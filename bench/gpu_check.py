@@ -18,7 +18,7 @@ therefore runs the CPU engine on the same host beside the GPU one and compares e
     prefill 2,048 tokens; the first streams' rows are compared with the CPU engine as in (b).
     Targets: batch-1 decode >= 50% of the copy bandwidth; 256 streams >= 20x batch 1.
 
-A hard time guard (--budget-s, 480 s by default) prints the table so far and exits 3 when it
+A hard time guard (--budget-s: 480 s on a GPU, an hour under the interpreter) prints the table so far and exits 3 when it
 runs out. Prints one table; exits 1 if any check failed, 2 if there is no CUDA device (without
 --dry-run) or the packages imported are not this tree's.
 """
@@ -60,8 +60,9 @@ SIZES = {
     "qwen3-8b": Shape("qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 4096),
     "qwen3-1.7b": Shape("qwen3", 2048, 6144, 28, 16, 8, 128, 151936, 4096),
 }
-TINY = Shape("llama", 64, 128, 2, 4, 2, 16, 320, 256)
-TINY_BIG = Shape("qwen3", 128, 256, 2, 4, 2, 32, 320, 256)
+# K-quant rows hold 256 values: the smallest shapes every mix can write
+TINY = Shape("llama", 256, 256, 2, 4, 2, 64, 320, 256)
+TINY_BIG = Shape("qwen3", 256, 512, 2, 4, 2, 64, 320, 256)
 
 
 class Table:
@@ -111,10 +112,12 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="Triton's interpreter on the CPU, tiny shapes")
     parser.add_argument("--size", choices=sorted(SIZES), default="qwen3-8b", help="the model of part (c)")
     parser.add_argument("--skip-speed", action="store_true", help="skip part (c)")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="hard time guard (seconds)")
+    parser.add_argument(
+        "--budget-s", type=float, help="hard time guard (seconds; 480 on a GPU, 3600 under the interpreter)"
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
-    guard(args.budget_s, t0)
+    guard(args.budget_s or (3600.0 if args.dry_run else 480.0), t0)
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -487,9 +490,9 @@ def speed(tmp: Path, shape: Shape, dry: bool) -> None:
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 
     copy_bw = copy_bandwidth(dry)
-    table.add("c", "device-to-device copy", None, f"{copy_bw / 1e9:.0f} GB/s (read + write)")
-    batches = (1, 8) if dry else (1, 8, 64, 256)
-    steps = 2 if dry else 32
+    table.add("c", "device-to-device copy", None, f"{copy_bw / 1e9:.1f} GB/s (read + write)")
+    batches = (1, 2) if dry else (1, 8, 64, 256)
+    steps = 1 if dry else 32
     for mix in MIXES:
         t = time.perf_counter()
         path = write_model(tmp / f"speed-{mix}.gguf", shape, mix, seed=2)
@@ -500,7 +503,7 @@ def speed(tmp: Path, shape: Shape, dry: bool) -> None:
         )
         table.add(
             "c", f"{mix} model", None,
-            f"{shape.layers} layers, hidden {shape.hidden}, {per_token / 1e9:.2f} GB read a token, "
+            f"{shape.layers} layers, hidden {shape.hidden}, {per_token / 1e6:.1f} MB read a token, "
             f"written + loaded in {time.perf_counter() - t:.0f} s",
         )  # fmt: skip
         rates: dict[int, float] = {}
