@@ -235,30 +235,13 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.side == "strata":
-        print(
-            json.dumps(
-                bench_strata(
-                    args.threads,
-                    args.repeat,
-                    prompt_tokens=args.prompt,
-                    all_logits=args.prompt <= PROMPT_TOKENS,
-                    kernels=args.kernels,
-                )
-            )
-        )
-        return
-    if args.side == "llama.cpp":
-        print(
-            json.dumps(
-                bench_llama_cpp(
-                    args.threads,
-                    args.repeat,
-                    prompt_tokens=args.prompt,
-                    all_logits=args.prompt <= PROMPT_TOKENS,
-                )
-            )
-        )
+    if args.side:  # one side, in its own process: its figures as JSON on the last line
+        lengths = {"prompt_tokens": args.prompt, "all_logits": args.prompt <= PROMPT_TOKENS}
+        if args.side == "strata":
+            figures = bench_strata(args.threads, args.repeat, kernels=args.kernels, **lengths)
+        else:
+            figures = bench_llama_cpp(args.threads, args.repeat, **lengths)
+        print(json.dumps(figures))
         return
     print(host_line())
     results: dict[str, dict[str, float]] = {}

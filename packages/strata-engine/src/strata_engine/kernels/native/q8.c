@@ -212,13 +212,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                 acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->d[xb])), vf_from_vi(s[i]), acc[i]);
             }
         }
-        if (has_min && kq) { /* fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc): the same product */
-            vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
-            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-xr->dsum[(m0 + i) * nb + b]), acc[i]);
-        } else if (has_min) {
-            vf mn = vf_load((const float *)blk + 16);
-            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(xr->dsum[(m0 + i) * nb + b]), acc[i]);
-        }
+        q8_add_min(t, blk, head, xr->dsum + m0 * nb + b, nb, rows, acc);
     }
 }
 

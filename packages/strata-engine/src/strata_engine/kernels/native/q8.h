@@ -282,6 +282,22 @@ static inline vq q8_row(int t, const uint8_t *qs, int R) {
     return q8_high(t, nib, vq_load(qs + 256 + (t == WT_Q6_K ? 64 * (R >> 2) : 0)), R);
 }
 
+/* A block's min term (types with a min: Q4_1, Q4_K, Q5_K) added to each of `rows` accumulators;
+ * `dsum` is the first row's s * (sum of its block's activations), the next rows `stride` apart.
+ * K-quants: fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc), the same product. Shared by
+ * the q8 and limb kernels, whose per-block sequences end alike. */
+static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_t *blk, const float *head,
+                                                            const float *dsum, int64_t stride, int rows, vf *acc) {
+    if (!q8_has_min(t)) return;
+    if (q8_kquant(t)) {
+        vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+        for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride]), acc[i]);
+    } else {
+        vf mn = vf_load((const float *)blk + 16);
+        for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(dsum[i * stride]), acc[i]);
+    }
+}
+
 /* One group of a Q5_K or Q6_K weight unpacked to one byte per weight (WT_Q5_K_BYTES, WT_Q6_K_BYTES):
  * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
  * the unpacking. */
