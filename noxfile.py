@@ -12,6 +12,7 @@ reused between runs. `rm -rf .nox` starts from scratch (e.g. after dropping a de
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import shutil
@@ -122,15 +123,7 @@ def triton(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(f"{ENGINE}[gpu,test]")
     session.env["TRITON_INTERPRET"] = "1"
-    pytest(
-        session,
-        "packages/strata-engine/tests/test_triton_kernels.py",
-        "packages/strata-engine/tests/test_triton_float_ops.py",
-        "packages/strata-engine/tests/test_triton_intmatmul.py",
-        "packages/strata-engine/tests/test_triton_engine_bits.py",
-        "packages/strata-engine/tests/test_triton_model.py",
-        "packages/strata-engine/tests/test_triton_launches.py",
-    )
+    pytest(session, *sorted(glob.glob("packages/strata-engine/tests/test_triton_*.py")))
 
 
 @nox.session(python=PY)
