@@ -91,7 +91,11 @@ class ModelRunner:
         )
         step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
-        hidden = self.model.forward(step_ids, meta, self.kv)
+        # a backend's static decode path (TritonOps with CUDA graphs on) takes the steps it can
+        graphs = getattr(self.model.ops, "decode_graphs", None)
+        hidden = None if graphs is None else graphs.forward(self.model, step_ids, meta, self.kv)
+        if hidden is None:
+            hidden = self.model.forward(step_ids, meta, self.kv)
         return rows, self._logprobs(hidden, np.array(select, dtype=np.int64))
 
     def _logprobs(self, hidden: Array, select: np.ndarray) -> Iterator[np.ndarray]:

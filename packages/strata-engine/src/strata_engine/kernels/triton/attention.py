@@ -20,7 +20,9 @@ split across programs (flash-decoding's splits would add in another order); a pr
 whole context, and no empty split exists to launch. The scores and numerators wait between the
 steps in a scratch row per (token, head) of max_position + 1 floats (rounded up to whole
 blocks), and step 1 leaves each position's K/V row offset in a scratch row per (token, KV head),
-so step 4's chain reads a V row without a block-table lookup.
+so step 4's chain reads a V row without a block-table lookup. max_position is a bound the caller
+knows without reading the positions (the block tables' width), so that no launch depends on a
+position read back to the host; each token's loops end at its own position, read on the device.
 
 Every integer argument that changes from step to step is left unspecialised, so one binary per
 model serves every step.
@@ -141,7 +143,7 @@ def attention(
     scale: float | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:  # fmt: skip
     """Attention output [T, H, D], C's bits; the index tensors are `meta`'s, already on q's
-    device, and `max_position` is the largest position in the step (it sizes the scratch).
+    device, and `max_position` bounds every position in the step (it sizes the scratch only).
     `scale` defaults to 1/sqrt(D); `window` > 0 attends to the last `window` positions only;
     `softcap` > 0 caps the scores."""
     q = q.float().contiguous()

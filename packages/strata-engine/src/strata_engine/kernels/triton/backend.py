@@ -10,14 +10,14 @@ The engine hands the ops numpy arrays (weights, norm vectors, the RoPE table, th
 step's index arrays); TritonOps moves what it needs to its device itself and keeps it there:
 weights and other model tensors once (cached by identity), the step's index tensors once per
 step, and the KV cache as a device twin of the CPU cache (allocated on first write). Results go
-back to the engine as CPU fp32 only at the end, from `log_softmax`.
+back to the engine as CPU fp32 only at the end, from `log_softmax`. With `graphs` on, decode
+steps run on static buffers instead and are captured as CUDA graphs (graphs.py).
 """
 
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
@@ -34,6 +34,7 @@ from strata_engine.kernels.triton import (
     rope,
 )
 from strata_engine.kernels.triton.dequant import F32
+from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import Weight
 
@@ -57,9 +58,13 @@ class TritonOps:
     invariant = True
     fuses_projections = True  # q/k/v and gate/up through one matmul per run of same-typed weights
 
-    def __init__(self, device: torch.device | str | None = None, limbs: int | None = None) -> None:
+    def __init__(
+        self, device: torch.device | str | None = None, limbs: int | None = None, graphs: bool | None = None
+    ) -> None:
         """`limbs` 1 (q8's 8-bit rule), 2 or 3: the CPU's integer matmuls ("native-q8",
-        "native-limb2", "native-limb3"; intmatmul.py) on weights packed by its C code."""
+        "native-limb2", "native-limb3"; intmatmul.py) on weights packed by its C code. `graphs`:
+        decode steps on static buffers, captured as CUDA graphs (graphs.py); None reads the
+        switch STRATA_CUDA_GRAPHS (off unless "1")."""
         self.device = torch.device(device) if device is not None else default_device()
         self.limbs = limbs
         self._packer = packed.packer(limbs) if limbs is not None else None
@@ -70,7 +75,10 @@ class TritonOps:
         self._model_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
         self._step_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
         self._caches: dict[int, tuple[Array, torch.Tensor]] = {}
-        self._max_position: tuple[np.ndarray, int] | None = None
+        # the static decode path (the engine's runner asks it first), or None: off
+        self.decode_graphs = (
+            DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
+        )
 
     # -- where tensors live ---------------------------------------------------------------
     def _weight(self, w: Weight) -> StoredWeight:
@@ -109,12 +117,14 @@ class TritonOps:
         return self._moved(t, self._step_tensors)
 
     def _cache(self, c: Array) -> torch.Tensor:
-        """The device twin of a KV cache array (the host one is never touched)."""
+        """The device twin of a KV cache array (the host one is never touched), zeroed, with
+        the static path's scratch block past the engine's blocks."""
         if isinstance(c, torch.Tensor) and c.device == self.device:
             return c
         hit = self._caches.get(id(c))
         if hit is None or hit[0] is not c:
-            hit = (c, torch.empty(c.shape, dtype=torch.float32, device=self.device))
+            blocks = c.shape[0] + (SCRATCH_BLOCKS if self.decode_graphs is not None else 0)
+            hit = (c, torch.zeros((blocks, *c.shape[1:]), dtype=torch.float32, device=self.device))
             self._caches[id(c)] = hit
         return hit[1]
 
@@ -184,12 +194,13 @@ class TritonOps:
         window: int = 0,
         softcap: float = 0.0,
     ) -> torch.Tensor:
-        if self._max_position is None or self._max_position[0] is not meta.positions:
-            self._max_position = (meta.positions, int(meta.positions.max()) if len(meta.positions) else 0)
+        # every position lies in its table row: the width bounds them with no read of a value
+        # (on the static path the width is the context's, the same every step)
+        bound = meta.block_tables.shape[1] * meta.block_size - 1
         return attention.attention(
             tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
-            self._max_position[1], scale=scale, window=window, softcap=softcap,
+            bound, scale=scale, window=window, softcap=softcap,
         )  # fmt: skip
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:

@@ -1,0 +1,195 @@
+"""Decode steps on static buffers, captured as one CUDA graph per batch-size bucket.
+
+A decode step on TritonOps is about twenty launches a layer, each paid in Python; a CUDA graph
+replays all of them from one call. A replay repeats every launch verbatim (the same addresses,
+scalar arguments and grids), so a step that is captured must not depend on host values that
+change between steps. The static path makes a decode step so:
+
+- the step's inputs (token ids, positions, token_seq, slots, block tables) are copied into
+  buffers allocated once, sized for the largest bucket and the engine's whole context (tables
+  padded to `ctx_size / block_size` blocks): their addresses never change;
+- the batch is padded up to a bucket (`BUCKETS`); a padding row is token 0 at position 0 of a
+  scratch block that the device KV cache holds past the engine's blocks (`SCRATCH_BLOCKS`), it
+  writes its K/V there and its outputs are never read; the kernels are batch-invariant, so the
+  real rows' bits are the eager step's;
+- nothing in the forward reads a device value on the host or sizes a launch from a host value:
+  attention's loops end where each token's position (device data) says, its scratch is sized by
+  the table width (a constant here), and every other op's sizes follow the bucket.
+
+On CUDA the first step of a bucket runs once eagerly on a side stream (compiles, moves the
+weights), is captured with `torch.cuda.CUDAGraph` (one memory pool for every bucket), and every
+later step of that bucket replays it. Under Triton's interpreter (the CPU) the same buffers and
+padding run eagerly each step: that is how the tests prove the bits and that a step's launches
+repeat verbatim. Off by default; `STRATA_CUDA_GRAPHS=1` turns it on (docs/gpu.md, "CUDA graphs").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+
+from strata_engine.kernels.base import AttentionMeta
+
+if TYPE_CHECKING:
+    from strata_engine.model import Transformer
+
+SWITCH = "STRATA_CUDA_GRAPHS"  # "1": TritonOps runs decode steps on the static path
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes a step is padded up to
+SCRATCH_BLOCKS = 1  # KV blocks past the engine's, written and read by padding rows only
+PAD_TOKEN = 0
+
+
+def switched_on() -> bool:
+    """Whether the environment asks for the static path (`STRATA_CUDA_GRAPHS=1`)."""
+    return os.environ.get(SWITCH, "") == "1"
+
+
+def bucket(rows: int) -> int | None:
+    """The smallest bucket that holds `rows`, None above the largest."""
+    return next((b for b in BUCKETS if b >= rows), None)
+
+
+@dataclass(frozen=True)
+class StepBuffers:
+    """One step's inputs for the largest bucket; a bucket's step reads the first rows."""
+
+    ids: torch.Tensor  # [B] int64
+    positions: torch.Tensor  # [B] int32
+    token_seq: torch.Tensor  # [B] int32
+    slots: torch.Tensor  # [B] int64
+    tables: torch.Tensor  # [B, max_blocks] int32
+
+    @classmethod
+    def allocate(cls, max_blocks: int, device: torch.device, pin: bool = False) -> StepBuffers:
+        rows = BUCKETS[-1]
+
+        def zeros(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+
+        return cls(
+            zeros(rows, dtype=torch.int64),
+            zeros(rows, dtype=torch.int32),
+            zeros(rows, dtype=torch.int32),
+            zeros(rows, dtype=torch.int64),
+            zeros(rows, max_blocks, dtype=torch.int32),
+        )
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.ids, self.positions, self.token_seq, self.slots, self.tables
+
+
+class DecodeGraphs:
+    """The static decode path of one engine's TritonOps (see the module docstring)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.capture = device.type == "cuda"  # else (the interpreter) the same path, eagerly
+        self.buffers: StepBuffers | None = None  # on the device: the step's inputs
+        self._host: StepBuffers | None = None  # staging (pinned on CUDA), one copy per buffer
+        self._shape: tuple[int, int, int] | None = None  # (max_blocks, block_size, scratch block)
+        self._views: dict[int, tuple[torch.Tensor, AttentionMeta]] = {}
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool: Any = None  # the graphs' shared memory pool
+        self._staged: torch.cuda.Event | None = None  # the last step's copies out of the staging
+
+    @staticmethod
+    def covers(model: Transformer) -> bool:
+        """Whether the model's forward can run on the static path: not a mixture of experts
+        (its routing is read on the host) and not tensor-parallel (ranks exchange per step)."""
+        return not model.tp.active and all(layer.experts is None for layer in model.layers)
+
+    def forward(
+        self, model: Transformer, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]
+    ) -> torch.Tensor | None:
+        """The step's hidden states [T, hidden] (after the final norm) from the static path, or
+        None where it does not apply: a row of more than one token (T != sequences), more rows
+        than the largest bucket, a block table wider than the context, a model it does not cover."""
+        t = len(ids)
+        b = bucket(t)
+        if b is None or not t or t != len(meta.block_tables) or not self.covers(model):
+            return None
+        max_blocks = -(-model.cfg.ctx_size // meta.block_size)
+        if meta.block_tables.shape[1] > max_blocks:
+            return None
+        self._prepare(max_blocks, meta.block_size, kv[0][0].shape[0])
+        self.stage(ids, meta, b)
+        return self.run(model, kv, b)[:t]
+
+    def _prepare(self, max_blocks: int, block_size: int, num_blocks: int) -> None:
+        """The buffers, allocated once for the engine's shape (its context, blocks, block size)."""
+        shape = (max_blocks, block_size, num_blocks)
+        if self._shape == shape:
+            return
+        self._shape = shape
+        self.buffers = StepBuffers.allocate(max_blocks, self.device)
+        self._host = StepBuffers.allocate(max_blocks, torch.device("cpu"), pin=self.capture)
+        self._views.clear()
+        self._graphs.clear()
+
+    def stage(self, ids: np.ndarray, meta: AttentionMeta, b: int) -> None:
+        """The step's arrays into the buffers' first `b` rows, padding rows after the real ones."""
+        assert self._host is not None and self.buffers is not None and self._shape is not None
+        _, block_size, scratch = self._shape
+        if self._staged is not None:  # the pinned staging is rewritten only once copied out
+            self._staged.synchronize()
+        t, w = len(ids), meta.block_tables.shape[1]
+        h = [x.numpy() for x in self._host.tensors()]
+        ids_h, pos_h, seq_h, slots_h, tables_h = h
+        ids_h[:t], ids_h[t:b] = ids, PAD_TOKEN
+        pos_h[:t], pos_h[t:b] = meta.positions, 0
+        seq_h[:t], seq_h[t:b] = meta.token_seq, np.arange(t, b)
+        slots_h[:t], slots_h[t:b] = meta.slots, scratch * block_size
+        tables_h[:t, :w], tables_h[:t, w:], tables_h[t:b] = meta.block_tables, scratch, scratch
+        for dst, src in zip(self.buffers.tensors(), self._host.tensors(), strict=True):
+            dst[:b].copy_(src[:b], non_blocking=True)
+        if self.capture:
+            self._staged = torch.cuda.Event()
+            self._staged.record()
+
+    def inputs(self, b: int) -> tuple[torch.Tensor, AttentionMeta]:
+        """Bucket `b`'s token ids and AttentionMeta: views of the buffers, made once."""
+        hit = self._views.get(b)
+        if hit is None:
+            assert self.buffers is not None and self._shape is not None
+            ids, pos, seq, slots, tables = (x[:b] for x in self.buffers.tensors())
+            # the device tensors stand in for the meta's numpy arrays (TritonOps takes either)
+            meta = AttentionMeta(
+                cast(np.ndarray, pos), cast(np.ndarray, seq), cast(np.ndarray, tables),
+                cast(np.ndarray, slots), self._shape[1],
+            )  # fmt: skip
+            hit = self._views[b] = (ids, meta)
+        return hit
+
+    def run(self, model: Transformer, kv: list[tuple[Any, Any]], b: int) -> torch.Tensor:
+        """The forward over bucket `b`'s buffers, [b, hidden]: what a CUDA graph captures and
+        replays (eagerly each step without CUDA)."""
+        ids, meta = self.inputs(b)
+        if not self.capture:
+            return cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
+        graph = self._graphs.get(b)
+        if graph is None:
+            graph = self._graphs[b] = self._capture(model, kv, b)
+        graph[0].replay()
+        return graph[1]
+
+    def _capture(
+        self, model: Transformer, kv: list[tuple[Any, Any]], b: int
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """Bucket `b`'s forward warmed up once (kernels compiled, weights moved, caches made)
+        and captured; the capture does not run it (the caller replays)."""
+        ids, meta = self.inputs(b)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            model.forward(cast(np.ndarray, ids), meta, kv)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
+        if self._pool is None:
+            self._pool = graph.pool()
+        return graph, out
