@@ -66,6 +66,8 @@ class TritonOps:
         decode steps on static buffers, captured as CUDA graphs (graphs.py); None reads the
         switch STRATA_CUDA_GRAPHS (off unless "1")."""
         self.device = torch.device(device) if device is not None else default_device()
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda" is one GPU: name it,
+            self.device = torch.device("cuda", torch.cuda.current_device())  # so tensors on it compare equal
         self.limbs = limbs
         self._packer = packed.packer(limbs) if limbs is not None else None
         if limbs is not None:
