@@ -1,8 +1,10 @@
 """Whole models on the Triton kernels give the CPU engine's bits: every full-vocabulary fp32
 log-probability row (each prompt position, and each greedy decode step) of an engine on
 TritonOps equals, as bytes, the row the CPU engine (the C kernels) computes, for tiny models of
-each architecture with fp32 weights (whose matmuls both devices run in the C kernels' order),
-with each request alone, all batched together, and prefilled in chunks of 5 tokens.
+each architecture with fp32 weights and for a tiny model holding every quantised type (Q4_0,
+Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) in the default fp32 mode (both devices run every matmul in the C
+kernels' order), with each request alone, all batched together, and prefilled in chunks of 5
+tokens.
 
 The CPU engine's rows are themselves batch-invariant (test_invariance.py, test_golden.py), so
 the CPU runs each request alone once; the GPU engine runs all three ways. Without a GPU the
@@ -23,6 +25,7 @@ pytest.importorskip(
 
 from gguf import GGMLQuantizationType as QT
 from tiny_arch_models import ARCH_SPECS, vocab_size, write_arch_model
+from tiny_models import N_LAYERS, TINY_SPECS, VOCAB_SIZE, write_tiny_model
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 
@@ -77,10 +80,11 @@ def _rows(path: Path, kernels: str, device: str, prompts, mode: str) -> dict[tup
     return rec.rows
 
 
-def _prompts(vocab: int, seed: int) -> list[tuple[int, ...]]:
-    """Three prompts: 20 tokens (across a 16-position KV block boundary), 16 (one block exactly), 5."""
+def _prompts(vocab: int, seed: int, lengths: tuple[int, ...] = (20, 16, 5)) -> list[tuple[int, ...]]:
+    """Three prompts: by default 20 tokens (across a 16-position KV block boundary), 16 (one block
+    exactly), 5."""
     rng = np.random.default_rng(seed)
-    return [tuple(int(t) for t in rng.integers(7, vocab - 3, size=n)) for n in (20, 16, 5)]
+    return [tuple(int(t) for t in rng.integers(7, vocab - 3, size=n)) for n in lengths]
 
 
 def assert_same_rows(cpu: dict[tuple, bytes], gpu: dict[tuple, bytes], what: str) -> None:
@@ -114,6 +118,41 @@ def _same_on_both(path: Path, prompts, kernels: str) -> None:
 def test_fp32_models_rows_are_the_cpu_engines(fp32_model):
     """fp32 weights: the default kernels (C's dot_1 matmul order on both devices) end to end."""
     _same_on_both(*fp32_model, "native")
+
+
+# every type the fp32 mode reads in blocks, in one model (tiny_models' untied qwen2: q/k/v biases);
+# q/k and gate/up share a type, so they run fused
+QUANTISED_TYPES = {
+    "token_embd": QT.Q8_0,
+    "attn_q": QT.Q4_1,
+    "attn_k": QT.Q4_1,
+    "attn_v": QT.Q5_K,
+    "attn_output": QT.Q4_K,
+    "ffn_gate": QT.Q4_0,
+    "ffn_up": QT.Q4_0,
+    "ffn_down": QT.Q6_K,
+    "output": QT.Q4_K,
+}
+
+
+@pytest.fixture(scope="module")
+def quantised_model(tmp_path_factory) -> tuple[Path, list[tuple[int, ...]]]:
+    """(GGUF path, prompts) of a tiny model whose 2-D weights are quantised (QUANTISED_TYPES);
+    short prompts: the kernels' sizes, not the positions, are what this model adds."""
+    spec = next(s for s in TINY_SPECS if s.arch == "qwen2")
+    types = {
+        f"{p}{name}.weight": qtype
+        for name, qtype in QUANTISED_TYPES.items()
+        for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
+    }
+    path = tmp_path_factory.mktemp("quantised") / "mixed.gguf"
+    return write_tiny_model(path, spec, seed=5, overrides=types), _prompts(VOCAB_SIZE, 5, (9, 6, 3))
+
+
+def test_quantised_models_rows_are_the_cpu_engines(quantised_model):
+    """Quantised weights in the default fp32 mode: matmul.py dequantises each block as C does and
+    runs C's dot_1 order, so the rows are the CPU's."""
+    _same_on_both(*quantised_model, "native")
 
 
 def test_a_planted_difference_is_seen():

@@ -1,12 +1,15 @@
-"""Dequantisation of GGUF weight blocks inside Triton kernels, one tile at a time.
+"""Dequantisation of GGUF weight blocks inside Triton kernels, one block of 32 weights at a time.
 
-`dequant_tile` turns the bytes of rows `rows` and columns `ks` of a stored weight into fp32,
-computing each value with the same float operations, in the same order, as gguf-py's numpy
-dequantiser (`gguf.quants`), so the values are gguf-py's bits (when the compiler does not fuse
-a multiply-add; the dequantise kernel below is launched with fusion off).
+`block` turns block b (weights 32b .. 32b + 31) of rows `rows` of a stored weight into fp32 as
+two halves of 16, `lo` (weights 0-15 of the block) and `hi` (16-31): the two vectors C's
+`dequant_block` (native/matmul.c) gives, which its matmul feeds to two 16-lane FMAs in that order.
+Each value is computed with the float operations gguf-py's numpy dequantiser (`gguf.quants`)
+and the C kernels use, in the same order, so the values are gguf-py's bits (kernels launch with
+multiply-add fusion off, `ieee.LAUNCH`). A block's scales are read and decoded once per row (a
+K-quant's: once per sub-block of 32), its quants as whole bytes.
 
-Layouts (`kt`, the kernel type code):
-- 0 F32: `wf` is the fp32 tensor itself, `row_bytes` unused.
+Layouts (`KT`, the kernel type code):
+- 0 F32: `wf` is the fp32 tensor itself (rows of `row_bytes / 4` values, any length).
 - 2 Q4_0, 3 Q4_1, 8 Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
   Q4_1's min) widened to fp32 at the start of each 32-value block; `wf` is a fp32 view.
 - 12 Q4_K, 13 Q5_K, 14 Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
@@ -33,57 +36,81 @@ def _u8(wq_ptr, offs, mask):
 
 
 @triton.jit
-def dequant_tile(wq_ptr, wf_ptr, rows, ks, K, row_bytes, mask, KT: tl.constexpr):
-    """fp32 values [len(rows), len(ks)] of the stored weight (0 where `mask` is false)."""
+def _i8(wq_ptr, offs, mask):
+    q = _u8(wq_ptr, offs, mask)
+    return tl.where(q >= 128, q - 256, q)
+
+
+@triton.jit
+def block(wq_ptr, wf_ptr, rows, b, row_bytes, mask, KT: tl.constexpr):
+    """(lo, hi): fp32 values [len(rows), 16] of weights 32b .. 32b+15 and 32b+16 .. 32b+31 of
+    each row (0 where `mask`, [len(rows)], is false; F32: also past the row's end)."""
     r = rows.to(tl.int64)[:, None]
-    k = ks.to(tl.int64)[None, :]
+    m = mask[:, None]
+    lane = tl.arange(0, 16)[None, :]
     if KT == 0:
-        val = tl.load(wf_ptr + r * K + k, mask=mask, other=0.0)
-    elif KT == 2 or KT == 3 or KT == 8:
-        blk = k // 32
-        j = k % 32
-        if KT == 2:
-            base = r * row_bytes + blk * 20
-            d = tl.load(wf_ptr + base // 4, mask=mask, other=0.0)
-            q = (_u8(wq_ptr, base + 4 + j % 16, mask) >> (4 * (j // 16))) & 15
-            val = d * (q - 8).to(tl.float32)
-        elif KT == 3:
-            base = r * row_bytes + blk * 24
-            d = tl.load(wf_ptr + base // 4, mask=mask, other=0.0)
-            m = tl.load(wf_ptr + base // 4 + 1, mask=mask, other=0.0)
-            q = (_u8(wq_ptr, base + 8 + j % 16, mask) >> (4 * (j // 16))) & 15
-            val = d * q.to(tl.float32) + m
-        else:
-            base = r * row_bytes + blk * 36
-            d = tl.load(wf_ptr + base // 4, mask=mask, other=0.0)
-            q = _u8(wq_ptr, base + 4 + j, mask)
-            q = tl.where(q >= 128, q - 256, q)
-            val = q.to(tl.float32) * d
-    else:
-        sb = k // 256
-        e = k % 256
-        s = e // 32  # sub-block of 32 values (K-quants Q4_K/Q5_K)
-        if KT == 12 or KT == 13:
-            base = r * row_bytes + sb * (144 if KT == 12 else 176)
-            d = tl.load(wf_ptr + base // 2, mask=mask, other=0.0).to(tl.float32)
-            dmin = tl.load(wf_ptr + base // 2 + 1, mask=mask, other=0.0).to(tl.float32)
-            b_s = _u8(wq_ptr, base + 4 + s, mask)
-            b_s4 = _u8(wq_ptr, base + 4 + s + 4, mask)
-            b_sm4 = _u8(wq_ptr, base + 4 + tl.where(s >= 4, s - 4, s), mask)
-            sc = tl.where(s < 4, b_s & 63, (b_s4 & 15) | ((b_sm4 >> 6) << 4))
-            mn = tl.where(s < 4, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
-            qs_at = 16 if KT == 12 else 48
-            q = (_u8(wq_ptr, base + qs_at + (e // 64) * 32 + e % 32, mask) >> (4 * (s % 2))) & 15
-            if KT == 13:
-                q = q | (((_u8(wq_ptr, base + 16 + e % 32, mask) >> s) & 1) << 4)
-            val = (d * sc.to(tl.float32)) * q.to(tl.float32) - dmin * mn.to(tl.float32)
-        else:
-            base = r * row_bytes + sb * 210
-            d = tl.load(wf_ptr + (base + 208) // 2, mask=mask, other=0.0).to(tl.float32)
-            sc = _u8(wq_ptr, base + 192 + e // 16, mask)
-            sc = tl.where(sc >= 128, sc - 256, sc)
-            ql = (_u8(wq_ptr, base + (e // 128) * 64 + e % 64, mask) >> (4 * ((e // 64) % 2))) & 15
-            qh = (_u8(wq_ptr, base + 128 + (e // 128) * 32 + e % 32, mask) >> (2 * (s % 4))) & 3
-            q = (ql | (qh << 4)) - 32
-            val = (d * sc.to(tl.float32)) * q.to(tl.float32)
-    return tl.where(mask, val, 0.0)
+        k_lo = b * 32 + lane
+        k_hi = k_lo + 16
+        at = wf_ptr + r * (row_bytes // 4)
+        n = row_bytes // 4
+        lo = tl.load(at + k_lo, mask=m & (k_lo < n), other=0.0)
+        hi = tl.load(at + k_hi, mask=m & (k_hi < n), other=0.0)
+    elif KT == 2:  # Q4_0: d * (q - 8); q - 8 is exact
+        base = r * row_bytes + b * 20
+        d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
+        q = _u8(wq_ptr, base + 4 + lane, m)
+        lo = d * ((q & 15) - 8).to(tl.float32)
+        hi = d * ((q >> 4) - 8).to(tl.float32)
+    elif KT == 3:  # Q4_1: d * q + m, two roundings
+        base = r * row_bytes + b * 24
+        d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
+        mn = tl.load(wf_ptr + base // 4 + 1, mask=m, other=0.0)
+        q = _u8(wq_ptr, base + 8 + lane, m)
+        lo = d * (q & 15).to(tl.float32) + mn
+        hi = d * (q >> 4).to(tl.float32) + mn
+    elif KT == 8:  # Q8_0: q * d
+        base = r * row_bytes + b * 36
+        d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
+        lo = _i8(wq_ptr, base + 4 + lane, m).to(tl.float32) * d
+        hi = _i8(wq_ptr, base + 20 + lane, m).to(tl.float32) * d
+    elif KT == 12 or KT == 13:  # Q4_K, Q5_K: (d * sc) * q - (dmin * m), sub-block s of 8
+        s = b % 8
+        base = r * row_bytes + (b // 8) * (144 if KT == 12 else 176)
+        d = tl.load(wf_ptr + base // 2, mask=m, other=0.0).to(tl.float32)
+        dmin = tl.load(wf_ptr + base // 2 + 1, mask=m, other=0.0).to(tl.float32)
+        # llama.cpp's get_scale_min_k4: six-bit scale and min of sub-block s from 12 bytes
+        b_s = _u8(wq_ptr, base + 4 + s, m)
+        b_s4 = _u8(wq_ptr, base + 8 + s, m)
+        b_sm4 = _u8(wq_ptr, base + tl.where(s >= 4, s, s + 4), m)
+        sc = tl.where(s < 4, b_s & 63, (b_s4 & 15) | ((b_sm4 >> 6) << 4))
+        mn = tl.where(s < 4, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
+        scale = d * sc.to(tl.float32)
+        low = dmin * mn.to(tl.float32)
+        qs = base + (16 if KT == 12 else 48) + (s // 2) * 32 + lane  # nibble s % 2 of 32 bytes
+        ql = (_u8(wq_ptr, qs, m) >> (4 * (s % 2))) & 15
+        qh = (_u8(wq_ptr, qs + 16, m) >> (4 * (s % 2))) & 15
+        if KT == 13:  # the fifth bit: bit s of 32 bytes
+            ql = ql | (((_u8(wq_ptr, base + 16 + lane, m) >> s) & 1) << 4)
+            qh = qh | (((_u8(wq_ptr, base + 32 + lane, m) >> s) & 1) << 4)
+        lo = scale * ql.to(tl.float32) - low
+        hi = scale * qh.to(tl.float32) - low
+    else:  # Q6_K: (d * sc) * q per half of 16, q = (4 low bits | 2 high bits << 4) - 32
+        s = b % 8
+        base = r * row_bytes + (b // 8) * 210
+        d = tl.load(wf_ptr + (base + 208) // 2, mask=m, other=0.0).to(tl.float32)
+        sc_lo = _i8(wq_ptr, base + 192 + 2 * s, m)
+        sc_hi = _i8(wq_ptr, base + 193 + 2 * s, m)
+        ql_at = base + (s // 4) * 64 + (s % 2) * 32 + lane
+        qh_at = base + 128 + (s // 4) * 32 + lane
+        shift_l = 4 * ((s // 2) % 2)
+        shift_h = 2 * (s % 4)
+        q_lo = (
+            ((_u8(wq_ptr, ql_at, m) >> shift_l) & 15) | (((_u8(wq_ptr, qh_at, m) >> shift_h) & 3) << 4)
+        ) - 32
+        q_hi = (
+            ((_u8(wq_ptr, ql_at + 16, m) >> shift_l) & 15)
+            | (((_u8(wq_ptr, qh_at + 16, m) >> shift_h) & 3) << 4)
+        ) - 32
+        lo = (d * sc_lo.to(tl.float32)) * q_lo.to(tl.float32)
+        hi = (d * sc_hi.to(tl.float32)) * q_hi.to(tl.float32)
+    return lo, hi  # masked rows: every load gave 0, so their values are 0
