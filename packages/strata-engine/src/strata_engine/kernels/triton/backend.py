@@ -2,9 +2,9 @@
 
 Each kernel family has its module (integer and fp32 matmuls, norm, rope, activation, attention,
 logprobs). Every output element is computed by one fixed sequence of float operations, never
-chosen by the batch, so a row's bits do not depend on what else runs; in the integer modes and for
-fp32 weights that sequence is the C kernels' own, so the rows are the CPU engine's (docs/gpu.md).
-The plain float mode's quantised matmul (matmul.py) is batch-invariant in another order.
+chosen by the batch, so a row's bits do not depend on what else runs; in every mode (fp32, with
+quantised weights dequantised as C does, and the integer modes) that sequence is the C kernels'
+own, so the rows are the CPU engine's (docs/gpu.md).
 
 The engine hands the ops numpy arrays (weights, norm vectors, the RoPE table, the KV cache and the
 step's index arrays); TritonOps moves what it needs to its device itself and keeps it there:
