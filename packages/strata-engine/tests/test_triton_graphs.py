@@ -2,9 +2,9 @@
 under Triton's interpreter: what a CUDA graph captures per batch-size bucket runs eagerly each
 step here, so its bits, its padding and its buffers are proven without a GPU.
 
-One scenario drives an engine: requests of different lengths join and leave, so that decode-only
-steps run 1, 2, 5, 4 and 3 rows (buckets 1, 2, 8 and 4; a prefill joining makes a step of mixed
-rows, which stays on the eager path). It runs on the CPU engine (the C kernels), on TritonOps with
+One scenario drives an engine (a one-layer llama, fp32 weights): requests of different lengths
+join and leave, so that decode-only steps run 1, 2, 5, 4, 3 and 1 rows (buckets 1, 2, 8 and 4; a
+prefill joining makes a step of mixed rows, which stays on the eager path). It runs on the CPU engine (the C kernels), on TritonOps with
 the switch off, and with it on, instrumented:
 
 - every full-vocabulary logprob row with the switch on equals, as bytes, the CPU engine's and the
@@ -14,6 +14,9 @@ the switch off, and with it on, instrumented:
   host and makes no tensor from host data: what a graph captures once repeats verbatim;
 - the padding rows' K/V land only in the scratch block: the device cache's real blocks equal the
   CPU engine's cache, byte for byte.
+
+A short gemma2 run takes the static path through its extras (soft-capping, a sliding window, the
+embedding scale) to the CPU engine's rows too.
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ class Run:
     engine: Any = None
 
 
-def _drive(path: Path, kernels_device: str, monkeypatch: pytest.MonkeyPatch | None = None) -> Run:
+def _drive(
+    path: Path, kernels_device: str, monkeypatch: pytest.MonkeyPatch | None = None, joins: dict = JOINS
+) -> Run:
     """The scenario on one engine: "cpu", "triton" (switch off) or "graphs" (switch on)."""
     if kernels_device == "graphs":
         assert monkeypatch is not None
@@ -88,7 +93,7 @@ def _drive(path: Path, kernels_device: str, monkeypatch: pytest.MonkeyPatch | No
     streams = []
     step = 0
     while step == 0 or engine.has_work():
-        for length, generate in JOINS.get(step, []):
+        for length, generate in joins.get(step, []):
             prompt = tuple(int(t) for t in rng.integers(7, 250, size=length))
             params = SamplingParams(max_tokens=generate, temperature=0.0, ignore_eos=True)
             streams.append(engine.add(Request(prompt, params, LogprobParams(top_n=1))))
@@ -262,6 +267,7 @@ def test_the_scenario_crosses_buckets(runs, graphs_run) -> None:
     assert decode_only == [n for n, single in runs["cpu"].steps if single]
     assert sorted(n for rows in replays.rows.values() for n in rows) == sorted(decode_only)
     assert set(replays.rows) == {1, 2, 4, 8}, dict(replays.rows)
+    assert run.engine.ops.decode_graphs.steps == Counter({b: len(n) for b, n in replays.rows.items()})
     assert len(set(replays.rows[4])) == 2, dict(replays.rows)
     assert any(not single for _, single in run.steps), "a mixed step (a prefill joining) ran eagerly"
 
@@ -307,3 +313,16 @@ def test_padding_rows_write_only_the_scratch_block(runs, graphs_run) -> None:
             assert device.shape[0] == blocks + graphs.SCRATCH_BLOCKS
             assert device[:blocks].tobytes() == cpu.tobytes(), f"layer {i} {name}: a real block differs"
             assert np.any(device[blocks:] != 0), f"layer {i} {name}: no padding row wrote the scratch block"
+
+
+def test_gemma2_rows_equal_the_cpu_engine(tmp_path, monkeypatch) -> None:
+    """The static path through gemma2's extras (embedding scale, soft-capped scores on a sliding
+    window that the 12-token prompt outgrows, post-norms, GeGLU): the CPU engine's rows."""
+    spec = ArchSpec("gemma2-bpe", "gemma2", spm=False, n_layers=1, window=8)
+    path = write_arch_model(tmp_path / "gemma2.gguf", spec, seed=5, types=(QT.F32,))
+    joins = {0: [(12, 4)], 2: [(9, 3)]}
+    cpu = _drive(path, "cpu", joins=joins)
+    run = _drive(path, "graphs", monkeypatch, joins=joins)
+    assert run.engine.model.cfg.window(0) == 8 and run.engine.model.cfg.attn_softcap
+    assert run.engine.ops.decode_graphs.steps == Counter({1: 2, 2: 1})
+    _differ(cpu.rows, run.rows, "gemma2, switch on vs the CPU engine")

@@ -26,6 +26,7 @@ repeat verbatim. Off by default; `STRATA_CUDA_GRAPHS=1` turns it on (docs/gpu.md
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -95,6 +96,7 @@ class DecodeGraphs:
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool: Any = None  # the graphs' shared memory pool
         self._staged: torch.cuda.Event | None = None  # the last step's copies out of the staging
+        self.steps: Counter[int] = Counter()  # steps run on the static path, by bucket
 
     @staticmethod
     def covers(model: Transformer) -> bool:
@@ -117,6 +119,7 @@ class DecodeGraphs:
             return None
         self._prepare(max_blocks, meta.block_size, kv[0][0].shape[0])
         self.stage(ids, meta, b)
+        self.steps[b] += 1
         return self.run(model, kv, b)[:t]
 
     def _prepare(self, max_blocks: int, block_size: int, num_blocks: int) -> None:
@@ -163,6 +166,11 @@ class DecodeGraphs:
             )  # fmt: skip
             hit = self._views[b] = (ids, meta)
         return hit
+
+    @property
+    def captured(self) -> list[int]:
+        """The buckets captured as CUDA graphs so far (none without CUDA)."""
+        return sorted(self._graphs)
 
     def run(self, model: Transformer, kv: list[tuple[Any, Any]], b: int) -> torch.Tensor:
         """The forward over bucket `b`'s buffers, [b, hidden]: what a CUDA graph captures and
