@@ -196,7 +196,8 @@ class DecodeGraphs:
             model.forward(cast(np.ndarray, ids), meta, kv)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: the server's other threads may query the device while this one captures
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             out = cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
         if self._pool is None:
             self._pool = graph.pool()
