@@ -75,6 +75,7 @@ def _drive(
     if monkeypatch is not None:
         monkeypatch.delenv(graphs.SWITCH, raising=False)
     out = Run(engine=engine)
+    engine.runner.sparse = False  # every row whole: the rows are compared as bytes
     run = engine.runner.run
 
     def recording_run(work):  # type: ignore[no-untyped-def]

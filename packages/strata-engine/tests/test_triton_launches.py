@@ -29,7 +29,7 @@ from strata_engine import LLMEngine, Request, SamplingParams
 
 # The documented bounds (docs/gpu.md, "Launches per decode step"): raise them only with the docs.
 MAX_PER_LAYER = 22
-MAX_FIXED = 5
+MAX_FIXED = 6  # with the selection of what the host reads of each row (kernels/triton/select.py)
 MAX_SYNCS = 1  # the step's one read of its results back to the host (the logprob rows)
 
 NOT_KERNELS = {

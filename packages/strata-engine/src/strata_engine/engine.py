@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from strata_engine.api import (
     DEFAULT_CHAT,
     ChatOptions,
@@ -37,7 +35,7 @@ from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import check_metadata_types, check_shapes
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops
-from strata_engine.logprobs import build_row
+from strata_engine.logprobs import Row, build_row
 from strata_engine.model import Transformer
 from strata_engine.model_runner import ModelRunner
 from strata_engine.output import RequestStream
@@ -114,7 +112,7 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE)
         self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
-        self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE)
+        self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE, self.tokenizer.eog_ids)
         tensor_parallel.agree([num_blocks, BLOCK_SIZE, self.ctx_size], "KV blocks, block size, context")
         self.load_seconds = time.perf_counter() - t0
 
@@ -223,7 +221,7 @@ class LLMEngine:
                 self.scheduler.finish(seq)
                 seq.output.fail(EngineError(f"internal engine error: {type(exc).__name__}: {exc}"))
 
-    def _advance(self, seq: Sequence, lp: np.ndarray) -> None:
+    def _advance(self, seq: Sequence, lp: Row) -> None:
         """The sequence is fully computed: send prompt scores once, then sample the next token."""
         req, s = seq.request, seq.request.sampling
         if seq.wants_prompt_rows and seq.prompt_rows is not None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
 from strata_engine.model import Transformer
+from strata_engine.row_reads import Row, RowRead, read_for
 from strata_engine.scheduler import Work
 
 LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary
@@ -48,18 +49,27 @@ class RowRef:
 
 
 class ModelRunner:
-    def __init__(self, model: Transformer, num_blocks: int, block_size: int) -> None:
+    def __init__(
+        self, model: Transformer, num_blocks: int, block_size: int, eog_ids: Collection[int] = ()
+    ) -> None:
         cfg = model.cfg
         self.model = model
+        self.eog_ids = eog_ids  # the model's end-of-generation ids (a `min_tokens` block reads them)
+        # copy back only what each row's request reads, where the ops select on their device
+        self.sparse: bool = getattr(model.ops, "selects_on_device", False)
+        self._read_rows: Callable[[Array, list[RowRead | None]], list[Row]] | None = getattr(
+            model.ops, "read_rows", None
+        )
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         self.kv = [(kv_array(shape), kv_array(shape)) for _ in range(cfg.n_layers)]
         # fresh memory would cost a page fault per 4 KB on every step
         self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
 
-    def run(self, work: list[Work]) -> tuple[list[RowRef], Iterator[np.ndarray]]:
+    def run(self, work: list[Work]) -> tuple[list[RowRef], Iterator[Row]]:
         """The step's rows and, in the same order, each row's fp32 log-probabilities over the
-        vocabulary; read each row before asking for the next (they share one buffer)."""
+        vocabulary (or, with `sparse`, what its request reads of them: row_reads.py); read each
+        row before asking for the next (they share one buffer)."""
         ids, positions, token_seq, slots, rows = [], [], [], [], []
         bs = self.block_size
         max_blocks = max(len(w.seq.block_table) for w in work)
@@ -96,15 +106,31 @@ class ModelRunner:
         hidden = None if graphs is None else graphs.forward(self.model, step_ids, meta, self.kv)
         if hidden is None:
             hidden = self.model.forward(step_ids, meta, self.kv)
-        return rows, self._logprobs(hidden, np.array(select, dtype=np.int64))
+        return rows, self._logprobs(hidden, np.array(select, dtype=np.int64), rows)
 
-    def _logprobs(self, hidden: Array, select: np.ndarray) -> Iterator[np.ndarray]:
+    def _logprobs(self, hidden: Array, select: np.ndarray, refs: list[RowRef]) -> Iterator[Row]:
         """The selected rows' log-probabilities, LOGIT_ROWS rows at a time."""
         ops = self.model.ops
         for start in range(0, len(select), LOGIT_ROWS):
             chunk = select[start : start + LOGIT_ROWS]
             logits = self.model.logits(hidden[like(hidden, chunk)], out=self._logits[: len(chunk)])
-            yield from to_numpy(ops.log_softmax(logits, inplace=True))
+            if self.sparse and self._read_rows is not None:
+                yield from self._read_rows(
+                    logits, [self._read(ref) for ref in refs[start : start + LOGIT_ROWS]]
+                )
+            else:
+                yield from to_numpy(ops.log_softmax(logits, inplace=True))
+
+    def _read(self, ref: RowRef) -> RowRead | None:
+        """What the host reads of this row (None: all of it), by the one rule (row_reads.py)."""
+        seq = ref.work.seq
+        return read_for(
+            seq.request,
+            prompt_token=seq.token_ids[ref.position + 1] if ref.scores_prompt else None,
+            samples=ref.samples and seq.num_generated < seq.request.sampling.max_tokens,
+            num_generated=seq.num_generated,
+            eog_ids=self.eog_ids,
+        )
 
     def follow(self) -> None:
         """Tensor-parallel ranks other than 0: run each step rank 0 sends on this rank's shard and

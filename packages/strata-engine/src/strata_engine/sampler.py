@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
+from strata_engine.row_reads import NotFetched, SparseRow, samples_sparsely
 from strata_engine.structured import Guide
 
 Scores = npt.NDArray[np.float64]
@@ -59,13 +60,20 @@ class Sampler:
         self.bias_values = np.array([v for _, v in params.logit_bias], dtype=np.float64)
         self.uniform = Uniform(params.seed if params.seed is not None else secrets.randbits(63))
 
-    def sample(self, lp: np.ndarray, output_ids: Sequence[int] = (), eog_ids: Collection[int] = ()) -> int:
-        """lp: fp32 log-probabilities over the vocabulary for this position; `output_ids` the
-        tokens this request generated so far; `eog_ids` the model's end-of-generation ids.
+    def sample(
+        self, lp: np.ndarray | SparseRow, output_ids: Sequence[int] = (), eog_ids: Collection[int] = ()
+    ) -> int:
+        """lp: fp32 log-probabilities over the vocabulary for this position (or the device's
+        selection of them, row_reads.py); `output_ids` the tokens this request generated so far;
+        `eog_ids` the model's end-of-generation ids.
 
         Every step is exact or uses exactmath, and the draw is one float64 from the request's
         own generator, so a seed gives the same token on every machine.
         """
+        if isinstance(lp, SparseRow):  # a greedy draw with nothing to process: np.argmax's answer
+            if not samples_sparsely(self.params, len(output_ids), eog_ids):
+                raise NotFetched("this draw reads the whole row, and the device copied back part of it")
+            return lp.argmax(self.params.allowed_token_ids or None)
         scores = self.process(lp.astype(np.float64), output_ids)
         scores = self.mask(scores, len(output_ids), eog_ids)
         return self.draw(scores)

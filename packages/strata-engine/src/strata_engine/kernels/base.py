@@ -50,7 +50,10 @@ class Ops(Protocol):
     """What the model calls. `name` says which kernels run (e.g. "native-avx2", "torch");
     `invariant` whether a row's bits are independent of the rest of the batch. A backend that
     pays per launch may also set `fuses_projections = True`: the model then reads q/k/v and
-    gate/up through one matmul each run of same-typed weights (model.FusedProjection)."""
+    gate/up through one matmul each run of same-typed weights (model.FusedProjection). A backend
+    that holds the rows on a device may set `selects_on_device = True` and offer
+    `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
+    `row_reads.read_for` says its request reads (triton/select.py)."""
 
     name: str
     invariant: bool

@@ -32,11 +32,13 @@ from strata_engine.kernels.triton import (
     norm,
     packed,
     rope,
+    select,
 )
 from strata_engine.kernels.triton.dequant import F32
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import Weight
+from strata_engine.row_reads import Row, RowRead
 
 
 def default_device() -> torch.device:
@@ -57,6 +59,7 @@ class TritonOps:
     name = "triton"
     invariant = True
     fuses_projections = True  # q/k/v and gate/up through one matmul per run of same-typed weights
+    selects_on_device = True  # `read_rows`: greedy and scoring rows come back as their selection
 
     def __init__(
         self, device: torch.device | str | None = None, limbs: int | None = None, graphs: bool | None = None
@@ -81,6 +84,7 @@ class TritonOps:
         self.decode_graphs = (
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
+        self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
 
     # -- where tensors live ---------------------------------------------------------------
     def _weight(self, w: Weight) -> StoredWeight:
@@ -207,4 +211,13 @@ class TritonOps:
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
         """The logprob tail on the device; the rows come back to the engine as CPU fp32."""
-        return logprobs.log_softmax(tensor(logits).to(self.device)).cpu()
+        rows = logprobs.log_softmax(tensor(logits).to(self.device)).cpu()
+        self.bytes_read += rows.numel() * 4
+        return rows
+
+    def read_rows(self, logits: Array, reads: list[RowRead | None]) -> list[Row]:
+        """The logprob tail on the device, and of each row what `reads` asks (row_reads.py), in
+        one copy back: a full fp32 row where its read is None, else the device's selection."""
+        rows, copied = select.read_rows(logprobs.log_softmax(tensor(logits).to(self.device)), reads)
+        self.bytes_read += copied
+        return rows
