@@ -3,19 +3,23 @@
     bash bench/gpu_setup.sh && .venv-gpu/bin/python bench/gpu_check.py   # a bare CUDA host
     python bench/gpu_check.py --dry-run     # anywhere: Triton's interpreter on the CPU, tiny shapes
 
-Every mode that runs on both devices (`native-limb3`, `native-q8`: integer dot products and one
-explicit sequence of IEEE operations) must give the GPU the CPU's bits. The headline check
+Every mode (`native`, the fp32 default; `native-limb3`, `native-q8`: integer dot products; each
+with one explicit sequence of IEEE operations around them) must give the GPU the CPU's bits. The headline check
 therefore runs the CPU engine on the same host beside the GPU one and compares every row:
 
 (a) kernels: each op of the Triton backend against the C kernels' op, bit for bit (every quant
     type the integer kernels read, 1 and many rows; norm, RoPE, SwiGLU, attention, log-softmax);
 (b) models: a SmolLM2-shaped Q4_1 file and a Q4_K_M-style one (random weights, written here), on
     both devices, requests alone and batched: GPU rows == CPU rows (prompt log-probabilities,
-    top-20 and a fixed sample of named ids at every position);
+    top-20 and a fixed sample of named ids at every position, one seeded temperature-1 request);
+    then decode on CUDA graphs (STRATA_CUDA_GRAPHS) with requests ending at different steps, so
+    the batch crosses bucket sizes: GPU rows == CPU rows, and every bucket was captured;
 (c) speed (8B shape; --size): a device-to-device copy as the bandwidth bound, every batch size
     warmed up before it is timed, batch-1 decode at temperature 0 as weight bytes read a second
-    (the packed bytes the device reads, not the GGUF's), 8/64/256-stream decode throughput,
-    prefill 2,048 tokens; the first streams' rows are compared with the CPU engine as in (b).
+    (the bytes the device reads as it holds them, not the GGUF's), 8/64/256-stream decode
+    throughput, each batch size eager and on CUDA graphs, prefill 2,048 tokens; the first
+    streams' rows are compared with the CPU engine as in (b). The mode timed is the default
+    (`native`) unless --speed-modes names others.
     Targets: batch-1 decode >= 50% of the copy bandwidth; 256 streams >= 20x batch 1.
 
 A hard time guard (--budget-s: 480 s on a GPU, an hour under the interpreter) prints the table so far and exits 3 when it
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("native-limb3", "native-q8")  # the arithmetic both devices compute alike
+MODES = ("native", "native-limb3", "native-q8")  # every mode: both devices compute it alike
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ def main() -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="qwen3-8b", help="the model of part (c)")
     parser.add_argument("--skip-speed", action="store_true", help="skip part (c)")
     parser.add_argument(
+        "--speed-modes", default="native", help="comma-separated modes part (c) times (default: native)"
+    )
+    parser.add_argument(
         "--budget-s", type=float, help="hard time guard (seconds; 480 on a GPU, 3600 under the interpreter)"
     )
     args = parser.parse_args()
@@ -153,7 +160,15 @@ def main() -> int:
     sections.append(("b", lambda: check_models(tmp, TINY if args.dry_run else SMOLLM2, args.dry_run)))
     if not args.skip_speed:
         sections.append(
-            ("c", lambda: speed(tmp, TINY_BIG if args.dry_run else SIZES[args.size], args.dry_run))
+            (
+                "c",
+                lambda: speed(
+                    tmp,
+                    TINY_BIG if args.dry_run else SIZES[args.size],
+                    args.dry_run,
+                    args.speed_modes.split(","),
+                ),
+            )
         )
     for section, run in sections:
         try:
@@ -365,11 +380,15 @@ def write_model(path: Path, shape: Shape, mix: str, seed: int = 0) -> Path:
     return path
 
 
-def device_bytes_per_token(path: Path) -> int:
-    """The bytes a batch-1 decode step reads from the weights as the integer kernels hold them
-    (packed by strata_q8_pack; the tied embedding is the LM head, read whole)."""
+def device_bytes_per_token(path: Path, mode: str) -> int:
+    """The bytes a batch-1 decode step reads from the weights as `mode`'s kernels hold them on the
+    device: packed by strata_q8_pack for the integer modes; for `native`, K-quants as GGUF bytes and
+    Q4_0/Q4_1/Q8_0 with their scales widened to fp32 (stored.py). The tied embedding is the LM
+    head, read whole."""
     from strata_engine.gguf_loader import GGUFFile
     from strata_engine.kernels.native.backend import NativeOps
+    from strata_engine.kernels.triton.dequant import row_bytes
+    from strata_engine.kernels.triton.stored import RAW_TYPES
     from strata_engine.kernels.weights import NATIVE_TYPES
 
     lib = NativeOps(1, q8=True).lib
@@ -379,7 +398,12 @@ def device_bytes_per_token(path: Path) -> int:
             continue
         kind = NATIVE_TYPES[info.qtype]
         n, k = info.shape
-        total += int(lib.strata_q8_packed_bytes(kind, n, k)) if lib.strata_q8_supported(kind) else n * k * 4
+        if mode == "native":
+            total += n * row_bytes(RAW_TYPES.get(info.qtype, kind), k)
+        elif lib.strata_q8_supported(kind):
+            total += int(lib.strata_q8_packed_bytes(kind, n, k))
+        else:
+            total += n * k * 4
     return total
 
 
@@ -396,7 +420,12 @@ def _rows(events: Sequence[Any]) -> list[tuple]:
     return out
 
 
-def requests_for(shape: Shape, n: int, longest: int, max_tokens: int, seed: int) -> list[Any]:
+def requests_for(
+    shape: Shape, n: int, longest: int, max_tokens: int, seed: int, vary: bool = False
+) -> list[Any]:
+    """`n` greedy requests with prompt rows, top-20 and named ids; `vary`: their max_tokens run
+    1..max_tokens (a batch that shrinks step by step) and the first samples at temperature 1 from a
+    seed (its whole row comes back to the host; the others' selected entries only)."""
     import random
 
     from strata_engine import LogprobParams, Request, SamplingParams
@@ -406,11 +435,31 @@ def requests_for(shape: Shape, n: int, longest: int, max_tokens: int, seed: int)
     return [
         Request(
             tuple(rnd.randrange(shape.vocab - 3) for _ in range(rnd.randint(3, longest))),
-            SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True),
+            SamplingParams(
+                max_tokens=1 + i % max_tokens if vary else max_tokens,
+                temperature=1.0 if vary and i == 0 else 0.0,
+                seed=seed,
+                ignore_eos=True,
+            ),
             LogprobParams(top_n=20, prompt_logprobs=True, named_ids=named),
         )
-        for _ in range(n)
+        for i in range(n)
     ]
+
+
+def graphs_engine(path: Path, **options: Any) -> Any:
+    """A GPU engine whose decode steps run on CUDA graphs (the STRATA_CUDA_GRAPHS switch)."""
+    from strata_engine import LLMEngine
+    from strata_engine.kernels.triton.graphs import SWITCH
+
+    os.environ[SWITCH] = "1"  # read when TritonOps is built
+    try:
+        engine = LLMEngine(path, device="cuda", **options)
+    finally:
+        os.environ.pop(SWITCH, None)
+    if engine.ops.decode_graphs is None:
+        raise RuntimeError(f"{SWITCH}=1 did not turn the static decode path on")
+    return engine
 
 
 # -- (b) models on both devices ---------------------------------------------------------------------
@@ -422,7 +471,7 @@ def check_models(tmp: Path, shape: Shape, dry: bool) -> None:
         path = write_model(tmp / f"smollm2-shape-{mix}.gguf", shape, mix)
         for mode in MODES:
             t = time.perf_counter()
-            requests = requests_for(shape, n_req, longest, max_tokens, seed=1)
+            requests = requests_for(shape, n_req, longest, max_tokens, seed=1, vary=True)
             cpu = LLMEngine(path, device="cpu", kernels=mode, parallel=n_req)
             expected = [_rows(e) for e in cpu.generate_batch(requests)]
             del cpu
@@ -440,6 +489,40 @@ def check_models(tmp: Path, shape: Shape, dry: bool) -> None:
                 f"differing {differ}" if differ else f"bitwise, {time.perf_counter() - t:.0f} s",
             )  # fmt: skip
             del gpu
+        check_graphs(path, shape, mix, dry)
+
+
+def check_graphs(path: Path, shape: Shape, mix: str, dry: bool) -> None:
+    """Decode on CUDA graphs: requests that end one by one, so the batch crosses buckets; every
+    row equals the CPU engine's and every bucket the steps needed was captured."""
+    from strata_engine import LLMEngine
+    from strata_engine.kernels.triton.graphs import bucket
+
+    mode, n_req = "native", (5 if dry else 12)
+    requests = requests_for(shape, n_req, 8 if dry else 64, n_req, seed=7, vary=True)
+    cpu = LLMEngine(path, device="cpu", kernels=mode, parallel=n_req)
+    expected = [_rows(e) for e in cpu.generate_batch(requests)]
+    del cpu
+    try:
+        gpu = graphs_engine(path, kernels=mode, parallel=n_req)
+        got = [_rows(e) for e in gpu.generate_batch(requests)]
+    except Exception as exc:  # a failed capture is a failed row, not the end of the run
+        table.add("b", f"{mix} {mode}: CUDA graphs == CPU", False, f"{type(exc).__name__}: {exc}"[:200])
+        return
+    graphs = gpu.ops.decode_graphs
+    wanted = {bucket(n) for n in range(1, n_req)}  # decode-only steps of 1..n_req-1 live rows
+    ran = {b for b, steps in graphs.steps.items() if steps}
+    differ = [i for i in range(n_req) if got[i] != expected[i]]
+    table.add(
+        "b", f"{mix} {mode}: CUDA graphs == CPU", not differ,
+        f"differing {differ}" if differ else f"{n_req} requests ending one by one, bitwise",
+    )  # fmt: skip
+    captured = set(graphs.captured) if not dry else ran  # the interpreter runs the static path uncaptured
+    table.add(
+        "b", f"{mix} {mode}: CUDA graph buckets", wanted <= ran and wanted <= captured,
+        f"buckets stepped {sorted(ran)}, captured {sorted(graphs.captured)}, needed {sorted(wanted)}",
+    )  # fmt: skip
+    del gpu
 
 
 # -- (c) speed --------------------------------------------------------------------------------------
@@ -486,30 +569,43 @@ def decode_rate(engine: Any, requests: list[Any], steps: int) -> float:
     return len(requests) * steps / sec
 
 
-def speed(tmp: Path, shape: Shape, dry: bool) -> None:
-    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-
+def speed(tmp: Path, shape: Shape, dry: bool, modes: Sequence[str]) -> None:
     copy_bw = copy_bandwidth(dry)
     table.add("c", "device-to-device copy", None, f"{copy_bw / 1e9:.1f} GB/s (read + write)")
-    batches = (1, 2) if dry else (1, 8, 64, 256)
-    steps = 1 if dry else 32
     for mix in MIXES:
         t = time.perf_counter()
         path = write_model(tmp / f"speed-{mix}.gguf", shape, mix, seed=2)
-        per_token = device_bytes_per_token(path)
-        mode = MODES[0]
-        engine = LLMEngine(
-            path, device="cuda", kernels=mode, parallel=max(batches), kv_cache_mb=64 if dry else 16384
-        )
         table.add(
             "c", f"{mix} model", None,
-            f"{shape.layers} layers, hidden {shape.hidden}, {per_token / 1e6:.1f} MB read a token, "
-            f"written + loaded in {time.perf_counter() - t:.0f} s",
+            f"{shape.layers} layers, hidden {shape.hidden}, written in {time.perf_counter() - t:.0f} s",
         )  # fmt: skip
+        for mode in modes:
+            speed_of(path, shape, mix, mode, copy_bw, dry)
+
+
+def speed_of(path: Path, shape: Shape, mix: str, mode: str, copy_bw: float, dry: bool) -> None:
+    """Decode (eager, then on CUDA graphs), prefill, and two requests against the CPU, in `mode`."""
+    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+
+    per_token = device_bytes_per_token(path, mode)
+    batches = (1, 2) if dry else (1, 8, 64, 256)
+    steps = 1 if dry else 32
+    options = {"kernels": mode, "parallel": max(batches), "kv_cache_mb": 64 if dry else 16384}
+    t = time.perf_counter()
+    engine = LLMEngine(path, device="cuda", **options)
+    table.add(
+        "c", f"{mix} {mode}", None,
+        f"{per_token / 1e6:.1f} MB of weights read a token, loaded in {time.perf_counter() - t:.0f} s",
+    )  # fmt: skip
+    for graphs in (False, True):
+        if graphs:
+            del engine
+            engine = graphs_engine(path, **options)
+        how = ", CUDA graphs" if graphs else ""
         rates: dict[int, float] = {}
         for batch in batches:
             make = lambda seed, b=batch: requests_for(shape, b, 16, steps + 2, seed)  # noqa: E731
-            decode_rate(engine, make(100 + batch), steps)  # warm-up: every kernel at this batch size
+            decode_rate(engine, make(100 + batch), steps)  # warm-up: compiles (and captures) this size
             rate = decode_rate(engine, make(200 + batch), steps)
             rates[batch] = rate
             detail = f"{rate:.1f} tokens/s"
@@ -518,31 +614,39 @@ def speed(tmp: Path, shape: Shape, dry: bool) -> None:
                 detail += (
                     f", {per_token * rate / 1e9:.0f} GB/s of weights = {share:.0%} of the copy's read rate"
                 )
-                table.add("c", f"{mix} decode batch 1 (target >= 50%)", None if dry else share >= 0.5, detail)
+                table.add(
+                    "c", f"{mix} {mode} decode batch 1{how} (target >= 50%)",
+                    None if dry else share >= 0.5, detail,
+                )  # fmt: skip
             else:
                 ratio = rate / rates[1]
                 target = batch == 256
                 table.add(
-                    "c", f"{mix} decode {batch} streams" + (" (target >= 20x)" if target else ""),
+                    "c", f"{mix} {mode} decode {batch} streams{how}" + (" (target >= 20x)" if target else ""),
                     None if dry or not target else ratio >= 20, f"{detail}, {ratio:.1f}x batch 1",
                 )  # fmt: skip
-        prefill = 48 if dry else 2048
-        request = Request(tuple(range(5, 5 + prefill)), SamplingParams(max_tokens=1), LogprobParams())
-        engine.generate(request)  # warm-up
-        t = time.perf_counter()
-        engine.generate(Request(tuple(range(6, 6 + prefill)), SamplingParams(max_tokens=1), LogprobParams()))
-        _sync()
-        sec = time.perf_counter() - t
-        table.add("c", f"{mix} prefill {prefill} tokens", None, f"{prefill / sec:.0f} tokens/s")
-        del engine
-        sample = requests_for(shape, 2, 16, 3, seed=300)
-        cpu = LLMEngine(path, device="cpu", kernels=mode, parallel=2)
-        gpu = LLMEngine(path, device="cuda", kernels=mode, parallel=2, kv_cache_mb=64 if dry else 4096)
-        same = [_rows(e) for e in cpu.generate_batch(sample)] == [
-            _rows(e) for e in gpu.generate_batch(sample)
-        ]
-        table.add("c", f"{mix} {shape.layers}-layer model: GPU rows == CPU rows", same, "2 requests, bitwise")
-        del cpu, gpu
+        if graphs:
+            graphs_ran = engine.ops.decode_graphs
+            captured = set(graphs_ran.captured) if not dry else {b for b, n in graphs_ran.steps.items() if n}
+            table.add(
+                "c", f"{mix} {mode} timed steps ran on graphs", set(batches) <= captured,
+                f"buckets {sorted(captured)}",
+            )  # fmt: skip
+    prefill = 48 if dry else 2048
+    request = Request(tuple(range(5, 5 + prefill)), SamplingParams(max_tokens=1), LogprobParams())
+    engine.generate(request)  # warm-up
+    t = time.perf_counter()
+    engine.generate(Request(tuple(range(6, 6 + prefill)), SamplingParams(max_tokens=1), LogprobParams()))
+    _sync()
+    sec = time.perf_counter() - t
+    table.add("c", f"{mix} {mode} prefill {prefill} tokens", None, f"{prefill / sec:.0f} tokens/s")
+    sample = requests_for(shape, 2, 16, 3, seed=300)  # on the engine above (CUDA graphs on)
+    got = [_rows(e) for e in engine.generate_batch(sample)]
+    del engine
+    cpu = LLMEngine(path, device="cpu", kernels=mode, parallel=2)
+    same = [_rows(e) for e in cpu.generate_batch(sample)] == got
+    table.add("c", f"{mix} {mode} {shape.layers}-layer model: GPU rows == CPU", same, "2 requests, bitwise")
+    del cpu
 
 
 if __name__ == "__main__":
