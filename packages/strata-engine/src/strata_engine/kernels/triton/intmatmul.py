@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.ieee import LAUNCH
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH
 from strata_engine.kernels.triton.packed import (
     PackedWeight,
     block_offset,
@@ -41,8 +41,11 @@ from strata_engine.kernels.triton.packed import (
 )
 from strata_engine.kernels.triton.quantize import Quantised, quantize
 
-BLOCK_M, BLOCK_N = 16, 32  # the tile path's tile (BLOCK_N: whole groups of 16 outputs)
-ROWS_N = 32  # outputs per program of the row path
+# The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the row path's outputs a program:
+# speed choices only. Under the interpreter each program (and each nested jit call in it) costs
+# Python time, so there a program takes many more outputs.
+BLOCK_M, BLOCK_N = (64, 256) if INTERPRETED else (16, 32)
+ROWS_N = 256 if INTERPRETED else 32
 ROWS_MAX = 8  # calls of at most this many rows take the row path: a speed choice only
 PATHS = ("auto", "tile", "rows")
 

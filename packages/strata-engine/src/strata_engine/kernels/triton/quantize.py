@@ -28,9 +28,11 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.ieee import LAUNCH
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH
 
-BLOCKS = 8  # blocks of 32 per program: a speed choice only (each block is quantised alone)
+# blocks of 32 per program, counted over the whole [M, nb] grid: a speed choice only (each block
+# is quantised alone); the interpreter pays Python time a program, so there a program takes more
+BLOCKS = 256 if INTERPRETED else 8
 LIMB_MIN_EXP = -100  # limb.c: blocks whose largest |x| is below 2^-100 are zero
 XMAX = {2: 32639, 3: 8355711}  # 127 (256^k - 1) / 255: the largest |X| with k balanced digits
 
@@ -45,17 +47,16 @@ class Quantised:
     limbs: int
 
 
-@triton.jit(do_not_specialize=["nb"])
+@triton.jit(do_not_specialize=["total"])
 def _quantize_kernel(
-    x_ptr, q_ptr, s_ptr, dsum_ptr, nb,
+    x_ptr, q_ptr, s_ptr, dsum_ptr, total,
     LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr, MIN_EXP: tl.constexpr,
     BB: tl.constexpr,
 ):  # fmt: skip
-    m = tl.program_id(0).to(tl.int64)
-    blocks = tl.program_id(1) * BB + tl.arange(0, BB)
-    ok = blocks < nb
+    blocks = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # indices in the row-major grid
+    ok = blocks < total
     k = tl.arange(0, 32)
-    at = (m * nb + blocks.to(tl.int64))[:, None]  # [BB, 1]: the block's index in the row-major grid
+    at = blocks[:, None]  # [BB, 1]
     x = tl.load(x_ptr + at * 32 + k[None, :], mask=ok[:, None], other=0.0)
     a = tl.abs(x)
     if LIMBS == 1:
@@ -89,8 +90,8 @@ def _quantize_kernel(
         nan = (tl.zeros_like(sh) + 0x7FC00000).to(tl.float32, bitcast=True)  # C's NAN: the quiet NaN
         s = tl.where(bad, nan, tl.where(zero, 0.0, scale))
         dsum = tl.where(zero, 0.0, s * total.to(tl.float32))
-    tl.store(s_ptr + m * nb + blocks, s, mask=ok)
-    tl.store(dsum_ptr + m * nb + blocks, dsum, mask=ok)
+    tl.store(s_ptr + blocks, s, mask=ok)
+    tl.store(dsum_ptr + blocks, dsum, mask=ok)
 
 
 @triton.jit
@@ -112,8 +113,8 @@ def quantize(x: torch.Tensor, limbs: int) -> Quantised:
     s = torch.empty(m, nb, dtype=torch.float32, device=x.device)
     dsum = torch.empty_like(s)
     if m and nb:
-        _quantize_kernel[(m, triton.cdiv(nb, BLOCKS))](
-            x, q, s, dsum, nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
+        _quantize_kernel[(triton.cdiv(m * nb, BLOCKS),)](
+            x, q, s, dsum, m * nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
             MIN_EXP=LIMB_MIN_EXP, BB=BLOCKS, **LAUNCH,
         )  # fmt: skip
     return Quantised(q, s, dsum, limbs)
