@@ -72,6 +72,20 @@ def test_the_selection_is_best_first_over_the_row(vocab, k) -> None:
             assert top_n(row, n) == tuple(zip(ids[r, :n].tolist(), values[r, :n].tolist(), strict=True))
 
 
+def test_each_selected_row_is_its_own() -> None:
+    """Rows picked out of order, more of them than one program takes: each output row is the
+    selection of the row its index names, whatever else shares its program."""
+    x = np.random.default_rng(3).standard_normal((80, 300)).astype(np.float32)
+    x[::7, 11] = 40.0  # some rows' best entries differ from their neighbours'
+    picked = np.random.default_rng(4).permutation(80)[:70]
+    want = np.stack([picked % 300, (picked * 7) % 300], axis=1).astype(np.int32)
+    packed = select.select(on(x), torch.from_numpy(picked), 32, torch.from_numpy(want)).numpy()
+    ids, _, _, _, got = select.unpack(packed, 32)
+    for j, r in enumerate(picked.tolist()):
+        assert ids[j].tolist() == [i for i, _ in best_first(enumerate(x[r].tolist()), 32)], f"row {r}"
+        assert (got[j] == x[r, want[j]]).all()
+
+
 def test_top_n_keeps_the_lowest_ids_of_a_tie_wider_than_its_slack() -> None:
     """The CPU listing's own tie rule, which the device's must equal: 40 ids share the max."""
     row = np.full(500, -3.0, dtype=np.float32)

@@ -8,12 +8,13 @@ rows may). Only comparisons and loads: every value is the row's own bits.
 The order is one int64 key per entry: the value's fp32 bits mapped to an integer that orders as
 the floats do (NaN as -inf, -0.0 as +0.0), times 2^32, plus (2^31 - 1 - id), so a larger key is
 a better entry and equal values go to the lower id; keys are distinct, so the top K is unique.
-One program per row runs over the row in blocks of BLOCK and keeps the K best keys so far: a
-block's keys that beat the K-th best (few, after the first blocks of a real row) each take the
-K-th best's place, largest first; the K kept are put in order once, at the end. No sort of the
-row, and no sort network: comparisons and reductions of exact integers only.
+One program per row (ROWS rows under the interpreter, a speed choice only) runs over the row in
+blocks of BLOCK and keeps the K best keys so far: a block's keys that beat the K-th best (few,
+after the first blocks of a real row) each take the K-th best's place, largest first; the K kept
+are put in order once, at the end. No sort of the row, and no sort network: comparisons and
+reductions of exact integers only.
 
-The output is one int32 tensor [R, 2K + 2 + M], read back in one copy: the K ids (-1 past the
+The output is one int32 tensor [S, 2K + 2 + M] (S rows selected), read back in one copy: the K ids (-1 past the
 row's end), the K values' bits, the first NaN's id (-1 for none) and bits, the M values' bits.
 """
 
@@ -29,6 +30,7 @@ from strata_engine.row_reads import Row, RowRead, SparseRow, bucket
 
 BLOCK = 1024  # columns a step (order-free: no effect on which entries are selected)
 GATHER = 64  # requested ids a step of the gather
+ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
 KEY_MIN = -(2**63)  # below every entry's key: padding past the row's end
 NEG_INF_KEY = int(np.array([-np.inf], np.float32).view(np.int32)[0]) ^ 0x7FFFFFFF  # -inf's (and NaN's)
 
@@ -44,61 +46,67 @@ def _keys(x, at, V, NEG_INF_KEY: tl.constexpr, KEY_MIN: tl.constexpr):
     return tl.where(at < V, key64, KEY_MIN)
 
 
-@triton.jit(do_not_specialize=["V", "M"])
+@triton.jit(do_not_specialize=["S", "V", "M"])
 def _select_kernel(
     x_ptr,
     rows_ptr,
     want_ptr,
     out_ptr,
+    S,
     V,
     M,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
     GATHER: tl.constexpr,
+    ROWS: tl.constexpr,
     NEG_INF_KEY: tl.constexpr,
     KEY_MIN: tl.constexpr,
 ):
-    r = tl.program_id(0).to(tl.int64)
-    row = x_ptr + tl.load(rows_ptr + r) * V
-    out = out_ptr + r * (2 * K + 2 + M)
-    cols = tl.arange(0, BLOCK)
-    ks = tl.arange(0, K)
-    best = tl.full([K], KEY_MIN, tl.int64)
-    kth = tl.min(best, axis=0)  # the K-th best key so far
-    first_nan = tl.min(tl.full([BLOCK], V, tl.int32), axis=0)
+    p = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    live = (p < S)[:, None]  # [ROWS, 1]
+    src = tl.load(rows_ptr + p, mask=p < S, other=0)
+    row = x_ptr + src.to(tl.int64)[:, None] * V
+    out = out_ptr + p.to(tl.int64)[:, None] * (2 * K + 2 + M)
+    cols = tl.arange(0, BLOCK)[None, :]
+    ks = tl.arange(0, K)[None, :]
+    best = tl.full([ROWS, K], KEY_MIN, tl.int64)
+    kth = tl.min(best, axis=1)[:, None]  # each row's K-th best key so far
+    first_nan = tl.min(tl.full([ROWS, BLOCK], V, tl.int32), axis=1)[:, None]
     for v0 in range(0, V, BLOCK):
         at = v0 + cols
-        x = tl.load(row + at, mask=at < V, other=float("-inf"))
-        first_nan = tl.minimum(first_nan, tl.min(tl.where(x != x, at, V), axis=0))
-        keys = _keys(x, at, V, NEG_INF_KEY, KEY_MIN)
-        # each key here that beats the K-th best, largest first, takes the K-th best's place
-        for _ in range(tl.minimum(tl.sum((keys > kth).to(tl.int32), axis=0), K)):
-            m = tl.max(keys, axis=0)
-            place = tl.min(tl.where(best == kth, ks, K), axis=0)
+        x = tl.load(row + at, mask=live & (at < V), other=float("-inf"))
+        first_nan = tl.minimum(first_nan, tl.min(tl.where(x != x, at, V), axis=1)[:, None])
+        keys = tl.where(live, _keys(x, at, V, NEG_INF_KEY, KEY_MIN), KEY_MIN)
+        # each key here that beats its row's K-th best, largest first, takes the K-th best's place
+        beat = tl.minimum(tl.sum((keys > kth).to(tl.int32), axis=1), K)
+        for _ in range(tl.max(beat, axis=0)):
+            m = tl.max(keys, axis=1)[:, None]
+            place = tl.min(tl.where(best == kth, ks, K), axis=1)[:, None]
             best = tl.where((ks == place) & (m > kth), m, best)
-            kth = tl.min(best, axis=0)
+            kth = tl.min(best, axis=1)[:, None]
             keys = tl.where(keys == m, KEY_MIN, keys)
     rest = best  # in order, best first: K extractions (no sort network, whose order is the same)
-    best = tl.full([K], KEY_MIN, tl.int64)
+    best = tl.full([ROWS, K], KEY_MIN, tl.int64)
     for j in range(K):
-        m = tl.max(rest, axis=0)
+        m = tl.max(rest, axis=1)[:, None]
         best = tl.where(ks == j, m, best)
         rest = tl.where(rest == m, KEY_MIN, rest)
     valid = best != KEY_MIN
     ids = tl.where(valid, 2147483647 - (best & 0xFFFFFFFF), 0)
-    values = tl.load(row + ids, mask=valid, other=float("-inf"))
-    tl.store(out + ks, tl.where(valid, ids, -1).to(tl.int32))
-    tl.store(out + K + ks, values.to(tl.int32, bitcast=True))
+    values = tl.load(row + ids, mask=live & valid, other=float("-inf"))
+    kmask = live & (ks < K)
+    tl.store(out + ks, tl.where(valid, ids, -1).to(tl.int32), mask=kmask)
+    tl.store(out + K + ks, values.to(tl.int32, bitcast=True), mask=kmask)
     has_nan = first_nan < V
-    nan_value = tl.load(row + first_nan, mask=has_nan, other=0.0)
-    tl.store(out + 2 * K, tl.where(has_nan, first_nan, -1))
-    tl.store(out + 2 * K + 1, nan_value.to(tl.int32, bitcast=True))
+    nan_value = tl.load(row + first_nan, mask=live & has_nan, other=0.0)
+    tl.store(out + 2 * K, tl.where(has_nan, first_nan, -1), mask=live)
+    tl.store(out + 2 * K + 1, nan_value.to(tl.int32, bitcast=True), mask=live)
     for m0 in range(0, M, GATHER):
-        mi = m0 + tl.arange(0, GATHER)
-        idx = tl.load(want_ptr + r * M + mi, mask=mi < M, other=-1)
-        ok = (idx >= 0) & (idx < V)
-        got = tl.load(row + idx, mask=ok, other=0.0)
-        tl.store(out + 2 * K + 2 + mi, got.to(tl.int32, bitcast=True), mask=mi < M)
+        mi = m0 + tl.arange(0, GATHER)[None, :]
+        wanted = live & (mi < M)
+        idx = tl.load(want_ptr + p.to(tl.int64)[:, None] * M + mi, mask=wanted, other=-1)
+        got = tl.load(row + idx, mask=wanted & (idx >= 0) & (idx < V), other=0.0)
+        tl.store(out + 2 * K + 2 + mi, got.to(tl.int32, bitcast=True), mask=wanted)
 
 
 def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor) -> torch.Tensor:
@@ -114,8 +122,8 @@ def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor) -> 
     n, m = want.shape
     out = torch.empty((n, 2 * k + 2 + m), dtype=torch.int32, device=lp.device)
     if n:
-        _select_kernel[(n,)](
-            lp, rows, want, out, vocab, m, K=k, BLOCK=BLOCK, GATHER=GATHER,
+        _select_kernel[(triton.cdiv(n, ROWS),)](
+            lp, rows, want, out, n, vocab, m, K=k, BLOCK=BLOCK, GATHER=GATHER, ROWS=ROWS,
             NEG_INF_KEY=NEG_INF_KEY, KEY_MIN=KEY_MIN, **ieee.LAUNCH,
         )  # fmt: skip
     return out
