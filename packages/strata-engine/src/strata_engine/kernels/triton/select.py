@@ -146,6 +146,8 @@ def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row],
     (row_reads.read_for; None: the whole row), in one copy back; and the bytes that copy moved.
 
     A full row comes back as an fp32 numpy row, any other as a `SparseRow` of the selection."""
+    if not reads:
+        return [], 0
     vocab = lp.shape[1]
     full = [i for i, r in enumerate(reads) if r is None]
     sparse = [(i, r) for i, r in enumerate(reads) if r is not None]
