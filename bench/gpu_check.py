@@ -116,6 +116,7 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="Triton's interpreter on the CPU, tiny shapes")
     parser.add_argument("--size", choices=sorted(SIZES), default="qwen3-8b", help="the model of part (c)")
     parser.add_argument("--skip-speed", action="store_true", help="skip part (c)")
+    parser.add_argument("--sections", default="abc", help="the parts to run (default: abc)")
     parser.add_argument(
         "--speed-modes", default="native", help="comma-separated modes part (c) times (default: native)"
     )
@@ -155,21 +156,15 @@ def main() -> int:
     print(
         f"gpu_check on {name}, torch {torch.__version__}, triton {triton.__version__}, {os.cpu_count()} cpus"
     )
-    sections: list[tuple[str, Callable[[], None]]] = [("a", lambda: check_kernels(args.dry_run))]
     tmp = Path(tempfile.mkdtemp(prefix="strata-gpu-check-"))
-    sections.append(("b", lambda: check_models(tmp, TINY if args.dry_run else SMOLLM2, args.dry_run)))
-    if not args.skip_speed:
-        sections.append(
-            (
-                "c",
-                lambda: speed(
-                    tmp,
-                    TINY_BIG if args.dry_run else SIZES[args.size],
-                    args.dry_run,
-                    args.speed_modes.split(","),
-                ),
-            )
-        )
+    shape_c = TINY_BIG if args.dry_run else SIZES[args.size]
+    parts: dict[str, Callable[[], None]] = {
+        "a": lambda: check_kernels(args.dry_run),
+        "b": lambda: check_models(tmp, TINY if args.dry_run else SMOLLM2, args.dry_run),
+        "c": lambda: speed(tmp, shape_c, args.dry_run, args.speed_modes.split(",")),
+    }
+    wanted = args.sections.replace("c", "") if args.skip_speed else args.sections
+    sections = [(name, run) for name, run in parts.items() if name in wanted]
     for section, run in sections:
         try:
             run()
@@ -564,8 +559,10 @@ def decode_rate(engine: Any, requests: list[Any], steps: int) -> float:
         engine.step()
     _sync()
     sec = time.perf_counter() - t
-    while not all(out.drained for out in outputs):
+    while not all(out.finished for out in outputs):
         engine.step()
+    for out in outputs:
+        out.take()  # a failed request raises here
     return len(requests) * steps / sec
 
 
