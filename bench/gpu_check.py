@@ -57,9 +57,10 @@ class Shape:
     head_dim: int
     vocab: int
     ctx: int
+    rope_base: float = 0.0  # 0: the architecture's usual base (llama 10000, qwen3 1e6)
 
 
-SMOLLM2 = Shape("llama", 576, 1536, 30, 9, 3, 64, 49152, 2048)
+SMOLLM2 = Shape("llama", 576, 1536, 30, 9, 3, 64, 49152, 2048, rope_base=100000.0)
 SIZES = {
     "qwen3-8b": Shape("qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 4096),
     "qwen3-1.7b": Shape("qwen3", 2048, 6144, 28, 16, 8, 128, 151936, 4096),
@@ -328,7 +329,7 @@ def write_model(path: Path, shape: Shape, mix: str, seed: int = 0) -> Path:
     w.add_key_length(shape.head_dim)
     w.add_value_length(shape.head_dim)
     w.add_rope_dimension_count(shape.head_dim)
-    w.add_rope_freq_base(10000.0 if shape.arch == "llama" else 1000000.0)
+    w.add_rope_freq_base(shape.rope_base or (10000.0 if shape.arch == "llama" else 1000000.0))
     w.add_layer_norm_rms_eps(1e-5 if shape.arch == "llama" else 1e-6)
     w.add_vocab_size(shape.vocab)
     tokens, merges, types = tiny_vocabulary()

@@ -42,40 +42,44 @@ def _i8(wq_ptr, offs, mask):
 
 
 @triton.jit
-def block(wq_ptr, wf_ptr, rows, b, row_bytes, mask, KT: tl.constexpr):
-    """(lo, hi): fp32 values [len(rows), 16] of weights 32b .. 32b+15 and 32b+16 .. 32b+31 of
-    each row (0 where `mask`, [len(rows)], is false; F32: also past the row's end)."""
-    r = rows.to(tl.int64)[:, None]
-    m = mask[:, None]
+def row_offsets(rows, row_bytes):
+    """The byte offset of each of `rows` [R] as a column [R, 1], for `block`."""
+    return rows.to(tl.int64)[:, None] * row_bytes
+
+
+@triton.jit
+def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
+    """(lo, hi): fp32 values [R, 16] of weights 32b .. 32b+15 and 32b+16 .. 32b+31 of the rows
+    at byte offsets `r` [R, 1] (`row_offsets`); 0 where `m` [R, 1] is false (F32: and past the
+    row's end). Offsets and masks come in computed once per program, not once per block."""
     lane = tl.arange(0, 16)[None, :]
     if KT == 0:
-        k_lo = b * 32 + lane
-        k_hi = k_lo + 16
-        at = wf_ptr + r * (row_bytes // 4)
         n = row_bytes // 4
-        lo = tl.load(at + k_lo, mask=m & (k_lo < n), other=0.0)
-        hi = tl.load(at + k_hi, mask=m & (k_hi < n), other=0.0)
+        k_lo = b * 32 + lane
+        at = wf_ptr + r // 4 + k_lo
+        lo = tl.load(at, mask=m & (k_lo < n), other=0.0)
+        hi = tl.load(at + 16, mask=m & (k_lo + 16 < n), other=0.0)
     elif KT == 2:  # Q4_0: d * (q - 8); q - 8 is exact
-        base = r * row_bytes + b * 20
+        base = r + b * 20
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         q = _u8(wq_ptr, base + 4 + lane, m)
         lo = d * ((q & 15) - 8).to(tl.float32)
         hi = d * ((q >> 4) - 8).to(tl.float32)
     elif KT == 3:  # Q4_1: d * q + m, two roundings
-        base = r * row_bytes + b * 24
+        base = r + b * 24
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         mn = tl.load(wf_ptr + base // 4 + 1, mask=m, other=0.0)
         q = _u8(wq_ptr, base + 8 + lane, m)
         lo = d * (q & 15).to(tl.float32) + mn
         hi = d * (q >> 4).to(tl.float32) + mn
     elif KT == 8:  # Q8_0: q * d
-        base = r * row_bytes + b * 36
+        base = r + b * 36
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         lo = _i8(wq_ptr, base + 4 + lane, m).to(tl.float32) * d
         hi = _i8(wq_ptr, base + 20 + lane, m).to(tl.float32) * d
     elif KT == 12 or KT == 13:  # Q4_K, Q5_K: (d * sc) * q - (dmin * m), sub-block s of 8
         s = b % 8
-        base = r * row_bytes + (b // 8) * (144 if KT == 12 else 176)
+        base = r + (b // 8) * (144 if KT == 12 else 176)
         d = tl.load(wf_ptr + base // 2, mask=m, other=0.0).to(tl.float32)
         dmin = tl.load(wf_ptr + base // 2 + 1, mask=m, other=0.0).to(tl.float32)
         # llama.cpp's get_scale_min_k4: six-bit scale and min of sub-block s from 12 bytes
@@ -96,7 +100,7 @@ def block(wq_ptr, wf_ptr, rows, b, row_bytes, mask, KT: tl.constexpr):
         hi = scale * qh.to(tl.float32) - low
     else:  # Q6_K: (d * sc) * q per half of 16, q = (4 low bits | 2 high bits << 4) - 32
         s = b % 8
-        base = r * row_bytes + (b // 8) * 210
+        base = r + (b // 8) * 210
         d = tl.load(wf_ptr + (base + 208) // 2, mask=m, other=0.0).to(tl.float32)
         sc_lo = _i8(wq_ptr, base + 192 + 2 * s, m)
         sc_hi = _i8(wq_ptr, base + 193 + 2 * s, m)

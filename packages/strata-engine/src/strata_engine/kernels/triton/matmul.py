@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton import ieee
-from strata_engine.kernels.triton.dequant import F32, block
+from strata_engine.kernels.triton.dequant import F32, block, row_offsets
 
 # (rows, outputs) a program: a speed choice only (which outputs share a program, never an
 # output's operations). On a GPU one row (decode) takes a tile of one row, so that no FMA is
@@ -49,16 +49,17 @@ def _matmul_kernel(
 ):  # fmt: skip
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
-    lane = tl.arange(0, 16)[None, :]
-    xrow = x_ptr + rm.to(tl.int64)[:, None] * nb * 32
+    xs = x_ptr + rm.to(tl.int64)[:, None] * nb * 32 + tl.arange(0, 16)[None, :]
     mrow = (rm < M)[:, None]
     live = rn < N
+    r = row_offsets(rn, row_bytes)
+    wm = live[:, None]
     acc = tl.zeros([BM, BN, 16], dtype=tl.float32)
     for b in range(0, nb):  # the blocks in order, each as two halves of 16: dot_1's sequence
-        lo, hi = block(wq_ptr, wf_ptr, rn, b, row_bytes, live, KT)
-        x = tl.load(xrow + b * 32 + lane, mask=mrow, other=0.0)
+        lo, hi = block(wq_ptr, wf_ptr, r, b, row_bytes, wm, KT)
+        x = tl.load(xs + b * 32, mask=mrow, other=0.0)
         acc = tl.fma(x[:, None, :], lo[None, :, :], acc)
-        x = tl.load(xrow + b * 32 + 16 + lane, mask=mrow, other=0.0)
+        x = tl.load(xs + b * 32 + 16, mask=mrow, other=0.0)
         acc = tl.fma(x[:, None, :], hi[None, :, :], acc)
     y = ieee.hsum16(acc.reshape(BM * BN, 16), BM * BN).reshape(BM, BN)
     if HAS_BIAS:
@@ -76,12 +77,14 @@ def _gather_kernel(
     rows = tl.load(ids_ptr + t, mask=live, other=0)
     lane = tl.arange(0, 16)[None, :]
     out = out_ptr + t.to(tl.int64)[:, None] * K
+    r = row_offsets(rows, row_bytes)
+    wm = live[:, None]
     b0 = tl.program_id(1) * BB
     for b in range(b0, tl.minimum(b0 + BB, nb)):
-        lo, hi = block(wq_ptr, wf_ptr, rows, b, row_bytes, live, KT)
+        lo, hi = block(wq_ptr, wf_ptr, r, b, row_bytes, wm, KT)
         k = b * 32 + lane
-        tl.store(out + k, lo, mask=live[:, None] & (k < K))
-        tl.store(out + k + 16, hi, mask=live[:, None] & (k + 16 < K))
+        tl.store(out + k, lo, mask=wm & (k < K))
+        tl.store(out + k + 16, hi, mask=wm & (k + 16 < K))
 
 
 def matmul(
