@@ -88,9 +88,9 @@ class Table:
 
     def print(self, seconds: float) -> None:
         with self.lock:
-            print(f"\n{'section':<8} {'check':<48} {'result':<6} detail")
+            print(f"\n{'section':<8} {'check':<62} {'result':<6} detail")
             for section, check, result, detail in self.rows:
-                print(f"{section:<8} {check:<48} {result:<6} {detail}")
+                print(f"{section:<8} {check:<62} {result:<6} {detail}")
             print(f"\n{len(self.rows)} rows, {len(self.failures)} failed, {seconds:.0f} s", flush=True)
 
 

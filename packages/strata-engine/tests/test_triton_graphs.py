@@ -36,6 +36,7 @@ pytest.importorskip(
 )
 
 from gguf import GGMLQuantizationType as QT
+from test_triton_engine_bits import assert_same_rows
 from tiny_arch_models import ArchSpec, write_arch_model
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -248,18 +249,6 @@ def _instrumented(path: Path, mp: pytest.MonkeyPatch, replays: Replays) -> Run:
     return _drive(path, "graphs", mp)
 
 
-def _differ(a: dict[tuple, bytes], b: dict[tuple, bytes], what: str) -> None:
-    assert a.keys() == b.keys(), f"{what}: the engines computed different rows"
-    for key in sorted(a, key=lambda k: (len(k[0]), k[0], k[1], k[2])):
-        if a[key] != b[key]:
-            x, y = (np.frombuffer(r, dtype=np.float32) for r in (a[key], b[key]))
-            bad = np.flatnonzero(x.view(np.uint32) != y.view(np.uint32))
-            raise AssertionError(
-                f"{what}: position {key[1]} of a {len(key[0])}-token prompt differs in {len(bad)} "
-                f"of {x.size} logprobs, first token {bad[0]}: {x[bad[0]]!r} vs {y[bad[0]]!r}"
-            )
-
-
 def test_the_scenario_crosses_buckets(runs, graphs_run) -> None:
     """The static path ran every decode-only step, padded into buckets 1, 2, 4 and 8, with two
     steps of different row counts in one bucket (else the tests below would prove less)."""
@@ -276,8 +265,8 @@ def test_the_scenario_crosses_buckets(runs, graphs_run) -> None:
 def test_rows_equal_the_cpu_engine_and_the_switch_off_run(runs, graphs_run) -> None:
     run, _ = graphs_run
     assert len(run.rows) == sum(generate for joins in JOINS.values() for _, generate in joins)
-    _differ(runs["cpu"].rows, run.rows, "switch on vs the CPU engine")
-    _differ(runs["triton"].rows, run.rows, "switch on vs switch off")
+    assert_same_rows(runs["cpu"].rows, run.rows, "switch on vs the CPU engine")
+    assert_same_rows(runs["triton"].rows, run.rows, "switch on vs switch off")
 
 
 def test_each_step_of_a_bucket_repeats_the_same_launches(graphs_run) -> None:
@@ -326,4 +315,4 @@ def test_gemma2_rows_equal_the_cpu_engine(tmp_path, monkeypatch) -> None:
     run = _drive(path, "graphs", monkeypatch, joins=joins)
     assert run.engine.model.cfg.window(0) == 8 and run.engine.model.cfg.attn_softcap
     assert run.engine.ops.decode_graphs.steps == Counter({1: 2, 2: 1})
-    _differ(cpu.rows, run.rows, "gemma2, switch on vs the CPU engine")
+    assert_same_rows(cpu.rows, run.rows, "gemma2, switch on vs the CPU engine")

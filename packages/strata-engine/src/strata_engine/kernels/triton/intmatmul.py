@@ -44,8 +44,8 @@ from strata_engine.kernels.triton.quantize import Quantised, quantize
 # The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the row path's outputs a program:
 # speed choices only. Under the interpreter each program (and each nested jit call in it) costs
 # Python time, so there a program takes many more outputs.
-BLOCK_M, BLOCK_N = (64, 256) if INTERPRETED else (16, 32)
-ROWS_N = 256 if INTERPRETED else 32
+BLOCK_M, BLOCK_N = (64, 1024) if INTERPRETED else (16, 32)
+ROWS_N = 1024 if INTERPRETED else 32
 ROWS_MAX = 8  # calls of at most this many rows take the row path: a speed choice only
 PATHS = ("auto", "tile", "rows")
 
