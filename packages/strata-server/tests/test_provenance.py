@@ -26,7 +26,6 @@ BASE = Provenance(
         {"model_sha256": "cd" * 32},
         {"kernels": "native-avx512-q8"},
         {"kernels": "torch"},
-        {"kernels": "triton"},
         {"engine_version": "9.9.9"},
         {"server_version": "9.9.9"},
         {"tensor_parallel": 2},

@@ -85,14 +85,15 @@ def arithmetic(kernels: str) -> str:
 
     "native-avx2", "native-avx512", "native-neon" and "native-portable" are one arithmetic,
     "native"; their integer-activation builds are "native-q8", "native-limb3" and
-    "native-limb2", and so are the GPU's Triton kernels in those modes ("triton-q8", ...), which
-    compute the C kernels' integer arithmetic. The fp32 Triton kernels and the torch fallback
-    keep their own names (neither promises the CPU kernels' bits).
+    "native-limb2". The GPU's Triton kernels compute the C kernels' operations in every mode, so
+    "triton" is "native" and "triton-q8" is "native-q8" (a GPU's fingerprint still names its
+    model: docs/gpu.md says how far that is proven). The torch fallback keeps its own name (it
+    does not promise the C kernels' bits).
     """
     mode = _integer_mode(kernels)
     if mode is not None:
         return f"native-{mode}"
-    if kernels.startswith("native-"):
+    if kernels.startswith("native-") or kernels == "triton":
         return "native"
     return kernels
 
