@@ -27,9 +27,10 @@ from gguf import GGMLQuantizationType as QT
 from tiny_arch_models import ARCH_SPECS, write_arch_model
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+from strata_engine.kernels.rows import NotFetched, RowRead, SparseRow
 from strata_engine.kernels.triton import select
 from strata_engine.logprobs import best_first, build_row, top_n
-from strata_engine.row_reads import NotFetched, RowRead, SparseRow, read_for
+from strata_engine.row_reads import read_for
 from strata_engine.sampler import Sampler
 
 

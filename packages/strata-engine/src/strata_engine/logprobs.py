@@ -13,7 +13,7 @@ import numpy as np
 
 from strata_engine import exactmath
 from strata_engine.api import LogprobParams, LogprobRow
-from strata_engine.row_reads import NotFetched, Row, SparseRow
+from strata_engine.kernels.rows import NotFetched, Row, SparseRow
 
 
 def best_first(pairs: Iterable[tuple[int, float]], n: int) -> tuple[tuple[int, float], ...]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
+from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.model import Transformer
-from strata_engine.row_reads import Row, RowRead, read_for
+from strata_engine.row_reads import read_for
 from strata_engine.scheduler import Work
 
 LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary

@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
-from strata_engine.row_reads import NotFetched, SparseRow, samples_sparsely
+from strata_engine.kernels.rows import NotFetched, SparseRow
+from strata_engine.row_reads import samples_sparsely
 from strata_engine.structured import Guide
 
 Scores = npt.NDArray[np.float64]

@@ -21,6 +21,7 @@ import os
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
+from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
     activation,
@@ -38,7 +39,6 @@ from strata_engine.kernels.triton.dequant import F32
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import Weight
-from strata_engine.row_reads import Row, RowRead
 
 
 def default_device() -> torch.device:

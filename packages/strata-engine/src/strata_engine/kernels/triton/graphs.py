@@ -27,16 +27,47 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 
 from strata_engine.kernels.base import AttentionMeta
 
-if TYPE_CHECKING:
-    from strata_engine.model import Transformer
+
+class _Ranks(Protocol):
+    @property
+    def active(self) -> bool: ...
+
+
+class _Layer(Protocol):
+    @property
+    def experts(self) -> object: ...
+
+
+class _Config(Protocol):
+    @property
+    def ctx_size(self) -> int: ...
+
+
+class StaticModel(Protocol):
+    """What the static path reads of the engine's model (model.Transformer), stated here so
+    that the kernels import nothing above them: its tensor-parallel ranks, its layers' experts,
+    its context and its forward."""
+
+    @property
+    def tp(self) -> _Ranks: ...
+
+    @property
+    def layers(self) -> Sequence[_Layer]: ...
+
+    @property
+    def cfg(self) -> _Config: ...
+
+    def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]) -> Any: ...
+
 
 SWITCH = "STRATA_CUDA_GRAPHS"  # "1": TritonOps runs decode steps on the static path
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes a step is padded up to
@@ -99,13 +130,13 @@ class DecodeGraphs:
         self.steps: Counter[int] = Counter()  # steps run on the static path, by bucket
 
     @staticmethod
-    def covers(model: Transformer) -> bool:
+    def covers(model: StaticModel) -> bool:
         """Whether the model's forward can run on the static path: not a mixture of experts
         (its routing is read on the host) and not tensor-parallel (ranks exchange per step)."""
         return not model.tp.active and all(layer.experts is None for layer in model.layers)
 
     def forward(
-        self, model: Transformer, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]
+        self, model: StaticModel, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]
     ) -> torch.Tensor | None:
         """The step's hidden states [T, hidden] (after the final norm) from the static path, or
         None where it does not apply: a row of more than one token (T != sequences), more rows
@@ -172,7 +203,7 @@ class DecodeGraphs:
         """The buckets captured as CUDA graphs so far (none without CUDA)."""
         return sorted(self._graphs)
 
-    def run(self, model: Transformer, kv: list[tuple[Any, Any]], b: int) -> torch.Tensor:
+    def run(self, model: StaticModel, kv: list[tuple[Any, Any]], b: int) -> torch.Tensor:
         """The forward over bucket `b`'s buffers, [b, hidden]: what a CUDA graph captures and
         replays (eagerly each step without CUDA)."""
         ids, meta = self.inputs(b)
@@ -185,7 +216,7 @@ class DecodeGraphs:
         return graph[1]
 
     def _capture(
-        self, model: Transformer, kv: list[tuple[Any, Any]], b: int
+        self, model: StaticModel, kv: list[tuple[Any, Any]], b: int
     ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """Bucket `b`'s forward warmed up once (kernels compiled, weights moved, caches made)
         and captured; the capture does not run it (the caller replays)."""

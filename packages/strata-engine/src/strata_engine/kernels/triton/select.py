@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.rows import Row, RowRead, SparseRow, bucket
 from strata_engine.kernels.triton import ieee
-from strata_engine.row_reads import Row, RowRead, SparseRow, bucket
 
 BLOCK = 1024  # columns a step (order-free: no effect on which entries are selected)
 GATHER = 64  # requested ids a step of the gather
