@@ -127,7 +127,7 @@ def test_a_sparse_row_refuses_what_it_was_not_given() -> None:
         sparse.best(33)
     with pytest.raises(NotFetched):
         build_row(sparse, 3, LogprobParams(top_n=3, prompt_top_n=3), prompt=True)  # a rank
-    with pytest.raises(NotFetched):  # a draw the rule sends to full rows
+    with pytest.raises(NotFetched):  # a draw at temperature > 0 the device did not make
         Sampler(SamplingParams(temperature=1.0, seed=1)).sample(sparse)
 
 
@@ -137,7 +137,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
 @pytest.mark.parametrize(
     "request_,prompt_token,samples",
     [
-        (Request((1,), replace(GREEDY, temperature=0.7)), None, True),
+        (Request((1,), replace(GREEDY, temperature=0.7)), None, True),  # no generator given
         (Request((1,), replace(GREEDY, logit_bias=((5, 1.0),))), None, True),
         (Request((1,), replace(GREEDY, presence_penalty=0.5)), None, True),
         (Request((1,), replace(GREEDY, frequency_penalty=0.5)), None, True),
@@ -197,7 +197,7 @@ def _mix() -> list[Request]:
         Request(
             prompt[2:], replace(GREEDY, max_tokens=2), LogprobParams(prompt_logprobs=True, prompt_top_n=4)
         ),
-        Request(prompt, replace(GREEDY, temperature=1.0, seed=11), LogprobParams(top_n=4)),  # full rows
+        Request(prompt, replace(GREEDY, temperature=1.0, seed=11), LogprobParams(top_n=4)),  # drawn there
         Request(prompt[1:], replace(GREEDY, logit_bias=((7, 30.0),)), LogprobParams(top_n=1)),  # full rows
         Request(prompt, replace(GREEDY, allowed_token_ids=(600, 5, 77)), LogprobParams(top_within=(5, 6))),
     ]

@@ -29,7 +29,7 @@ from strata_engine import LLMEngine, Request, SamplingParams
 
 # The documented bounds (docs/gpu.md, "Launches per decode step"): raise them only with the docs.
 MAX_PER_LAYER = 22
-MAX_FIXED = 6  # with the selection of what the host reads of each row (kernels/triton/select.py)
+MAX_FIXED = 7  # with the selection of what the host reads of each row and the draw (select.py, draw.py)
 MAX_SYNCS = 1  # the step's one read of its results back to the host (the logprob rows)
 
 NOT_KERNELS = {
@@ -66,9 +66,17 @@ class Launches(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _decode_step_launches(path: Path, monkeypatch: pytest.MonkeyPatch) -> Launches:
+SAMPLINGS = {
+    "greedy": SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
+    "sampled": SamplingParams(
+        max_tokens=2, temperature=0.8, top_p=0.9, seed=3, ignore_eos=True
+    ),  # drawn on the device
+}
+
+
+def _decode_step_launches(path: Path, monkeypatch: pytest.MonkeyPatch, sampling: SamplingParams) -> Launches:
     engine = LLMEngine(path, device="cuda", kernels="native-limb3", parallel=2)
-    out = engine.add(Request((5, 70, 100, 33), SamplingParams(max_tokens=2, temperature=0, ignore_eos=True)))
+    out = engine.add(Request((5, 70, 100, 33), sampling))
     engine.step()  # the prefill (the interpreter compiles nothing: no warm-up is needed)
     counted = Launches()
     original = interpreter.InterpretedFunction.run
@@ -89,14 +97,15 @@ def _decode_step_launches(path: Path, monkeypatch: pytest.MonkeyPatch) -> Launch
     return counted
 
 
+@pytest.mark.parametrize("sampling", SAMPLINGS)
 @pytest.mark.parametrize("spec", TINY_SPECS[:1], ids=lambda s: s.name)
-def test_a_decode_step_launches_a_bounded_number_of_kernels(tmp_path, monkeypatch, spec) -> None:
+def test_a_decode_step_launches_a_bounded_number_of_kernels(tmp_path, monkeypatch, spec, sampling) -> None:
     counts = {}
     for layers in (1, 2):
         monkeypatch.setattr(tiny_models, "N_LAYERS", layers)
         path = write_tiny_model(tmp_path / f"{layers}.gguf", spec)
         monkeypatch.undo()
-        counts[layers] = _decode_step_launches(path, monkeypatch)
+        counts[layers] = _decode_step_launches(path, monkeypatch, SAMPLINGS[sampling])
     one, two = (sum(counts[n].kernels.values()) for n in (1, 2))
     per_layer, fixed = two - one, 2 * one - two
     detail = f"per layer {per_layer}, fixed {fixed}: {dict(counts[2].kernels)}"

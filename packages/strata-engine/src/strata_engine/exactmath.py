@@ -4,7 +4,8 @@ numpy's and libm's transcendental functions are picked per CPU (SVML on AVX-512,
 code on AVX2 or NEON) and per library version, and may differ in the last bit. These use
 only what IEEE 754 makes exact or correctly rounded everywhere: +, -, *, / on float64
 arrays (numpy never fuses them), rint, ldexp and frexp. They serve the numbers outside the C
-kernels: the RoPE tables, the renormalised values and the sampler's probabilities.
+kernels: the RoPE tables, the renormalised values and the sampler's weights (`draw_weights`, which
+the Triton draw kernel computes with the same operations, kernels/triton/draw.py).
 
 Accuracy against the exactly rounded value (measured in tests/test_exactmath.py): exp and
 log within 2 ulp; sin and cos within 1e-15 absolute for |x| up to 2**20 * pi/2.
@@ -19,10 +20,10 @@ import numpy.typing as npt
 
 F64 = npt.NDArray[np.float64]
 
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k * _LN2_HI is exact for |k| < 2**20
-_LN2_LO = 1.90821492927058770002e-10
-_INV_LN2 = 1.44269504088896338700e00
-_EXP_TAYLOR = [1.0 / math.factorial(n) for n in range(13, -1, -1)]  # 1/13!, ..., 1/1!, 1/0!
+LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k * LN2_HI is exact for |k| < 2**20
+LN2_LO = 1.90821492927058770002e-10
+INV_LN2 = 1.44269504088896338700e00
+EXP_TAYLOR = [1.0 / math.factorial(n) for n in range(13, -1, -1)]  # 1/13!, ..., 1/1!, 1/0!
 # pi/2 in three 33-bit parts: k * part is exact for |k| < 2**20 (Cody-Waite reduction)
 _PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
 _TWO_OVER_PI = 6.36619772367581382433e-01
@@ -41,9 +42,9 @@ def exp(x: npt.ArrayLike) -> F64:
     """e^x; -inf gives 0, overflow gives inf."""
     x = np.asarray(x, dtype=np.float64)
     clipped = np.clip(x, -745.0, 709.7)
-    k = np.rint(clipped * _INV_LN2)
-    r = (clipped - k * _LN2_HI) - k * _LN2_LO  # |r| <= ln2/2: Taylor to r^13 leaves < 1e-17
-    out = np.ldexp(_horner(_EXP_TAYLOR, r), k.astype(np.int64))
+    k = np.rint(clipped * INV_LN2)
+    r = (clipped - k * LN2_HI) - k * LN2_LO  # |r| <= ln2/2: Taylor to r^13 leaves < 1e-17
+    out = np.ldexp(_horner(EXP_TAYLOR, r), k.astype(np.int64))
     return np.where(x > 709.7, np.inf, np.where(x < -745.0, 0.0, out))
 
 
@@ -56,7 +57,7 @@ def log(x: npt.ArrayLike) -> F64:
     e = np.where(small, e - 1, e).astype(np.float64)
     f = (m - 1.0) / (m + 1.0)
     series = _horner([1.0 / n for n in range(23, 0, -2)], f * f)  # 1 + f^2/3 + f^4/5 + ... + f^22/23
-    out = e * _LN2_HI + (e * _LN2_LO + 2.0 * f * series)
+    out = e * LN2_HI + (e * LN2_LO + 2.0 * f * series)
     return np.where(x > 0, out, np.where(x == 0, -np.inf, np.nan))
 
 
@@ -82,8 +83,20 @@ def log_normalize(values: npt.ArrayLike) -> F64:
     return (v - top) - log(total)
 
 
-def softmax(scores: npt.ArrayLike) -> F64:
-    """Probabilities from scores (entries of -inf get 0); sums to 1 up to rounding."""
-    s = np.asarray(scores, dtype=np.float64)
-    p = exp(s - s.max())
-    return p / math.fsum(p.tolist())
+WEIGHT_BITS = 32  # a draw's weight is floor(e^x * 2^32): exact integers, summed in any order
+WEIGHT_CUTOFF = -24.0  # e^-24 * 2^32 < 1: every x below it weighs 0, so exp never goes subnormal
+
+
+def draw_weights(x: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """floor(e^x * 2^WEIGHT_BITS) for scores shifted by their maximum (x <= 0), as int64.
+
+    The sampler draws from these integers, not from float probabilities: their sums are exact in
+    any order, so a device that adds them in parallel draws the CPU's token (sampler.py). An
+    entry below WEIGHT_CUTOFF, -inf or NaN weighs 0; e^x for x in [WEIGHT_CUTOFF, 0] is this
+    module's `exp` (k in [-35, 0]: `ldexp` is one exact multiplication by 2^k).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        live = x >= WEIGHT_CUTOFF
+    scaled = exp(np.where(live, x, 0.0)) * 2.0**WEIGHT_BITS  # times a power of two: exact
+    return np.where(live, np.floor(scaled), 0.0).astype(np.int64)

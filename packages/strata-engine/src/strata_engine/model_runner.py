@@ -131,6 +131,7 @@ class ModelRunner:
             samples=ref.samples and seq.num_generated < seq.request.sampling.max_tokens,
             num_generated=seq.num_generated,
             eog_ids=self.eog_ids,
+            uniform=seq.sampler.uniform.draw,
         )
 
     def follow(self) -> None:

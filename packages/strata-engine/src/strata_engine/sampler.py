@@ -71,7 +71,10 @@ class Sampler:
         Every step is exact or uses exactmath, and the draw is one float64 from the request's
         own generator, so a seed gives the same token on every machine.
         """
-        if isinstance(lp, SparseRow):  # a greedy draw with nothing to process: np.argmax's answer
+        if isinstance(lp, SparseRow):
+            if lp.drawn is not None:  # the device drew it by `draw`'s rule (row_reads.py)
+                return lp.drawn
+            # a greedy draw with nothing to process: np.argmax's answer
             if not samples_sparsely(self.params, len(output_ids), eog_ids):
                 raise NotFetched("this draw reads the whole row, and the device copied back part of it")
             return lp.argmax(self.params.allowed_token_ids or None)
@@ -115,23 +118,36 @@ class Sampler:
         return scores
 
     def draw(self, scores: Scores) -> int:
-        """Greedy at temperature 0; else temperature, top-k, top-p and one seeded draw."""
+        """Greedy at temperature 0; else temperature, top-k, top-p and one seeded draw.
+
+        The draw is made from integer weights (`exactmath.draw_weights`) whose sums are exact in
+        any order: top-p keeps the best ids (weight descending, ties to the lower id) while the
+        weight before each is below top_p of the total, and the token is the first id whose
+        running sum (in id order) passes floor(u * total). The Triton draw kernel computes the
+        same integers (kernels/triton/draw.py), so a device draws the CPU's token. NaN scores are
+        never drawn; a row with no finite maximum falls back to np.argmax (the greedy rule).
+        """
         p = self.params
         if p.temperature <= 0.0:
             return int(np.argmax(scores))  # first maximum: ties go to the lower id
-        scores = scores / p.temperature
-        if 0 < p.top_k < scores.shape[0]:
-            kth = np.partition(scores, -p.top_k)[-p.top_k]
-            scores = np.where(scores < kth, -np.inf, scores)
-        probs = exactmath.softmax(scores)
+        u = self.uniform.draw()  # one draw a step, whatever the row holds
+        s = scores / p.temperature
+        s = np.where(np.isnan(s), -np.inf, s)
+        if 0 < p.top_k < s.shape[0]:
+            kth = np.partition(s, -p.top_k)[-p.top_k]
+            s = np.where(s < kth, -np.inf, s)
+        with np.errstate(invalid="ignore"):  # no finite maximum: -inf - -inf is NaN, weight 0
+            weights = exactmath.draw_weights(s - s.max())
         if p.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            sorted_p = probs[order]
-            keep = np.cumsum(sorted_p) - sorted_p < p.top_p  # cumsum runs in order: exact sequence
+            order = np.argsort(-weights, kind="stable")
+            before = np.cumsum(weights[order]) - weights[order]  # exact integers, < 2^53
+            keep = before < p.top_p * float(weights.sum())
             keep[0] = True
-            probs = np.zeros_like(probs)
-            probs[order[keep]] = sorted_p[keep]
-        cumulative = np.cumsum(probs)
-        u = self.uniform.draw()
-        index = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
-        return min(index, int(np.flatnonzero(probs)[-1]))  # u * total may round up to the total
+            kept = np.zeros(s.shape[0], dtype=bool)
+            kept[order[keep]] = True
+            weights = np.where(kept, weights, 0)
+        total = int(weights.sum())
+        if total == 0:  # no finite maximum: nothing to weigh
+            return int(np.argmax(scores))
+        target = min(int(u * float(total)), total - 1)  # u * total may round up to the total
+        return int(np.searchsorted(np.cumsum(weights), target, side="right"))

@@ -12,7 +12,7 @@ reader cannot see a value that was not copied) and `Row` (either).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,11 +24,25 @@ class NotFetched(LookupError):
 
 
 @dataclass(frozen=True)
+class DeviceDraw:
+    """A draw at temperature > 0 made on the device by the sampler's rule (`Sampler.draw`): the
+    request's temperature, top-k (0: none; at most the selection's K) and top-p, and the next
+    uniform of its generator (taken on the host, so a seed draws the same tokens anywhere)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    u: float
+
+
+@dataclass(frozen=True)
 class RowRead:
-    """What the host reads of one row: its `top` best entries and the values at `ids`."""
+    """What the host reads of one row: its `top` best entries and the values at `ids`, and the
+    token drawn from it on the device when `draw` is set."""
 
     top: int
     ids: tuple[int, ...]  # sorted, distinct
+    draw: DeviceDraw | None = None
 
 
 def bucket(top: int) -> int:
@@ -45,6 +59,7 @@ class SparseRow:
     ids: np.ndarray  # int64, sorted and distinct: every id whose value was copied back
     values: np.ndarray  # fp32 values at `ids` (the row's own bits)
     first_nan: int | None  # the row's lowest NaN id (what np.argmax answers for a full row)
+    drawn: int | None = None  # the token the device drew from this row (RowRead.draw), if any
 
     @classmethod
     def of(
@@ -53,16 +68,24 @@ class SparseRow:
         top: Iterable[tuple[int, float]],
         first_nan: tuple[int, float] | None,
         named: Iterable[tuple[int, float]],
+        drawn: tuple[int, float] | None = None,
     ) -> SparseRow:
-        """A row from the device's best entries, its first NaN (id, value) and named values."""
+        """A row from the device's best entries, its first NaN (id, value), named values and
+        the device's draw (id, value; id -1: the row had no finite maximum to draw from, and
+        the draw is the greedy rule's, `argmax`, as on the host)."""
         top = tuple(top)
         pairs = dict(named)
         pairs.update(top)
         if first_nan is not None:
             pairs[first_nan[0]] = first_nan[1]
+        if drawn is not None and drawn[0] >= 0:
+            pairs[drawn[0]] = drawn[1]
         ids = np.array(sorted(pairs), dtype=np.int64)
         values = np.array([pairs[i] for i in ids.tolist()], dtype=np.float32)
-        return cls(vocab, top, ids, values, None if first_nan is None else first_nan[0])
+        row = cls(vocab, top, ids, values, None if first_nan is None else first_nan[0])
+        if drawn is None:
+            return row
+        return replace(row, drawn=drawn[0] if drawn[0] >= 0 else row.argmax())
 
     def take(self, ids: Iterable[int]) -> np.ndarray:
         """fp32 values at `ids` (in that order), as a full row's `lp[ids]`; NotFetched if any

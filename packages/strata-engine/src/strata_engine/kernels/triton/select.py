@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.rows import Row, RowRead, SparseRow, bucket
-from strata_engine.kernels.triton import ieee
+from strata_engine.kernels.triton import draw, ieee
 
 BLOCK = 1024  # columns a step (order-free: no effect on which entries are selected)
 GATHER = 64  # requested ids a step of the gather
@@ -46,7 +46,7 @@ def _keys(x, at, V, NEG_INF_KEY: tl.constexpr, KEY_MIN: tl.constexpr):
     return tl.where(at < V, key64, KEY_MIN)
 
 
-@triton.jit(do_not_specialize=["S", "V", "M"])
+@triton.jit(do_not_specialize=["S", "V", "M", "W"])
 def _select_kernel(
     x_ptr,
     rows_ptr,
@@ -55,6 +55,7 @@ def _select_kernel(
     S,
     V,
     M,
+    W,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
     GATHER: tl.constexpr,
@@ -66,7 +67,7 @@ def _select_kernel(
     live = (p < S)[:, None]  # [ROWS, 1]
     src = tl.load(rows_ptr + p, mask=p < S, other=0)
     row = x_ptr + src.to(tl.int64)[:, None] * V
-    out = out_ptr + p.to(tl.int64)[:, None] * (2 * K + 2 + M)
+    out = out_ptr + p.to(tl.int64)[:, None] * W
     cols = tl.arange(0, BLOCK)[None, :]
     ks = tl.arange(0, K)[None, :]
     best = tl.full([ROWS, K], KEY_MIN, tl.int64)
@@ -109,10 +110,10 @@ def _select_kernel(
         tl.store(out + 2 * K + 2 + mi, got.to(tl.int32, bitcast=True), mask=wanted)
 
 
-def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor) -> torch.Tensor:
+def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor, extra: int = 0) -> torch.Tensor:
     """For each row index in `rows` [S] of fp32 `lp` [R, V]: the packed selection (module
     docstring) of that row's `k` best entries (k a power of two, 2..BLOCK) and its values at
-    `want` [S, M] int32 (-1: padding)."""
+    `want` [S, M] int32 (-1: padding), and `extra` columns left for the draw (draw.py)."""
     assert k >= 2 and k & (k - 1) == 0 and k <= BLOCK, "k: a power of two from 2 to BLOCK"
     lp = lp.float().contiguous()
     vocab = lp.shape[1]
@@ -120,10 +121,10 @@ def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor) -> 
     want = want.to(lp.device, torch.int32).contiguous()
     assert want.shape[0] == rows.shape[0]
     n, m = want.shape
-    out = torch.empty((n, 2 * k + 2 + m), dtype=torch.int32, device=lp.device)
+    out = torch.empty((n, 2 * k + 2 + m + extra), dtype=torch.int32, device=lp.device)
     if n:
         _select_kernel[(triton.cdiv(n, ROWS),)](
-            lp, rows, want, out, n, vocab, m, K=k, BLOCK=BLOCK, GATHER=GATHER, ROWS=ROWS,
+            lp, rows, want, out, n, vocab, m, out.shape[1], K=k, BLOCK=BLOCK, GATHER=GATHER, ROWS=ROWS,
             NEG_INF_KEY=NEG_INF_KEY, KEY_MIN=KEY_MIN, **ieee.LAUNCH,
         )  # fmt: skip
     return out
@@ -145,7 +146,8 @@ def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row],
     """The host's rows of fp32 log-probabilities `lp` [R, V] on the device, read as `reads` asks
     (row_reads.read_for; None: the whole row), in one copy back; and the bytes that copy moved.
 
-    A full row comes back as an fp32 numpy row, any other as a `SparseRow` of the selection."""
+    A full row comes back as an fp32 numpy row, any other as a `SparseRow` of the selection, with
+    the token the device drew from it where its read asks for a draw (draw.py)."""
     if not reads:
         return [], 0
     vocab = lp.shape[1]
@@ -156,13 +158,20 @@ def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row],
         parts.append(
             (lp if len(full) == len(reads) else lp[torch.tensor(full, device=lp.device)]).view(torch.int32)
         )
+    draws = [(j, i, r.draw) for j, (i, r) in enumerate(sparse) if r.draw is not None]
     if sparse:
         k = bucket(max(r.top for _, r in sparse))
         want = np.full((len(sparse), max(1, *(len(r.ids) for _, r in sparse))), -1, dtype=np.int32)
         for j, (_, r) in enumerate(sparse):
             want[j, : len(r.ids)] = r.ids
         rows = torch.tensor([i for i, _ in sparse], dtype=torch.int64)
-        parts.append(select(lp, rows, k, torch.from_numpy(want)))
+        picked = select(lp, rows, k, torch.from_numpy(want), extra=2 if draws else 0)
+        parts.append(picked)
+        if draws:  # each draw's top-k cut is the k-th best value its selection listed
+            width = picked.shape[1]
+            kth_at = [j * width + k + d.top_k - 1 if 0 < d.top_k < vocab else -1 for j, _, d in draws]
+            out_at = [j * width + width - 2 for j, _, _ in draws]  # its row's last two columns
+            draw.draw(lp, [i for _, i, _ in draws], kth_at, [d for _, _, d in draws], picked, out_at)
     flat = parts[0].reshape(-1) if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
     host = flat.cpu().numpy()  # the step's one copy back
     out: list[Row] = [np.empty(0, np.float32)] * len(reads)
@@ -181,5 +190,6 @@ def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row],
                 zip(top_ids[j, :n].tolist(), top_values[j, :n].tolist(), strict=True),
                 None if nan < 0 else (nan, float(nan_values[j])),
                 zip(r.ids, got[j, : len(r.ids)].tolist(), strict=True),
+                None if r.draw is None else (int(packed[j, -2]), float(packed[j, -1:].view(np.float32)[0])),
             )
     return out, host.nbytes
