@@ -11,7 +11,7 @@ therefore runs the CPU engine on the same host beside the GPU one and compares e
     type the integer kernels read, 1 and many rows; norm, RoPE, SwiGLU, attention, log-softmax);
 (b) models: a SmolLM2-shaped Q4_1 file and a Q4_K_M-style one (random weights, written here), on
     both devices, requests alone and batched: GPU rows == CPU rows (prompt log-probabilities,
-    top-20 and a fixed sample of named ids at every position, one seeded temperature-1 request);
+    top-20 and a fixed sample of named ids at every position, one seeded request drawn on the device);
     then decode on CUDA graphs (STRATA_CUDA_GRAPHS) with requests ending at different steps, so
     the batch crosses bucket sizes: GPU rows == CPU rows, and every bucket was captured;
 (c) speed (8B shape; --size): a device-to-device copy as the bandwidth bound, every batch size
@@ -420,8 +420,8 @@ def requests_for(
     shape: Shape, n: int, longest: int, max_tokens: int, seed: int, vary: bool = False
 ) -> list[Any]:
     """`n` greedy requests with prompt rows, top-20 and named ids; `vary`: their max_tokens run
-    1..max_tokens (a batch that shrinks step by step) and the first samples at temperature 1 from a
-    seed (its whole row comes back to the host; the others' selected entries only)."""
+    1..max_tokens (a batch that shrinks step by step) and the first samples every token at
+    temperature 1, top-p 0.9 from a seed (drawn on the device by the sampler's rule, draw.py)."""
     import random
 
     from strata_engine import LogprobParams, Request, SamplingParams
@@ -432,8 +432,9 @@ def requests_for(
         Request(
             tuple(rnd.randrange(shape.vocab - 3) for _ in range(rnd.randint(3, longest))),
             SamplingParams(
-                max_tokens=1 + i % max_tokens if vary else max_tokens,
+                max_tokens=1 + (i - 1) % max_tokens if vary and i else max_tokens,
                 temperature=1.0 if vary and i == 0 else 0.0,
+                top_p=0.9 if vary and i == 0 else 1.0,
                 seed=seed,
                 ignore_eos=True,
             ),

@@ -96,7 +96,9 @@ def draw_weights(x: npt.ArrayLike) -> npt.NDArray[np.int64]:
     module's `exp` (k in [-35, 0]: `ldexp` is one exact multiplication by 2^k).
     """
     x = np.asarray(x, dtype=np.float64)
+    flat = x.reshape(-1)
     with np.errstate(invalid="ignore"):
-        live = x >= WEIGHT_CUTOFF
-    scaled = exp(np.where(live, x, 0.0)) * 2.0**WEIGHT_BITS  # times a power of two: exact
-    return np.where(live, np.floor(scaled), 0.0).astype(np.int64)
+        live = np.flatnonzero(flat >= WEIGHT_CUTOFF)  # in a real row, few: exp runs on those only
+    weights = np.zeros(flat.shape, dtype=np.int64)
+    weights[live] = np.floor(exp(flat[live]) * 2.0**WEIGHT_BITS)  # times a power of two: exact
+    return weights.reshape(x.shape)
