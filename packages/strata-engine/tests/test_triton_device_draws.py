@@ -17,22 +17,46 @@ from pathlib import Path
 import numpy as np
 import pytest
 import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
-from triton_setup import on
+from triton_setup import engine_on, on
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
+import triton
+import triton.language as tl
 from gguf import GGMLQuantizationType as QT
 from tiny_arch_models import ARCH_SPECS, write_arch_model
 
-from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+from strata_engine import LogprobParams, Request, SamplingParams, exactmath
 from strata_engine.kernels.rows import DeviceDraw, RowRead
-from strata_engine.kernels.triton import select
+from strata_engine.kernels.triton import draw, ieee, select
 from strata_engine.row_reads import read_for
 from strata_engine.sampler import Sampler, Uniform
 
 VOCAB = 700
+
+
+@triton.jit
+def _exp_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + at, draw.exp(tl.load(x_ptr + at, mask=at < N, other=0.0)), mask=at < N)
+
+
+def test_the_kernels_exp_is_exactmaths_bit_for_bit() -> None:
+    """The weights' exp, operation by operation: k rounded by truncation, or a constant rounded to
+    fp32, changes some of these bits (a draw would show it only rarely). A fused multiply-add in
+    float64 would not show here (the interpreter's float64 fma rounds twice): on a GPU the
+    launch's `enable_fp_fusion=False` rules it out."""
+    rng = np.random.default_rng(3)
+    edges = -(np.arange(36) + 0.5) * np.log(2)  # where k steps
+    x = np.concatenate([rng.uniform(exactmath.WEIGHT_CUTOFF, 0.0, 20000), edges, np.nextafter(edges, 0),
+                        [0.0, -0.0, exactmath.WEIGHT_CUTOFF, -1e-300, -2.0**-60]])  # fmt: skip
+    x = x[x >= exactmath.WEIGHT_CUTOFF]
+    out = on(np.zeros_like(x))
+    _exp_kernel[(triton.cdiv(x.size, 1024),)](on(x), out, x.size, BLOCK=1024, **ieee.LAUNCH)
+    got = out.cpu().numpy()
+    assert got.view(np.int64).tolist() == exactmath.exp(x).view(np.int64).tolist()
 
 
 class Fixed:
@@ -176,16 +200,9 @@ def _sampled() -> list[Request]:
     ]
 
 
-def _engine(path: Path, device: str) -> LLMEngine:
-    kw = {"num_threads": 2} if device == "cpu" else {}
-    return LLMEngine(
-        path, device=device, kernels="native", parallel=8, prefix_cache=False, kv_cache_mb=16, **kw
-    )
-
-
 def test_sampled_requests_on_the_device_give_the_cpu_engines_events(model) -> None:
-    cpu = _engine(model, "cpu").generate_batch(_sampled())
-    engine = _engine(model, "cuda")
+    cpu = engine_on(model, "cpu").generate_batch(_sampled())
+    engine = engine_on(model, "cuda")
     reads: list[RowRead | None] = []
     read_rows = engine.ops.read_rows
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
-from triton_setup import on
+from triton_setup import engine_on, on
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
@@ -26,7 +26,7 @@ pytest.importorskip(
 from gguf import GGMLQuantizationType as QT
 from tiny_arch_models import ARCH_SPECS, write_arch_model
 
-from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+from strata_engine import LogprobParams, Request, SamplingParams
 from strata_engine.kernels.rows import NotFetched, RowRead, SparseRow
 from strata_engine.kernels.triton import select
 from strata_engine.logprobs import best_first, build_row, top_n
@@ -203,16 +203,9 @@ def _mix() -> list[Request]:
     ]
 
 
-def _engine(path: Path, device: str) -> LLMEngine:
-    kw = {"num_threads": 2} if device == "cpu" else {}
-    return LLMEngine(
-        path, device=device, kernels="native", parallel=8, prefix_cache=False, kv_cache_mb=16, **kw
-    )
-
-
 def test_the_engine_on_the_device_gives_the_cpu_engines_events(model) -> None:
-    cpu = _engine(model, "cpu").generate_batch(_mix())
-    gpu_engine = _engine(model, "cuda")
+    cpu = engine_on(model, "cpu").generate_batch(_mix())
+    gpu_engine = engine_on(model, "cuda")
     assert gpu_engine.runner.sparse
     reads: list[bool] = []
     read_rows = gpu_engine.ops.read_rows
@@ -231,7 +224,7 @@ def test_the_engine_on_the_device_gives_the_cpu_engines_events(model) -> None:
 def test_greedy_rows_copy_back_a_fraction_of_a_full_row(model) -> None:
     """Counted on the backend (bytes copied back), not timed: two top-20 greedy rows."""
     request = Request((12, 500, 33), replace(GREEDY, max_tokens=2), LogprobParams(top_n=20))
-    engine = _engine(model, "cuda")
+    engine = engine_on(model, "cuda")
     copied, events = {}, {}
     for sparse in (False, True):
         engine.runner.sparse = sparse

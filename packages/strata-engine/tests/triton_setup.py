@@ -6,6 +6,7 @@ first; `DEVICE` is where the kernels run (the CPU under the interpreter)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,10 +19,20 @@ pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
+from strata_engine import LLMEngine
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton.backend import default_device
 
 DEVICE = default_device()
+
+
+def engine_on(path: Path, device: str) -> LLMEngine:
+    """An fp32-mode engine on `device` ("cpu": the C kernels, the reference; "cuda": Triton) for
+    comparing one device's events with the other's: no prefix cache, room for 8 sequences."""
+    kw = {"num_threads": 2} if device == "cpu" else {}
+    return LLMEngine(
+        path, device=device, kernels="native", parallel=8, prefix_cache=False, kv_cache_mb=16, **kw
+    )
 
 
 def on(t: torch.Tensor | np.ndarray) -> torch.Tensor:

@@ -59,11 +59,10 @@ C0: tl.constexpr = C[13]
 
 
 @triton.jit
-def _weights(s, m):
-    """exactmath.draw_weights(s - m): floor(e^x * 2^32) as int64, 0 below CUTOFF (and for NaN)."""
-    x = s - m
-    live = x >= CUTOFF
-    x = tl.where(live, x, 0.0)
+def exp(x):
+    """exactmath.exp for x in [WEIGHT_CUTOFF, 0], float64, operation by operation: k = rint(x /
+    ln2) (by adding and subtracting 1.5 * 2^52), r by Cody-Waite, Taylor to degree 13 by Horner
+    (a multiply, then an add: no FMA), times 2^k (k in [-35, 0]: one exact multiplication)."""
     k = (x * INV_LN2 + ROUND) - ROUND
     r = (x - k * LN2_HI) - k * LN2_LO
     e = tl.full(r.shape, C13, tl.float64)
@@ -80,8 +79,16 @@ def _weights(s, m):
     e = e * r + C2
     e = e * r + C1
     e = e * r + C0
-    two_k = ((k.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)  # k in [-35, 0]: normal
-    w = ((e * two_k) * SCALE).to(tl.int64)  # exact products; truncation is floor (w >= 0)
+    two_k = ((k.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
+    return e * two_k
+
+
+@triton.jit
+def _weights(s, m):
+    """exactmath.draw_weights(s - m): floor(e^x * 2^32) as int64, 0 below CUTOFF (and for NaN)."""
+    x = s - m
+    live = x >= CUTOFF
+    w = (exp(tl.where(live, x, 0.0)) * SCALE).to(tl.int64)  # exact product; truncation is floor
     return tl.where(live, w, 0)
 
 
