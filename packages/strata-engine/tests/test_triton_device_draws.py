@@ -130,6 +130,44 @@ def test_the_device_draws_the_samplers_token(case) -> None:
         assert len(set(want[:3])) > 1 or len({*want}) > 2, "the case draws different tokens"
 
 
+def _edges(row: np.ndarray, params: SamplingParams, n: int) -> list[float]:
+    """Pairs of adjacent doubles u where the host's draw from `row` changes (n of them, found by
+    bisection): at each, floor(u * total) steps onto a running sum, so a draw that compares with
+    >= where the rule says >, or whose weights differ by one, draws another token on one side."""
+    grid = np.linspace(0.0, 1.0 - 2.0**-53, 64)
+    tokens = [_host(row, params, float(u)) for u in grid]
+    out: list[float] = []
+    for lo, hi, a, b in zip(grid, grid[1:], tokens, tokens[1:], strict=False):
+        if a == b:
+            continue
+        lo, hi = float(lo), float(hi)
+        while np.nextafter(lo, 1.0) < hi:
+            mid = lo + (hi - lo) / 2
+            lo, hi = (mid, hi) if _host(row, params, mid) == a else (lo, mid)
+        out += [lo, hi]
+        if len(out) >= 2 * n:
+            break
+    return out
+
+
+@pytest.mark.parametrize(
+    "row,case",
+    [(6, (1.0, 0, 1.0)), (0, (1.0, 0, 1.0)), (0, (0.7, 0, 0.9)), (2, (1.0, 5, 0.8)), (7, (1.0, 0, 0.5))],
+    ids=["certain", "every-id", "top-p-listed", "top-k-ties", "top-p-wide"],
+)
+def test_the_draw_changes_token_where_the_sampler_does(row, case) -> None:
+    temperature, top_k, top_p = case
+    lp = _rows()[row]
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    us = _edges(lp, params, 4) if row != 6 else [0.0, 0.5, 1.0 - 2.0**-53]
+    want = [_host(lp, params, u) for u in us]
+    got = _device(
+        np.repeat(lp[None], len(us), axis=0), [DeviceDraw(temperature, top_k, top_p, u) for u in us]
+    )
+    assert got == want
+    assert row == 6 or len(set(want)) > 1
+
+
 def test_the_draws_spread_as_the_sampler_s_do() -> None:
     """Many draws from one row: every one equal, and spread over many ids (not one token)."""
     lp = np.repeat(_rows()[:1], 48, axis=0)

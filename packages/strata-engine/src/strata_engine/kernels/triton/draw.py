@@ -8,18 +8,22 @@ Horner, times 2^k; no FMA: kernels launch with `enable_fp_fusion=False`) and the
 rule for top-k, top-p and the draw:
 
 - scores s = lp / temperature (float64, correctly rounded), NaN as -inf; top-k: s below the
-  k-th best (from the selection's listing, select.py) is -inf;
+  k-th best is -inf; the row's maximum and k-th best are read from its selection (select.py);
 - top-p keeps the best ids (weight descending, ties to the lower id) while the weight before
   each is below top_p * total: every id heavier than c, and the first ids (by id) of weight c,
-  where c is the least weight whose heavier ids sum below top_p * total (a binary search over
-  the weights' range, one pass a step);
-- the token is the first id whose running sum passes floor(u * total), u the request's own
-  uniform, taken on the host (row_reads.py).
+  where c is the least weight whose heavier ids sum below top_p * total;
+- the token is the first id whose running sum (in id order) passes floor(u * total), u the
+  request's own uniform, taken on the host (row_reads.py).
 
-One program a row; each pass runs over the row in blocks of BLOCK. The output is one int32
-pair of int32 a row, written where the caller says (the last two columns of the row's selection,
-so the step still copies back once): the drawn id (-1: the row has no finite maximum; the host
-applies the greedy rule, as the sampler does) and the bits of its fp32 log-probability.
+One program a row, and one pass over the row in blocks of BLOCK: the total weight and each
+block's. Then without top-p, the block where the running sum passes the target is weighed again
+to find the id. With top-p, when the ids heavier than the selection's lightest are all listed
+and weigh at least top_p * total (a peaked row: checked exactly, by their sum), c and the draw
+come from the K listed ids alone; else c is found by a binary search over the weights' range
+(34 more passes: 33 steps and c's own sum) and the draw by two more. The result is a pair of
+int32 a row, written in the last two columns of the row's selection (so the step still copies
+back once): the drawn id (-1: the row has no finite maximum; the host applies the greedy rule,
+as the sampler does) and the bits of its fp32 log-probability.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from strata_engine.kernels.rows import DeviceDraw
 from strata_engine.kernels.triton import ieee
 
 BLOCK = 1024  # columns a step: sums of integers, so no effect on the draw
+CHUNKS = 512  # blocks a row may have (a vocabulary of up to 524,288 ids): their sums are kept
 SEARCH_STEPS = exactmath.WEIGHT_BITS + 1  # halvings of [1, 2^32]: the top-p weight c is found
 # exactmath's constants as constexprs (Python floats: Triton makes them float64 constants exactly)
 CUTOFF: tl.constexpr = exactmath.WEIGHT_CUTOFF
@@ -119,6 +124,24 @@ def _kept(w, c, gc, j, p):
     return (w > c) | ((w == c) & ((before == 0) | (before.to(tl.float64) < p)))
 
 
+@triton.jit
+def _draw_in_list(ids, lw, listed, c_none, p, u, V):
+    """The top-p draw from the listing alone, when every id heavier than its lightest is listed
+    and they weigh at least p (so c, the whole of c's group and every kept id are listed): the
+    kernel's rules on K ids, K x K comparisons instead of passes over the row."""
+    heavier = tl.sum(tl.where(lw[None, :] > lw[:, None], lw[None, :], 0), axis=1)  # G(lw_i)
+    wl = tl.min(tl.where(listed, lw, c_none), axis=0)
+    c = tl.min(tl.where(listed & (lw > wl) & (heavier.to(tl.float64) < p), lw, c_none), axis=0)
+    gc = tl.sum(tl.where(lw > c, lw, 0), axis=0)
+    of_c = listed & (lw == c)
+    j = tl.sum((of_c[None, :] & (ids[None, :] < ids[:, None])).to(tl.int64), axis=1)
+    kw = tl.where(listed & _kept(lw, c, gc, j, p), lw, 0)
+    total = tl.sum(kw, axis=0)
+    target = tl.minimum((u * total.to(tl.float64)).to(tl.int64), total - 1)
+    before = tl.sum(tl.where(ids[None, :] < ids[:, None], kw[None, :], 0), axis=1)  # in id order
+    return tl.min(tl.where((kw > 0) & (before + kw > target), ids, V), axis=0)
+
+
 @triton.jit(do_not_specialize=["V"])
 def _draw_kernel(
     lp_ptr,
@@ -126,35 +149,60 @@ def _draw_kernel(
     ints_ptr,
     floats_ptr,
     V,
+    K: tl.constexpr,
     BLOCK: tl.constexpr,
+    CHUNKS: tl.constexpr,
     SEARCH_STEPS: tl.constexpr,
 ):
     d = tl.program_id(0)
-    src = tl.load(ints_ptr + 3 * d)  # the row of lp
-    kth_at = tl.load(ints_ptr + 3 * d + 1)  # where the selection holds the k-th best (-1: no cut)
-    out_at = tl.load(ints_ptr + 3 * d + 2)  # where the draw goes
+    src = tl.load(ints_ptr + 4 * d)  # the row of lp
+    at_sel = tl.load(ints_ptr + 4 * d + 1)  # where the row's selection starts in `sel`
+    top_k = tl.load(ints_ptr + 4 * d + 2)  # 0: no cut
+    out_at = tl.load(ints_ptr + 4 * d + 3)  # where the draw goes
     t = tl.load(floats_ptr + 3 * d)
     top_p = tl.load(floats_ptr + 3 * d + 1)
     u = tl.load(floats_ptr + 3 * d + 2)
     row = lp_ptr + src * V
     cols = tl.arange(0, BLOCK)
-    kth32 = tl.load(sel_ptr + tl.maximum(kth_at, 0)).to(tl.float32, bitcast=True)
-    kth = kth32.to(tl.float64) / t
-    kth = tl.where((kth_at < 0) | (kth != kth), float("-inf"), kth)
-    # the maximum, then the total weight
-    m = tl.full([], float("-inf"), tl.float64)
-    for v0 in range(0, V, BLOCK):
-        m = tl.maximum(m, tl.max(_scores(row, v0 + cols, V, t, kth), axis=0))
+    chunk = tl.arange(0, CHUNKS)
+    c_none = tl.full([], 4294967296, tl.int64)  # 2^32: the heaviest weight (p = 0 keeps the best)
+    # the selection: the row's K best (ids, value bits); the k-th best is the top-k cut
+    ks = tl.arange(0, K)
+    ids = tl.load(sel_ptr + at_sel + ks).to(tl.int64)
+    listed = ids >= 0
+    lv = tl.load(sel_ptr + at_sel + K + ks).to(tl.float32, bitcast=True)
+    kth = tl.sum(tl.where(ks == top_k - 1, lv, 0.0), axis=0).to(tl.float64) / t  # one term
+    kth = tl.where((top_k <= 0) | (kth != kth), float("-inf"), kth)
+    s_list = tl.where(listed, lv.to(tl.float64) / t, float("-inf"))
+    s_list = tl.where((s_list != s_list) | (s_list < kth), float("-inf"), s_list)
+    m = tl.max(s_list, axis=0)  # the row's maximum is listed
+    lw = tl.where(listed, _weights(s_list, m), 0)
+    wl = tl.min(tl.where(listed, lw, c_none), axis=0)
+    listed_above = tl.sum(tl.where(lw > wl, lw, 0), axis=0)
+    # one pass: the total weight, each block's, and the weight above the listing's lightest
     total = tl.zeros([], tl.int64)
+    above = tl.zeros([], tl.int64)
+    sums = tl.zeros([CHUNKS], tl.int64)
     for v0 in range(0, V, BLOCK):
-        total += tl.sum(_weights(_scores(row, v0 + cols, V, t, kth), m), axis=0)
-    # top-p: c, the least weight whose heavier ids weigh below p (c = 0: every id is kept)
+        w = _weights(_scores(row, v0 + cols, V, t, kth), m)
+        block_sum = tl.sum(w, axis=0)
+        sums = tl.where(chunk == v0 // BLOCK, block_sum, sums)
+        total += block_sum
+        above += tl.sum(tl.where(w > wl, w, 0), axis=0)
     p = top_p * total.to(tl.float64)
-    c = tl.zeros([], tl.int64)
-    gc = tl.zeros([], tl.int64)
-    if top_p < 1.0:
+    drawn = tl.full([], -1, tl.int64)
+    if top_p >= 1.0:  # every id kept: the block whose running sum passes the target, then the id
+        target = tl.minimum((u * total.to(tl.float64)).to(tl.int64), total - 1)
+        at_block = tl.min(tl.where(tl.cumsum(sums, axis=0) > target, chunk, CHUNKS), axis=0)
+        running = tl.sum(tl.where(chunk < at_block, sums, 0), axis=0)
+        at = at_block * BLOCK + cols
+        w = _weights(_scores(row, at, V, t, kth), m)
+        drawn = tl.min(tl.where(running + tl.cumsum(w, axis=0) > target, at, V), axis=0)
+    elif (p > 0.0) & (above == listed_above) & (above.to(tl.float64) >= p):
+        drawn = _draw_in_list(ids, lw, listed, c_none, p, u, V)
+    else:  # top-p beyond the listing: c by a binary search over the weights, one pass a step
         lo = tl.full([], 1, tl.int64)
-        hi = tl.full([], 4294967296, tl.int64)
+        hi = c_none
         for _ in range(SEARCH_STEPS):
             mid = (lo + hi) // 2
             below = _heavier(row, V, t, kth, m, mid, BLOCK).to(tl.float64) < p
@@ -170,23 +218,19 @@ def _draw_kernel(
             j = j0 + tl.cumsum(of_c, axis=0) - of_c
             kept_total += tl.sum(tl.where(_kept(w, c, gc, j, p), w, 0), axis=0)
             j0 += tl.sum(of_c, axis=0)
-        total = kept_total
-    # the draw: the first id whose running sum passes floor(u * total)
-    target = tl.minimum((u * total.to(tl.float64)).to(tl.int64), total - 1)
-    drawn = tl.full([], -1, tl.int64)
-    running = tl.zeros([], tl.int64)
-    j0 = tl.zeros([], tl.int64)
-    for v0 in range(0, V, BLOCK):
-        at = v0 + cols
-        w = _weights(_scores(row, at, V, t, kth), m)
-        of_c = (w == c).to(tl.int64)
-        j = j0 + tl.cumsum(of_c, axis=0) - of_c
-        w = tl.where(_kept(w, c, gc, j, p), w, 0)
-        past = running + tl.cumsum(w, axis=0) > target
-        hit = tl.min(tl.where(past, at, V), axis=0)
-        drawn = tl.where((drawn < 0) & (hit < V), hit, drawn)
-        running += tl.sum(w, axis=0)
-        j0 += tl.sum(of_c, axis=0)
+        target = tl.minimum((u * kept_total.to(tl.float64)).to(tl.int64), kept_total - 1)
+        running = tl.zeros([], tl.int64)
+        j0 = tl.zeros([], tl.int64)
+        for v0 in range(0, V, BLOCK):
+            at = v0 + cols
+            w = _weights(_scores(row, at, V, t, kth), m)
+            of_c = (w == c).to(tl.int64)
+            j = j0 + tl.cumsum(of_c, axis=0) - of_c
+            w = tl.where(_kept(w, c, gc, j, p), w, 0)
+            hit = tl.min(tl.where(running + tl.cumsum(w, axis=0) > target, at, V), axis=0)
+            drawn = tl.where((drawn < 0) & (hit < V), hit, drawn)
+            running += tl.sum(w, axis=0)
+            j0 += tl.sum(of_c, axis=0)
     drawn = tl.where(total > 0, drawn, -1)
     value = tl.load(row + tl.maximum(drawn, 0))
     tl.store(sel_ptr + out_at, drawn.to(tl.int32))
@@ -194,22 +238,21 @@ def _draw_kernel(
 
 
 def draw(
-    lp: torch.Tensor,
-    rows: list[int],
-    kth_at: list[int],
-    draws: list[DeviceDraw],
-    sel: torch.Tensor,
-    out_at: list[int],
+    lp: torch.Tensor, rows: list[int], draws: list[DeviceDraw], sel: torch.Tensor, k: int, at: list[int]
 ) -> None:
     """Draw one token from each row `rows[i]` of fp32 log-probabilities `lp` [R, V] by `draws[i]`
-    (module docstring). `sel` is the step's int32 selection (select.py): `kth_at[i]` is where it
-    holds that row's k-th best value's bits (-1: no top-k cut), and the draw's (id, value bits)
-    are written at `out_at[i]`, `out_at[i] + 1` (flat offsets)."""
+    (module docstring). `sel` is the step's selection (select.py: the `k` best ids and their
+    values' bits first, two columns left at the end of each row); row `at[i]` of it is row
+    `rows[i]`'s, and the draw's (id, value bits) are written in its last two columns."""
     if not rows:
         return
-    ints = torch.tensor([v for row in zip(rows, kth_at, out_at, strict=True) for v in row], dtype=torch.int64)
-    floats = torch.tensor([v for d in draws for v in (d.temperature, d.top_p, d.u)], dtype=torch.float64)
+    vocab, width = lp.shape[1], sel.shape[1]
+    assert vocab <= CHUNKS * BLOCK, f"a vocabulary of at most {CHUNKS * BLOCK} ids"
+    ints = [(row, j * width, d.top_k if d.top_k < vocab else 0, j * width + width - 2)
+            for row, d, j in zip(rows, draws, at, strict=True)]  # fmt: skip
+    floats = [(d.temperature, d.top_p, d.u) for d in draws]
     _draw_kernel[(len(rows),)](
-        lp, sel.view(-1), ints.to(lp.device), floats.to(lp.device), lp.shape[1],
-        BLOCK=BLOCK, SEARCH_STEPS=SEARCH_STEPS, **ieee.LAUNCH,
+        lp, sel.view(-1), torch.tensor(ints, dtype=torch.int64).to(lp.device),
+        torch.tensor(floats, dtype=torch.float64).to(lp.device), vocab,
+        K=k, BLOCK=BLOCK, CHUNKS=CHUNKS, SEARCH_STEPS=SEARCH_STEPS, **ieee.LAUNCH,
     )  # fmt: skip

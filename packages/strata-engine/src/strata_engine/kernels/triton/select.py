@@ -167,11 +167,10 @@ def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row],
         rows = torch.tensor([i for i, _ in sparse], dtype=torch.int64)
         picked = select(lp, rows, k, torch.from_numpy(want), extra=2 if draws else 0)
         parts.append(picked)
-        if draws:  # each draw's top-k cut is the k-th best value its selection listed
-            width = picked.shape[1]
-            kth_at = [j * width + k + d.top_k - 1 if 0 < d.top_k < vocab else -1 for j, _, d in draws]
-            out_at = [j * width + width - 2 for j, _, _ in draws]  # its row's last two columns
-            draw.draw(lp, [i for _, i, _ in draws], kth_at, [d for _, _, d in draws], picked, out_at)
+        if draws:  # from the row and its selection (its maximum, its k-th best, its K best)
+            draw.draw(
+                lp, [i for _, i, _ in draws], [d for _, _, d in draws], picked, k, [j for j, _, _ in draws]
+            )
     flat = parts[0].reshape(-1) if len(parts) == 1 else torch.cat([p.reshape(-1) for p in parts])
     host = flat.cpu().numpy()  # the step's one copy back
     out: list[Row] = [np.empty(0, np.float32)] * len(reads)
