@@ -99,6 +99,9 @@ CASES = [  # (temperature, top_k, top_p)
     (1.0, 0, 1e-6),
     (1.0, 0, 0.0),  # below the API's range (0, 1]: the best id is kept, as on the host
     (0.8, VOCAB, 0.7),  # a top-k as wide as the vocabulary cuts nothing
+    (5e-324, 0, 1.0),  # the least temperature: every score but a 0.0 overflows to -inf
+    (1e-300, 3, 0.9),
+    (1e300, 0, 0.5),  # every weight within one of 2^32
 ]
 
 
