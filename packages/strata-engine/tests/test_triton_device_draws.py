@@ -197,7 +197,6 @@ def test_the_rule_takes_the_uniform_once_and_only_for_a_device_draw() -> None:
     assert len(taken) == 1
     full_rows = [
         replace(sampled, top_k=65),  # beyond the selection's K
-        replace(sampled, allowed_token_ids=(3, 4)),
         replace(sampled, logit_bias=((3, 1.0),)),
         replace(sampled, presence_penalty=0.5),
         replace(sampled, min_tokens=2),  # eos still blocked
@@ -205,6 +204,9 @@ def test_the_rule_takes_the_uniform_once_and_only_for_a_device_draw() -> None:
     for params in full_rows:
         assert read_for(Request((1,), params, lp), prompt_token=None, samples=True, num_generated=0,
                         eog_ids=(2,), uniform=uniform) is None  # fmt: skip
+    among = Request((1,), replace(sampled, allowed_token_ids=(4, 3)), lp)  # the host draws from their values
+    read = read_for(among, prompt_token=None, samples=True, num_generated=0, eog_ids=(2,), uniform=uniform)
+    assert read == RowRead(3, (3, 4, 7))
     wide = Request((1,), sampled, LogprobParams(top_n=65))  # a listing beyond K: the whole row
     assert (
         read_for(wide, prompt_token=None, samples=True, num_generated=0, eog_ids=(2,), uniform=uniform)
@@ -238,6 +240,7 @@ def _sampled() -> list[Request]:
         Request(prompt[2:], replace(SAMPLED, seed=13, top_k=8, top_p=0.9), LogprobParams(named_ids=(3, 998))),
         Request(prompt, replace(SAMPLED, seed=14, temperature=1.7, top_k=40)),
         Request(prompt[1:], replace(SAMPLED, seed=15, temperature=0.0), LogprobParams(top_n=1)),  # greedy
+        Request(prompt, replace(SAMPLED, seed=16, allowed_token_ids=(5, 77, 600, 3)), LogprobParams(top_n=2)),
     ]
 
 
@@ -256,8 +259,9 @@ def test_sampled_requests_on_the_device_give_the_cpu_engines_events(model) -> No
     gpu = engine.generate_batch(_sampled())
     copied = engine.ops.bytes_read - copied
     assert all(r is not None for r in reads), "no row came back whole"
+    # every token sampled at temperature > 0 is drawn on the device, but those among allowed ids
     assert sum(r.draw is not None for r in reads if r is not None) == 4 * 6, (
-        "every sampled token drawn on the device"
+        "the device drew every token of the four requests it may draw for"
     )
     assert copied < len(reads) * 1000 * 4 // 5, f"{copied} bytes copied back for {len(reads)} rows"
     for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)):

@@ -116,6 +116,38 @@ def test_a_sparse_greedy_draw_is_np_argmax(allowed) -> None:
     assert greedy.sample(_sparse(np.full(400, -np.inf, np.float32), 32, allowed or ())) == 0
 
 
+class _Fixed:
+    """A generator that always draws `u`."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def draw(self) -> float:
+        return self.u
+
+
+@pytest.mark.parametrize(
+    "allowed",
+    [(9, 3, 300, 3, 17, 250), (5,), (0, 1, 2, 3), tuple(range(0, 400, 7))],
+    ids=["six", "one", "nan", "57"],
+)
+@pytest.mark.parametrize(
+    "case", [(1.0, 0, 1.0), (0.7, 2, 1.0), (1.3, 0, 0.6), (0.9, 30, 0.8), (1.0, 400, 0.9)]
+)
+def test_a_draw_among_allowed_ids_reads_only_their_values(allowed, case) -> None:
+    """At temperature > 0 with allowed ids the host draws from their values alone (a sparse row):
+    the full row's token for every u, top-k wider than the set or the vocabulary included."""
+    temperature, top_k, top_p = case
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, allowed_token_ids=allowed)
+    rows = _rows(400)
+    for r, row in enumerate(rows):
+        sparse = _sparse(row, 32, tuple(sorted(set(allowed))))
+        for u in (0.0, 0.3, 0.77, 1.0 - 2.0**-53):
+            full_sampler, sparse_sampler = Sampler(params), Sampler(params)
+            full_sampler.uniform = sparse_sampler.uniform = _Fixed(u)  # type: ignore[assignment]
+            assert sparse_sampler.sample(sparse) == full_sampler.sample(row), f"row {r}, u {u}"
+
+
 def test_a_sparse_row_refuses_what_it_was_not_given() -> None:
     row = _rows(400)[0]
     sparse = _sparse(row, 32, (7,))

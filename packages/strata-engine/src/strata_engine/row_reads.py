@@ -2,8 +2,9 @@
 
 A backend that selects on the device (`Ops.selects_on_device`, the Triton one) copies back a
 row's K best entries and the values at the ids a request names instead of the whole vocabulary
-(kernels/rows.py), for the rows this rule says need no more: greedy draws, scoring, and draws
-at temperature > 0 that the device makes itself (`DeviceDraw`, by the sampler's own rule).
+(kernels/rows.py), for the rows this rule says need no more: greedy draws, scoring, draws at
+temperature > 0 that the device makes itself (`DeviceDraw`, by the sampler's own rule), and
+draws among allowed ids, which the host makes from those ids' values.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def draws_on_device(s: SamplingParams, num_generated: int, eog_ids: Collection[i
     )
 
 
+def draws_among_allowed(s: SamplingParams, num_generated: int, eog_ids: Collection[int]) -> bool:
+    """Whether a draw at temperature > 0 reads only its allowed ids' values: on the raw row, with
+    `allowed_token_ids` (every other id is -inf, so the host draws from those values alone)."""
+    return s.temperature > 0 and s.allowed_token_ids is not None and reads_raw(s, num_generated, eog_ids)
+
+
 def read_for(
     request: Request,
     *,
@@ -54,17 +61,21 @@ def read_for(
 
     `prompt_token` is the prompt token this row scores (None: it scores none); `samples` says a
     token is drawn from it; `uniform` is the request's generator, called once when the device
-    draws (None: no device draws). Full rows: a draw with processors, a grammar, a `min_tokens`
-    block or allowed ids at temperature > 0, a top-k beyond the largest K (or any draw at
-    temperature > 0 without `uniform`), a prompt rank (`prompt_top_n` on a prompt row), more
-    than the largest K best entries, or more than MAX_IDS named ids.
+    draws (None: no device draws). Full rows: a draw with processors, a grammar or a `min_tokens`
+    block, a draw at temperature > 0 without allowed ids and with a top-k beyond the largest K
+    (or without `uniform`), a prompt rank (`prompt_top_n` on a prompt row), more than the
+    largest K best entries, or more than MAX_IDS named ids (allowed ids included).
     """
     p, s = request.logprobs, request.sampling
     listed = (*p.named_ids, *(p.renormalize_over or ()), *(p.top_within or ()))
     top, ids = 0, set[int]()
     device_draw = samples and uniform is not None and draws_on_device(s, num_generated, eog_ids)
     if samples:
-        if not (samples_sparsely(s, num_generated, eog_ids) or device_draw):
+        if not (
+            samples_sparsely(s, num_generated, eog_ids)
+            or device_draw
+            or draws_among_allowed(s, num_generated, eog_ids)
+        ):
             return None
         top = max(1, p.top_n or 0, s.top_k if device_draw else 0)  # the draw's first/k-th best
         ids.update(s.allowed_token_ids or ())

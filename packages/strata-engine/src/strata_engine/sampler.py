@@ -20,7 +20,7 @@ import numpy.typing as npt
 from strata_engine import exactmath
 from strata_engine.api import SamplingParams
 from strata_engine.kernels.rows import NotFetched, SparseRow
-from strata_engine.row_reads import samples_sparsely
+from strata_engine.row_reads import draws_among_allowed, samples_sparsely
 from strata_engine.structured import Guide
 
 Scores = npt.NDArray[np.float64]
@@ -74,10 +74,13 @@ class Sampler:
         if isinstance(lp, SparseRow):
             if lp.drawn is not None:  # the device drew it by `draw`'s rule (row_reads.py)
                 return lp.drawn
-            # a greedy draw with nothing to process: np.argmax's answer
-            if not samples_sparsely(self.params, len(output_ids), eog_ids):
+            if samples_sparsely(self.params, len(output_ids), eog_ids):  # np.argmax's answer
+                return lp.argmax(self.params.allowed_token_ids or None)
+            if not draws_among_allowed(self.params, len(output_ids), eog_ids):
                 raise NotFetched("this draw reads the whole row, and the device copied back part of it")
-            return lp.argmax(self.params.allowed_token_ids or None)
+            allowed = np.unique(np.asarray(self.params.allowed_token_ids, dtype=np.int64))  # the rest: -inf
+            index = self.draw(lp.take(allowed.tolist()).astype(np.float64), lp.vocab)
+            return int(allowed[index]) if index >= 0 else lp.argmax(self.params.allowed_token_ids)
         scores = self.process(lp.astype(np.float64), output_ids)
         scores = self.mask(scores, len(output_ids), eog_ids)
         return self.draw(scores)
@@ -117,8 +120,12 @@ class Sampler:
                     scores = blocked
         return scores
 
-    def draw(self, scores: Scores) -> int:
+    def draw(self, scores: Scores, vocab: int | None = None) -> int:
         """Greedy at temperature 0; else temperature, top-k, top-p and one seeded draw.
+
+        `scores` is the row, or (with `vocab`, the row's length) the sorted allowed ids' scores
+        of a row whose every other id is -inf: the draw is then the same id's index in them, or
+        -1 where the whole row's draw would fall back to np.argmax (the caller's to apply).
 
         The draw is made from integer weights (`exactmath.draw_weights`) whose sums are exact in
         any order: top-p keeps the best ids (weight descending, ties to the lower id) while the
@@ -133,8 +140,9 @@ class Sampler:
         u = self.uniform.draw()  # one draw a step, whatever the row holds
         s = scores / p.temperature
         s = np.where(np.isnan(s), -np.inf, s)
-        if 0 < p.top_k < s.shape[0]:
-            kth = np.partition(s, -p.top_k)[-p.top_k]
+        if 0 < p.top_k < (s.shape[0] if vocab is None else vocab):
+            # the k-th best of the row (-inf when the k-th best is one of the ids left out)
+            kth = np.partition(s, -p.top_k)[-p.top_k] if p.top_k <= s.shape[0] else -np.inf
             s = np.where(s < kth, -np.inf, s)
         with np.errstate(invalid="ignore"):  # no finite maximum: -inf - -inf is NaN, weight 0
             weights = exactmath.draw_weights(s - s.max())
@@ -148,6 +156,6 @@ class Sampler:
             weights = np.where(kept, weights, 0)
         total = int(weights.sum())
         if total == 0:  # no finite maximum: nothing to weigh
-            return int(np.argmax(scores))
+            return int(np.argmax(scores)) if vocab is None else -1
         target = min(int(u * float(total)), total - 1)  # u * total may round up to the total
         return int(np.searchsorted(np.cumsum(weights), target, side="right"))
