@@ -485,6 +485,8 @@ def check_models(tmp: Path, shape: Shape, dry: bool) -> None:
                 "b", f"{mix} {mode}: GPU batch of {n_req} == CPU", not differ,
                 f"differing {differ}" if differ else f"bitwise, {time.perf_counter() - t:.0f} s",
             )  # fmt: skip
+            drawn = gpu.ops.device_draws  # the seeded request's tokens, alone and in the batch
+            table.add("b", f"{mix} {mode}: sampled tokens drawn on the GPU", drawn > 0, f"{drawn} tokens")
             del gpu
         check_graphs(path, shape, mix, dry)
 

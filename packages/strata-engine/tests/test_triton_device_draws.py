@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
-from triton_setup import engine_on, on
+from triton_setup import FixedUniform, engine_on, on
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
@@ -57,16 +57,6 @@ def test_the_kernels_exp_is_exactmaths_bit_for_bit() -> None:
     _exp_kernel[(triton.cdiv(x.size, 1024),)](on(x), out, x.size, BLOCK=1024, **ieee.LAUNCH)
     got = out.cpu().numpy()
     assert got.view(np.int64).tolist() == exactmath.exp(x).view(np.int64).tolist()
-
-
-class Fixed:
-    """A generator that always draws `u` (so the CPU sampler and the kernel see one uniform)."""
-
-    def __init__(self, u: float) -> None:
-        self.u = u
-
-    def draw(self) -> float:
-        return self.u
 
 
 def _rows() -> np.ndarray:
@@ -113,7 +103,7 @@ def _device(lp: np.ndarray, draws: list[DeviceDraw]) -> list[int]:
 
 def _host(row: np.ndarray, params: SamplingParams, u: float) -> int:
     sampler = Sampler(params)
-    sampler.uniform = Fixed(u)  # type: ignore[assignment]
+    sampler.uniform = FixedUniform(u)  # type: ignore[assignment]
     return sampler.sample(row)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
-from triton_setup import engine_on, on
+from triton_setup import FixedUniform, engine_on, on
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
@@ -116,16 +116,6 @@ def test_a_sparse_greedy_draw_is_np_argmax(allowed) -> None:
     assert greedy.sample(_sparse(np.full(400, -np.inf, np.float32), 32, allowed or ())) == 0
 
 
-class _Fixed:
-    """A generator that always draws `u`."""
-
-    def __init__(self, u: float) -> None:
-        self.u = u
-
-    def draw(self) -> float:
-        return self.u
-
-
 @pytest.mark.parametrize(
     "allowed",
     [(9, 3, 300, 3, 17, 250), (5,), (0, 1, 2, 3), tuple(range(0, 400, 7))],
@@ -144,7 +134,7 @@ def test_a_draw_among_allowed_ids_reads_only_their_values(allowed, case) -> None
         sparse = _sparse(row, 32, tuple(sorted(set(allowed))))
         for u in (0.0, 0.3, 0.77, 1.0 - 2.0**-53):
             full_sampler, sparse_sampler = Sampler(params), Sampler(params)
-            full_sampler.uniform = sparse_sampler.uniform = _Fixed(u)  # type: ignore[assignment]
+            full_sampler.uniform = sparse_sampler.uniform = FixedUniform(u)  # type: ignore[assignment]
             assert sparse_sampler.sample(sparse) == full_sampler.sample(row), f"row {r}, u {u}"
 
 

@@ -35,6 +35,17 @@ def engine_on(path: Path, device: str) -> LLMEngine:
     )
 
 
+class FixedUniform:
+    """A request's generator that always draws `u`: the CPU sampler and a device draw (or two
+    samplers) given one uniform, so their tokens can be compared at chosen points."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def draw(self) -> float:
+        return self.u
+
+
 def on(t: torch.Tensor | np.ndarray) -> torch.Tensor:
     """A tensor, or one of the engine's numpy arrays (RoPE table, step indices), on DEVICE."""
     return tensor(t).to(DEVICE)

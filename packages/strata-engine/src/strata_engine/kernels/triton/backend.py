@@ -85,6 +85,7 @@ class TritonOps:
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
+        self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
     # -- where tensors live ---------------------------------------------------------------
     def _weight(self, w: Weight) -> StoredWeight:
@@ -217,7 +218,9 @@ class TritonOps:
 
     def read_rows(self, logits: Array, reads: list[RowRead | None]) -> list[Row]:
         """The logprob tail on the device, and of each row what `reads` asks (row_reads.py), in
-        one copy back: a full fp32 row where its read is None, else the device's selection."""
+        one copy back: a full fp32 row where its read is None, else the device's selection (and
+        the token drawn on the device where the read asks for a draw)."""
         rows, copied = select.read_rows(logprobs.log_softmax(tensor(logits).to(self.device)), reads)
         self.bytes_read += copied
+        self.device_draws += sum(r is not None and r.draw is not None for r in reads)
         return rows
