@@ -40,27 +40,27 @@ BLOCK = 1024  # columns a step: sums of integers, so no effect on the draw
 CHUNKS = 512  # blocks a row may have (a vocabulary of up to 524,288 ids): their sums are kept
 SEARCH_STEPS = exactmath.WEIGHT_BITS + 1  # halvings of [1, 2^32]: the top-p weight c is found
 # exactmath's constants as constexprs (Python floats: Triton makes them float64 constants exactly)
-CUTOFF: tl.constexpr = exactmath.WEIGHT_CUTOFF
-SCALE: tl.constexpr = 2.0**exactmath.WEIGHT_BITS
-INV_LN2: tl.constexpr = exactmath.INV_LN2
-LN2_HI: tl.constexpr = exactmath.LN2_HI
-LN2_LO: tl.constexpr = exactmath.LN2_LO
-ROUND: tl.constexpr = 6755399441055744.0  # 1.5 * 2^52: (y + ROUND) - ROUND is np.rint(y), |y| < 2^51
+CUTOFF = tl.constexpr(exactmath.WEIGHT_CUTOFF)
+SCALE = tl.constexpr(2.0**exactmath.WEIGHT_BITS)
+INV_LN2 = tl.constexpr(exactmath.INV_LN2)
+LN2_HI = tl.constexpr(exactmath.LN2_HI)
+LN2_LO = tl.constexpr(exactmath.LN2_LO)
+ROUND = tl.constexpr(6755399441055744.0)  # 1.5 * 2^52: (y + ROUND) - ROUND is np.rint(y), |y| < 2^51
 C = exactmath.EXP_TAYLOR  # 1/13!, ..., 1/0!
-C13: tl.constexpr = C[0]
-C12: tl.constexpr = C[1]
-C11: tl.constexpr = C[2]
-C10: tl.constexpr = C[3]
-C9: tl.constexpr = C[4]
-C8: tl.constexpr = C[5]
-C7: tl.constexpr = C[6]
-C6: tl.constexpr = C[7]
-C5: tl.constexpr = C[8]
-C4: tl.constexpr = C[9]
-C3: tl.constexpr = C[10]
-C2: tl.constexpr = C[11]
-C1: tl.constexpr = C[12]
-C0: tl.constexpr = C[13]
+C13 = tl.constexpr(C[0])
+C12 = tl.constexpr(C[1])
+C11 = tl.constexpr(C[2])
+C10 = tl.constexpr(C[3])
+C9 = tl.constexpr(C[4])
+C8 = tl.constexpr(C[5])
+C7 = tl.constexpr(C[6])
+C6 = tl.constexpr(C[7])
+C5 = tl.constexpr(C[8])
+C4 = tl.constexpr(C[9])
+C3 = tl.constexpr(C[10])
+C2 = tl.constexpr(C[11])
+C1 = tl.constexpr(C[12])
+C0 = tl.constexpr(C[13])
 
 
 @triton.jit
@@ -197,7 +197,7 @@ def _draw_kernel(
         running = tl.sum(tl.where(chunk < at_block, sums, 0), axis=0)
         at = at_block * BLOCK + cols
         w = _weights(_scores(row, at, V, t, kth), m)
-        drawn = tl.min(tl.where(running + tl.cumsum(w, axis=0) > target, at, V), axis=0)
+        drawn = tl.min(tl.where(running + tl.cumsum(w, axis=0) > target, at, V), axis=0).to(tl.int64)
     elif (p > 0.0) & (above == listed_above) & (above.to(tl.float64) >= p):
         drawn = _draw_in_list(ids, lw, listed, c_none, p, u, V)
     else:  # top-p beyond the listing: c by a binary search over the weights, one pass a step
