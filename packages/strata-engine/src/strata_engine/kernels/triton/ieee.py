@@ -27,7 +27,9 @@ LAUNCH: dict[str, Any] = {"enable_fp_fusion": False}
 # Under Triton's interpreter (tests without a GPU) an operation costs the same for a tensor of 16
 # values or of 16000, so kernels take more rows a program there; which outputs share a program
 # never changes an output's operations, so the bits are the same either way.
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+# STRATA_TRITON_GPU_TILES=1 keeps the GPU's tile sizes under the interpreter: the compile check
+# (tests/triton_compile.py) records the launches a GPU would make.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("STRATA_TRITON_GPU_TILES") != "1"
 
 
 @triton.jit

@@ -1,0 +1,186 @@
+"""Every Triton kernel compiled for an H200 (sm_90) on a machine without a GPU.
+
+Triton's interpreter runs a kernel as numpy, one operation at a time, and accepts code the
+compiler refuses: a global that is not a `tl.constexpr` object, a variable whose type differs
+between the branches of an `if`, an operation with no lowering for a type. So the bits proven
+under the interpreter say nothing about whether a GPU can build the kernels. This script does
+the GPU's first step without one, in two processes:
+
+    TRITON_INTERPRET=1 STRATA_TRITON_GPU_TILES=1 python triton_compile.py record SPECS.json
+    python triton_compile.py compile SPECS.json RESULTS.json       (no TRITON_INTERPRET)
+
+`record` runs engines on tiny models under the interpreter with the GPU's tile sizes (every
+mode, prefill and decode, CUDA graphs' static path, device selections and draws, sliding window
+and soft-cap, experts) and writes each distinct launch: the kernel, its arguments' types, its
+constexprs and its launch options. `compile` builds each with Triton's compiler for a CUDA
+target down to a cubin (Triton's bundled ptxas), and writes what failed and why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+TARGET = ("cuda", 90, 32)  # an H200: compute capability 9.0, warps of 32
+TYPES = {
+    "float32": "fp32",
+    "float64": "fp64",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "int8": "i8",
+    "uint8": "u8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "bool": "i1",
+}
+
+
+def _type_of(value: Any) -> str:
+    """Triton's signature type for a runtime argument (tensors as pointers to their dtype)."""
+    if hasattr(value, "data_ptr"):
+        return "*" + TYPES[str(value.dtype).removeprefix("torch.")]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no signature type for {type(value).__name__}")
+
+
+def record(out: Path) -> None:
+    """Run the workloads under the interpreter and write every distinct launch to `out`."""
+    from triton.runtime import interpreter
+
+    specs: dict[str, dict[str, Any]] = {}
+    original = interpreter.InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):  # type: ignore[no-untyped-def]
+        params = inspect.signature(self.fn).parameters
+        bound = dict(zip(self.arg_names, args, strict=False)) | {
+            k: v for k, v in kwargs.items() if k in params
+        }
+        constexpr = {n for n, p in params.items() if "constexpr" in str(p.annotation)}
+        spec = {
+            "module": self.fn.__module__,
+            "name": self.fn.__name__,
+            "signature": {n: "constexpr" if n in constexpr else _type_of(bound[n]) for n in self.arg_names},
+            "constexprs": {n: bound[n] for n in self.arg_names if n in constexpr},
+            "options": {k: v for k, v in kwargs.items() if k not in params},
+        }
+        specs.setdefault(json.dumps(spec, sort_keys=True), spec)
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    interpreter.InterpretedFunction.run = run
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            workloads(Path(tmp))
+    finally:
+        interpreter.InterpretedFunction.run = original
+    out.write_text(json.dumps(list(specs.values()), indent=1))
+
+
+def workloads(tmp: Path) -> None:
+    """Engines on tiny models that launch every kernel the Triton backend has."""
+    from gguf import GGMLQuantizationType as QT
+    from tiny_arch_models import ARCH_SPECS, write_arch_model
+    from tiny_models import N_LAYERS, TINY_SPECS, write_tiny_model
+
+    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+    from strata_engine.kernels.triton.graphs import SWITCH
+
+    types = {
+        "token_embd": QT.Q8_0,
+        "attn_q": QT.Q4_1,
+        "attn_k": QT.Q4_1,
+        "attn_v": QT.Q5_K,
+        "attn_output": QT.Q4_K,
+        "ffn_gate": QT.Q4_0,
+        "ffn_up": QT.Q4_0,
+        "ffn_down": QT.Q6_K,
+        "output": QT.Q4_K,
+    }
+    overrides = {
+        f"{p}{name}.weight": qtype
+        for name, qtype in types.items()
+        for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
+    }
+    tied = next(s for s in TINY_SPECS if s.arch == "llama")  # a tied embedding: the packed gather
+    models = {
+        "quantised": write_tiny_model(
+            tmp / "q.gguf", next(s for s in TINY_SPECS if s.arch == "qwen2"), seed=5, overrides=overrides
+        ),
+        "tied": write_tiny_model(tmp / "t.gguf", tied, seed=6, overrides={"token_embd.weight": QT.Q4_0}),
+        "gemma2": write_arch_model(
+            tmp / "g.gguf", next(s for s in ARCH_SPECS if s.name == "gemma2"), seed=4, types=(QT.F32,)
+        ),
+        "moe": write_arch_model(
+            tmp / "m.gguf", next(s for s in ARCH_SPECS if s.name == "qwen3moe"), seed=4, types=(QT.F32,)
+        ),
+    }
+    prompt = (12, 50, 33, 71, 9, 25, 17, 40, 3)  # 9 rows: past the integer matmul's row path
+    requests = [
+        Request(
+            prompt,
+            SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True),
+            LogprobParams(top_n=3, named_ids=(1, 2), prompt_logprobs=True),
+        ),
+        Request(
+            prompt[:3], SamplingParams(max_tokens=2, temperature=0.9, top_p=0.8, seed=1, ignore_eos=True)
+        ),
+        Request(prompt[:2], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, seed=2, ignore_eos=True)),
+    ]
+    runs = [("quantised", m) for m in ("native", "native-limb3", "native-q8", "native-limb2")]
+    runs += [("tied", "native"), ("tied", "native-q8"), ("gemma2", "native"), ("moe", "native")]
+    for name, kernels in runs:
+        print(f"recording {name} {kernels}", flush=True)
+        LLMEngine(
+            models[name], device="cuda", kernels=kernels, parallel=4, prefix_cache=False
+        ).generate_batch(requests)
+    os.environ[SWITCH] = "1"  # the static decode path (padded buffers, scratch KV block)
+    try:
+        print("recording quantised native, CUDA graphs' static path", flush=True)
+        LLMEngine(models["quantised"], device="cuda", parallel=4, prefix_cache=False).generate_batch(requests)
+    finally:
+        os.environ.pop(SWITCH)
+
+
+def compile_all(specs_path: Path, out: Path) -> None:
+    """Compile each recorded launch for TARGET; write [(kernel, error or None, seconds)]."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    results = []
+    for spec in json.loads(specs_path.read_text()):
+        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+        names = list(spec["signature"])
+        constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
+        t = time.perf_counter()
+        try:
+            source = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
+            kernel = triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
+            error = None if kernel.asm.get("cubin") else "no cubin"
+        except Exception as exc:  # the compiler's message is the finding
+            error = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
+        label = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']} {spec['constexprs']}"
+        results.append({"kernel": label, "error": error, "seconds": round(time.perf_counter() - t, 1)})
+    out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "record":
+        assert os.environ.get("TRITON_INTERPRET") == "1", "record runs under the interpreter"
+        record(Path(sys.argv[2]))
+    else:
+        assert os.environ.get("TRITON_INTERPRET") != "1", "compile runs Triton's compiler"
+        compile_all(Path(sys.argv[2]), Path(sys.argv[3]))
