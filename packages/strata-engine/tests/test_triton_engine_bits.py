@@ -25,7 +25,7 @@ pytest.importorskip(
 
 from gguf import GGMLQuantizationType as QT
 from tiny_arch_models import ARCH_SPECS, vocab_size, write_arch_model
-from tiny_models import N_LAYERS, TINY_SPECS, VOCAB_SIZE, write_tiny_model
+from tiny_models import VOCAB_SIZE, write_quantised_model
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 
@@ -122,33 +122,12 @@ def test_fp32_models_rows_are_the_cpu_engines(fp32_model):
     _same_on_both(*fp32_model, "native")
 
 
-# every type the fp32 mode reads in blocks, in one model (tiny_models' untied qwen2: q/k/v biases);
-# q/k and gate/up share a type, so they run fused
-QUANTISED_TYPES = {
-    "token_embd": QT.Q8_0,
-    "attn_q": QT.Q4_1,
-    "attn_k": QT.Q4_1,
-    "attn_v": QT.Q5_K,
-    "attn_output": QT.Q4_K,
-    "ffn_gate": QT.Q4_0,
-    "ffn_up": QT.Q4_0,
-    "ffn_down": QT.Q6_K,
-    "output": QT.Q4_K,
-}
-
-
 @pytest.fixture(scope="module")
 def quantised_model(tmp_path_factory) -> tuple[Path, list[tuple[int, ...]]]:
-    """(GGUF path, prompts) of a tiny model whose 2-D weights are quantised (QUANTISED_TYPES);
+    """(GGUF path, prompts) of a tiny model whose 2-D weights are quantised (tiny_models.QUANTISED_TYPES);
     short prompts: the kernels' sizes, not the positions, are what this model adds."""
-    spec = next(s for s in TINY_SPECS if s.arch == "qwen2")
-    types = {
-        f"{p}{name}.weight": qtype
-        for name, qtype in QUANTISED_TYPES.items()
-        for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
-    }
-    path = tmp_path_factory.mktemp("quantised") / "mixed.gguf"
-    return write_tiny_model(path, spec, seed=5, overrides=types), _prompts(VOCAB_SIZE, 5, (9, 6, 3))
+    path = write_quantised_model(tmp_path_factory.mktemp("quantised") / "mixed.gguf")
+    return path, _prompts(VOCAB_SIZE, 5, (9, 6, 3))
 
 
 def test_quantised_models_rows_are_the_cpu_engines(quantised_model):

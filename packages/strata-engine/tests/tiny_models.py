@@ -230,3 +230,29 @@ def _write(writer: GGUFWriter) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+# every type the fp32 mode reads in blocks, in one model (the untied qwen2: q/k/v biases); q/k and
+# gate/up share a type, so they run fused
+QUANTISED_TYPES = {
+    "token_embd": QT.Q8_0,
+    "attn_q": QT.Q4_1,
+    "attn_k": QT.Q4_1,
+    "attn_v": QT.Q5_K,
+    "attn_output": QT.Q4_K,
+    "ffn_gate": QT.Q4_0,
+    "ffn_up": QT.Q4_0,
+    "ffn_down": QT.Q6_K,
+    "output": QT.Q4_K,
+}
+
+
+def write_quantised_model(path: Path, seed: int = 5) -> Path:
+    """The untied qwen2 tiny model with its 2-D weights in QUANTISED_TYPES."""
+    spec = next(s for s in TINY_SPECS if s.arch == "qwen2")
+    types = {
+        f"{p}{name}.weight": qtype
+        for name, qtype in QUANTISED_TYPES.items()
+        for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
+    }
+    return write_tiny_model(path, spec, seed=seed, overrides=types)

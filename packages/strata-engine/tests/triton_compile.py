@@ -93,32 +93,14 @@ def workloads(tmp: Path) -> None:
     """Engines on tiny models that launch every kernel the Triton backend has."""
     from gguf import GGMLQuantizationType as QT
     from tiny_arch_models import ARCH_SPECS, write_arch_model
-    from tiny_models import N_LAYERS, TINY_SPECS, write_tiny_model
+    from tiny_models import TINY_SPECS, write_quantised_model, write_tiny_model
 
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
     from strata_engine.kernels.triton.graphs import SWITCH
 
-    types = {
-        "token_embd": QT.Q8_0,
-        "attn_q": QT.Q4_1,
-        "attn_k": QT.Q4_1,
-        "attn_v": QT.Q5_K,
-        "attn_output": QT.Q4_K,
-        "ffn_gate": QT.Q4_0,
-        "ffn_up": QT.Q4_0,
-        "ffn_down": QT.Q6_K,
-        "output": QT.Q4_K,
-    }
-    overrides = {
-        f"{p}{name}.weight": qtype
-        for name, qtype in types.items()
-        for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
-    }
     tied = next(s for s in TINY_SPECS if s.arch == "llama")  # a tied embedding: the packed gather
     models = {
-        "quantised": write_tiny_model(
-            tmp / "q.gguf", next(s for s in TINY_SPECS if s.arch == "qwen2"), seed=5, overrides=overrides
-        ),
+        "quantised": write_quantised_model(tmp / "q.gguf"),
         "tied": write_tiny_model(tmp / "t.gguf", tied, seed=6, overrides={"token_embd.weight": QT.Q4_0}),
         "gemma2": write_arch_model(
             tmp / "g.gguf", next(s for s in ARCH_SPECS if s.name == "gemma2"), seed=4, types=(QT.F32,)
