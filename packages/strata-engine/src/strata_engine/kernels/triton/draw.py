@@ -125,12 +125,11 @@ def _kept(w, c, gc, j, p):
 
 
 @triton.jit
-def _draw_in_list(ids, lw, listed, c_none, p, u, V):
+def _draw_in_list(ids, lw, listed, wl, c_none, p, u, V):
     """The top-p draw from the listing alone, when every id heavier than its lightest is listed
     and they weigh at least p (so c, the whole of c's group and every kept id are listed): the
     kernel's rules on K ids, K x K comparisons instead of passes over the row."""
     heavier = tl.sum(tl.where(lw[None, :] > lw[:, None], lw[None, :], 0), axis=1)  # G(lw_i)
-    wl = tl.min(tl.where(listed, lw, c_none), axis=0)
     c = tl.min(tl.where(listed & (lw > wl) & (heavier.to(tl.float64) < p), lw, c_none), axis=0)
     gc = tl.sum(tl.where(lw > c, lw, 0), axis=0)
     of_c = listed & (lw == c)
@@ -199,7 +198,7 @@ def _draw_kernel(
         w = _weights(_scores(row, at, V, t, kth), m)
         drawn = tl.min(tl.where(running + tl.cumsum(w, axis=0) > target, at, V), axis=0).to(tl.int64)
     elif (p > 0.0) & (above == listed_above) & (above.to(tl.float64) >= p):
-        drawn = _draw_in_list(ids, lw, listed, c_none, p, u, V)
+        drawn = _draw_in_list(ids, lw, listed, wl, c_none, p, u, V)
     else:  # top-p beyond the listing: c by a binary search over the weights, one pass a step
         lo = tl.full([], 1, tl.int64)
         hi = c_none
