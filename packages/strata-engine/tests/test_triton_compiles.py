@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton_setup  # noqa: F401  (before triton: the other Triton tests in this process run interpreted)
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
