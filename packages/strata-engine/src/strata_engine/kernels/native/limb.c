@@ -32,7 +32,7 @@
 #include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
-#define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
+#define LIMB_MIN_EXP (-100)
 
 static inline int32_t limb_xmax(int limbs) { return limbs == 3 ? 8355711 : 32639; } /* 127 (256^k - 1) / 255 */
 
@@ -57,41 +57,114 @@ static inline double limb_pow2d(int e) { /* 2^e as a double, -1022 <= e <= 1023 
     return d;
 }
 
-/* One block of 32 into limbs (see the top): scalar integer and double steps that every target
- * performs alike (the rounding is exact: |x / s| < 2^23, and x / s is formed exactly in double). */
-static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *sums, float *s, float *dsum) {
-    float amax = 0.0f;
-    int bad = 0;
-    for (int k = 0; k < 32; k++) {
-        float a = x[k] < 0.0f ? -x[k] : x[k];
-        if (!(a <= 3.4028234663852886e38f)) bad = 1; /* NaN or an infinity */
-        else if (a > amax) amax = a;
+/* limb_top_bits: the largest |x| of a block of 32 as its float bits (for floats that are not NaN
+ * the bits' integer order is the values' order; NaN and the infinities are the bits from
+ * 0x7f800000 up), so every target finds the same.
+ * limb_digits: X = x * 2^ish rounded to the nearest integer (ties to even) for the 32 elements of a block
+ * (|X| <= XMAX: |X| < 2^23), split into `limbs` balanced base-256 digits l = X mod 256 in
+ * [-128, 127], X = (X - l) / 256 (exact: a multiple of 256) for the next; sums[2j + h] = limb j's
+ * sum over half h; returns the sum of X. The product x * 2^ish is exact wherever it is at least
+ * 2^-126 (a power of two times a float); below that it rounds to 0 in float and double alike, so
+ * the vector steps give the scalar sequence's integers. */
+#if defined(STRATA_TARGET_AVX512)
+static inline uint32_t limb_top_bits(const float *x) {
+    __m512i m = _mm512_set1_epi32(0x7fffffff);
+    __m512i a = _mm512_and_si512(_mm512_loadu_si512((const void *)x), m), b = _mm512_and_si512(_mm512_loadu_si512((const void *)(x + 16)), m);
+    return _mm512_reduce_max_epu32(_mm512_max_epu32(a, b));
+}
+static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q, int32_t *sums) {
+    __m512i total = _mm512_setzero_si512(), m255 = _mm512_set1_epi32(255), m128 = _mm512_set1_epi32(128);
+    for (int h = 0; h < 2; h++) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), _mm512_set1_ps(limb_pow2(ish)));
+        __m512i X = _mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        total = _mm512_add_epi32(total, X);
+        for (int j = 0; j < limbs; j++) {
+            __m512i l = _mm512_sub_epi32(_mm512_xor_si512(_mm512_and_si512(X, m255), m128), m128);
+            _mm_storeu_si128((__m128i *)(q + 32 * j + 16 * h), _mm512_cvtepi32_epi8(l));
+            sums[2 * j + h] = _mm512_reduce_add_epi32(l);
+            X = _mm512_srai_epi32(_mm512_sub_epi32(X, l), 8);
+        }
     }
-    memset(q, 0, (size_t)(32 * limbs));
+    return _mm512_reduce_add_epi32(total);
+}
+#elif defined(STRATA_TARGET_AVX2)
+static inline uint32_t limb_top_bits(const float *x) {
+    __m256i m = _mm256_set1_epi32(0x7fffffff), top = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) top = _mm256_max_epu32(top, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + 8 * i)), m));
+    __m128i t = _mm_max_epu32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
+    t = _mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    return (uint32_t)_mm_cvtsi128_si32(_mm_max_epu32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q, int32_t *sums) {
+    __m256i X[4], m255 = _mm256_set1_epi32(255), m128 = _mm256_set1_epi32(128);
+    for (int i = 0; i < 4; i++) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), _mm256_set1_ps(limb_pow2(ish)));
+        X[i] = _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    int32_t total = hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3])));
+    for (int j = 0; j < limbs; j++) {
+        __m256i l[4];
+        for (int i = 0; i < 4; i++) {
+            l[i] = _mm256_sub_epi32(_mm256_xor_si256(_mm256_and_si256(X[i], m255), m128), m128);
+            X[i] = _mm256_srai_epi32(_mm256_sub_epi32(X[i], l[i]), 8);
+        }
+        sums[2 * j] = hsum8_epi32(_mm256_add_epi32(l[0], l[1]));
+        sums[2 * j + 1] = hsum8_epi32(_mm256_add_epi32(l[2], l[3]));
+        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
+        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
+        _mm256_storeu_si256((__m256i *)(q + 32 * j), b);
+    }
+    return total;
+}
+#else
+static inline uint32_t limb_top_bits(const float *x) {
+    uint32_t top = 0;
+    for (int k = 0; k < 32; k++) {
+        uint32_t b;
+        memcpy(&b, x + k, 4);
+        b &= 0x7fffffffu;
+        top = b > top ? b : top;
+    }
+    return top;
+}
+static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q, int32_t *sums) {
+    const double round = 6755399441055744.0; /* 1.5 * 2^52: (v + round) - round is v to nearest even */
+    double id = limb_pow2d(ish);
+    int32_t total = 0;
     memset(sums, 0, sizeof(int32_t) * (size_t)(2 * limbs));
-    uint32_t bits;
-    memcpy(&bits, &amax, 4);
+    for (int k = 0; k < 32; k++) {
+        int32_t X = (int32_t)(((double)x[k] * id + round) - round);
+        total += X;
+        for (int j = 0; j < limbs; j++) {
+            int32_t l = ((X & 255) ^ 128) - 128;
+            q[32 * j + k] = (int8_t)l;
+            sums[2 * j + (k >> 4)] += l;
+            X = (X - l) / 256;
+        }
+    }
+    return total;
+}
+#endif
+
+/* One block of 32 into limbs (see the top): the scale from the block's largest |x| by scalar
+ * integer and double steps, then the digits (the rounding is exact: |x / s| < 2^23, x / s exact). */
+static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *sums, float *s, float *dsum) {
+    uint32_t bits = limb_top_bits(x);
+    int bad = bits >= 0x7f800000u; /* NaN or an infinity */
+    float amax;
+    memcpy(&amax, &bits, 4);
     int e = (int)(bits >> 23) - 127; /* floor(log2(amax)) for a normal amax */
     if (bad || amax == 0.0f || e < LIMB_MIN_EXP) { /* NaN: the one (positive, quiet) NaN every target */
-        *s = bad ? NAN : 0.0f;                       /* then propagates; dsum 0 adds no second NaN */
+        memset(q, 0, (size_t)(32 * limbs));          /* then propagates; dsum 0 adds no second NaN */
+        memset(sums, 0, sizeof(int32_t) * (size_t)(2 * limbs));
+        *s = bad ? NAN : 0.0f;
         *dsum = 0.0f;
         return;
     }
     const double round = 6755399441055744.0; /* 1.5 * 2^52: (v + round) - round is v to nearest even */
     int sh = e - (8 * limbs - 2);            /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
     if (((double)amax * limb_pow2d(-sh) + round) - round > (double)limb_xmax(limbs)) sh++;
-    double id = limb_pow2d(-sh);
-    int32_t total = 0;
-    for (int k = 0; k < 32; k++) {
-        int32_t X = (int32_t)(((double)x[k] * id + round) - round);
-        total += X;
-        for (int j = 0; j < limbs; j++) { /* balanced digits: l = X mod 256 in [-128, 127] */
-            int32_t l = ((X & 255) ^ 128) - 128;
-            q[32 * j + k] = (int8_t)l;
-            sums[2 * j + (k >> 4)] += l;
-            X = (X - l) / 256; /* exact: X - l is a multiple of 256 */
-        }
-    }
+    int32_t total = limb_digits(x, -sh, limbs, q, sums);
     *s = limb_pow2(sh);
     *dsum = *s * (float)total;
 }
@@ -181,6 +254,7 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
         const uint8_t *blk = grp + q8_block_at(t, b);
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        q8_prefetch_ahead(t, blk);
         const int8_t *xp[3 * LIMB_VR];
         for (int u = 0; u < vr; u++) xp[u] = xr->q + (((m0 + u / limbs) * nb + b) * limbs + u % limbs) * 32;
         for (int h = 0; h < halves; h++) {

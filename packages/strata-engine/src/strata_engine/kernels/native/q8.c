@@ -168,6 +168,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
         const uint8_t *blk = grp + q8_block_at(t, b);
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        q8_prefetch_ahead(t, blk);
         for (int h = 0; h < halves; h++) {
             /* two independent chains per row (integers: any order is exact; 4-bit blocks on AVX2:
              * one, Q8_NIBBLE_CHAINS), in int16 partial sums where the target has them (see vh): at
