@@ -176,7 +176,11 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, limb_
         limb_quantize_block(x + i * 32, limbs, r->q + i * limbs * 32, r->sums + i * limbs * 2, r->s + i, r->dsum + i);
 }
 
-/* ---- per target: the exact per-output value of a block's limb sums (see the top) ------------- */
+/* ---- per target: the exact per-output value of a block's limb sums (see the top) -------------
+ * Where |S_2| < LIMB_FAST = 2^14 in every lane of a vector (the common case), S = S_2 * 65536 + L
+ * fits in int32 (|S| < 2^30 + 2^29 + 2^21) and one int32-to-float conversion rounds it once; other
+ * vectors form S in double. Both give the one correctly rounded float of the exact S. */
+#define LIMB_FAST (1 << 14)
 #if defined(STRATA_TARGET_AVX512)
 static inline vi limb_low(vi s0, vi s1) { return _mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0); }
 static inline __m256 limb_f8(__m256i s2, __m256i low) {
@@ -185,6 +189,9 @@ static inline __m256 limb_f8(__m256i s2, __m256i low) {
 }
 static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
+    __m512i out = _mm512_add_epi32(s2, _mm512_set1_epi32(LIMB_FAST));
+    if (!_mm512_test_epi32_mask(out, _mm512_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
+        return (vf){_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s2, 16), low))};
     __m256 a = limb_f8(_mm512_castsi512_si256(s2), _mm512_castsi512_si256(low));
     __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
     return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
@@ -203,9 +210,15 @@ static inline __m256 limb_f8(__m256i s2, __m256i low) {
                                 _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
     return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a));
 }
+static inline __m256 limb_f8_any(__m256i s2, __m256i low) {
+    __m256i out = _mm256_srli_epi32(_mm256_add_epi32(s2, _mm256_set1_epi32(LIMB_FAST)), 15);
+    if (_mm256_testz_si256(out, out)) /* |S_2| < 2^14 in every lane */
+        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
+    return limb_f8(s2, low);
+}
 static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
-    return (vf){limb_f8(s2.lo, low.lo), limb_f8(s2.hi, low.hi)};
+    return (vf){limb_f8_any(s2.lo, low.lo), limb_f8_any(s2.hi, low.hi)};
 }
 /* Q8_0's unsigned bytes (up to 255) times a limb (down to -128) overflow vpmaddubsw's int16 pair
  * sums, so the byte is taken as 16 * high nibble + low nibble: two steps, each within bounds. */
