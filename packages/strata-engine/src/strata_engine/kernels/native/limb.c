@@ -199,6 +199,7 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
 /* Q8_0's unsigned bytes (up to 255) times a limb: vpdpbusd sums into int32, exact */
 #define limb_dot4_wide vi_dot4
 #define LIMB_VR 8 /* virtual rows (rows x limbs) a tile holds */
+#define LIMB_VR_NIBBLES 9 /* the 4-bit types' steps hold fewer registers: 3 rows of 3 limbs */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
     return (vi){_mm256_add_epi32(_mm256_slli_epi32(s1.lo, 8), s0.lo), _mm256_add_epi32(_mm256_slli_epi32(s1.hi, 8), s0.hi)};
@@ -250,9 +251,15 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
 #define LIMB_VR 4
 #endif
 
+#ifndef LIMB_VR_NIBBLES
+#define LIMB_VR_NIBBLES LIMB_VR
+#endif
+
 /* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
 static inline int limb_tile_rows(int t, int limbs) {
-    int vr = t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    int vr = t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3)
+             : q8_nibbles(t)                                          ? LIMB_VR_NIBBLES
+                                                                      : LIMB_VR;
     return vr / limbs > 0 ? vr / limbs : 1;
 }
 
@@ -268,11 +275,11 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
         q8_prefetch_ahead(t, blk);
-        const int8_t *xp[3 * LIMB_VR];
+        const int8_t *xp[3 * LIMB_VR_NIBBLES];
         for (int u = 0; u < vr; u++) xp[u] = xr->q + (((m0 + u / limbs) * nb + b) * limbs + u % limbs) * 32;
         for (int h = 0; h < halves; h++) {
-            vi s[3 * LIMB_VR];
-            vh p[3 * LIMB_VR], p2[3 * LIMB_VR];
+            vi s[3 * LIMB_VR_NIBBLES];
+            vh p[3 * LIMB_VR_NIBBLES], p2[3 * LIMB_VR_NIBBLES];
             for (int u = 0; u < vr; u++) s[u] = vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
             if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
                 vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
@@ -326,6 +333,9 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
         case 1: limb_group_rows(t, grp, nb, xr, 3, m0, 1, acc); break;
 #if LIMB_VR >= 6
         case 2: limb_group_rows(t, grp, nb, xr, 3, m0, 2, acc); break;
+#endif
+#if LIMB_VR_NIBBLES >= 9
+        case 3: limb_group_rows(t, grp, nb, xr, 3, m0, 3, acc); break;
 #endif
         }
     } else {
