@@ -151,6 +151,33 @@ def test_largest_quants_and_limbs_sum_exactly(qtype: QT, limbs: int) -> None:
             assert err.max() <= REL, f"{target}, {m} rows: relative error {err.max():.3g}"
 
 
+@pytest.mark.parametrize("qtype", (QT.Q4_1, QT.Q4_K), ids=lambda t: t.name)
+def test_limb_sums_near_the_int32_bound(qtype: QT) -> None:
+    """Every quant at its largest (15); in each block one element at XMAX (every limb 127, which
+    sets s = 2^-20) and 31 at X = l2 * 65536 + 127 * 257, l2 from 30 to 70 (and all negated): the
+    top limb's sum S_2 = 15 * (127 + 31 * l2) crosses 2^14 (l2 = 31 to 32), where the kernels turn
+    from the int32 combine to the double one, and at l2 = 66 is 32,595, below 2^15, where
+    S_2 * 65536 + L passes 2^31. A bound set one bit too high overflows there, off by far more
+    than REL; every target gives the portable build's bits."""
+    rng = np.random.default_rng(60 + int(qtype))
+    w = _weight(qtype, N, 256, rng, extreme=True)
+    l2 = np.arange(30, 71, dtype=np.float64)
+    sign = np.concatenate([np.ones_like(l2), -np.ones_like(l2)])[:, None]
+    X = np.repeat((np.concatenate([l2, l2]) * 65536 + 127 * 257)[:, None], 256, axis=1)
+    X[:, ::32] = XMAX[3]
+    x = (sign * X * 2.0**-20).astype(np.float32)
+    want, scale = reference_linear(x, w, 3)
+    assert np.array_equal(reference_limbs(x, 3), x.astype(np.float64))  # held exactly
+    portable = _limb_ops(3, "portable", threads=2)
+    expect = portable.linear(x, portable.pack(w.weight))
+    for target in targets_to_test():
+        ops = _limb_ops(3, target, threads=2)
+        got = ops.linear(x, ops.pack(w.weight))
+        err = np.abs(got.astype(np.float64) - want) / scale
+        assert err.max() <= REL, f"{target}: relative error {err.max():.3g}"
+        assert np.array_equal(got, expect), target
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_edge_rows(qtype: QT) -> None:
     """A zero row gives exactly the bias; a NaN or an infinity makes its own row NaN (as fp32

@@ -32,7 +32,8 @@
 #include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
-#define LIMB_MIN_EXP (-100)
+#define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
+#define LIMB_ROUND 6755399441055744.0 /* 1.5 * 2^52: (v + LIMB_ROUND) - LIMB_ROUND is v to nearest even */
 
 static inline int32_t limb_xmax(int limbs) { return limbs == 3 ? 8355711 : 32639; } /* 127 (256^k - 1) / 255 */
 
@@ -110,9 +111,7 @@ static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q,
         }
         sums[2 * j] = hsum8_epi32(_mm256_add_epi32(l[0], l[1]));
         sums[2 * j + 1] = hsum8_epi32(_mm256_add_epi32(l[2], l[3]));
-        __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
-        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
-        _mm256_storeu_si256((__m256i *)(q + 32 * j), b);
+        i8_store32(q + 32 * j, l);
     }
     return total;
 }
@@ -128,12 +127,11 @@ static inline uint32_t limb_top_bits(const float *x) {
     return top;
 }
 static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q, int32_t *sums) {
-    const double round = 6755399441055744.0; /* 1.5 * 2^52: (v + round) - round is v to nearest even */
     double id = limb_pow2d(ish);
     int32_t total = 0;
     memset(sums, 0, sizeof(int32_t) * (size_t)(2 * limbs));
     for (int k = 0; k < 32; k++) {
-        int32_t X = (int32_t)(((double)x[k] * id + round) - round);
+        int32_t X = (int32_t)(((double)x[k] * id + LIMB_ROUND) - LIMB_ROUND);
         total += X;
         for (int j = 0; j < limbs; j++) {
             int32_t l = ((X & 255) ^ 128) - 128;
@@ -161,9 +159,8 @@ static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *s
         *dsum = 0.0f;
         return;
     }
-    const double round = 6755399441055744.0; /* 1.5 * 2^52: (v + round) - round is v to nearest even */
-    int sh = e - (8 * limbs - 2);            /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
-    if (((double)amax * limb_pow2d(-sh) + round) - round > (double)limb_xmax(limbs)) sh++;
+    int sh = e - (8 * limbs - 2); /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
+    if (((double)amax * limb_pow2d(-sh) + LIMB_ROUND) - LIMB_ROUND > (double)limb_xmax(limbs)) sh++;
     int32_t total = limb_digits(x, -sh, limbs, q, sums);
     *s = limb_pow2(sh);
     *dsum = *s * (float)total;
@@ -212,8 +209,8 @@ static inline __m256 limb_f8(__m256i s2, __m256i low) {
     return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a));
 }
 static inline __m256 limb_f8_any(__m256i s2, __m256i low) {
-    __m256i out = _mm256_srli_epi32(_mm256_add_epi32(s2, _mm256_set1_epi32(LIMB_FAST)), 15);
-    if (_mm256_testz_si256(out, out)) /* |S_2| < 2^14 in every lane */
+    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(LIMB_FAST));
+    if (_mm256_testz_si256(out, _mm256_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
         return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
     return limb_f8(s2, low);
 }

@@ -188,6 +188,12 @@ static inline int32_t hsum8_epi32(__m256i a) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
+/* 32 int32 values in [-128, 127] (r[0] the first 8) stored as 32 int8s, in order */
+static inline void i8_store32(int8_t *q, const __m256i r[4]) {
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
+    _mm256_storeu_si256((__m256i *)q, b);
+}
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
     __m256i r[4];
     __m256 sign = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f);
@@ -199,9 +205,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
     }
     s[0] = hsum8_epi32(_mm256_add_epi32(r[0], r[1]));
     s[1] = hsum8_epi32(_mm256_add_epi32(r[2], r[3]));
-    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* undo the lane interleave */
-    _mm256_storeu_si256((__m256i *)q, b);
+    i8_store32(q, r);
 }
 #define Q8_MR 4
 #define Q8_MR_WIDE 3 /* Q5_K and the unpacked bytes: their steps hold more registers */
