@@ -4,15 +4,15 @@ For every prompt position of a few prompts, each mode's log-probabilities are co
 float64 reference forward of packages/strata-engine/tests/reference_forward.py (gguf-py's
 dequantised weights, float64 throughout, no code shared with the engine): over the reference's
 top-20 tokens and over the full vocabulary, the mean, 99th percentile and maximum of
-|engine - reference| in nats. Modes: the fp32 kernels (`native`), the integer-limb kernels
-(`native-limb3`, `native-limb2`) and the 8-bit-activation kernels (`native-q8`).
+|engine - reference| in nats. Modes: the default three-limb integer kernels (`native`), the
+fp32 kernels (`native-fp32`), two limbs (`native-limb2`) and 8-bit activations (`native-q8`).
 
 Models: the default model (SmolLM2-135M-Instruct Q4_1), and a 2-layer cut of bench_kquants.py's
 Qwen3-1.7B-shaped random Q4_K_M-style file (the full 28 layers are too slow for a float64
 forward on two cores; the cut keeps every weight shape and type mixture of its layers, and the
 Q6_K tied embedding). `--layers` changes the cut.
 
-    python bench/accuracy.py [--models default,kquant] [--modes native,native-limb3,native-limb2,native-q8]
+    python bench/accuracy.py [--models default,kquant] [--modes native-fp32,native,native-limb2,native-q8]
                              [--layers 2] [--json bench/results/accuracy.json]
 """
 
@@ -37,7 +37,7 @@ from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, Sampl
 from strata_engine.model_store import resolve_model  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-MODES = ("native", "native-limb3", "native-limb2", "native-q8")
+MODES = ("native-fp32", "native", "native-limb2", "native-q8")
 TOP = 20
 PROMPTS = (  # prose, code, data and a chat turn: ~190 positions on the default model's tokenizer
     "The history of numerical computing is, in large part, the history of rounding. Early machines "

@@ -5,10 +5,10 @@ logits), decode tokens/s (batch 1, 128 tokens) and peak memory, for Strata and l
 and the ratios. Each side runs in its own subprocess so memory figures are its own. The
 header names the host's CPU, its vector flags and the kernel target; `--targets all` runs
 Strata once per vector target this CPU can run (e.g. avx512 and avx2 on an AVX-512 host);
-`--kernels native,native-q8` also runs the opt-in 8-bit-activation kernels.
+`--kernels native,native-fp32,native-q8` also runs the fp32 and the opt-in 8-bit-activation kernels.
 
     python bench/bench_engine.py [--threads 2] [--repeat 3] [--targets best|all|avx2,...]
-                                 [--kernels native|native-q8|native,native-q8] [--prompt 512]
+                                 [--kernels native|native-fp32|native-q8|native,native-fp32] [--prompt 512]
                                  [--json PATH]
 
 After the table: the weights a decode step reads and each side's decode as a share of the
@@ -230,7 +230,7 @@ def main() -> None:
     ap.add_argument(
         "--targets", default="best", help="best, all, or a comma list (avx512,avx2,neon,portable)"
     )
-    ap.add_argument("--kernels", default="native", help="native, native-q8, or both (comma list)")
+    ap.add_argument("--kernels", default="native", help="native, native-fp32, native-q8, ... (comma list)")
     ap.add_argument("--prompt", type=int, default=PROMPT_TOKENS, help="prefill length (tokens)")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--side", choices=["strata", "llama.cpp"], help=argparse.SUPPRESS)

@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
+    parser.add_argument("--kernels", default="native", choices=["native", "native-fp32", "native-q8"])
     args = parser.parse_args()
     from bench_engine import host_line  # the host and llama.cpp lines every benchmark prints
 

@@ -277,9 +277,9 @@ def llama_cpp_check(path: str, threads: int) -> dict:
 
 
 SIDES = {
-    "strata": bench_strata,
+    "strata": bench_strata,  # the default: activations as exact integer limbs
+    "strata-fp32": partial(bench_strata, kernels="native-fp32"),  # the fp32 dequantise-and-FMA kernels
     "strata-q8": partial(bench_strata, kernels="native-q8"),  # the opt-in 8-bit-activation kernels
-    "strata-limb3": partial(bench_strata, kernels="native-limb3"),  # activations as exact integer limbs
     "llama.cpp": bench_llama_cpp,
 }
 CHECKS = {"strata": strata_check, "llama.cpp": llama_cpp_check}

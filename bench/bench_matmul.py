@@ -1,4 +1,5 @@
-"""One matmul: the default kernels, the 8-bit-activation kernels (native-q8), the 3-limb kernels.
+"""One matmul: the fp32 kernels (native-fp32), the 8-bit-activation kernels (native-q8), the
+default three-limb kernels (native).
 
     python bench/bench_matmul.py [--threads 2] [--repeat 15] [--target avx512]
 
@@ -8,7 +9,7 @@ best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arit
 dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
 inside the call, integer dot products), with the rate in multiply-adds per second and as a share
 of the machine's peak rate of the kernels' integer step (int8_peak.c: 12 independent chains of
-it per thread, nothing else). The same for `native-limb3` (three integer steps a weight: its
+it per thread, nothing else). The same for the default `native` (three integer steps a weight: its
 share of the peak counts all three). The runs alternate, so that a noisy machine disturbs all alike.
 """
 

@@ -188,7 +188,7 @@ def paired_args(description: str) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model-path", type=Path, default=None, help="GGUF (default: the default model)")
-    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
+    parser.add_argument("--kernels", default="native", choices=["native", "native-fp32", "native-q8"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.model_path = args.model_path or resolve_model("default")

@@ -155,7 +155,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--kernels", default="native", choices=["native", "native-q8"])
+    parser.add_argument("--kernels", default="native", choices=["native", "native-fp32", "native-q8"])
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--no-llama", action="store_true", help="skip the llama.cpp reference")
     args = parser.parse_args()

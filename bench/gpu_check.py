@@ -3,7 +3,7 @@
     bash bench/gpu_setup.sh && .venv-gpu/bin/python bench/gpu_check.py   # a bare CUDA host
     python bench/gpu_check.py --dry-run     # anywhere: Triton's interpreter on the CPU, tiny shapes
 
-Every mode (`native`, the fp32 default; `native-limb3`, `native-q8`: integer dot products; each
+Every mode (`native`, the default, and `native-q8`: integer dot products; `native-fp32`; each
 with one explicit sequence of IEEE operations around them) must give the GPU the CPU's bits. The headline check
 therefore runs the CPU engine on the same host beside the GPU one and compares every row:
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("native", "native-limb3", "native-q8")  # every mode: both devices compute it alike
+MODES = ("native", "native-fp32", "native-q8")  # every mode: both devices compute it alike
 
 
 @dataclass(frozen=True)
@@ -378,7 +378,7 @@ def write_model(path: Path, shape: Shape, mix: str, seed: int = 0) -> Path:
 
 def device_bytes_per_token(path: Path, mode: str) -> int:
     """The bytes a batch-1 decode step reads from the weights as `mode`'s kernels hold them on the
-    device: packed by strata_q8_pack for the integer modes; for `native`, K-quants as GGUF bytes and
+    device: packed by strata_q8_pack for the integer modes; for `native-fp32`, K-quants as GGUF bytes and
     Q4_0/Q4_1/Q8_0 with their scales widened to fp32 (stored.py). The tied embedding is the LM
     head, read whole."""
     from strata_engine.gguf_loader import GGUFFile
@@ -394,7 +394,7 @@ def device_bytes_per_token(path: Path, mode: str) -> int:
             continue
         kind = NATIVE_TYPES[info.qtype]
         n, k = info.shape
-        if mode == "native":
+        if mode == "native-fp32":
             total += n * row_bytes(RAW_TYPES.get(info.qtype, kind), k)
         elif lib.strata_q8_supported(kind):
             total += int(lib.strata_q8_packed_bytes(kind, n, k))

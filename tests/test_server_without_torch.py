@@ -27,7 +27,7 @@ GOLDEN_PROMPT = "<|im_start|>user\nIs the sky blue? Answer Yes or No.<|im_end|>\
 GOLDEN_BODY = {"prompt": GOLDEN_PROMPT, "max_tokens": 4, "echo": True, "logprobs": 5, "temperature": 0}
 # sha256 of the reply's tokens, token logprobs and top-5 lists (floats as exact hex); update
 # only with a deliberate change of the arithmetic (test_golden.py's hashes change with it)
-GOLDEN_DIGEST = "1a86ea8483cbd88d6c3e1a2e34ea60e21af95d9041658cd634fb3140f5c0dcb8"
+GOLDEN_DIGEST = "92b96e1e37b2f2d66141b1a961231f17c535e2349eeae3137ca731c2558e128a"
 
 
 def logprobs_digest(lp: dict) -> str:

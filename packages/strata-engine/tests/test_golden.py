@@ -1,10 +1,11 @@
 """Cross-machine golden hashes: the default model's full-vocabulary log-probabilities (issue 9).
 
-For a few fixed prompts, every prompt position's full-vocabulary fp32 log-probabilities
-(the log-softmax of the logits, over all 49,152 ids) hash to the sha256 committed below,
-whether the prompt runs alone, inside a batch of other prompts, in chunks of 7 tokens, or
-after a warm prefix cache, on 1, 2 or 3 threads, and with every kernel target this host runs. Every CI machine
-(AVX-512, AVX2-only, AArch64) re-proves that its bits equal everyone else's.
+For a few fixed prompts, every prompt position's full-vocabulary fp32 log-probabilities (the
+log-softmax of the logits, over all 49,152 ids) in the default arithmetic (`native`: three-limb
+integer matmuls) hash to the sha256 committed below, whether the prompt runs alone, inside a
+batch of other prompts, in chunks of 7 tokens, or after a warm prefix cache, on 1, 2 or 3
+threads, and with every kernel target this host runs. Every CI machine (AVX-512, AVX2-only,
+AArch64) re-proves that its bits equal everyone else's.
 
 Update the hashes only with a deliberate change of the arithmetic, and say why in the commit.
 """
@@ -27,14 +28,14 @@ from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.base import AttentionMeta
+from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native import targets_to_test
-from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.model import Transformer
 
 GOLDEN = {
-    "chat": "91732edb0e966ed3440c9eb6b04e86d822b6beefa23ee844429c3d5c5500d829",
-    "code": "87282e2bb89a648cff36be9199a2edc96e388fab9ebe0c524ecb7d632742252a",
-    "unicode": "07b8e380529a5de33b9dc7d18f49175ce691ad843724163a9d60e0a304b78090",
+    "chat": "cfd6a1f62ca4dc74aa7e84082ca80995f34dab3bf1e846c5ba25d063869d85ab",
+    "code": "1512d334a356412cbb56518382a3c3ed90ec4ea15060ac9dacf7583a5ad1d945",
+    "unicode": "d7fadc86432595f2aea6b4f4cf91b0909a4edc72bed93f69ad5b3976f25cb875",
 }
 PROMPTS = {
     "chat": "<|im_start|>user\nIs the sky blue? Answer Yes or No.<|im_end|>\n<|im_start|>assistant\n",
@@ -152,8 +153,8 @@ def test_golden_rows_are_the_models_log_probabilities(model_path) -> None:
 # prompt position's full-vocabulary log-probabilities hash to the values below alone, in one
 # batch with the other prompts (scattered blocks, interleaved order) and in 5-token chunks.
 TINY_GOLDEN = {
-    "qwen3moe": "6a040f85fd069219d4d67c810da267d2151cc84978836d404cc3b0609ba69ebb",
-    "gemma2": "3ab6dd9532d2ccba13d298413a7d66a80fcd73fcb14ad408d18636b1e2a0bf31",
+    "qwen3moe": "35a6ee12ee948b16237ba76ec2195f7b25a570756e6a320c18a06300762e90e8",
+    "gemma2": "eb7b452d3a05899b4d77f93fda17c36a7756da6f67c9138c5af40e98d8800551",
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -196,7 +197,7 @@ def _tiny_digests(path: Path, threads: int) -> dict[str, str]:
     """{scenario: digest over every prompt's rows} with the kernels of $STRATA_KERNELS_TARGET."""
     gguf = GGUFFile(path)
     cfg = ModelConfig.from_metadata(gguf.metadata)
-    model = Transformer(gguf, cfg, NativeOps(threads))
+    model = Transformer(gguf, cfg, make_ops("native", "cpu", threads))
     prompts = _tiny_prompts(cfg.vocab_size)
     bs, n_blocks = 4, 40
 

@@ -10,6 +10,7 @@ from strata_engine.kernels import native
 from strata_engine.kernels.choice import describe, make_ops
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.torch_backend import TorchOps
+from strata_engine.provenance import arithmetic
 
 
 @pytest.fixture
@@ -36,6 +37,7 @@ def test_the_best_target_runs_and_says_so() -> None:
     ops = make_ops("native")
     assert isinstance(ops, NativeOps)
     assert ops.name == f"native-{native.runnable_targets()[0]}"
+    assert (ops.q8, ops.limbs) == (True, 3)  # the default arithmetic: three-limb integer matmuls
     assert (
         describe(ops.name, ops.invariant)
         == f"kernels: {ops.name} (batch-invariant, the same bits on every CPU)"
@@ -56,8 +58,22 @@ def test_a_target_the_compiler_cannot_build_gives_way_to_the_next(monkeypatch, c
             ops = NativeOps(1)
     finally:
         native._load_target.cache_clear()
-    assert ops.name == f"native-{runnable[1]}"
+    assert ops.name == f"native-{runnable[1]}-fp32"
     assert any(f"the {best} kernels do not build" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("kernels", "q8", "limbs", "suffix"),
+    [("auto", True, 3, ""), ("native-limb3", True, 3, ""), ("native-fp32", False, 0, "-fp32"),
+     ("native-q8", True, 0, "-q8"), ("native-limb2", True, 2, "-limb2")],
+)  # fmt: skip
+def test_each_mode_is_named_by_its_arithmetic(kernels: str, q8: bool, limbs: int, suffix: str) -> None:
+    """auto and native-limb3 are the default, native; the others keep their own names, which
+    provenance maps back to one arithmetic per mode."""
+    ops = make_ops(kernels, num_threads=1)
+    assert isinstance(ops, NativeOps) and (ops.q8, ops.limbs) == (q8, limbs)
+    assert ops.name == f"native-{native.runnable_targets()[0]}{suffix}"
+    assert arithmetic(ops.name) == "native" + suffix
 
 
 def test_forcing_a_target_the_cpu_cannot_run_is_refused(monkeypatch) -> None:

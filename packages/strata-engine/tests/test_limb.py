@@ -1,4 +1,4 @@
-"""The integer-limb kernels ("native-limb3", "native-limb2", native/limb.c) against their contract.
+"""The integer-limb kernels (the default "native", and "native-limb2"; native/limb.c) against their contract.
 
 - every target gives the portable build's bits (any row tile remainder, bias, thread count);
 - the output is the contract's arithmetic: checked against an independent numpy reference
@@ -208,8 +208,10 @@ def test_edge_rows(qtype: QT) -> None:
 
 
 def test_limbs_are_named_kernels() -> None:
-    ops = make_ops("native-limb3", device="cpu", num_threads=1)
-    assert isinstance(ops, NativeOps) and ops.name.endswith("-limb3") and ops.invariant
+    """Three limbs are the default arithmetic, `native` (also named `native-limb3`); two keep a name."""
+    ops = make_ops("native", device="cpu", num_threads=1)
+    assert isinstance(ops, NativeOps) and ops.limbs == 3 and ops.invariant
+    assert make_ops("native-limb3", device="cpu", num_threads=1).name == ops.name
     assert make_ops("native-limb2", device="cpu", num_threads=1).name.endswith("-limb2")
     with pytest.raises(ValueError, match="limbs"):
         NativeOps(1, limbs=4)
@@ -224,7 +226,7 @@ TINY_TOLERANCE = 1e-4  # nats, any token of the vocabulary, any position
 @pytest.mark.parametrize("spec", TINY_SPECS, ids=lambda s: s.name)
 def test_tiny_model_within_1e4_of_float64(spec, tmp_path: Path) -> None:
     path = write_tiny_model(tmp_path / "model.gguf", spec, seed=7)
-    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels="native-limb3")
+    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels="native")
     prompt = np.random.default_rng(11).integers(0, VOCAB_SIZE - 3, size=TINY_PROMPT).tolist()
     events = engine.generate(
         Request(
@@ -244,7 +246,7 @@ def test_tiny_model_within_1e4_of_float64(spec, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def limb_engine(model_path) -> LLMEngine:
-    return LLMEngine(model_path, num_threads=2, kernels="native-limb3", parallel=16)
+    return LLMEngine(model_path, num_threads=2, kernels="native", parallel=16)
 
 
 def test_batch_equals_each_alone(limb_engine: LLMEngine) -> None:
@@ -260,7 +262,7 @@ def test_chunks_and_decode_equal_one_prefill(model_path) -> None:
     text = " ".join(PROMPTS[:6])
     results = []
     for step_tokens in (512, 7):
-        engine = LLMEngine(model_path, num_threads=2, kernels="native-limb3", step_tokens=step_tokens)
+        engine = LLMEngine(model_path, num_threads=2, kernels="native", step_tokens=step_tokens)
         results.append(run_alone(engine, _request(engine, text, max_tokens=3, echo=False)))
     assert results[0] == results[1]
     prompt = tuple(engine.tokenizer.encode(text))

@@ -69,11 +69,13 @@ def test_an_unwritable_cache_still_gives_the_digest(tmp_path: Path, monkeypatch)
         ("native-portable", "native", "portable"),
         ("native-avx512-q8", "native-q8", "avx512"),
         ("native-avx2-q8", "native-q8", "avx2"),
-        ("native-avx512-limb3", "native-limb3", "avx512"),
+        ("native-avx512-fp32", "native-fp32", "avx512"),
+        ("native-neon-fp32", "native-fp32", "neon"),
+        ("native-avx512-limb3", "native", "avx512"),  # the default's other name
         ("native-portable-limb2", "native-limb2", "portable"),
         ("triton-q8", "native-q8", None),  # the integer modes on a GPU: the C kernels' arithmetic
-        ("triton-limb3", "native-limb3", None),
-        ("triton", "native", None),  # the fp32 mode on a GPU: the C kernels' operations too
+        ("triton", "native", None),  # the default (three limbs) on a GPU
+        ("triton-fp32", "native-fp32", None),  # the fp32 mode on a GPU: the C kernels' operations too
         ("torch", "torch", None),
     ],
 )

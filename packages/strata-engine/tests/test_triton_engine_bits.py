@@ -2,7 +2,7 @@
 log-probability row (each prompt position, and each greedy decode step) of an engine on
 TritonOps equals, as bytes, the row the CPU engine (the C kernels) computes, for tiny models of
 each architecture with fp32 weights and for a tiny model holding every quantised type (Q4_0,
-Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) in the default fp32 mode (both devices run every matmul in the C
+Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) in the fp32 mode, `native-fp32` (both devices run every matmul in the C
 kernels' order), with each request alone, all batched together, and prefilled in chunks of 5
 tokens.
 
@@ -118,8 +118,8 @@ def _same_on_both(path: Path, prompts, kernels: str) -> None:
 
 
 def test_fp32_models_rows_are_the_cpu_engines(fp32_model):
-    """fp32 weights: the default kernels (C's dot_1 matmul order on both devices) end to end."""
-    _same_on_both(*fp32_model, "native")
+    """fp32 weights: the fp32 kernels (C's dot_1 matmul order on both devices) end to end."""
+    _same_on_both(*fp32_model, "native-fp32")
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +131,9 @@ def quantised_model(tmp_path_factory) -> tuple[Path, list[tuple[int, ...]]]:
 
 
 def test_quantised_models_rows_are_the_cpu_engines(quantised_model):
-    """Quantised weights in the default fp32 mode: matmul.py dequantises each block as C does and
+    """Quantised weights in the fp32 mode: matmul.py dequantises each block as C does and
     runs C's dot_1 order, so the rows are the CPU's."""
-    _same_on_both(*quantised_model, "native")
+    _same_on_both(*quantised_model, "native-fp32")
 
 
 def test_a_planted_difference_is_seen():

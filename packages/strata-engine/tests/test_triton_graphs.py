@@ -71,7 +71,7 @@ def _drive(
     device = "cpu" if kernels_device == "cpu" else "cuda"
     kw: dict[str, Any] = {"num_threads": 2} if device == "cpu" else {}
     engine = LLMEngine(
-        path, device=device, kernels="native", parallel=8, prefix_cache=False, kv_cache_mb=1, **kw
+        path, device=device, kernels="native-fp32", parallel=8, prefix_cache=False, kv_cache_mb=1, **kw
     )
     if monkeypatch is not None:
         monkeypatch.delenv(graphs.SWITCH, raising=False)

@@ -1,7 +1,7 @@
 """The Triton integer matmul (kernels/triton/intmatmul.py) against the C kernels, bit for bit.
 
 The reference is the C code itself: strata_q8_matmul ("native-q8", 1 limb) and
-strata_limb_matmul ("native-limb3", "native-limb2") through NativeOps.linear, on the same bytes
+strata_limb_matmul ("native", "native-limb2") through NativeOps.linear, on the same bytes
 strata_q8_pack wrote. Every quant type, 1 and 3 limbs (2 once), row counts on both paths (1, 2,
 5: the row path; 17, 33: more than one tile), odd N (a partial group of 16, a partial program)
 and several block counts; extreme quants and activations (huge, tiny, zero, NaN, infinity
@@ -287,14 +287,16 @@ def test_rows_of_a_packed_weight_are_the_c_codes(qtype: QT) -> None:
     assert same_bits(got, want)
 
 
-@pytest.mark.parametrize(("kernels", "limbs"), [("native-q8", 1), ("native-limb3", 3), ("native-limb2", 2)])
+@pytest.mark.parametrize(
+    ("kernels", "limbs"), [("native-q8", 1), ("native", 3), ("auto", 3), ("native-limb2", 2)]
+)
 def test_integer_modes_run_on_the_gpu_backend(kernels: str, limbs: int) -> None:
-    """`--device cuda` with an integer mode: TritonOps packing with the C code, computing the C
+    """`--device cuda` with an integer mode (the default's too): TritonOps packing with the C code, computing the C
     kernels' bits, and named so that provenance gives both devices one arithmetic."""
     ops = make_ops(kernels, device="cuda")
     c = _c_ops(limbs)
     assert isinstance(ops, TritonOps) and ops.invariant and ops.limbs == limbs
-    assert arithmetic(ops.name) == arithmetic(c.name) == kernels
+    assert arithmetic(ops.name) == arithmetic(c.name) == ("native" if kernels == "auto" else kernels)
     rng = np.random.default_rng(limbs)
     w = _weight(QT.Q4_K, N, 256, rng)
     pw = ops.pack(w)  # the C packer's layout (its bytes' values are checked through linear below)
@@ -331,7 +333,7 @@ def test_one_binary_per_kernel(kernel) -> None:
 
 def test_tiny_model_equals_the_cpu_engine(tmp_path) -> None:
     """A whole tiny model (tied head: its packed copy is the embedding; every weight type) in
-    "native-limb3" on the GPU backend gives the CPU engine's bits: prompt logprobs with the top
+    "native" (three limbs) on the GPU backend gives the CPU engine's bits: prompt logprobs with the top
     20, and greedy decode steps."""
     from tiny_models import TINY_SPECS, write_tiny_model
 
@@ -345,12 +347,12 @@ def test_tiny_model_equals_the_cpu_engine(tmp_path) -> None:
     )
     rows = {}
     for device in ("cpu", "cuda"):
-        engine = LLMEngine(path, kernels="native-limb3", device=device, parallel=2)
+        engine = LLMEngine(path, kernels="native", device=device, parallel=2)
         rows[device] = [
             (r.token_id, r.logprob, r.top)
             for event in engine.generate(request)
             for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
             if r is not None
         ]
-        assert arithmetic(engine.kernels) == "native-limb3"
+        assert arithmetic(engine.kernels) == "native"
     assert len(rows["cpu"]) == 13 and rows["cuda"] == rows["cpu"]

@@ -75,7 +75,7 @@ SAMPLINGS = {
 
 
 def _decode_step_launches(path: Path, monkeypatch: pytest.MonkeyPatch, sampling: SamplingParams) -> Launches:
-    engine = LLMEngine(path, device="cuda", kernels="native-limb3", parallel=2)
+    engine = LLMEngine(path, device="cuda", kernels="native", parallel=2)
     out = engine.add(Request((5, 70, 100, 33), sampling))
     engine.step()  # the prefill (the interpreter compiles nothing: no warm-up is needed)
     counted = Launches()

@@ -26,7 +26,8 @@ TOLERANCE = 1e-4  # |logprob - float64 reference|; fp32 over 2 layers is ~1e-6, 
 
 
 def _triton_engine(path, **kw) -> LLMEngine:
-    return LLMEngine(path, device="cuda", parallel=8, **kw)  # the interpreter's CPU when no GPU
+    # the fp32 matmuls (the default's integer ones: test_triton_intmatmul.py); the interpreter's CPU when no GPU
+    return LLMEngine(path, device="cuda", kernels="native-fp32", parallel=8, **kw)
 
 
 @pytest.fixture(scope="module", params=TINY_SPECS, ids=lambda s: s.name)
@@ -37,7 +38,7 @@ def tiny(request, tmp_path_factory):
 
 def test_prompt_logprobs_match_float64_reference(tiny):
     engine = _triton_engine(tiny)
-    assert (engine.kernels, engine.invariant) == ("triton", True)
+    assert (engine.kernels, engine.invariant) == ("triton-fp32", True)
     ids = PROMPTS[0]
     (scores,) = engine.generate(
         Request(ids, SamplingParams(max_tokens=0), LogprobParams(top_n=5, prompt_logprobs=True))

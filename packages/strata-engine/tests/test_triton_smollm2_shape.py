@@ -2,7 +2,7 @@
 widths (hidden 576 = 18 blocks of 32, 9 query heads of 64 over 3 KV heads, FFN 1536, RoPE base
 100000, tied embeddings) with 2 layers and a vocabulary cut to 512 tokens, Q4_1 weights (the
 embedding and LM head Q8_0, as bench/gpu_check.py writes it). In each mode both devices run
-(`native-limb3`, `native-q8` and the default fp32 mode), every full-vocabulary log-probability
+(the default `native`, `native-q8` and `native-fp32`), every full-vocabulary log-probability
 row of the GPU engine equals the CPU engine's as bytes: one request alone (its decode step one
 row), three of different lengths batched, and the first prefilled in chunks of 5 tokens.
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from gpu_check import SMOLLM2, write_model  # the GPU check's own model writer
 
 SHAPE = replace(SMOLLM2, layers=2, vocab=512, ctx=256)
-MODES = ("native-limb3", "native-q8", "native")
+MODES = ("native", "native-q8", "native-fp32")
 PROMPT_LENGTHS = (7, 4, 2)  # the first, alone and chunked, crosses a chunk boundary
 
 

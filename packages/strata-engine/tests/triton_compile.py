@@ -121,8 +121,13 @@ def workloads(tmp: Path) -> None:
         ),
         Request(prompt[:2], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, seed=2, ignore_eos=True)),
     ]
-    runs = [("quantised", m) for m in ("native", "native-limb3", "native-q8", "native-limb2")]
-    runs += [("tied", "native"), ("tied", "native-q8"), ("gemma2", "native"), ("moe", "native")]
+    runs = [("quantised", m) for m in ("native-fp32", "native", "native-q8", "native-limb2")]
+    runs += [
+        ("tied", "native-fp32"),
+        ("tied", "native-q8"),
+        ("gemma2", "native-fp32"),
+        ("moe", "native-fp32"),
+    ]
     for name, kernels in runs:
         print(f"recording {name} {kernels}", flush=True)
         LLMEngine(

@@ -31,7 +31,7 @@ def engine_on(path: Path, device: str) -> LLMEngine:
     comparing one device's events with the other's: no prefix cache, room for 8 sequences."""
     kw = {"num_threads": 2} if device == "cpu" else {}
     return LLMEngine(
-        path, device=device, kernels="native", parallel=8, prefix_cache=False, kv_cache_mb=16, **kw
+        path, device=device, kernels="native-fp32", parallel=8, prefix_cache=False, kv_cache_mb=16, **kw
     )
 
 

@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logprobs", type=int, default=5, help="top-N alternatives to show per token")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument(
-        "--kernels", default="auto", choices=KERNEL_CHOICES, help="native (exact, batch-invariant) or torch"
+        "--kernels",
+        default="auto",
+        choices=KERNEL_CHOICES,
+        help="native (exact, batch-invariant; the modes: docs/engine.md) or torch",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object per token")
     args = ap.parse_args(argv)

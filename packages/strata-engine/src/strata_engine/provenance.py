@@ -18,7 +18,12 @@ from pathlib import Path
 
 from strata_engine.paths import strata_home
 
-INTEGER_MODES = ("q8", "limb3", "limb2")  # the integer-activation kernels (kernels/choice.py)
+KERNEL_MODES = (
+    "fp32",
+    "q8",
+    "limb3",
+    "limb2",
+)  # the named kernel modes besides the default (kernels/choice.py)
 
 CHUNK_BYTES = 1 << 20
 DIGEST_CHARS = 64
@@ -84,25 +89,26 @@ def arithmetic(kernels: str) -> str:
     """The arithmetic a kernels name computes with: what the bits depend on, not the host.
 
     "native-avx2", "native-avx512", "native-neon" and "native-portable" are one arithmetic,
-    "native"; their integer-activation builds are "native-q8", "native-limb3" and
-    "native-limb2". The GPU's Triton kernels compute the C kernels' operations in every mode, so
-    "triton" is "native" and "triton-q8" is "native-q8" (a GPU's fingerprint still names its
-    model: docs/gpu.md says how far that is proven). The torch fallback keeps its own name (it
-    does not promise the C kernels' bits).
+    "native" (the default: three-limb integer matmuls); their other builds are "native-fp32",
+    "native-q8" and "native-limb2" ("-limb3" is the default's other name). The GPU's Triton
+    kernels compute the C kernels' operations in every mode, so "triton" is "native" and
+    "triton-q8" is "native-q8" (a GPU's fingerprint still names its model: docs/gpu.md says how
+    far that is proven). The torch fallback keeps its own name (it does not promise the C
+    kernels' bits).
     """
-    mode = _integer_mode(kernels)
-    if mode is not None:
+    mode = _kernel_mode(kernels)
+    if mode is not None and mode != "limb3":
         return f"native-{mode}"
     if kernels.startswith("native-") or kernels == "triton":
         return "native"
     return kernels
 
 
-def _integer_mode(kernels: str) -> str | None:
-    """The integer mode ("q8", "limb3" or "limb2") a kernels name runs, else None."""
+def _kernel_mode(kernels: str) -> str | None:
+    """The mode ("fp32", "q8", "limb3" or "limb2") a kernels name runs, else None (the default)."""
     if kernels.startswith(("native-", "triton-")):
         mode = kernels.rsplit("-", 1)[1]
-        if mode in INTEGER_MODES:
+        if mode in KERNEL_MODES:
             return mode
     return None
 
@@ -112,5 +118,5 @@ def kernel_target(kernels: str) -> str | None:
     if not kernels.startswith("native-"):
         return None
     target = kernels.removeprefix("native-")
-    mode = _integer_mode(kernels)
+    mode = _kernel_mode(kernels)
     return target.removesuffix(f"-{mode}") if mode is not None else target

@@ -104,11 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kernels",
         default="auto",
-        choices=["auto", "native", "native-q8", "native-limb3", "native-limb2", "torch"],
-        help="native: the C kernels (exact, batch-invariant, the same bits on every CPU); native-q8: "
-        "the same kernels with 8-bit activations (opt-in: faster, less exact, still batch-invariant; "
-        "see docs/performance.md); torch: the fallback (not batch-invariant); auto: native, or torch "
-        "with a WARNING when they cannot be built",
+        choices=["auto", "native", "native-fp32", "native-q8", "native-limb3", "native-limb2", "torch"],
+        help="native: the C kernels, exact integer matmuls on activations held as three int8 limbs "
+        "(batch-invariant, the same bits on every CPU); native-fp32: the same kernels with fp32 "
+        "matmuls; native-q8, native-limb2: 8-bit or two-limb activations (opt-in: faster, less "
+        "exact, still batch-invariant; see docs/performance.md); native-limb3: another name for "
+        "native; torch: the fallback (not batch-invariant); auto: native, or torch with a WARNING "
+        "when they cannot be built",
     )
     parser.add_argument(
         "--device",

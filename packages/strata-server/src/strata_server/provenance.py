@@ -4,7 +4,7 @@ the `system_fingerprint` every completion and chat reply carries.
 The fingerprint is a digest of exactly what the determinism guarantee is tied to (see
 docs/DETAILS.md): the versions of strata-engine and strata-server, the GGUF's sha256, the
 arithmetic (`strata_engine.provenance.arithmetic`: "native" for every CPU target alike,
-"native-q8", "triton", "torch"), the GPU's model name with the Triton kernels (their bits are
+"native-fp32", "native-q8", "triton", "torch"), the GPU's model name with the Triton kernels (their bits are
 promised per GPU model), the tensor-parallel rank count when above one (its partial sums are
 added in another order), and the server's `--chat-template` when one replaces the model's
 (it changes the prompt a chat request runs on). Thread count, CPU model, batch, served
@@ -68,7 +68,7 @@ class Provenance:
             model_sha256=sha256 if file is None or sha256 is not None else model_sha256(file),
             tensor_parallel=tensor_parallel,
             chat_template_sha256=None if chat_template is None else text_sha256(chat_template),
-            gpu=gpu_name() if kernels == "triton" else None,
+            gpu=gpu_name() if kernels.startswith("triton") else None,
         )
 
     @property

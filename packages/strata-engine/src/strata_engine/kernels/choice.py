@@ -1,11 +1,14 @@
 """The choice of kernel backend: `--kernels` (one of KERNEL_CHOICES) on `--device`.
 
-`native` (C kernels, native/) is batch-invariant and the default on the CPU; `torch`
-(torch_backend.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback where the kernels
-cannot build and the "invariance off" switch for tests and benchmarks; `triton` (triton/) runs
-the same methods on a GPU. The integer modes (`native-q8`, `native-limb3`, `native-limb2`) run
-on the CPU by default and on a GPU when `--device cuda` asks: there the Triton integer matmul
-(triton/intmatmul.py) computes the C kernels' matmul bits. The torch and Triton backends are
+`native` (C kernels, native/) is batch-invariant and the default on the CPU: exact integer
+matmuls on activations held as three int8 limbs (native/limb.c), within 1e-4 of a float64
+forward. `native-fp32` runs the same C kernels with fp32 dequantise-and-FMA matmuls (within
+about 2e-5); `native-q8` (8-bit activations) and `native-limb2` are faster and less exact.
+`torch` (torch_backend.py: MKL GEMMs and SDPA, not batch-invariant) is the fallback where the
+kernels cannot build and the "invariance off" switch for tests and benchmarks; `triton`
+(triton/) runs the same arithmetic on a GPU: there the Triton integer matmul
+(triton/intmatmul.py) computes the C kernels' matmul bits. The opt-in modes (`native-q8`,
+`native-limb2`) run on the CPU unless `--device cuda` asks. The torch and Triton backends are
 imported only when chosen.
 """
 
@@ -21,8 +24,11 @@ from strata_engine.kernels.native.backend import NativeOps
 
 logger = logging.getLogger("strata_engine")
 
-KERNEL_CHOICES = ("auto", "native", "native-q8", "native-limb3", "native-limb2", "torch")
-INTEGER_KERNELS = {"native-q8": 0, "native-limb3": 3, "native-limb2": 2}  # name -> limbs (0: q8's rule)
+KERNEL_CHOICES = ("auto", "native", "native-fp32", "native-q8", "native-limb3", "native-limb2", "torch")
+DEFAULT_LIMBS = 3  # the default arithmetic: activations as three int8 limbs
+# name -> limbs (0: q8's rule); "native-limb3" is another name for the default, "native"
+INTEGER_KERNELS = {"native": DEFAULT_LIMBS, "native-limb3": DEFAULT_LIMBS, "native-q8": 0, "native-limb2": 2}
+OPT_IN_KERNELS = ("native-q8", "native-limb3", "native-limb2")  # on the CPU unless --device cuda
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
@@ -36,19 +42,20 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
     if device not in DEVICE_CHOICES:
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
-    if device == "cuda" or (device == "auto" and kernels not in INTEGER_KERNELS and cuda_present()):
-        # an integer mode asked for on the GPU: the same integer arithmetic there (1 limb: q8's)
-        return triton_ops((INTEGER_KERNELS[kernels] or 1) if kernels in INTEGER_KERNELS else None)
+    if device == "cuda" or (device == "auto" and kernels not in OPT_IN_KERNELS and cuda_present()):
+        # the same arithmetic on the GPU: the integer matmul (1 limb: q8's), or fp32 (native-fp32, torch)
+        if kernels in ("native-fp32", "torch"):
+            return triton_ops(None)
+        return triton_ops(INTEGER_KERNELS.get(kernels, DEFAULT_LIMBS) or 1)
     threads = num_threads or default_threads()
     if kernels == "torch":
         return torch_ops(threads)
-    if kernels in INTEGER_KERNELS:  # asked for by name: no fallback
-        return NativeOps(threads, q8=True, limbs=INTEGER_KERNELS[kernels])
+    if kernels != "auto":  # asked for by name: no fallback
+        limbs = INTEGER_KERNELS.get(kernels, 0)
+        return NativeOps(threads, q8=kernels != "native-fp32", limbs=limbs)
     try:
-        return NativeOps(threads)
+        return NativeOps(threads, q8=True, limbs=DEFAULT_LIMBS)
     except NativeUnavailable as exc:
-        if kernels == "native":
-            raise
         try:
             fallback = torch_ops(threads)
         except ModelLoadError:

@@ -18,14 +18,22 @@ from strata_engine.kernels.native import load
 from strata_engine.kernels.weights import Weight
 
 
+def mode_suffix(q8: bool, limbs: int) -> str:
+    """What an ops name adds after its target: "" for the default (3 limbs), else the mode."""
+    if limbs == 3:
+        return ""
+    return f"-limb{limbs}" if limbs else "-q8" if q8 else "-fp32"
+
+
 class NativeOps:
     """Batch-invariant CPU ops on the C kernels: the same bits on every CPU (see internal.h).
 
-    With `q8` (kernels "native-q8", opt-in), matmuls quantise their activations to 8 bits and
-    take integer dot products (native/q8.c): faster, less exact, still batch-invariant and the
-    same bits on every CPU. With `limbs` 3 or 2 (kernels "native-limb3", "native-limb2") the
-    activations become a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.c):
-    the same packed weights and integer steps, exact integer sums, fp32-level accuracy at 3."""
+    With `limbs` 3 (kernels "native", the default) or 2 ("native-limb2") matmuls take the
+    activations as a power-of-two scale and 3 or 2 int8 limbs per block of 32 (native/limb.c)
+    against the weights' integer quants: exact integer sums, fp32-level accuracy at 3. With `q8`
+    alone ("native-q8") they quantise the activations to 8 bits (native/q8.c): faster, less
+    exact. Neither ("native-fp32"): fp32 matmuls on the dequantised weights. Every mode is
+    batch-invariant and gives the same bits on every CPU."""
 
     invariant = True
 
@@ -35,7 +43,7 @@ class NativeOps:
         self.lib, self.target = load(target)
         self.q8 = q8 or limbs > 0  # the weights repacked for integer dot products
         self.limbs = limbs
-        self.name = f"native-{self.target}" + (f"-limb{limbs}" if limbs else "-q8" if q8 else "")
+        self.name = f"native-{self.target}" + mode_suffix(self.q8, limbs)
         self.threads = num_threads
 
     @contextmanager

@@ -56,7 +56,6 @@ def default_device() -> torch.device:
 class TritonOps:
     """Batch-invariant GPU ops (see the module docstring for where tensors live)."""
 
-    name = "triton"
     invariant = True
     fuses_projections = True  # q/k/v and gate/up through one matmul per run of same-typed weights
     selects_on_device = True  # `read_rows`: greedy and scoring rows come back as their selection
@@ -64,17 +63,16 @@ class TritonOps:
     def __init__(
         self, device: torch.device | str | None = None, limbs: int | None = None, graphs: bool | None = None
     ) -> None:
-        """`limbs` 1 (q8's 8-bit rule), 2 or 3: the CPU's integer matmuls ("native-q8",
-        "native-limb2", "native-limb3"; intmatmul.py) on weights packed by its C code. `graphs`:
-        decode steps on static buffers, captured as CUDA graphs (graphs.py); None reads the
+        """`limbs` 3 (the default), 1 (q8's 8-bit rule) or 2: the CPU's integer matmuls ("native",
+        "native-q8", "native-limb2"; intmatmul.py) on weights packed by its C code; None: fp32
+        matmuls ("native-fp32"). `graphs`: decode steps on static buffers, captured as CUDA graphs (graphs.py); None reads the
         switch STRATA_CUDA_GRAPHS (off unless "1")."""
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and self.device.index is None:  # "cuda" is one GPU: name it,
             self.device = torch.device("cuda", torch.cuda.current_device())  # so tensors on it compare equal
         self.limbs = limbs
         self._packer = packed.packer(limbs) if limbs is not None else None
-        if limbs is not None:
-            self.name = packed.arithmetic_name(limbs)
+        self.name = packed.arithmetic_name(limbs)
         self._weights: dict[int, tuple[Weight, StoredWeight]] = {}
         self._packed: dict[int, tuple[Weight, packed.PackedWeight]] = {}
         self._model_tensors: dict[int, tuple[Array, torch.Tensor]] = {}

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED
 from strata_engine.kernels.host import default_threads
-from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.weights import Weight
 
@@ -107,10 +107,13 @@ def packer(limbs: int, threads: int | None = None) -> NativeOps:
     return NativeOps(threads or default_threads(), q8=True, limbs=0 if limbs == 1 else limbs)
 
 
-def arithmetic_name(limbs: int) -> str:
-    """The ops' name: the CPU kernels' mode ("q8", "limb3", "limb2") after "triton-", which
-    provenance.arithmetic maps to the same arithmetic as "native-<target>-<mode>"."""
-    return "triton-" + ("q8" if limbs == 1 else f"limb{limbs}")
+def arithmetic_name(limbs: int | None) -> str:
+    """The ops' name: "triton" and the CPU kernels' mode suffix ("" for the default three limbs,
+    "-q8", "-limb2", "-fp32" for None), which provenance.arithmetic maps to the same arithmetic
+    as "native-<target><suffix>"."""
+    if limbs is None:
+        return "triton" + mode_suffix(False, 0)
+    return "triton" + mode_suffix(True, 0 if limbs == 1 else limbs)
 
 
 def limbs_of(kernel_type: int) -> int:
