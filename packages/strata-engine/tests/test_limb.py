@@ -20,13 +20,15 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 from reference_forward import ReferenceModel
 from test_invariance import PROMPTS, _request, run_alone, run_batch
-from test_q8 import ROWS, TYPES, N, Quantised, _activations, _weight
-from tiny_models import TINY_SPECS, VOCAB_SIZE, write_tiny_model
+from test_q8 import ROWS, TYPES, N, Quantised, _activations, _dequantize, _weight
+from tiny_models import TINY_SPECS, VOCAB_SIZE, encode_tensor, write_tiny_model
 
 from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weights import Weight
 
 LIMBS = (3, 2)
 XMAX = {3: 8355711, 2: 32639}  # 127 (256^k - 1) / 255: the largest X with k balanced int8 digits
@@ -176,6 +178,43 @@ def test_limb_sums_near_the_int32_bound(qtype: QT) -> None:
         err = np.abs(got.astype(np.float64) - want) / scale
         assert err.max() <= REL, f"{target}: relative error {err.max():.3g}"
         assert np.array_equal(got, expect), target
+
+
+def test_q8_0_wide_limb_sums_at_their_bounds() -> None:
+    """AVX2 takes Q8_0 as int16 weights times X split into 12-bit limbs, X = 4096 hi + lo with
+    lo in [-2048, 2047], and forms S = 4096 S_hi + S_lo by one float fma, exact only while
+    |S_hi|, |S_lo| <= 2^24. Every quant -128 but element 0's (odd, so the sums have low bits to
+    lose); in each block element 0 at XMAX (sets s = 2^-20) and the rest at random X whose low
+    limb lies in the outer quarter of its range for a split of 12, 14 or 16 bits: |S| passes 2^35,
+    and the 12-bit split's |S_lo| comes within 4% of 2^23. A split two bits wider (|S_lo| past 2^24,
+    rounded before the fma: twice in all) or an int32 combine (overflow) differs from the portable
+    build's bits. 5 rows take the tile path, 48 the group widened once for many rows."""
+    rng = np.random.default_rng(70)
+    data = np.ascontiguousarray(encode_tensor(rng.normal(0, 0.05, (N, 256)), QT.Q8_0, rng))
+    blocks = data.reshape(-1, 34)  # a Q8_0 block: the f16 scale, then 32 int8 quants
+    blocks[:, 2:] = 0x80
+    blocks[:, 2] = (2 * rng.integers(-64, 64, len(blocks)) + 1).astype(np.int8).view(np.uint8)
+    values = _dequantize(data, QT.Q8_0, (N, 256))
+    w = Quantised(Weight.from_info(TensorInfo("w", (N, 256), QT.Q8_0, data.reshape(-1))), values, 0 * values)
+    rows = []
+    for r in range(48):
+        bits, sign = (12, 14, 16)[r % 3], (1, -1)[r // 3 % 2]
+        lo = sign * rng.integers(2 ** (bits - 2), 2 ** (bits - 1), 256)  # the outer quarter
+        rows.append(((XMAX[3] >> bits) - 1) * 2**bits + lo)  # at most XMAX
+    X = np.array(rows, dtype=np.float64) * np.where(np.arange(48) % 4 == 3, -1.0, 1.0)[:, None]
+    X[:, ::32] = XMAX[3]
+    x = (X * 2.0**-20).astype(np.float32)
+    want, scale = reference_linear(x, w, 3)
+    assert np.array_equal(reference_limbs(x, 3), x.astype(np.float64))  # held exactly
+    portable = _limb_ops(3, "portable")
+    for m in (5, 48):
+        expect = portable.linear(x[:m], portable.pack(w.weight))
+        for target in targets_to_test():
+            ops = _limb_ops(3, target, threads=2)
+            got = ops.linear(x[:m], ops.pack(w.weight))
+            err = np.abs(got.astype(np.float64) - want[:m]) / scale[:m]
+            assert err.max() <= REL, f"{target}, {m} rows: relative error {err.max():.3g}"
+            assert np.array_equal(got, expect), (target, m)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)

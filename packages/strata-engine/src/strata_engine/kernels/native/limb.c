@@ -17,10 +17,12 @@
  * are multiplied with each limb's plane by the same integer steps as q8's:
  *     S_j = sum_k w_k * l_j,k   (int32, exact: |S_j| <= 32 * 255 * 128 < 2^21 before the offset
  *                                is taken back, which the AVX2 int16 partial sums respect, see
- *                                test_limb.py's extremes; Q8_0 on AVX2 takes the wide step)
+ *                                test_limb.py's extremes)
  *     L = S_1 * 256 + S_0       (int32, exact: |L| < 2^29)
  *     S = S_2 * 65536 + L       (k = 3: formed in double, exact: |S| < 2^37 < 2^53)
- * so S = sum_k w_k X_k exactly, on every target, in any order. The float work per output is
+ * so S = sum_k w_k X_k exactly, on every target, in any order. Q8_0 on AVX2 (whose byte step
+ * cannot take its weights) reaches the same S by int16 steps on two 12-bit limbs instead (see
+ * limb_wide_rows). The float work per output is
  * then q8's fixed sequence over the blocks in order, with f = (float)S (one correctly rounded
  * conversion of the exact sum):
  *     acc = fma(wscale * s, f, acc)             (Q6_K: once per half, its own scale)
@@ -42,6 +44,7 @@ typedef struct {
     float *s;      /* [M, nb]: the block's scale (0: a zero block, NaN: a NaN or infinity in it) */
     float *dsum;   /* [M, nb]: s * (float)(sum of the block's X) */
     int32_t *sums; /* [M, nb, limbs, 2]: limb j's sum over each half */
+    int16_t *wide; /* AVX2, Q8_0: [M, nb, planes, 32], X as int16 limbs (see limb_wide_block) */
 } limb_rows;
 
 static inline float limb_pow2(int e) { /* 2^e as a float, -126 <= e <= 127 */
@@ -193,8 +196,6 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
     return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
 }
-/* Q8_0's unsigned bytes (up to 255) times a limb: vpdpbusd sums into int32, exact */
-#define limb_dot4_wide vi_dot4
 #define LIMB_VR 8 /* virtual rows (rows x limbs) a tile holds */
 #define LIMB_VR_NIBBLES 9 /* the 4-bit types' steps hold fewer registers: 3 rows of 3 limbs */
 #elif defined(STRATA_TARGET_AVX2)
@@ -218,20 +219,127 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
     return (vf){limb_f8_any(s2.lo, low.lo), limb_f8_any(s2.hi, low.hi)};
 }
-/* Q8_0's unsigned bytes (up to 255) times a limb (down to -128) overflow vpmaddubsw's int16 pair
- * sums, so the byte is taken as 16 * high nibble + low nibble: two steps, each within bounds. */
-static inline __m256i dot4_wide8(__m256i acc, __m256i w, __m256i x) {
-    __m256i m = _mm256_set1_epi8(15);
-    __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(w, m), x);
-    __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m), x);
-    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_set1_epi16(1)),
-                                                  _mm256_madd_epi16(hi, _mm256_set1_epi16(16))));
+
+/* ---- AVX2, Q8_0: int16 weights times int16 limbs ---------------------------------------------
+ * Q8_0's stored bytes (w + 128, up to 255) times an int8 limb (down to -128) overflow vpmaddubsw's
+ * int16 pair sums. vpmaddwd multiplies int16 pairs into int32 instead, so the signed weight w
+ * (|w| <= 128) is widened to int16 and each block's X is taken once per call as int16 "wide limbs"
+ * (limb_widen): X itself for k = 2 (|X| <= 32,639), and for k = 3 hi = (X + 2048) >> 12 and
+ * lo = X - 4096 hi (|hi| <= 2,040, lo in [-2048, 2047]). A block's sums S_hi and S_lo (at most
+ * 32 * 128 * 2048 = 2^23 in magnitude) are exact in int32 and in float, so S = S_hi * 4096 + S_lo
+ * takes no int32 or double combine (limb_wide_value). Two limbs instead of three int8 ones, no
+ * nibble split and no offset to take back; test_limb.py checks the sums at these bounds. */
+#define LIMB_WIDE 1
+#define LIMB_WIDE_VR 2 /* virtual rows (rows x wide limbs) a tile holds: 4 accumulators each */
+static inline int limb_wide_planes(int limbs) { return limbs == 3 ? 2 : 1; }
+
+/* A block's 32 X (from its int8 limbs) as its wide limbs: planes[32 p + k], p = 0 the high one. */
+static inline void limb_wide_block(const int8_t *q, int limbs, int16_t *planes) {
+    for (int k = 0; k < 32; k++) {
+        int32_t X = limbs == 3 ? q[64 + k] * 65536 + q[32 + k] * 256 + q[k] : q[32 + k] * 256 + q[k];
+        int32_t hi = (X + 2048) >> 12; /* arithmetic: floor((X + 2048) / 4096) */
+        if (limbs == 3) planes[k] = (int16_t)hi, planes[32 + k] = (int16_t)(X - 4096 * hi);
+        else planes[k] = (int16_t)X;
+    }
 }
-static inline vi limb_dot4_wide(vi acc, vq w, const int8_t *x) {
-    int32_t x4;
-    memcpy(&x4, x, 4);
-    __m256i xv = _mm256_set1_epi32(x4);
-    return (vi){dot4_wide8(acc.lo, w.lo, xv), dot4_wide8(acc.hi, w.hi, xv)};
+
+/* Every block's wide limbs, once per call (not per group of outputs). */
+static void limb_widen(int64_t blocks, int limbs, limb_rows *r, int nthreads) {
+    int planes = limb_wide_planes(limbs);
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (blocks * 32 >= SMALL_WORK)
+    for (int64_t i = 0; i < blocks; i++) limb_wide_block(r->q + i * limbs * 32, limbs, r->wide + i * planes * 32);
+}
+
+/* 16 bytes of a quad row (4 outputs x 4 elements) as the signed weights w = byte - 128, int16 */
+static inline __m256i limb_wide_w(const uint8_t *p) {
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), _mm256_set1_epi16(128));
+}
+
+/* 4 consecutive int16 limbs in every 64-bit lane: vpmaddwd against limb_wide_w's 4 outputs then
+ * gives, per output o, the pair sums of elements (0, 1) and (2, 3) in lanes 2o and 2o + 1. */
+static inline __m256i limb_wide_x(const int16_t *x) {
+    int64_t x4;
+    memcpy(&x4, x, 8);
+    return _mm256_set1_epi64x(x4);
+}
+
+/* Outputs 0-7 from the pair sums of outputs 0-3 (a) and 4-7 (b): vphaddd gives the 128-bit lanes
+ * (0 1 4 5 | 2 3 6 7), and the 64-bit permute puts them in order. */
+static inline __m256i limb_wide_sum8(__m256i a, __m256i b) {
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* The float of S = hi * 4096 + lo, 8 outputs: (float)hi and (float)lo are exact (|hi|, |lo| <= 2^23)
+ * and so is their product by 4096, so the fma rounds the exact S once: the correctly rounded
+ * float every other target's int32 or double combine gives, without a test or a branch. */
+static inline __m256 limb_wide_value(__m256i hi, __m256i lo) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(4096.0f), _mm256_cvtepi32_ps(lo));
+}
+
+/* One group's weights as limb_wide_w's int16s, 512 a block, for calls of many rows: their tiles
+ * then load them as they are instead of widening each again (in the calling thread's scratch). */
+static const int16_t *limb_wide_unpack(const uint8_t *grp, int64_t nb) {
+    int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * 1024);
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < 32; i++)
+            _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(grp + q8_block_at(WT_Q8_0, b) + 64 + 16 * i));
+    return w16;
+}
+
+/* Rows m0 .. m0+rows of one group of 16 Q8_0 outputs: each block's wide sums, then the float
+ * sequence at the top (as limb_group_rows). The weights from the packed bytes, or (w16 not NULL)
+ * from limb_wide_unpack's int16s. */
+static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *grp, const int16_t *w16, int64_t nb,
+                                                                 const limb_rows *xr, int planes, int64_t m0, int rows,
+                                                                 vf *acc) {
+    int vr = rows * planes;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(WT_Q8_0, b), *qs = blk + 64;
+        if (!w16) q8_prefetch_ahead(WT_Q8_0, blk);
+        const int16_t *xp[LIMB_WIDE_VR];
+        for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
+        __m256i s[LIMB_WIDE_VR][4];
+        for (int u = 0; u < vr; u++)
+            for (int g = 0; g < 4; g++) s[u][g] = _mm256_setzero_si256();
+        for (int r = 0; r < 8; r++) {
+            __m256i xv[LIMB_WIDE_VR];
+            for (int u = 0; u < vr; u++) xv[u] = limb_wide_x(xp[u] + 4 * r);
+            for (int g = 0; g < 4; g++) { /* outputs 4g .. 4g + 3 */
+                __m256i w = w16 ? _mm256_loadu_si256((const __m256i *)(w16 + b * 512 + 64 * r + 16 * g))
+                                : limb_wide_w(qs + 64 * r + 16 * g);
+                for (int u = 0; u < vr; u++) s[u][g] = _mm256_add_epi32(s[u][g], _mm256_madd_epi16(w, xv[u]));
+            }
+        }
+        vf ws = vf_load((const float *)blk);
+        for (int i = 0; i < rows; i++) {
+            int64_t xb = (m0 + i) * nb + b;
+            __m256i (*S)[4] = s + i * planes;
+            __m256i hi0 = limb_wide_sum8(S[0][0], S[0][1]), hi1 = limb_wide_sum8(S[0][2], S[0][3]);
+            vf f;
+            if (planes == 2) {
+                __m256i lo0 = limb_wide_sum8(S[1][0], S[1][1]), lo1 = limb_wide_sum8(S[1][2], S[1][3]);
+                f = (vf){limb_wide_value(hi0, lo0), limb_wide_value(hi1, lo1)};
+            } else {
+                f = (vf){_mm256_cvtepi32_ps(hi0), _mm256_cvtepi32_ps(hi1)};
+            }
+            acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[xb])), f, acc[i]);
+        }
+    }
+}
+
+/* One row tile of Q8_0 with constant wide limbs and rows: the compiler keeps it in registers. */
+static inline void limb_wide_tile(const uint8_t *grp, const int16_t *w16, int64_t nb, const limb_rows *xr, int limbs,
+                                  int64_t m0, int rows, vf *acc) {
+    if (w16) {
+        if (limbs == 3) limb_wide_rows(grp, w16, nb, xr, 2, m0, 1, acc);
+        else if (rows == 2) limb_wide_rows(grp, w16, nb, xr, 1, m0, 2, acc);
+        else limb_wide_rows(grp, w16, nb, xr, 1, m0, 1, acc);
+    } else {
+        if (limbs == 3) limb_wide_rows(grp, NULL, nb, xr, 2, m0, 1, acc);
+        else if (rows == 2) limb_wide_rows(grp, NULL, nb, xr, 1, m0, 2, acc);
+        else limb_wide_rows(grp, NULL, nb, xr, 1, m0, 1, acc);
+    }
 }
 #define LIMB_VR 4
 #else
@@ -244,8 +352,11 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     for (int o = 0; o < 16; o++) f[o] = (float)((double)s2.l[o] * 65536.0 + (double)(s1.l[o] * 256 + s0.l[o]));
     return vf_load(f);
 }
-#define limb_dot4_wide vi_dot4
 #define LIMB_VR 4
+#endif
+
+#ifndef LIMB_WIDE /* targets whose vi_dot4 takes Q8_0's bytes (up to 255) times a limb into int32 */
+#define LIMB_WIDE 0
 #endif
 
 #ifndef LIMB_VR_NIBBLES
@@ -254,6 +365,9 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
 
 /* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
 static inline int limb_tile_rows(int t, int limbs) {
+#if LIMB_WIDE
+    if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
+#endif
     int vr = t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3)
              : q8_nibbles(t)                                          ? LIMB_VR_NIBBLES
                                                                       : LIMB_VR;
@@ -289,10 +403,10 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                         else p2[u] = vh_dot4(p2[u], hi, xp[u] + 16 + 4 * r);
                     }
                 }
-            } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once */
+            } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once (not AVX2's) */
                 for (int r = 0; r < 8; r++) {
                     vq v = q8_row(t, qs, r);
-                    for (int u = 0; u < vr; u++) s[u] = limb_dot4_wide(s[u], v, xp[u] + 4 * r);
+                    for (int u = 0; u < vr; u++) s[u] = vi_dot4(s[u], v, xp[u] + 4 * r);
                 }
             } else { /* quad rows in pairs (Q6_K: half h's four) */
                 int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
@@ -355,13 +469,18 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
     int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS;
     int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
-    limb_rows xr; /* one scratch block kept between calls: sums, s, dsum, then the limbs */
-    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * limbs));
+    int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
+    limb_rows xr; /* one scratch block kept between calls: sums, s, dsum, the limbs, then the wide limbs */
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));
     xr.sums = (int32_t *)block;
     xr.s = (float *)(block + M * nb * 8 * limbs);
     xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
+    xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
     limb_quantize(x, M, K, limbs, &xr, nthreads);
+#if LIMB_WIDE
+    if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
+#endif
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
@@ -371,6 +490,9 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
             unpack_group(wtype, grp, nb, bytes);
             grp = bytes;
         }
+#if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
+        const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
+#endif
         int mr = limb_tile_rows(t, limbs);
         for (int64_t m0 = 0; m0 < M; m0 += mr) {
             int rows = M - m0 < mr ? (int)(M - m0) : mr;
@@ -379,7 +501,11 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
             switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
             case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
             case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
+#if LIMB_WIDE
+            case WT_Q8_0: limb_wide_tile(grp, w16, nb, &xr, limbs, m0, rows, acc); break;
+#else
             case WT_Q8_0: LIMB_CASE(WT_Q8_0); break;
+#endif
             case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
             case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
             case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
