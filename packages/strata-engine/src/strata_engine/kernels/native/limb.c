@@ -263,6 +263,15 @@ static inline __m256i limb_wide_x(const int16_t *x) {
     return _mm256_set1_epi64x(x4);
 }
 
+/* acc + the pair sums of w times x. The empty asm keeps each accumulator one chain in a register:
+ * left free, the compiler reassociates a block's sums into trees whose products wait on the stack
+ * (as q8.h's vh_dot4). */
+static inline __m256i limb_wide_madd(__m256i acc, __m256i w, __m256i x) {
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
+    __asm__("" : "+x"(acc));
+    return acc;
+}
+
 /* Outputs 0-7 from the pair sums of outputs 0-3 (a) and 4-7 (b): vphaddd gives the 128-bit lanes
  * (0 1 4 5 | 2 3 6 7), and the 64-bit permute puts them in order. */
 static inline __m256i limb_wide_sum8(__m256i a, __m256i b) {
@@ -308,7 +317,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *
             for (int g = 0; g < 4; g++) { /* outputs 4g .. 4g + 3 */
                 __m256i w = w16 ? _mm256_loadu_si256((const __m256i *)(w16 + b * 512 + 64 * r + 16 * g))
                                 : limb_wide_w(qs + 64 * r + 16 * g);
-                for (int u = 0; u < vr; u++) s[u][g] = _mm256_add_epi32(s[u][g], _mm256_madd_epi16(w, xv[u]));
+                for (int u = 0; u < vr; u++) s[u][g] = limb_wide_madd(s[u][g], w, xv[u]);
             }
         }
         vf ws = vf_load((const float *)blk);
