@@ -25,7 +25,6 @@ from tiny_models import TINY_SPECS, VOCAB_SIZE, encode_tensor, write_tiny_model
 
 from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
@@ -246,12 +245,8 @@ def test_edge_rows(qtype: QT) -> None:
             assert np.array_equal(y[at : at + 1], alone), (target, at)
 
 
-def test_limbs_are_named_kernels() -> None:
-    """Three limbs are the default arithmetic, `native` (also named `native-limb3`); two keep a name."""
-    ops = make_ops("native", device="cpu", num_threads=1)
-    assert isinstance(ops, NativeOps) and ops.limbs == 3 and ops.invariant
-    assert make_ops("native-limb3", device="cpu", num_threads=1).name == ops.name
-    assert make_ops("native-limb2", device="cpu", num_threads=1).name.endswith("-limb2")
+def test_other_limb_counts_are_refused() -> None:
+    """Each mode's name and limbs: test_kernel_choice.py::test_each_mode_is_named_by_its_arithmetic."""
     with pytest.raises(ValueError, match="limbs"):
         NativeOps(1, limbs=4)
 

@@ -20,12 +20,11 @@ from strata_engine.api import ModelLoadError
 from strata_engine.kernels.base import Ops
 from strata_engine.kernels.host import cuda_present, default_threads
 from strata_engine.kernels.native import NativeUnavailable
-from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.native.backend import DEFAULT_LIMBS, NativeOps
 
 logger = logging.getLogger("strata_engine")
 
 KERNEL_CHOICES = ("auto", "native", "native-fp32", "native-q8", "native-limb3", "native-limb2", "torch")
-DEFAULT_LIMBS = 3  # the default arithmetic: activations as three int8 limbs
 # name -> limbs (0: q8's rule); "native-limb3" is another name for the default, "native"
 INTEGER_KERNELS = {"native": DEFAULT_LIMBS, "native-limb3": DEFAULT_LIMBS, "native-q8": 0, "native-limb2": 2}
 OPT_IN_KERNELS = ("native-q8", "native-limb3", "native-limb2")  # on the CPU unless --device cuda

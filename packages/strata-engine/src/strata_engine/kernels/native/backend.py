@@ -17,10 +17,12 @@ from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, AttentionMeta, Rop
 from strata_engine.kernels.native import load
 from strata_engine.kernels.weights import Weight
 
+DEFAULT_LIMBS = 3  # the default arithmetic ("native"): activations as three int8 limbs
+
 
 def mode_suffix(q8: bool, limbs: int) -> str:
-    """What an ops name adds after its target: "" for the default (3 limbs), else the mode."""
-    if limbs == 3:
+    """What an ops name adds after its target: "" for the default (DEFAULT_LIMBS), else the mode."""
+    if limbs == DEFAULT_LIMBS:
         return ""
     return f"-limb{limbs}" if limbs else "-q8" if q8 else "-fp32"
 
