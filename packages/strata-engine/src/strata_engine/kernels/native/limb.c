@@ -291,7 +291,7 @@ static const int16_t *limb_wide_unpack(const uint8_t *grp, int64_t nb) {
     int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * 1024);
     for (int64_t b = 0; b < nb; b++)
         for (int i = 0; i < 32; i++)
-            _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(grp + q8_block_at(WT_Q8_0, b) + 64 + 16 * i));
+            _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(q8_quants(WT_Q8_0, grp + q8_block_at(WT_Q8_0, b)) + 16 * i));
     return w16;
 }
 
@@ -304,7 +304,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *
     int vr = rows * planes;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(WT_Q8_0, b), *qs = blk + 64;
+        const uint8_t *blk = grp + q8_block_at(WT_Q8_0, b), *qs = q8_quants(WT_Q8_0, blk);
         if (!w16) q8_prefetch_ahead(WT_Q8_0, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
@@ -387,13 +387,13 @@ static inline int limb_tile_rows(int t, int limbs) {
  * row's limb planes ("virtual rows"), then the sequence at the top. */
 static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                   int limbs, int64_t m0, int rows, vf *acc) {
-    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
+    int halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(t, b);
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-        const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        const uint8_t *qs = q8_quants(t, blk);
         q8_prefetch_ahead(t, blk);
         const int8_t *xp[3 * LIMB_VR_NIBBLES];
         for (int u = 0; u < vr; u++) xp[u] = xr->q + (((m0 + u / limbs) * nb + b) * limbs + u % limbs) * 32;

@@ -156,7 +156,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
  * rows (q8_tile_rows) sharing each unpacked block of weights. */
 static inline __attribute__((always_inline)) void q8_group_rows(int t, const uint8_t *grp, int64_t nb, const q8_rows *xr, int64_t K, int64_t m0,
                                  int rows, vf *acc) {
-    int halves = q8_halves(t), has_min = q8_has_min(t), off = q8_offset(t), kq = q8_kquant(t);
+    int halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
 #ifdef Q8_SIGNED_DOT
     int signed_dot = t == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
     if (signed_dot) off = 0;
@@ -167,7 +167,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(t, b);
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-        const uint8_t *qs = blk + (kq ? 16 : 64) * (halves + has_min);
+        const uint8_t *qs = q8_quants(t, blk);
         q8_prefetch_ahead(t, blk);
         for (int h = 0; h < halves; h++) {
             /* two independent chains per row (integers: any order is exact; 4-bit blocks on AVX2:

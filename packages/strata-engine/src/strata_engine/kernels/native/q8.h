@@ -67,6 +67,11 @@ static inline int64_t q8_block_at(int t, int64_t b) {
 
 static inline int64_t q8_group_bytes(int t, int64_t nb) { return q8_block_at(t, nb); }
 
+/* Where a packed block's quants start: after its scales (and mins), see the top. */
+static inline const uint8_t *q8_quants(int t, const uint8_t *blk) {
+    return blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+}
+
 /* q[k] = x[k] * id rounded to the nearest integer (ties to even) where that is within +-127 (it
  * always is: |x| <= amax, id = 127 / amax, though x * id may round to just above 127), else 0
  * (NaN); s[h] = the sum of q over half h. Per target below; every target computes the same. */
