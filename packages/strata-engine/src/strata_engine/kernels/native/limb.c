@@ -43,7 +43,9 @@ typedef struct {
     int8_t *q;     /* [M, nb, limbs, 32]: limb j of element k of block b */
     float *s;      /* [M, nb]: the block's scale (0: a zero block, NaN: a NaN or infinity in it) */
     float *dsum;   /* [M, nb]: s * (float)(sum of the block's X) */
-    int32_t *sums; /* [M, nb, limbs, 2]: limb j's sum over each half */
+    int32_t *start; /* [M, nb, limbs, 2]: where limb j's integer sums start, so that they end with the
+                     * weights' offset taken back: -offset * the limb's sum over half h (types with
+                     * one scale a block: slot 0, over the block) */
     int16_t *wide; /* AVX2, Q8_0: [M, nb, planes, 32], X as int16 limbs (see limb_wide_block) */
 } limb_rows;
 
@@ -149,7 +151,8 @@ static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q,
 
 /* One block of 32 into limbs (see the top): the scale from the block's largest |x| by scalar
  * integer and double steps, then the digits (the rounding is exact: |x / s| < 2^23, x / s exact). */
-static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *sums, float *s, float *dsum) {
+static void limb_quantize_block(const float *x, int limbs, int off, int halves, int8_t *q, int32_t *start, float *s,
+                                float *dsum) {
     uint32_t bits = limb_top_bits(x);
     int bad = bits >= 0x7f800000u; /* NaN or an infinity */
     float amax;
@@ -157,23 +160,30 @@ static void limb_quantize_block(const float *x, int limbs, int8_t *q, int32_t *s
     int e = (int)(bits >> 23) - 127; /* floor(log2(amax)) for a normal amax */
     if (bad || amax == 0.0f || e < LIMB_MIN_EXP) { /* NaN: the one (positive, quiet) NaN every target */
         memset(q, 0, (size_t)(32 * limbs));          /* then propagates; dsum 0 adds no second NaN */
-        memset(sums, 0, sizeof(int32_t) * (size_t)(2 * limbs));
+        memset(start, 0, sizeof(int32_t) * (size_t)(2 * limbs));
         *s = bad ? NAN : 0.0f;
         *dsum = 0.0f;
         return;
     }
     int sh = e - (8 * limbs - 2); /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
     if (((double)amax * limb_pow2d(-sh) + LIMB_ROUND) - LIMB_ROUND > (double)limb_xmax(limbs)) sh++;
-    int32_t total = limb_digits(x, -sh, limbs, q, sums);
+    int32_t total = limb_digits(x, -sh, limbs, q, start);
+    for (int j = 0; j < limbs; j++) { /* |offset * sum| <= 128 * 32 * 128: exact in int32 */
+        if (halves == 1) start[2 * j] += start[2 * j + 1];
+        start[2 * j] *= -off, start[2 * j + 1] *= -off;
+    }
     *s = limb_pow2(sh);
     *dsum = *s * (float)total;
 }
 
-static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, limb_rows *r, int nthreads) {
+/* x into limbs for weights of type t (its offset and scales a block set where the sums start). */
+static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t, limb_rows *r, int nthreads) {
     int64_t nb = K / 32;
+    int off = q8_offset(t), halves = q8_halves(t);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
     for (int64_t i = 0; i < M * nb; i++)
-        limb_quantize_block(x + i * 32, limbs, r->q + i * limbs * 32, r->sums + i * limbs * 2, r->s + i, r->dsum + i);
+        limb_quantize_block(x + i * 32, limbs, off, halves, r->q + i * limbs * 32, r->start + i * limbs * 2, r->s + i,
+                            r->dsum + i);
 }
 
 /* ---- per target: the exact per-output value of a block's limb sums (see the top) -------------
@@ -377,17 +387,32 @@ static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int vr = t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3)
+    int vr = t == WT_Q6_K_BYTES && LIMB_VR > 4                     ? LIMB_VR_NIBBLES
+             : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3)
              : q8_nibbles(t)                                          ? LIMB_VR_NIBBLES
                                                                       : LIMB_VR;
     return vr / limbs > 0 ? vr / limbs : 1;
 }
 
+/* Where a step's products go: on targets whose step sums into int32 at once (vh is vi), straight
+ * into the block's sums; on AVX2 into int16 partial sums (two chains), widened into them after. */
+#if defined(STRATA_TARGET_AVX2)
+#define LIMB_P p
+#define LIMB_P2 p2
+#else
+#define LIMB_P s
+#define LIMB_P2 s
+#endif
+
+/* Virtual row u's plane: limb u % limbs of row u / limbs, from the row's pointer. */
+static inline const int8_t *limb_plane(const int8_t *const *xq, int u, int limbs) { return xq[u / limbs] + 32 * (u % limbs); }
+
 /* Rows m0 .. m0+rows of one group of 16 outputs: the integer steps of q8_group_rows over each
- * row's limb planes ("virtual rows"), then the sequence at the top. */
+ * row's limb planes ("virtual rows"), from sums that start at the offset's share (xr->start),
+ * then the sequence at the top. */
 static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                   int limbs, int64_t m0, int rows, vf *acc) {
-    int halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
+    int halves = q8_halves(t), kq = q8_kquant(t);
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
@@ -395,55 +420,61 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = q8_quants(t, blk);
         q8_prefetch_ahead(t, blk);
-        const int8_t *xp[3 * LIMB_VR_NIBBLES];
-        for (int u = 0; u < vr; u++) xp[u] = xr->q + (((m0 + u / limbs) * nb + b) * limbs + u % limbs) * 32;
+        const int8_t *xq[LIMB_VR_NIBBLES]; /* per row: its limbs 32 bytes apart (one pointer, constant offsets) */
+        const int32_t *start[LIMB_VR_NIBBLES];
+        for (int i = 0; i < rows; i++) {
+            int64_t at = ((m0 + i) * nb + b) * limbs;
+            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+        }
         for (int h = 0; h < halves; h++) {
             vi s[3 * LIMB_VR_NIBBLES];
             vh p[3 * LIMB_VR_NIBBLES], p2[3 * LIMB_VR_NIBBLES];
-            for (int u = 0; u < vr; u++) s[u] = vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
+            for (int u = 0; u < vr; u++) s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
             if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
                 vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
+#pragma GCC unroll 8
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
                     if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int u = 0; u < vr; u++) {
-                        p[u] = vh_dot4(p[u], lo, xp[u] + 4 * r);
-                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) p[u] = vh_dot4(p[u], hi, xp[u] + 16 + 4 * r);
-                        else p2[u] = vh_dot4(p2[u], hi, xp[u] + 16 + 4 * r);
+                        LIMB_P[u] = vh_dot4(LIMB_P[u], lo, limb_plane(xq, u, limbs) + 4 * r);
+                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) LIMB_P[u] = vh_dot4(LIMB_P[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
+                        else LIMB_P2[u] = vh_dot4(LIMB_P2[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
                     }
                 }
             } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once (not AVX2's) */
+#pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
                     vq v = q8_row(t, qs, r);
-                    for (int u = 0; u < vr; u++) s[u] = vi_dot4(s[u], v, xp[u] + 4 * r);
+                    for (int u = 0; u < vr; u++) s[u] = vi_dot4(s[u], v, limb_plane(xq, u, limbs) + 4 * r);
                 }
             } else { /* quad rows in pairs (Q6_K: half h's four) */
                 int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+#pragma GCC unroll 8 /* whole: the accumulators stay put, no copies between iterations */
                 for (int r = r0; r < r1; r += 2) {
                     vq v = q8_row(t, qs, r), v2 = q8_row(t, qs, r + 1);
                     for (int u = 0; u < vr; u++) {
-                        p[u] = vh_dot4(p[u], v, xp[u] + 4 * r);
-                        p2[u] = vh_dot4(p2[u], v2, xp[u] + 4 * r + 4);
+                        LIMB_P[u] = vh_dot4(LIMB_P[u], v, limb_plane(xq, u, limbs) + 4 * r);
+                        LIMB_P2[u] = vh_dot4(LIMB_P2[u], v2, limb_plane(xq, u, limbs) + 4 * r + 4);
                     }
                 }
             }
+#if defined(STRATA_TARGET_AVX2)
             for (int u = 0; u < vr; u++)
                 s[u] = q8_nibbles(t) ? vi_add_vh(s[u], vh_add(p[u], p2[u])) : vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]);
+#endif
             vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
             for (int i = 0; i < rows; i++) {
-                int64_t xb = (m0 + i) * nb + b;
-                const int32_t *sums = xr->sums + xb * limbs * 2;
                 vi *S = s + i * limbs;
-                if (off)
-                    for (int j = 0; j < limbs; j++)
-                        S[j] = vi_sub_n(S[j], off * (halves == 2 ? sums[2 * j + h] : sums[2 * j] + sums[2 * j + 1]));
                 vf f = limbs == 3 ? limb_value3(S[0], S[1], S[2]) : vf_from_vi(limb_low(S[0], S[1]));
-                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[xb])), f, acc[i]);
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
             }
         }
         q8_add_min(t, blk, head, xr->dsum + m0 * nb + b, nb, rows, acc);
     }
 }
+#undef LIMB_P
+#undef LIMB_P2
 
 /* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
 static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
@@ -479,14 +510,14 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
     int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS;
     int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
     int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
-    limb_rows xr; /* one scratch block kept between calls: sums, s, dsum, the limbs, then the wide limbs */
+    limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));
-    xr.sums = (int32_t *)block;
+    xr.start = (int32_t *)block;
     xr.s = (float *)(block + M * nb * 8 * limbs);
     xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
     xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
-    limb_quantize(x, M, K, limbs, &xr, nthreads);
+    limb_quantize(x, M, K, limbs, wtype, &xr, nthreads);
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
 #endif
