@@ -521,7 +521,11 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
 #endif
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
+    /* Many rows: groups handed out two at a time, so that a thread slowed by the host (a shared
+     * machine) does not hold up the call; few rows: one contiguous run each, as the weights stream
+     * from memory in order. Either way each output is computed alone: the same bits. */
+    int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, share) if (groups > 1 && M * K * N >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
         const uint8_t *grp = packed + g * gbytes;
