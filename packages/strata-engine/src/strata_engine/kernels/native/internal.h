@@ -51,6 +51,13 @@ static inline float f32_at(const uint8_t *p) {
 enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_SLOTS };
 STRATA_HIDDEN void *scratch(int slot, size_t bytes); /* common.c */
 
+/* Up to LIMB_MANY weights of one limb-packed type that share an input, read in one parallel region
+ * (layer.c's q/k/v and gate/up); strata_limb_matmul is the one-weight case. */
+#define LIMB_MANY 4
+STRATA_HIDDEN void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t *const *packed, int wtype,
+                                    const int64_t *N, const float *const *bias, float *const *y, int nthreads,
+                                    int limbs); /* limb.c */
+
 /* Bytes of one weight row of K values in a given type. */
 static inline int64_t row_bytes(int wtype, int64_t K) {
     switch (wtype) {

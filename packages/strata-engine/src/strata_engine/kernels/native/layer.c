@@ -7,6 +7,17 @@
  */
 #include "internal.h"
 
+/* y_i = h @ W_i^T (+ b_i) for n projections of one input: runs of one limb-packed type in one
+ * parallel region (limb_matmul_many), the others one strata_matmul each. The same bits either way. */
+static void project(const float *h, int64_t T, int64_t K, int n, const uint8_t *const *w, const int *t, const int64_t *N,
+                    const float *const *b, float *const *y, int nthreads) {
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && t[j] == t[i] && (t[i] & WT_Q8_PACKED) && WT_LIMBS(t[i]); j++) {}
+        if (j - i > 1) limb_matmul_many(h, T, K, j - i, w + i, WT_BASE(t[i]), N + i, b + i, y + i, nthreads, WT_LIMBS(t[i]));
+        else strata_matmul(h, T, K, w[i], t[i], N[i], b[i], y[i], nthreads);
+    }
+}
+
 void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
                   const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
                   float *vc, int nthreads) {
@@ -21,9 +32,8 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;
 
     strata_rmsnorm(x, T, H, L->attn_norm, L->eps, h, nthreads);
-    strata_matmul(h, T, H, L->wq, L->tq, q_dim, L->bq, q, nthreads);
-    strata_matmul(h, T, H, L->wk, L->tk, kv_dim, L->bk, k, nthreads);
-    strata_matmul(h, T, H, L->wv, L->tv, kv_dim, L->bv, v, nthreads);
+    project(h, T, H, 3, (const uint8_t *[]){L->wq, L->wk, L->wv}, (int[]){L->tq, L->tk, L->tv},
+            (int64_t[]){q_dim, kv_dim, kv_dim}, (const float *[]){L->bq, L->bk, L->bv}, (float *[]){q, k, v}, nthreads);
     if (L->q_norm && L->k_norm) { /* per head, in place (a row is read whole before it is written) */
         strata_rmsnorm(q, T * nh, d, L->q_norm, L->eps, q, nthreads);
         strata_rmsnorm(k, T * nkv, d, L->k_norm, L->eps, k, nthreads);
@@ -38,8 +48,8 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     for (int64_t i = 0; i < T * H; i++) x[i] = x[i] + h[i];
 
     strata_rmsnorm(x, T, H, L->ffn_norm, L->eps, h, nthreads);
-    strata_matmul(h, T, H, L->w_gate, L->t_gate, L->ffn, NULL, g, nthreads);
-    strata_matmul(h, T, H, L->w_up, L->t_up, L->ffn, NULL, u, nthreads);
+    project(h, T, H, 2, (const uint8_t *[]){L->w_gate, L->w_up}, (int[]){L->t_gate, L->t_up}, (int64_t[]){L->ffn, L->ffn},
+            (const float *[]){NULL, NULL}, (float *[]){g, u}, nthreads);
     if (L->gelu) strata_gelu_mul(g, u, T * L->ffn, a, nthreads);
     else strata_silu_mul(g, u, T * L->ffn, a, nthreads);
     strata_matmul(a, T, L->ffn, L->w_down, L->t_down, H, NULL, h, nthreads);

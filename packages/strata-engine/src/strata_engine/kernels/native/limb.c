@@ -503,10 +503,64 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
     }
 }
 
-/* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x split into `limbs` (2 or 3). */
-void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
-                        const float *bias, float *y, int nthreads, int limbs) {
-    int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
+/* Group g of one weight for rows 0 .. M (xr: the rows' limbs): y[:, 16g .. 16g+16) (+ bias). */
+static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t, int64_t wide,
+                              const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
+    int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
+    const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
+    if (t != wtype) { /* Q5_K, Q6_K for many rows: the group unpacked once to a byte a weight */
+        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+        unpack_group(wtype, grp, nb, bytes);
+        grp = bytes;
+    }
+#if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
+    const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
+#else
+    (void)wide;
+#endif
+    int mr = limb_tile_rows(t, limbs);
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_VR];
+#define LIMB_CASE(T) limb_tile(T, grp, nb, xr, limbs, m0, rows, acc)
+        switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
+        case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
+        case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
+#if LIMB_WIDE
+        case WT_Q8_0: limb_wide_tile(grp, w16, nb, xr, limbs, m0, rows, acc); break;
+#else
+        case WT_Q8_0: LIMB_CASE(WT_Q8_0); break;
+#endif
+        case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
+        case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
+        case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
+        case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
+        default: LIMB_CASE(WT_Q6_K_BYTES); break;
+        }
+#undef LIMB_CASE
+        for (int i = 0; i < rows; i++) {
+            float *yr = y + (m0 + i) * N + g * Q8_GROUP;
+            vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
+            if (outs == Q8_GROUP) {
+                vf_store(yr, v);
+            } else {
+                float out[16];
+                vf_store(out, v);
+                for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+            }
+        }
+    }
+}
+
+/* y_i[M, N_i] = x[M, K] @ W_i^T (+ bias_i) for n weights of one packed type, all read in one
+ * parallel region from one split of x into `limbs` (2 or 3): projections that share their input
+ * (q/k/v, gate/up) pay for one fork and join of the threads and one split instead of n. Each
+ * output is computed alone, as by one call a weight: the same bits. */
+void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t *const *packed, int wtype,
+                      const int64_t *N, const float *const *bias, float *const *y, int nthreads, int limbs) {
+    int64_t nb = K / 32, first[LIMB_MANY + 1] = {0}, work = 0;
+    for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
+    int64_t groups = first[n];
     int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS;
     int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
     int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
@@ -525,49 +579,16 @@ void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *pac
      * machine) does not hold up the call; few rows: one contiguous run each, as the weights stream
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, share) if (groups > 1 && M * K * N >= SMALL_WORK)
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, share) if (groups > 1 && work >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
-        int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
-        const uint8_t *grp = packed + g * gbytes;
-        if (unpack) {
-            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
-            unpack_group(wtype, grp, nb, bytes);
-            grp = bytes;
-        }
-#if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
-        const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
-#endif
-        int mr = limb_tile_rows(t, limbs);
-        for (int64_t m0 = 0; m0 < M; m0 += mr) {
-            int rows = M - m0 < mr ? (int)(M - m0) : mr;
-            vf acc[LIMB_VR];
-#define LIMB_CASE(T) limb_tile(T, grp, nb, &xr, limbs, m0, rows, acc)
-            switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
-            case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
-            case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
-#if LIMB_WIDE
-            case WT_Q8_0: limb_wide_tile(grp, w16, nb, &xr, limbs, m0, rows, acc); break;
-#else
-            case WT_Q8_0: LIMB_CASE(WT_Q8_0); break;
-#endif
-            case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
-            case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
-            case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
-            case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
-            default: LIMB_CASE(WT_Q6_K_BYTES); break;
-            }
-#undef LIMB_CASE
-            for (int i = 0; i < rows; i++) {
-                float *yr = y + (m0 + i) * N + g * Q8_GROUP;
-                vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
-                if (outs == Q8_GROUP) {
-                    vf_store(yr, v);
-                } else {
-                    float out[16];
-                    vf_store(out, v);
-                    for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
-                }
-            }
-        }
+        int i = 0;
+        while (g >= first[i + 1]) i++;
+        limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g - first[i], N[i], bias[i], y[i]);
     }
+}
+
+/* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x split into `limbs` (2 or 3). */
+void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
+                        const float *bias, float *y, int nthreads, int limbs) {
+    limb_matmul_many(x, M, K, 1, &packed, wtype, &N, &bias, &y, nthreads, limbs);
 }
