@@ -207,7 +207,7 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
 }
 #define LIMB_VR 8 /* virtual rows (rows x limbs) a tile holds */
-#define LIMB_VR_NIBBLES 9 /* the 4-bit types' steps hold fewer registers: 3 rows of 3 limbs */
+#define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
     return (vi){_mm256_add_epi32(_mm256_slli_epi32(s1.lo, 8), s0.lo), _mm256_add_epi32(_mm256_slli_epi32(s1.hi, 8), s0.hi)};
@@ -378,20 +378,20 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
 #define LIMB_WIDE 0
 #endif
 
-#ifndef LIMB_VR_NIBBLES
-#define LIMB_VR_NIBBLES LIMB_VR
+#ifndef LIMB_VR_LARGE
+#define LIMB_VR_LARGE LIMB_VR
 #endif
+#define LIMB_ROWS 4 /* rows a tile takes at most (limb_tile's cases) */
 
 /* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
 static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int vr = t == WT_Q6_K_BYTES && LIMB_VR > 4                     ? LIMB_VR_NIBBLES
-             : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3)
-             : q8_nibbles(t)                                          ? LIMB_VR_NIBBLES
-                                                                      : LIMB_VR;
-    return vr / limbs > 0 ? vr / limbs : 1;
+    int large = q8_nibbles(t) || (t == WT_Q6_K_BYTES && LIMB_VR_LARGE > LIMB_VR);
+    int vr = large ? LIMB_VR_LARGE : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    int rows = vr / limbs;
+    return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
 }
 
 /* Where a step's products go: on targets whose step sums into int32 at once (vh is vi), straight
@@ -420,15 +420,15 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const uint8_t *qs = q8_quants(t, blk);
         q8_prefetch_ahead(t, blk);
-        const int8_t *xq[LIMB_VR_NIBBLES]; /* per row: its limbs 32 bytes apart (one pointer, constant offsets) */
-        const int32_t *start[LIMB_VR_NIBBLES];
+        const int8_t *xq[LIMB_ROWS]; /* per row: its limbs 32 bytes apart (one pointer, constant offsets) */
+        const int32_t *start[LIMB_ROWS];
         for (int i = 0; i < rows; i++) {
             int64_t at = ((m0 + i) * nb + b) * limbs;
             xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
         }
         for (int h = 0; h < halves; h++) {
-            vi s[3 * LIMB_VR_NIBBLES];
-            vh p[3 * LIMB_VR_NIBBLES], p2[3 * LIMB_VR_NIBBLES];
+            vi s[3 * LIMB_ROWS];
+            vh p[3 * LIMB_ROWS], p2[3 * LIMB_ROWS];
             for (int u = 0; u < vr; u++) s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
             if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
                 vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
@@ -485,18 +485,21 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
 #if LIMB_VR >= 6
         case 2: limb_group_rows(t, grp, nb, xr, 3, m0, 2, acc); break;
 #endif
-#if LIMB_VR_NIBBLES >= 9
+#if LIMB_VR_LARGE >= 9
         case 3: limb_group_rows(t, grp, nb, xr, 3, m0, 3, acc); break;
+#endif
+#if LIMB_VR_LARGE >= 12
+        case 4: limb_group_rows(t, grp, nb, xr, 3, m0, 4, acc); break;
 #endif
         }
     } else {
         switch (rows) {
         case 1: limb_group_rows(t, grp, nb, xr, 2, m0, 1, acc); break;
         case 2: limb_group_rows(t, grp, nb, xr, 2, m0, 2, acc); break;
-#if LIMB_VR >= 6
+#if LIMB_VR >= 6 || LIMB_VR_LARGE >= 6
         case 3: limb_group_rows(t, grp, nb, xr, 2, m0, 3, acc); break;
 #endif
-#if LIMB_VR >= 8
+#if LIMB_VR >= 8 || LIMB_VR_LARGE >= 8
         case 4: limb_group_rows(t, grp, nb, xr, 2, m0, 4, acc); break;
 #endif
         }
@@ -521,7 +524,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     int mr = limb_tile_rows(t, limbs);
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
-        vf acc[LIMB_VR];
+        vf acc[LIMB_ROWS];
 #define LIMB_CASE(T) limb_tile(T, grp, nb, xr, limbs, m0, rows, acc)
         switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
