@@ -165,12 +165,14 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         float *s = (float *)malloc((size_t)max_ctx * 4 * G);
         float *acc = (float *)malloc((size_t)(D + VL) * 4);
         /* dynamic: a causal token's work grows with its position, so equal static shares of the
-         * tokens left one thread with three quarters of a prefill's attention */
+         * tokens left one thread with three quarters of a prefill's attention. Heads outer, tokens
+         * inner: the tokens a thread takes one after another read the same KV head's rows, which
+         * then stay in its cache (all heads' rows of a long prompt do not). */
         if (G > 1) {
 #pragma omp for schedule(dynamic, 2)
             for (int64_t tg = 0; tg < T * (H / G); tg++) {
-                int64_t t = tg / (H / G);
-                int h0 = (int)(tg % (H / G)) * G;
+                int64_t t = tg % T;
+                int h0 = (int)(tg / T) * G;
                 const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
                 int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
                 int n = pos[t] + 1 - start;
@@ -189,8 +191,8 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         }
 #pragma omp for schedule(dynamic, 2)
         for (int64_t th = 0; th < (G > 1 ? 0 : T * H); th++) {
-            int64_t t = th / H;
-            int h = (int)(th % H), kvh = h / group;
+            int64_t t = th % T;
+            int h = (int)(th / T), kvh = h / group;
             const float *qv = q + (t * H + h) * D;
             const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
             int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
