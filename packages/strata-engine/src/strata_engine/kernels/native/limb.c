@@ -541,17 +541,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         default: LIMB_CASE(WT_Q6_K_BYTES); break;
         }
 #undef LIMB_CASE
-        for (int i = 0; i < rows; i++) {
-            float *yr = y + (m0 + i) * N + g * Q8_GROUP;
-            vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
-            if (outs == Q8_GROUP) {
-                vf_store(yr, v);
-            } else {
-                float out[16];
-                vf_store(out, v);
-                for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
-            }
-        }
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
     }
 }
 

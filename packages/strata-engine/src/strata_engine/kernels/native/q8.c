@@ -281,17 +281,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;
             default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K (faster so at 2-15 rows), the unpacked bytes */
             }
-            for (int i = 0; i < rows; i++) { /* a whole group stored as one vector (a copy loop became a libc call) */
-                float *yr = y + (m0 + i) * N + g * Q8_GROUP;
-                vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
-                if (outs == Q8_GROUP) {
-                    vf_store(yr, v);
-                } else {
-                    float out[16];
-                    vf_store(out, v);
-                    for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
-                }
-            }
+            q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
         }
     }
 }

@@ -320,6 +320,24 @@ static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_
     }
 }
 
+/* A tile's results: rows m0 .. m0+rows of group g's 16 outputs (outs of them in the last group)
+ * (+ bias) into y[M, N], a whole group stored as one vector (a copy loop became a libc call).
+ * Shared by the q8 and limb kernels. */
+static inline void q8_store_rows(const vf *acc, int rows, int64_t m0, int64_t g, int outs, const float *bias, float *y,
+                                 int64_t N) {
+    for (int i = 0; i < rows; i++) {
+        float *yr = y + (m0 + i) * N + g * Q8_GROUP;
+        vf v = bias && outs == Q8_GROUP ? vf_add(acc[i], vf_load(bias + g * Q8_GROUP)) : acc[i];
+        if (outs == Q8_GROUP) {
+            vf_store(yr, v);
+        } else {
+            float out[16];
+            vf_store(out, v);
+            for (int o = 0; o < outs; o++) yr[o] = bias ? out[o] + bias[g * Q8_GROUP + o] : out[o];
+        }
+    }
+}
+
 /* One group of a Q5_K or Q6_K weight unpacked to one byte per weight (WT_Q5_K_BYTES, WT_Q6_K_BYTES):
  * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
  * the unpacking. */
