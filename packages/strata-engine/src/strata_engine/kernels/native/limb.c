@@ -429,7 +429,10 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
         for (int h = 0; h < halves; h++) {
             vi s[3 * LIMB_ROWS];
             vh p[3 * LIMB_ROWS], p2[3 * LIMB_ROWS];
-            for (int u = 0; u < vr; u++) s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero(), p[u] = vh_zero(), p2[u] = vh_zero();
+            for (int u = 0; u < vr; u++) {
+                s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero();
+                p[u] = vh_zero(), p2[u] = vh_zero();
+            }
             if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
                 vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
 #pragma GCC unroll 8
@@ -438,8 +441,9 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                     if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int u = 0; u < vr; u++) {
                         LIMB_P[u] = vh_dot4(LIMB_P[u], lo, limb_plane(xq, u, limbs) + 4 * r);
-                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) LIMB_P[u] = vh_dot4(LIMB_P[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
-                        else LIMB_P2[u] = vh_dot4(LIMB_P2[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
+                        const int8_t *x_hi = limb_plane(xq, u, limbs) + 16 + 4 * r;
+                        if (Q8_NIBBLE_CHAINS == 1 && q8_nibbles(t)) LIMB_P[u] = vh_dot4(LIMB_P[u], hi, x_hi);
+                        else LIMB_P2[u] = vh_dot4(LIMB_P2[u], hi, x_hi);
                     }
                 }
             } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once (not AVX2's) */
