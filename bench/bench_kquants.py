@@ -235,7 +235,7 @@ def describe(path: Path) -> dict:
 def strata_check(path: str, threads: int) -> dict:
     """Strata's top-1 at each prompt position, and which kernel types its weights are held in."""
     from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
-    from strata_engine.kernels.base import Q8_PACKED
+    from strata_engine.kernels.base import stored_type
     from strata_engine.kernels.weights import Weight
 
     engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
@@ -243,8 +243,9 @@ def strata_check(path: str, threads: int) -> dict:
     weights = [engine.model.embedding, engine.model.output]
     weights += [v for layer in engine.model.layers for v in vars(layer).values() if isinstance(v, Weight)]
     for weight in {id(w): w for w in weights}.values():  # a tied output is the embedding
-        base = weight.kernel_type & (Q8_PACKED - 1)  # the type, without the integer kernels' repacking flags
-        kind = {12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(base, "other")
+        kind = {12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(
+            stored_type(weight.kernel_type), "other"
+        )
         if weight._dense is not None and weight.kernel_type:
             kind += " + fp32 copy"
         held[kind] = held.get(kind, 0) + 1

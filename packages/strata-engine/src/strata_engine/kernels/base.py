@@ -22,6 +22,11 @@ Q8_PACKED = INTERFACE.constant("WT_Q8_PACKED")
 LIMB_SHIFT = INTERFACE.constant("WT_LIMB_SHIFT")  # where a repacked weight's type holds its limbs (limb.c)
 
 
+def stored_type(kernel_type: int) -> int:
+    """A weight's stored type, without the integer kernels' repacking flags (C: WT_BASE)."""
+    return kernel_type & (Q8_PACKED - 1)
+
+
 @dataclass(frozen=True)
 class AttentionMeta:
     """Where each token of a step sits: its sequence's block table row and its position."""

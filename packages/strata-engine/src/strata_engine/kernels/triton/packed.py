@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED
+from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
@@ -125,7 +125,7 @@ def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
     """A weight packed on the CPU (NativeOps(q8=True).pack), its bytes copied to `device`."""
     if not w.kernel_type & Q8_PACKED:
         raise ValueError(f"weight {w.name} is not packed for integer dot products")
-    t = w.kernel_type & (Q8_PACKED - 1)
+    t = stored_type(w.kernel_type)
     if t not in SUPPORTED:
         raise ValueError(f"weight {w.name}: type {t} has no integer kernels")
     size = packed_bytes(t, w.out_features, w.in_features)
