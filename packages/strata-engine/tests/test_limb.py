@@ -72,7 +72,7 @@ def _all_outputs(limbs: int, ops: NativeOps, seed: int) -> list[np.ndarray]:
     for qtype in TYPES:
         packed = ops.pack(_weight(qtype, N, 256, rng).weight)
         bias = rng.uniform(-1, 1, N).astype(np.float32)
-        for m in (*ROWS, 2, 4):
+        for m in (*ROWS, 2, 4, 6, 7):  # 6, 7: the unpacked Q5_K/Q6_K's 4-row tiles (avx512) with 2, 3 left
             x = _activations(m, 256, rng)
             outs += [ops.linear(x, packed), ops.linear(x, packed, bias)]
         x = _activations(33, 1024, rng)  # enough work for the limbs to be formed on threads too
