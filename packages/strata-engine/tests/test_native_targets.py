@@ -322,3 +322,39 @@ def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
             grouped = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
             alone = NativeOps(16).attention(q, kc, vc, meta, window=window, softcap=softcap)
             assert np.array_equal(grouped, alone), (d, h, window, softcap)
+
+
+def test_token_tiles_are_per_token_attention_bit_for_bit() -> None:
+    """Consecutive tokens of one sequence computed as a tile (one thread: enough tiles per
+    thread) give exactly the bits of each token alone, as a decode step computes it (one token
+    per call, 16 threads: each head alone); and attention within 2e-6 of float64. The prompt
+    interleaves two sequences in runs of odd lengths (the second a continuation whose positions
+    go on from the first's last), so whole tiles, tiles that straddle a sequence boundary and
+    each tile's own later positions (after those its first token sees) all occur."""
+    rng = np.random.default_rng(12)
+    t = lambda *shape: rng.uniform(-2, 2, size=shape).astype(np.float32)  # noqa: E731
+    runs = [(0, 0, 19), (1, 19, 11), (0, 19, 7), (1, 30, 1)]  # (sequence, first position, tokens)
+    seqs = np.concatenate([np.full(n, seq) for seq, _, n in runs]).astype(np.int32)
+    positions = np.concatenate([np.arange(p, p + n) for _, p, n in runs]).astype(np.int32)
+    bs = 4
+    tables = np.array([rng.permutation(16)[:8], rng.permutation(16)[8:16]], dtype=np.int32)
+    meta = AttentionMeta(positions, seqs, tables, np.zeros(len(seqs), dtype=np.int64), bs)
+    table_t = torch.from_numpy(tables)
+    for d, h, kvh in ((128, 8, 4), (64, 8, 2), (64, 9, 3), (32, 8, 2)):
+        kc, vc, q = t(16, bs, kvh, d), t(16, bs, kvh, d), t(len(seqs), h, d) * 3
+        for window, softcap in ((0, 0.0), (9, 0.0), (64, 0.0), (0, 3.0)):
+            tiled = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
+            for i, (seq, p) in enumerate(zip(seqs.tolist(), positions.tolist(), strict=True)):
+                one = AttentionMeta(positions[i : i + 1], seqs[i : i + 1], tables, meta.slots[:1], bs)
+                alone = NativeOps(16).attention(q[i : i + 1], kc, vc, one, window=window, softcap=softcap)
+                assert np.array_equal(tiled[i], alone[0]), (d, h, window, softcap, i)
+                start = max(0, p - window + 1) if window else 0
+                j = torch.arange(start, p + 1)
+                slots = table_t[seq].long()[j // bs] * bs + j % bs
+                k = torch.from_numpy(kc).flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+                v = torch.from_numpy(vc).flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
+                s = torch.einsum("hd,jhd->hj", torch.from_numpy(q[i]).double(), k) / d**0.5
+                if softcap:
+                    s = torch.tanh(s / softcap) * softcap
+                want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
+                assert float((torch.from_numpy(tiled[i]).double() - want).abs().max()) < 2e-6, (d, h, i)

@@ -59,79 +59,120 @@ static inline __attribute__((always_inline)) void attend_one(
 }
 
 
-/* The G query heads h0 .. h0+G-1 of one token that share one KV head (grouped-query attention),
- * D a multiple of 16, at most 8 * VL: each head's scores, softmax and weighted V sum are exactly
- * attend_one's sequence (same operations, same order), with the heads interleaved so that each
- * K and V row is loaded once for all of them, ATT_POS positions' scores are reduced together
- * (four: vf_hsum4) and the heads' sums run side by side. G * D <= 4 * 64 keeps the V
- * accumulators in registers (on AVX-512). */
+/* A tile: NT consecutive tokens of one sequence (positions n0 - 1 .. n0 + NT - 2 relative to a
+ * shared start, so token i attends to n0 + i positions) times the G query heads h0 .. h0+G-1
+ * that share one KV head (grouped-query attention); D a multiple of 16, at most 8 * VL. Each
+ * (token, head) row gets exactly attend_one's sequence: every score one fma chain over the D / VL
+ * vectors from zero, then vf_hsum (vf_hsum4 gives the same bits), times scale; the same softmax
+ * and sum in position order; each output element one fma chain over the positions in order.
+ * Only the interleaving differs: each K and V vector is loaded once for all NT * G rows, where
+ * attention would otherwise stream every row of the KV head from L2 once per token. */
 #define GROUP_MAX 4
-/* Positions whose scores attend_group takes at a time: a speed choice only (each score is one dot_1
- * sequence either way), sized to the registers: 32 vectors on AVX-512, 8 where a vector is 2 or 4
- * registers (AVX2, NEON), where more positions only spill. */
+#define ROWS_MAX 8 /* NT * G */
+/* Positions ahead whose K and V rows are fetched: a position's rows lie KVH * D floats apart
+ * (4 KiB on the 1.7B shape), a stride the hardware prefetcher does not follow. */
+#define PREFETCH 8
+/* Score accumulators a tile may keep (rows x positions at a time) and V accumulators (rows x
+ * vectors of D at a time): a speed choice only, sized to the registers: 32 vectors on AVX-512,
+ * 8 where a vector is 2 or 4 registers (AVX2, NEON), where more only spill. */
 #if defined(STRATA_TARGET_AVX512)
+#define ACC_REGS 16
 #define ATT_POS 4
+#define TILE_ROWS 8 /* tokens x heads of a whole tile */
 #else
+#define ACC_REGS 4
 #define ATT_POS 1
+#define TILE_ROWS 4
 #endif
-static inline __attribute__((always_inline)) void attend_group(
-    const float *qv, int G, const int32_t *table, int start, int n, int D, const float *kc, const float *vc,
-    int block_size, int KVH, int kvh, float scale, float softcap, float *s, int64_t s_stride, float *o,
-    int64_t o_stride) {
-    int C = D / VL;
-    int j = 0;
-    vf qr[GROUP_MAX * 4]; /* the heads' queries (G * D <= 256), loaded once: in registers where they fit */
-    for (int i = 0; i < G * C; i++) qr[i] = vf_load(qv + i * VL);
-    for (; j + ATT_POS <= n; j += ATT_POS) { /* ATT_POS positions at a time, each K vector loaded once for all heads */
-        const float *kr[ATT_POS];
-        for (int u = 0; u < ATT_POS; u++) {
-            int p = start + j + u;
-            kr[u] = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+static inline __attribute__((always_inline)) void attend_tile(
+    const float *qv, int64_t q_stride, int NT, int G, const int32_t *table, int start, int n0, int D,
+    const float *kc, const float *vc, int block_size, int KVH, int kvh, float scale, float softcap,
+    float *s, int64_t s_stride, int64_t *rows, float *o) {
+    const int C = D / VL, R = NT * G; /* row r = i * G + g: token i, head g */
+    int PB = ATT_POS; /* positions whose scores are taken at a time */
+    while (PB > 1 && R * PB > ACC_REGS) PB /= 2;
+    int CP = C; /* vectors of D accumulated at a time (a split of D changes no element's sequence) */
+    while (CP % 2 == 0 && R * CP > ACC_REGS) CP /= 2;
+    const int nl = n0 + NT - 1; /* positions of the tile's last token */
+#define QROW(r) (qv + (r) / G * q_stride + (r) % G * D)
+#define SROW(r) (s + (r) * s_stride)
+#define KVROW(base, j) ((base) + rows[j]) /* position start + j's K or V row */
+    for (int j = 0, b = start / block_size, off = start % block_size; j < nl; j++) { /* no division per load */
+        rows[j] = (((int64_t)table[b] * block_size + off) * KVH + kvh) * D;
+        if (++off == block_size) {
+            off = 0;
+            b++;
         }
-        vf acc[GROUP_MAX][ATT_POS]; /* acc[g][u]: head g's dot product with position j + u, over c in order */
-        for (int g = 0; g < G; g++)
-            for (int u = 0; u < ATT_POS; u++) acc[g][u] = vf_zero();
+    }
+    int j = 0;
+    for (; j + PB <= n0; j += PB) { /* positions every token attends to, PB at a time */
+        const float *kr[ATT_POS];
+        for (int u = 0; u < PB; u++) kr[u] = KVROW(kc, j + u);
+        for (int u = 0; u < PB && j + u + PREFETCH < nl; u++) /* a vector is a 64-byte line */
+            for (int c = 0; c < C; c++) __builtin_prefetch(KVROW(kc, j + u + PREFETCH) + c * VL);
+        vf acc[ROWS_MAX][ATT_POS]; /* acc[r][u]: row r's dot product with position j + u, over c in order */
+        for (int r = 0; r < R; r++)
+            for (int u = 0; u < PB; u++) acc[r][u] = vf_zero();
         for (int c = 0; c < C; c++) {
             vf k[ATT_POS];
-            for (int u = 0; u < ATT_POS; u++) k[u] = vf_load(kr[u] + c * VL);
-            for (int g = 0; g < G; g++)
-                for (int u = 0; u < ATT_POS; u++) acc[g][u] = vf_fma(qr[g * C + c], k[u], acc[g][u]);
+            for (int u = 0; u < PB; u++) k[u] = vf_load(kr[u] + c * VL);
+            for (int r = 0; r < R; r++) {
+                vf qc = vf_load(QROW(r) + c * VL);
+                for (int u = 0; u < PB; u++) acc[r][u] = vf_fma(qc, k[u], acc[r][u]);
+            }
         }
-        for (int g = 0; g < G; g++) {
-#if ATT_POS == 4
-            float d4[4];
-            vf_hsum4(acc[g][0], acc[g][1], acc[g][2], acc[g][3], d4);
-            for (int u = 0; u < 4; u++) s[g * s_stride + j + u] = d4[u] * scale;
-#else
-            for (int u = 0; u < ATT_POS; u++) s[g * s_stride + j + u] = vf_hsum(acc[g][u]) * scale;
-#endif
-        }
-    }
-    for (; j < n; j++) {
-        int p = start + j;
-        const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
-        for (int g = 0; g < G; g++) s[g * s_stride + j] = dot_1(qv + g * D, kr, D) * scale;
-    }
-    float inv[GROUP_MAX];
-    for (int g = 0; g < G; g++) softmax_numerators(s + g * s_stride, n, softcap);
-    float sum[GROUP_MAX] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < n; i++) /* each head's sum in position order; the heads side by side */
-        for (int g = 0; g < G; g++) sum[g] += s[g * s_stride + i];
-    for (int g = 0; g < G; g++) inv[g] = 1.0f / sum[g];
-    vf a[GROUP_MAX * 4];
-    for (int i = 0; i < G * C; i++) a[i] = vf_zero();
-    for (int i = 0; i < n; i++) {
-        int jp = start + i;
-        const float *vr = vc + (((int64_t)table[jp / block_size] * block_size + jp % block_size) * KVH + kvh) * D;
-        vf p[GROUP_MAX];
-        for (int g = 0; g < G; g++) p[g] = vf_set1(s[g * s_stride + i] * inv[g]);
-        for (int c = 0; c < C; c++) {
-            vf v = vf_load(vr + c * VL);
-            for (int g = 0; g < G; g++) a[g * C + c] = vf_fma(p[g], v, a[g * C + c]);
+        for (int r = 0; r < R; r++) {
+            if (PB == 4) {
+                float d4[4];
+                vf_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], d4);
+                for (int u = 0; u < 4; u++) SROW(r)[j + u] = d4[u] * scale;
+            } else {
+                for (int u = 0; u < PB; u++) SROW(r)[j + u] = vf_hsum(acc[r][u]) * scale;
+            }
         }
     }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < C; c++) vf_store(o + g * o_stride + c * VL, a[g * C + c]);
+    for (; j < nl; j++) { /* the shared positions left, then the later tokens' own */
+        const float *kr = KVROW(kc, j);
+        for (int r = 0; r < R; r++)
+            if (j < n0 + r / G) SROW(r)[j] = dot_1(QROW(r), kr, D) * scale;
+    }
+    for (int r = 0; r < R; r++) { /* each row's softmax and sum in position order, then p_j = s_j / sum */
+        int n = n0 + r / G;
+        softmax_numerators(SROW(r), n, softcap);
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += SROW(r)[i];
+        vf inv = vf_set1(1.0f / sum);
+        for (int i = 0; i < n; i += VL) { /* s_j * inv: the one rounding attend_one's p takes */
+            int len = n - i < VL ? n - i : VL;
+            vf_store_n(SROW(r) + i, vf_mul(vf_load_n(SROW(r) + i, len), inv), len);
+        }
+    }
+    for (int c0 = 0; c0 < C; c0 += CP) { /* D in parts: each part's V vectors stream once for all rows */
+        vf a[ROWS_MAX * 8];
+        for (int i = 0; i < R * CP; i++) a[i] = vf_zero();
+        for (int i = 0; i < n0; i++) {
+            const float *vr = KVROW(vc, i) + c0 * VL;
+            if (i + PREFETCH < nl)
+                for (int c = 0; c < CP; c++) __builtin_prefetch(KVROW(vc, i + PREFETCH) + (c0 + c) * VL);
+            for (int r = 0; r < R; r++) {
+                vf p = vf_set1(SROW(r)[i]);
+                for (int c = 0; c < CP; c++) a[r * CP + c] = vf_fma(p, vf_load(vr + c * VL), a[r * CP + c]);
+            }
+        }
+        for (int i = n0; i < nl; i++) { /* the later tokens' own positions, after the shared ones */
+            const float *vr = KVROW(vc, i) + c0 * VL;
+            for (int r = 0; r < R; r++) {
+                if (i >= n0 + r / G) continue;
+                vf p = vf_set1(SROW(r)[i]);
+                for (int c = 0; c < CP; c++) a[r * CP + c] = vf_fma(p, vf_load(vr + c * VL), a[r * CP + c]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < CP; c++) vf_store(o + r / G * q_stride + r % G * D + (c0 + c) * VL, a[r * CP + c]);
+    }
+#undef QROW
+#undef SROW
+#undef KVROW
 }
 
 /*
@@ -151,42 +192,59 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
         if (pos[t] + 1 > max_ctx) max_ctx = pos[t] + 1;
-    /* Heads of one KV group together (attend_group) where the shapes allow and there is work
+    /* Heads of one KV group together (attend_tile) where the shapes allow and there is work
      * enough for every thread; each head alone otherwise. The same bits either way. */
     int G = 1;
-    if (D % VL == 0 && group > 1 && T * KVH >= 2 * nthreads)
+    if (D % VL == 0 && D <= 8 * VL && group > 1 && T * KVH >= 2 * nthreads)
         for (int g = GROUP_MAX; g > 1; g--)
             if (group % g == 0 && g * D <= GROUP_MAX * 64) {
                 G = g;
                 break;
             }
+    /* and NT consecutive tokens of a sequence together, where the tiles still give every thread
+     * work enough (a tile is one item) */
+    int NT = G > 1 && (T + TILE_ROWS / G - 1) / (TILE_ROWS / G) * (H / G) >= 2 * nthreads ? TILE_ROWS / G : 1;
+    if (NT < 1) NT = 1;
+    int64_t tiles = (T + NT - 1) / NT;
 #pragma omp parallel num_threads(nthreads) if (T * H * max_ctx * D >= SMALL_WORK)
     {
-        float *s = (float *)malloc((size_t)max_ctx * 4 * G);
+        float *s = (float *)malloc((size_t)max_ctx * 4 * G * NT);
         float *acc = (float *)malloc((size_t)(D + VL) * 4);
+        int64_t *rows = (int64_t *)malloc((size_t)max_ctx * 8);
         /* dynamic: a causal token's work grows with its position, so equal static shares of the
          * tokens left one thread with three quarters of a prefill's attention. Heads outer, tokens
          * inner: the tokens a thread takes one after another read the same KV head's rows, which
          * then stay in its cache (all heads' rows of a long prompt do not). */
         if (G > 1) {
 #pragma omp for schedule(dynamic, 2)
-            for (int64_t tg = 0; tg < T * (H / G); tg++) {
-                int64_t t = tg % T;
-                int h0 = (int)(tg / T) * G;
-                const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
-                int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
-                int n = pos[t] + 1 - start;
-                const float *qv = q + (t * H + h0) * D;
-                float *o = out + (t * H + h0) * D;
-                /* constant head counts and sizes, so that the accumulators stay in registers */
-#define GROUP_CASE(GC, DC) \
-    attend_group(qv, GC, table, start, n, DC, kc, vc, block_size, KVH, h0 / group, scale, softcap, s, max_ctx, o, D)
-                if (D == 64 && G == 2) GROUP_CASE(2, 64);
-                else if (D == 64 && G == 3) GROUP_CASE(3, 64);
-                else if (D == 64 && G == 4) GROUP_CASE(4, 64);
-                else if (D == 128 && G == 2) GROUP_CASE(2, 128);
-                else GROUP_CASE(G, D);
+            for (int64_t tg = 0; tg < tiles * (H / G); tg++) {
+                int64_t t0 = tg % tiles * NT, t1 = t0 + NT < T ? t0 + NT : T;
+                int h0 = (int)(tg / tiles) * G;
+                /* a whole tile: consecutive positions of one sequence, all from the same start */
+                int whole = NT > 1 && t1 - t0 == NT;
+                for (int64_t t = t0 + 1; t < t1 && whole; t++)
+                    whole = t_seq[t] == t_seq[t0] && pos[t] == pos[t - 1] + 1 && (window == 0 || pos[t] < window);
+                for (int64_t t = t0; t < t1; t += whole ? NT : 1) {
+                    const int32_t *table = tables + (int64_t)t_seq[t] * max_blocks;
+                    int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
+                    int n = pos[t] + 1 - start;
+                    const float *qv = q + (t * H + h0) * D;
+                    float *o = out + (t * H + h0) * D;
+                    /* constant tile, head counts and sizes, so that the accumulators stay in registers */
+#define TILE_CASE(NC, GC, DC)                                                                                    \
+    attend_tile(qv, (int64_t)H * D, NC, GC, table, start, n, DC, kc, vc, block_size, KVH, h0 / group, scale, \
+                softcap, s, max_ctx, rows, o)
+#define GROUP_CASE(GC, DC)                    \
+    if (whole) TILE_CASE(TILE_ROWS / GC, GC, DC); \
+    else TILE_CASE(1, GC, DC)
+                    if (D == 64 && G == 2) GROUP_CASE(2, 64);
+                    else if (D == 64 && G == 3) GROUP_CASE(3, 64);
+                    else if (D == 64 && G == 4) GROUP_CASE(4, 64);
+                    else if (D == 128 && G == 2) GROUP_CASE(2, 128);
+                    else TILE_CASE(whole ? NT : 1, G, D);
 #undef GROUP_CASE
+#undef TILE_CASE
+                }
             }
         }
 #pragma omp for schedule(dynamic, 2)
@@ -207,6 +265,7 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         }
         free(s);
         free(acc);
+        free(rows);
     }
 }
 
