@@ -72,7 +72,8 @@ def _all_outputs(limbs: int, ops: NativeOps, seed: int) -> list[np.ndarray]:
     for qtype in TYPES:
         packed = ops.pack(_weight(qtype, N, 256, rng).weight)
         bias = rng.uniform(-1, 1, N).astype(np.float32)
-        for m in (*ROWS, 2, 4, 6, 7):  # 6, 7: the unpacked Q5_K/Q6_K's 4-row tiles (avx512) with 2, 3 left
+        # 6, 7: the unpacked Q5_K/Q6_K's 4-row tiles (avx512) with 2, 3 left; 66: Q4_K unpacked too
+        for m in (*ROWS, 2, 4, 6, 7, 66):
             x = _activations(m, 256, rng)
             outs += [ops.linear(x, packed), ops.linear(x, packed, bias)]
         x = _activations(33, 1024, rng)  # enough work for the limbs to be formed on threads too
@@ -138,10 +139,10 @@ def test_largest_quants_and_limbs_sum_exactly(qtype: QT, limbs: int) -> None:
     """Every weight at its largest quant and every limb at +-127 or -128: the integer sums reach
     their bounds (AVX2 keeps int16 partial sums over several steps; Q8_0's bytes reach 255), so a
     step that saturates or a sum that overflows is off by far more than REL. 5 rows take the
-    tile path, 17 the many-row one (Q5_K/Q6_K unpacked)."""
+    tile path, 17 the many-row one (Q5_K/Q6_K unpacked), 66 on AVX-512 Q4_K's unpacked one."""
     rng = np.random.default_rng(40 + int(qtype))
     w = _weight(qtype, N, 512, rng, extreme=True)
-    for m in (5, 17):
+    for m in (5, 17, 66):
         x = _extreme_rows(limbs, m)
         want, scale = reference_linear(x, w, limbs)
         assert np.array_equal(reference_limbs(x, limbs), x.astype(np.float64))  # held exactly

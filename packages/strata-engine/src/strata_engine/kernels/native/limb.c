@@ -187,26 +187,47 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
 }
 
 /* ---- per target: the exact per-output value of a block's limb sums (see the top) -------------
- * Where |S_2| < LIMB_FAST = 2^14 in every lane of a vector (the common case), S = S_2 * 65536 + L
- * fits in int32 (|S| < 2^30 + 2^29 + 2^21) and one int32-to-float conversion rounds it once; other
- * vectors form S in double. Both give the one correctly rounded float of the exact S. */
+ * Where |S_2| < LIMB_FAST = 2^14 in every lane of a vector (AVX-512: of every row of a tile; the
+ * common case), S = S_2 * 65536 + L fits in int32 (|S| < 2^30 + 2^29 + 2^21) and one int32-to-float
+ * conversion rounds it once; other vectors form S in double. Both give the one correctly rounded
+ * float of the exact S, so which path a vector takes changes no bit. */
 #define LIMB_FAST (1 << 14)
 #if defined(STRATA_TARGET_AVX512)
-static inline vi limb_low(vi s0, vi s1) { return _mm512_add_epi32(_mm512_slli_epi32(s1, 8), s0); }
+/* a << 8 and a << 16 in every int32 lane as byte shuffles, exact where the result fits in int32
+ * (|S_1| < 2^21; |S_2| < LIMB_FAST where it is shifted). vpshufb runs on port 5: shifts would take
+ * port 0, which every vpdpbusd needs. */
+static inline vi limb_shl8(vi a) {
+    return _mm512_shuffle_epi8(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0x02010080, 0x06050480, 0x0a090880, 0x0e0d0c80)));
+}
+static inline vi limb_shl16(vi a) {
+    return _mm512_shuffle_epi8(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0x01008080, 0x05048080, 0x09088080, 0x0d0c8080)));
+}
+static inline vi limb_low(vi s0, vi s1) { return _mm512_add_epi32(limb_shl8(s1), s0); }
 static inline __m256 limb_f8(__m256i s2, __m256i low) {
     __m512d v = _mm512_fmadd_pd(_mm512_cvtepi32_pd(s2), _mm512_set1_pd(65536.0), _mm512_cvtepi32_pd(low));
     return _mm512_cvtpd_ps(v); /* exact sum, one rounding */
 }
-static inline vf limb_value3(vi s0, vi s1, vi s2) {
+static inline vf limb_value3_wide(vi s0, vi s1, vi s2) { /* S in double: any |S_2| */
     vi low = limb_low(s0, s1);
-    __m512i out = _mm512_add_epi32(s2, _mm512_set1_epi32(LIMB_FAST));
-    if (!_mm512_test_epi32_mask(out, _mm512_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
-        return (vf){_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s2, 16), low))};
     __m256 a = limb_f8(_mm512_castsi512_si256(s2), _mm512_castsi512_si256(low));
     __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
     return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
 }
+/* f[i] for the rows of a tile (s: rows x 3 limbs): one test of every row's S_2 for the int32 path */
+static inline void limb_values3(const vi *s, int rows, vf *f) {
+    __m512i any = _mm512_setzero_si512();
+    for (int i = 0; i < rows; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[3 * i + 2], _mm512_set1_epi32(LIMB_FAST)));
+    if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
+        for (int i = 0; i < rows; i++)
+            f[i] = (vf){_mm512_cvtepi32_ps(_mm512_add_epi32(limb_shl16(s[3 * i + 2]), limb_low(s[3 * i], s[3 * i + 1])))};
+    else
+        for (int i = 0; i < rows; i++) f[i] = limb_value3_wide(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
+}
 #define LIMB_VR 8 /* virtual rows (rows x limbs) a tile holds */
+/* Rows from which a call unpacks Q4_K to bytes as Q5_K is (the same header and scales): its
+ * tiles then take no nibble shifts, which share port 0 with vpdpbusd. Fewer rows do not repay
+ * the unpacking. */
+#define LIMB_UNPACK_Q4_K 64
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
@@ -228,6 +249,9 @@ static inline __m256 limb_f8_any(__m256i s2, __m256i low) {
 static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
     return (vf){limb_f8_any(s2.lo, low.lo), limb_f8_any(s2.hi, low.hi)};
+}
+static inline void limb_values3(const vi *s, int rows, vf *f) {
+    for (int i = 0; i < rows; i++) f[i] = limb_value3(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
 }
 
 /* ---- AVX2, Q8_0: int16 weights times int16 limbs ---------------------------------------------
@@ -371,6 +395,9 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     for (int o = 0; o < 16; o++) f[o] = (float)((double)s2.l[o] * 65536.0 + (double)(s1.l[o] * 256 + s0.l[o]));
     return vf_load(f);
 }
+static inline void limb_values3(const vi *s, int rows, vf *f) {
+    for (int i = 0; i < rows; i++) f[i] = limb_value3(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
+}
 #define LIMB_VR 4
 #endif
 
@@ -378,6 +405,9 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
 #define LIMB_WIDE 0
 #endif
 
+#ifndef LIMB_UNPACK_Q4_K /* elsewhere never (not measured to pay) */
+#define LIMB_UNPACK_Q4_K INT64_MAX
+#endif
 #ifndef LIMB_VR_LARGE
 #define LIMB_VR_LARGE LIMB_VR
 #endif
@@ -388,7 +418,7 @@ static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int large = q8_nibbles(t) || (t == WT_Q6_K_BYTES && LIMB_VR_LARGE > LIMB_VR);
+    int large = q8_nibbles(t) || ((t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) && LIMB_VR_LARGE > LIMB_VR);
     int vr = large ? LIMB_VR_LARGE : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
     return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
@@ -468,11 +498,11 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                 s[u] = q8_nibbles(t) ? vi_add_vh(s[u], vh_add(p[u], p2[u])) : vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]);
 #endif
             vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
-            for (int i = 0; i < rows; i++) {
-                vi *S = s + i * limbs;
-                vf f = limbs == 3 ? limb_value3(S[0], S[1], S[2]) : vf_from_vi(limb_low(S[0], S[1]));
-                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
-            }
+            vf f[LIMB_ROWS];
+            if (limbs == 3) limb_values3(s, rows, f);
+            else
+                for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
         }
         q8_add_min(t, blk, head, xr->dsum + m0 * nb + b, nb, rows, acc);
     }
@@ -558,7 +588,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t nb = K / 32, first[LIMB_MANY + 1] = {0}, work = 0;
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
-    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS;
+    int unpack = ((wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
     int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
     int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
