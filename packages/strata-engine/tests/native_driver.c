@@ -4,7 +4,8 @@
  * x86; neon and portable for AArch64, run under qemu), its output must be byte-identical
  * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
- * integer-limb kernels (limb.c) for 3 and 2 limbs. Built with the library's C files
+ * integer-limb kernels (limb.c) for 3 and 2 limbs, `driver tiles` grouped attention over
+ * runs of consecutive tokens. Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -240,6 +241,33 @@ static void limb(void) {
         }
 }
 
+/* Grouped attention over runs of consecutive tokens (attention.c's token tiles): two sequences in
+ * runs of odd lengths (one run going on from the other's last position, so a tile may straddle
+ * them), head sizes 128 and 64 with 2 and 4 query heads per KV head, plain, windowed, soft-capped. */
+static void tiles(void) {
+    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
+    int32_t tables[16], t_seq[23], pos[23];
+    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16; /* a permutation of the blocks */
+    for (int t = 0; t < T; t++) { /* sequence 0: positions 0..10, sequence 1: 11..19, sequence 0: 11..13 */
+        t_seq[t] = t >= 11 && t < 20;
+        pos[t] = t < 20 ? t : t - 9;
+    }
+    const int shapes[2][3] = {{8, 4, 128}, {8, 2, 64}}; /* H, KVH, D */
+    for (int sh = 0; sh < 2; sh++) {
+        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
+        float *q = floats((int64_t)T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
+        float *kc = floats((int64_t)nblocks * bs * KVH * D, -2.0f, 2.0f);
+        float *vc = floats((int64_t)nblocks * bs * KVH * D, -2.0f, 2.0f);
+        const int windows[3] = {0, 7, 0};
+        for (int w = 0; w < 3; w++) {
+            strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.125f, w == 2 ? 2.5f : 0.0f,
+                             windows[w], out, 1);
+            emit(out, (int64_t)T * H * D);
+        }
+        free(q), free(out), free(kc), free(vc);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "q8") == 0) {
         q8();
@@ -247,6 +275,10 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && strcmp(argv[1], "limb") == 0) {
         limb();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "tiles") == 0) {
+        tiles();
         return 0;
     }
     matmuls();

@@ -43,6 +43,9 @@ DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd392
 DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
 # sha256 of `driver limb`: the integer-limb kernels (limb.c), 3 and 2 limbs, the same on every build.
 DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d6ed022"
+# sha256 of `driver tiles`: grouped attention over runs of consecutive tokens (attention.c's token
+# tiles), the same on every build and the same as before the tiles (each token and head alone).
+DRIVER_TILES_SHA256 = "8e216e7c30c742e64115c72eecb7f760fcf8ab03025bb8116faed3f7ae1744bb"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -68,11 +71,12 @@ def _driver_digest(
 
 
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
-# the integer-limb kernels ("limb")
+# the integer-limb kernels ("limb"), attention's token tiles ("tiles")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),
     "limb": (("limb",), DRIVER_LIMB_SHA256),
+    "tiles": (("tiles",), DRIVER_TILES_SHA256),
 }
 
 
