@@ -29,6 +29,7 @@ from gguf import GGMLQuantizationType as QT
 sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
 from tiny_models import encode_tensor  # the engine tests' GGUF block writer
 
+from strata_engine import LLMEngine, Request, SamplingParams
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native import INTERFACE, PROBE_FUNCTIONS
 from strata_engine.kernels.native.backend import NativeOps
@@ -117,8 +118,6 @@ def one_attention(libs: list[ctypes.CDLL], t: int, threads: int) -> Callable[[in
 
 def prefill(libs: list[ctypes.CDLL], lengths: list[str], threads: int, repeat: int) -> None:
     """A whole prefill of the 1.7B-shaped Q4_K_M file (bench_kquants.py writes it), last logits."""
-    from strata_engine import LLMEngine, Request, SamplingParams
-
     engine = LLMEngine(str(KQUANT_FILE), num_threads=threads, parallel=1, kernels="native")
     n = int(lengths[0]) if lengths else 512
     ids = [100 + (i * 7919) % (engine.vocab_size - 200) for i in range(n)]

@@ -267,6 +267,33 @@ def test_softcap_matches_float64() -> None:
         assert float((got - exact).abs().max()) <= 2.5e-7 * cap
 
 
+def _attention_float64(
+    q: np.ndarray,
+    k_cache: np.ndarray,
+    v_cache: np.ndarray,
+    meta: AttentionMeta,
+    i: int,
+    scale: float,
+    window: int,
+    softcap: float,
+) -> np.ndarray:
+    """Token i's attention output [heads, D] in float64 (torch), from the cache slots its block
+    table names: the positions max(0, p - window + 1) .. p (window 0: 0 .. p), scores soft-capped
+    where softcap > 0, each KV head shared by heads / kv_heads query heads."""
+    bs, p = meta.block_size, int(meta.positions[i])
+    heads, kv_heads = q.shape[1], k_cache.shape[2]
+    j = torch.arange(max(0, p - window + 1) if window else 0, p + 1)
+    slots = torch.from_numpy(meta.block_tables)[int(meta.token_seq[i])].long()[j // bs] * bs + j % bs
+    k, v = (
+        torch.from_numpy(c).flatten(0, 1)[slots].double().repeat_interleave(heads // kv_heads, dim=1)
+        for c in (k_cache, v_cache)
+    )
+    s = torch.einsum("hd,jhd->hj", torch.from_numpy(q[i]).double(), k) * scale
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    return torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v).numpy()
+
+
 def test_windowed_attention_matches_float64_and_window_zero_is_full() -> None:
     """A sliding-window call attends to exactly the last `window` positions (float64 reference);
     window 0 is bit-identical to the plain call, and a window wider than the context too."""
@@ -289,23 +316,11 @@ def test_windowed_attention_matches_float64_and_window_zero_is_full() -> None:
     assert np.array_equal(
         ops.attention(q, k_cache, v_cache, meta, window=64), ops.attention(q, k_cache, v_cache, meta)
     )
-    # the float64 reference in torch, on the same values
-    table, positions = torch.from_numpy(meta.block_tables), torch.from_numpy(meta.positions)
-    kt, vt, qt = torch.from_numpy(k_cache), torch.from_numpy(v_cache), torch.from_numpy(q)
     for window, softcap in ((1, 0.0), (4, 0.0), (6, 1.5), (0, 1.5)):
         out = ops.attention(q, k_cache, v_cache, meta, scale=0.2, window=window, softcap=softcap)
-        got = torch.from_numpy(out).double()
-        for i, (row, p) in enumerate(zip(meta.token_seq.tolist(), positions.tolist(), strict=True)):
-            start = max(0, p - window + 1) if window else 0
-            j = torch.arange(start, p + 1)
-            slots = table[row].long()[j // bs] * bs + j % bs
-            k = kt.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-            v = vt.flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-            s = torch.einsum("hd,jhd->hj", qt[i].double(), k) * 0.2
-            if softcap:
-                s = torch.tanh(s / softcap) * softcap
-            want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
-            assert float((got[i] - want).abs().max()) < 2e-6, (window, softcap, i)
+        for i in range(len(q)):
+            want = _attention_float64(q, k_cache, v_cache, meta, i, 0.2, window, softcap)
+            assert float(np.abs(out[i] - want).max()) < 2e-6, (window, softcap, i)
 
 
 def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
@@ -343,22 +358,13 @@ def test_token_tiles_are_per_token_attention_bit_for_bit() -> None:
     bs = 4
     tables = np.array([rng.permutation(16)[:8], rng.permutation(16)[8:16]], dtype=np.int32)
     meta = AttentionMeta(positions, seqs, tables, np.zeros(len(seqs), dtype=np.int64), bs)
-    table_t = torch.from_numpy(tables)
     for d, h, kvh in ((128, 8, 4), (64, 8, 2), (64, 9, 3), (32, 8, 2)):
         kc, vc, q = t(16, bs, kvh, d), t(16, bs, kvh, d), t(len(seqs), h, d) * 3
         for window, softcap in ((0, 0.0), (9, 0.0), (64, 0.0), (0, 3.0)):
             tiled = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
-            for i, (seq, p) in enumerate(zip(seqs.tolist(), positions.tolist(), strict=True)):
+            for i in range(len(seqs)):
                 one = AttentionMeta(positions[i : i + 1], seqs[i : i + 1], tables, meta.slots[:1], bs)
                 alone = NativeOps(16).attention(q[i : i + 1], kc, vc, one, window=window, softcap=softcap)
                 assert np.array_equal(tiled[i], alone[0]), (d, h, window, softcap, i)
-                start = max(0, p - window + 1) if window else 0
-                j = torch.arange(start, p + 1)
-                slots = table_t[seq].long()[j // bs] * bs + j % bs
-                k = torch.from_numpy(kc).flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-                v = torch.from_numpy(vc).flatten(0, 1)[slots].double().repeat_interleave(h // kvh, dim=1)
-                s = torch.einsum("hd,jhd->hj", torch.from_numpy(q[i]).double(), k) / d**0.5
-                if softcap:
-                    s = torch.tanh(s / softcap) * softcap
-                want = torch.einsum("hj,jhd->hd", torch.softmax(s, -1), v)
-                assert float((torch.from_numpy(tiled[i]).double() - want).abs().max()) < 2e-6, (d, h, i)
+                want = _attention_float64(q, kc, vc, meta, i, d**-0.5, window, softcap)
+                assert float(np.abs(tiled[i] - want).max()) < 2e-6, (d, h, i)

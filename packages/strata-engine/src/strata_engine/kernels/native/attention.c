@@ -84,6 +84,7 @@ static inline __attribute__((always_inline)) void attend_one(
 #define ATT_POS 1
 #define TILE_ROWS 4
 #endif
+_Static_assert(TILE_ROWS >= GROUP_MAX, "a tile holds at least one token of the largest head group");
 static inline __attribute__((always_inline)) void attend_tile(
     const float *qv, int64_t q_stride, int NT, int G, const int32_t *table, int start, int n0, int D,
     const float *kc, const float *vc, int block_size, int KVH, int kvh, float scale, float softcap,
@@ -204,7 +205,6 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     /* and NT consecutive tokens of a sequence together, where the tiles still give every thread
      * work enough (a tile is one item) */
     int NT = G > 1 && (T + TILE_ROWS / G - 1) / (TILE_ROWS / G) * (H / G) >= 2 * nthreads ? TILE_ROWS / G : 1;
-    if (NT < 1) NT = 1;
     int64_t tiles = (T + NT - 1) / NT;
 #pragma omp parallel num_threads(nthreads) if (T * H * max_ctx * D >= SMALL_WORK)
     {

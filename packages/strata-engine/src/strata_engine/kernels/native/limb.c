@@ -250,9 +250,6 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
     return (vf){limb_f8_any(s2.lo, low.lo), limb_f8_any(s2.hi, low.hi)};
 }
-static inline void limb_values3(const vi *s, int rows, vf *f) {
-    for (int i = 0; i < rows; i++) f[i] = limb_value3(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
-}
 
 /* ---- AVX2, Q8_0: int16 weights times int16 limbs ---------------------------------------------
  * Q8_0's stored bytes (w + 128, up to 255) times an int8 limb (down to -128) overflow vpmaddubsw's
@@ -395,10 +392,13 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
     for (int o = 0; o < 16; o++) f[o] = (float)((double)s2.l[o] * 65536.0 + (double)(s1.l[o] * 256 + s0.l[o]));
     return vf_load(f);
 }
+#define LIMB_VR 4
+#endif
+
+#if !defined(STRATA_TARGET_AVX512) /* f[i] for the rows of a tile (s: rows x 3 limbs), a row at a time */
 static inline void limb_values3(const vi *s, int rows, vf *f) {
     for (int i = 0; i < rows; i++) f[i] = limb_value3(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
 }
-#define LIMB_VR 4
 #endif
 
 #ifndef LIMB_WIDE /* targets whose vi_dot4 takes Q8_0's bytes (up to 255) times a limb into int32 */
