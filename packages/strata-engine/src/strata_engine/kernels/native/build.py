@@ -136,6 +136,8 @@ def build_library(
         if reason is None:
             return target
         logger.warning("not loading the cached kernels %s: %s; building them again", target, reason)
+    if warn_serial:  # the kernels themselves (not the small CPU probe): the first start waits here
+        logger.info("compiling the kernels for this CPU (once, about 20 s): %s", target.name)
     errors: list[str] = []
     timeout = compile_timeout()
     # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
