@@ -1,14 +1,16 @@
-"""``strata-decide``: decide | parity | calibrate | serve | bench."""
+"""`strata-decide`: decide | parity | calibrate | serve | bench."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -18,35 +20,70 @@ from strata_client import AsyncStrataClient
 
 from . import operations, questions
 from .answers import answer_json
-from .calibrate import Calibration, calibrate, load_examples, read_examples
+from .calibrate import LOG_T_RANGE, Calibration, calibrate, load_examples, read_examples
 from .decider import DecideOptions, Decider, Decision
 from .errors import DecideError
 from .parity import DEFAULT_TOLERANCE, run_parity
 from .samples import QUESTIONS, STATES
 
-DEFAULT_SERVER = os.environ.get("STRATA_BASE_URL", "http://127.0.0.1:8000")
+LOCAL_SERVER = "http://127.0.0.1:8000"
+DEFAULT_SERVER = os.environ.get("STRATA_BASE_URL", LOCAL_SERVER)
+SERVER_DEFAULT = f"(default: $STRATA_BASE_URL, else {LOCAL_SERVER})"
+DESCRIPTION = (
+    "Label decisions on a Strata server: decide one question, check parity, fit a calibration, "
+    "serve the typed-decision gateway (POST /v1/systemone and its playground page), or time it."
+)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default after its help ("none" for no value, "required" for a flag that must be
+    given); a help that says its default in its own words keeps them, and a switch (a flag
+    without a value) shows none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not action.option_strings or "default" in (action.help or "") or action.nargs == 0:
+            return action.help
+        if action.required:
+            return f"{action.help} (required)"
+        if action.default is None or action.default == []:
+            return f"{action.help} (default: none)"
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="strata-decide", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="strata-decide", description=DESCRIPTION, formatter_class=HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"strata-decide {version('strata-decide')}")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
 
     def upstream_args(sub: argparse.ArgumentParser) -> None:
         """How every subcommand names the Strata server (the older --upstream* spellings hidden)."""
-        sub.add_argument("--server", default=DEFAULT_SERVER, help="upstream Strata server URL")
+        sub.add_argument(
+            "--server",
+            default=DEFAULT_SERVER,
+            help=f"the Strata server's URL {SERVER_DEFAULT}",
+        )
         sub.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)
-        sub.add_argument("--server-api-key", default=None, help="API key of the upstream server")
+        sub.add_argument("--server-api-key", default=None, help="the Strata server's API key")
         sub.add_argument("--upstream-api-key", dest="server_api_key", help=argparse.SUPPRESS)
-        sub.add_argument("--timeout", type=float, default=120.0, help="seconds per upstream call")
+        sub.add_argument("--timeout", type=float, default=120.0, help="seconds per call to the Strata server")
         sub.add_argument("--upstream-timeout", dest="timeout", type=float, help=argparse.SUPPRESS)
 
     def server_args(sub: argparse.ArgumentParser) -> None:
         upstream_args(sub)
-        sub.add_argument("--model", default=None, help="served model (default: the first listed)")
+        sub.add_argument("--model", default=None, help="served model (default: the first the server lists)")
 
     def mode_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--rotations", action="store_true", help="read every cyclic option order")
-        sub.add_argument("--calibration", default=None, help="calibration JSON from `calibrate`")
+        sub.add_argument(
+            "--calibration",
+            default=None,
+            help="calibration JSON from `calibrate` (default: none, temperature 1)",
+        )
         sub.add_argument(
             "--answers",
             choices=["labels", "text"],
@@ -54,11 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
             help="a choice is answered by one-token labels (one read) or by its options' names, each scored whole",
         )
 
-    decide = commands.add_parser("decide", help="one state, one question: the answer and its probabilities")
+    decide = command("decide", "one state, one question: the answer and its probabilities")
     server_args(decide)
     mode_args(decide)
     decide.add_argument("--state", required=True, help="the state text; @FILE reads a file")
-    decide.add_argument("--type", choices=["choice", "score", "noul"], default="choice")
+    decide.add_argument(
+        "--type",
+        choices=["choice", "score", "noul"],
+        default="choice",
+        help="choice: one of the options; score: a level, lowest first; noul: yes or no",
+    )
     decide.add_argument("--instructions", default=None, help="the question")
     decide.add_argument(
         "--option",
@@ -71,34 +113,43 @@ def build_parser() -> argparse.ArgumentParser:
     decide.add_argument("--false", dest="false_text", default=None, help="noul: what counts as no")
     decide.add_argument("--json", action="store_true", help="print JSON")
 
-    parity = commands.add_parser("parity", help="named-id read vs the server's own top-20")
+    parity = command("parity", "named-id read vs the server's own top-20")
     server_args(parity)
-    parity.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    parity.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="largest difference between the two reads that passes (exit 1 above it)",
+    )
     parity.add_argument("--json", action="store_true", help="print the full report as JSON")
 
-    calib = commands.add_parser("calibrate", help="fit a temperature on labelled JSONL examples")
+    calib = command("calibrate", "fit a temperature on labelled JSONL examples")
     server_args(calib)
     calib.add_argument("--data", required=True, help='JSONL of {"state", "question", "answer"}')
-    calib.add_argument("--out", default="calibration.json")
-    calib.add_argument("--rotations", action="store_true")
+    calib.add_argument("--out", default="calibration.json", help="where the fitted calibration is written")
+    calib.add_argument("--rotations", action="store_true", help="read every cyclic option order")
 
-    serve = commands.add_parser("serve", help="the typed-decision gateway (POST /v1/systemone)")
+    serve = command("serve", "the typed-decision gateway (POST /v1/systemone) and its playground page at /")
     upstream_args(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8100)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    serve.add_argument("--port", type=int, default=8100, help="TCP port to listen on")
     operations.add_flags(serve)
     mode_args(serve)
 
-    bench = commands.add_parser("bench", help="5 states x 3 questions through the gateway")
+    bench = command("bench", "5 states x 3 questions through the gateway")
     target = bench.add_mutually_exclusive_group()
     target.add_argument("--gateway", default=None, help="measure a running gateway at this URL instead")
-    target.add_argument("--server", default=DEFAULT_SERVER, help="start a gateway on this Strata server")
+    target.add_argument(
+        "--server",
+        default=DEFAULT_SERVER,
+        help=f"start a gateway on this Strata server {SERVER_DEFAULT}",
+    )
     target.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)
     bench.add_argument("--api-key", default=None, help="the gateway's API key")
     bench.add_argument(
         "--rotations", action="store_true", help="the started gateway reads every option order"
     )
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser
 
 
@@ -111,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except ModuleNotFoundError as error:  # serve/bench without the gateway extra
         print(
-            f"strata-decide {args.command}: {error}; install the gateway: pip install 'strata-decide[gateway]'",
+            f"strata-decide {args.command}: {error}; install the gateway from the Strata repository: "
+            "pip install './packages/strata-decide[gateway]'",
             file=sys.stderr,
         )
         return 2
@@ -213,6 +265,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     result = asyncio.run(run())
     result.save(args.out)
     print(f"temperature: {result.temperature:.4f}  ({result.examples} examples) -> {args.out}")
+    if not LOG_T_RANGE[0] + 1e-6 < math.log(result.temperature) < LOG_T_RANGE[1] - 1e-6:
+        print(
+            f"warning: the temperature is at the end of its search range "
+            f"[{math.exp(LOG_T_RANGE[0]):g}, {math.exp(LOG_T_RANGE[1]):g}]: the best fit lies beyond it, "
+            "so these examples do not calibrate the reads (too few, or answers the model does not "
+            "predict at all); check them before using this file",
+            file=sys.stderr,
+        )
     print(f"ECE:   {result.ece_before:.4f} -> {result.ece_after:.4f}")
     print(f"Brier: {result.brier_before:.4f} -> {result.brier_after:.4f}")
     return 0
