@@ -7,6 +7,7 @@ import json
 import sys
 
 from strata_engine.api import EngineError, LogprobParams, ModelLoadError, Request, SamplingParams, Step
+from strata_engine.cli_help import HelpFormatter
 from strata_engine.engine import LLMEngine
 from strata_engine.kernels.choice import KERNEL_CHOICES, describe
 from strata_engine.kernels.native import NativeUnavailable
@@ -15,7 +16,9 @@ from strata_engine.model_store import resolve_model
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="strata-engine", description="Generate text with logprobs from a GGUF model."
+        prog="strata-engine",
+        description="Generate text with logprobs from a GGUF model.",
+        formatter_class=HelpFormatter,
     )
     ap.add_argument(
         "--model",
@@ -29,11 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--raw", action="store_true", help="send --prompt as raw text, not through the chat template"
     )
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampled")
+    ap.add_argument(
+        "--seed", type=int, default=None, help="the sampler's seed (default: none: a fresh one each run)"
+    )
     ap.add_argument("--logprobs", type=int, default=5, help="top-N alternatives to show per token")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (default: the CPUs this process may run on)"
+    )
     ap.add_argument(
         "--kernels",
         default="auto",

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from strata_engine.cli_help import HelpFormatter
+from strata_engine.paths import strata_home
 from strata_server.limits import add_flags as add_limit_flags
 from strata_server.limits import from_args as limits_from_args
 from strata_server.log_format import LOG_FORMATS, LOG_LEVELS, configure_logging
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Serve a local GGUF model with OpenAI/vLLM-compatible routes "
             "(/v1/completions and /v1/chat/completions with full logprobs)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument(
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="default",
         help="path to a .gguf file; a Hugging Face Hub reference, owner/repo:QUANT (e.g. :Q4_K_M) or "
         "owner/repo/FILE.gguf (fetched into the Hub cache, verified, offline once cached); or "
-        "'default' for SmolLM2-135M-Instruct (downloaded once into ~/.cache/strata/models)",
+        f"'default' for SmolLM2-135M-Instruct (downloaded once into {strata_home() / 'models'})",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port to listen on")
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="serve on this inherited, already bound socket instead of --host/--port "
-        "(a launcher binds port 0 and hands the socket over, so no one can take the port first)",
+        "(a launcher binds port 0 and hands the socket over, so no one can take the port first) "
+        "(default: none: listen on --host/--port)",
     )
     parser.add_argument(
         "--parallel",
@@ -137,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="require 'Authorization: Bearer KEY' on /v1/* (repeat for several keys; "
-        "also read from STRATA_API_KEY and --api-key-file)",
+        "also read from STRATA_API_KEY and --api-key-file) (default: none: /v1/* needs no key)",
     )
     parser.add_argument(
         "--api-key-file",
@@ -168,10 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-tokens-limit",
         type=int,
         default=None,
-        help="largest max_tokens a request may ask for (and the default when it sends none)",
+        help="largest max_tokens a request may ask for, also used when a chat request sends none "
+        "(default: none: up to the context)",
     )
     parser.add_argument(
-        "--max-prompt-tokens", type=int, default=None, help="longest prompt accepted, in tokens"
+        "--max-prompt-tokens",
+        type=int,
+        default=None,
+        help="longest prompt accepted, in tokens (default: none: up to the context)",
     )
     parser.add_argument(
         "--shutdown-grace",
@@ -188,14 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="ORIGIN",
         help="allow browser requests from these origins (several after one flag, or the flag "
-        "repeated; '*' for any); CORS is off by default",
+        "repeated; '*' for any) (default: none: CORS off)",
     )
     parser.add_argument(
         "--chat-template",
         default=None,
         metavar="FILE_OR_TEMPLATE",
         help="a Jinja chat template (a file, or the template itself) replacing the model's; "
-        "rendered in the same sandbox",
+        "rendered in the same sandbox (default: the model's own)",
     )
     parser.add_argument(
         "--trust-request-chat-template",
@@ -227,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     ray.add_argument(
         "--ray-address",
         default=None,
-        help="a running Ray cluster to join (e.g. 'auto' or 'ray://head:10001'); default: start a local one",
+        help="a running Ray cluster to join, e.g. 'auto' or 'ray://head:10001' (default: start a local one)",
     )
     ray.add_argument(
         "--router",
@@ -306,7 +313,10 @@ def serve_on_ray(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
     try:
         from strata_server.ray_serve import RayOptions, serve_replicas
     except ImportError as exc:
-        sys.exit(f"strata-server: --ray needs Ray Serve: pip install 'strata-server[ray]' ({exc})")
+        sys.exit(
+            "strata-server: --ray needs Ray Serve: from the Strata repository, "
+            f"pip install './packages/strata-server[ray]' ({exc})"
+        )
     from strata_engine.api import EngineError
     from strata_engine.model_store import resolve_model
 
