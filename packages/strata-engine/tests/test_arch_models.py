@@ -194,10 +194,9 @@ def test_gemma_switches_and_refusals_from_metadata() -> None:
     assert cfg("gemma").window(0) == 0 and not cfg("gemma").post_norms
     with pytest.raises(ModelLoadError, match=r"gemma3\.attention\.sliding_window"):
         cfg("gemma3")
-    with pytest.raises(ModelLoadError, match="RoPE scaling"):
-        cfg(
-            "gemma3",
-            **{"attention.sliding_window": 512, "rope.scaling.type": "linear", "rope.scaling.factor": 8.0},
-        )
+    pattern = cfg("gemma3", **{"attention.sliding_window": 512, "attention.sliding_window_pattern": 4})
+    assert [pattern.window(i) > 0 for i in range(8)] == [True, True, True, False] * 2  # llama.cpp's period
+    with pytest.raises(ModelLoadError, match="sliding_window_pattern must be 12 booleans"):
+        cfg("gemma3", **{"attention.sliding_window": 512, "attention.sliding_window_pattern": [True]})
     with pytest.raises(ModelLoadError, match=r"'gemma3n'.*AltUp"):
         cfg("gemma3n")

@@ -10,6 +10,7 @@ random blocks with sane fp16 scales, written as raw bytes.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,17 +153,21 @@ def write_tiny_model(
     overrides: dict[str, QT] | None = None,
     chat_template: str | None = None,
     scales: dict[str, float] | None = None,
+    ctx: int = CTX,
+    weight_type: QT | None = None,
+    extra: Callable[[GGUFWriter], None] | None = None,
 ) -> Path:
     """Write `spec` as a GGUF file at `path`; weights are random (seeded).
 
     `overrides` forces the type of named 2-D weights (to write a type the engine must refuse);
     `chat_template` is stored as `tokenizer.chat_template` (none by default); `scales`
-    multiplies named tensors' values (e.g. denormal embeddings).
+    multiplies named tensors' values (e.g. denormal embeddings); `weight_type` stores every 2-D
+    weight in one type instead of the rotation; `extra` adds keys or tensors of its own.
     """
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), spec.arch)
     writer.add_block_count(N_LAYERS)
-    writer.add_context_length(CTX)
+    writer.add_context_length(ctx)
     writer.add_embedding_length(HIDDEN)
     writer.add_feed_forward_length(FFN)
     writer.add_head_count(N_HEADS)
@@ -180,7 +185,7 @@ def write_tiny_model(
     types = itertools.cycle(SUPPORTED_TYPES[spec.type_offset :] + SUPPORTED_TYPES[: spec.type_offset])
 
     def matrix(name: str, rows: int, cols: int, std: float) -> None:
-        qtype = next(types)
+        qtype = next(types) if weight_type is None else weight_type
         qtype = (overrides or {}).get(name, qtype)
         values = rng.normal(0.0, std, size=(rows, cols)) * (scales or {}).get(name, 1.0)
         add_weight(writer, name, values, qtype, rng)
@@ -212,6 +217,8 @@ def write_tiny_model(
     vec("output_norm.weight", HIDDEN, 1.0, 0.1)
     if not spec.tied:
         matrix("output.weight", VOCAB_SIZE, HIDDEN, 0.15)
+    if extra is not None:
+        extra(writer)
     _write(writer)
     return path
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from strata_engine.api import ModelLoadError
+from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3")
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -77,13 +79,16 @@ class ModelConfig:
     sliding_window: int = 0  # tokens a sliding-window layer attends to (itself included)
     swa_layers: tuple[bool, ...] = ()  # per layer: True for a sliding-window layer
     rope_base_swa: float | None = None  # gemma3: RoPE base of the sliding-window layers
+    rope_scaling: RopeScaling = field(
+        default_factory=RopeScaling
+    )  # linear / YaRN / LongRoPE, as the file asks (rope.py)
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
         return self.sliding_window if self.swa_layers and self.swa_layers[layer] else 0
 
     @classmethod
-    def from_metadata(cls, meta: dict[str, Any]) -> ModelConfig:
+    def from_metadata(cls, meta: Mapping[str, Any]) -> ModelConfig:
         arch = meta.get("general.architecture")
         if arch not in SUPPORTED_ARCHITECTURES:
             missing = (
@@ -123,6 +128,14 @@ class ModelConfig:
                 f"GGUF metadata: {arch}.attention.head_count {n_heads} is not a multiple of "
                 f"{arch}.attention.head_count_kv {n_kv_heads}"
             )
+        if count("attention.value_length", head_dim) != head_dim:
+            raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
+        if (
+            n_experts and key("expert_gating_func", 1) != 1
+        ):  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+            raise ModelLoadError(
+                f"GGUF metadata {arch}.expert_gating_func = {key('expert_gating_func')!r}: only softmax routing (1) is supported"
+            )
         rope_dim = count("rope.dimension_count", head_dim)
         if rope_dim > head_dim or rope_dim % 2:
             raise ModelLoadError(
@@ -135,6 +148,7 @@ class ModelConfig:
             raise ModelLoadError(f"GGUF metadata: {arch}.rope.freq_base must be > 0 and the RMS epsilon >= 0")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
         gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
+        ctx_train = count("context_length", 4096)
         return cls(
             arch=arch,
             n_layers=n_layers,
@@ -144,7 +158,7 @@ class ModelConfig:
             head_dim=head_dim,
             ffn=count("feed_forward_length", 0 if n_experts else None, low=0),
             vocab_size=vocab,
-            ctx_size=count("context_length", 4096),
+            ctx_size=ctx_train,
             rope_base=rope_base,
             rope_dim=rope_dim,
             rope_style="interleaved" if arch == "llama" else "neox",
@@ -152,12 +166,13 @@ class ModelConfig:
             qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             n_experts=n_experts,
             n_experts_used=n_used,
+            rope_scaling=read_scaling(arch, meta, ctx_train),
             **gemma,
         )
 
 
 def _gemma_switches(
-    arch: str, meta: dict[str, Any], n_layers: int, hidden: int, n_heads: int, head_dim: int
+    arch: str, meta: Mapping[str, Any], n_layers: int, hidden: int, n_heads: int, head_dim: int
 ) -> dict[str, Any]:
     """The Gemma family's differences, read as llama.cpp reads them (llama-model.cpp).
 
@@ -178,13 +193,6 @@ def _gemma_switches(
     def count(name: str, default: int | None) -> int:
         return _int(f"{arch}.{name}", get(name, default), 0, MAX_COUNT)
 
-    if count("attention.value_length", head_dim) != head_dim:
-        raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
-    scaling = get("rope.scaling.type")
-    if scaling not in (None, "none") and real("rope.scaling.factor", 1.0) != 1.0:
-        raise ModelLoadError(
-            f"{arch}: RoPE scaling ({scaling}, factor {get('rope.scaling.factor')}) is not supported"
-        )
     heads_dim = max(1, hidden // n_heads) if n_layers == GEMMA_27B_LAYERS.get(arch) else head_dim
     out: dict[str, Any] = {
         "ffn_act": "gelu",
@@ -205,7 +213,7 @@ def _gemma_switches(
             raise ModelLoadError("GGUF metadata lacks gemma3.attention.sliding_window")
         out["final_softcap"] = real("final_logit_softcapping", 0.0)
         out["sliding_window"] = count("attention.sliding_window", None)
-        out["swa_layers"] = tuple(i % 6 < 5 for i in range(n_layers))
+        out["swa_layers"] = _swa_pattern(arch, get("attention.sliding_window_pattern", 6), n_layers)
         out["rope_base_swa"] = real("rope.freq_base_swa", 10000.0)
         out["post_norms"] = True
     if (
@@ -215,3 +223,16 @@ def _gemma_switches(
     ):
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-caps >= 0")
     return out
+
+
+def _swa_pattern(arch: str, pattern: Any, n_layers: int) -> tuple[bool, ...]:
+    """Which layers slide, as llama.cpp's load_swa_pattern reads `attention.sliding_window_pattern`:
+    a list of per-layer flags, or a period n whose last layer is global (0: every layer slides)."""
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers or not all(isinstance(v, bool) for v in pattern):
+            raise ModelLoadError(
+                f"GGUF metadata {arch}.attention.sliding_window_pattern must be {n_layers} booleans"
+            )
+        return tuple(pattern)
+    n = _int(f"{arch}.attention.sliding_window_pattern", pattern, 0, MAX_LAYERS)
+    return tuple(n == 0 or i % n < n - 1 for i in range(n_layers))

@@ -32,7 +32,13 @@ from strata_engine.block_manager import BlockManager
 from strata_engine.chat_template import ChatTemplate, compiled, render_ids
 from strata_engine.checks import check_request
 from strata_engine.config import ModelConfig
-from strata_engine.gguf_checks import check_metadata_types, check_shapes
+from strata_engine.gguf_checks import (
+    ReadKeys,
+    check_keys_read,
+    check_metadata_types,
+    check_shapes,
+    check_tensors_read,
+)
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops
 from strata_engine.logprobs import Row, build_row
@@ -74,8 +80,11 @@ class LLMEngine:
         t0 = time.perf_counter()
         gguf = GGUFFile(path)  # the file's layout checked: every tensor inside it
         check_metadata_types(gguf.metadata)
-        self.config = cfg = ModelConfig.from_metadata(gguf.metadata)
-        check_shapes(gguf.tensors, cfg, gguf.metadata)  # every size the kernels use, proven
+        meta = ReadKeys(gguf.metadata)  # records what each reader asks: the rest must be informational
+        self.config = cfg = ModelConfig.from_metadata(meta)
+        check_shapes(gguf.tensors, cfg, meta)  # every size the kernels use, proven
+        check_tensors_read(gguf.tensors, cfg)  # and nothing in the file left unread
+        check_keys_read(meta, cfg.arch, tokenizer=False)
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
         self.ops = make_ops(kernels, device, num_threads)
@@ -89,13 +98,15 @@ class LLMEngine:
         # the tokenizer is built beside the weights: reading them mostly waits on page faults,
         # outside the GIL, which the tokenizer's Python work then uses (about 0.1 s less to ready)
         with ThreadPoolExecutor(1, thread_name_prefix="strata-tokenizer") as pool:
-            tokenizer = pool.submit(Tokenizer.from_metadata, gguf.metadata)
+            tokenizer = pool.submit(Tokenizer.from_metadata, meta)
             # RoPE tables for the context this engine serves, not the (larger) one the file claims
             model_cfg = replace(cfg, ctx_size=self.ctx_size)
             self.model = Transformer(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages
             self.tokenizer = tokenizer.result()
         # an operator's template (the server's --chat-template) replaces the file's
-        template = chat_template if chat_template is not None else gguf.get("tokenizer.chat_template")
+        file_template = meta.get("tokenizer.chat_template")
+        check_keys_read(meta, cfg.arch, tokenizer=True)
+        template = chat_template if chat_template is not None else file_template
         self.chat_template = (
             ChatTemplate(
                 template, self._special_text(self.tokenizer.bos_id), self._special_text(self.tokenizer.eos_id)

@@ -7,16 +7,23 @@ has exactly the shape the configuration implies, and that the vocabulary the hea
 tokenizer and the embedding state is one number, so that token ids checked against
 `ModelConfig.vocab_size` are rows the embedding really has. The file layer (offsets, sizes,
 types inside the file) is `gguf_loader`'s; a missing tensor is the model's own refusal.
+
+`check_tensors_read` and `check_keys_read` prove the converse: nothing in the file is left unread. A tensor the model
+does not read, or a key of the architecture or the tokenizer that no reader asked for (the
+readers see the metadata through a `ReadKeys`, which records what they ask), would mean the
+file asks for a computation Strata does not do: the load is refused naming it, unless the key
+is on `INFORMATIONAL_KEYS`, each with the reason it cannot change a logprob.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
-from strata_engine.gguf_loader import TensorInfo
+from strata_engine.gguf_loader import TensorInfo, shown
+from strata_engine.rope import FACTOR_TENSORS
 
 _TOKENIZER_KEYS = {  # key -> (kind of value, kind of each element for a list)
     "tokenizer.ggml.model": (str, None),
@@ -131,3 +138,152 @@ def _expert_shapes(
         p + "ffn_up_exps.weight": (e, ffn, h),
         p + "ffn_down_exps.weight": (e, h, ffn),
     }
+
+
+class ReadKeys(Mapping[str, Any]):
+    """The file's metadata, recording each key a reader asks for (`get`, `[]`, `in`); iterating
+    records nothing, so a reader that walks every key does not vouch for them all."""
+
+    def __init__(self, meta: Mapping[str, Any]) -> None:
+        self._meta = meta
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return self._meta[key]
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return key in self._meta
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._meta)
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+
+# Keys known not to change any logprob Strata computes, each with the reason ("{arch}." keys by
+# their suffix). Everything under general. is informational; quantize. records how the file was
+# made (imatrix provenance).
+INFORMATIONAL_KEYS: dict[str, str] = {
+    "{arch}.tensor_data_layout": "the converter's note on how q/k rows are permuted; the permuted rows are read as stored",
+    "{arch}.rope.scaling.finetuned": "whether the model was fine-tuned with its scaling; llama.cpp only logs it",
+    "{arch}.pooling_type": "embedding models' pooling; generation reads the logits, not a pooled vector",
+    "phi3.attention.sliding_window": "llama.cpp disables Phi-3's sliding window (full attention), as Strata does",
+    "tokenizer.ggml.scores": "read by SentencePiece vocabularies; byte-level BPE ranks merges instead, as llama.cpp",
+    "tokenizer.ggml.merges": "read by byte-level BPE; SentencePiece vocabularies merge by score, as llama.cpp",
+    "tokenizer.ggml.pre": "read by byte-level BPE; llama.cpp's SentencePiece tokenizer has no pre-tokenizer",
+    "tokenizer.ggml.unknown_token_id": "read by SentencePiece vocabularies; byte-level BPE has a token for every byte",
+    "tokenizer.ggml.add_space_prefix": "read by SentencePiece vocabularies; llama.cpp's BPE does not apply it",
+    "tokenizer.ggml.remove_extra_whitespaces": "llama.cpp reads it for UGM (T5) vocabularies only",
+    "tokenizer.ggml.precompiled_charsmap": "llama.cpp reads it for UGM (T5) vocabularies only",
+    "tokenizer.ggml.token_type_count": "BERT's segment types: no decoder reads them",
+    "tokenizer.ggml.cls_token_id": "an encoder's token, never inserted by a decoder's tokenizer",
+    "tokenizer.ggml.seperator_token_id": "an encoder's token, never inserted by a decoder's tokenizer",
+    "tokenizer.ggml.mask_token_id": "an encoder's token, never inserted by a decoder's tokenizer",
+    "tokenizer.ggml.add_sep_token": "llama.cpp adds a separator for encoder (WPM/UGM) vocabularies only",
+    "tokenizer.ggml.prefix_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.suffix_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.middle_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.fim_pre_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.fim_suf_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.fim_mid_token_id": "fill-in-the-middle ids, for infill prompts a client renders itself",
+    "tokenizer.ggml.fim_pad_token_id": "fill-in-the-middle ids; their texts end generation (tokenizer's EOG texts)",
+    "tokenizer.ggml.fim_rep_token_id": "fill-in-the-middle ids; their texts end generation (tokenizer's EOG texts)",
+    "tokenizer.ggml.fim_sep_token_id": "fill-in-the-middle ids; their texts end generation (tokenizer's EOG texts)",
+    "tokenizer.huggingface.json": "the original tokenizer file, kept for reference; the ggml keys define the vocabulary",
+    "tokenizer.chat_templates": "the names of alternative templates (tool use, RAG); the default template is read",
+    "tokenizer.chat_template.*": "alternative named templates; a client chooses one by passing it as the template",
+}
+_ALWAYS_INFORMATIONAL = ("general.", "quantize.")
+
+
+def _informational(key: str, arch: str) -> bool:
+    if key.startswith(_ALWAYS_INFORMATIONAL):
+        return True
+    for pattern in INFORMATIONAL_KEYS:
+        name = pattern.replace("{arch}", arch)
+        if key == name or (name.endswith(".*") and key.startswith(name[:-1])):
+            return True
+    return False
+
+
+def check_tensors_read(tensors: Mapping[str, TensorInfo], cfg: ModelConfig) -> None:
+    """Every tensor is one the model reads, else one `ModelLoadError` naming the first that is
+    not and what reading it would need (before any weight is read)."""
+    expected = _expected_tensors(cfg)
+    for name in tensors:
+        if name not in expected:
+            raise ModelLoadError(
+                f"model file has tensor {shown(name)}, which Strata's {cfg.arch} model does not read: "
+                f"it would need {_needs(name)}"
+            )
+
+
+def check_keys_read(meta: ReadKeys, arch: str, tokenizer: bool) -> None:
+    """Every key (the tokenizer's with `tokenizer`, else all others) was read or is informational;
+    else one `ModelLoadError` naming it. Split files are refused: one part is not the model."""
+    split = meta.get("split.count", 1)
+    if split != 1:
+        raise ModelLoadError(
+            f"model file is part of a split GGUF (split.count = {split!r}): merge the parts into one file first"
+        )
+    for key in meta:
+        if key.startswith("tokenizer.") != tokenizer or key in meta.read:
+            continue
+        if _informational(key, arch) or key.startswith("split."):
+            continue
+        where = "its tokenizer" if tokenizer else f"the {arch} model"
+        raise ModelLoadError(
+            f"GGUF metadata {shown(key)} is not read by {where} and not known to leave the computation "
+            "unchanged: Strata refuses the file rather than compute something else than it asks"
+        )
+
+
+def _expected_tensors(cfg: ModelConfig) -> set[str]:
+    """The names `Transformer` reads for this configuration (optional ones included)."""
+    names = {"token_embd.weight", "output.weight", "output_norm.weight", *FACTOR_TENSORS.get(cfg.arch, ())}
+    layer = [
+        "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight",
+        "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.weight", "ffn_norm.weight",
+    ]  # fmt: skip
+    if cfg.qk_norm:
+        layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
+    if cfg.post_norms:
+        layer += ["post_attention_norm.weight", "post_ffw_norm.weight"]
+    if cfg.n_experts:
+        layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
+    else:
+        layer += ["ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]
+    names.update(f"blk.{i}.{n}" for i in range(cfg.n_layers) for n in layer)
+    return names
+
+
+_NEEDS = {  # a tensor name's last parts -> what the computation would need
+    "attn_qkv.bias": "a bias on the fused q/k/v projection",
+    "attn_output.bias": "a bias on the attention output",
+    "ffn_gate.bias": "biases in the feed-forward layer",
+    "ffn_up.bias": "biases in the feed-forward layer",
+    "ffn_down.bias": "biases in the feed-forward layer",
+    "ffn_gate_shexp.weight": "shared experts",
+    "ffn_up_shexp.weight": "shared experts",
+    "ffn_down_shexp.weight": "shared experts",
+    "ffn_gate_inp_shexp.weight": "a gated shared expert",
+    "exp_probs_b.bias": "an expert-routing bias",
+    "attn_q_norm.weight": "per-head q/k norms, which this architecture does not have",
+    "attn_k_norm.weight": "per-head q/k norms, which this architecture does not have",
+    "post_attention_norm.weight": "post-norms, which this architecture does not have",
+    "post_ffw_norm.weight": "post-norms, which this architecture does not have",
+    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama files only",
+}
+
+
+def _needs(name: str) -> str:
+    for suffix, need in _NEEDS.items():
+        if name.endswith(suffix):
+            return need
+    if name.startswith("rope_factors_"):
+        return "LongRoPE factor tables, which llama.cpp reads for llama and phi3 files only"
+    return "a part of a model variant Strata does not implement"

@@ -25,6 +25,7 @@ from strata_engine.gguf_loader import GGUFFile, TensorInfo
 from strata_engine.kernels import fused_layer
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, Ops, RopeTable, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
+from strata_engine.rope import read_factors, rope_table
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 
 log = logging.getLogger("strata_engine")
@@ -267,20 +268,20 @@ def packed_experts(info: TensorInfo) -> list[Weight]:
     return split_rows(flat, [out_f] * n)
 
 
-def rope_table(cfg: ModelConfig, base: float | None = None) -> RopeTable:
-    """cos/sin per absolute position, computed in float64 with exactmath (the same bits on every
-    machine, unlike numpy's or libm's sin/cos) and stored fp32: the same for any batch."""
-    half = cfg.rope_dim // 2
-    base = cfg.rope_base if base is None else base
-    inv = exactmath.exp(-(np.arange(half, dtype=np.float64) * 2.0 / cfg.rope_dim) * exactmath.log(base))
-    angles = np.arange(cfg.ctx_size, dtype=np.float64)[:, None] * inv[None, :]
-    sin, cos = exactmath.sin_cos(angles)
-    return RopeTable(
-        cos=cos.astype(np.float32),
-        sin=sin.astype(np.float32),
-        dim=cfg.rope_dim,
-        interleaved=cfg.rope_style == "interleaved",
-    )
+def rope_tables(cfg: ModelConfig, t: dict[str, TensorInfo]) -> tuple[RopeTable, RopeTable]:
+    """The RoPE tables of the full-attention and the sliding-window layers (the same table unless
+    the file gives the latter their own base, as gemma3 does), with the file's scaling and factors."""
+    named = {
+        name: vector(info) for name, info in t.items() if name.startswith(("rope_freqs", "rope_factors"))
+    }
+    factors = read_factors(cfg.arch, named, cfg.rope_scaling, cfg.ctx_size, cfg.rope_dim)
+    interleaved = cfg.rope_style == "interleaved"
+    full = rope_table(cfg.ctx_size, cfg.rope_dim, cfg.rope_base, interleaved, cfg.rope_scaling, factors)
+    if cfg.rope_base_swa is None:
+        return full, full
+    # llama.cpp's sliding-window layers rotate with their own base and no frequency scaling
+    swa = rope_table(cfg.ctx_size, cfg.rope_dim, cfg.rope_base_swa, interleaved, cfg.rope_scaling, None, 1.0)
+    return full, swa
 
 
 class Transformer:
@@ -306,10 +307,6 @@ class Transformer:
         if "output.weight" not in t and self.output.kernel_type & Q8_PACKED:
             self.embedding = self.output  # its rows dequantise to the same values: one copy, not two
         self.norm = vector(need("output_norm.weight"))
-        if any(name.startswith("rope_factors") for name in t):
-            raise ModelLoadError(
-                "RoPE scaling factors (rope_factors_*, e.g. Phi-3 128k LongRoPE) are not supported"
-            )
         self.layers = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
@@ -376,9 +373,7 @@ class Transformer:
             k0, k1 = tp.part(cfg.n_kv_heads, what="KV heads")
             group = cfg.n_heads // cfg.n_kv_heads
             self.cfg = replace(cfg, n_heads=(k1 - k0) * group, n_kv_heads=k1 - k0)
-        self.rope = rope_table(cfg)
-        # gemma3: the sliding-window layers rotate with their own base
-        self.rope_swa = rope_table(cfg, cfg.rope_base_swa) if cfg.rope_base_swa is not None else self.rope
+        self.rope, self.rope_swa = rope_tables(cfg, t)  # gemma3: the sliding-window layers' own
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
         self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
         # one native call per layer where it applies; a tensor-parallel rank keeps the per-op path
