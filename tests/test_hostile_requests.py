@@ -39,6 +39,7 @@ def hostile_server() -> Iterator[ServerProcess]:
         str(HEADER_TIMEOUT_S),
         "--body-timeout",
         str(BODY_TIMEOUT_S),
+        "--trust-request-chat-template",  # the opt-in flag's templates are attacked too
     ) as server:
         yield server
 
@@ -210,6 +211,34 @@ def test_a_schema_nested_deep_with_closed_objects_is_a_400(hostile_server: Serve
         + ', "disable_additional_properties": true}}'
     ).encode()
     refused(post(hostile_server.url, "/v1/completions", body), "structured_outputs", "--max-schema-depth")
+    assert "Traceback" not in hostile_server.log()
+
+
+HOSTILE_TEMPLATES = [
+    "{{ (7**12000000) % 10 }}",  # folded while compiling: froze the server for 18.9 s
+    "{{ 2**100000 }}",  # a 500 with a traceback
+    '{% if messages|length > 5 %}{{ "a" * 10**8 }}{% endif %}',  # 100 MB, then kept in the cache
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",  # never ended
+    "{{" * 5000,  # RecursionError while parsing
+]
+
+
+def test_hostile_request_templates_are_400s_naming_chat_template(hostile_server: ServerProcess) -> None:
+    url = hostile_server.url
+    messages = [{"role": "user", "content": "hi"}] * 6
+
+    def send_all() -> httpx.Response:
+        replies = [
+            httpx.post(f"{url}/tokenize", json={"messages": messages, "chat_template": t}, timeout=15.0)
+            for t in HOSTILE_TEMPLATES
+        ]
+        for reply, template in zip(replies, HOSTILE_TEMPLATES, strict=True):
+            assert reply.status_code == 400, (template[:40], reply.text[:300])
+            assert reply.json()["error"]["param"] == "chat_template", reply.text[:300]
+        return replies[0]
+
+    _, added = during_health(url, send_all)
+    assert added < HEALTH_BUDGET_S, added
     assert "Traceback" not in hostile_server.log()
 
 

@@ -101,9 +101,7 @@ def chat_options(
                 code="untrusted_chat_template",
             )
         if (error := compiled(chat_template).compile_error) is not None:
-            raise ApiError(
-                error.replace("the model's chat template", "`chat_template`"), param="chat_template"
-            )
+            raise ApiError(error, param="chat_template")
     return ChatOptions(
         add_generation_prompt=add_generation_prompt,
         add_special=add_special,
