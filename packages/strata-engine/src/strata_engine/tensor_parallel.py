@@ -267,7 +267,8 @@ def init_from_env(world_size: int, device: str = "cpu") -> TensorParallel:
         import torch.distributed as dist
     except ImportError as exc:
         raise TensorParallelError(
-            f"--tensor-parallel needs torch ({exc}): pip install torch==2.13.0 (or 'strata-engine[torch]')"
+            f"--tensor-parallel needs torch ({exc}): pip install torch==2.13.0 "
+            "(or, from the Strata repository, './packages/strata-engine[torch]')"
         ) from exc
 
     missing = [name for name in LAUNCH_ENV if name not in os.environ]

@@ -76,7 +76,8 @@ def triton_ops(limbs: int | None = None) -> Ops:
         from strata_engine.kernels.triton.backend import TritonOps
     except ImportError as exc:
         raise ModelLoadError(
-            f"the GPU kernels need torch and triton ({exc}): pip install 'strata-engine[gpu]'"
+            f"the GPU kernels need torch and triton ({exc}): from the Strata repository, "
+            "pip install './packages/strata-engine[gpu]'"
         ) from exc
     return TritonOps(limbs=limbs)
 
@@ -87,7 +88,8 @@ def torch_ops(threads: int) -> Ops:
         from strata_engine.kernels.torch_backend import TorchOps
     except ImportError as exc:
         raise ModelLoadError(
-            f"kernels torch need torch ({exc}): pip install torch==2.13.0 (or 'strata-engine[torch]')"
+            f"kernels torch need torch ({exc}): pip install torch==2.13.0 "
+            "(or, from the Strata repository, './packages/strata-engine[torch]')"
         ) from exc
     return TorchOps(threads)
 
