@@ -102,3 +102,13 @@ def test_a_split_file_is_refused(arch_files: dict[str, Path], tmp_path: Path) ->
     copy = copy_with(arch_files["qwen2-untied"], tmp_path / "s.gguf", keys={"split.count": 3.0})
     with pytest.raises(ModelLoadError, match="split GGUF"):
         _load(copy)
+
+
+def test_the_docs_list_what_the_code_loads_and_refuses() -> None:
+    """docs/engine.md's generated section is the one the code's lists give today."""
+    from strata_engine.model_support import markdown, section_of
+
+    page = (Path(__file__).parents[3] / "docs" / "engine.md").read_text()
+    assert section_of(page) == markdown(), (
+        "regenerate: python -m strata_engine.model_support --write docs/engine.md"
+    )

@@ -261,7 +261,7 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
     return names
 
 
-_NEEDS = {  # a tensor name's last parts -> what the computation would need
+TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would need
     "attn_qkv.bias": "a bias on the fused q/k/v projection",
     "attn_output.bias": "a bias on the attention output",
     "ffn_gate.bias": "biases in the feed-forward layer",
@@ -281,7 +281,7 @@ _NEEDS = {  # a tensor name's last parts -> what the computation would need
 
 
 def _needs(name: str) -> str:
-    for suffix, need in _NEEDS.items():
+    for suffix, need in TENSOR_NEEDS.items():
         if name.endswith(suffix):
             return need
     if name.startswith("rope_factors_"):

@@ -30,7 +30,7 @@ YARN_BETA_FAST = 32.0
 YARN_BETA_SLOW = 1.0
 # keys llama.cpp reads only for families Strata does not run; a file that sets one is refused
 # unless it holds the default, since its computation would then depend on it
-_DEFAULT_ONLY = {
+DEFAULT_ONLY_KEYS = {
     "rope.scaling.yarn_beta_fast": YARN_BETA_FAST,
     "rope.scaling.yarn_beta_slow": YARN_BETA_SLOW,
     "rope.scaling.yarn_log_multiplier": 0.0,
@@ -48,7 +48,7 @@ KEYS = (
     "rope.scale_linear",
     "rope.scaling.attn_factor",
     "rope.scaling.original_context_length",
-    *_DEFAULT_ONLY,
+    *DEFAULT_ONLY_KEYS,
 )
 
 
@@ -85,7 +85,7 @@ def read_scaling(arch: str, meta: Mapping[str, Any], ctx_train: int) -> RopeScal
     def get(name: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{name}", default)
 
-    for name, default in _DEFAULT_ONLY.items():
+    for name, default in DEFAULT_ONLY_KEYS.items():
         if get(name) is not None and _real(arch, name, get(name)) != default:
             raise ModelLoadError(
                 f"GGUF metadata {arch}.{name} = {get(name)!r}: llama.cpp does not read it for {arch} "
