@@ -23,7 +23,7 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
     "lint", "engine", "llama", "triton", "client", "server", "decide", "integration", "without_torch", "ray",
-    "browser",
+    "browser", "lm_eval",
 ]  # fmt: skip
 
 PY = "3.11"
@@ -37,6 +37,7 @@ TORCH_PYTHON = f"{TORCH_ENV}/bin/python"
 LINT_TOOLS = ("ruff==0.17.6", "mypy==2.4.1")
 LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiled once (minutes); pip's wheel cache keeps the build
 PLAYWRIGHT = "playwright>=1.45"
+LM_EVAL = "lm_eval[api]==0.4.13"  # the version docs/howto-lm-eval.md is tested with
 
 
 # Every session prints its skips by reason; under CI a test may skip only for a reason CI cannot
@@ -201,6 +202,15 @@ def without_torch(session: nox.Session) -> None:
         "import importlib.util as u, sys; sys.exit('torch must not be installed' if u.find_spec('torch') else 0)",
     )  # fmt: skip
     pytest(session, "tests/test_server_without_torch.py")
+
+
+@nox.session(python=PY)
+def lm_eval(session: nox.Session) -> None:
+    """docs/howto-lm-eval.md's `lm_eval` command run for real against the real server, on a local
+    task of three questions (tests/test_howtos.py). A virtualenv of its own, without torch:
+    lm_eval brings datasets, pandas, pyarrow and scikit-learn, which no other session needs."""
+    session.install(ENGINE, f"{SERVER}[test]", LM_EVAL)
+    pytest(session, "tests/test_howtos.py::test_lm_eval_howto_runs")
 
 
 @nox.session(python=PY)

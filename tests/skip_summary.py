@@ -27,6 +27,7 @@ ALLOWED_SKIPS: dict[str, str] = {
     r"no GELU|dense model: covered by test_invariance": "a parametrization that does not apply",
     r"nox -s ray runs these tests": "run by the `ray` session, which has the [ray] extra",
     r"the Triton kernels need `pip install triton`": "run by the `triton` session",
+    r"nox -s lm_eval runs this test": "run by the `lm_eval` session, the one that installs lm_eval",
 }
 
 _skips: Counter[tuple[str, str]] = Counter()  # (reason, where) -> count

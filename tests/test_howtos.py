@@ -1,16 +1,17 @@
 """The how-tos in docs/ run as written, against the real server on the real model.
 
 Their Python blocks run with the documented address (127.0.0.1:8000, the gateway's :8100)
-replaced by the test servers'; their commands are started (`strata-decide serve`) or, for
-lm-evaluation-harness (too heavy to install here, and its tasks' datasets need the network),
-parsed and replayed: the requests its `local-completions` model sends for a log-likelihood task
-(lm_eval 0.4's `RemoteTokenizer` and `LocalCompletionsAPI._create_payload`), through the openai
-SDK to the URL the command names. docs/howto-own-gguf.md's Hub command runs in
+replaced by the test servers'; their commands are started (`strata-decide serve`, `lm_eval`).
+lm-evaluation-harness runs the how-to's command on a local task of three questions (its Hub
+datasets need the network) in `nox -s lm_eval`, the one session that installs it; everywhere
+its requests are also replayed through the openai SDK (lm_eval 0.4's `RemoteTokenizer` and
+`LocalCompletionsAPI._create_payload`). docs/howto-own-gguf.md's Hub command runs in
 test_hub_models.py against a stand-in Hub.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -114,6 +115,7 @@ def test_lm_eval_howto_requests(server_url: str) -> None:
     """What `lm_eval --model local-completions` with the how-to's model_args sends for a
     log-likelihood task, and what it reads back (lm_eval 0.4.13's code, replayed)."""
     args = lm_eval_model_args()
+    assert "batch_size" not in args  # lm_eval 0.4.13 refuses it there: --batch_size on the command line
     assert args["base_url"] == f"{SERVER}/v1/completions"
     assert args["tokenizer_backend"] == "remote" and args["tokenized_requests"] == "True"
     base = args["base_url"].replace(SERVER, server_url)
@@ -184,6 +186,69 @@ def test_lm_eval_howto_requests(server_url: str) -> None:
         own = [int(t.removeprefix("token_id:")) for t in best.choices[0].logprobs.tokens]
         assert greedy == (own == cont)
     assert [c.index for c in reply.choices] == [0, 1, 2]
+
+
+LM_EVAL_TASK = """\
+task: strata_howto
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: answer
+metric_list:
+  - metric: acc
+"""
+LM_EVAL_QUESTIONS = [
+    {"question": "What is the capital of France?", "choices": ["Paris", "a small blue teapot"], "answer": 0},
+    {"question": "What colour is the sky on a clear day?", "choices": ["green", "blue"], "answer": 1},
+    {"question": "How many legs does a cat have?", "choices": ["four", "seventeen"], "answer": 0},
+]
+
+
+def test_lm_eval_howto_runs(server_url: str, tmp_path: Path) -> None:
+    """The how-to's `lm_eval` command, with a local task of three questions for arc_easy: it
+    runs, and every log-likelihood it reports is the server's own value for that continuation."""
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("nox -s lm_eval runs this test (lm_eval is installed there)")
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps(q) + "\n" for q in LM_EVAL_QUESTIONS))
+    (tmp_path / "strata_howto.yaml").write_text(LM_EVAL_TASK.format(data=data))
+    (command,) = command_lines("howto-lm-eval.md", "lm_eval")
+    args = [a.replace(SERVER, server_url) for a in command[1:]]
+    args[args.index("--tasks") + 1] = "strata_howto"
+    out = tmp_path / "out"
+    args += ["--include_path", str(tmp_path), "--output_path", str(out), "--log_samples"]
+    run = subprocess.run(
+        [sys.executable, "-m", "lm_eval", *args], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (samples,) = out.glob("*/samples_strata_howto_*.jsonl")
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert sorted(r["doc_id"] for r in records) == [0, 1, 2]
+
+    def encode(text: str) -> list[int]:
+        reply = httpx.post(
+            f"{server_url}/tokenize", json={"prompt": text, "add_special_tokens": False}, timeout=120
+        )
+        return reply.json()["tokens"]
+
+    for record in records:
+        for k, ((value, greedy),) in enumerate(record["resps"]):
+            pair = record["arguments"][f"gen_args_{k}"]
+            context, whole = encode(pair["arg_0"]), encode(pair["arg_0"] + pair["arg_1"])
+            echo = httpx.post(
+                f"{server_url}/v1/completions",
+                json={"prompt": whole, "max_tokens": 0, "echo": True, "logprobs": 1},
+                timeout=120,
+            ).json()["choices"][0]["logprobs"]
+            rows = echo["token_logprobs"][len(context) :]
+            tops = echo["top_logprobs"][len(context) :]
+            assert float(value) == sum(rows)  # the same bits, summed in the same order
+            assert greedy == str(all(v == max(t.values()) for v, t in zip(rows, tops, strict=True)))
 
 
 def test_readme_decision_example(server_url: str) -> None:
