@@ -1,17 +1,18 @@
-"""Speed charts: tokens/s against batch size and against prompt length, Strata and llama.cpp.
+"""Tokens/s against batch size and against prompt length, Strata and llama.cpp, into speed.json;
+then every chart is drawn again from the results (bench/figures.py).
 
-- speed_vs_batch.png: Strata's total decode tokens/s with 1, 2, 4, 8 and 16 concurrent streams
-  (continuous batching, bench_batching's `run_streams`), with the default kernels and with the
-  opt-in 8-bit-activation kernels (native-q8), and llama.cpp's batch-1 decode rate as a
-  reference line (llama-cpp-python serves one sequence at a time);
-- speed_vs_prompt.png: prefill tokens/s (last-position logits) for prompts of 64 to 1024
-  tokens, both engines, Strata with both kernels (bench_engine's measurement);
-- speed.json: the numbers.
+- batch: Strata's total decode tokens/s with 1, 2, 4, 8 and 16 concurrent streams (continuous
+  batching, bench_batching's `run_streams`), with the default kernels and with the opt-in
+  8-bit-activation kernels (native-q8), and llama.cpp's batch-1 decode rate (llama-cpp-python
+  serves one sequence at a time);
+- prompt: prefill tokens/s (last-position logits) for prompts of 64 to 1024 tokens, both
+  engines, Strata with both kernels (bench_engine's measurement).
 
+speed.json keys each series by the kernels that ran (`native`, `native-q8`, `llama.cpp`).
 Each side runs in its own subprocess; the sides take turns for --rounds rounds and each point
 keeps its best figure. Written to bench/results/ (default model; --model for another GGUF).
 
-    python bench/plot_speed.py [--quick] [--threads 2] [--model PATH] [--prefix speed]
+    python bench/plot_speed.py [--quick] [--threads 2] [--model PATH]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 from pathlib import Path
 
 from bench_engine import bench_llama_cpp, bench_strata, host_line, keep_best, run_side
+from figures import draw_charts
 
 RESULTS = Path(__file__).parent / "results"
 NOTE = "provisional: a shared, noisy machine"
@@ -56,14 +58,13 @@ def prefill(bench, path: str, threads: int, repeat: int, **kernels: str) -> dict
 
 
 SIDES = {
-    "strata:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native"),
-    "strata-q8:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native-q8"),
+    "native:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native"),
+    "native-q8:batch": lambda a: strata_batch(a.model, a.threads, a.tokens, "native-q8"),
     "llama.cpp:batch": lambda a: llama_cpp_batch(a.model, a.threads, a.tokens, a.repeat),
-    "strata:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat),
-    "strata-q8:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat, kernels="native-q8"),
+    "native:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat, kernels="native"),
+    "native-q8:prompt": lambda a: prefill(bench_strata, a.model, a.threads, a.repeat, kernels="native-q8"),
     "llama.cpp:prompt": lambda a: prefill(bench_llama_cpp, a.model, a.threads, a.repeat),
 }
-LABELS = {"strata": "Strata (default kernels)", "strata-q8": "Strata, native-q8 (8-bit activations)"}
 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -79,61 +80,6 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     return results
 
 
-def plot(results: dict[str, dict[str, float]], title: str, note: str, prefix: str) -> list[Path]:
-    """The two charts, as PNGs in bench/results/."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def axes(xlabel: str, ylabel: str, ticks: tuple[int, ...]):
-        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-        fig.suptitle(title, fontsize=11)
-        fig.text(0.5, -0.01, note, ha="center", va="top", fontsize=7, color="0.4")
-        return fig, ax
-
-    def line(ax, points: dict[str, float], label: str, style: str) -> None:
-        xs = [int(n) for n in points]
-        ys = list(points.values())
-        ax.plot(xs, ys, style, label=label, linewidth=2, markersize=6)
-        for x, y in zip(xs, ys, strict=True):
-            ax.annotate(
-                f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8
-            )
-
-    paths = []
-    fig, ax = axes("concurrent decode streams (batch size)", "total decode tokens/s", STREAMS)
-    for side, style in (("strata", "o-"), ("strata-q8", "^-")):
-        if f"{side}:batch" in results:
-            line(ax, results[f"{side}:batch"], f"{LABELS[side]}, continuous batching", style)
-    if "llama.cpp:batch" in results:
-        rate = results["llama.cpp:batch"]["1"]
-        ax.axhline(rate, color="C1", linestyle="--", linewidth=2,
-                   label=f"llama.cpp, batch 1 ({rate:.0f} tok/s; one sequence at a time)")  # fmt: skip
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.15)  # room for the labels and the legend
-    ax.legend(loc="lower right", fontsize=8)
-    paths.append(RESULTS / f"{prefix}_vs_batch.png")
-    fig.savefig(paths[-1], bbox_inches="tight")
-    fig, ax = axes("prompt length (tokens)", "prefill tokens/s (last-position logits)", PROMPTS)
-    for side, label, style in (
-        ("strata:prompt", LABELS["strata"], "o-"),
-        ("strata-q8:prompt", LABELS["strata-q8"], "^-"),
-        ("llama.cpp:prompt", "llama.cpp", "s--"),
-    ):
-        if side in results:
-            line(ax, results[side], label, style)
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
-    ax.legend(loc="lower right", fontsize=8)
-    paths.append(RESULTS / f"{prefix}_vs_prompt.png")
-    fig.savefig(paths[-1], bbox_inches="tight")
-    return paths
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="GGUF path (default: the default model)")
@@ -142,7 +88,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="rounds in which the sides take turns")
     ap.add_argument("--repeat", type=int, default=2, help="measurements per prompt length and round")
     ap.add_argument("--quick", action="store_true", help="smoke run: 16 tokens per stream, one round")
-    ap.add_argument("--prefix", default="speed", help="output names: PREFIX_vs_batch.png, ..., PREFIX.json")
     ap.add_argument("--note", default=NOTE, help="how the figures were taken (JSON and charts)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -161,16 +106,10 @@ def main() -> None:
     for side, points in results.items():
         print(f"{side:18}" + "".join(f"{n:>7}: {v:7.1f}" for n, v in points.items()))
     RESULTS.mkdir(exist_ok=True)
-    name = Path(args.model).name
-    note = (
-        f"{host.removeprefix('host: ')}; {args.threads} threads each; best of {args.rounds} round(s) "
-        f"x {args.repeat}; {args.note}"
-    )
-    paths = plot(results, f"{name}: Strata vs llama.cpp (tokens/s)", note, args.prefix)
     record = {
-        "note": args.note,
+        "note": f"best of {args.rounds} round(s) x {args.repeat}; {args.note}",
         "host": host,
-        "model": name,
+        "model": Path(args.model).name,
         "threads": args.threads,
         "decode_tokens_per_stream": args.tokens,
         "rounds": args.rounds,
@@ -178,9 +117,9 @@ def main() -> None:
         "batch_decode_tok_s": {k.split(":")[0]: v for k, v in results.items() if k.endswith(":batch")},
         "prefill_tok_s": {k.split(":")[0]: v for k, v in results.items() if k.endswith(":prompt")},
     }
-    paths.append(RESULTS / f"{args.prefix}.json")
-    paths[-1].write_text(json.dumps(record, indent=2) + "\n")
-    print("wrote " + ", ".join(str(p) for p in paths))
+    path = RESULTS / "speed.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}, " + ", ".join(str(p) for p in draw_charts()))
 
 
 if __name__ == "__main__":
