@@ -208,9 +208,10 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
     int64_t tiles = (T + NT - 1) / NT;
 #pragma omp parallel num_threads(nthreads) if (T * H * max_ctx * D >= SMALL_WORK)
     {
-        float *s = (float *)malloc((size_t)max_ctx * 4 * G * NT);
-        float *acc = (float *)malloc((size_t)(D + VL) * 4);
-        int64_t *rows = (int64_t *)malloc((size_t)max_ctx * 8);
+        float *s = (float *)kernel_malloc((size_t)max_ctx * 4 * G * NT);
+        float *acc = (float *)kernel_malloc((size_t)(D + VL) * 4);
+        int64_t *rows = (int64_t *)kernel_malloc((size_t)max_ctx * 8);
+        int ok = s && acc && rows; /* else out of memory (counted): this thread's share is skipped */
         /* dynamic: a causal token's work grows with its position, so equal static shares of the
          * tokens left one thread with three quarters of a prefill's attention. Heads outer, tokens
          * inner: the tokens a thread takes one after another read the same KV head's rows, which
@@ -218,6 +219,7 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         if (G > 1) {
 #pragma omp for schedule(dynamic, 2)
             for (int64_t tg = 0; tg < tiles * (H / G); tg++) {
+                if (!ok) continue;
                 int64_t t0 = tg % tiles * NT, t1 = t0 + NT < T ? t0 + NT : T;
                 int h0 = (int)(tg / tiles) * G;
                 /* a whole tile: consecutive positions of one sequence, all from the same start */
@@ -249,6 +251,7 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         }
 #pragma omp for schedule(dynamic, 2)
         for (int64_t th = 0; th < (G > 1 ? 0 : T * H); th++) {
+            if (!ok) continue;
             int64_t t = th % T;
             int h = (int)(th / T), kvh = h / group;
             const float *qv = q + (t * H + h) * D;

@@ -20,6 +20,11 @@ from strata_engine.kernels.weights import Weight
 DEFAULT_LIMBS = 3  # the default arithmetic ("native"): activations as three int8 limbs
 
 
+class KernelOutOfMemory(MemoryError):
+    """A kernel could not allocate its temporaries and left outputs uncomputed (native/common.c):
+    the step fails with this, never with a crash or with values read from memory never written."""
+
+
 def mode_suffix(q8: bool, limbs: int) -> str:
     """What an ops name adds after its target: "" for the default (DEFAULT_LIMBS), else the mode."""
     if limbs == DEFAULT_LIMBS:
@@ -84,7 +89,17 @@ class NativeOps:
                 address(x), m, w.in_features, address(w.raw), w.kernel_type, w.out_features,
                 address(bias), address(y), self.threads,
             )  # fmt: skip
+        self.check_allocations()  # every step ends in a linear (the logits): nothing unchecked is read
         return y
+
+    def check_allocations(self) -> None:
+        """Raise `KernelOutOfMemory` if any kernel call since the last check could not allocate
+        (strata_layer's and attention's too: their outputs feed the next linear)."""
+        if failed := self.lib.strata_alloc_failures():
+            raise KernelOutOfMemory(
+                f"out of memory: the CPU kernels could not allocate their temporaries ({failed} failed "
+                "allocations); the step was not computed"
+            )
 
     def embed(self, w: Weight, ids: np.ndarray) -> np.ndarray:
         ids = ints(ids, np.int64)

@@ -49,7 +49,10 @@ static inline float f32_at(const uint8_t *p) {
  * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:
  * about 15% of a 512-token prefill. One slot per call site, so that nested calls never share. */
 enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_SLOTS };
+/* NULL when malloc fails: counted for strata_alloc_failures, and every caller then returns (or
+ * skips its part) without computing, so the engine reports the step failed instead of crashing. */
 STRATA_HIDDEN void *scratch(int slot, size_t bytes); /* common.c */
+STRATA_HIDDEN void *kernel_malloc(size_t bytes);     /* common.c: malloc, a NULL counted the same way */
 
 /* Up to LIMB_MANY weights of one limb-packed type that share an input, read in one parallel region
  * (layer.c's q/k/v and gate/up); strata_limb_matmul is the one-weight case. */

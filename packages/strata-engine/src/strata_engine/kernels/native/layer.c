@@ -27,6 +27,7 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     int64_t sizes[7] = {T * H, T * q_dim, T * kv_dim, T * kv_dim, T * wide, T * L->ffn, T * L->ffn}, total = 0;
     for (int i = 0; i < 7; i++) sizes[i] = (sizes[i] + 15) / 16 * 16, total += sizes[i];
     float *parts[7], *at = (float *)scratch(SCRATCH_LAYER, (size_t)total * 4);
+    if (!at) return; /* out of memory: counted (strata_alloc_failures) */
     for (int i = 0; i < 7; i++) parts[i] = at, at += sizes[i];
     float *h = parts[0], *q = parts[1], *k = parts[2], *v = parts[3], *a = parts[4], *g = parts[5], *u = parts[6];
     int nh = (int)L->n_heads, nkv = (int)L->n_kv_heads, d = (int)L->head_dim;

@@ -320,6 +320,7 @@ static inline __m256 limb_wide_value(__m256i hi, __m256i lo) {
  * then load them as they are instead of widening each again (in the calling thread's scratch). */
 static const int16_t *limb_wide_unpack(const uint8_t *grp, int64_t nb) {
     int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * 1024);
+    if (!w16) return NULL; /* out of memory: counted */
     for (int64_t b = 0; b < nb; b++)
         for (int i = 0; i < 32; i++)
             _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(q8_quants(WT_Q8_0, grp + q8_block_at(WT_Q8_0, b)) + 16 * i));
@@ -547,6 +548,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
     if (t != wtype) { /* Q5_K, Q6_K for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+        if (!bytes) return; /* out of memory: counted */
         unpack_group(wtype, grp, nb, bytes);
         grp = bytes;
     }
@@ -593,6 +595,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));
+    if (!block) return; /* out of memory: counted */
     xr.start = (int32_t *)block;
     xr.s = (float *)(block + M * nb * 8 * limbs);
     xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));

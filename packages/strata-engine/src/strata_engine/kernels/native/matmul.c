@@ -231,9 +231,10 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
         int64_t npanels = (N + PANEL - 1) / PANEL;
 #pragma omp parallel num_threads(nthreads)
         {
-            float *panel = wtype == WT_F32 ? NULL : (float *)malloc((size_t)PANEL * K * 4);
+            float *panel = wtype == WT_F32 ? NULL : (float *)kernel_malloc((size_t)PANEL * K * 4);
 #pragma omp for schedule(static)
             for (int64_t p = 0; p < npanels; p++) {
+                if (wtype != WT_F32 && !panel) continue; /* out of memory (counted): this share skipped */
                 int64_t n0 = p * PANEL;
                 int64_t np = N - n0 < PANEL ? N - n0 : PANEL;
                 const float *pw;

@@ -255,6 +255,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
     int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
+    if (!block) return; /* out of memory: counted */
     xr.sums = (int32_t *)block;
     xr.d = (float *)(block + M * nb * 8);
     xr.dsum = (float *)(block + M * nb * 12);
@@ -266,6 +267,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
         const uint8_t *grp = packed + g * gbytes;
         if (unpack) { /* into this thread's scratch, kept between calls */
             uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
+            if (!bytes) continue; /* out of memory: counted */
             unpack_group(wtype, grp, nb, bytes);
             grp = bytes;
         }

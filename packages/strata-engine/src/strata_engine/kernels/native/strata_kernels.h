@@ -42,8 +42,10 @@ typedef struct {
 /* cpu_features.c (a library of its own, built first) */
 int strata_cpu_features(void);
 
-/* common.c */
+/* common.c; strata_alloc_failures: the kernels' allocations that failed since it was last called
+ * (each failed call left its outputs, or a share of them, uncomputed); the count starts again at 0 */
 const char *strata_target(void);
+int strata_alloc_failures(void);
 
 /* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
