@@ -149,12 +149,11 @@ def summary(all_runs: list[Run]) -> str:
             if (model, isa, "decode") in ratios:
                 cells = [span(ratios.get((model, isa, m), [])) for m in ("decode", "prefill_last")]
                 lines.append(f"| {MODELS[model]}, {isa} | {' | '.join(cells)} |")
-    runs_per_row = max(len(v) for v in ratios.values())
     lines += [
         "",
-        f"The same GGUF in the same run, taking turns, 2 threads each, on a shared 2-core host "
-        f"({hosts(all_runs)}); a range spans {runs_per_row} runs. Every figure, with its command: "
-        "[docs/performance.md](docs/performance.md#the-default-kernels-against-llamacpp).",
+        f"The same GGUF in the same run, taking turns, 2 threads each, on a shared host "
+        f"({hosts(all_runs)}); a range is the figures of several runs. Every figure, with its "
+        "command: [docs/performance.md](docs/performance.md#the-default-kernels-against-llamacpp).",
     ]
     return "\n".join(lines) + "\n"
 

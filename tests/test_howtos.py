@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -252,11 +253,16 @@ def test_lm_eval_howto_runs(server_url: str, tmp_path: Path) -> None:
 
 
 def test_readme_decision_example(server_url: str) -> None:
-    """The README's curl body, sent as written: both labels listed with their raw values."""
+    """The README's curl body, sent as written: the reply it shows (but for the reply's id, time
+    and cache hits), both labels listed with their raw values, and what it says of them."""
     readme = (DOCS.parent / "README.md").read_text()
     (body,) = re.findall(r"curl -s localhost:8000/v1/completions -H '[^']*' -d '(.*?)'", readme, re.DOTALL)
     request = json.loads(body)
     reply = httpx.post(f"{server_url}/v1/completions", json=request, timeout=120).json()
+    shown = json.loads(readme.split(" | python3 -m json.tool\n```\n\n```json\n", 1)[1].split("```", 1)[0])
+    for answer in (reply, shown):
+        del answer["id"], answer["created"], answer["usage"]["prompt_tokens_details"]
+    assert shown == reply
     top = reply["choices"][0]["logprobs"]["top_logprobs"][0]
     assert sorted(top) == sorted(f"token_id:{i}" for i in request["allowed_token_ids"])
     # raw values over the whole vocabulary: the same as each label's value asked alone
@@ -267,7 +273,17 @@ def test_readme_decision_example(server_url: str) -> None:
             timeout=120,
         ).json()["choices"][0]["logprobs"]["top_logprobs"][0]
         assert alone[f"token_id:{token_id}"] == top[f"token_id:{token_id}"]
-    labels = httpx.post(
-        f"{server_url}/detokenize", json={"tokens": request["allowed_token_ids"]}, timeout=120
-    ).json()
-    assert labels["prompt"] == "YesNo"
+    # what the README says of them: the labels' ids, found with /tokenize, and their mass
+    yes, no = request["allowed_token_ids"]
+    for label, token_id in (("Yes", yes), ("No", no)):
+        tokens = httpx.post(f"{server_url}/tokenize", json={"prompt": label}, timeout=120).json()["tokens"]
+        assert tokens == [token_id]
+    flat = " ".join(readme.split())
+    said = httpx.post(f"{server_url}/tokenize", json={"prompt": "Yes"}, timeout=120).text
+    assert f"answers `{said}`" in flat
+    raw_yes, raw_no = top[f"token_id:{yes}"], top[f"token_id:{no}"]
+    p_yes, p_no = math.exp(raw_yes), math.exp(raw_no)
+    mass = p_yes + p_no
+    assert f"e^{raw_no:.3f} + e^{raw_yes:.3f} = {p_no:.2f} + {p_yes:.2f} = {mass:.2f}," in flat
+    assert f"P(Yes) = {p_yes:.2f} / {mass:.2f} = {p_yes / mass:.2f}" in flat
+    assert reply["choices"][0]["text"] == "No" and 'it answers "No" to "Is the sky blue?"' in flat
