@@ -41,7 +41,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     without a value) shows none."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if not action.option_strings or "default" in (action.help or "") or action.nargs == 0:
+        if not action.option_strings or "(default" in (action.help or "") or action.nargs == 0:
             return action.help
         if action.required:
             return f"{action.help} (required)"
