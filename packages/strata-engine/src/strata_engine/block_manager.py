@@ -25,6 +25,7 @@ class BlockManager:
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, LRU first
         self.by_hash: dict[int, int] = {}
         self.content: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (hash, tokens)
+        self.evictions = 0  # cached blocks dropped for reuse (a count; nothing decides on it)
 
     @property
     def num_available(self) -> int:
@@ -37,6 +38,7 @@ class BlockManager:
             block, _ = self.evictable.popitem(last=False)
             h, _tokens = self.content.pop(block)
             del self.by_hash[h]
+            self.evictions += 1
         else:
             return None
         self.ref[block] = 1

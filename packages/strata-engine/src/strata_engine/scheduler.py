@@ -48,6 +48,7 @@ class Scheduler:
         self.prefix_cache = prefix_cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.preemptions = 0  # sequences sent back to wait for memory (a count; nothing decides on it)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -56,6 +57,7 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _preempt(self, seq: Sequence) -> None:
+        self.preemptions += 1
         self.running.remove(seq)
         self.blocks.release(seq)
         seq.num_computed = 0
