@@ -28,6 +28,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parents[1]
@@ -235,7 +236,7 @@ def write_pages() -> list[Path]:
     return written
 
 
-def pyplot():  # type: ignore[no-untyped-def]
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,12 +284,12 @@ LINES = {  # the speed charts' series: label, colour, style, where a point's fig
 }
 
 
-def speed_charts(record: dict, batch_path: Path, prompt_path: Path) -> None:
+def speed_charts(record: dict[str, Any], batch_path: Path, prompt_path: Path) -> None:
     """speed.json's tokens/s against batch size and against prompt length, one series per kernels."""
     plt = pyplot()
     note = f"{record['host'].removeprefix('host: ')}; {record['threads']} threads each; {record['note']}"
 
-    def axes(xlabel: str, ylabel: str, ticks: list[int]):  # type: ignore[no-untyped-def]
+    def axes(xlabel: str, ylabel: str, ticks: list[int]) -> tuple[Any, Any]:
         fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -298,7 +299,7 @@ def speed_charts(record: dict, batch_path: Path, prompt_path: Path) -> None:
         ax.set_title(f"{record['model']}: Strata and llama.cpp, tokens/s", fontsize=10)
         return fig, ax
 
-    def finish(fig, ax, path: Path) -> None:  # type: ignore[no-untyped-def]
+    def finish(fig: Any, ax: Any, path: Path) -> None:
         ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
         # below the axes, so that it hides no point
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
@@ -306,7 +307,7 @@ def speed_charts(record: dict, batch_path: Path, prompt_path: Path) -> None:
         fig.savefig(path, bbox_inches="tight", metadata={"Software": None})
         plt.close(fig)
 
-    def line(ax, points: dict[str, float], mode: str) -> None:  # type: ignore[no-untyped-def]
+    def line(ax: Any, points: dict[str, float], mode: str) -> None:
         label, color, style, offset = LINES[mode]
         xs, ys = [int(n) for n in points], list(points.values())
         ax.plot(xs, ys, style, color=color, label=label, linewidth=2, markersize=6)

@@ -8,6 +8,7 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def figures():  # type: ignore[no-untyped-def]
+def figures() -> ModuleType:
     spec = importlib.util.spec_from_file_location("figures", ROOT / "bench" / "figures.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -24,11 +25,11 @@ def figures():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_the_pages_carry_the_generated_figures(figures) -> None:  # type: ignore[no-untyped-def]
+def test_the_pages_carry_the_generated_figures(figures: ModuleType) -> None:
     assert figures.stale() == [], "run `python bench/figures.py` and commit the pages"
 
 
-def test_each_generated_block_is_on_its_page(figures) -> None:  # type: ignore[no-untyped-def]
+def test_each_generated_block_is_on_its_page(figures: ModuleType) -> None:
     placed = {
         match.group("name"): page.name
         for page in figures.PAGES
@@ -37,13 +38,13 @@ def test_each_generated_block_is_on_its_page(figures) -> None:  # type: ignore[n
     assert placed == {"summary": "README.md", "table": "performance.md"}
 
 
-def test_the_readme_shows_the_chart_on_its_first_screen(figures) -> None:  # type: ignore[no-untyped-def]
+def test_the_readme_shows_the_chart_on_its_first_screen(figures: ModuleType) -> None:
     first_screen = "\n".join((ROOT / "README.md").read_text().splitlines()[:30])
     assert "](bench/results/speed_ratios.png)" in first_screen
     assert (ROOT / "bench" / "results" / "speed_ratios.png").stat().st_size > 10_000
 
 
-def test_the_summary_reads_every_file_and_instruction_set(figures) -> None:  # type: ignore[no-untyped-def]
+def test_the_summary_reads_every_file_and_instruction_set(figures: ModuleType) -> None:
     ratios = figures.summary_ratios(figures.runs())
     assert {(m, i) for m, i, _ in ratios} == {(m, i) for m in figures.MODELS for i in figures.ISAS}
     assert all(0.1 < v < 20 for values in ratios.values() for v in values)
@@ -56,7 +57,7 @@ def speed_claims(text: str) -> list[str]:
     return [u for u in units if "llama.cpp" in u and re.search(r"decode|prefill", u)]
 
 
-def test_no_page_quotes_a_generated_ratio_by_hand(figures) -> None:  # type: ignore[no-untyped-def]
+def test_no_page_quotes_a_generated_ratio_by_hand(figures: ModuleType) -> None:
     """A ratio of the generated blocks (e.g. 1.65x) written again by hand in a sentence about
     speed against llama.cpp would be a second copy, which the next benchmark run leaves behind."""
     ratios = set(re.findall(r"\d+\.\d\dx", "".join(figures.blocks().values())))
