@@ -33,6 +33,7 @@ from strata_server.info import health as health_body
 from strata_server.info import models
 from strata_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from strata_server.metrics import metrics_middleware
+from strata_server.open_routes import OpenPool
 from strata_server.openapi import body_of, openapi_config
 from strata_server.plan import Plan, engine_requests
 from strata_server.protocol import (
@@ -138,6 +139,7 @@ def create_app(
     replies' `system_fingerprint` (`Provenance.of`); without it they know only the kernels.
     """
     ctx = ServerContext(engine=engine, settings=settings or ServerSettings(), provenance=provenance)
+    open_pool = OpenPool()  # the keyless routes' own workers (open_routes.py)
 
     keys = [f"Bearer {key}".encode() for key in ctx.settings.keys]
 
@@ -254,17 +256,15 @@ def create_app(
     async def tokenize_route(request: Request) -> Response:
         """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
         raw = await request.body()
-        return await json_reply(
-            await asyncio.to_thread(lambda: tokenize(decode_request(raw, TokenizeRequest), ctx))
-        )
+        content = await open_pool.run(lambda: encode(tokenize(decode_request(raw, TokenizeRequest), ctx)))
+        return Response(content=content, status_code=200, media_type=MediaType.JSON)
 
     @post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
     async def detokenize_route(request: Request) -> Response:
         """vLLM detokenize: `tokens` -> `prompt` text."""
         raw = await request.body()
-        return await json_reply(
-            await asyncio.to_thread(lambda: detokenize(decode_request(raw, DetokenizeRequest), ctx))
-        )
+        content = await open_pool.run(lambda: encode(detokenize(decode_request(raw, DetokenizeRequest), ctx)))
+        return Response(content=content, status_code=200, media_type=MediaType.JSON)
 
     @get("/tokenizer_info")
     async def tokenizer_info_route() -> Response:
@@ -301,16 +301,15 @@ def create_app(
         route_handlers=[completions, chat_completions, score_candidates, list_models],
         guards=[require_api_key],
     )
+    # keyless unless --key-on-every-route; /health always (load balancers and probes have no key)
+    outside_v1 = Router(
+        path="/",
+        route_handlers=[tokenize_route, detokenize_route, tokenizer_info_route, version, metrics],
+        guards=[require_api_key] if ctx.settings.key_on_every_route else [],
+    )
     app = Litestar(
-        route_handlers=[
-            v1,
-            tokenize_route,
-            detokenize_route,
-            tokenizer_info_route,
-            health,
-            version,
-            metrics,
-        ],
+        route_handlers=[v1, outside_v1, health],
+        on_shutdown=[open_pool.close],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[
             body_timeout_middleware(ctx.settings.limits.body_timeout),

@@ -148,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file of accepted API keys, one per line (blank lines and # comments ignored)",
     )
     parser.add_argument(
+        "--key-on-every-route",
+        action="store_true",
+        help="require the API key on /tokenize, /detokenize, /tokenizer_info, /version and /metrics "
+        "too (/health stays open)",
+    )
+    parser.add_argument(
         "--max-queue",
         type=int,
         default=DEFAULT_MAX_QUEUE,
@@ -286,6 +292,10 @@ def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSe
     """The app's settings from the flags (one mapping for every way of serving)."""
     from strata_server.context import ServerSettings
 
+    if args.key_on_every_route and not keys:
+        sys.exit(
+            "strata-server: --key-on-every-route needs a key (--api-key, --api-key-file or STRATA_API_KEY)"
+        )
     return ServerSettings(
         served_model_name=args.served_model_name,
         max_logprobs=args.max_logprobs,
@@ -298,6 +308,7 @@ def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSe
         max_prompt_tokens=args.max_prompt_tokens,
         cors_origins=tuple(args.cors_origins),
         trust_request_chat_template=args.trust_request_chat_template,
+        key_on_every_route=args.key_on_every_route,
         limits=limits_from_args(args),
     )
 

@@ -43,6 +43,7 @@ class ServerSettings:
     max_prompt_tokens: int | None = None  # the longest prompt, in tokens
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     trust_request_chat_template: bool = False  # render a request's own `chat_template` (vLLM's flag)
+    key_on_every_route: bool = False  # the key on the tokenizer routes, /version and /metrics too
     limits: RequestLimits = field(default_factory=RequestLimits)  # request and connection bounds
 
     @property
