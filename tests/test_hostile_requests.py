@@ -264,6 +264,22 @@ def test_hostile_request_templates_are_400s_naming_chat_template(hostile_server:
     assert "Traceback" not in hostile_server.log()
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "flag"),
+    [
+        ({"prompt": ["a"] * 1_000_000, "max_tokens": 1}, "n", "--max-n"),  # was 6.4 s of tokenising
+        ({"prompt": ["ab " * 333_333] * 10, "max_tokens": 1}, "prompt", "--max-prompt-chars"),  # was 7.2 s
+    ],
+)
+def test_counts_and_characters_are_refused_before_tokenising(
+    hostile_server: ServerProcess, body: dict[str, Any], param: str, flag: str
+) -> None:
+    content = json.dumps(body).encode()
+    started = time.perf_counter()
+    refused(post(hostile_server.url, "/v1/completions", content), param, flag)
+    assert time.perf_counter() - started < 2.5  # decoding the body only
+
+
 def _trickle(url: str, first: bytes, rest: bytes, pause_s: float, give_up_s: float) -> tuple[float, bytes]:
     """Send `first`, then `rest` a byte per `pause_s`; return (seconds until the server closed or
     answered, what it sent)."""

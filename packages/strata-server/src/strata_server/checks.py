@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from strata_server.errors import ApiError
 from strata_server.limits import RequestLimits
@@ -375,24 +375,27 @@ NEUTRAL: dict[str, tuple[object, ...]] = {
 }
 
 
-def check_prompt_size(prompt: PromptInput | list[int], limits: RequestLimits, param: str = "prompt") -> None:
-    """Each text prompt within --max-prompt-chars characters, each id prompt within as many ids.
+def prompt_count(prompt: PromptInput) -> int:
+    """How many prompts a completions `prompt` holds, read from its form without tokenising."""
+    if isinstance(prompt, str) or not prompt or any(isinstance(p, int) for p in prompt):
+        return 1  # one text, or one id list (mixed forms are refused when tokenising)
+    return len(prompt)
 
-    Checked before anything is tokenized, so the size of the work is bounded before it starts.
-    """
-    most = limits.max_prompt_chars
+
+def check_prompt_size(prompt: PromptInput | list[int], limits: RequestLimits, param: str = "prompt") -> None:
+    """A completions request's prompts within --max-prompt-chars together: characters of the
+    text prompts and ids of the id prompts, counted before anything is tokenised."""
     if isinstance(prompt, str) or any(isinstance(p, int) for p in prompt):
-        items: list[Any] = [prompt]  # one text, or one id list (mixed forms are refused later)
+        total = len(prompt)  # one text, or one id list (mixed forms are refused later)
     else:
-        items = list(prompt)
-    for item in items:
-        if len(item) > most:
-            unit = "characters" if isinstance(item, str) else "token ids"
-            raise ApiError(
-                f"A prompt has {len(item)} {unit}; the server allows at most {most} (--max-prompt-chars).",
-                param=param,
-                code="prompt_too_long",
-            )
+        total = sum(len(p) if isinstance(p, str | list) else 1 for p in prompt)
+    if total > limits.max_prompt_chars:
+        raise ApiError(
+            f"The prompts have {total} characters or token ids together; the server allows at most "
+            f"{limits.max_prompt_chars} (--max-prompt-chars).",
+            param=param,
+            code="prompt_too_long",
+        )
 
 
 def check_messages_size(

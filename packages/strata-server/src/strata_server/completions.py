@@ -13,7 +13,13 @@ import msgspec
 
 from strata_engine.api import PromptScores, Step
 from strata_engine.protocol import ChoiceStream
-from strata_server.checks import check_max_tokens, check_model, check_prompt_size
+from strata_server.checks import (
+    check_max_tokens,
+    check_model,
+    check_prompt_size,
+    check_sequences,
+    prompt_count,
+)
 from strata_server.context import ServerContext
 from strata_server.envelope import sse_reply, whole_reply
 from strata_server.formatting import ChoiceTally, LegacyBuilder, merge_legacy, prompt_logprobs
@@ -32,6 +38,10 @@ def completion_plan(body: CompletionRequest, ctx: ServerContext) -> Plan:
     """Check a completions body and reduce it to a Plan (every refusal is a 4xx here)."""
     check_model(body.model, ctx.served_name)
     check_max_tokens(body.max_tokens, body.echo)
+    # the request's size from its wire form, before any prompt is tokenised
+    sequences = prompt_count(body.prompt) * max(body.n, 1)
+    check_sequences(sequences, ctx.limits)
+    ctx.admission.check_size(sequences)
     check_prompt_size(body.prompt, ctx.limits.request)
     return checked_plan(
         body,

@@ -26,9 +26,9 @@ class RequestLimits:
     max_prompt_chars: int = _limit(
         1_000_000,
         "--max-prompt-chars",
-        "characters in one text prompt, in a chat request's messages together, in a scoring "
-        "request's prompt and candidates together, and in /tokenize's input; token ids in one "
-        "id prompt or in /detokenize's `tokens`",
+        "characters (or token ids) of a completions request's prompts together, of a chat "
+        "request's messages together, of a scoring request's prompt and candidates together, "
+        "of /tokenize's input and of /detokenize's `tokens`; checked before any tokenising",
     )
     max_logprob_ids: int = _limit(
         1024,
