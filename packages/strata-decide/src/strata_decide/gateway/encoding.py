@@ -47,11 +47,16 @@ if (zstd := _zstd()) is not None:
 
 
 def decode_body(body: bytes, content_encoding: str | None) -> bytes:
-    """The body with its content encodings undone; 415 for an unknown one, 400 for bad data."""
-    encodings = [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
-    for encoding in reversed(encodings):
-        if encoding == "identity":
-            continue
+    """The body with its content encoding undone; 415 for an unknown one or for more than one
+    layer (no client compresses twice, and each layer multiplies what a few bytes become), 400
+    for bad data."""
+    encodings = [e for e in (e.strip().lower() for e in (content_encoding or "").split(",")) if e]
+    encodings = [e for e in encodings if e != "identity"]
+    if len(encodings) > 1:
+        raise Refusal(
+            415, "unsupported_encoding", f"one Content-Encoding at most, got {len(encodings)} layers"
+        )
+    for encoding in encodings:
         decompress = DECOMPRESSORS.get(encoding)
         if decompress is None:
             supported = ", ".join(["identity", *DECOMPRESSORS])

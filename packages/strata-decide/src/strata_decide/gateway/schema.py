@@ -7,6 +7,7 @@ Validation failures are reported in the vendor's 422 shape: one item per problem
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -109,14 +110,34 @@ def parse_request(body: bytes) -> SystemOneRequest:
     return SystemOneRequest.model_validate_json(body)
 
 
+MAX_PROBLEMS = 20  # problems listed in one 422 (a body can break the contract millions of times)
+MAX_INPUT_CHARS = 200  # an input shown in a problem: longer ones are cut (never the body echoed)
+
+
 def validation_detail(error: ValidationError) -> list[dict[str, Any]]:
-    """The 422 ``detail`` list: ``{"type", "loc", "msg", "input"}`` per problem."""
+    """The 422 ``detail`` list: ``{"type", "loc", "msg", "input"}`` per problem, the first
+    MAX_PROBLEMS of them, each input shown whole only when short: a reply stays small whatever
+    the body held."""
     return [
         {
             "type": item["type"],
             "loc": ["body", *item["loc"]],
             "msg": item["msg"],
-            "input": item.get("input"),
+            "input": shown_input(item.get("input")),
         }
-        for item in error.errors(include_url=False, include_context=False)
+        for item in error.errors(include_url=False, include_context=False)[:MAX_PROBLEMS]
     ]
+
+
+def shown_input(value: Any) -> Any:
+    """`value` as it came when short; else the start of its text and its size."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else None
+    if text is None:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+        if len(text) <= MAX_INPUT_CHARS:
+            return value
+    elif len(text) <= MAX_INPUT_CHARS:
+        return text
+    return f"{text[:MAX_INPUT_CHARS]}... ({len(text):,} characters)"
