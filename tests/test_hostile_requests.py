@@ -27,6 +27,7 @@ from strata_server.launch import ServerProcess, server_process
 HEALTH_BUDGET_S = 0.5
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 3.0
+ANSWER_BYTES = 2**19  # between the old estimate of 500 prompt_logprobs rows (352 KB) and their size
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,8 @@ def hostile_server() -> Iterator[ServerProcess]:
         "--body-timeout",
         str(BODY_TIMEOUT_S),
         "--trust-request-chat-template",  # the opt-in flag's templates are attacked too
+        "--max-answer-bytes",
+        str(ANSWER_BYTES),
     ) as server:
         yield server
 
@@ -157,6 +160,17 @@ def test_a_large_answer_is_refused_before_it_runs(hostile_server: ServerProcess)
         "n": 8,
     }
     refused(post(hostile_server.url, "/v1/completions", body), "logprobs", "--max-answer-bytes")
+
+
+def test_the_answer_estimate_holds_answers_within_their_bound(hostile_server: ServerProcess) -> None:
+    """`prompt_logprobs` take about 65 bytes a value: the estimate's old 32 let a 715 KB answer
+    through a 512 KiB bound (and 2.86 MB through 2 MiB); now it is refused, and an answer the
+    estimate lets through fits."""
+    body = {"prompt": list(range(1000, 1500)), "max_tokens": 1, "prompt_logprobs": 20}
+    refused(post(hostile_server.url, "/v1/completions", body), "prompt_logprobs", "--max-answer-bytes")
+    body["prompt"] = list(range(1000, 1120))
+    reply = post(hostile_server.url, "/v1/completions", body)
+    assert reply.status_code == 200 and len(reply.content) <= ANSWER_BYTES, len(reply.content)
 
 
 def test_two_thousand_long_stop_strings_are_refused(hostile_server: ServerProcess) -> None:

@@ -20,7 +20,13 @@ if TYPE_CHECKING:
     from strata_server.protocol import ChatMessage, PromptInput
 
 MAX_N = 128  # choices per prompt; a bound so one request cannot queue unbounded work
-BYTES_PER_VALUE = 32  # a listed value in a JSON answer: the token, its logprob, punctuation
+# Bytes a listed value takes in each answer format, measured on the default model's replies
+# (top 20, 200 tokens / a 2,000-token prompt) and rounded up: completions' legacy logprobs
+# (token text, logprob; 26 measured), chat's {"token", "logprob", "bytes"} objects (78; 93 at
+# top 0) and vLLM's prompt_logprobs {id: {"logprob", "rank", "decoded_token"}} (65).
+BYTES_PER_VALUE = 32
+BYTES_PER_CHAT_VALUE = 96
+BYTES_PER_PROMPT_VALUE = 80
 MAX_ID_DIGITS = 20  # a token id key of `logit_bias` (int() of thousands of digits is slow, then fails)
 MIN_TEMPERATURE = 1e-5  # below this sampling is greedy (dividing by ~0 would overflow)
 SEED_RANGE = (-(2**63), 2**64 - 1)
@@ -176,16 +182,19 @@ def check_answer_size(plan: Plan, limits: Limits) -> None:
     """
     asked = plan.logprobs
     per_position = 0 if asked.top_n is None else 1 + asked.top_n + len(asked.named_ids)
-    per_prompt_position = (per_position if plan.echo else 0) + (
-        0 if asked.prompt_top_n is None else 2 + asked.prompt_top_n  # vLLM's prompt_logprobs
-    )
+    per_echoed = per_position if plan.echo else 0
+    per_prompt_row = 0 if asked.prompt_top_n is None else 2 + asked.prompt_top_n  # vLLM's prompt_logprobs
     positions = 0
-    values = 0
+    listed = 0  # values in the tokens' logprobs (an echoed prompt's too)
+    prompt_rows = 0  # values in prompt_logprobs
     for prompt in plan.prompts:
         new = plan.max_tokens if plan.max_tokens is not None else max(limits.ctx_size - len(prompt), 1)
         positions += plan.n * (len(prompt) + new)
-        values += plan.n * (len(prompt) * per_prompt_position + new * per_position)
-    estimate = values * BYTES_PER_VALUE
+        listed += plan.n * (len(prompt) * per_echoed + new * per_position)
+        prompt_rows += plan.n * len(prompt) * per_prompt_row
+    values = listed + prompt_rows
+    per_value = BYTES_PER_CHAT_VALUE if plan.ids_param == "messages" else BYTES_PER_VALUE
+    estimate = listed * per_value + prompt_rows * BYTES_PER_PROMPT_VALUE
     if estimate > limits.request.max_answer_bytes:
         if asked.top_n is None:
             param = "prompt_logprobs"
