@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gguf
 import pytest
+from bpe_vocab import gemma4_vocab
 
 from strata_engine.api import ModelLoadError
 from strata_engine.tokenizer import Tokenizer
@@ -138,7 +139,8 @@ def _write_vocab_gguf(gguf, model_path: Path, path: Path, overrides: dict) -> No
 
 def test_smollm2_special_ids(tok: Tokenizer) -> None:
     assert tok.vocab_size == 49152
-    assert tok.eog_ids == frozenset({0, 2})  # <|endoftext|> and <|im_end|>
+    # <|endoftext|>, <|im_end|> and <fim_pad> (llama.cpp ends generation at a fill-in-the-middle pad)
+    assert tok.eog_ids == frozenset({0, 2, 4})
     assert (tok.bos_id, tok.eos_id, tok.pad_id) == (1, 2, 2)
     assert tok.add_bos is False
     assert tok.encode("Hello")[0] != tok.bos_id
@@ -253,6 +255,25 @@ def test_incremental_decoder_flushes_a_dangling_tail(tok: Tokenizer) -> None:
         ("smollm", "$foo  bar\n\n", ["$", "foo", " ", " bar", "\n\n"]),
         ("llama-bpe", "$foo  bar\n\n", ["$foo", " ", " bar", "\n\n"]),
         ("llama-bpe", "a;\n\n  b", ["a", ";\n\n", " ", " b"]),
+        # Qwen3.5: a combining mark stays with its letters (Qwen2 splits before it)
+        ("qwen35", "e\u0301x ok", ["e\u0301x", " ok"]),
+        ("qwen2", "e\u0301x ok", ["e", "\u0301x", " ok"]),
+        # Tekken / GPT-4o, as llama.cpp rewrites them: a non-ASCII letter is "upper" and "lower"
+        ("tekken", "ÄPFEL iPhone", ["Ä", "PFEL", " i", "Phone"]),
+        ("tekken", "x 1234567", ["x", " ", "1", "2", "3", "4", "5", "6", "7"]),
+        ("tekken", "path/\nnext", ["path", "/\n", "next"]),
+        ("tekken", "you'll", ["you", "'ll"]),
+        ("gpt-4o", "x 1234567", ["x", " ", "123", "456", "7"]),
+        ("gpt-4o", "YOU'LL you'll HTTPServer", ["YOU'LL", " you'll", " HTTPServer"]),
+        # DeepSeek: U+3000 is whitespace, so outside the CJK run (llama.cpp's std::wregex sees U+000B)
+        ("deepseek-coder", "a\u3000b 中文x 12", ["a", "\u3000b", " ", "中文", "x", " ", "1", "2"]),
+        ("deepseek-coder", "foo,bar\n\nbaz", ["foo", ",", "bar", "\n", "\n", "baz"]),
+        ("deepseek-llm", "a\u3000b 中文x 12", ["a", "\u3000b", " ", "中文", "x", " ", "12"]),
+        ("deepseek-llm", "end.  ", ["end", ".", "  "]),
+        ("deepseek-llm", "Ωμέγα！？x", ["Ωμέγα", "！？", "x"]),
+        # Falcon: the backtick is punctuation to its first regex
+        ("falcon", "x 1234567 `a`", ["x", " ", "123", "456", "7", " ", "`", "a", "`"]),
+        ("default", "x 1234567 `a`", ["x", " ", "123", "456", "7", " `", "a", "`"]),
     ],
 )
 def test_pre_tokenizer_regexes(smollm_meta: dict, pre: str, text: str, words: list) -> None:
@@ -304,12 +325,71 @@ def test_add_bos_from_metadata() -> None:
     assert tokenizer.encode("ab", add_special=False)[0] != 5
 
 
+def test_gpt_oss_special_tokens() -> None:
+    """llama.cpp's gpt-oss rules: <|end|> ends a message, not the generation, and it and the
+    channel tokens are user-defined (split out of plain text too); <|return|> ends generation."""
+    texts = ["<|return|>", "<|call|>", "<|end|>", "<|channel|>"]
+    meta = _tiny_meta()
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + texts
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [3, 3, 3, 1]
+    tokenizer = Tokenizer.from_metadata(meta)
+    ret, call, end, channel = range(tokenizer.vocab_size - 4, tokenizer.vocab_size)
+    assert {ret, call} <= tokenizer.eog_ids and end not in tokenizer.eog_ids
+    assert tokenizer.encode("a<|end|>b<|channel|>", parse_special=False)[1::2] == [end, channel]
+    assert tokenizer.encode("<|return|>", parse_special=False) != [ret]
+    assert not tokenizer.is_special(end) and tokenizer.is_special(ret)
+
+
+def test_fill_in_the_middle_texts() -> None:
+    """Without fim ids in the metadata llama.cpp finds them by text: the pad ends generation."""
+    meta = _tiny_meta()
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + ["<|fim_prefix|>", "<|fim_pad|>"]
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1, 1]
+    tokenizer = Tokenizer.from_metadata(meta)
+    prefix, pad = tokenizer.vocab_size - 2, tokenizer.vocab_size - 1
+    assert tokenizer.is_special(prefix) and tokenizer.is_special(pad)  # promoted to control
+    assert pad in tokenizer.eog_ids and prefix not in tokenizer.eog_ids
+    named = Tokenizer.from_metadata({**meta, "tokenizer.ggml.fim_pad_token_id": 5})
+    assert pad not in named.eog_ids and 5 in named.eog_ids and not named.is_special(pad)
+
+
+# --- Gemma 4's BPE (tokenizer.ggml.model = "gemma4") ---------------------------------------
+
+
+def test_gemma4_tokenizer() -> None:
+    tokenizer = Tokenizer.from_metadata(gemma4_vocab())
+    ids = {tokenizer.token_piece(i): i for i in range(tokenizer.vocab_size)}
+    assert tokenizer.add_bos  # llama.cpp always adds Gemma 4's BOS
+    assert tokenizer.encode("ab a", add_special=False) == [ids["ab"], ids["\u2581a"]]
+    assert tokenizer.encode("a b") == [2, ids["a"], ids["\u2581"], ids["b"]]
+    # no merge makes "zé" an entry: "z" becomes its byte token, "é" is one
+    assert tokenizer.encode("zé", add_special=False) == [ids["<0x7A>"], ids["é"]]
+    assert tokenizer.encode("\n\n\nx", add_special=False) == [ids["\n\n"], ids["\n"], ids["x"]]
+    for text in ("ab a", " a b\n\n\n  z😀", "<eos>x"):
+        assert tokenizer.decode(tokenizer.encode(text)[1:]) == text
+    assert tokenizer.split_words(" a b\n\n\n  z") == [" a b", "\n\n\n", "  z"]  # only newline runs apart
+    assert tokenizer.token_bytes(ids["\u2581a"]) == b" a" and tokenizer.token_bytes(ids["<0xE2>"]) == b"\xe2"
+    # <eos> and <|tool_response>: end of generation; </s> a plain token next to the latter
+    assert tokenizer.eog_ids == {1, 4} and not tokenizer.is_special(5)
+
+
+def test_gemma4_newline_tokens_must_be_built_by_merges() -> None:
+    """llama.cpp takes a newline run that is a vocabulary entry whole; the Rust BPE merges it."""
+    meta = gemma4_vocab()
+    meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + ["\n\n\n"]
+    meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1]
+    with pytest.raises(ModelLoadError, match="newline"):
+        Tokenizer.from_metadata(meta)
+    meta["tokenizer.ggml.merges"] = meta["tokenizer.ggml.merges"] + ["\n\n \n"]
+    Tokenizer.from_metadata(meta)
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
         ({"tokenizer.ggml.model": "ugm"}, "ugm"),
         ({"tokenizer.ggml.model": "bert"}, "bert"),
-        ({"tokenizer.ggml.pre": "deepseek-coder"}, "deepseek-coder"),
+        ({"tokenizer.ggml.pre": "bloom"}, "bloom"),
         ({"tokenizer.ggml.tokens": []}, "tokens"),
     ],
 )

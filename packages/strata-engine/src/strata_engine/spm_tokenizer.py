@@ -22,16 +22,17 @@ from typing import Any
 
 from .api import ModelLoadError
 from .tokenizer import (
-    EOG_TEXTS,
-    TOKEN_BYTE,
+    SPACE,
     TOKEN_CONTROL,
     TOKEN_NORMAL,
     TOKEN_UNKNOWN,
     TOKEN_USER_DEFINED,
     Tokenizer,
+    _spm_piece_bytes,
+    mark_special_tokens,
+    special_ids,
 )
 
-SPACE = "\u2581"  # "▁", SentencePiece's visible space
 _ASCII_SPACE = frozenset(" \t\n\v\f\r")  # C isspace(), for the lstrip/rstrip token attributes
 
 
@@ -66,6 +67,7 @@ class SentencePieceTokenizer(Tokenizer):
         add_eos: bool = False,
         add_space_prefix: bool = True,
         rstrip_specials: bool = False,
+        special_ids: Mapping[str, int | None] | None = None,
     ) -> None:
         self.pre = "spm"
         self._pieces = list(tokens)
@@ -84,12 +86,9 @@ class SentencePieceTokenizer(Tokenizer):
         self._vocab = {piece: i for i, piece in enumerate(self._pieces)}
         self._scores = [float(s) for s in scores[:n]]
         self.bos_id, self.eos_id, self.pad_id, self.unk_id = bos_id, eos_id, pad_id, unk_id
-        eog = {i for i in (eos_id, *extra_eog_ids) if i is not None}
-        for i, piece in enumerate(self._pieces):
-            if piece in EOG_TEXTS:
-                eog.add(i)
-                types[i] = TOKEN_CONTROL  # llama.cpp promotes these to control tokens
-        self.eog_ids = frozenset(eog)
+        ids = dict(special_ids or {})
+        ids["eos"] = eos_id
+        self.eog_ids = mark_special_tokens(self._pieces, types, ids, self._vocab) | frozenset(extra_eog_ids)
         self._types = types
         self.add_bos, self.add_eos, self.add_space_prefix = add_bos, add_eos, add_space_prefix
         if self.add_bos and bos_id is None:
@@ -98,7 +97,7 @@ class SentencePieceTokenizer(Tokenizer):
             raise ModelLoadError("GGUF asks for an EOS token but has no valid tokenizer.ggml.eos_token_id")
 
         self._byte_ids = [self._byte_token(b) for b in range(256)]
-        self._token_bytes = [self._piece_bytes(p, t) for p, t in zip(self._pieces, types, strict=True)]
+        self._token_bytes = [_spm_piece_bytes(p, t) for p, t in zip(self._pieces, types, strict=True)]
         # llama.cpp's cache_special_tokens: longest text first (ties here by id, a fixed order)
         specials = [i for i, t in enumerate(types) if t in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)]
         specials.sort(key=lambda i: (-len(self._pieces[i].encode("utf-8")), i))
@@ -116,14 +115,6 @@ class SentencePieceTokenizer(Tokenizer):
             i = self._vocab.get(chr(b))
         return i
 
-    def _piece_bytes(self, piece: str, ttype: int) -> bytes:
-        """What a token stands for: "▁" as a space, `<0xNN>` as its byte, specials as text."""
-        if ttype == TOKEN_BYTE and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-            return bytes([int(piece[3:5], 16)])
-        if ttype in (TOKEN_NORMAL, TOKEN_BYTE):
-            return piece.replace(SPACE, " ").encode("utf-8")
-        return piece.encode("utf-8")
-
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> SentencePieceTokenizer:
         """Build from GGUF key/values, with llama.cpp's SPM defaults for absent keys."""
@@ -140,15 +131,11 @@ class SentencePieceTokenizer(Tokenizer):
             eos_id=_id_or_default(meta, "tokenizer.ggml.eos_token_id", 2, n),
             unk_id=_id_or_default(meta, "tokenizer.ggml.unknown_token_id", 0, n),
             pad_id=_id_or_default(meta, "tokenizer.ggml.padding_token_id", None, n),
-            extra_eog_ids=[
-                i
-                for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
-                if (i := _id_or_default(meta, key, None, n)) is not None
-            ],
             add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
             add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
             add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
             rstrip_specials="phi-3" in name or "phi3" in name,
+            special_ids=special_ids(meta, n),
         )
 
     # --- encoding --------------------------------------------------------------------------
