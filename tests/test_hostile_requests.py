@@ -294,6 +294,21 @@ def test_counts_and_characters_are_refused_before_tokenising(
     assert time.perf_counter() - started < 2.5  # decoding the body only
 
 
+def test_blind_cross_site_requests_and_rebound_hosts_are_refused(hostile_server: ServerProcess) -> None:
+    """A page on another site may POST text/plain without a preflight, and may point its own
+    name at 127.0.0.1 (DNS rebinding): both were 200s."""
+    url = hostile_server.url
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
+    for path in ("/v1/completions", "/tokenize"):
+        headers = {"content-type": "text/plain", "origin": "https://evil.example"}
+        reply = httpx.post(f"{url}{path}", content=body, headers=headers, timeout=30)
+        assert reply.status_code == 415, (path, reply.text[:200])
+    for path in ("/health", "/v1/models"):
+        reply = httpx.get(f"{url}{path}", headers={"host": "attacker.example"}, timeout=30)
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_host"
+    assert post(url, "/v1/completions", body).status_code == 200  # JSON to 127.0.0.1 as ever
+
+
 def _trickle(url: str, first: bytes, rest: bytes, pause_s: float, give_up_s: float) -> tuple[float, bytes]:
     """Send `first`, then `rest` a byte per `pause_s`; return (seconds until the server closed or
     answered, what it sent)."""

@@ -99,13 +99,14 @@ def test_malformed_json(http: httpx.Client, content: bytes) -> None:
 
 
 def test_wrong_content_type(http: httpx.Client) -> None:
-    assert_refused(http.post("/v1/completions", data={"prompt": "x"}))
+    assert_refused(http.post("/v1/completions", data={"prompt": "x"}), 415)
     assert_refused(
         http.post(
             "/v1/chat/completions",
             content=b"\x00\x01",
             headers={"content-type": "application/octet-stream"},
-        )
+        ),
+        415,
     )
     assert_still_serving(http)
 

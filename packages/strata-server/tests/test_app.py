@@ -54,7 +54,7 @@ def assert_envelope(response, status: int) -> dict:
     ("content", "headers", "status"),
     [
         (b"{not json", {"content-type": "application/json"}, 400),
-        (b"prompt=hi", {"content-type": "application/x-www-form-urlencoded"}, 400),
+        (b"prompt=hi", {"content-type": "application/x-www-form-urlencoded"}, 415),
         (
             b'{"prompt": "hi", "max_tokens": "3"}',
             {"content-type": "application/json"},
@@ -200,7 +200,7 @@ def test_api_key_guards_v1_only(engine) -> None:
 
 def test_metrics_count_requests_and_tokens(client) -> None:
     client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
-    client.post("/v1/completions", content=b"{")
+    client.post("/v1/completions", content=b"{", headers={"content-type": "application/json"})
     text = client.get("/metrics").text
     route = {"route": "/v1/completions"}
     assert sample(text, "strata_requests_total", **route, status="200") == 1

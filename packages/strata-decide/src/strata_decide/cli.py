@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     upstream_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=8100, help="TCP port to listen on")
+    serve.add_argument(
+        "--allowed-hosts",
+        nargs="+",
+        default=[],
+        metavar="HOST",
+        help="Host header names to answer ('*': any) (default: when bound to a loopback address, "
+        "only localhost, 127.0.0.1 and ::1, against DNS rebinding; otherwise any)",
+    )
     operations.add_flags(serve)
     mode_args(serve)
 
@@ -289,7 +297,7 @@ def run_serve(args: argparse.Namespace) -> int:
         upstream_timeout=args.timeout,
         decide=decide_options(args),
     )
-    serve(config, args.host, args.port, args.log_level, args.log_format)
+    serve(config, args.host, args.port, args.log_level, args.log_format, args.allowed_hosts)
     return 0
 
 

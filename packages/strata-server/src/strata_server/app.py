@@ -22,6 +22,7 @@ from litestar.response import Stream
 from strata_engine.api import EngineUnavailable, RequestError
 from strata_engine.api import Request as EngineRequest
 from strata_engine.protocol import ChoiceStream, EngineClient
+from strata_server.browsers import allowed_hosts_middleware, require_json
 from strata_server.candidates import CandidatePlan, candidate_plan, score_reply
 from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
@@ -299,19 +300,20 @@ def create_app(
     v1 = Router(
         path="/v1",
         route_handlers=[completions, chat_completions, score_candidates, list_models],
-        guards=[require_api_key],
+        guards=[require_api_key, require_json],
     )
     # keyless unless --key-on-every-route; /health always (load balancers and probes have no key)
     outside_v1 = Router(
         path="/",
         route_handlers=[tokenize_route, detokenize_route, tokenizer_info_route, version, metrics],
-        guards=[require_api_key] if ctx.settings.key_on_every_route else [],
+        guards=[require_api_key, require_json] if ctx.settings.key_on_every_route else [require_json],
     )
     app = Litestar(
         route_handlers=[v1, outside_v1, health],
         on_shutdown=[open_pool.close],
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[
+            allowed_hosts_middleware(ctx.settings.allowed_hosts),
             body_timeout_middleware(ctx.settings.limits.body_timeout),
             request_log_middleware(),
             drain_middleware(ctx.drain),

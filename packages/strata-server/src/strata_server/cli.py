@@ -211,6 +211,15 @@ def build_parser() -> argparse.ArgumentParser:
         "rendered in the same sandbox (default: the model's own)",
     )
     parser.add_argument(
+        "--allowed-hosts",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="HOST",
+        help="Host header names to answer ('*': any) (default: when bound to a loopback address, "
+        "only localhost, 127.0.0.1 and ::1, against DNS rebinding; otherwise any)",
+    )
+    parser.add_argument(
         "--trust-request-chat-template",
         action="store_true",
         help="render a request's own `chat_template` (a template is code the server runs; off: "
@@ -290,6 +299,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSettings:
     """The app's settings from the flags (one mapping for every way of serving)."""
+    from strata_server.browsers import allowed_hosts, bound_host
     from strata_server.context import ServerSettings
 
     if args.key_on_every_route and not keys:
@@ -309,6 +319,7 @@ def server_settings(args: argparse.Namespace, keys: tuple[str, ...]) -> ServerSe
         cors_origins=tuple(args.cors_origins),
         trust_request_chat_template=args.trust_request_chat_template,
         key_on_every_route=args.key_on_every_route,
+        allowed_hosts=allowed_hosts(bound_host(args.host, args.fd), args.allowed_hosts),
         limits=limits_from_args(args),
     )
 

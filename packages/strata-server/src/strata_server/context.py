@@ -44,6 +44,7 @@ class ServerSettings:
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     trust_request_chat_template: bool = False  # render a request's own `chat_template` (vLLM's flag)
     key_on_every_route: bool = False  # the key on the tokenizer routes, /version and /metrics too
+    allowed_hosts: tuple[str, ...] = ()  # the Host names answered (empty: any; see browsers.py)
     limits: RequestLimits = field(default_factory=RequestLimits)  # request and connection bounds
 
     @property

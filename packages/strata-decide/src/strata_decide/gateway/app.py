@@ -30,6 +30,7 @@ from ..errors import ContextOverflowError, LabelError, UpstreamError
 from ..labels import LabelBook
 from ..operations import accepted
 from ..questions import Content, Question
+from .browsers import allowed_hosts_middleware, require_json
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
 from .page import page_routes
@@ -52,6 +53,7 @@ class GatewayConfig:
     upstream_api_key: str | None = None
     upstream_timeout: float = 120.0
     decide: DecideOptions = field(default_factory=DecideOptions)
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered (empty: any; see browsers.py)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -142,6 +144,7 @@ class Gateway:
 
     async def system_one(self, request: Request) -> Response:
         self.check_auth(request)
+        require_json(request)
         body = decode_body(await request.body(), request.headers.get("content-encoding"))
         try:
             parsed = parse_request(body)
@@ -286,7 +289,7 @@ def create_app(config: GatewayConfig) -> Litestar:
             Exception: _unexpected,
         },
         request_max_body_size=MAX_BODY_BYTES,
-        middleware=[request_id_middleware()],
+        middleware=[allowed_hosts_middleware(config.allowed_hosts), request_id_middleware()],
         openapi_config=None,
         logging_config=None,  # uvicorn logs requests; upstream calls stay quiet
     )

@@ -22,6 +22,7 @@ from litestar import Request, Response, route
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import Method
 
+from .browsers import require_json
 from .encoding import decode_body
 from .errors import Refusal
 from .request_id import HEADER, current_request_id
@@ -65,6 +66,7 @@ class Passthrough:
             @route(PREFIX + path, http_method=[method], include_in_schema=False)
             async def forward(request: Request) -> Response:
                 check_auth(request)
+                require_json(request)
                 return await self.forward(request, path)
 
             return forward

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import uvicorn
 
 from ..operations import configure_logging
 from .app import GatewayConfig, create_app
+from .browsers import allowed_hosts
 
 
 def launcher(
@@ -35,9 +37,12 @@ def serve(
     port: int = 8100,
     log_level: str = "info",
     log_format: str = "text",
+    hosts: list[str] | None = None,
 ) -> None:
-    """Serve until interrupted, logging at `log_level` in `log_format` (text or json)."""
+    """Serve until interrupted, logging at `log_level` in `log_format` (text or json); `hosts`:
+    --allowed-hosts (none given: only loopback names when `host` is a loopback address)."""
     configure_logging(log_level, log_format)
+    config = replace(config, allowed_hosts=allowed_hosts(host, hosts or []))
     launcher(config, host, port, log_level, own_logging=True).run()
 
 
