@@ -5,11 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 
+import httpx
 import pytest
+import respx
 from litestar.testing import TestClient
 
 from strata_decide.gateway import GatewayConfig, create_app
 from strata_decide.gateway.browsers import allowed_hosts
+from strata_decide.operations import upstream_key
 
 
 @pytest.fixture
@@ -68,3 +71,33 @@ def test_a_loopback_gateway_answers_only_loopback_names(fake) -> None:
         assert client.get("/health", headers={"host": "localhost:8100"}).status_code == 200
     assert allowed_hosts("0.0.0.0", []) == () and allowed_hosts("127.0.0.1", ["*"]) == ()
 
+
+def test_every_upstream_call_carries_the_key_from_the_environment(monkeypatch) -> None:
+    """With STRATA_API_KEY set and no --server-api-key, /v1/models worked (the client read the
+    environment) but /upstream/v1/models was a 401 (the passthrough sent no key)."""
+    monkeypatch.setenv("STRATA_API_KEY", "from-env")
+    seen: list[str | None] = []
+
+    def models(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(
+            200, json={"object": "list", "data": [{"id": "m", "object": "model", "created": 0}]}
+        )
+
+    with respx.mock(base_url="http://keyed.test", assert_all_called=False) as mock:
+        mock.get("/v1/models").mock(side_effect=models)
+        with TestClient(create_app(GatewayConfig(upstream="http://keyed.test"))) as client:
+            assert client.get("/v1/models").status_code == 200
+            assert client.get("/upstream/v1/models").status_code == 200
+    assert seen == ["Bearer from-env", "Bearer from-env"]
+
+
+def test_the_upstream_key_comes_from_the_flag_the_file_or_the_environment(tmp_path, monkeypatch) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("# the server's key\n\nfrom-file\n")
+    monkeypatch.setenv("STRATA_API_KEY", "from-env")
+    assert upstream_key("from-flag", str(key_file)) == "from-flag"
+    assert upstream_key(None, str(key_file)) == "from-file"
+    assert upstream_key(None, None) == "from-env"
+    monkeypatch.delenv("STRATA_API_KEY")
+    assert upstream_key(None, None) is None

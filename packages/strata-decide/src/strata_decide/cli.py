@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--upstream", dest="server", help=argparse.SUPPRESS)
         sub.add_argument("--server-api-key", default=None, help="the Strata server's API key")
+        sub.add_argument(
+            "--server-api-key-file",
+            default=None,
+            help="a file holding the Strata server's API key (its first line; kept out of `ps`; "
+            "else STRATA_API_KEY)",
+        )
         sub.add_argument("--upstream-api-key", dest="server_api_key", help=argparse.SUPPRESS)
         sub.add_argument("--timeout", type=float, default=120.0, help="seconds per call to the Strata server")
         sub.add_argument("--upstream-timeout", dest="timeout", type=float, help=argparse.SUPPRESS)
@@ -186,7 +192,8 @@ def decide_options(args: argparse.Namespace) -> DecideOptions:
 
 
 def upstream(args: argparse.Namespace) -> AsyncStrataClient:
-    return AsyncStrataClient(base_url=args.server, api_key=args.server_api_key, timeout=args.timeout)
+    key = operations.upstream_key(args.server_api_key, args.server_api_key_file)
+    return AsyncStrataClient(base_url=args.server, api_key=key, timeout=args.timeout)
 
 
 def question_from_args(args: argparse.Namespace) -> questions.Question:
@@ -293,7 +300,7 @@ def run_serve(args: argparse.Namespace) -> int:
     config = GatewayConfig(
         upstream=args.server,
         api_keys=operations.api_keys(args.api_key, args.api_key_file),
-        upstream_api_key=args.server_api_key,
+        upstream_api_key=operations.upstream_key(args.server_api_key, args.server_api_key_file),
         upstream_timeout=args.timeout,
         decide=decide_options(args),
     )

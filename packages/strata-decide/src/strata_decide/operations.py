@@ -66,6 +66,23 @@ def api_keys(flag_keys: Iterable[str], key_file: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
+UPSTREAM_KEY_ENV = "STRATA_API_KEY"  # the Strata server's key, as strata_client reads it
+
+
+def upstream_key(flag_key: str | None, key_file: str | None = None) -> str | None:
+    """The key sent to the Strata server: --server-api-key, else the first key in
+    --server-api-key-file, else STRATA_API_KEY (a flag's value is visible in `ps`; the file's
+    and the environment's are not). Every upstream call of a command or gateway uses this one."""
+    if flag_key:
+        return flag_key
+    if key_file:
+        with open(key_file, encoding="utf-8") as handle:
+            for line in handle:
+                if (key := line.strip()) and not key.startswith("#"):
+                    return key
+    return os.environ.get(UPSTREAM_KEY_ENV, "").strip() or None
+
+
 def accepted(authorization: str, keys: Iterable[str]) -> bool:
     """Whether an ``Authorization`` header carries one of ``keys`` as a bearer token; every key
     is compared (no early exit that would time the match)."""

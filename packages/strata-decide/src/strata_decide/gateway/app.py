@@ -28,7 +28,7 @@ from ..answers import answer_json
 from ..decider import DecideOptions, Decider, Decision
 from ..errors import ContextOverflowError, LabelError, UpstreamError
 from ..labels import LabelBook
-from ..operations import accepted
+from ..operations import accepted, upstream_key
 from ..questions import Content, Question
 from .browsers import allowed_hosts_middleware, require_json
 from .encoding import MAX_BODY_BYTES, decode_body
@@ -69,13 +69,16 @@ class Gateway:
         self.client: AsyncStrataClient | None = None
         self.labels: LabelBook | None = None
         self._deciders: dict[tuple[str, bool], Decider] = {}
-        self.passthrough = Passthrough(config.upstream, config.upstream_api_key, config.upstream_timeout)
+        # one key for every upstream call: the client's and the passthrough's (the environment's
+        # when none is configured, as strata_client itself would read it)
+        self.upstream_key = upstream_key(config.upstream_api_key)
+        self.passthrough = Passthrough(config.upstream, self.upstream_key, config.upstream_timeout)
         self._served: list[Any] | None = None
 
     async def start(self) -> None:
         self.client = AsyncStrataClient(
             base_url=self.config.upstream,
-            api_key=self.config.upstream_api_key,
+            api_key=self.upstream_key,
             timeout=self.config.upstream_timeout,
             max_retries=1,
         )
