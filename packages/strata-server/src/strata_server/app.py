@@ -256,6 +256,7 @@ def create_app(
     @post("/tokenize", status_code=200, operation_class=body_of(TokenizeRequest))
     async def tokenize_route(request: Request) -> Response:
         """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
+        open_pool.check_room()
         raw = await request.body()
         content = await open_pool.run(lambda: encode(tokenize(decode_request(raw, TokenizeRequest), ctx)))
         return Response(content=content, status_code=200, media_type=MediaType.JSON)
@@ -263,6 +264,7 @@ def create_app(
     @post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
     async def detokenize_route(request: Request) -> Response:
         """vLLM detokenize: `tokens` -> `prompt` text."""
+        open_pool.check_room()
         raw = await request.body()
         content = await open_pool.run(lambda: encode(detokenize(decode_request(raw, DetokenizeRequest), ctx)))
         return Response(content=content, status_code=200, media_type=MediaType.JSON)

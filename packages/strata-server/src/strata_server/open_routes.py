@@ -5,7 +5,7 @@
 tokenize and check their bodies, a few keyless callers could take every worker thread: an
 authenticated one-token completion then waited seconds behind them. Here they run on
 `OpenPool`: `threads` workers and at most `queue` more requests waiting; beyond that a `429`
-at once, so they can slow only one another.
+at once (before the body is read), so they can slow only one another.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from strata_server.errors import ApiError
 T = TypeVar("T")
 
 OPEN_THREADS = 1  # workers for the keyless routes (tokenizing holds the GIL: more adds little)
-OPEN_QUEUE = 16  # keyless requests that may wait for one
+OPEN_QUEUE = 128  # keyless requests that may wait for one (strata-decide's labels send dozens at once)
 
 
 class OpenPool:
@@ -33,8 +33,8 @@ class OpenPool:
         self.in_flight = 0
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="strata-open")
 
-    async def run(self, work: Callable[[], T]) -> T:
-        """`work` on the pool (with the caller's context: its request id), or 429 when full."""
+    def check_room(self) -> None:
+        """429 when the pool holds all it may (called before a body is read, and again in `run`)."""
         if self.in_flight >= self.capacity:
             raise ApiError(
                 f"The tokenizer routes are busy ({self.in_flight} requests); retry after {RETRY_AFTER_S} s.",
@@ -42,6 +42,10 @@ class OpenPool:
                 code="queue_full",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """`work` on the pool (with the caller's context: its request id), or 429 when full."""
+        self.check_room()
         self.in_flight += 1
         try:
             context = contextvars.copy_context()
