@@ -25,6 +25,7 @@ from .decider import DecideOptions, Decider, Decision
 from .errors import DecideError
 from .parity import DEFAULT_TOLERANCE, run_parity
 from .samples import QUESTIONS, STATES
+from .slots import DEFAULT_MAX_READS
 
 LOCAL_SERVER = "http://127.0.0.1:8000"
 DEFAULT_SERVER = os.environ.get("STRATA_BASE_URL", LOCAL_SERVER)
@@ -146,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="Host header names to answer ('*': any) (default: when bound to a loopback address, "
         "only localhost, 127.0.0.1 and ::1, against DNS rebinding; otherwise any)",
+    )
+    serve.add_argument(
+        "--max-reads",
+        type=int,
+        default=DEFAULT_MAX_READS,
+        help="upstream reads one request may ask for: a question is one, or one per option with "
+        "rotations; more is a 400 before any read",
     )
     operations.add_flags(serve)
     mode_args(serve)
@@ -303,6 +311,7 @@ def run_serve(args: argparse.Namespace) -> int:
         upstream_api_key=operations.upstream_key(args.server_api_key, args.server_api_key_file),
         upstream_timeout=args.timeout,
         decide=decide_options(args),
+        max_reads=args.max_reads,
     )
     serve(config, args.host, args.port, args.log_level, args.log_format, args.allowed_hosts)
     return 0

@@ -25,6 +25,7 @@ from .labels import Label, LabelBook
 from .prompts import Prompt, messages, render
 from .questions import Answers, Content, Option, Question
 from .read import RawRead, read_labels, read_texts
+from .slots import FairSlots
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,14 @@ class Decider:
         model: str | None = None,
         options: DecideOptions | None = None,
         labels: LabelBook | None = None,
+        slots: FairSlots | None = None,
     ):
         self.client = client
         self.model = model
         self.options = options or DecideOptions()
         self.labels = labels or LabelBook(client)
-        self._slots = asyncio.Semaphore(self.options.max_concurrent_reads)
+        # shared with other deciders when given (the gateway's one set), taken fairly by callers
+        self._slots = slots or FairSlots(self.options.max_concurrent_reads)
         self._end_of_turn: str | None = None
 
     async def decide(self, state: Content, question: Question) -> Decision:
@@ -91,7 +94,7 @@ class Decider:
         if self.answers_by_label(question):
             labels = await self.labels.labels_for(question.kind, len(question.options))
         ending = "" if labels else await self.end_of_turn()
-        shifts = range(len(question.options)) if self.options.rotations else range(1)
+        shifts = range(self.reads_for(question))
         reads = await asyncio.gather(
             *(self._read_rotation(state, question, labels, ending, s) for s in shifts)
         )
@@ -108,6 +111,10 @@ class Decider:
                 tuple(first_prompt.token_ids), first_raw.cached_tokens, first_raw.fingerprint
             ),
         )
+
+    def reads_for(self, question: Question) -> int:
+        """The upstream reads deciding `question` takes: one, or one per option with rotations."""
+        return len(question.options) if self.options.rotations else 1
 
     def answers_by_label(self, question: Question) -> bool:
         """Whether ``question`` is read by one-token labels (else its options' names are
@@ -134,7 +141,7 @@ class Decider:
     ) -> tuple[Distribution, Prompt, RawRead]:
         """Read with the options rotated left by ``shift``; map the result back to option order."""
         options = rotate(list(question.options), shift)
-        async with self._slots:
+        async with self._slots.held():
             prompt, raw = await read_question(
                 self.client, self.model, state, question, options, labels, ending
             )

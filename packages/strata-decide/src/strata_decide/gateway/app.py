@@ -30,7 +30,9 @@ from ..errors import ContextOverflowError, LabelError, UpstreamError
 from ..labels import LabelBook
 from ..operations import accepted, upstream_key
 from ..questions import Content, Question
+from ..slots import DEFAULT_MAX_READS, FairSlots, caller
 from .browsers import allowed_hosts_middleware, require_json
+from .disconnect import CallerLeft, until_disconnect
 from .encoding import MAX_BODY_BYTES, decode_body
 from .errors import Refusal, json_response, refusal_response, validation_response
 from .page import page_routes
@@ -40,6 +42,7 @@ from .schema import SystemOneRequest, parse_request, validation_detail
 from .trace import fingerprint_of, parity_of, trace_of
 
 ALIASES = ("jev", "jev-latest")
+CLIENT_CLOSED_REQUEST = 499  # nginx's code: the caller left before its answer
 ALIAS_PREFIX = "jev-"
 
 
@@ -54,6 +57,7 @@ class GatewayConfig:
     upstream_timeout: float = 120.0
     decide: DecideOptions = field(default_factory=DecideOptions)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered (empty: any; see browsers.py)
+    max_reads: int = DEFAULT_MAX_READS  # upstream reads one request may ask for (questions x rotations)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -74,6 +78,8 @@ class Gateway:
         self.upstream_key = upstream_key(config.upstream_api_key)
         self.passthrough = Passthrough(config.upstream, self.upstream_key, config.upstream_timeout)
         self._served: list[Any] | None = None
+        # every decider's reads share these slots, handed out to requests in turn (slots.py)
+        self.slots = FairSlots(config.decide.max_concurrent_reads)
 
     async def start(self) -> None:
         self.client = AsyncStrataClient(
@@ -100,7 +106,7 @@ class Gateway:
         key = (model, options.rotations if rotations is None else rotations)
         if key not in self._deciders:
             options = replace(options, rotations=key[1])
-            self._deciders[key] = Decider(self.upstream, model, options, self.labels)
+            self._deciders[key] = Decider(self.upstream, model, options, self.labels, self.slots)
         return self._deciders[key]
 
     async def stop(self) -> None:
@@ -157,6 +163,24 @@ class Gateway:
         ids = list(parsed.questions)
         asked = [parsed.questions[i].to_question() for i in ids]
         decider = self.decider(model, parsed.x_strata.rotations)
+        reads = sum(decider.reads_for(question) for question in asked)
+        if reads > self.config.max_reads:
+            raise Refusal(
+                400,
+                "too_many_reads",
+                f"this request needs {reads} reads (questions x rotations); the gateway allows "
+                f"{self.config.max_reads} per request (--max-reads)",
+            )
+        caller.set(object())  # this request's turn at the read slots (its tasks inherit it)
+        try:
+            return await until_disconnect(request.receive, self._answer(parsed, model, ids, asked, decider))
+        except CallerLeft:
+            return Response(content=b"", status_code=CLIENT_CLOSED_REQUEST)
+
+    async def _answer(
+        self, parsed: SystemOneRequest, model: str, ids: list[str], asked: list[Question], decider: Decider
+    ) -> Response:
+        """Decide every question of a checked request and build its reply."""
         decisions = await decide_all(decider, parsed.state, asked)
         answers = {qid: answer_json(decision) for qid, decision in zip(ids, decisions, strict=True)}
         check_finite(answers)
