@@ -141,7 +141,7 @@ def nested_schema(levels: int) -> str:
 def request_rows() -> list[tuple[str, Callable[[str], tuple[str, int]]]]:
     body = json.dumps({"prompt": "Hello " * 50, "max_tokens": 1}).encode()
     head = (
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
     )
     return [
@@ -266,7 +266,7 @@ def request_rows() -> list[tuple[str, Callable[[str], tuple[str, int]]]]:
         (
             "headers a byte every 0.5 s",
             lambda u: trickle(
-                u, b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n"
+                u, b"", b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n"
             ),
         ),
         ("body a byte every 0.5 s", lambda u: trickle(u, head, body)),

@@ -27,6 +27,8 @@ from strata_server.launch import ServerProcess, server_process
 HEALTH_BUDGET_S = 0.5
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 3.0
+MAX_CONNECTIONS = 64
+MAX_CLIENT_CONNECTIONS = 24
 ANSWER_BYTES = 2**19  # between the old estimate of 500 prompt_logprobs rows (352 KB) and their size
 
 
@@ -44,6 +46,10 @@ def hostile_server() -> Iterator[ServerProcess]:
         "--trust-request-chat-template",  # the opt-in flag's templates are attacked too
         "--max-answer-bytes",
         str(ANSWER_BYTES),
+        "--max-connections",
+        str(MAX_CONNECTIONS),
+        "--max-client-connections",
+        str(MAX_CLIENT_CONNECTIONS),
     ) as server:
         yield server
 
@@ -309,6 +315,25 @@ def test_blind_cross_site_requests_and_rebound_hosts_are_refused(hostile_server:
     assert post(url, "/v1/completions", body).status_code == 200  # JSON to 127.0.0.1 as ever
 
 
+def test_one_client_cannot_hold_every_connection(hostile_server: ServerProcess) -> None:
+    """More idle connections than --max-connections from one address: every request, /health
+    too, was a 503 until the header timeout; now past its share they are closed, and another
+    client (127.0.0.2, loopback too) is served."""
+    url = hostile_server.url
+    host, port = url.removeprefix("http://").split(":")
+    idle = []
+    try:
+        for _ in range(MAX_CONNECTIONS + 6):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(0.3)
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10) as other:
+            reply = other.get(f"{url}/health")
+        assert reply.status_code == 200, reply.text[:200]
+    finally:
+        for sock in idle:
+            sock.close()
+
+
 def _trickle(url: str, first: bytes, rest: bytes, pause_s: float, give_up_s: float) -> tuple[float, bytes]:
     """Send `first`, then `rest` a byte per `pause_s`; return (seconds until the server closed or
     answered, what it sent)."""
@@ -337,7 +362,7 @@ def _trickle(url: str, first: bytes, rest: bytes, pause_s: float, give_up_s: flo
 
 
 def test_headers_sent_a_byte_at_a_time_are_cut_off(hostile_server: ServerProcess) -> None:
-    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200 + b"\r\n\r\n"
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n" + b"X-Slow: " + b"a" * 200 + b"\r\n\r\n"
     elapsed, _ = _trickle(hostile_server.url, b"", request, 0.2, 30.0)
     assert elapsed < HEADER_TIMEOUT_S + 2.0
 
@@ -345,7 +370,7 @@ def test_headers_sent_a_byte_at_a_time_are_cut_off(hostile_server: ServerProcess
 def test_a_body_sent_a_byte_at_a_time_is_cut_off(hostile_server: ServerProcess) -> None:
     body = json.dumps({"prompt": "Hello " * 50, "max_tokens": 1}).encode()
     head = (
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
     )
     elapsed, received = _trickle(hostile_server.url, head, body, 0.2, 30.0)

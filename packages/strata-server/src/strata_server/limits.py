@@ -73,6 +73,12 @@ class RequestLimits:
         "--max-connections",
         "open connections (and requests in progress) at once; beyond it new requests get 503",
     )
+    max_client_connections: int = _limit(
+        256,
+        "--max-client-connections",
+        "open connections from one client address; more are closed at once, so one client "
+        "cannot hold every --max-connections slot",
+    )
     max_header_bytes: int = _limit(
         16 * 2**10, "--max-header-bytes", "bytes of a request line and headers; beyond it 400 and close"
     )

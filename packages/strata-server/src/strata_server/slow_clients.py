@@ -7,7 +7,10 @@ buffers) for ever. Two guards close that gap:
 
 - `header_timeout_protocol`: uvicorn's h11 protocol with a timer from a connection's (or a
   keep-alive request's) first byte until its request line and headers are complete; past
-  `--header-timeout` the connection is closed.
+  `--header-timeout` the connection is closed. It also counts each client address's open
+  connections: past `--max-client-connections` a new one is closed at once, so one client
+  holding idle connections cannot take every `--max-connections` slot (then every request,
+  /health too, got uvicorn's 503).
 - `body_timeout_middleware`: an ASGI wrapper around `receive` that gives a request
   `--body-timeout` seconds from its headers to the body's last byte; past it the app's read
   fails with 408 (the route answers it, uvicorn then closes the connection, whose body was
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 import h11
@@ -34,14 +38,25 @@ class BodyTimeout(HTTPException):
     status_code = 408
 
 
-def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, closing a connection whose headers take longer than `timeout_s`."""
+def header_timeout_protocol(timeout_s: float, per_client: int | None = None) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing a connection whose headers take longer than `timeout_s`,
+    and one that would be its client address's `per_client + 1`-th open connection."""
+    open_by_client: Counter[str] = Counter()  # this server's open connections by client address
 
     class HeaderTimeoutProtocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _client: str | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            client = peer[0] if isinstance(peer, tuple) and peer else None
+            if client is not None and per_client is not None:
+                if open_by_client[client] >= per_client:
+                    transport.close()  # over its share: closed before a byte is read
+                    return
+                open_by_client[client] += 1
+                self._client = client
             self._arm()  # a client that connects and sends nothing is timed too
 
         def data_received(self, data: bytes) -> None:
@@ -53,6 +68,11 @@ def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._client is not None:
+                open_by_client[self._client] -= 1
+                if open_by_client[self._client] <= 0:
+                    del open_by_client[self._client]
+                self._client = None
             super().connection_lost(exc)
 
         def _arm(self) -> None:
@@ -74,7 +94,7 @@ def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
 def connection_options(limits: RequestLimits) -> dict[str, Any]:
     """uvicorn `Config` keywords for the connection limits (see docs/server.md#limits)."""
     return {
-        "http": header_timeout_protocol(limits.header_timeout),
+        "http": header_timeout_protocol(limits.header_timeout, limits.max_client_connections),
         "timeout_keep_alive": limits.keep_alive_timeout,
         "limit_concurrency": limits.max_connections,
         "h11_max_incomplete_event_size": limits.max_header_bytes,
