@@ -145,7 +145,7 @@ def create_app(
     keys = [f"Bearer {key}".encode() for key in ctx.settings.keys]
 
     def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-        if not keys:
+        if not ctx.settings.needs_key(connection.scope["path"]):
             return
         given = connection.headers.get("authorization", "").encode()
         if not accepted_key(given, keys):
@@ -308,7 +308,7 @@ def create_app(
     outside_v1 = Router(
         path="/",
         route_handlers=[tokenize_route, detokenize_route, tokenizer_info_route, version, metrics],
-        guards=[require_api_key, require_json] if ctx.settings.key_on_every_route else [require_json],
+        guards=[require_api_key, require_json],  # the key only with --key-on-every-route (needs_key)
     )
     app = Litestar(
         route_handlers=[v1, outside_v1, health],

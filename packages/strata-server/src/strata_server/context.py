@@ -52,6 +52,13 @@ class ServerSettings:
         """Every accepted API key (empty: no key required)."""
         return tuple(dict.fromkeys(k for k in (self.api_key, *self.api_keys) if k))
 
+    def needs_key(self, path: str) -> bool:
+        """Whether a request to `path` must carry a key: /v1/* when keys are set, the other
+        routes too with --key-on-every-route, /health never (the app and Ray's ingress ask here)."""
+        if not self.keys or path == "/health":
+            return False
+        return path.startswith("/v1/") or self.key_on_every_route
+
 
 @dataclass
 class ServerContext:

@@ -19,6 +19,10 @@ from typing import Any
 
 import msgspec
 
+from strata_server.app import accepted_key
+from strata_server.context import ServerSettings
+from strata_server.errors import error_body
+
 # ASGI as plain dicts (Litestar's TypedDicts are unions that plain forwarding code cannot narrow)
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -59,6 +63,49 @@ class ForwardedRequest:
         plain = {key: scope[key] for key in FORWARDED_SCOPE_KEYS if key in scope}
         plain["headers"] = headers
         return cls(plain, body, affinity_text(str(scope.get("path", "")), body))
+
+
+def key_refusal(scope: Mapping[str, Any], settings: ServerSettings, request_id: str) -> bytes | None:
+    """The 401 envelope for a request that needs a key and lacks it, or None: the ingress asks
+    before reading the body, so a keyless client cannot make it hold one."""
+    path = str(scope.get("path", ""))
+    if not settings.needs_key(path):
+        return None
+    given = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
+    if accepted_key(given, [f"Bearer {key}".encode() for key in settings.keys]):
+        return None
+    message = "Missing or invalid API key: send `Authorization: Bearer <key>`."
+    return msgspec.json.encode(error_body(message, 401, code="invalid_api_key", request_id=request_id))
+
+
+class BodyTooSlow(Exception):
+    """The body did not arrive within --body-timeout."""
+
+
+async def read_body(receive: Receive, most: int, timeout_s: float) -> bytes:
+    """The request's body, cut at `most` bytes, within `timeout_s` seconds (`BodyTooSlow`)."""
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        while size < most:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if not message.get("more_body", False):
+                break
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise BodyTooSlow(
+            f"The request body did not arrive within {timeout_s:g} s (--body-timeout)."
+        ) from None
+    return b"".join(chunks)[:most]
 
 
 def affinity_text(path: str, body: bytes) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import threading
@@ -42,7 +43,17 @@ from strata_server.admission import RETRY_AFTER_S
 from strata_server.context import ServerSettings
 from strata_server.errors import error_body
 from strata_server.formatting import SSE_DONE, sse
-from strata_server.ray_forward import ForwardedRequest, Message, Receive, Scope, Send, run_asgi
+from strata_server.ray_forward import (
+    BodyTooSlow,
+    ForwardedRequest,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    key_refusal,
+    read_body,
+    run_asgi,
+)
 from strata_server.ray_metrics import merge_replica_metrics
 from strata_server.request_log import sane_request_id
 
@@ -232,9 +243,18 @@ class StrataIngress:
         if scope["path"] == "/metrics" and scope["method"] == "GET":
             await _reply(send, 200, (await self.metrics()).encode(), b"text/plain; version=0.0.4")
             return
+        settings = self.options.settings
+        if (refused := key_refusal(scope, settings, request_id)) is not None:  # before the body
+            await _reply(send, 401, refused, b"application/json")
+            return
         # One byte past the app's body limit (--max-body-bytes): a larger body reaches the
         # replica's app just too large, and the app answers its own 413, as the single server does.
-        body = await _read_body(receive, self.options.settings.limits.max_body_bytes + 1)
+        try:
+            body = await read_body(receive, settings.limits.max_body_bytes + 1, settings.limits.body_timeout)
+        except BodyTooSlow as exc:
+            slow = msgspec.json.encode(error_body(str(exc), 408, request_id=request_id))
+            await _reply(send, 408, slow, b"application/json", [(b"connection", b"close")])
+            return
         request = ForwardedRequest.of(scope, body, headers)
         if scope["path"] == "/health" and scope["method"] == "GET":
             await self.health(request, send)
@@ -337,22 +357,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def _read_body(receive: Receive, most: int) -> bytes:
-    """The request's body, cut at `most` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < most:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)[:most]
-
-
 async def _reply(
     send: Send, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
@@ -427,8 +431,24 @@ def connect(options: RayOptions, address: str | None = None) -> None:
 
 def deploy(options: RayOptions, host: str, port: int) -> None:
     """Start Serve's HTTP proxy on host:port and deploy; returns once every replica has loaded
-    the model."""
-    serve.start(http_options={"host": host, "port": port})
+    the model.
+
+    Serve's proxy takes --keep-alive-timeout (whole seconds); the ingress itself applies the
+    key check before reading a body and --body-timeout. Serve has no setting for
+    --header-timeout, --max-connections, --max-client-connections or --max-header-bytes: a
+    reverse proxy in front must bound those, as the log line says."""
+    limits = options.settings.limits
+    serve.start(
+        http_options={
+            "host": host,
+            "port": port,
+            "keep_alive_timeout_s": math.ceil(limits.keep_alive_timeout),
+        }
+    )
+    log.warning(
+        "--ray: Ray Serve's HTTP proxy does not apply --header-timeout, --max-connections, "
+        "--max-client-connections or --max-header-bytes; bound them in a reverse proxy in front"
+    )
     serve.run(build_app(options), name=options.app_name, route_prefix="/", blocking=False)
 
 
