@@ -191,10 +191,13 @@ def report(got: Served, want: Served, workload: Workload) -> str:
     g, w = got.signatures[i], want.signatures[i]
     at = next((k for k, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), min(len(g), len(w)))
     r = workload.requests[i]
+    rows = (
+        f"prompt rows from {r.logprobs.prompt_rows_from}" if r.logprobs.prompt_logprobs else "no prompt rows"
+    )
     return (
         f"{len(bad)} of {len(got.signatures)} requests differ; the first, request {i} "
-        f"({len(r.prompt_ids)} prompt tokens, {r.logprobs.prompt_rows_from=}, "
-        f"{r.sampling.max_tokens=}), first differs at event {at} of {len(w)}"
+        f"({len(r.prompt_ids)} prompt tokens, {rows}, {r.sampling.max_tokens} new tokens), "
+        f"first differs at event {at} of {len(w)}"
     )
 
 
