@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
-import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+import triton_setup  # (before triton: TRITON_INTERPRET=1 without a GPU)
 
 pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
@@ -79,6 +79,21 @@ def test_exp_is_c_exp(native):
     got = torch.empty(x.size, dtype=torch.float32)
     _exp_kernel[(triton.cdiv(x.size, 512),)](on(x), got, x.size, BLOCK=512, **ieee.LAUNCH)
     assert_c_bits(got, want)
+
+
+@pytest.mark.skipif(not triton_setup.INTERPRETED, reason="a GPU's fma rounds once")
+def test_the_fma_probe_refuses_two_roundings(monkeypatch):
+    """triton_setup stops the run when fma_rounds_once() is false: it is true here, and false
+    under Triton 3.8.0's interpreter fma (x * y + z in fp32), which the exp above would catch too."""
+    from triton.runtime import interpreter
+
+    assert triton_setup.fma_rounds_once()
+
+    def fma_3_8(self, x, y, z):  # type: ignore[no-untyped-def]
+        return interpreter.TensorHandle(x.data * y.data + z.data, z.dtype.scalar)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_fma", fma_3_8)
+    assert not triton_setup.fma_rounds_once()
 
 
 @pytest.mark.parametrize(("rows", "k"), [(1, 7), (5, 64), (3, 200), (2, 33)])
