@@ -156,11 +156,12 @@ def attention(
     scores = torch.empty(t * h * stride, dtype=torch.float32, device=q.device)
     rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
     group = h // kvh
-    _attention_kernel[(triton.cdiv(t, TOK), kvh)](
+    tok = ieee.fit(t, TOK)
+    _attention_kernel[(triton.cdiv(t, tok), kvh)](
         q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows, out,
         t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
-        D=d, GROUP=group, TOK=TOK, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
+        D=d, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
         BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, **ieee.LAUNCH,
     )  # fmt: skip
     return out

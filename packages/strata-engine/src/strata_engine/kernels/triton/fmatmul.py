@@ -37,7 +37,7 @@ def _dot1_kernel(
     if HAS_BIAS:
         y = y + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
     out = y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :]
-    tl.store(out, y, mask=(rm < M)[:, None] & (rn < N)[None, :])
+    tl.store(out, ieee.canonical_nan(y), mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
 def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -47,7 +47,8 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
     n = w.shape[0]
     y = torch.empty(m, n, dtype=torch.float32, device=x.device)
     if m and n:
-        grid = (triton.cdiv(n, BN), triton.cdiv(m, BM))
+        bm, bn = ieee.fit(m, BM), ieee.fit(n, BN, 16)
+        grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
         _dot1_kernel[grid](
             x,
             w,
@@ -57,8 +58,8 @@ def matmul(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
             n,
             k,
             HAS_BIAS=bias is not None,
-            BM=BM,
-            BN=BN,
+            BM=bm,
+            BN=bn,
             **ieee.LAUNCH,
         )
     return y

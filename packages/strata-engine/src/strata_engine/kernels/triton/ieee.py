@@ -32,6 +32,16 @@ LAUNCH: dict[str, Any] = {"enable_fp_fusion": False}
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("STRATA_TRITON_GPU_TILES") != "1"
 
 
+def fit(n: int, most: int, least: int = 1) -> int:
+    """A program's size along an axis of `n` items, at most `most` (the module's constant): `most`
+    on a GPU; under the interpreter (INTERPRETED) the least power of two from `least` that holds
+    `n`, since there every operation also pays for the padding past `n`. A speed choice only, as
+    `most` is: which items share a program never changes an item's operations."""
+    if not INTERPRETED:
+        return most
+    return max(least, min(most, triton.next_power_of_2(max(n, 1))))
+
+
 @triton.jit
 def vmax(a, b):
     """vf_max: a > b ? a : b, lane-wise (a NaN in `a` never wins)."""
@@ -85,6 +95,20 @@ def hsum16(v, ROWS: tl.constexpr):
     s = a + b
     a, b = tl.split(s)
     return a + b
+
+
+# The one NaN every row leaves a kernel with: 0x7FC00000, C's NAN (sign clear, quiet, no payload).
+NAN_BITS = tl.constexpr(0x7FC00000)
+
+
+@triton.jit
+def canonical_nan(x):
+    """x (fp32) with every NaN as NAN_BITS. x86 propagates a NaN operand's payload (and makes
+    0xFFC00000 from finite operands, as in inf - inf); NVIDIA's arithmetic returns its canonical
+    0x7FFFFFFF for every NaN: so a NaN's bits depend on the device until they are replaced, at the
+    end of each kernel whose output is a row (logprobs, matmul outputs). A select, no arithmetic:
+    every other value keeps its bits."""
+    return tl.where(x != x, tl.full(x.shape, NAN_BITS, tl.int32).to(tl.float32, bitcast=True), x)
 
 
 @triton.jit

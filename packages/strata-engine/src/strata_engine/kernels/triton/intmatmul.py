@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, canonical_nan, fit
 from strata_engine.kernels.triton.packed import (
     PackedWeight,
     block_offset,
@@ -151,6 +151,7 @@ def _tile_kernel(
         )  # fmt: skip
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    acc = canonical_nan(acc)
     tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], acc, mask=rmask[:, None] & (rn < N)[None, :])
 
 
@@ -181,7 +182,7 @@ def _rows_kernel(
         acc = _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT)
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)
-    tl.store(y_ptr + m * N + rn, acc, mask=rn < N)
+    tl.store(y_ptr + m * N + rn, canonical_nan(acc), mask=rn < N)
 
 
 def matmul_quantised(
@@ -205,10 +206,12 @@ def matmul_quantised(
     args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
     consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
     if path == "rows" or (path == "auto" and m <= ROWS_MAX):
-        _rows_kernel[(triton.cdiv(n, ROWS_N), m)](*args, n, nb, pw.group_bytes, BN=ROWS_N, **consts)
+        bn = fit(n, ROWS_N, 16)
+        _rows_kernel[(triton.cdiv(n, bn), m)](*args, n, nb, pw.group_bytes, BN=bn, **consts)
     else:
-        grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(m, BLOCK_M))
-        _tile_kernel[grid](*args, m, n, nb, pw.group_bytes, BM=BLOCK_M, BN=BLOCK_N, **consts)
+        bm, bn = fit(m, BLOCK_M, 16), fit(n, BLOCK_N, 16)  # tl.dot: 16 at least
+        grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
+        _tile_kernel[grid](*args, m, n, nb, pw.group_bytes, BM=bm, BN=bn, **consts)
     return y
 
 

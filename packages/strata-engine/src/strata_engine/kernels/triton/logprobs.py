@@ -68,7 +68,7 @@ def _log_softmax_kernel(x_ptr, out_ptr, R, V, ROWS: tl.constexpr, BLOCK: tl.cons
         at = v0 + cols
         live = rmask & (at < V)
         x = tl.load(x_ptr + base + at, mask=live, other=0.0)
-        tl.store(out_ptr + base + at, (x - mx) - lse, mask=live)
+        tl.store(out_ptr + base + at, ieee.canonical_nan((x - mx) - lse), mask=live)
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -77,8 +77,9 @@ def log_softmax(logits: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(logits)
     rows, vocab = logits.shape
     if rows and vocab:
-        _log_softmax_kernel[(triton.cdiv(rows, ROWS),)](
-            logits, out, rows, vocab, ROWS=ROWS, BLOCK=BLOCK, UNROLL=UNROLL, **ieee.LAUNCH
+        per = ieee.fit(rows, ROWS)
+        _log_softmax_kernel[(triton.cdiv(rows, per),)](
+            logits, out, rows, vocab, ROWS=per, BLOCK=BLOCK, UNROLL=UNROLL, **ieee.LAUNCH
         )
     return out
 

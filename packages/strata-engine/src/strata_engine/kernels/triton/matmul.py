@@ -64,6 +64,7 @@ def _matmul_kernel(
     y = ieee.hsum16(acc.reshape(BM * BN, 16), BM * BN).reshape(BM, BN)
     if HAS_BIAS:
         y = y + tl.load(b_ptr + rn, mask=live, other=0.0)[None, :]
+    y = ieee.canonical_nan(y)
     tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], y, mask=mrow & live[None, :])
 
 

@@ -46,8 +46,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rows = x.numel() // d if d else 0
     if rows:
         out = min(OUT_BLOCK, triton.next_power_of_2(d))
-        _rmsnorm_kernel[(triton.cdiv(rows, ROWS),)](
-            x, weight.float().contiguous(), y, rows, d, eps, ROWS=ROWS, OUT=out, **ieee.LAUNCH
+        per = ieee.fit(rows, ROWS)
+        _rmsnorm_kernel[(triton.cdiv(rows, per),)](
+            x, weight.float().contiguous(), y, rows, d, eps, ROWS=per, OUT=out, **ieee.LAUNCH
         )
     return y
 

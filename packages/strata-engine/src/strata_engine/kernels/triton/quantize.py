@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, fit
 
 # blocks of 32 per program, counted over the whole [M, nb] grid: a speed choice only (each block
 # is quantised alone); the interpreter pays Python time a program, so there a program takes more
@@ -113,8 +113,9 @@ def quantize(x: torch.Tensor, limbs: int) -> Quantised:
     s = torch.empty(m, nb, dtype=torch.float32, device=x.device)
     dsum = torch.empty_like(s)
     if m and nb:
-        _quantize_kernel[(triton.cdiv(m * nb, BLOCKS),)](
+        bb = fit(m * nb, BLOCKS)
+        _quantize_kernel[(triton.cdiv(m * nb, bb),)](
             x, q, s, dsum, m * nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
-            MIN_EXP=LIMB_MIN_EXP, BB=BLOCKS, **LAUNCH,
+            MIN_EXP=LIMB_MIN_EXP, BB=bb, **LAUNCH,
         )  # fmt: skip
     return Quantised(q, s, dsum, limbs)

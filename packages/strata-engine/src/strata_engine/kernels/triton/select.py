@@ -123,8 +123,9 @@ def select(lp: torch.Tensor, rows: torch.Tensor, k: int, want: torch.Tensor, ext
     n, m = want.shape
     out = torch.empty((n, 2 * k + 2 + m + extra), dtype=torch.int32, device=lp.device)
     if n:
-        _select_kernel[(triton.cdiv(n, ROWS),)](
-            lp, rows, want, out, n, vocab, m, out.shape[1], K=k, BLOCK=BLOCK, GATHER=GATHER, ROWS=ROWS,
+        per = ieee.fit(n, ROWS)
+        _select_kernel[(triton.cdiv(n, per),)](
+            lp, rows, want, out, n, vocab, m, out.shape[1], K=k, BLOCK=BLOCK, GATHER=GATHER, ROWS=per,
             NEG_INF_KEY=NEG_INF_KEY, KEY_MIN=KEY_MIN, **ieee.LAUNCH,
         )  # fmt: skip
     return out
