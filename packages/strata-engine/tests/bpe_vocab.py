@@ -241,6 +241,11 @@ def fuzz_corpus(n: int, seed: int) -> list[str]:
     pieces = [
         *CONTROL_TOKENS, *USER_TOKENS, "'s", "'LL", "'re", "   ", "\n\n", "\r\n", "/\n", "123", "HTTP", "Äpfel",
     ]  # fmt: skip
+    return random_texts(alphabet, pieces, n, seed)
+
+
+def random_texts(alphabet: str, pieces: list[str], n: int, seed: int) -> list[str]:
+    """`n` seeded strings of 1 to 40 parts, each a whole piece (8%) or one character of `alphabet`."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):

@@ -84,11 +84,11 @@ def test_logprobs_match_float64_reference(arch_model, kernels: str) -> None:
     np.testing.assert_array_equal(got.argmax(axis=1), want.argmax(axis=1))
 
 
-def _llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int]) -> np.ndarray:
+def llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int], n_ctx: int = CTX) -> np.ndarray:
     """llama.cpp's logprobs at every prompt position, from its fp32 logits (fp32 KV cache)."""
     f32 = 0  # GGML_TYPE_F32
     llm = llama_cpp.Llama(
-        str(path), n_ctx=CTX, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False
+        str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False
     )
     llm.eval(prompt)
     logits = np.array(llm.scores[: len(prompt) - 1], dtype=np.float64)
@@ -100,7 +100,7 @@ def _llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int]) -> np.ndarray:
 def test_logprobs_match_llama_cpp(arch_model, weights: str, llama_cpp) -> None:
     """llama.cpp on the same file: top-1 equal at every position, top-20 within tolerance."""
     spec, paths, prompt = arch_model
-    want = _llama_cpp_logprobs(llama_cpp, paths[weights], prompt)
+    want = llama_cpp_logprobs(llama_cpp, paths[weights], prompt)
     got = engine_logprobs(paths[weights], prompt)
     tolerance = LLAMA_CPP_TOLERANCE[weights]
     fp16_gelu = spec.arch.startswith("gemma") and weights == "f32"
@@ -127,7 +127,7 @@ def test_gemma_llama_cpp_gap_is_its_fp16_gelu(gemma_model, llama_cpp) -> None:
     scale, stored norm weights with the +1 folded in, soft-caps, post-norms, windows, RoPE bases)
     is therefore llama.cpp's."""
     spec, paths, prompt = gemma_model
-    want = _llama_cpp_logprobs(llama_cpp, paths["f32"], prompt)
+    want = llama_cpp_logprobs(llama_cpp, paths["f32"], prompt)
     top = np.argsort(-want, axis=1)[:, :TOP]
     gaps = {}
     for table in (False, True):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFWriter
-from test_arch_models import engine_logprobs
+from test_arch_models import engine_logprobs, llama_cpp_logprobs
 from tiny_models import TINY_SPECS, VOCAB_SIZE, write_tiny_model
 
 from strata_engine.api import ModelLoadError
@@ -97,17 +97,6 @@ def _write(path: Path, variant: Variant, scaled: bool) -> Path:
     return write_tiny_model(path, spec, seed=3, ctx=CTX, weight_type=QT.F32, extra=extra)
 
 
-def _llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int]) -> np.ndarray:
-    f32 = 0  # GGML_TYPE_F32: an fp32 KV cache, as Strata's
-    llm = llama_cpp.Llama(
-        str(path), n_ctx=CTX, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False
-    )
-    llm.eval(prompt)
-    logits = np.array(llm.scores[: len(prompt) - 1], dtype=np.float64)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-
-
 def _top_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Per position, the largest |difference| over llama.cpp's top-TOP tokens."""
     top = np.argsort(-want, axis=1)[:, :TOP]
@@ -119,7 +108,7 @@ def test_rope_variant_matches_llama_cpp(variant: Variant, tmp_path: Path, llama_
     scaled = _write(tmp_path / "scaled.gguf", variant, scaled=True)
     plain = _write(tmp_path / "plain.gguf", variant, scaled=False)
     prompt = np.random.default_rng(7).integers(0, VOCAB_SIZE - 3, size=PROMPT).tolist()  # no specials
-    want = _llama_cpp_logprobs(llama_cpp, scaled, prompt)
+    want = llama_cpp_logprobs(llama_cpp, scaled, prompt, n_ctx=CTX)
     diff = _top_diff(engine_logprobs(scaled, prompt), want)
     print(
         f"\n{variant.name}: max |d| top-{TOP} vs llama.cpp, positions < {EARLY}: {diff[:EARLY].max():.2e}, "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import gguf
 import pytest
-from bpe_vocab import gemma4_vocab
+from bpe_vocab import gemma4_vocab, random_texts
 
 from strata_engine.api import ModelLoadError
 from strata_engine.tokenizer import Tokenizer
@@ -82,15 +82,7 @@ def _fuzz_corpus(n: int, seed: int) -> list[str]:
         "שלוםمرحبا١٢३①½\u00a0\u2003\u3000\u200b\u200d😀🍕👍🏽🇫🇷❤️"
     )
     pieces = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "'s", "'LL", "   ", "\n\n"]
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        parts = [
-            rng.choice(pieces) if rng.random() < 0.08 else rng.choice(alphabet)
-            for _ in range(rng.randint(1, 40))
-        ]
-        out.append("".join(parts))
-    return out
+    return random_texts(alphabet, pieces, n, seed)
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bpe_vocab import random_texts
 
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import GGUFFile
@@ -123,15 +124,7 @@ def _fuzz(n: int, seed: int, specials: list[str]) -> list[str]:
         "！？。，、“”😀🍕👍🏽🇫🇷❤️\u0301\u0308ﬀＡａ"
     )
     pieces = [*specials, "'s", "'LL", "   ", "\n\n", "\r\n", "/\n", "123", "HTTP", "Äpfel", "\n\n\n\n\n"]
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        parts = [
-            rng.choice(pieces) if rng.random() < 0.08 else rng.choice(alphabet)
-            for _ in range(rng.randint(1, 40))
-        ]
-        out.append("".join(parts))
-    return out
+    return random_texts(alphabet, pieces, n, seed)
 
 
 @dataclass
