@@ -5,7 +5,10 @@
 Starts `strata-server` on the model (a free port on 127.0.0.1) and sends each hostile request
 of the table in docs/server.md#limits while another thread polls `/health`; prints, per row,
 the HTTP status, the answer's size, the worst `/health` latency during the row, and whether
-the server was still alive after it. Then the model-file rows: copies of the model's GGUF
+the server was still alive after it. The server trusts request chat templates
+(--trust-request-chat-template), so hostile templates are rows too; strata-decide's gateway,
+started in-process in front of the same server, gets its own rows (`--row gateway`). Then the
+model-file rows: copies of the model's GGUF
 made hostile with gguf-py (`llama.vocab_size` of 40,000,000 then a request for id 30,000,000;
 a file cut in half; a tensor offset past the end), each served by a fresh `strata-server`,
 reporting its exit status and the first line it wrote (or the request's status when it
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,28 +271,180 @@ def request_rows() -> list[tuple[str, Callable[[str], tuple[str, int]]]]:
         (
             "headers a byte every 0.5 s",
             lambda u: trickle(
-                u, b"", b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n"
+                u,
+                b"",
+                b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n",
             ),
         ),
         ("body a byte every 0.5 s", lambda u: trickle(u, head, body)),
+        # round two (issue 43): templates, open routes, sizes before tokenising, browsers,
+        # connections; the server trusts request templates, so they are attacked too
+        *(
+            (f"/tokenize chat_template {template[:40]}", lambda u, t=template: chat_template_row(u, t))
+            for template in HOSTILE_TEMPLATES
+        ),
+        ("8 x /tokenize 150k CJK + a 1-token completion", open_routes_row),
+        (
+            "prompt: 1,000,000 one-character prompts",
+            lambda u: post(u, "/v1/completions", {"prompt": ["a"] * 1_000_000, "max_tokens": 1}),
+        ),
+        (
+            "prompt: 10 x 999,999 characters",
+            lambda u: post(u, "/v1/completions", {"prompt": ["ab " * 333_333] * 10, "max_tokens": 1}),
+        ),
+        (
+            "prompt_logprobs 20 on 2,000 tokens (the answer, under 16 MiB)",
+            lambda u: post(
+                u,
+                "/v1/completions",
+                {"prompt": list(range(1000, 3000)), "max_tokens": 1, "prompt_logprobs": 20},
+            ),
+        ),
+        ("text/plain POST with Origin: https://evil.example", cross_site_row),
+        (
+            "Host: attacker.example (DNS rebinding)",
+            lambda u: get_with(u, "/health", {"host": "attacker.example"}),
+        ),
+        ("1,030 idle connections, then /health from 127.0.0.2", idle_connections_row),
     ]
+
+
+HOSTILE_TEMPLATES = [
+    "{{ (7**12000000) % 10 }}",
+    "{{ 2**100000 }}",
+    '{% if messages|length > 5 %}{{ "a" * 10**8 }}{% endif %}',
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+]
+
+
+def chat_template_row(url: str, template: str) -> tuple[str, int]:
+    messages = [{"role": "user", "content": "hi"}] * 6
+    return post(url, "/tokenize", {"messages": messages, "chat_template": template}, timeout=120)
+
+
+def open_routes_row(url: str) -> tuple[str, int]:
+    """Eight keyless /tokenize requests at once, then a one-token completion: its latency."""
+    text = "漢字仮名交じり文" * 18_750
+    with ThreadPoolExecutor(8) as pool:
+        tokenizing = [pool.submit(post, url, "/tokenize", {"prompt": text}) for _ in range(8)]
+        time.sleep(0.3)
+        started = time.perf_counter()
+        status, size = post(url, "/v1/completions", {"prompt": "Hello", "max_tokens": 1})
+        took = time.perf_counter() - started
+        codes = sorted({f.result()[0] for f in tokenizing})
+    return f"{status} in {took:.2f} s (tokenize {','.join(codes)})", size
+
+
+def cross_site_row(url: str) -> tuple[str, int]:
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
+    headers = {"content-type": "text/plain", "origin": "https://evil.example"}
+    reply = httpx.post(f"{url}/v1/completions", content=body, headers=headers, timeout=60)
+    return str(reply.status_code), len(reply.content)
+
+
+def get_with(url: str, path: str, headers: dict[str, str]) -> tuple[str, int]:
+    reply = httpx.get(f"{url}{path}", headers=headers, timeout=30)
+    return str(reply.status_code), len(reply.content)
+
+
+def idle_connections_row(url: str) -> tuple[str, int]:
+    """1,030 connections that send nothing, then another client's /health (127.0.0.2 is loopback)."""
+    host, port = url.removeprefix("http://").split(":")
+    idle = []
+    try:
+        for _ in range(1030):
+            try:
+                idle.append(socket.create_connection((host, int(port)), timeout=5))
+            except OSError:
+                break
+        time.sleep(0.3)
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as other:
+            reply = other.get(f"{url}/health")
+        return f"{reply.status_code} ({len(idle)} opened)", len(reply.content)
+    finally:
+        for sock in idle:
+            sock.close()
 
 
 def run_requests(model: str, only: list[str] | None = None) -> list[Row]:
     """Each request row (those whose name contains one of `only`, when given) on one fresh server."""
     rows = []
     chosen = [(n, s) for n, s in request_rows() if not only or any(text in n for text in only)]
-    with server_process("--model", model, "--parallel", "2", "--log-level", "warning") as server:
+    flags = ("--model", model, "--parallel", "2", "--log-level", "warning", "--trust-request-chat-template")
+    with server_process(*flags) as server:
         for name, send in chosen:
             with HealthPoller(server.url) as poller:
                 status, size = send(server.url)
             rows.append(Row(name, status, size, poller.worst * 1000, alive(server.url)))
             print(format_row(rows[-1]), flush=True)
+        if not only or any("gateway" in text for text in only):
+            rows += run_gateway_rows(server.url)
         log = server.log()
         print(
             f"server log: {len(log.splitlines())} lines, {len(log)} bytes, {log.count('Traceback')} tracebacks"
         )
     return rows
+
+
+# ---------------------------------------------------------------- the gateway in front
+
+
+def run_gateway_rows(server_url: str) -> list[Row]:
+    """strata-decide's gateway (in-process) in front of the same server: bodies and reads."""
+    from strata_decide.gateway import GatewayConfig
+    from strata_decide.gateway.serve import background
+
+    options = {f"option {k}": None for k in range(5)}
+
+    def body(count: int, rotations: bool = True) -> dict[str, Any]:
+        questions = {
+            f"q{i}": {"type": "choice", "instructions": f"Which {i}?", "criteria": options}
+            for i in range(count)
+        }
+        return {
+            "model": "jev-latest",
+            "state": "A customer writes.",
+            "questions": questions,
+            "x_strata": {"rotations": rotations},
+        }
+
+    def double_gzip(url: str) -> tuple[str, int]:
+        import gzip
+
+        content = gzip.compress(gzip.compress(b'"' + b"x" * 16_000_000 + b'"'))
+        headers = {"content-type": "application/json", "content-encoding": "gzip, gzip"}
+        reply = httpx.post(f"{url}/v1/systemone", content=content, headers=headers, timeout=60)
+        return f"{reply.status_code} ({len(content)} B in)", len(reply.content)
+
+    def caller_leaves(url: str) -> tuple[str, int]:
+        httpx.post(f"{url}/v1/systemone", json=body(1, False), timeout=120)  # labels fetched
+        before = completions_answered(server_url)
+        try:
+            httpx.post(f"{url}/v1/systemone", json=body(40), timeout=3.0)
+        except httpx.TimeoutException:
+            pass
+        left = completions_answered(server_url)
+        time.sleep(5.0)
+        return f"left at 3 s: +{completions_answered(server_url) - left} reads in 5 s after", left - before
+
+    rows = []
+    with background(GatewayConfig(upstream=server_url)) as url:
+        for name, send in (
+            ("gateway: Content-Encoding gzip, gzip", double_gzip),
+            ("gateway: 60 questions x 5 rotations", lambda u: post(u, "/v1/systemone", body(60))),
+            ("gateway: 40 x 5 rotations, caller leaves at 3 s", caller_leaves),
+        ):
+            with HealthPoller(server_url) as poller:
+                status, size = send(url)
+            rows.append(Row(name, status, size, poller.worst * 1000, alive(server_url)))
+            print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def completions_answered(server_url: str) -> int:
+    text = httpx.get(f"{server_url}/metrics", timeout=30).text
+    pattern = r'^strata_requests_total\{[^}]*route="/v1/completions"[^}]*\} ([0-9.e+]+)$'
+    return int(sum(float(v) for v in re.findall(pattern, text, re.M)))
 
 
 def format_row(row: Row) -> str:
