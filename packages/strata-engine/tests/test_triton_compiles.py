@@ -40,24 +40,48 @@ def _kernels_defined() -> set[str]:
     return found
 
 
-def _run(*args: str, interpret: bool) -> None:
+# processes side by side for the record and the compile (each takes every SHARDS-th part): the
+# machine's cores, at most 2 (CI's); the other sessions' tests do not run meanwhile
+SHARDS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _run(*args: str, interpret: bool, logs: Path) -> None:
+    """triton_compile.py with `args` ("{}": the shard's number) in SHARDS processes at once, the
+    shard appended to each; their output in `logs`."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     if interpret:
         env |= {"TRITON_INTERPRET": "1", "STRATA_TRITON_GPU_TILES": "1"}
-    done = subprocess.run(
-        [sys.executable, str(HERE / "triton_compile.py"), *args], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    running = []
+    for i in range(SHARDS):
+        log = logs / f"{args[0]}-{i}.log"
+        with log.open("w") as out:
+            command = [sys.executable, str(HERE / "triton_compile.py"), *(a.format(i) for a in args)]
+            running.append(
+                (subprocess.Popen([*command, f"{i}/{SHARDS}"], env=env, stdout=out, stderr=out), log)
+            )
+    for process, log in running:
+        assert process.wait() == 0, log.read_text()[-4000:]
+
+
+def _merged(paths: list[Path]) -> list:
+    """The shards' lists as one (specs: each distinct launch once)."""
+    out: dict[str, object] = {}
+    for path in paths:
+        for item in json.loads(path.read_text()):
+            out.setdefault(json.dumps(item, sort_keys=True), item)
+    return list(out.values())
 
 
 def test_every_kernel_compiles_for_an_h200(tmp_path) -> None:
-    specs, results = tmp_path / "specs.json", tmp_path / "results.json"
-    _run("record", str(specs), interpret=True)
-    launched = {f"{s['module'].rsplit('.', 1)[-1]}.{s['name']}" for s in json.loads(specs.read_text())}
+    specs = tmp_path / "specs.json"
+    _run("record", str(tmp_path / "specs-{}.json"), interpret=True, logs=tmp_path)
+    recorded = _merged([tmp_path / f"specs-{i}.json" for i in range(SHARDS)])
+    specs.write_text(json.dumps(recorded, indent=1))
+    launched = {f"{s['module'].rsplit('.', 1)[-1]}.{s['name']}" for s in recorded}
     assert launched == _kernels_defined(), "the workloads launch every kernel, and only those"
-    _run("compile", str(specs), str(results), interpret=False)
-    outcome = json.loads(results.read_text())
+    _run("compile", str(specs), str(tmp_path / "results-{}.json"), interpret=False, logs=tmp_path)
+    outcome = _merged([tmp_path / f"results-{i}.json" for i in range(SHARDS)])
     failed = [f"{r['kernel']}: {r['error']}" for r in outcome if r["error"]]
     print(f"{len(outcome)} launches compiled in {sum(r['seconds'] for r in outcome):.0f} s")
     assert not failed, "\n\n".join(failed)

@@ -9,6 +9,8 @@ the GPU's first step without one, in two processes:
     TRITON_INTERPRET=1 STRATA_TRITON_GPU_TILES=1 python triton_compile.py record SPECS.json
     python triton_compile.py compile SPECS.json RESULTS.json       (no TRITON_INTERPRET)
 
+(each may take a last argument SHARD/SHARDS: its share of the work, for processes side by side)
+
 `record` runs engines on tiny models under the interpreter with the GPU's tile sizes (every
 mode, prefill and decode, CUDA graphs' static path, device selections and draws, sliding window
 and soft-cap, experts) and writes each distinct launch: the kernel, its arguments' types, its
@@ -57,9 +59,13 @@ def _type_of(value: Any) -> str:
     raise TypeError(f"no signature type for {type(value).__name__}")
 
 
-def record(out: Path) -> None:
-    """Run the workloads under the interpreter and write every distinct launch to `out`."""
+def record(out: Path, shard: int = 0, shards: int = 1) -> None:
+    """Run the workloads (`shard` of `shards`) under the interpreter and write every distinct
+    launch to `out`."""
     from triton.runtime import interpreter
+    from triton_setup import patch_nested_calls_once
+
+    patch_nested_calls_once()  # the interpreter's redundant work (triton_setup.py); no effect on a launch
 
     specs: dict[str, dict[str, Any]] = {}
     original = interpreter.InterpretedFunction.run
@@ -83,30 +89,52 @@ def record(out: Path) -> None:
     interpreter.InterpretedFunction.run = run
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            workloads(Path(tmp))
+            workloads(Path(tmp), shard, shards)
     finally:
         interpreter.InterpretedFunction.run = original
     out.write_text(json.dumps(list(specs.values()), indent=1))
 
 
-def workloads(tmp: Path) -> None:
-    """Engines on tiny models that launch every kernel the Triton backend has."""
+def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
+    """Engines on tiny models that launch every kernel the Triton backend has.
+
+    The models have one layer and a narrow FFN: a launch's record (kernel, argument types,
+    constexprs) never depends on a width the kernels take as a runtime integer, nor on how many
+    layers repeat it, while under the interpreter with the GPU's tiles (one program per row and
+    32 outputs) every program costs a fraction of a second. The quantised model has every
+    quantised type in its one layer; the tied model keeps two, whose matrices the rotation gives
+    every type (the K-quants without a bias among them). `shard` of `shards`: every shards-th run from the shard-th,
+    so that processes side by side record them all."""
+    from dataclasses import replace
+
+    import tiny_models
     from gguf import GGMLQuantizationType as QT
     from tiny_arch_models import ARCH_SPECS, write_arch_model
     from tiny_models import TINY_SPECS, write_quantised_model, write_tiny_model
+
+    tiny_models.FFN = 256  # one K-quant super-block for ffn_down
 
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
     from strata_engine.kernels.triton.graphs import SWITCH
 
     tied = next(s for s in TINY_SPECS if s.arch == "llama")  # a tied embedding: the packed gather
+    tiny_models.N_LAYERS = 1
+    quantised = write_quantised_model(tmp / "q.gguf")
+    tiny_models.N_LAYERS = 2  # the rotation gives the tied model's two layers every type
     models = {
-        "quantised": write_quantised_model(tmp / "q.gguf"),
+        "quantised": quantised,
         "tied": write_tiny_model(tmp / "t.gguf", tied, seed=6, overrides={"token_embd.weight": QT.Q4_0}),
         "gemma2": write_arch_model(
-            tmp / "g.gguf", next(s for s in ARCH_SPECS if s.name == "gemma2"), seed=4, types=(QT.F32,)
+            tmp / "g.gguf",
+            replace(next(s for s in ARCH_SPECS if s.name == "gemma2"), n_layers=1),
+            seed=4,
+            types=(QT.F32,),
         ),
         "moe": write_arch_model(
-            tmp / "m.gguf", next(s for s in ARCH_SPECS if s.name == "qwen3moe"), seed=4, types=(QT.F32,)
+            tmp / "m.gguf",
+            replace(next(s for s in ARCH_SPECS if s.name == "qwen3moe"), n_layers=1),
+            seed=4,
+            types=(QT.F32,),
         ),
     }
     prompt = (12, 50, 33, 71, 9, 25, 17, 40, 3)  # 9 rows: past the integer matmul's row path
@@ -121,34 +149,36 @@ def workloads(tmp: Path) -> None:
         ),
         Request(prompt[:2], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, seed=2, ignore_eos=True)),
     ]
-    runs = [("quantised", m) for m in ("native-fp32", "native", "native-q8", "native-limb2")]
+    # (model, kernels, CUDA graphs' static path: padded buffers, scratch KV block), heaviest first
+    runs = [("quantised", m, False) for m in ("native", "native-limb2", "native-q8", "native-fp32")]
     runs += [
-        ("tied", "native-fp32"),
-        ("tied", "native-q8"),
-        ("gemma2", "native-fp32"),
-        ("moe", "native-fp32"),
+        ("quantised", "native", True),
+        ("tied", "native-q8", False),
+        ("tied", "native-fp32", False),
+        ("moe", "native-fp32", False),
+        ("gemma2", "native-fp32", False),
     ]
-    for name, kernels in runs:
-        print(f"recording {name} {kernels}", flush=True)
-        LLMEngine(
-            models[name], device="cuda", kernels=kernels, parallel=4, prefix_cache=False
-        ).generate_batch(requests)
-    os.environ[SWITCH] = "1"  # the static decode path (padded buffers, scratch KV block)
-    try:
-        print("recording quantised native, CUDA graphs' static path", flush=True)
-        LLMEngine(models["quantised"], device="cuda", parallel=4, prefix_cache=False).generate_batch(requests)
-    finally:
-        os.environ.pop(SWITCH)
+    for name, kernels, static in runs[shard::shards]:
+        print(f"recording {name} {kernels}{', static path' if static else ''}", flush=True)
+        if static:
+            os.environ[SWITCH] = "1"
+        try:
+            LLMEngine(
+                models[name], device="cuda", kernels=kernels, parallel=4, prefix_cache=False
+            ).generate_batch(requests)
+        finally:
+            os.environ.pop(SWITCH, None)
 
 
-def compile_all(specs_path: Path, out: Path) -> None:
-    """Compile each recorded launch for TARGET; write [(kernel, error or None, seconds)]."""
+def compile_all(specs_path: Path, out: Path, shard: int = 0, shards: int = 1) -> None:
+    """Compile each recorded launch (every shards-th from the shard-th) for TARGET; write
+    [(kernel, error or None, seconds)]."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     results = []
-    for spec in json.loads(specs_path.read_text()):
+    for spec in json.loads(specs_path.read_text())[shard::shards]:
         fn = getattr(importlib.import_module(spec["module"]), spec["name"])
         names = list(spec["signature"])
         constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
@@ -165,9 +195,15 @@ def compile_all(specs_path: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
+    # record SPECS.json [SHARD/SHARDS]; compile SPECS.json RESULTS.json [SHARD/SHARDS]
+    args = sys.argv[2:]
+    part = (0, 1)
+    if args and "/" in args[-1]:
+        i, n = args.pop().split("/")
+        part = (int(i), int(n))
     if sys.argv[1] == "record":
         assert os.environ.get("TRITON_INTERPRET") == "1", "record runs under the interpreter"
-        record(Path(sys.argv[2]))
+        record(Path(args[0]), *part)
     else:
         assert os.environ.get("TRITON_INTERPRET") != "1", "compile runs Triton's compiler"
-        compile_all(Path(sys.argv[2]), Path(sys.argv[3]))
+        compile_all(Path(args[0]), Path(args[1]), *part)
