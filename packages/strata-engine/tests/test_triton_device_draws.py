@@ -162,10 +162,12 @@ def test_the_draw_changes_token_where_the_sampler_does(row, case) -> None:
 
 
 def test_the_draws_spread_as_the_sampler_s_do() -> None:
-    """Many draws from one row: every one equal, and spread over many ids (not one token)."""
-    lp = np.repeat(_rows()[:1], 48, axis=0)
+    """Many draws from one row: every one equal, and spread over many ids (not one token). One
+    uniform in each sixteenth of [0, 1), so that 16 draws reach every part of the running sum (48
+    random ones reached 14 ids of this row, these 16 reach 11)."""
+    lp = np.repeat(_rows()[:1], 16, axis=0)
     uniform = Uniform(7)
-    us = [uniform.draw() for _ in range(len(lp))]
+    us = [(i + uniform.draw()) / len(lp) for i in range(len(lp))]
     params = SamplingParams(temperature=1.0, top_p=0.95)
     want = [_host(lp[0], params, u) for u in us]
     assert _device(lp, [DeviceDraw(1.0, 0, 0.95, u) for u in us]) == want
