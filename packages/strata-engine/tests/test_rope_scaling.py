@@ -23,6 +23,7 @@ from tiny_models import TINY_SPECS, VOCAB_SIZE, write_tiny_model
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.engine import LLMEngine
+from strata_engine.rope import read_factors
 
 CTX = 2176  # the tables' length: positions past 2,000
 ORIGINAL_CTX = 512  # the scaled files' original context: most positions are past it
@@ -180,3 +181,16 @@ def test_rope_factor_tensors_checked(tmp_path: Path) -> None:
         )
         with pytest.raises(ModelLoadError, match=message):
             LLMEngine(path, num_threads=1, kv_cache_mb=4)
+
+
+def test_longrope_takes_the_long_table_only_past_the_original_context() -> None:
+    """llama.cpp's get_rope_factors: the long factors when the context served exceeds
+    rope.scaling.original_context_length, else the short ones (the comparison above serves a
+    long context, so it alone would not see the choice inverted)."""
+    scaling = _config(
+        **{"rope.scaling.type": "longrope", "rope.scaling.original_context_length": 512}
+    ).rope_scaling
+    tables = {"rope_factors_long.weight": np.full(16, 4.0), "rope_factors_short.weight": np.full(16, 2.0)}
+    assert read_factors("llama", tables, scaling, ctx=513, rope_dim=32).tolist() == [4.0] * 16
+    assert read_factors("llama", tables, scaling, ctx=512, rope_dim=32).tolist() == [2.0] * 16
+    assert read_factors("phi3", {"rope_factors_long.weight": np.full(16, 4.0)}, scaling, 512, 32) is None
