@@ -20,21 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tiny_models import byte_symbols
 
-def _byte_alphabet() -> list[str]:
-    """GPT-2's byte -> printable character table, in byte order."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(0x100 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
-BYTES = _byte_alphabet()
+BYTES = byte_symbols()  # GPT-2's byte -> printable character table, in byte order
 
 _CORPUS_WORDS = (
     "the of and to in is that it was for on are as with his they at be this from have or by one "

@@ -72,7 +72,7 @@ TINY_SPECS = (
 )
 
 
-def _byte_symbols() -> list[str]:
+def byte_symbols() -> list[str]:
     """GPT-2's byte-to-printable-character table (byte-level BPE vocabulary entries)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
     symbols, extra = {}, 0
@@ -95,7 +95,7 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 def tiny_vocabulary() -> tuple[list[str], list[str], list[int]]:
     """(tokens, merges, token types): 256 byte tokens, the merged pieces, then the specials."""
-    tokens = _byte_symbols()
+    tokens = byte_symbols()
     for merge in _MERGES:
         left, right = merge.split(" ")
         assert left in tokens and right in tokens, merge
