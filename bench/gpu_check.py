@@ -350,25 +350,31 @@ def write_model(path: Path, shape: Shape, mix: str, seed: int = 0) -> Path:
     def vec(name: str, n: int, center: float) -> None:
         w.add_tensor(name, (center + rng.normal(0, 0.05, size=n)).astype(np.float32))
 
-    def mat(name: str, qtype: Any, rows: int, cols: int) -> None:
-        w.add_tensor(name, random_blocks(qtype, rows, cols, rng), raw_dtype=qtype)
+    drawn: dict[tuple[Any, int, int], Any] = {}
+
+    def mat(name: str, qtype: Any, rows: int, cols: int, layer: int = 0) -> None:
+        """Each (type, shape) drawn once; layer `layer` gets its rows rotated by `layer`: layers
+        differ, and an 8B file is written in seconds, not minutes (the draws dominated)."""
+        if (qtype, rows, cols) not in drawn:
+            drawn[qtype, rows, cols] = random_blocks(qtype, rows, cols, rng)
+        w.add_tensor(name, np.roll(drawn[qtype, rows, cols], layer, axis=0), raw_dtype=qtype)
 
     q_out, kv_out = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     mat("token_embd.weight", head, shape.vocab, shape.hidden)
     for i in range(shape.layers):
         p = f"blk.{i}."
         vec(p + "attn_norm.weight", shape.hidden, 1.0)
-        mat(p + "attn_q.weight", base, q_out, shape.hidden)
-        mat(p + "attn_k.weight", base, kv_out, shape.hidden)
-        mat(p + "attn_v.weight", more if i % 3 == 0 else base, kv_out, shape.hidden)
+        mat(p + "attn_q.weight", base, q_out, shape.hidden, i)
+        mat(p + "attn_k.weight", base, kv_out, shape.hidden, i)
+        mat(p + "attn_v.weight", more if i % 3 == 0 else base, kv_out, shape.hidden, i)
         if shape.arch == "qwen3":
             vec(p + "attn_q_norm.weight", shape.head_dim, 1.0)
             vec(p + "attn_k_norm.weight", shape.head_dim, 1.0)
-        mat(p + "attn_output.weight", base, shape.hidden, q_out)
+        mat(p + "attn_output.weight", base, shape.hidden, q_out, i)
         vec(p + "ffn_norm.weight", shape.hidden, 1.0)
-        mat(p + "ffn_gate.weight", base, shape.ffn, shape.hidden)
-        mat(p + "ffn_up.weight", base, shape.ffn, shape.hidden)
-        mat(p + "ffn_down.weight", more if i % 3 == 0 else base, shape.hidden, shape.ffn)
+        mat(p + "ffn_gate.weight", base, shape.ffn, shape.hidden, i)
+        mat(p + "ffn_up.weight", base, shape.ffn, shape.hidden, i)
+        mat(p + "ffn_down.weight", more if i % 3 == 0 else base, shape.hidden, shape.ffn, i)
     vec("output_norm.weight", shape.hidden, 1.0)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -622,7 +628,9 @@ def speed_of(path: Path, shape: Shape, mix: str, mode: str, read_bw: float, dry:
             detail = f"{rate:.1f} tokens/s"
             if batch == 1:
                 share = per_token * rate / read_bw
-                detail += f", {per_token * rate / 1e9:.0f} GB/s of weights = {share:.0%} of the read bandwidth"
+                detail += (
+                    f", {per_token * rate / 1e9:.0f} GB/s of weights = {share:.0%} of the read bandwidth"
+                )
                 table.add(
                     "c", f"{mix} {mode} decode batch 1{how} (target >= 50%)",
                     None if dry else share >= 0.5, detail,
