@@ -9,7 +9,8 @@ import inspect
 import msgspec
 import pytest
 
-from strata_client._resources import AsyncChatCompletions, AsyncCompletions, ChatCompletions, Completions
+from strata_client._async.resources import AsyncChatCompletions, AsyncCompletions
+from strata_client._sync.resources import ChatCompletions, Completions
 from strata_server.checks import NOT_IMPLEMENTED
 from strata_server.protocol import ChatCompletionRequest, CompletionRequest
 

@@ -257,6 +257,6 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def fake_async_sleep(seconds: float) -> None:
         waited.append(seconds)
 
-    monkeypatch.setattr("strata_client._client.time.sleep", waited.append)
-    monkeypatch.setattr("strata_client._client.asyncio.sleep", fake_async_sleep)
+    monkeypatch.setattr("strata_client._sync.client.time.sleep", waited.append)
+    monkeypatch.setattr("strata_client._async.client.asyncio.sleep", fake_async_sleep)
     return waited

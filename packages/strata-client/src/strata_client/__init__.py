@@ -3,8 +3,9 @@
 Depends on httpx and pydantic only; it never imports the engine or the server.
 """
 
+from ._async.client import AsyncStrataClient
+from ._async.streaming import AsyncStream
 from ._candidates import CandidateScore, CandidateScores
-from ._client import AsyncStrataClient, StrataClient
 from ._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -44,7 +45,8 @@ from ._models import (
     TokenizerInfo,
     Usage,
 )
-from ._streaming import AsyncStream, Stream
+from ._sync.client import StrataClient
+from ._sync.streaming import Stream
 from ._version import __version__
 
 __all__ = [

@@ -8,16 +8,12 @@ A ``json_schema`` with finitely many answers may stand for the candidates.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from pydantic import Field
 
-from ._base_client import Timeout, wire_body
 from ._logprobs import WireModel
 from ._models import Usage
-
-if TYPE_CHECKING:
-    from ._client import AsyncStrataClient, StrataClient
 
 SCORE_CANDIDATES_PATH = "/v1/score_candidates"
 
@@ -61,58 +57,3 @@ class CandidateScores(WireModel):
     def best(self) -> CandidateScore:
         """The most probable candidate (the first one on a tie)."""
         return max(self.candidates, key=lambda c: (c.normalized_logprob, -c.index))
-
-
-class Candidates:
-    """``client.candidates.score(...)``."""
-
-    def __init__(self, client: StrataClient) -> None:
-        self._client = client
-
-    def score(
-        self,
-        *,
-        prompt: str | list[int],
-        candidates: list[Candidate] | None = None,
-        json_schema: dict[str, Any] | None = None,
-        model: str | None = None,
-        top_logprobs: int | None = None,
-        return_tokens_as_token_ids: bool | None = None,
-        extra_body: dict[str, object] | None = None,
-        timeout: Timeout | None = None,
-    ) -> CandidateScores:
-        """Score each candidate as the continuation of ``prompt`` (one request, the prompt
-        computed once); ``top_logprobs=N`` also lists N alternatives at each candidate token.
-
-        Instead of ``candidates``, ``json_schema`` (an enum, a const, a boolean, or a closed
-        object of those) has the server score every answer it allows, as compact JSON text;
-        each score's ``value`` is that answer parsed."""
-        body = wire_body(locals())
-        reply = self._client._create(SCORE_CANDIDATES_PATH, body, timeout, CandidateScores, CandidateScores)
-        return cast(CandidateScores, reply)  # never streamed
-
-
-class AsyncCandidates:
-    """Async ``client.candidates.score(...)``; see ``Candidates.score``."""
-
-    def __init__(self, client: AsyncStrataClient) -> None:
-        self._client = client
-
-    async def score(
-        self,
-        *,
-        prompt: str | list[int],
-        candidates: list[Candidate] | None = None,
-        json_schema: dict[str, Any] | None = None,
-        model: str | None = None,
-        top_logprobs: int | None = None,
-        return_tokens_as_token_ids: bool | None = None,
-        extra_body: dict[str, object] | None = None,
-        timeout: Timeout | None = None,
-    ) -> CandidateScores:
-        """Score each candidate as the continuation of ``prompt``."""
-        body = wire_body(locals())
-        reply = await self._client._create(
-            SCORE_CANDIDATES_PATH, body, timeout, CandidateScores, CandidateScores
-        )
-        return cast(CandidateScores, reply)

@@ -1,0 +1,7 @@
+# Generated from strata_client/_async/__init__.py by scripts/unasync.py: do not edit.
+# Regenerate: python packages/strata-client/scripts/unasync.py
+"""The client's I/O: connection pool, resources, streams.
+
+``strata_client._async`` is the source; ``strata_client._sync`` is generated from it by
+``packages/strata-client/scripts/unasync.py``. Edit the async files, then regenerate.
+"""
