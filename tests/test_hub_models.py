@@ -52,6 +52,12 @@ class StandInHub:
         }
 
 
+def sibling(filename: str, data: bytes) -> dict[str, object]:
+    """A file's entry in the repo's listing with `?blobs=true`: every file served as an LFS file."""
+    lfs = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+    return {"rfilename": filename, "size": len(data), "lfs": lfs}
+
+
 def handler_for(hub: StandInHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -85,7 +91,7 @@ def handler_for(hub: StandInHub) -> type[BaseHTTPRequestHandler]:
                     "id": repo_id,
                     "sha": COMMIT,
                     "private": False,
-                    "siblings": [{"rfilename": f} for f in hub.repos[repo_id]],
+                    "siblings": [sibling(f, data) for f, data in hub.repos[repo_id].items()],
                 }
                 self.send(200, {"Content-Type": "application/json"}, json.dumps(info).encode(), body)
                 return
@@ -334,3 +340,64 @@ def test_the_cache_serves_when_the_hub_is_unreachable(hub: StandInHub, hub_env: 
     message = done.stderr.strip()
     assert message.startswith("ModelLoadError: cannot fetch acme/model-GGUF:Q8_0 from the Hub: ")
     assert "\n" not in message
+
+
+def _plant(path: Path, data: bytes) -> str:
+    """Put `data` in the Hub cache at the snapshot file `path` as huggingface_hub would have: a
+    blob named after its own sha256, the snapshot's link pointing at it."""
+    blobs = path.parents[2] / "blobs"  # models--o--r/snapshots/<commit>/<file>
+    sha = hashlib.sha256(data).hexdigest()
+    blobs.mkdir(parents=True, exist_ok=True)
+    (blobs / sha).write_bytes(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.symlink_to(blobs / sha)
+    return sha
+
+
+def test_a_planted_blob_named_after_its_own_sha256_is_refused(
+    hub: StandInHub, hub_env: dict[str, str]
+) -> None:
+    """A blob's name is no evidence: the bytes are checked against the Hub's listing (online) or
+    the sha256 Strata recorded when it fetched the file (offline)."""
+    hub.repos["acme/model-GGUF"] = QUANTS
+    done = resolve("acme/model-GGUF:Q8_0", hub_env)
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    real = hashlib.sha256(QUANTS["model-Q8_0.gguf"]).hexdigest()
+    for env, whose in (({**hub_env, "HF_HUB_OFFLINE": "1"}, "Strata recorded"), (hub_env, "the Hub says")):
+        planted = _plant(path, gguf_bytes("evil"))
+        done = resolve("acme/model-GGUF:Q8_0", env)
+        assert done.returncode != 0, f"a planted file was served ({whose})"
+        message = done.stderr.strip()
+        assert "\n" not in message and str(path) in message, message
+        assert f"has sha256 {planted}, {whose} {real}: refused and deleted from the cache" in message
+        assert not (path.parents[2] / "blobs" / planted).exists()
+
+
+def test_a_changed_file_with_its_mtime_set_back_is_caught(hub: StandInHub, hub_env: dict[str, str]) -> None:
+    """What was verified is remembered by inode, size, mtime and ctime: same-size bytes written
+    with the old mtime put back (utime) still move the ctime, so the file is hashed again."""
+    hub.repos["acme/model-GGUF"] = QUANTS
+    done = resolve("acme/model-GGUF:Q4_K_M", hub_env)
+    assert done.returncode == 0, done.stderr
+    blob = Path(done.stdout.strip()).resolve()
+    before = blob.stat()
+    blob.write_bytes(QUANTS["model-Q4_K_M.gguf"][:-1] + b"!")
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (blob.stat().st_size, blob.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    done = resolve("acme/model-GGUF:Q4_K_M", {**hub_env, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0 and "refused and deleted" in done.stderr, done.stderr
+
+
+def test_offline_a_file_strata_never_checked_is_refused(hub_env: dict[str, str], tmp_path: Path) -> None:
+    """A file in the Hub cache that another tool put there has no sha256 recorded by Strata: offline
+    there is nothing trustworthy to check it against, so it is refused, saying what to do."""
+    repo = tmp_path / "hf" / "hub" / "models--acme--model-GGUF"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    _plant(repo / "snapshots" / COMMIT / "model-Q4_K_S.gguf", QUANTS["model-Q4_K_S.gguf"])
+    done = resolve("acme/model-GGUF:Q4_K_S", {**hub_env, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0, "a file Strata never checked was served offline"
+    assert "Strata has no sha256 recorded for acme/model-GGUF/model-Q4_K_S.gguf" in done.stderr
+    assert "fetch it once with the Hub reachable" in done.stderr and "\n" not in done.stderr.strip()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from strata_engine.kernels.native import NativeUnavailable, compiler
+from strata_engine.kernels.native.build import BUILDING
 
 BUILD = "from strata_engine.kernels.native import load; load('portable')"
 
@@ -30,7 +31,7 @@ def test_a_build_killed_midway_leaves_no_library_half_written(tmp_path: Path) ->
     try:
         deadline = time.monotonic() + 60
         # the CPU probe is built first; then the kernels compile in a temporary directory
-        while not (any(build.glob("strata_cpu_features_*.so")) and any(build.glob("tmp*"))):
+        while not (any(build.glob("strata_cpu_features_*.so")) and any(build.glob(f"{BUILDING}*"))):
             assert child.poll() is None and time.monotonic() < deadline, "the kernel build never started"
             time.sleep(0.05)
         time.sleep(1.0)  # the compiler is at work

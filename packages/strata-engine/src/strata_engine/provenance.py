@@ -1,9 +1,11 @@
 """What decides a reply's bits besides the request: the model file's sha256 and the arithmetic.
 
 `model_sha256` hashes a GGUF once, streaming, and remembers the digest under
-`STRATA_HOME/hashes`, keyed by the file's resolved path, size and modification time (hashing
-a multi-GB file at every start would cost seconds; a changed file has a new size or mtime and
-is hashed again). `arithmetic` names the kernels' arithmetic, which is what the bits depend
+`STRATA_HOME/hashes`, keyed by the file's resolved path, device, inode, size, modification time
+and status-change time (hashing a multi-GB file at every start would cost seconds). Any write
+to the file moves its ctime, which no one but root can set back (an mtime can be, with utime),
+so a changed file is always hashed again. An entry is read only from a private folder and only
+when this user alone could have written it (paths.untrusted). `arithmetic` names the kernels' arithmetic, which is what the bits depend
 on: every CPU target of the native kernels (AVX-512, AVX2, NEON, plain C) computes the same
 bits, so they share one name, and the host's CPU never enters it.
 """
@@ -11,12 +13,10 @@ bits, so they share one name, and the host's CPU never enters it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 from pathlib import Path
 
-from strata_engine.paths import strata_home
+from strata_engine.paths import UntrustedPath, read_record, save_record, strata_dir
 
 KERNEL_MODES = (
     "fp32",
@@ -30,24 +30,32 @@ DIGEST_CHARS = 64
 
 
 def hash_cache_dir() -> Path:
-    return strata_home() / "hashes"
+    """STRATA_HOME/hashes, checked as all of STRATA_HOME is (UntrustedPath when it fails)."""
+    return strata_dir("hashes", "the hash cache")
 
 
-def _cache_entry(path: Path) -> tuple[Path, dict[str, object]]:
-    """Where a file's digest is remembered, and the key it must match there."""
+def _file_key(path: Path) -> dict[str, object]:
+    """What must be unchanged for a remembered digest to still be the file's."""
     resolved = path.resolve()
     stat = resolved.stat()
-    key: dict[str, object] = {"path": str(resolved), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    name = hashlib.sha256(str(resolved).encode()).hexdigest()[:32]
-    return hash_cache_dir() / f"{name}.json", key
+    return {
+        "path": str(resolved),
+        "dev": stat.st_dev,
+        "ino": stat.st_ino,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+    }
+
+
+def _entry_name(key: dict[str, object]) -> str:
+    return hashlib.sha256(str(key["path"]).encode()).hexdigest()[:32] + ".json"
 
 
 def _cached(entry: Path, key: dict[str, object]) -> str | None:
-    try:
-        saved = json.loads(entry.read_text())
-    except (OSError, ValueError):
+    if (saved := read_record(entry)) is None:
         return None
-    digest = saved.get("sha256") if isinstance(saved, dict) else None
+    digest = saved.get("sha256")
     if not isinstance(digest, str) or len(digest) != DIGEST_CHARS:
         return None
     if any(saved.get(k) != v for k, v in key.items()):
@@ -67,22 +75,30 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 def model_sha256(path: str | os.PathLike[str]) -> str:
     """The model file's sha256, from the cache when the file is unchanged, else hashed and saved.
 
-    A cache that cannot be written (read-only home) only costs the hash at the next start.
+    A cache that cannot be written (read-only home) or is refused (another user's) only costs
+    the hash at each start.
     """
-    entry, key = _cache_entry(Path(path))
-    if (digest := _cached(entry, key)) is not None:
+    key = _file_key(Path(path))
+    try:
+        folder: Path | None = hash_cache_dir()
+    except (OSError, UntrustedPath):
+        folder = None
+    if folder is not None and (digest := _cached(folder / _entry_name(key), key)) is not None:
         return digest
     digest = file_sha256(path)
-    if _cache_entry(Path(path))[1] != key:  # changed while being read: do not remember it
-        return digest
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=entry.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sha256": digest}, tmp)
-        os.replace(tmp.name, entry)
-    except OSError:
-        pass
+    if _file_key(Path(path)) == key:  # changed while being read: do not remember it
+        record_sha256(path, digest, key)
     return digest
+
+
+def record_sha256(path: str | os.PathLike[str], digest: str, key: dict[str, object] | None = None) -> None:
+    """Remember `digest` as the sha256 of `path` as it is now (`key`: as it was when hashed), so
+    a file whose bytes were just checked (a download) is not hashed again at the next start."""
+    key = key or _file_key(Path(path))
+    try:
+        save_record(hash_cache_dir() / _entry_name(key), {**key, "sha256": digest})
+    except (OSError, UntrustedPath):
+        pass
 
 
 def arithmetic(kernels: str) -> str:

@@ -5,8 +5,9 @@ library for each instruction set: avx512, avx2 (+FMA), neon (AArch64) and portab
 the CPU can run is used. The CPU is asked through a tiny probe library (cpu_features.c:
 cpuid via the compiler's builtins), not by reading /proc/cpuinfo. The kernels build in seconds
 with the system compiler and needs no torch headers, into a private cache
-(build.py: only libraries this user built are loaded). Every function, type code and struct the
-library exports is declared once, in strata_kernels.h, and bound from it (header.py).
+(build.py: only libraries this user built are loaded, from the descriptor that was checked).
+Every function, type code and struct the library exports is declared once, in
+strata_kernels.h, and bound from it (header.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import os
 from functools import cache
 from pathlib import Path
 
-from strata_engine.kernels.native.build import BASE_FLAGS, NativeUnavailable, build_library, compiler
+from strata_engine.kernels.native.build import (
+    BASE_FLAGS,
+    NativeUnavailable,
+    build_library,
+    compiler,
+    load_checked,
+)
 from strata_engine.kernels.native.header import INTERFACE
 
 __all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targets", "targets_to_test"]
@@ -70,7 +77,7 @@ def compile_library(sources: list[Path], flags: list[str], name: str) -> Path:
 
 @cache
 def cpu_features() -> int:
-    lib = ctypes.CDLL(str(compile_library([PROBE], [], "strata_cpu_features")))
+    lib = load_checked(compile_library([PROBE], [], "strata_cpu_features"))
     INTERFACE.bind(lib, PROBE_FUNCTIONS)
     return int(lib.strata_cpu_features())
 
@@ -92,7 +99,7 @@ def targets_to_test() -> list[str]:
 
 @cache
 def _load_target(target: str) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(compile_library(list(SOURCES), TARGETS[target][1], f"strata_kernels_{target}")))
+    lib = load_checked(compile_library(list(SOURCES), TARGETS[target][1], f"strata_kernels_{target}"))
     INTERFACE.bind(lib, [name for name in INTERFACE.functions if name not in PROBE_FUNCTIONS])
     built = lib.strata_target().decode()
     if built != target:

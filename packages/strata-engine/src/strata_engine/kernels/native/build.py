@@ -4,27 +4,29 @@ A shared library is code: loading one that someone else could have written runs 
 the engine. So the cache directory is created 0700 and must belong to this user (a directory
 another user owns, or that others can write to, is refused: the kernels are then unavailable,
 with the reason); each library is written 0600 and checked before it is loaded (a regular file,
-owned by this user, writable by no one else). A library that fails the check is never loaded:
-it is rebuilt in its place. The compiler runs under a time limit, so a compiler that hangs
-costs a bounded wait and a clear NativeUnavailable, not a server that never starts.
+owned by this user, writable by no one else), and loaded from the descriptor that was checked
+(load_checked). A library that fails the check is never loaded: it is rebuilt in its place.
+Processes started at once take turns on a lock in the cache, so one builds and the others load
+its library. The compiler runs under a time limit, so a compiler that hangs costs a bounded
+wait and a clear NativeUnavailable, not a server that never starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
 import platform
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from strata_engine.paths import strata_home
+from strata_engine.paths import UntrustedPath, locked, strata_dir, untrusted
 
 logger = logging.getLogger("strata_engine")
 
@@ -33,6 +35,7 @@ BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-shared
 OPENMP = ["-fopenmp"]
 TIMEOUT_ENV = "STRATA_KERNELS_COMPILE_TIMEOUT"  # seconds one compiler run may take
 DEFAULT_TIMEOUT_S = 300.0  # the kernels take seconds; a slow, loaded machine a minute or two
+BUILDING = ".building-"  # the prefix of a build's temporary folder in the cache
 
 
 class NativeUnavailable(RuntimeError):
@@ -82,38 +85,42 @@ def _run(cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]
 
 
 def cache_dir() -> Path:
-    """The build cache (STRATA_HOME/build), created 0700; refused unless this user owns it and
-    no one else can write to it."""
-    path = strata_home() / "build"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The build cache (STRATA_HOME/build), checked as all of STRATA_HOME is (paths.private_dir)."""
     try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise NativeUnavailable(f"the kernel cache {path} is not a directory (a link or a file): remove it")
-    if info.st_uid != os.geteuid():
-        raise NativeUnavailable(
-            f"the kernel cache {path} belongs to user id {info.st_uid}, not this user ({os.geteuid()}): "
-            "libraries in it cannot be trusted; set STRATA_HOME to a directory of your own"
-        )
-    if info.st_mode & 0o077:  # ours, but others may read or write it (an older build made it so)
-        path.chmod(0o700)
-    return path
+        return strata_dir("build", "the kernel cache")
+    except UntrustedPath as exc:
+        raise NativeUnavailable(str(exc)) from None
 
 
-def untrusted(lib: Path) -> str | None:
-    """Why the library file `lib` must not be loaded, or None when this user alone could have
-    written it (a regular file, owned by this user, writable by no one else)."""
-    info = lib.lstat()
-    if not stat.S_ISREG(info.st_mode):
-        return "it is not a regular file"
-    if info.st_uid != os.geteuid():
-        return f"it belongs to user id {info.st_uid}, not this user ({os.geteuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others can write to it (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+def _trusted(target: Path) -> bool:
+    """Whether the cached library `target` is there and may be loaded (else it is built again)."""
+    if not (target.exists() or target.is_symlink()):
+        return False
+    reason = untrusted(target.lstat())
+    if reason is not None:
+        logger.warning("not loading the cached kernels %s: %s; building them again", target, reason)
+    return reason is None
+
+
+def load_checked(lib: Path) -> ctypes.CDLL:
+    """The library at `lib`, loaded from the descriptor whose fstat passed `untrusted`: a file put
+    at `lib` after the check is never the one loaded. Without /proc (macOS) it is loaded by path
+    and refused unless the path still names the file checked."""
+    fd = os.open(lib, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        checked = os.fstat(fd)
+        reason = untrusted(checked)
+        if reason is not None:
+            raise NativeUnavailable(f"not loading the kernels {lib}: {reason}")
+        if os.path.isdir("/proc/self/fd"):
+            return ctypes.CDLL(f"/proc/self/fd/{fd}")
+        loaded = ctypes.CDLL(str(lib))
+        now = os.stat(lib)
+        if (now.st_dev, now.st_ino) != (checked.st_dev, checked.st_ino):
+            raise NativeUnavailable(f"the kernels {lib} were replaced while being loaded")
+        return loaded
+    finally:
+        os.close(fd)
 
 
 def build_library(
@@ -131,18 +138,33 @@ def build_library(
         key.update(part + b"\0")
     key.update(f"{cc}\0{banner}\0{platform.system()}\0{platform.machine()}".encode())
     target = cache_dir() / f"{name}_{key.hexdigest()[:16]}.so"
-    if target.exists() or target.is_symlink():
-        reason = untrusted(target)
-        if reason is None:
+    if _trusted(target):
+        return target
+    with locked(target.parent, "build"):  # one build for processes started at once
+        if _trusted(target):  # another process built it while this one waited
             return target
-        logger.warning("not loading the cached kernels %s: %s; building them again", target, reason)
+        _remove_leftovers(target.parent)
+        return _compile(cc, sources, flags, name, target, warn_serial)
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Temporary build folders of builds killed midway (only the lock's holder builds, so any
+    there now is a dead process's)."""
+    for leftover in folder.glob(f"{BUILDING}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _compile(
+    cc: str, sources: list[Path], flags: list[str], name: str, target: Path, warn_serial: bool
+) -> Path:
+    """Compile into a temporary folder beside `target`, then rename into place whole."""
     if warn_serial:  # the kernels themselves (not the small CPU probe): the first start waits here
         logger.info("compiling the kernels for this CPU (once, about 20 s): %s", target.name)
     errors: list[str] = []
     timeout = compile_timeout()
     # OpenMP first; without it (e.g. Apple clang has no libomp) the kernels run on one thread
     for extra in (OPENMP, []):
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        with tempfile.TemporaryDirectory(prefix=BUILDING, dir=target.parent) as tmp:
             out = Path(tmp) / target.name
             cmd = [cc, *BASE_FLAGS, *extra, *flags, *map(str, sources), "-o", str(out), "-lm"]
             try:
