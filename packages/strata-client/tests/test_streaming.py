@@ -149,7 +149,9 @@ def test_an_error_event_with_a_string_code_takes_its_status_from_the_type(client
     assert (info.value.status_code, info.value.param) == (400, "stop")
 
 
-@pytest.mark.parametrize(("code", "status"), [("timeout", 504), ("engine_unavailable", 503)])
+@pytest.mark.parametrize(
+    ("code", "status"), [("timeout", 504), ("engine_unavailable", 503), ("out_of_memory", 503)]
+)
 def test_strata_codes_mid_stream_keep_their_documented_status(client, mock, make_sse, code, status):
     """The server's own frame (type "server_error", a string code): the status the same failure
     has as a whole reply, not a 500 (end to end: tests/test_client_stream_errors.py)."""

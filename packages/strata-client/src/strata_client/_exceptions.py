@@ -208,6 +208,7 @@ _STATUS_BY_ERROR_TYPE = {
 _STATUS_BY_ERROR_CODE = {
     "timeout": 504,
     "engine_unavailable": 503,
+    "out_of_memory": 503,
     "replica_unavailable": 503,
     "shutting_down": 503,
     "queue_full": 429,

@@ -3,6 +3,7 @@
 from strata_engine.api import (
     EngineError,
     EngineEvent,
+    EngineOutOfMemory,
     ErrorCode,
     LogprobParams,
     LogprobRow,
@@ -20,6 +21,7 @@ __all__ = [
     "AsyncEngine",
     "EngineError",
     "EngineEvent",
+    "EngineOutOfMemory",
     "ErrorCode",
     "LLMEngine",
     "LogprobParams",

@@ -192,5 +192,11 @@ class EngineUnavailable(EngineError):
     and every later one fails with it until the server is restarted; not the caller's fault."""
 
 
+class EngineOutOfMemory(EngineError):
+    """A step could not allocate the memory it needed: the requests in it fail with this, the
+    engine goes on with the next ones. Not the caller's fault and passing: a server answers 503
+    with Retry-After (the same request may fit once others have finished)."""
+
+
 class ModelLoadError(EngineError):
     """The model file cannot be loaded (unsupported architecture or weight type, bad file)."""

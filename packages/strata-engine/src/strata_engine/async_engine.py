@@ -18,7 +18,7 @@ from typing import Any
 
 from strata_engine.api import DEFAULT_CHAT, ChatOptions, EngineError, EngineEvent, Request
 from strata_engine.chat_template import ChatTemplate
-from strata_engine.engine import LLMEngine
+from strata_engine.engine import LLMEngine, is_out_of_memory, out_of_memory
 from strata_engine.output import RequestStream
 from strata_engine.tokenizer import Tokenizer
 
@@ -177,7 +177,10 @@ class AsyncEngine:
                 self.engine.step()
             except Exception as exc:  # a bug must not wedge the engine: fail what is in flight, go on
                 log.exception("engine step failed")
-                self.engine.fail_all(EngineError(f"internal engine error: {exc}"))
+                oom = is_out_of_memory(exc)  # a passing fault (503), not a bug (500)
+                self.engine.fail_all(
+                    out_of_memory(exc) if oom else EngineError(f"internal engine error: {exc}")
+                )
 
     def shutdown(self) -> None:
         self._stopped = True

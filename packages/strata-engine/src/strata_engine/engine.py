@@ -8,6 +8,7 @@ add -> step -> output). `async_engine.AsyncEngine` runs this loop on a worker th
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from strata_engine.api import (
     ChatOptions,
     EngineError,
     EngineEvent,
+    EngineOutOfMemory,
     EngineUnavailable,
     FinishReason,
     PromptScores,
@@ -43,9 +45,9 @@ from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops
 from strata_engine.logprobs import Row, build_row
 from strata_engine.model import Transformer
-from strata_engine.model_runner import ModelRunner
+from strata_engine.model_runner import ModelRunner, RowRef
 from strata_engine.output import RequestStream
-from strata_engine.scheduler import Scheduler
+from strata_engine.scheduler import Scheduler, Work
 from strata_engine.scoring import CandidateScore, candidate_requests, candidate_scores
 from strata_engine.sequence import Sequence, Status
 from strata_engine.structured import Guides
@@ -57,6 +59,19 @@ log = logging.getLogger("strata_engine")
 
 BLOCK_SIZE = 16
 KV_BYTES_PER_FLOAT = 4
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A failed allocation: Python's and numpy's MemoryError, the C kernels' `KernelOutOfMemory`,
+    or torch's OutOfMemoryError (a GPU's), without importing torch where it is not loaded."""
+    torch_oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    return isinstance(exc, MemoryError) or (torch_oom is not None and isinstance(exc, torch_oom))
+
+
+def out_of_memory(exc: BaseException) -> EngineOutOfMemory:
+    """A failed allocation as the engine's error, saying what could not be allocated."""
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return EngineOutOfMemory(detail if detail.startswith("out of memory") else f"out of memory: {detail}")
 
 
 class LLMEngine:
@@ -204,7 +219,10 @@ class LLMEngine:
             return
         except Exception as exc:
             if not self.tp.active:
-                raise
+                if not is_out_of_memory(exc):
+                    raise
+                self._fail_step(work, exc)  # only this step's requests; the engine goes on
+                return
             # this rank left the others mid-step: they wait in a collective it will never join
             self._fail_for_good(
                 EngineUnavailable(f"tensor-parallel step failed: {type(exc).__name__}: {exc}")
@@ -212,25 +230,40 @@ class LLMEngine:
             return
         for w in work:
             w.seq.num_computed = w.end
-            self.blocks.register(w.seq)
-        for ref, lp in zip(rows, lps, strict=True):
-            seq = ref.work.seq
-            if seq.status is Status.FINISHED:  # failed on an earlier row of this step
-                continue
-            try:
-                if ref.scores_prompt and seq.prompt_rows is not None:
-                    seq.prompt_rows.append(
-                        build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs, prompt=True)
-                    )
-                if ref.samples:
-                    self._advance(seq, lp)
-            except RequestError as exc:  # the request's own fault (a grammar past llguidance's limits)
-                self.scheduler.finish(seq)
-                seq.output.fail(exc)
-            except Exception as exc:  # one request's bug (sampling, listing, text) fails it alone
-                log.exception("request failed while processing its step; the others go on")
-                self.scheduler.finish(seq)
-                seq.output.fail(EngineError(f"internal engine error: {type(exc).__name__}: {exc}"))
+            self.blocks.register(w.seq)  # the KV is written: the kernels' allocations were checked
+        done = 0
+        try:
+            for ref, lp in zip(rows, lps, strict=True):  # each row's logits computed as it is read
+                self._deliver(ref, lp)
+                done += 1
+        except Exception as exc:
+            if self.tp.active or not is_out_of_memory(exc):
+                raise
+            self._fail_step([ref.work for ref in rows[done:]], exc)  # rows not delivered: their requests
+
+    def _deliver(self, ref: RowRef, lp: Row) -> None:
+        """One row to its request: a prompt row kept, or the next token sampled and sent."""
+        seq = ref.work.seq
+        if seq.status is Status.FINISHED:  # failed on an earlier row of this step
+            return
+        try:
+            if ref.scores_prompt and seq.prompt_rows is not None:
+                seq.prompt_rows.append(
+                    build_row(lp, seq.token_ids[ref.position + 1], seq.request.logprobs, prompt=True)
+                )
+            if ref.samples:
+                self._advance(seq, lp)
+        except RequestError as exc:  # the request's own fault (a grammar past llguidance's limits)
+            self.scheduler.finish(seq)
+            seq.output.fail(exc)
+        except Exception as exc:  # one request's bug (sampling, listing, text) fails it alone
+            log.exception("request failed while processing its step; the others go on")
+            self.scheduler.finish(seq)
+            seq.output.fail(
+                out_of_memory(exc)
+                if is_out_of_memory(exc)
+                else EngineError(f"internal engine error: {type(exc).__name__}: {exc}")
+            )
 
     def _advance(self, seq: Sequence, lp: Row) -> None:
         """The sequence is fully computed: send prompt scores once, then sample the next token."""
@@ -272,6 +305,16 @@ class LLMEngine:
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
         seq.output.finish()
+
+    def _fail_step(self, work: list[Work], exc: BaseException) -> None:
+        """A step that could not get its memory: its requests fail (their blocks freed), the
+        waiting ones and the engine go on."""
+        log.error("engine step out of memory, its %d requests failed: %s", len(work), exc)
+        error = out_of_memory(exc)
+        for seq in dict.fromkeys(w.seq for w in work):
+            if seq.status is not Status.FINISHED:
+                self.scheduler.finish(seq)
+                seq.output.fail(error)
 
     def fail_all(self, error: EngineError) -> None:
         """End every request in flight with `error` (after an unexpected failure in a step)."""

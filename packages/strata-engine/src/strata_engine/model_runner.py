@@ -107,6 +107,9 @@ class ModelRunner:
         hidden = None if graphs is None else graphs.forward(self.model, step_ids, meta, self.kv)
         if hidden is None:
             hidden = self.model.forward(step_ids, meta, self.kv)
+        if (check := getattr(self.model.ops, "check_allocations", None)) is not None:
+            check()  # a layer the C kernels could not allocate for left its KV unwritten: fail here,
+            # before the engine registers these blocks for reuse (NativeOps.check_allocations)
         return rows, self._logprobs(hidden, np.array(select, dtype=np.int64), rows)
 
     def _logprobs(self, hidden: Array, select: np.ndarray, refs: list[RowRef]) -> Iterator[Row]:

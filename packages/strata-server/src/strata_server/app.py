@@ -19,7 +19,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
-from strata_engine.api import EngineUnavailable, RequestError
+from strata_engine.api import EngineOutOfMemory, EngineUnavailable, RequestError
 from strata_engine.api import Request as EngineRequest
 from strata_engine.protocol import ChoiceStream, EngineClient
 from strata_server.browsers import allowed_hosts_middleware, require_json
@@ -28,7 +28,7 @@ from strata_server.chat import chat_complete, chat_plan, stream_chat
 from strata_server.completions import complete, completion_plan, stream_completion
 from strata_server.context import ServerContext, ServerSettings, new_request_id
 from strata_server.disconnect import ClientDisconnected, until_disconnect
-from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, error_body, unavailable
+from strata_server.errors import EXCEPTION_HANDLERS, ApiError, engine_refusal, error_body, server_fault
 from strata_server.formatting import SSE_DONE, sse
 from strata_server.info import health as health_body
 from strata_server.info import models
@@ -115,9 +115,9 @@ async def _errors_in_stream(
     try:
         async for chunk in chunks:
             yield chunk
-    except (ApiError, RequestError, EngineUnavailable) as exc:
-        if isinstance(exc, EngineUnavailable):
-            error = unavailable(exc)
+    except (ApiError, RequestError, EngineUnavailable, EngineOutOfMemory) as exc:
+        if isinstance(exc, EngineUnavailable | EngineOutOfMemory):
+            error = server_fault(exc)
         else:
             error = exc if isinstance(exc, ApiError) else refusal(exc)
         yield sse(error_body(error.message, error.status, error.param, error.code, request_id))

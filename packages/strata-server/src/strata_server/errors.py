@@ -15,7 +15,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
-from strata_engine.api import EngineUnavailable, RequestError
+from strata_engine.api import EngineOutOfMemory, EngineUnavailable, RequestError
 from strata_server.request_log import current_request_id
 
 log = logging.getLogger("strata_server")
@@ -50,6 +50,9 @@ WIRE_PARAMS: dict[str, str | None] = {
     "logprobs.renormalize_over": "allowed_token_ids",
     "logprobs.named_ids": "logprob_token_ids",
 }
+
+
+OUT_OF_MEMORY_RETRY_S = 2  # the memory a failed step wanted frees as the requests beside it end
 
 
 class ApiError(Exception):
@@ -136,6 +139,27 @@ def unavailable(exc: EngineUnavailable) -> ApiError:
     return ApiError(str(exc), status=503, code="engine_unavailable")
 
 
+def out_of_memory(exc: EngineOutOfMemory) -> ApiError:
+    """A step that could not allocate as a 503 with Retry-After: the server goes on serving, and
+    the same request may fit once the requests beside it have ended."""
+    return ApiError(
+        f"The server ran out of memory computing this request ({exc}). Retry after "
+        f"{OUT_OF_MEMORY_RETRY_S} s, or send less at once (a shorter prompt, fewer prompts, a smaller n).",
+        status=503,
+        code="out_of_memory",
+        headers={"Retry-After": str(OUT_OF_MEMORY_RETRY_S)},
+    )
+
+
+def handle_out_of_memory(request: Request, exc: EngineOutOfMemory) -> Response:
+    return handle_api_error(request, out_of_memory(exc))
+
+
+def server_fault(exc: EngineUnavailable | EngineOutOfMemory) -> ApiError:
+    """The engine's passing or lasting faults (not the caller's, not a bug) as their 503s."""
+    return out_of_memory(exc) if isinstance(exc, EngineOutOfMemory) else unavailable(exc)
+
+
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     """Litestar's own refusals (unknown route, wrong method, body too large) in our envelope."""
     status = exc.status_code
@@ -159,6 +183,7 @@ EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {
     ApiError: handle_api_error,
     RequestError: handle_engine_refusal,
     EngineUnavailable: handle_engine_unavailable,
+    EngineOutOfMemory: handle_out_of_memory,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }
