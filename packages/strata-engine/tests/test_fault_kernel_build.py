@@ -42,3 +42,25 @@ def test_a_build_killed_midway_leaves_no_library_half_written(tmp_path: Path) ->
     assert not [lib for lib in libraries if lib.name.startswith("strata_kernels_portable")], libraries
     for lib in libraries:  # what is there (the CPU probe, built first) is whole
         ctypes.CDLL(str(lib))
+
+
+def test_two_processes_started_at_once_make_one_build(tmp_path: Path) -> None:
+    """Both load the CPU probe; a lock in STRATA_HOME/build lets one compile while the other waits
+    and then loads that library (a compiler that logs each build and takes a second of its own)."""
+    cc, _ = compiler()
+    log, wrapper = tmp_path / "builds.log", tmp_path / "cc"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$*" in *" -o "*) echo build >> {log}; sleep 1;; esac\nexec {cc} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {**os.environ, "STRATA_HOME": str(tmp_path / "home"), "CC": str(wrapper)}
+    probe = "from strata_engine.kernels.native import cpu_features; print(cpu_features())"
+    children = [
+        subprocess.Popen([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    answers = [child.communicate(timeout=120)[0] for child in children]
+    assert [child.returncode for child in children] == [0, 0]
+    assert answers[0] == answers[1]
+    assert log.read_text().splitlines() == ["build"]
+    assert len(list((tmp_path / "home" / "build").glob("strata_cpu_features_*.so"))) == 1

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,40 @@ def test_every_kernel_file_is_in_the_build_key(home: Path, tmp_path: Path, monke
     finally:
         build.compiler.cache_clear()
     assert len(names) == 1 + len(sources) + len(headers)
+
+
+def test_a_library_swapped_in_after_its_check_is_not_loaded(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library is loaded from the descriptor whose fstat was checked, not reopened by path:
+    one put at the checked path afterwards (here: one anyone can write) is refused, not run."""
+    _probe()
+    planted = _planted(tmp_path)
+    planted.chmod(0o666)
+    checked = native.build_library
+
+    def check_then_swap(*args: Any, **kwargs: Any) -> Path:
+        lib = checked(*args, **kwargs)
+        os.replace(planted, lib)  # between the check and the load
+        return lib
+
+    monkeypatch.setattr(native, "build_library", check_then_swap)
+    native.cpu_features.cache_clear()
+    try:
+        with pytest.raises(NativeUnavailable, match="others can write to it"):
+            native.cpu_features()
+    finally:
+        native.cpu_features.cache_clear()
+
+
+def test_a_strata_home_another_user_owns_gives_no_kernels(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STRATA_HOME itself is checked as build/ is (paths.private_dir), before anything in it."""
+    _probe()
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+    with pytest.raises(
+        NativeUnavailable, match=f"^STRATA_HOME {home} belongs to user id {me}, not this user"
+    ):
+        _probe()

