@@ -1,4 +1,8 @@
-"""Memory faults over HTTP, on the real server and the default model (issue 43).
+"""Memory faults on the real server and the default model (issue 43).
+
+A model whose weights and one full context of KV cache do not fit in the memory available is
+refused at start with one line giving the three numbers (`STRATA_MEMORY_LIMIT` stands for a
+small machine: a real cgroup limit needs privileges a test does not have).
 
 A step whose memory cannot be allocated is a 503 with Retry-After for the requests in it, and
 the server goes on serving the same bits. The allocation really fails: the server's address
@@ -8,7 +12,9 @@ is warm, with glibc's one arena (MALLOC_ARENA_MAX=1) so no thread has reserved r
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +28,6 @@ from strata_server.launch import server_process
 HEADROOM_BYTES = 4 * 2**20
 LONG_PROMPT = {"prompt": "hi " * 300, "max_tokens": 2, "temperature": 0, "logprobs": 1}
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="prlimit and /proc are Linux's")
-
 
 def _address_space(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -32,6 +36,7 @@ def _address_space(pid: int) -> int:
     raise AssertionError("no VmSize in /proc/PID/status")
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="prlimit and /proc are Linux's")
 def test_out_of_memory_in_a_step_is_a_503_and_the_server_goes_on(server_url: str) -> None:
     args = ("--model", "default", "--parallel", "2", "--log-level", "warning")
     with server_process(*args, env={"MALLOC_ARENA_MAX": "1"}) as server:
@@ -57,3 +62,42 @@ def test_out_of_memory_in_a_step_is_a_503_and_the_server_goes_on(server_url: str
     alone = httpx.post(f"{server_url}/v1/completions", json=LONG_PROMPT, timeout=60)
     # nothing of the failed step was kept: the prefix cache holds no unwritten KV
     assert again.status_code == 200 and again.json()["choices"] == alone.json()["choices"], log[-3000:]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def test_a_model_that_does_not_fit_in_memory_is_refused_with_the_numbers(engine_model_path: Path) -> None:
+    """The weights and one full context of KV (the default model's 8,192 tokens) against
+    STRATA_MEMORY_LIMIT: one line, exit 1, before the kernels are built or a weight is read."""
+    import gguf
+
+    reader = gguf.GGUFReader(engine_model_path)  # an independent reader's sizes
+    weights = sum(int(t.n_bytes) for t in reader.tensors)
+    field = {name: int(f.parts[-1][0]) for name, f in reader.fields.items() if name.startswith("llama.")}
+    ctx, head_dim = (
+        field["llama.context_length"],
+        field["llama.embedding_length"] // field["llama.attention.head_count"],
+    )
+    kv = (
+        (ctx // 16 + 1)
+        * 16
+        * 2
+        * field["llama.block_count"]
+        * field["llama.attention.head_count_kv"]
+        * head_dim
+        * 4
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "strata_server", "--model", str(engine_model_path), "--port", "0"],
+        env={**os.environ, "STRATA_MEMORY_LIMIT": "200M"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not fit in memory" in lines[0], done.stderr[-2000:]
+    for number in (_mib(weights), _mib(kv), "200.0 MiB", "8,192-token", "STRATA_MEMORY_LIMIT"):
+        assert number in lines[0], (number, lines[0])

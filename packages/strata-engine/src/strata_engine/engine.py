@@ -42,8 +42,9 @@ from strata_engine.gguf_checks import (
     check_tensors_read,
 )
 from strata_engine.gguf_loader import GGUFFile
-from strata_engine.kernels.choice import make_ops
+from strata_engine.kernels.choice import make_ops, on_cpu
 from strata_engine.logprobs import Row, build_row
+from strata_engine.memory import check_fits
 from strata_engine.model import Transformer
 from strata_engine.model_runner import ModelRunner, RowRef
 from strata_engine.output import RequestStream
@@ -102,6 +103,11 @@ class LLMEngine:
         check_keys_read(meta, cfg.arch, tokenizer=False)
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
+        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
+        min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
+        if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
+            weights = sum(t.data.nbytes for t in gguf.tensors.values())
+            check_fits(Path(path).name, weights, min_blocks * per_block, self.ctx_size)
         self.ops = make_ops(kernels, device, num_threads)
         # IEEE default float modes around each step, whatever other code in the process set
         # (the native kernels' NativeOps.ieee_floats; other ops run as the process is)
@@ -132,8 +138,6 @@ class LLMEngine:
         self.vocab_size = self.model.embedding.out_features  # == cfg.vocab_size (check_shapes)
         self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
         self.guides.load()  # llguidance's vocabulary holds the GIL: built before ready, not on a request
-        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
-        min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE)
         self.num_steps = 0

@@ -31,6 +31,11 @@ OPT_IN_KERNELS = ("native-q8", "native-limb3", "native-limb2")  # on the CPU unl
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
+def on_cpu(kernels: str, device: str) -> bool:
+    """Whether `make_ops(kernels, device)` runs the model in host memory (not on a GPU)."""
+    return not (device == "cuda" or (device == "auto" and kernels not in OPT_IN_KERNELS and cuda_present()))
+
+
 def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None = None) -> Ops:
     """The backend for `kernels` (one of KERNEL_CHOICES) on `device` (auto | cpu | cuda).
 
@@ -41,7 +46,7 @@ def make_ops(kernels: str = "auto", device: str = "cpu", num_threads: int | None
         raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, not {kernels!r}")
     if device not in DEVICE_CHOICES:
         raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)}, not {device!r}")
-    if device == "cuda" or (device == "auto" and kernels not in OPT_IN_KERNELS and cuda_present()):
+    if not on_cpu(kernels, device):
         # the same arithmetic on the GPU: the integer matmul (1 limb: q8's), or fp32 (native-fp32, torch)
         if kernels in ("native-fp32", "torch"):
             return triton_ops(None)
