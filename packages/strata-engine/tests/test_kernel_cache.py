@@ -249,3 +249,14 @@ def test_a_strata_home_another_user_owns_gives_no_kernels(
         NativeUnavailable, match=f"^STRATA_HOME {home} belongs to user id {me}, not this user"
     ):
         _probe()
+
+
+def test_each_library_loaded_from_its_descriptor_is_itself(home: Path, tmp_path: Path) -> None:
+    """Two libraries loaded one after the other in one process are two libraries: the second is
+    not answered with the first (the loader knows each by the descriptor name it came from)."""
+    probe = build.load_checked(_probe())
+    src = tmp_path / "other.c"
+    src.write_text("int strata_other(void) { return 7; }\n")
+    other = build.load_checked(build.build_library([src], [], [], "other", warn_serial=False))
+    assert other.strata_other() == 7
+    assert probe.strata_cpu_features() == native.cpu_features()

@@ -36,6 +36,7 @@ OPENMP = ["-fopenmp"]
 TIMEOUT_ENV = "STRATA_KERNELS_COMPILE_TIMEOUT"  # seconds one compiler run may take
 DEFAULT_TIMEOUT_S = 300.0  # the kernels take seconds; a slow, loaded machine a minute or two
 BUILDING = ".building-"  # the prefix of a build's temporary folder in the cache
+_HELD: list[int] = []  # the descriptors libraries were loaded from (load_checked)
 
 
 class NativeUnavailable(RuntimeError):
@@ -113,14 +114,20 @@ def load_checked(lib: Path) -> ctypes.CDLL:
         if reason is not None:
             raise NativeUnavailable(f"not loading the kernels {lib}: {reason}")
         if os.path.isdir("/proc/self/fd"):
-            return ctypes.CDLL(f"/proc/self/fd/{fd}")
+            loaded = ctypes.CDLL(f"/proc/self/fd/{fd}")
+            # kept open while the library is loaded (ctypes never unloads one): the dynamic
+            # loader knows a library by the name it was opened under, and a closed descriptor's
+            # number, reused for the next library, would be answered with this one
+            _HELD.append(fd)
+            return loaded
         loaded = ctypes.CDLL(str(lib))
         now = os.stat(lib)
         if (now.st_dev, now.st_ino) != (checked.st_dev, checked.st_ino):
             raise NativeUnavailable(f"the kernels {lib} were replaced while being loaded")
         return loaded
     finally:
-        os.close(fd)
+        if fd not in _HELD:
+            os.close(fd)
 
 
 def build_library(
