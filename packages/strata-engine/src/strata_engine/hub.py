@@ -158,7 +158,7 @@ def _record(repo_id: str, filename: str, path: Path) -> Path:
     commit = path.parents[len(PurePosixPath(filename).parts) - 1].name  # snapshots/<commit>/<filename>
     try:
         folder = strata_dir("hub-verified", "the Hub files' record")
-    except UntrustedPath as exc:
+    except (UntrustedPath, OSError) as exc:
         raise ModelLoadError(str(exc)) from None
     key = hashlib.sha256(f"{repo_id}\0{commit}\0{filename}".encode()).hexdigest()[:32]
     return folder / f"{key}.json"

@@ -106,7 +106,10 @@ def _check_default(target: Path) -> None:
     else could have written (a file planted there would otherwise be served)."""
     info = target.lstat()
     if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o022:
-        target.chmod(stat.S_IMODE(info.st_mode) & ~0o022)  # ours, left writable by a umask of 002
+        try:
+            target.chmod(stat.S_IMODE(info.st_mode) & ~0o022)  # ours, left writable by a umask of 002
+        except OSError:
+            pass  # then refused below, saying why
         info = target.lstat()
     reason = untrusted(info)
     if reason is None and (digest := model_sha256(target)) != DEFAULT_SHA256:
@@ -123,6 +126,8 @@ def default_model() -> Path:
         models = strata_dir("models", "the model store")
     except UntrustedPath as exc:
         raise ModelLoadError(str(exc)) from None
+    except OSError as exc:
+        raise ModelLoadError(f"cannot use STRATA_HOME for the default model: {exc}") from None
     target = models / DEFAULT_FILE
     with locked(models, "download"):
         if not (target.exists() or target.is_symlink()):

@@ -48,7 +48,10 @@ def private_dir(path: Path, what: str) -> Path:
             "what is in it cannot be trusted; set STRATA_HOME to a directory of your own"
         )
     if info.st_mode & 0o077:
-        path.chmod(0o700)
+        try:
+            path.chmod(0o700)
+        except OSError:  # a read-only file system: no one else can write to it either
+            pass
     return path
 
 
@@ -74,12 +77,19 @@ def locked(folder: Path, name: str) -> Iterator[None]:
     """An exclusive lock on `folder`/.`name`.lock (fcntl.flock) for the block: processes started
     at once on one STRATA_HOME take turns, so one downloads or builds and the others find its
     result. The kernel drops the lock when its holder dies, even by kill -9."""
-    fd = os.open(folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd: int | None = os.open(
+            folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+    except OSError:  # a folder no one can write to (a read-only image): nothing will be written
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def read_record(path: Path) -> dict[str, object] | None:
