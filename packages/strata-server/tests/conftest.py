@@ -134,6 +134,7 @@ class FakeEngine:
             "kv_blocks_total": self.kv_blocks_total,
             "kv_blocks_free": self.kv_blocks_total - used,
             "steps": self.steps,
+            "preemptions": 0,
         }
 
     def render_chat(self, messages: list[dict[str, Any]], options: ChatOptions = DEFAULT_CHAT) -> list[int]:

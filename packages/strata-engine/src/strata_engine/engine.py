@@ -358,6 +358,7 @@ class LLMEngine:
             "kv_blocks_total": self.blocks.num_blocks,
             "kv_blocks_free": self.blocks.num_available,
             "steps": self.num_steps,  # model steps run so far (how fast an abort takes effect)
+            "preemptions": self.scheduler.preemptions,  # sequences sent back to wait for KV blocks
         }
 
     def generate(self, request: Request) -> list[EngineEvent]:
