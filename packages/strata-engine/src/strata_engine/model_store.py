@@ -96,6 +96,7 @@ def _download_default(target: Path) -> None:
             raise ModelLoadError(
                 f"the downloaded default model has sha256 {digest}, expected {DEFAULT_SHA256}"
             )
+        part.chmod(0o600)  # whatever the umask: no one else can write the file Strata serves
         os.replace(part, target)
     record_sha256(target, digest)  # checked just now: the next start need not hash it again
     print(f"strata: default model cached at {target}", file=sys.stderr)
