@@ -101,6 +101,9 @@ def test_serve_run_arguments_are_the_cli_flags() -> None:
         (["--replicas", "0"], "--replicas must be at least 1"),
         (["--tensor-parallel", "2"], "--tensor-parallel is not supported"),
         (["--model", "/nonexistent/model.gguf"], "cannot load model"),
+        (["--max-connections", "64", "--header-timeout", "5"], "no setting for --header-timeout, --max-con"),
+        (["--max-client-connections", "8"], "no setting for --max-client-connections"),
+        (["--max-header-bytes", "4096"], "no setting for --max-header-bytes"),
     ],
 )
 def test_the_cli_refuses_impossible_replicas(flags: list[str], message: str) -> None:

@@ -17,6 +17,7 @@ from strata_engine.cli_help import HelpFormatter
 from strata_engine.paths import strata_home
 from strata_server.limits import add_flags as add_limit_flags
 from strata_server.limits import from_args as limits_from_args
+from strata_server.limits import not_on_ray
 from strata_server.log_format import LOG_FORMATS, LOG_LEVELS, configure_logging
 from strata_server.provenance import version_line
 
@@ -331,6 +332,11 @@ def serve_on_ray(args: argparse.Namespace, keys: tuple[str, ...]) -> None:
     if args.tensor_parallel != 1:
         sys.exit(
             "strata-server: --ray runs one engine per replica; --tensor-parallel is not supported with it"
+        )
+    if unsupported := not_on_ray(args):  # refused, not silently left unapplied
+        sys.exit(
+            f"strata-server: --ray: Ray Serve's HTTP proxy has no setting for {', '.join(unsupported)}; "
+            "bound them in a reverse proxy in front of it (docs/scaling.md), or leave them out"
         )
     try:
         from strata_server.ray_serve import RayOptions, serve_replicas

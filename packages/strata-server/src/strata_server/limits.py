@@ -84,6 +84,11 @@ class RequestLimits:
     )
 
 
+# connection limits Ray Serve's HTTP proxy has no setting for (its HTTPOptions: host, port,
+# keep_alive_timeout_s, request_timeout_s, root_path, ssl): `--ray` refuses them when given
+NOT_ON_RAY = ("header_timeout", "max_connections", "max_client_connections", "max_header_bytes")
+
+
 def limit_fields() -> list[tuple[str, str, Any, str]]:
     """(field name, flag, default, help) for every limit, in declaration order."""
     return [(f.name, f.metadata["flag"], f.default, f.metadata["help"]) for f in fields(RequestLimits)]
@@ -94,6 +99,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("request and connection limits (docs/server.md#limits)")
     for name, flag, default, help_text in limit_fields():
         group.add_argument(flag, dest=name, type=type(default), default=default, help=help_text)
+
+
+def not_on_ray(args: argparse.Namespace) -> list[str]:
+    """The flags of `NOT_ON_RAY` given other values than their defaults: `--ray` cannot apply them."""
+    return [
+        flag
+        for name, flag, default, _ in limit_fields()
+        if name in NOT_ON_RAY and getattr(args, name) != default
+    ]
 
 
 def from_args(args: argparse.Namespace) -> RequestLimits:
