@@ -126,15 +126,7 @@ def test_empty_calls_and_unread_layouts():
 
 
 def test_the_gpu_kernels_use_the_c_headers_type_codes() -> None:
-    """The Triton kernels write GGML type codes as literals: they must be the C header's."""
-    from strata_engine.kernels.triton import dequant
+    """The Triton kernels name type codes by constexprs (wtypes.py): they must be the C header's."""
+    from strata_engine.kernels.triton import wtypes
 
-    assert tuple(NATIVE_TYPES.values()) == (
-        dequant.F32,
-        dequant.Q4_0,
-        dequant.Q4_1,
-        dequant.Q8_0,
-        dequant.Q4_K,
-        dequant.Q5_K,
-        dequant.Q6_K,
-    )
+    assert {qt: getattr(wtypes, qt.name).value for qt in NATIVE_TYPES} == NATIVE_TYPES

@@ -9,13 +9,11 @@ C, at memory speed, because the 0.9 GB of a 1.7B model's blocks took seconds in 
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native import load
-
-PACKED_BYTES = {QT.Q4_K: 152, QT.Q5_K: 184, QT.Q6_K: 276}  # per super-block of 256 weights
+from strata_engine.kernels.weight_types import TYPES
 
 
 def pack(data: np.ndarray, qtype: QT) -> np.ndarray:
@@ -25,7 +23,8 @@ def pack(data: np.ndarray, qtype: QT) -> np.ndarray:
     then keeps the tensor as fp32, as it does for any type the kernels do not read.
     """
     lib, _ = load()
-    blocks = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    out = np.empty(len(blocks) * PACKED_BYTES[qtype], dtype=np.uint8)
-    lib.strata_kquant_pack(int(qtype), blocks.ctypes.data, len(blocks), out.ctypes.data, default_threads())
+    wt = TYPES[qtype]  # a type whose pack is WP_KQUANT; its sizes from strata_wtypes
+    blocks = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1, wt.stored_bytes)
+    out = np.empty(len(blocks) * wt.kernel_bytes, dtype=np.uint8)
+    lib.strata_kquant_pack(wt.code, blocks.ctypes.data, len(blocks), out.ctypes.data, default_threads())
     return out

@@ -1,8 +1,8 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
-Types the native kernels read directly (F32, Q4_0, Q4_1, Q8_0, and the K-quants Q4_K, Q5_K,
-Q6_K) stay in block form and are dequantised inside the matmul. Every other type gguf-py can
-dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32 at load time.
+Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
+weight_types.py) stay in block form and are dequantised inside the matmul. Every other type gguf-py
+can dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32 at load time.
 """
 
 from __future__ import annotations
@@ -11,25 +11,23 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
+from gguf import quants
 
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants
 from strata_engine.kernels.native import NativeUnavailable
-from strata_engine.kernels.native.header import INTERFACE
+from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
 
 # GGML type -> kernel type code (strata_kernels.h's enum strata_wtype: WT_<GGML name> = its GGML id)
-NATIVE_TYPES = {QT[name.removeprefix("WT_")]: code for name, code in INTERFACE.enums["strata_wtype"].items()}
-SCALES = {QT.Q4_0: 1, QT.Q4_1: 2, QT.Q8_0: 1}  # fp16 scale (and min) fields at the start of a block
+NATIVE_TYPES = {qtype: t.code for qtype, t in TYPES.items()}
 
 
 def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
     """The kernels' block layout: each leading fp16 field (scale d, Q4_1's min m) widened to
     fp32, quants unchanged. fp16 -> fp32 is exact, so the values are gguf-py's."""
-    _, type_size = GGML_QUANT_SIZES[qtype]
-    n_half = SCALES[qtype]
+    type_size, n_half = TYPES[qtype].stored_bytes, TYPES[qtype].scale_fields
     blocks = blocks.reshape(-1, type_size)
     out = np.empty((blocks.shape[0], type_size + 2 * n_half), dtype=np.uint8)
     out[:, 4 * n_half :] = blocks[:, 2 * n_half :]
@@ -65,17 +63,18 @@ class Weight:
         if len(info.shape) != 2:
             raise ModelLoadError(f"tensor {info.name}: expected 2 dimensions, got {info.shape}")
         out_f, in_f = info.shape
-        if info.qtype in NATIVE_TYPES and in_f % GGML_QUANT_SIZES[info.qtype][0] == 0 and in_f % 32 == 0:
+        wt = TYPES.get(info.qtype)
+        if wt is not None and in_f % wt.values == 0 and in_f % 32 == 0:
             data = None
-            if info.qtype == QT.F32:
+            if wt.pack == PACK_STORED:
                 data = np.array(info.data)
-            elif info.qtype in kquants.PACKED_BYTES:
+            elif wt.pack == PACK_KQUANT:
                 with suppress(NativeUnavailable):  # no kernels to read the layout: fp32 below
                     data = kquants.pack(info.data, info.qtype)
             else:
                 data = widen_scales(info.data, info.qtype)
             if data is not None:
-                return cls(info.name, out_f, in_f, NATIVE_TYPES[info.qtype], data, info)
+                return cls(info.name, out_f, in_f, wt.code, data, info)
         dense = np.ascontiguousarray(dequantize(info))
         return cls(info.name, out_f, in_f, 0, dense.view(np.uint8).reshape(-1), info, dense)
 

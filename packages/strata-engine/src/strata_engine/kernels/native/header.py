@@ -5,7 +5,9 @@ compiler holds every definition to it, and the Python side binds the library fro
 parser is small and strict: it reads exactly the forms the header's opening comment lists and
 refuses anything else (an unknown type, a stray statement), so the binding cannot silently drift
 from the C. Enumerations give the type codes, structs become ctypes Structures (field for field,
-in order), and each function's arguments and result become its ctypes argtypes and restype.
+in order), each function's arguments and result become its ctypes argtypes and restype, and a
+`static const` table (strata_wtypes: the weight types) becomes rows of named integers, so its
+sizes are stated once, in C, for both sides.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ POINTEES = {"void", "int", "int32_t", "int64_t", "float", "uint8_t", "int8_t"}  
 _ENUM = re.compile(r"enum\s+(\w+)\s*\{([^{}]*)\}\s*;")
 _STRUCT = re.compile(r"typedef\s+struct\s*\{([^{}]*)\}\s*(\w+)\s*;")
 _FUNCTION = re.compile(r"((?:const\s+)?\w+\s*\**)\s*(strata_\w+)\s*\(([^()]*)\)\s*;")
+_TABLE = re.compile(r"static\s+const\s+(\w+)\s+(\w+)\s*\[\s*\]\s*=\s*\{((?:[^{}]|\{[^{}]*\})*)\}\s*;")
+_ROW = re.compile(r"\s*\[\s*(\w+)\s*\]\s*=\s*\{([^{}]*)\}\s*")  # [CONSTANT] = {VALUE, ...}
 _DECL = re.compile(r"(const\s+)?(\w+)\s*(\*?)\s*(\w+)")  # one argument: [const] type [*] name
 # the include guard and <stdint.h>; no macro values, no conditional declarations
 _PREPROCESSOR = re.compile(r"#\s*(?:ifndef\s+\w+|define\s+\w+|endif|include\s*<stdint\.h>)")
@@ -51,6 +55,7 @@ class Interface:
     enums: dict[str, dict[str, int]]  # enum name -> constant -> value
     structs: dict[str, type[ctypes.Structure]]
     functions: dict[str, Function]
+    tables: dict[str, dict[int, dict[str, int]]]  # table name -> index -> field -> value
 
     def constant(self, name: str) -> int:
         """An enumeration constant by its name, whichever enum holds it."""
@@ -122,12 +127,48 @@ def _function(result: str, name: str, params: str, structs: dict[str, Any]) -> F
     return Function(name, tuple(args), restype)
 
 
+def _value(item: str, constants: dict[str, int], what: str) -> int:
+    """An integer, or enumeration constants or'ed together."""
+    value = 0
+    for part in item.split("|"):
+        part = part.strip()
+        if re.fullmatch(r"-?\d+", part):
+            value |= int(part)
+        elif part in constants:
+            value |= constants[part]
+        else:
+            raise HeaderError(f"{what}: cannot read {part!r} (an integer or a constant above)")
+    return value
+
+
+def _table(
+    name: str, struct: str, body: str, structs: dict[str, Any], enums: dict[str, dict[str, int]]
+) -> dict[int, dict[str, int]]:
+    """A table of int32_t structs, row by row: index (a constant's value) -> field -> value."""
+    fields = getattr(structs.get(struct), "_fields_", None)
+    if not fields or any(t is not ctypes.c_int32 for _, t in fields):
+        raise HeaderError(f"table {name}: {struct} is not a struct of int32_t fields above")
+    constants = {k: v for values in enums.values() for k, v in values.items()}
+    rows: dict[int, dict[str, int]] = {}
+    for item in re.split(r"(?<=\})\s*,", body.strip().rstrip(",")):
+        r = _ROW.fullmatch(item)
+        if r is None:
+            raise HeaderError(f"table {name}: cannot read {item.strip()!r} (write [CONSTANT] = {{...}})")
+        index = _value(r.group(1), constants, f"table {name}")
+        values = [_value(v, constants, f"table {name} row {r.group(1)}") for v in r.group(2).split(",")]
+        if len(values) != len(fields) or index in rows:
+            raise HeaderError(f"table {name} row {r.group(1)}: {len(values)} values for {len(fields)} fields")
+        rows[index] = {field: v for (field, _), v in zip(fields, values, strict=True)}
+    return rows
+
+
 def parse(text: str) -> Interface:
     """The interface stated by a header's text (raises HeaderError on anything unexpected)."""
     text = _strip(text)
     enums: dict[str, dict[str, int]] = {}
     structs: dict[str, type[ctypes.Structure]] = {}
     functions: dict[str, Function] = {}
+    tables: dict[str, dict[int, dict[str, int]]] = {}
     pos = 0
     while True:
         while pos < len(text) and text[pos].isspace():
@@ -144,13 +185,15 @@ def parse(text: str) -> Interface:
             enums[m.group(1)] = values
         elif m := _STRUCT.match(text, pos):
             structs[m.group(2)] = _struct(m.group(2), m.group(1), structs)
+        elif m := _TABLE.match(text, pos):
+            tables[m.group(2)] = _table(m.group(2), m.group(1), m.group(3), structs, enums)
         elif m := _FUNCTION.match(text, pos):
             functions[m.group(2)] = _function(m.group(1), m.group(2), m.group(3), structs)
         else:
             line = text.count("\n", 0, pos) + 1
             raise HeaderError(f"line {line}: not a declaration the binding reads: {text[pos : pos + 60]!r}")
         pos = m.end()
-    return Interface(enums, structs, functions)
+    return Interface(enums, structs, functions, tables)
 
 
 INTERFACE = parse(HEADER.read_text())

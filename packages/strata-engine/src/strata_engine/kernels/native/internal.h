@@ -14,8 +14,8 @@
  * Every file is built with -ffp-contract=off (build.py), so no multiply-add is fused unless it
  * is written (vf_fma), within a file or across files.
  *
- * Here: the helpers more than one file uses, inline (row sizes, the dot-product sequence, the
- * exact maximum), and the declarations of the few shared functions defined once (the scratch
+ * Here: the helpers more than one file uses, inline (row sizes from strata_wtypes, the
+ * dot-product sequence, the exact maximum), and the declarations of the few shared functions defined once (the scratch
  * memory), kept out of the library's exports (STRATA_HIDDEN).
  */
 #ifndef STRATA_INTERNAL_H
@@ -61,17 +61,22 @@ STRATA_HIDDEN void limb_matmul_many(const float *x, int64_t M, int64_t K, int n,
                                     const int64_t *N, const float *const *bias, float *const *y, int nthreads,
                                     int limbs); /* limb.c */
 
-/* Bytes of one weight row of K values in a given type. */
+/* strata_wtypes' rows (a code past its end has none). */
+#define WTYPE_CODES ((int)(sizeof strata_wtypes / sizeof strata_wtypes[0]))
+
+/* Bytes of one block of a type in the kernels' layout (strata_wtypes). */
+static inline int64_t block_bytes(int wtype) { return strata_wtypes[wtype].kernel_bytes; }
+
+/* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
+static inline int wtype_reads(int wtype, int reads) {
+    return wtype >= 0 && wtype < WTYPE_CODES && (strata_wtypes[wtype].reads & reads) == reads;
+}
+
+/* Bytes of one weight row of K values in a given type, in the kernels' layout (a type without a
+ * row: K fp32 values). */
 static inline int64_t row_bytes(int wtype, int64_t K) {
-    switch (wtype) {
-    case WT_Q4_0: return K / 32 * 20;
-    case WT_Q4_1: return K / 32 * 24;
-    case WT_Q8_0: return K / 32 * 36;
-    case WT_Q4_K: return K / 256 * 152;
-    case WT_Q5_K: return K / 256 * 184;
-    case WT_Q6_K: return K / 256 * 276;
-    default: return K * 4;
-    }
+    if (wtype < 0 || wtype >= WTYPE_CODES || strata_wtypes[wtype].values == 0) return K * 4;
+    return K / strata_wtypes[wtype].values * strata_wtypes[wtype].kernel_bytes;
 }
 
 /*

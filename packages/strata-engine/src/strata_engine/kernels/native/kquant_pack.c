@@ -4,12 +4,12 @@
  *
  * A super-block holds 256 weights in 8 sub-blocks of 32; the kernels dequantise one sub-block at
  * a time, so each is given its quants contiguously, and the fp16 scales are widened to fp32
- * (exact). Per super-block:
- *   Q4_K (152 bytes, file 144): d f32, dmin f32, sc u8[8], m u8[8], then per sub-block 16 bytes
- *        of nibbles: byte i holds element i (low) and element i + 16 (high).
- *   Q5_K (184 bytes, file 176): as Q4_K, then per sub-block 4 bytes: bit i of that 32-bit
- *        little-endian word is element i's fifth bit.
- *   Q6_K (276 bytes, file 210): d f32, sc i8[16], then q - 32 as int8 for all 256 elements.
+ * (exact). Per super-block (sizes: strata_wtypes):
+ *   Q4_K: d f32, dmin f32, sc u8[8], m u8[8], then per sub-block 16 bytes of nibbles: byte i
+ *         holds element i (low) and element i + 16 (high).
+ *   Q5_K: as Q4_K, then per sub-block 4 bytes: bit i of that 32-bit little-endian word is
+ *         element i's fifth bit.
+ *   Q6_K: d f32, sc i8[16], then q - 32 as int8 for all 256 elements.
  * The values the kernels form from these are gguf-py's, bit for bit (test_quants.py).
  */
 #include "internal.h"
@@ -74,14 +74,14 @@ static void kquant_block(int wtype, const uint8_t *src, uint8_t *dst) {
         for (int j = 0; j < 8; j++) {
             uint32_t word = 0;
             for (int t = 0; t < 32; t++) word |= (uint32_t)((qh[t] >> j) & 1) << t;
-            for (int c = 0; c < 4; c++) dst[152 + 4 * j + c] = (uint8_t)(word >> (8 * c));
+            for (int c = 0; c < 4; c++) dst[block_bytes(WT_Q4_K) + 4 * j + c] = (uint8_t)(word >> (8 * c));
         }
     }
 }
 
 /* n super-blocks of a K-quant tensor as stored in the file -> the kernels' layout. */
 void strata_kquant_pack(int wtype, const uint8_t *src, int64_t n, uint8_t *dst, int nthreads) {
-    int64_t in = wtype == WT_Q4_K ? 144 : wtype == WT_Q5_K ? 176 : 210, out = row_bytes(wtype, 256);
+    int64_t in = strata_wtypes[wtype].stored_bytes, out = block_bytes(wtype);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= 256)
     for (int64_t b = 0; b < n; b++) kquant_block(wtype, src + b * in, dst + b * out);
 }

@@ -5,7 +5,7 @@
  * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0) or fp32, and are dequantised
  * just before use with the same arithmetic as gguf-py. At load time each block's fp16 scale
  * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion):
- *   Q4_0: d f32, qs[16]  (20 bytes)   Q4_1: d f32, m f32, qs[16]  (24)   Q8_0: d f32, qs[32]  (36)
+ *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
  * K-quants are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
  */
@@ -72,14 +72,14 @@ static inline void dot_block(const float *x, int64_t ldx, const float *w, int64_
 static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     int j = (int)(b & 7);
     if (wtype == WT_Q6_K) {
-        const uint8_t *blk = row + (b >> 3) * 276;
+        const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q6_K);
         const int8_t *sc = (const int8_t *)(blk + 4), *q = (const int8_t *)(blk + 20 + j * 32);
         float d = f32_at(blk);
         *lo = vf_mul(vf_set1(d * (float)sc[2 * j]), vf_from_i8(q));
         *hi = vf_mul(vf_set1(d * (float)sc[2 * j + 1]), vf_from_i8(q + 16));
         return;
     }
-    const uint8_t *blk = row + (b >> 3) * (wtype == WT_Q4_K ? 152 : 184);
+    const uint8_t *blk = row + (b >> 3) * block_bytes(wtype);
     vf scale = vf_set1(f32_at(blk) * (float)blk[8 + j]), min = vf_set1(f32_at(blk + 4) * (float)blk[16 + j]);
 #ifdef VF_LUT16
     if (wtype == WT_Q4_K) { /* the 16 possible values, then a lookup: the same operations per value */
@@ -89,7 +89,7 @@ static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *
 #endif
     vf ql = vf_from_u4(blk + 24 + j * 16, 0), qh = vf_from_u4(blk + 24 + j * 16, 1);
     if (wtype == WT_Q5_K) {
-        const uint8_t *h = blk + 152 + j * 4;
+        const uint8_t *h = blk + block_bytes(WT_Q4_K) + j * 4; /* after Q4_K's layout */
         vf sixteen = vf_set1(16.0f);
         ql = vf_add(ql, vf_mul(vf_from_bits16((uint32_t)h[0] | (uint32_t)h[1] << 8), sixteen));
         qh = vf_add(qh, vf_mul(vf_from_bits16((uint32_t)h[2] | (uint32_t)h[3] << 8), sixteen));
@@ -103,12 +103,12 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
     if (wtype >= WT_Q4_K) {
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_Q8_0) {
-        const uint8_t *blk = row + b * 36;
+        const uint8_t *blk = row + b * block_bytes(WT_Q8_0);
         vf d = vf_set1(f32_at(blk));
         *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);
         *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 20)), d);
     } else if (wtype == WT_Q4_0) {
-        const uint8_t *blk = row + b * 20;
+        const uint8_t *blk = row + b * block_bytes(WT_Q4_0);
         vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
 #ifdef VF_LUT16
         vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 4, lo, hi);
@@ -117,7 +117,7 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
         *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
     } else { /* Q4_1: d * q + m, two roundings, as numpy does */
-        const uint8_t *blk = row + b * 24;
+        const uint8_t *blk = row + b * block_bytes(WT_Q4_1);
         vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
 #ifdef VF_LUT16
         vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 8, lo, hi);

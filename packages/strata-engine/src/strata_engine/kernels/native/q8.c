@@ -3,8 +3,7 @@
 #include "q8.h"
 
 int strata_q8_supported(int wtype) {
-    return wtype == WT_Q4_0 || wtype == WT_Q4_1 || wtype == WT_Q8_0 || wtype == WT_Q4_K || wtype == WT_Q5_K ||
-           wtype == WT_Q6_K;
+    return wtype_reads(wtype, READS_Q8);
 }
 
 int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
@@ -16,15 +15,15 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
  * layout (Q4_0's offset 8 is its own stored nibble), so those bytes are copied as they are. */
 static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8_t *qs) {
     if (q8_nibbles(t)) {
-        const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * 152 + 24 + (b & 7) * 16
-                                          : row + b * row_bytes(t, 32) + (t == WT_Q4_0 ? 4 : 8);
+        const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
+                                          : row + b * block_bytes(t) + (t == WT_Q4_0 ? 4 : 8);
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
     if (t == WT_Q8_0) { /* q + 128 is the stored byte with its top bit flipped */
         for (int r = 0; r < 8; r++) {
             uint32_t word;
-            memcpy(&word, row + b * 36 + 4 + 4 * r, 4);
+            memcpy(&word, row + b * block_bytes(WT_Q8_0) + 4 + 4 * r, 4);
             word ^= 0x80808080u;
             memcpy(qs + r * 64 + 4 * o, &word, 4);
         }
@@ -32,7 +31,7 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (t == WT_Q5_K) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
                          * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i) */
-        const uint8_t *blk = row + (b >> 3) * 184, *h = blk + 152 + (b & 7) * 4;
+        const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
         uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, blk + 24 + (b & 7) * 16 + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
@@ -43,7 +42,7 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         return;
     }
     /* Q6_K: its int8 quant q plus 32 in 6 bits: the low nibbles as a 4-bit block's, then the high 2 bits */
-    const int8_t *q = (const int8_t *)(row + (b >> 3) * 276 + 20 + (b & 7) * 32);
+    const int8_t *q = (const int8_t *)(row + (b >> 3) * block_bytes(WT_Q6_K) + 20 + (b & 7) * 32);
     for (int c = 0; c < 4; c++) {
         int high[2] = {0, 0};
         for (int r = 0; r < 4; r++) {

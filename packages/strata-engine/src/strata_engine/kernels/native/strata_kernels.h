@@ -6,9 +6,11 @@
  * (native/header.py parses it: one declaration per statement, the types below only).
  *
  * The parser reads: enum NAME { CONSTANT = integer, ... };   typedef struct { TYPE field, ...; } NAME;
- * and function declarations  RESULT strata_NAME(TYPE arg, ...);  with TYPE one of void, int,
+ * function declarations  RESULT strata_NAME(TYPE arg, ...);  with TYPE one of void, int,
  * int32_t, int64_t, float, a pointer to any of those or to uint8_t / int8_t / a struct below,
- * and const char * (a string result).
+ * and const char * (a string result); and tables of int32_t structs indexed by an enum's codes:
+ * static const STRUCT NAME[] = { [CONSTANT] = {VALUE, ...}, ... };  each VALUE an integer or
+ * constants or'ed (A | B).
  */
 #ifndef STRATA_KERNELS_H
 #define STRATA_KERNELS_H
@@ -17,6 +19,39 @@
 
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype { WT_F32 = 0, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
+/* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
+ * they are, their leading fp16 scale fields widened to fp32, or rearranged by strata_kquant_pack. */
+enum strata_wpack { WP_STORED = 0, WP_WIDEN = 1, WP_KQUANT = 2 };
+/* The arithmetics that read a type: the fp32 matmul (matmul.c), 8-bit activations (q8.c), integer
+ * limbs (limb.c); the last two on q8.c's repacking (strata_q8_pack). */
+enum strata_wreads { READS_FP32 = 1, READS_Q8 = 2, READS_LIMB = 4 };
+
+/* One row of strata_wtypes: a weight type's blocks, in the file and in the kernels. */
+typedef struct {
+    int32_t values;       /* weights a block */
+    int32_t stored_bytes; /* bytes a block in the GGUF file (gguf-py's GGML_QUANT_SIZES) */
+    int32_t kernel_bytes; /* bytes a block in the layout matmul.c reads, after `pack` at load */
+    int32_t scale_fields; /* fp16 scale (and min) fields a block, widened to fp32 at load */
+    int32_t pack;         /* enum strata_wpack */
+    int32_t reads;        /* enum strata_wreads, or'ed */
+} strata_wtype_row;
+
+/*
+ * The one table of weight types, indexed by type code (a code without a row reads as zeros: no
+ * kernel reads it). Every size the C and Python sides use comes from here (native/header.py
+ * parses it; weight_types.py gives it to Python and Triton); adding a type is a row here, its
+ * unpacking in matmul.c's dequant_block, its packer where pack is WP_KQUANT, and its Triton
+ * dequantisation (docs/engine.md, "Adding a weight type").
+ */
+static const strata_wtype_row strata_wtypes[] = {
+    [WT_F32] = {1, 4, 4, 0, WP_STORED, READS_FP32},
+    [WT_Q4_0] = {32, 18, 20, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q4_1] = {32, 20, 24, 2, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q8_0] = {32, 34, 36, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q4_K] = {256, 144, 152, 2, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q5_K] = {256, 176, 184, 2, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q6_K] = {256, 210, 276, 1, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
+};
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
  * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */
 enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };

@@ -35,9 +35,9 @@ from strata_engine.kernels.triton import (
     rope,
     select,
 )
-from strata_engine.kernels.triton.dequant import F32
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
+from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
 
 

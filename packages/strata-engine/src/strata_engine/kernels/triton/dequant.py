@@ -8,11 +8,11 @@ and the C kernels use, in the same order, so the values are gguf-py's bits (kern
 multiply-add fusion off, `ieee.LAUNCH`). A block's scales are read and decoded once per row (a
 K-quant's: once per sub-block of 32), its quants as whole bytes.
 
-Layouts (`KT`, the kernel type code):
-- 0 F32: `wf` is the fp32 tensor itself (rows of `row_bytes / 4` values, any length).
-- 2 Q4_0, 3 Q4_1, 8 Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
+Layouts (`KT`, the kernel type code; codes and block sizes are strata_wtypes', by name: wtypes.py):
+- F32: `wf` is the fp32 tensor itself (rows of `row_bytes / 4` values, any length).
+- Q4_0, Q4_1, Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
   Q4_1's min) widened to fp32 at the start of each 32-value block; `wf` is a fp32 view.
-- 12 Q4_K, 13 Q5_K, 14 Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
+- Q4_K, Q5_K, Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
 """
 
 from __future__ import annotations
@@ -20,14 +20,27 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-F32, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 0, 2, 3, 8, 12, 13, 14
-BLOCK_VALUES = {F32: 1, Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q5_K: 256, Q6_K: 256}
-BLOCK_BYTES = {F32: 4, Q4_0: 20, Q4_1: 24, Q8_0: 36, Q4_K: 144, Q5_K: 176, Q6_K: 210}  # in the stored layout
+from strata_engine.kernels.triton.wtypes import (
+    F32,
+    Q4_0,
+    Q4_0_BYTES,
+    Q4_1,
+    Q4_1_BYTES,
+    Q4_K,
+    Q4_K_BYTES,
+    Q5_K,
+    Q5_K_BYTES,
+    Q6_K,
+    Q6_K_BYTES,
+    Q8_0,
+    Q8_0_BYTES,
+)
+from strata_engine.kernels.weight_types import BY_CODE
 
 
 def row_bytes(kt: int, in_features: int) -> int:
-    """Bytes of one stored row of `in_features` values."""
-    return in_features // BLOCK_VALUES[kt] * BLOCK_BYTES[kt]
+    """Bytes of one row of `in_features` values in the layout `block` reads."""
+    return BY_CODE[kt].row_bytes(in_features, device=True)
 
 
 @triton.jit
@@ -53,33 +66,34 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
     at byte offsets `r` [R, 1] (`row_offsets`); 0 where `m` [R, 1] is false (F32: and past the
     row's end). Offsets and masks come in computed once per program, not once per block."""
     lane = tl.arange(0, 16)[None, :]
-    if KT == 0:
+    if KT == F32:
         n = row_bytes // 4
         k_lo = b * 32 + lane
         at = wf_ptr + r // 4 + k_lo
         lo = tl.load(at, mask=m & (k_lo < n), other=0.0)
         hi = tl.load(at + 16, mask=m & (k_lo + 16 < n), other=0.0)
-    elif KT == 2:  # Q4_0: d * (q - 8); q - 8 is exact
-        base = r + b * 20
+    elif KT == Q4_0:  # d * (q - 8); q - 8 is exact
+        base = r + b * Q4_0_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         q = _u8(wq_ptr, base + 4 + lane, m)
         lo = d * ((q & 15) - 8).to(tl.float32)
         hi = d * ((q >> 4) - 8).to(tl.float32)
-    elif KT == 3:  # Q4_1: d * q + m, two roundings
-        base = r + b * 24
+    elif KT == Q4_1:  # d * q + m, two roundings
+        base = r + b * Q4_1_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         mn = tl.load(wf_ptr + base // 4 + 1, mask=m, other=0.0)
         q = _u8(wq_ptr, base + 8 + lane, m)
         lo = d * (q & 15).to(tl.float32) + mn
         hi = d * (q >> 4).to(tl.float32) + mn
-    elif KT == 8:  # Q8_0: q * d
-        base = r + b * 36
+    elif KT == Q8_0:  # q * d
+        base = r + b * Q8_0_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
         lo = _i8(wq_ptr, base + 4 + lane, m).to(tl.float32) * d
         hi = _i8(wq_ptr, base + 20 + lane, m).to(tl.float32) * d
-    elif KT == 12 or KT == 13:  # Q4_K, Q5_K: (d * sc) * q - (dmin * m), sub-block s of 8
+    elif KT == Q4_K or KT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
+        # (d * sc) * q - (dmin * m), sub-block s of 8
         s = b % 8
-        base = r + (b // 8) * (144 if KT == 12 else 176)
+        base = r + (b // 8) * (Q4_K_BYTES if KT == Q4_K else Q5_K_BYTES)
         d = tl.load(wf_ptr + base // 2, mask=m, other=0.0).to(tl.float32)
         dmin = tl.load(wf_ptr + base // 2 + 1, mask=m, other=0.0).to(tl.float32)
         # llama.cpp's get_scale_min_k4: six-bit scale and min of sub-block s from 12 bytes
@@ -90,17 +104,17 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
         mn = tl.where(s < 4, b_s4 & 63, (b_s4 >> 4) | ((b_s >> 6) << 4))
         scale = d * sc.to(tl.float32)
         low = dmin * mn.to(tl.float32)
-        qs = base + (16 if KT == 12 else 48) + (s // 2) * 32 + lane  # nibble s % 2 of 32 bytes
+        qs = base + (16 if KT == Q4_K else 48) + (s // 2) * 32 + lane  # nibble s % 2 of 32 bytes
         ql = (_u8(wq_ptr, qs, m) >> (4 * (s % 2))) & 15
         qh = (_u8(wq_ptr, qs + 16, m) >> (4 * (s % 2))) & 15
-        if KT == 13:  # the fifth bit: bit s of 32 bytes
+        if KT == Q5_K:  # the fifth bit: bit s of 32 bytes
             ql = ql | (((_u8(wq_ptr, base + 16 + lane, m) >> s) & 1) << 4)
             qh = qh | (((_u8(wq_ptr, base + 32 + lane, m) >> s) & 1) << 4)
         lo = scale * ql.to(tl.float32) - low
         hi = scale * qh.to(tl.float32) - low
-    else:  # Q6_K: (d * sc) * q per half of 16, q = (4 low bits | 2 high bits << 4) - 32
+    elif KT == Q6_K:  # (d * sc) * q per half of 16, q = (4 low bits | 2 high bits << 4) - 32
         s = b % 8
-        base = r + (b // 8) * 210
+        base = r + (b // 8) * Q6_K_BYTES
         d = tl.load(wf_ptr + (base + 208) // 2, mask=m, other=0.0).to(tl.float32)
         sc_lo = _i8(wq_ptr, base + 192 + 2 * s, m)
         sc_hi = _i8(wq_ptr, base + 193 + 2 * s, m)

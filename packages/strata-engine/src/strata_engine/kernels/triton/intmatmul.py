@@ -40,6 +40,7 @@ from strata_engine.kernels.triton.packed import (
     scales,
 )
 from strata_engine.kernels.triton.quantize import Quantised, quantize
+from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
 
 # The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the row path's outputs a program:
 # speed choices only. Under the interpreter each program (and each nested jit call in it) costs
@@ -66,11 +67,12 @@ def _value(sa, sb, sc, LIMBS: tl.constexpr):
 def _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
     """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape)."""
     acc = tl.fma(ws0 * s, f0, acc)
-    if WT == 14:  # Q6_K: the second half, its own scale
+    if WT == Q6_K:  # the second half, its own scale
         acc = tl.fma(ws1 * s, f1, acc)
-    if WT == 3:  # Q4_1: + min * dsum
+    if WT == Q4_1:  # + min * dsum
         acc = tl.fma(mn, dsum, acc)
-    elif WT == 12 or WT == 13:  # Q4_K, Q5_K: - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
+    elif WT == Q4_K or WT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
+        # - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
         acc = tl.fma(mn, -dsum, acc)
     return acc
 
@@ -80,7 +82,7 @@ def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, 
     """S_j for a tile of rows: int8 limb plane [BM, 32] @ int8 quants [32, BN] into int32 (Q6_K:
     half HALF's sum, the other half's activations zeroed)."""
     x = tl.load(q_ptr + (xb * LIMBS + j)[:, None] * 32 + k[None, :], mask=rmask[:, None], other=0)
-    if WT == 14:
+    if WT == Q6_K:
         x = tl.where((k[None, :] >> 4) == HALF, x, tl.zeros_like(x))
     return tl.dot(x, w8, out_dtype=tl.int32)
 
@@ -89,7 +91,7 @@ def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, 
 def _row_sum(q_ptr, xb, k, w, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
     """S_j for one row: elementwise int32 products [32, BN] summed over the block (exact)."""
     x = tl.load(q_ptr + (xb * LIMBS + j) * 32 + k).to(tl.int32)
-    if WT == 14:
+    if WT == Q6_K:
         x = tl.where((k >> 4) == HALF, x, 0)
     return tl.sum(x[:, None] * w, axis=0)
 
@@ -143,7 +145,7 @@ def _tile_kernel(
         dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
         f0 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 0, LIMBS)
         f1 = f0
-        if WT == 14:  # Q6_K: the second half's sum, for its own scale
+        if WT == Q6_K:  # the second half's sum, for its own scale
             f1 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 1, LIMBS)
         acc = _accumulate(
             acc, f0, f1, tl.broadcast_to(ws0[None, :], (BM, BN)), tl.broadcast_to(ws1[None, :], (BM, BN)),
@@ -177,7 +179,7 @@ def _rows_kernel(
         dsum = tl.broadcast_to(tl.load(dsum_ptr + xb), (BN,))
         f0 = _row_value(q_ptr, xb, k, w, WT, 0, LIMBS)
         f1 = f0
-        if WT == 14:
+        if WT == Q6_K:
             f1 = _row_value(q_ptr, xb, k, w, WT, 1, LIMBS)
         acc = _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT)
     if HAS_BIAS:

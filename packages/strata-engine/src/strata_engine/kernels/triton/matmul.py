@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton import ieee
-from strata_engine.kernels.triton.dequant import F32, block, row_offsets
+from strata_engine.kernels.triton.dequant import block, row_offsets
+from strata_engine.kernels.triton.wtypes import F32
 
 # (rows, outputs) a program: a speed choice only (which outputs share a program, never an
 # output's operations). On a GPU one row (decode) takes a tile of one row, so that no FMA is

@@ -29,16 +29,18 @@ from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
+from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 8, 12, 13, 14  # strata_kernels.h's weight types
-SUPPORTED = (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)  # strata_q8_supported
+SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8)  # strata_q8_supported
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
 
 
 def kquant(t: int) -> bool:
-    return t >= Q4_K
+    """K-quants: super-blocks of 8 blocks, each with its header (the types kquant_pack.c repacks)."""
+    return BY_CODE[t].pack == PACK_KQUANT
 
 
 def has_min(t: int) -> bool:
@@ -163,17 +165,17 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
     element indices `k` and outputs `o` (broadcast against each other and `qs`, the byte where
     each output's block quants start); 0 where not `live`."""
     c = k & 3
-    if WT == 8:  # Q8_0: a byte a weight, w + 128
+    if WT == Q8_0:  # a byte a weight, w + 128
         w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=128).to(tl.int32) - 128
     else:  # nibbles: element k in quad row (k mod 16) / 4, the high nibble for k >= 16
         byte = tl.load(wq_ptr + qs + ((k & 15) >> 2) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
         w = (byte >> ((k >> 4) * 4)) & 15
-        if WT == 2:  # Q4_0: offset 8
+        if WT == Q4_0:  # offset 8
             w = w - 8
-        elif WT == 13:  # Q5_K: bit r (k < 16) or 4 + r of the plane's byte is the fifth bit
+        elif WT == Q5_K:  # bit r (k < 16) or 4 + r of the plane's byte is the fifth bit
             hb = tl.load(wq_ptr + qs + 256 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = w | (((hb >> ((k >> 4) * 4 + ((k & 15) >> 2))) & 1) << 4)
-        elif WT == 14:  # Q6_K: half h's plane, bits 2r and 2r + 1; offset 32
+        elif WT == Q6_K:  # half h's plane, bits 2r and 2r + 1; offset 32
             hb = tl.load(wq_ptr + qs + 256 + (k >> 4) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = (w | (((hb >> (2 * ((k & 15) >> 2))) & 3) << 4)) - 32
     return w
@@ -196,14 +198,14 @@ def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexp
     if KQ:
         d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
         ws0 = d * _int8(wq_ptr, blk + o, live)
-        if WT == 14:
+        if WT == Q6_K:
             ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
         else:
             dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
             mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
     else:
         ws0 = tl.load(wf_ptr + blk // 4 + o, mask=live, other=0.0)
-        if WT == 3:
+        if WT == Q4_1:
             mn = tl.load(wf_ptr + blk // 4 + 16 + o, mask=live, other=0.0)
     return ws0, ws1, mn
 
@@ -227,9 +229,9 @@ def _gather_kernel(
     k = tl.arange(0, 32)[None, :]
     w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
     ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
-    if WT == 14:  # (d * sc_h) * q
+    if WT == Q6_K:  # (d * sc_h) * q
         val = tl.where(k < 16, ws0, ws1) * w
-    elif WT == 3:  # d * q + m
+    elif WT == Q4_1:  # d * q + m
         val = ws0 * w + mn
     elif KQ:  # (d * sc) * q - dmin * m
         val = ws0 * w - mn

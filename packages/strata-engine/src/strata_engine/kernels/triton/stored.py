@@ -16,10 +16,12 @@ from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton.dequant import F32, Q4_K, Q5_K, Q6_K, row_bytes
-from strata_engine.kernels.weights import NATIVE_TYPES, Weight, widen_scales
+from strata_engine.kernels.triton.dequant import row_bytes
+from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
+from strata_engine.kernels.weights import Weight, widen_scales
 
-RAW_TYPES = {QT.Q4_K: Q4_K, QT.Q5_K: Q5_K, QT.Q6_K: Q6_K}  # kept as GGUF bytes on the device
+# the types C repacks at load (strata_wtypes' WP_KQUANT) are kept as GGUF bytes on the device
+RAW_TYPES = {qtype: t.code for qtype, t in TYPES.items() if t.pack == PACK_KQUANT}
 
 
 @dataclass(frozen=True)
@@ -49,18 +51,21 @@ def from_gguf(
     out_f, in_f = shape
     device = torch.device(device)
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    if qtype in RAW_TYPES:
-        return _pack(RAW_TYPES[qtype], torch.from_numpy(blocks.copy()), out_f, in_f, device)
-    if qtype == QT.F32:
-        return _pack(F32, torch.from_numpy(blocks.copy()), out_f, in_f, device)
-    if qtype in NATIVE_TYPES:
-        return _pack(NATIVE_TYPES[qtype], torch.from_numpy(widen_scales(blocks, qtype)), out_f, in_f, device)
+    wt = TYPES.get(qtype)
+    if wt is not None and wt.pack in (PACK_KQUANT, PACK_STORED):
+        return _pack(wt.code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
+    if wt is not None:
+        return _pack(wt.code, torch.from_numpy(widen_scales(blocks, qtype)), out_f, in_f, device)
     raise ValueError(f"no Triton kernel reads {qtype.name} blocks")
 
 
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
     src = w.source
-    if isinstance(src, TensorInfo) and src.qtype in RAW_TYPES and w.in_features % 256 == 0:
+    if (
+        isinstance(src, TensorInfo)
+        and src.qtype in RAW_TYPES
+        and w.in_features % TYPES[src.qtype].values == 0
+    ):
         return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)
     return _pack(w.kernel_type, w.raw, w.out_features, w.in_features, device)
