@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -264,3 +265,45 @@ def test_a_killed_replica_fails_its_requests_with_503_and_is_replaced(
         time.sleep(1.0)
     assert len(replicas) == 2 and victim not in replicas, replicas
     assert running == 2
+
+
+def test_a_replica_killed_under_load_loses_no_request_silently(http: httpx.Client, ray_url: str) -> None:
+    """Eight streams over both replicas (2 run at once on each, the rest queue there); one
+    replica is killed once every stream has its first token: each stream ends with its last
+    token or with a `replica_unavailable` error event, never silently; the survivor's all run
+    to their end; the next requests all go to a live replica."""
+    bodies = [
+        {"prompt": f"<|im_start|>user\nCount to fifty, case {i}.<|im_end|>\n<|im_start|>assistant\n"}
+        | {"max_tokens": 48, "ignore_eos": True, "temperature": 0, "stream": True}
+        for i in range(8)
+    ]
+    with ExitStack() as stack:
+        streams = [
+            stack.enter_context(http.stream("POST", f"{ray_url}/v1/completions", json=b)) for b in bodies
+        ]
+        assert all(s.status_code == 200 for s in streams)
+        on = [s.headers[REPLICA] for s in streams]
+        assert len(set(on)) == 2, f"the load never reached both replicas: {on}"
+        lines = [s.iter_lines() for s in streams]
+        for it in lines:
+            next(line for line in it if line.startswith("data: "))  # every stream under way
+        victim = on[-1]  # its stream has just begun: in flight when the replica dies
+        ray.kill(ray.get_actor(f"SERVE_REPLICA::strata#StrataReplica#{victim}", namespace="serve"))
+        with ThreadPoolExecutor(len(lines)) as pool:
+            rests = list(pool.map(lambda it: [x for x in it if x.startswith("data: ")], lines))
+    failed = 0
+    for replica, rest in zip(on, rests, strict=True):
+        assert rest[-1] == "data: [DONE]", (replica, rest[-3:])
+        last = json.loads(rest[-2].removeprefix("data: "))
+        if "error" in last:
+            assert replica == victim and last["error"]["code"] == "replica_unavailable", (replica, last)
+            failed += 1
+        else:
+            assert last["choices"][0]["finish_reason"] == "length", last
+    assert failed >= 1, "no request was in flight on the killed replica"
+    after = [
+        http.post(f"{ray_url}/v1/completions", json={"prompt": PROMPT, "max_tokens": 1}) for _ in range(4)
+    ]
+    assert all(r.status_code == 200 and r.headers[REPLICA] != victim for r in after), [
+        (r.status_code, r.headers.get(REPLICA)) for r in after
+    ]
