@@ -38,6 +38,19 @@
 #define WT_BASE(t) ((t) & 255)                  /* the stored type of a repacked weight */
 #define SMALL_WORK 32768 /* below this many elements a call runs on one thread: waking threads costs more */
 
+/* Every NaN in y[0..n) given NAN's bits, 0x7FC00000; every other value keeps its bits. x86 keeps a
+ * NaN operand's payload and makes 0xFFC00000 from finite operands (inf - inf); NVIDIA's arithmetic
+ * gives its own canonical NaN: a row's NaN bits would depend on the device. The matmuls and the
+ * log-softmax end with this, as the Triton kernels end with ieee.canonical_nan. */
+static inline void canonical_nans(float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, y + i, 4);
+        bits = (bits & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : bits;
+        memcpy(y + i, &bits, 4);
+    }
+}
+
 static inline float f32_at(const uint8_t *p) {
     float v;
     memcpy(&v, p, 4);

@@ -615,6 +615,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
         while (g >= first[i + 1]) i++;
         limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g - first[i], N[i], bias[i], y[i]);
     }
+    for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
 }
 
 /* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x split into `limbs` (2 or 3). */

@@ -35,5 +35,6 @@ void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nt
             int len = N - i < VL ? (int)(N - i) : VL;
             vf_store_n(yr + i, vf_sub(vf_sub(vf_load_n(xr + i, len), vmx), lse), len);
         }
+        canonical_nans(yr, N);
     }
 }

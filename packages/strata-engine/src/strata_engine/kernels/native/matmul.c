@@ -260,6 +260,7 @@ void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int w
     if (bias)
         for (int64_t m = 0; m < M; m++)
             for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
+    canonical_nans(y, M * N);
 }
 
 /* Gather rows `ids` of a (possibly quantised) table into out[n, K] (embedding lookup). */

@@ -285,4 +285,5 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
         }
     }
+    canonical_nans(y, M * N);
 }
