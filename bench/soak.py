@@ -8,6 +8,11 @@ after two events (disconnects), structured output (a JSON schema) and bad reques
 be a 4xx). All greedy over a few fixed prompts, so every answer is checked afterwards against
 the same request run alone on the same server (bit for bit: the kernels are batch-invariant).
 
+The KV pool is filled once before the clock starts (distinct prompts until the prefix cache has
+touched every block): the pool's pages are mapped the first time a block is written, and the
+prefix cache keeps finished prompts, so without this the bounded fill of the pool (1 GiB by
+default) would read as growth for the first twenty minutes of a soak.
+
 Printed: per minute the requests answered, p50/p99 latency, 5xx count and the server's peak
 resident memory; then the targets: RSS growth under 5% after the first 5 minutes (the last
 minute's peak against the peak of minute 5), no 5xx, no answer that differs from its request
@@ -20,6 +25,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,6 +34,7 @@ from typing import Any
 import httpx
 from load import PROMPTS, MemoryWatch, one, pct  # bench/load.py: the requests and their checks
 
+from strata_engine.engine import BLOCK_SIZE
 from strata_server.launch import server_process
 
 SCHEMA = {
@@ -138,6 +145,41 @@ async def differing(url: str, soak: Soak) -> tuple[int, int]:
     return checked, differ
 
 
+async def fill_kv_pool(url: str) -> int:
+    """Send distinct prompts of about 1,000 tokens (one token each) until their prompt tokens
+    exceed the KV pool's capacity 1.2 times over; returns the prompt tokens sent."""
+    metrics = httpx.get(f"{url}/metrics", timeout=60).text
+    blocks = float(re.search(r"^strata:kv_blocks_total\{[^}]*\} (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    goal = int(blocks * BLOCK_SIZE * 1.2)
+    sent = 0
+    rng = random.Random(1)
+    words = [
+        "river",
+        "stone",
+        "cloud",
+        "garden",
+        "lamp",
+        "orbit",
+        "violet",
+        "copper",
+        "meadow",
+        "harbor",
+        "signal",
+        "winter",
+    ]
+
+    async def one_prompt(http: httpx.AsyncClient) -> None:
+        nonlocal sent
+        while sent < goal:
+            prompt = " ".join(rng.choice(words) + str(rng.randrange(1000)) for _ in range(300))
+            reply = await http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+            sent += reply.json()["usage"]["prompt_tokens"]
+
+    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+        await asyncio.gather(*(one_prompt(http) for _ in range(2)))
+    return sent
+
+
 def rss_by_minute(samples: list[tuple[float, float]], started: float) -> dict[int, float]:
     peaks: dict[int, float] = {}
     for at, mib in samples:
@@ -192,8 +234,11 @@ class TimedMemoryWatch(MemoryWatch):
 async def run(args: argparse.Namespace) -> bool:
     flags = ["--model", args.model, "--parallel", str(args.parallel), "--log-level", "warning"]
     with server_process(*flags) as server:
+        filled = await fill_kv_pool(server.url)
+        print(f"KV pool filled before the clock: {filled} prompt tokens", flush=True)
         soak = Soak(started=time.monotonic())
-        with TimedMemoryWatch(server.process.pid) as memory:
+        memory = TimedMemoryWatch(server.process.pid)
+        with memory:
             until = soak.started + args.minutes * 60
             await asyncio.gather(
                 *(client_loop(server.url, seed, until, soak) for seed in range(args.clients))
