@@ -42,14 +42,17 @@ def nan_rows(m: int, k: int, seed: int) -> np.ndarray:
 
 
 def test_log_softmax_rows() -> None:
-    """NaN logits, an infinite logit (inf - inf at its place), a row of -inf, a finite row."""
+    """NaN logits, an infinite logit (inf - inf at its place), a row of -inf, and a row whose one
+    -inf logit (a token ruled out) must stay -inf: only NaNs are replaced, never infinities."""
     x = (np.random.default_rng(1).standard_normal((4, 37)) * 4).astype(np.float32)
     x[0, [3, 10, 36]] = PAYLOADS
     x[1, 5] = np.inf
     x[2] = -np.inf
+    x[3, 7] = -np.inf
     got = NativeOps(1).log_softmax(x)
     assert_canonical(got, np.isnan(x))
-    assert np.isfinite(got[3]).all() and np.isfinite(got[0][~np.isnan(x[0])]).all()
+    assert got[3, 7] == -np.inf
+    assert np.isfinite(np.delete(got[3], 7)).all() and np.isfinite(got[0][~np.isnan(x[0])]).all()
 
 
 def q8_weight(n: int, k: int, seed: int) -> Weight:
