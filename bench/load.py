@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,13 +149,22 @@ async def client_loop(url: str, seed: int, until: float, stats: Stats) -> None:
                 await asyncio.sleep(RETRY_SLEEP_S)  # shorter than Retry-After: keep offering too much
 
 
-async def isolation(url: str, stats: Stats) -> tuple[int, int]:
-    """Run each distinct request alone; count load responses that differ from it."""
+async def quiet(http: httpx.AsyncClient, kind: str, prompt: str) -> tuple[int, str | None]:
+    return await one(http, kind, prompt, None)
+
+
+async def isolation(
+    url: str,
+    seen: dict[str, list[str]],
+    send: Callable[[httpx.AsyncClient, str, str], Awaitable[tuple[int, str | None]]] = quiet,
+) -> tuple[int, int]:
+    """Run each distinct request (`seen`'s keys: [kind, prompt]) alone by `send`; count the
+    answers under load that differ from it. (answers checked, answers that differ)"""
     checked = differ = 0
-    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-        for key, results in stats.seen.items():
+    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
+        for key, results in seen.items():
             kind, prompt = json.loads(key)
-            _, alone = await one(http, kind, prompt, None)
+            _, alone = await send(http, kind, prompt)
             checked += len(results)
             differ += sum(result != alone for result in results)
     return checked, differ
@@ -245,7 +254,7 @@ async def run(args: argparse.Namespace) -> None:
             until = started + args.duration
             await asyncio.gather(*(client_loop(url, seed, until, stats) for seed in range(args.clients)))
             wall = time.monotonic() - started
-        iso = await isolation(url, stats)
+        iso = await isolation(url, stats.seen)
         report(args, stats, wall, health, iso, memory.samples)
 
 

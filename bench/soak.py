@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from load import PROMPTS, MemoryWatch, one, pct  # bench/load.py: the requests and their checks
+from load import PROMPTS, MemoryWatch, isolation, one, pct  # bench/load.py: the requests and their checks
 
 from strata_engine.engine import BLOCK_SIZE
 from strata_server.launch import server_process
@@ -132,19 +132,6 @@ async def client_loop(url: str, seed: int, until: float, soak: Soak) -> None:
                 soak.seen.setdefault(json.dumps([kind, prompt]), []).append(answer)
 
 
-async def differing(url: str, soak: Soak) -> tuple[int, int]:
-    """(answers checked, answers that differ from the same request run alone)."""
-    checked = differ = 0
-    rng = random.Random(0)
-    async with httpx.AsyncClient(base_url=url, timeout=300) as http:
-        for key, answers in soak.seen.items():
-            kind, prompt = json.loads(key)
-            _, alone = await request(http, kind, prompt, rng)
-            checked += len(answers)
-            differ += sum(answer != alone for answer in answers)
-    return checked, differ
-
-
 async def fill_kv_pool(url: str) -> int:
     """Send distinct prompts of about 1,000 tokens (one token each) until their prompt tokens
     exceed the KV pool's capacity 1.2 times over; returns the prompt tokens sent."""
@@ -194,7 +181,7 @@ def report(soak: Soak, rss: dict[int, float], checked: int, differ: int, settle:
         m = soak.minutes[index]
         print(
             f"{index + 1:>6}  {len(m.latencies):>8}  {pct(m.latencies, 0.5):>8}  {pct(m.latencies, 0.99):>8}"
-            f"  {m.server_errors:>3}  {m.bad_not_4xx:>11}  {m.transport_errors:>9}  {rss.get(index, 0):.0f} MiB"
+            f"  {m.server_errors:>3}  {m.bad_not_4xx:>11}  {m.transport_errors:>9}  {f'{rss[index]:.0f} MiB' if index in rss else '-'}"
         )
     server_errors = sum(m.server_errors + m.bad_not_4xx + m.transport_errors for m in soak.minutes.values())
     last = max(rss)
@@ -243,7 +230,10 @@ async def run(args: argparse.Namespace) -> bool:
             await asyncio.gather(
                 *(client_loop(server.url, seed, until, soak) for seed in range(args.clients))
             )
-        checked, differ = await differing(server.url, soak)
+        rng = random.Random(0)
+        checked, differ = await isolation(
+            server.url, soak.seen, lambda http, kind, prompt: request(http, kind, prompt, rng)
+        )
     print(
         f"soak: {args.minutes:g} minutes, {args.clients} clients, --parallel {args.parallel}, model {args.model}"
     )
