@@ -360,3 +360,20 @@ def test_a_fake_engine_failure_fails_the_request_instead_of_hanging(make_engine,
     with TestClient(create_app(engine, ServerSettings())) as c:
         reply = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=10)
     assert reply.status_code == 503, reply.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_worker_thread_that_cannot_start_is_a_503_with_retry_after(engine, monkeypatch, stream) -> None:
+    """Under memory pressure Python cannot map a new thread's stack ("can't start new thread"):
+    the machine's fault and passing, so a 503 `out_of_memory` the client retries, not a 500."""
+
+    async def no_thread(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    with TestClient(create_app(engine, ServerSettings())) as c:
+        monkeypatch.setattr(asyncio, "to_thread", no_thread)
+        reply = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1, "stream": stream}, timeout=10)
+    assert reply.status_code == 503, reply.text
+    assert reply.headers["Retry-After"] == "2"
+    assert reply.json()["error"]["code"] == "out_of_memory"
+    assert "can't start new thread" in reply.json()["error"]["message"]

@@ -7,6 +7,7 @@ anywhere else, so one request's rows can never be touched by another.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -196,6 +197,18 @@ class EngineOutOfMemory(EngineError):
     """A step could not allocate the memory it needed: the requests in it fail with this, the
     engine goes on with the next ones. Not the caller's fault and passing: a server answers 503
     with Retry-After (the same request may fit once others have finished)."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A failed allocation: Python's and numpy's MemoryError, the C kernels' `KernelOutOfMemory`,
+    torch's OutOfMemoryError (a GPU's, without importing torch where it is not loaded), or a
+    thread whose stack could not be mapped (Python says "can't start new thread")."""
+    torch_oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    return (
+        isinstance(exc, MemoryError | EngineOutOfMemory)
+        or (torch_oom is not None and isinstance(exc, torch_oom))
+        or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc))
+    )
 
 
 class ModelLoadError(EngineError):

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from strata_engine.api import DEFAULT_CHAT, ChatOptions, EngineError, EngineEvent, Request
+from strata_engine.api import DEFAULT_CHAT, ChatOptions, EngineError, EngineEvent, Request, is_out_of_memory
 from strata_engine.chat_template import ChatTemplate
-from strata_engine.engine import LLMEngine, is_out_of_memory, out_of_memory
+from strata_engine.engine import LLMEngine, out_of_memory
 from strata_engine.output import RequestStream
 from strata_engine.tokenizer import Tokenizer
 

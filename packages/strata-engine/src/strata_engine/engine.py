@@ -8,7 +8,6 @@ add -> step -> output). `async_engine.AsyncEngine` runs this loop on a worker th
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from strata_engine.api import (
     Request,
     RequestError,
     Step,
+    is_out_of_memory,
 )
 from strata_engine.block_manager import BlockManager
 from strata_engine.chat_template import ChatTemplate, compiled, render_ids
@@ -60,13 +60,6 @@ log = logging.getLogger("strata_engine")
 
 BLOCK_SIZE = 16
 KV_BYTES_PER_FLOAT = 4
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """A failed allocation: Python's and numpy's MemoryError, the C kernels' `KernelOutOfMemory`,
-    or torch's OutOfMemoryError (a GPU's), without importing torch where it is not loaded."""
-    torch_oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
-    return isinstance(exc, MemoryError) or (torch_oom is not None and isinstance(exc, torch_oom))
 
 
 def out_of_memory(exc: BaseException) -> EngineOutOfMemory:

@@ -19,8 +19,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.response import Stream
 
-from strata_engine.api import EngineOutOfMemory, EngineUnavailable, RequestError
 from strata_engine.api import Request as EngineRequest
+from strata_engine.api import RequestError
 from strata_engine.protocol import ChoiceStream, EngineClient
 from strata_server.browsers import allowed_hosts_middleware, require_json
 from strata_server.candidates import CandidatePlan, candidate_plan, score_reply
@@ -115,16 +115,20 @@ async def _errors_in_stream(
     try:
         async for chunk in chunks:
             yield chunk
-    except (ApiError, RequestError, EngineUnavailable, EngineOutOfMemory) as exc:
-        if isinstance(exc, EngineUnavailable | EngineOutOfMemory):
-            error = server_fault(exc)
-        else:
-            error = exc if isinstance(exc, ApiError) else refusal(exc)
+    except (ApiError, RequestError) as exc:
+        error = exc if isinstance(exc, ApiError) else refusal(exc)
         yield sse(error_body(error.message, error.status, error.param, error.code, request_id))
         yield SSE_DONE
     except Exception as exc:
-        log.exception("error while streaming request %s", request_id, exc_info=exc)
-        yield sse(error_body(f"Internal server error: {type(exc).__name__}", 500, request_id=request_id))
+        fault = server_fault(exc)
+        if fault is None:
+            log.exception("error while streaming request %s", request_id, exc_info=exc)
+        body = (
+            error_body(fault.message, fault.status, fault.param, fault.code, request_id)
+            if fault is not None
+            else error_body(f"Internal server error: {type(exc).__name__}", 500, request_id=request_id)
+        )
+        yield sse(body)
         yield SSE_DONE
     finally:
         if on_end is not None:

@@ -15,7 +15,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException
 
-from strata_engine.api import EngineOutOfMemory, EngineUnavailable, RequestError
+from strata_engine.api import EngineOutOfMemory, EngineUnavailable, RequestError, is_out_of_memory
 from strata_server.request_log import current_request_id
 
 log = logging.getLogger("strata_server")
@@ -139,11 +139,12 @@ def unavailable(exc: EngineUnavailable) -> ApiError:
     return ApiError(str(exc), status=503, code="engine_unavailable")
 
 
-def out_of_memory(exc: EngineOutOfMemory) -> ApiError:
+def out_of_memory(exc: BaseException) -> ApiError:
     """A step that could not allocate as a 503 with Retry-After: the server goes on serving, and
     the same request may fit once the requests beside it have ended."""
+    reason = str(exc) if isinstance(exc, EngineOutOfMemory) else f"{type(exc).__name__}: {exc}"
     return ApiError(
-        f"The server ran out of memory computing this request ({exc}). Retry after "
+        f"The server ran out of memory computing this request ({reason}). Retry after "
         f"{OUT_OF_MEMORY_RETRY_S} s, or send less at once (a shorter prompt, fewer prompts, a smaller n).",
         status=503,
         code="out_of_memory",
@@ -155,9 +156,12 @@ def handle_out_of_memory(request: Request, exc: EngineOutOfMemory) -> Response:
     return handle_api_error(request, out_of_memory(exc))
 
 
-def server_fault(exc: EngineUnavailable | EngineOutOfMemory) -> ApiError:
-    """The engine's passing or lasting faults (not the caller's, not a bug) as their 503s."""
-    return out_of_memory(exc) if isinstance(exc, EngineOutOfMemory) else unavailable(exc)
+def server_fault(exc: BaseException) -> ApiError | None:
+    """The server's passing or lasting faults (not the caller's, not a bug) as their 503s;
+    None for anything else (a bug, a 500)."""
+    if is_out_of_memory(exc):
+        return out_of_memory(exc)
+    return unavailable(exc) if isinstance(exc, EngineUnavailable) else None
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response:
@@ -173,7 +177,12 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response:
-    """A server bug: log it (with the request id) and still answer in the envelope."""
+    """A server bug: log it (with the request id) and still answer in the envelope; memory the
+    machine could not give is a 503 the client retries, as the engine's own."""
+    fault = server_fault(exc)
+    if fault is not None:
+        log.warning("request %s: %s", current_request_id(), fault.message)
+        return handle_api_error(request, fault)
     request_id = current_request_id()
     log.exception("unhandled error in request %s", request_id, exc_info=exc)
     return error_response(f"Internal server error: {type(exc).__name__}", 500, request_id=request_id)
