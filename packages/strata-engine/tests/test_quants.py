@@ -25,12 +25,13 @@ from tiny_models import (
 from strata_engine.api import ModelLoadError
 from strata_engine.engine import LLMEngine
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
-from strata_engine.kernels import kquants
+from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.native import NativeUnavailable
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.torch_backend import TorchOps
 from strata_engine.kernels.weights import Weight, dequantize
 
+REWRITTEN = tuple(transcode.TYPES | transcode.Q6_K_TYPES)  # held as Q8_0 / Q6_K blocks (test_transcode.py)
 N_OUT = 300  # not a multiple of the kernel's 16-row panels nor of its 4x4 tiles
 
 
@@ -79,7 +80,7 @@ def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(tiny_file: Path,
         if len(info.shape) != 2:
             continue
         weight = Weight.from_info(info)
-        in_block_form = info.qtype in NATIVE_TYPES and info.qtype != QT.F32
+        in_block_form = info.qtype in NATIVE_TYPES + REWRITTEN and info.qtype != QT.F32
         assert (weight.kernel_type != 0) == in_block_form, name
         want = expected[name]
         np.testing.assert_array_equal(bits(weight.dense()), bits(want), err_msg=f"{name} dense")
@@ -131,7 +132,7 @@ def test_other_gguf_py_types_load_as_fallback(qtype: QT, tmp_path: Path) -> None
     path = write_tensor_file(tmp_path / "t.gguf", {"w": (stored, qtype)})
     info = GGUFFile(path).tensors["w"]
     weight = Weight.from_info(info)
-    assert weight.kernel_type == 0
+    assert (weight.kernel_type != 0) == (qtype in REWRITTEN)  # as Q8_0 / Q6_K blocks, else fp32
     np.testing.assert_array_equal(bits(weight.dense()), bits(gguf_py_values(path)["w"]))
 
 

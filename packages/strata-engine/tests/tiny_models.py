@@ -48,6 +48,11 @@ _RAW_SCALES: dict[QT, dict[int, tuple[float, float]]] = {
     QT.Q3_K: {108: (5e-4, 1.5e-3)},  # d (after hmask, qs, scales)
     QT.Q2_K: {80: (1e-3, 3e-3), 82: (1e-3, 3e-3)},  # d, dmin
     QT.IQ4_NL: {0: (5e-4, 1.5e-3)},  # d
+    QT.IQ4_XS: {0: (3e-5, 8e-5)},  # d, times (ls - 32) up to 32 and codebook values up to 127
+    QT.IQ3_XXS: {0: (4e-4, 8e-4)},  # d
+    QT.IQ3_S: {0: (2e-4, 6e-4)},  # d
+    QT.IQ2_XXS: {0: (5e-4, 1.5e-3)},  # d
+    QT.IQ1_S: {0: (3e-3, 8e-3)},  # d
     QT.Q8_1: {0: (1e-3, 3e-3), 2: (-1.0, 1.0)},  # d, s (types gguf-py cannot dequantize)
     QT.Q8_K: {},  # its d is an fp32; left random, the engine must refuse the type anyway
 }

@@ -1,8 +1,10 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
-weight_types.py) stay in block form and are dequantised inside the matmul. Every other type gguf-py
-can dequantise (F16, BF16, Q5_0/1, Q2_K, Q3_K, IQ types, ...) is dequantised to fp32 at load time.
+weight_types.py) stay in block form and are dequantised inside the matmul. Types whose values are
+exactly a scale times small integers (Q5_0, Q3_K, the IQ types but IQ2_XS/IQ2_S, MXFP4, TQ1_0,
+TQ2_0) are rewritten at load as Q8_0 or Q6_K blocks with the same values (transcode.py). Every
+other type gguf-py can dequantise is dequantised to fp32 at load time.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
-from gguf import quants
 
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels import kquants
+from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.native import NativeUnavailable
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
 
@@ -75,6 +77,10 @@ class Weight:
                 data = widen_scales(info.data, info.qtype)
             if data is not None:
                 return cls(info.name, out_f, in_f, wt.code, data, info)
+        rewritten = _transcoded(info) if in_f % GGML_QUANT_SIZES[info.qtype][0] == 0 else None
+        if rewritten is not None:
+            code, data = rewritten
+            return cls(info.name, out_f, in_f, code, data, info)
         dense = np.ascontiguousarray(dequantize(info))
         return cls(info.name, out_f, in_f, 0, dense.view(np.uint8).reshape(-1), info, dense)
 
@@ -87,6 +93,20 @@ class Weight:
                 assert self.source is not None
                 self._dense = np.ascontiguousarray(dequantize(self.source))
         return self._dense
+
+
+def _transcoded(info: TensorInfo) -> tuple[int, np.ndarray] | None:
+    """A type the kernels have no unpacking of, as the kernels' Q8_0 or Q6_K blocks with the same
+    values (transcode.py), or None (the caller widens it to fp32)."""
+    if info.qtype in transcode.TYPES and info.shape[1] % 32 == 0:
+        data = transcode.to_q8_0(info.data, info.qtype)
+        return None if data is None else (TYPES[QT.Q8_0].code, data)
+    if info.qtype in transcode.Q6_K_TYPES:
+        blocks = transcode.to_q6_k(info.data, info.qtype)
+        if blocks is not None:
+            with suppress(NativeUnavailable):  # no kernels to read the layout: fp32
+                return TYPES[QT.Q6_K].code, kquants.pack(blocks, QT.Q6_K)
+    return None
 
 
 def vector(info: TensorInfo) -> np.ndarray:

@@ -3,7 +3,8 @@
 The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
 (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there (kquants.py), so where
 `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those (4.5 to 6.6 bits a
-weight), otherwise it reads the fp32 copy.
+weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight the loader rewrote as Q6_K
+(transcode.py) is rewritten the same way for the device, from its GGUF bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels import transcode
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton.dequant import row_bytes
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
@@ -62,6 +64,14 @@ def from_gguf(
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
     src = w.source
+    if (
+        isinstance(src, TensorInfo)
+        and src.qtype in transcode.Q6_K_TYPES
+        and w.kernel_type == RAW_TYPES[QT.Q6_K]
+    ):
+        blocks = transcode.to_q6_k(src.data, src.qtype)  # as at load, where it succeeded
+        assert blocks is not None
+        return from_gguf(blocks, QT.Q6_K, (w.out_features, w.in_features), device)
     if (
         isinstance(src, TensorInfo)
         and src.qtype in RAW_TYPES
