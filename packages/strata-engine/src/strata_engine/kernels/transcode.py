@@ -113,17 +113,34 @@ def _integers(values: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
     return q8 if bool(same.all()) else None
 
 
+def _q5_0(blocks: np.ndarray) -> np.ndarray:
+    """Q5_0's Q8_0 blocks straight from its bits, the common case (the rows of "Q4_K_M" files
+    whose length is not a multiple of 256): d widened, q = nibble + 16 * fifth bit - 16. Its
+    value d * q is the one product gguf-py computes, so no check is needed (test_transcode.py
+    compares with gguf-py)."""
+    out = np.empty((len(blocks), Q8_0_KERNEL_BYTES), dtype=np.uint8)
+    out[:, :4].view(np.float32)[:] = _f16(blocks, 0)
+    high = (blocks[:, 2:6].copy().view(np.uint32) >> np.arange(32, dtype=np.uint32)).astype(np.uint8) & 1
+    low = blocks[:, 6:22]
+    out[:, 4:20] = (low & 15) | (high[:, :16] << 4)
+    out[:, 20:36] = (low >> 4) | (high[:, 16:] << 4)
+    out[:, 4:] -= 16  # as uint8: two's complement int8 of q - 16
+    return out
+
+
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     """A tensor's stored bytes as the kernels' Q8_0 blocks (uint8, 1-D), or None when some block
     is not exactly scale times int8 (the caller then widens it to fp32)."""
     block_values, block_bytes = GGML_QUANT_SIZES[qtype]
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, block_bytes)
+    if qtype == QT.Q5_0:
+        return _q5_0(blocks).reshape(-1)
     groups = block_values // GROUP
     out = np.empty((len(blocks) * groups, Q8_0_KERNEL_BYTES), dtype=np.uint8)
     step = max(1, CHUNK_VALUES // block_values)
     for start in range(0, len(blocks), step):
         chunk = blocks[start : start + step]
-        values = np.asarray(quants.dequantize(chunk, qtype), dtype=np.float32).reshape(-1, GROUP)
+        values = np.asarray(quants.dequantize(chunk.reshape(-1), qtype), dtype=np.float32).reshape(-1, GROUP)
         scale = np.broadcast_to(_SCALES[qtype](chunk).astype(np.float32), (len(chunk), groups)).reshape(-1, 1)
         q = _integers(values, scale)
         if q is None:
@@ -188,14 +205,14 @@ def to_q6_k(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     step = max(1, CHUNK_VALUES // 256)
     for start in range(0, len(blocks), step):
         chunk = blocks[start : start + step]
-        values = np.asarray(quants.dequantize(chunk, qtype), dtype=np.float32).reshape(-1, 16)
+        values = np.asarray(quants.dequantize(chunk.reshape(-1), qtype), dtype=np.float32).reshape(-1, 16)
         d, scales = _SUPER_SCALES[qtype](chunk)
         scale = (d.astype(np.float32).reshape(-1, 1) * scales.astype(np.float32)).reshape(-1, 1)
         q = _integers(values, scale)
         if q is None or q.min(initial=0) < -32 or q.max(initial=0) > 31:
             return None
         part = _q6_k_blocks(d, scales, q.reshape(-1, 256))
-        again = np.asarray(quants.dequantize(part, QT.Q6_K), dtype=np.float32).reshape(-1, 16)
+        again = np.asarray(quants.dequantize(part.reshape(-1), QT.Q6_K), dtype=np.float32).reshape(-1, 16)
         if not bool((again.view(np.uint32) == values.view(np.uint32)).all()):
             return None
         out[start : start + len(chunk)] = part
