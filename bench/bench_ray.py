@@ -211,8 +211,9 @@ def run_mode(url: str, per_state: list[list[Case]], clients: int) -> dict[str, A
 
 
 def run_ray(router: str, per_state: list[list[Case]], clients: int) -> dict[str, Any]:
-    from strata_server.cli import build_parser
-    from strata_server.ray_serve import RayOptions, start, stop
+    from strata_server.ray.options import RayOptions
+    from strata_server.ray.serve import start, stop
+    from strata_server.settings import build_parser
 
     args = build_parser().parse_args([*ENGINE_FLAGS, "--ray", "--replicas", "2", "--router", router])
     port = free_port()

@@ -12,8 +12,8 @@ import pytest
 from strata_decide import operations
 from strata_decide.cli import build_parser as decide_parser
 from strata_server import log_format
-from strata_server.cli import API_KEY_ENV, api_keys
-from strata_server.cli import build_parser as server_parser
+from strata_server.settings import API_KEY_ENV, api_keys
+from strata_server.settings import build_parser as server_parser
 
 CASES = [
     ([], None, None),

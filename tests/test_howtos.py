@@ -65,7 +65,7 @@ def test_the_howtos_start_the_server_they_talk_to() -> None:
     for doc in ("howto-openai-sdk.md", "howto-lm-eval.md", "howto-typed-decisions.md"):
         commands = command_lines(doc, "strata-server")
         assert commands and all(c[1:3] == ["--model", "default"] and "--port" not in c for c in commands)
-    from strata_server.cli import DEFAULT_PORT
+    from strata_server.settings import DEFAULT_PORT
 
     assert SERVER.endswith(f":{DEFAULT_PORT}")
 

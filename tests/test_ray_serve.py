@@ -25,8 +25,9 @@ pytest.importorskip("ray.serve", reason="the [ray] extra is not installed (nox -
 
 import ray
 
-from strata_server.cli import build_parser
-from strata_server.ray_serve import RayOptions, options_from_serve_args, start, stop
+from strata_server.ray.options import RayOptions, options_from_serve_args
+from strata_server.ray.serve import start, stop
+from strata_server.settings import build_parser
 
 FLAGS = ("--model", "default", "--threads", "1", "--parallel", "2", "--log-level", "warning")
 REPLICA = "x-strata-replica"

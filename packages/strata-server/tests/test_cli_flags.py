@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from strata_server.cli import build_parser, chat_template_source, engine_options, server_settings
+from strata_server.settings import build_parser, chat_template_source, engine_options, server_settings
 
 TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 

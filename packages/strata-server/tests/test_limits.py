@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from strata_server.checks import Limits, check_logit_bias
-from strata_server.cli import build_parser, server_settings
 from strata_server.errors import ApiError
 from strata_server.limits import RequestLimits, from_args, limit_fields
 from strata_server.protocol import CompletionRequest
+from strata_server.settings import build_parser, server_settings
 from strata_server.structured_output import json_depth, structured_spec
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "server.md"

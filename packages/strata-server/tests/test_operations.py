@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import strata_server.completions as completions_module
 from strata_server import ServerSettings, create_app
 from strata_server.admission import Admission
-from strata_server.cli import API_KEY_ENV, api_keys, build_parser
 from strata_server.errors import ApiError
 from strata_server.plan import Plan, max_new_tokens
+from strata_server.settings import API_KEY_ENV, api_keys, build_parser
 from strata_server.shutdown import Drain, GracefulServer
 
 SLOW = {"prompt": "hi", "max_tokens": 40}  # 40 fake steps

@@ -15,8 +15,8 @@ import pytest
 from litestar.testing import TestClient
 
 from strata_server import ServerSettings, create_app
-from strata_server.ray_forward import ForwardedRequest, affinity_text, run_asgi
-from strata_server.ray_metrics import labelled, merge_replica_metrics
+from strata_server.ray.forward import ForwardedRequest, affinity_text, run_asgi
+from strata_server.ray.metrics import labelled, merge_replica_metrics
 
 HEADERS = [(b"content-type", b"application/json")]
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from strata_server import ServerSettings
-from strata_server.ray_forward import BodyTooSlow, key_refusal, read_body
+from strata_server.ray.forward import BodyTooSlow, key_refusal, read_body
 
 
 def scope(path: str, key: str | None = None) -> dict:

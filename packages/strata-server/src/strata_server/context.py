@@ -12,52 +12,15 @@ from strata_engine.protocol import EngineClient, EngineTokenizer
 from strata_server.admission import Admission
 from strata_server.checks import Limits
 from strata_server.errors import engine_refusal
-from strata_server.limits import RequestLimits
 from strata_server.metrics import Metrics
 from strata_server.protocol import ChatMessage
 from strata_server.provenance import Provenance
 from strata_server.render import message_dicts
+from strata_server.settings import ServerSettings
 from strata_server.shutdown import Drain
 from strata_server.tracked import TrackedStream
 
 _request_counter = itertools.count(1)
-
-
-DEFAULT_MAX_QUEUE = 256
-DEFAULT_MAX_N = 256  # sequences (prompts x n) in one request
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """Server flags that are not engine flags."""
-
-    served_model_name: str | None = None  # None: the engine's model name
-    max_logprobs: int = 20
-    api_key: str | None = None
-    api_keys: tuple[str, ...] = ()  # more accepted keys (repeated --api-key, --api-key-file, env)
-    slots: int = 4  # the engine's --parallel: requests beyond it wait in the queue
-    max_queue: int | None = DEFAULT_MAX_QUEUE  # engine requests waiting beyond `slots`; None: no bound
-    request_timeout: float | None = None  # seconds from arrival to the reply's end
-    max_n: int | None = DEFAULT_MAX_N  # choices per request (n x prompts)
-    max_tokens_limit: int | None = None  # the largest max_tokens (and the default when none is sent)
-    max_prompt_tokens: int | None = None  # the longest prompt, in tokens
-    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
-    trust_request_chat_template: bool = False  # render a request's own `chat_template` (vLLM's flag)
-    key_on_every_route: bool = False  # the key on the tokenizer routes, /version and /metrics too
-    allowed_hosts: tuple[str, ...] = ()  # the Host names answered (empty: any; see browsers.py)
-    limits: RequestLimits = field(default_factory=RequestLimits)  # request and connection bounds
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every accepted API key (empty: no key required)."""
-        return tuple(dict.fromkeys(k for k in (self.api_key, *self.api_keys) if k))
-
-    def needs_key(self, path: str) -> bool:
-        """Whether a request to `path` must carry a key: /v1/* when keys are set, the other
-        routes too with --key-on-every-route, /health never (the app and Ray's ingress ask here)."""
-        if not self.keys or path == "/health":
-            return False
-        return path.startswith("/v1/") or self.key_on_every_route
 
 
 @dataclass

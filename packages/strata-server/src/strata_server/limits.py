@@ -2,21 +2,23 @@
 
 A server exposed to programs it does not control must bound the work one request can ask for
 (prompt size, sequences, listed values, stop strings, grammars, answer bytes) and the time a
-client may take to send it. `RequestLimits` holds them all; each field's metadata names its
-flag and help text, so `add_flags` and `from_args` come from the one table and the docs table
-in docs/server.md lists the same rows (a unit test compares them). Refusals are 400s naming the
+client may take to send it. `RequestLimits` holds them all; each field is an `option` naming
+its flag and help text (strata_server.flags), so the flags and `from_args` come from the one
+table and the docs table in docs/server.md lists the same rows (a unit test compares them). Refusals are 400s naming the
 wire field and the flag that lifts the bound (see `checks`).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
+
+from strata_server.flags import add_group, flag_of, option, option_fields, positive, values_from_args
 
 
 def _limit(default: int | float, flag: str, help: str) -> Any:
-    return field(default=default, metadata={"flag": flag, "help": help})
+    return option(default, help, flag=flag, check=positive)
 
 
 @dataclass(frozen=True)
@@ -89,16 +91,19 @@ class RequestLimits:
 NOT_ON_RAY = ("header_timeout", "max_connections", "max_client_connections", "max_header_bytes")
 
 
+LIMITS_GROUP = "request and connection limits (docs/server.md#limits)"
+
+
 def limit_fields() -> list[tuple[str, str, Any, str]]:
     """(field name, flag, default, help) for every limit, in declaration order."""
-    return [(f.name, f.metadata["flag"], f.default, f.metadata["help"]) for f in fields(RequestLimits)]
+    return [
+        (f.name, flag_of(f), f.default, f.metadata["option"]["help"]) for f in option_fields(RequestLimits)
+    ]
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per limit, in a group of its own."""
-    group = parser.add_argument_group("request and connection limits (docs/server.md#limits)")
-    for name, flag, default, help_text in limit_fields():
-        group.add_argument(flag, dest=name, type=type(default), default=default, help=help_text)
+    add_group(parser, RequestLimits, LIMITS_GROUP)
 
 
 def not_on_ray(args: argparse.Namespace) -> list[str]:
@@ -111,9 +116,5 @@ def not_on_ray(args: argparse.Namespace) -> list[str]:
 
 
 def from_args(args: argparse.Namespace) -> RequestLimits:
-    """The limits the flags set; each must be positive."""
-    values = {name: getattr(args, name, default) for name, _, default, _ in limit_fields()}
-    for name, flag, _, _ in limit_fields():
-        if not values[name] > 0:
-            raise ValueError(f"{flag} must be positive, got {values[name]}")
-    return RequestLimits(**values)
+    """The limits the flags set; each must be positive (ValueError naming the flag)."""
+    return RequestLimits(**values_from_args(RequestLimits, args))

@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 
 from strata_server.app import accepted_key
-from strata_server.context import ServerSettings
 from strata_server.errors import error_body
+from strata_server.settings import ServerSettings
 
 # ASGI as plain dicts (Litestar's TypedDicts are unions that plain forwarding code cannot narrow)
 Scope = dict[str, Any]

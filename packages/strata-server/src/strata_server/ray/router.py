@@ -30,9 +30,9 @@ from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter
 from ray.serve._private.request_router.common import PendingRequest
 from ray.serve._private.request_router.replica_wrapper import RunningReplica
 
-from strata_server.ray_forward import ForwardedRequest
+from strata_server.ray.forward import ForwardedRequest
 
-ROUTER_PATH = "strata_server.ray_router.StrataPrefixRouter"
+ROUTER_PATH = "strata_server.ray.router.StrataPrefixRouter"
 
 
 def affinity_of(pending_request: PendingRequest | None) -> str:
