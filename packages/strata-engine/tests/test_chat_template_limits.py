@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
-from strata_engine import chat_template
-from strata_engine.chat_template import ChatTemplate, ChatTemplateError, TemplateCache, compiled
+from strata_engine.text import chat_template
+from strata_engine.text.chat_template import ChatTemplate, ChatTemplateError, TemplateCache, compiled
 
 USER = [{"role": "user", "content": "hi"}]
 

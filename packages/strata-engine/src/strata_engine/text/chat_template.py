@@ -44,7 +44,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, _PassArg, pass_context, pass_eval_context
 from jinja2.visitor import NodeTransformer
 
-from .api import DEFAULT_CHAT, ChatOptions, ErrorCode, RequestError
+from strata_engine.api import DEFAULT_CHAT, ChatOptions, ErrorCode, RequestError
 
 MAX_SOURCE_CHARS = 64 * 1024  # a template's source: real ones are a few KB; compiling 64 KB takes ~1 s
 MAX_CHARS = 2**22  # characters of the rendered text, and of any one string a template makes
