@@ -23,7 +23,7 @@ import time
 
 from strata_engine import LLMEngine, Request, SamplingParams, Step
 from strata_engine.model_store import resolve_model
-from strata_engine.text_stream import TextStream
+from strata_engine.text.stream import TextStream
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz ,.ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

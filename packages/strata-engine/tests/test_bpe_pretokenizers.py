@@ -16,8 +16,8 @@ from types import ModuleType
 import pytest
 from bpe_vocab import TEXTS, byte_level_vocab, fuzz_corpus, gemma4_vocab, write_vocab_gguf
 
-from strata_engine.pretokenizers import PRE_TOKENIZERS
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.pretokenizers import PRE_TOKENIZERS
 
 BYTE_LEVEL = sorted(name for name, spec in PRE_TOKENIZERS.items() if spec.byte_level)
 
@@ -36,7 +36,7 @@ def test_ids_equal_llama_cpp(pre: str, vocab: dict, tmp_path: Path, llama_cpp: M
     meta = {**vocab, "tokenizer.ggml.pre": pre}
     path = write_vocab_gguf(tmp_path / f"{pre}.gguf", meta)
     llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-    tok = Tokenizer.from_metadata(meta)
+    tok = load_tokenizer(meta)
     texts = [*TEXTS, *fuzz_corpus(300, seed=len(pre))]
     wrong = []
     for text in texts:
@@ -57,7 +57,7 @@ def test_gemma4_vocabulary_equals_llama_cpp(tmp_path: Path, llama_cpp: ModuleTyp
     meta = gemma4_vocab()
     path = write_vocab_gguf(tmp_path / "gemma4.gguf", meta)
     llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-    tok = Tokenizer.from_metadata(meta)
+    tok = load_tokenizer(meta)
     texts = [*TEXTS, *fuzz_corpus(300, seed=4), "ab a", "  a  b\n\n\n\nx", "<eos>a</s>"]
     wrong = [
         (text, special, got, want)

@@ -10,7 +10,7 @@ import gguf
 import pytest
 
 from strata_engine.api import RequestError
-from strata_engine.chat_template import ChatTemplate, ChatTemplateError
+from strata_engine.text.chat_template import ChatTemplate, ChatTemplateError
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 USER = [{"role": "user", "content": "What is the capital of France?"}]

@@ -9,8 +9,8 @@ import tracemalloc
 
 import pytest
 
-from strata_engine import chat_template
-from strata_engine.chat_template import ChatTemplate, ChatTemplateError, TemplateCache, compiled
+from strata_engine.text import template_budget
+from strata_engine.text.chat_template import ChatTemplate, ChatTemplateError, TemplateCache, compiled
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -72,14 +72,14 @@ def test_the_output_has_a_character_budget() -> None:
     ],
 )
 def test_unbounded_work_stops_at_the_deadline(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chat_template, "RENDER_SECONDS", 0.3)
+    monkeypatch.setattr(template_budget, "RENDER_SECONDS", 0.3)
     started = time.perf_counter()
     refused(source, "took more than")
     assert time.perf_counter() - started < 2.0
 
 
 def test_steps_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chat_template, "MAX_STEPS", 1000)
+    monkeypatch.setattr(template_budget, "MAX_STEPS", 1000)
     refused("{% for i in range(2000) %}{% endfor %}", "1,000 loop iterations and calls")
     assert compiled("{% for i in range(500) %}{% endfor %}ok").render(USER) == "ok"
 
@@ -90,7 +90,7 @@ def test_steps_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         ("{{" * 5000, "RecursionError"),
         ("{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}", "RecursionError"),
         ("{{ " + "1" * 5000 + " }}", "ValueError"),
-        ("{{ 1 }}" + " " * chat_template.MAX_SOURCE_CHARS, "characters; at most"),
+        ("{{ 1 }}" + " " * template_budget.MAX_SOURCE_CHARS, "characters; at most"),
     ],
 )
 def test_every_compile_failure_is_the_templates_error(source: str, why: str) -> None:

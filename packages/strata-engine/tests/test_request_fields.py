@@ -11,8 +11,8 @@ import torch
 from strata_engine.api import LogprobParams, PromptScores, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
 from strata_engine.sampler import Sampler
-from strata_engine.text_stream import TextStream
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.stream import TextStream
+from strata_engine.text.tokenizer import Tokenizer
 
 STORY = "Once upon a time, in a small village by the sea,"
 FRANCE = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"

@@ -9,8 +9,8 @@ import re
 import pytest
 from spm_vocab import load_golden, tokenizer_metadata
 
-from strata_engine.chat_template import ChatTemplate, ChatTemplateError, render_ids
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.chat_template import ChatTemplate, ChatTemplateError, render_ids
+from strata_engine.text.load import load_tokenizer
 
 _ALTERNATE = (
     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
@@ -174,7 +174,7 @@ def test_strftime_now_gives_todays_date_to_llama31_templates() -> None:
 
 def test_rendered_prompt_tokenizes_with_one_bos() -> None:
     """The template writes "<s>" itself; SentencePiece parses it as BOS and no second one is added."""
-    tokenizer = Tokenizer.from_metadata(tokenizer_metadata(load_golden()["vocab"]))
+    tokenizer = load_tokenizer(tokenizer_metadata(load_golden()["vocab"]))
     ids = render_ids(_template(MISTRAL), tokenizer, CHAT)
     assert ids[0] == tokenizer.bos_id and ids.count(tokenizer.bos_id) == 1
     inst = tokenizer.encode("[INST]", add_special=False)

@@ -10,8 +10,9 @@ import pytest
 from spm_vocab import CORPUS, fuzz_corpus, load_golden, tokenizer_metadata, write_vocab_gguf
 
 from strata_engine.api import ModelLoadError
-from strata_engine.spm_tokenizer import SentencePieceTokenizer
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.spm_tokenizer import SentencePieceTokenizer
+from strata_engine.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def golden() -> dict:
 
 @pytest.fixture(scope="module")
 def tok(golden: dict) -> Tokenizer:
-    return Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"]))
+    return load_tokenizer(tokenizer_metadata(golden["vocab"]))
 
 
 def test_golden_covers_the_corpus(golden: dict) -> None:
@@ -35,6 +36,12 @@ def test_metadata_selects_sentencepiece(tok: Tokenizer) -> None:
     assert (tok.bos_id, tok.eos_id, tok.add_bos, tok.add_eos) == (1, 2, True, False)
 
 
+def test_only_load_tokenizer_picks_the_class(golden: dict) -> None:
+    """The BPE class builds BPE vocabularies only: the choice is `load_tokenizer`'s alone."""
+    with pytest.raises(ModelLoadError, match="'llama' is not BPE"):
+        Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"]))
+
+
 @pytest.mark.parametrize(
     ("key", "kwargs", "space_prefix"),
     [
@@ -45,7 +52,7 @@ def test_metadata_selects_sentencepiece(tok: Tokenizer) -> None:
     ],
 )
 def test_ids_equal_llama_cpp(golden: dict, key: str, kwargs: dict, space_prefix: bool | None) -> None:
-    tokenizer = Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"], space_prefix))
+    tokenizer = load_tokenizer(tokenizer_metadata(golden["vocab"], space_prefix))
     wrong = [
         (c["text"], got, c[key])
         for c in golden["cases"]
@@ -68,7 +75,7 @@ def test_ids_equal_live_llama_cpp(golden: dict, tmp_path: Path, space_prefix: bo
     """Against llama.cpp itself on the corpus plus fuzz, when llama-cpp-python is installed."""
     path = write_vocab_gguf(tmp_path / "spm.gguf", golden["vocab"], space_prefix)
     llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
-    tokenizer = Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"], space_prefix))
+    tokenizer = load_tokenizer(tokenizer_metadata(golden["vocab"], space_prefix))
     wrong = []
     texts = list(CORPUS) + fuzz_corpus(300, seed=99)
     for text in texts:
@@ -126,8 +133,8 @@ def test_specials(tok: Tokenizer) -> None:
 
 def test_phi3_names_strip_whitespace_after_specials(golden: dict) -> None:
     meta = {**tokenizer_metadata(golden["vocab"]), "general.name": "Phi-3 mini"}
-    phi = Tokenizer.from_metadata(meta)
-    plain = Tokenizer.from_metadata(tokenizer_metadata(golden["vocab"]))
+    phi = load_tokenizer(meta)
+    plain = load_tokenizer(tokenizer_metadata(golden["vocab"]))
     assert phi.encode("<|end|>\n  x") == phi.encode("<|end|>x") != plain.encode("<|end|>\n  x")
     assert phi.encode("<s> x") == plain.encode("<s> x")  # <s> keeps its whitespace
 
@@ -143,4 +150,4 @@ def test_phi3_names_strip_whitespace_after_specials(golden: dict) -> None:
 )
 def test_unsupported_or_broken_vocabularies_are_named(golden: dict, overrides: dict, named: str) -> None:
     with pytest.raises(ModelLoadError, match=named):
-        Tokenizer.from_metadata({**tokenizer_metadata(golden["vocab"]), **overrides})
+        load_tokenizer({**tokenizer_metadata(golden["vocab"]), **overrides})

@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from strata_engine.stop_matcher import ROOT, StopMatcher
-from strata_engine.text_stream import TextStream
+from strata_engine.text.stop_matcher import ROOT, StopMatcher
+from strata_engine.text.stream import TextStream
 
 
 class PieceDecoder:

@@ -34,7 +34,8 @@ from strata_engine.structured import (
     regex_spec,
     vocabulary,
 )
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.tokenizer import Tokenizer
 
 
 def bpe_tokenizer() -> Tokenizer:
@@ -44,7 +45,7 @@ def bpe_tokenizer() -> Tokenizer:
 
 
 def spm_tokenizer() -> Tokenizer:
-    return Tokenizer.from_metadata(tokenizer_metadata(load_golden()["vocab"]))
+    return load_tokenizer(tokenizer_metadata(load_golden()["vocab"]))
 
 
 TOKENIZERS = {"bpe": bpe_tokenizer, "spm": spm_tokenizer}

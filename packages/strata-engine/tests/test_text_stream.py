@@ -7,8 +7,8 @@ import pytest
 
 from strata_engine.api import LogprobParams, Request, SamplingParams, Step
 from strata_engine.engine import LLMEngine
-from strata_engine.text_stream import TextStream, decode_spans
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.stream import TextStream, decode_spans
+from strata_engine.text.tokenizer import Tokenizer
 
 ANSWER = "The capital of France is Paris."
 EMOJI = "🤖🎉👍🏽 and 日本語, naïve café 😊!"

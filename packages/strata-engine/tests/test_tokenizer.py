@@ -11,7 +11,8 @@ import pytest
 from bpe_vocab import gemma4_vocab, random_texts
 
 from strata_engine.api import ModelLoadError
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = sorted(DATA.glob("tokenizer_reference_*.json"))
@@ -30,7 +31,7 @@ def smollm_meta(model_path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def tok(smollm_meta: dict) -> Tokenizer:
-    return Tokenizer.from_metadata(smollm_meta)
+    return load_tokenizer(smollm_meta)
 
 
 def _with_pre(meta: dict, pre: str) -> dict:
@@ -65,7 +66,7 @@ def test_golden_files_exist_and_cover_a_broad_corpus() -> None:
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem.removeprefix("tokenizer_reference_"))
 def test_ids_equal_llama_cpp(smollm_meta: dict, path: Path) -> None:
     doc = _load_golden(path)
-    tokenizer = Tokenizer.from_metadata({**smollm_meta, **_variant_overrides(smollm_meta, doc)})
+    tokenizer = load_tokenizer({**smollm_meta, **_variant_overrides(smollm_meta, doc)})
     wrong = []
     for case in doc["cases"]:
         got = tokenizer.encode(case["text"])
@@ -95,7 +96,7 @@ def test_ids_equal_live_llama_cpp(
     gguf_path = tmp_path / "vocab.gguf"
     _write_vocab_gguf(gguf, model_path, gguf_path, overrides)
     llm = llama_cpp.Llama(str(gguf_path), vocab_only=True, verbose=False)
-    tokenizer = Tokenizer.from_metadata({**smollm_meta, **overrides})
+    tokenizer = load_tokenizer({**smollm_meta, **overrides})
     texts = [c["text"] for c in doc["cases"]] + _fuzz_corpus(300, seed=1234)
     wrong = []
     for text in texts:
@@ -269,7 +270,7 @@ def test_incremental_decoder_flushes_a_dangling_tail(tok: Tokenizer) -> None:
     ],
 )
 def test_pre_tokenizer_regexes(smollm_meta: dict, pre: str, text: str, words: list) -> None:
-    tokenizer = Tokenizer.from_metadata(_with_pre(smollm_meta, pre))
+    tokenizer = load_tokenizer(_with_pre(smollm_meta, pre))
     assert tokenizer.split_words(text) == words
 
 
@@ -293,7 +294,7 @@ def _tiny_meta(**overrides) -> dict:
 
 
 def test_eog_heuristic_marks_known_end_tokens() -> None:
-    tokenizer = Tokenizer.from_metadata(_tiny_meta())
+    tokenizer = load_tokenizer(_tiny_meta())
     eot = tokenizer.vocab_size - 2
     assert tokenizer.eog_ids == frozenset({0, eot})
     # promoted to a control token: split out only when parsing specials, skipped on request
@@ -303,14 +304,14 @@ def test_eog_heuristic_marks_known_end_tokens() -> None:
 
 
 def test_user_defined_tokens_split_even_without_special_parsing() -> None:
-    tokenizer = Tokenizer.from_metadata(_tiny_meta())
+    tokenizer = load_tokenizer(_tiny_meta())
     tool = tokenizer.vocab_size - 1
     assert tokenizer.encode("a<tool>", parse_special=False)[-1] == tool
     assert tokenizer.decode([tool], skip_special=True) == "<tool>"
 
 
 def test_add_bos_from_metadata() -> None:
-    tokenizer = Tokenizer.from_metadata(
+    tokenizer = load_tokenizer(
         _tiny_meta(**{"tokenizer.ggml.bos_token_id": 5, "tokenizer.ggml.add_bos_token": True})
     )
     assert tokenizer.encode("ab")[0] == 5
@@ -324,7 +325,7 @@ def test_gpt_oss_special_tokens() -> None:
     meta = _tiny_meta()
     meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + texts
     meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [3, 3, 3, 1]
-    tokenizer = Tokenizer.from_metadata(meta)
+    tokenizer = load_tokenizer(meta)
     ret, call, end, channel = range(tokenizer.vocab_size - 4, tokenizer.vocab_size)
     assert {ret, call} <= tokenizer.eog_ids and end not in tokenizer.eog_ids
     assert tokenizer.encode("a<|end|>b<|channel|>", parse_special=False)[1::2] == [end, channel]
@@ -337,11 +338,11 @@ def test_fill_in_the_middle_texts() -> None:
     meta = _tiny_meta()
     meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + ["<|fim_prefix|>", "<|fim_pad|>"]
     meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1, 1]
-    tokenizer = Tokenizer.from_metadata(meta)
+    tokenizer = load_tokenizer(meta)
     prefix, pad = tokenizer.vocab_size - 2, tokenizer.vocab_size - 1
     assert tokenizer.is_special(prefix) and tokenizer.is_special(pad)  # promoted to control
     assert pad in tokenizer.eog_ids and prefix not in tokenizer.eog_ids
-    named = Tokenizer.from_metadata({**meta, "tokenizer.ggml.fim_pad_token_id": 5})
+    named = load_tokenizer({**meta, "tokenizer.ggml.fim_pad_token_id": 5})
     assert pad not in named.eog_ids and 5 in named.eog_ids and not named.is_special(pad)
 
 
@@ -349,7 +350,7 @@ def test_fill_in_the_middle_texts() -> None:
 
 
 def test_gemma4_tokenizer() -> None:
-    tokenizer = Tokenizer.from_metadata(gemma4_vocab())
+    tokenizer = load_tokenizer(gemma4_vocab())
     ids = {tokenizer.token_piece(i): i for i in range(tokenizer.vocab_size)}
     assert tokenizer.add_bos  # llama.cpp always adds Gemma 4's BOS
     assert tokenizer.encode("ab a", add_special=False) == [ids["ab"], ids["\u2581a"]]
@@ -371,9 +372,9 @@ def test_gemma4_newline_tokens_must_be_built_by_merges() -> None:
     meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + ["\n\n\n"]
     meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1]
     with pytest.raises(ModelLoadError, match="newline"):
-        Tokenizer.from_metadata(meta)
+        load_tokenizer(meta)
     meta["tokenizer.ggml.merges"] = meta["tokenizer.ggml.merges"] + ["\n\n \n"]
-    Tokenizer.from_metadata(meta)
+    load_tokenizer(meta)
 
 
 @pytest.mark.parametrize(
@@ -387,4 +388,4 @@ def test_gemma4_newline_tokens_must_be_built_by_merges() -> None:
 )
 def test_unsupported_tokenizers_are_named(overrides: dict, named: str) -> None:
     with pytest.raises(ModelLoadError, match=named):
-        Tokenizer.from_metadata(_tiny_meta(**overrides))
+        load_tokenizer(_tiny_meta(**overrides))

@@ -38,7 +38,8 @@ from bpe_vocab import random_texts
 from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.paths import strata_home
-from strata_engine.tokenizer import TOKEN_USER_DEFINED, Tokenizer
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.tokenizer import TOKEN_USER_DEFINED, Tokenizer
 
 # Vocabularies Strata refuses, each with what its refusal names: encoders' tokenizers, which
 # no generative model Strata runs uses.
@@ -170,7 +171,7 @@ def _check_vocab(path: Path, llama_cpp: ModuleType, all_texts: list[str]) -> Voc
     result = VocabResult(name)
     t0 = time.perf_counter()
     try:
-        tok = Tokenizer.from_metadata(GGUFFile(path).metadata)
+        tok = load_tokenizer(GGUFFile(path).metadata)
     except ModelLoadError as exc:
         result.refused = str(exc)
         return result

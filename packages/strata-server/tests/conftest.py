@@ -29,11 +29,11 @@ from strata_engine.api import (
     Step,
 )
 from strata_engine.async_engine import Choices, Wakeup
-from strata_engine.chat_template import ChatTemplate, render_ids
 from strata_engine.checks import check_request
 from strata_engine.logprobs import build_row
 from strata_engine.output import RequestStream
-from strata_engine.text_stream import decode_spans
+from strata_engine.text.chat_template import ChatTemplate, render_ids
+from strata_engine.text.stream import decode_spans
 
 EOS = 256
 # A ChatML-like template, so chat bodies reach the server's checks past "no chat template".

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata_engine.api import ChatOptions, RequestError
-from strata_engine.chat_template import ChatTemplate, render_ids
+from strata_engine.text.chat_template import ChatTemplate, render_ids
 from strata_server.errors import ApiError
 from strata_server.protocol import ChatMessage, TextPart
 from strata_server.render import completion_prompts, message_dicts

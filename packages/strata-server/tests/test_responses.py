@@ -7,7 +7,7 @@ import math
 import msgspec
 
 from strata_engine.api import LogprobParams, LogprobRow, PromptScores, SamplingParams, Step
-from strata_engine.text_stream import decode_spans
+from strata_engine.text.stream import decode_spans
 from strata_server.formatting import (
     ChoiceTally,
     LegacyBuilder,

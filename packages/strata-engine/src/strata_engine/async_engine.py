@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from strata_engine.api import DEFAULT_CHAT, ChatOptions, EngineError, EngineEvent, Request, is_out_of_memory
-from strata_engine.chat_template import ChatTemplate
 from strata_engine.engine import LLMEngine, out_of_memory
 from strata_engine.output import RequestStream
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.chat_template import ChatTemplate
+from strata_engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger("strata_engine")
 

@@ -31,7 +31,6 @@ from strata_engine.api import (
     is_out_of_memory,
 )
 from strata_engine.block_manager import BlockManager
-from strata_engine.chat_template import ChatTemplate, compiled, render_ids
 from strata_engine.checks import check_request
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import (
@@ -53,8 +52,9 @@ from strata_engine.scoring import CandidateScore, candidate_requests, candidate_
 from strata_engine.sequence import Sequence, Status
 from strata_engine.structured import Guides
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
-from strata_engine.text_stream import TextStream, decode_spans
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.chat_template import ChatTemplate, compiled, render_ids
+from strata_engine.text.load import load_tokenizer
+from strata_engine.text.stream import TextStream, decode_spans
 
 log = logging.getLogger("strata_engine")
 
@@ -112,7 +112,7 @@ class LLMEngine:
         # the tokenizer is built beside the weights: reading them mostly waits on page faults,
         # outside the GIL, which the tokenizer's Python work then uses (about 0.1 s less to ready)
         with ThreadPoolExecutor(1, thread_name_prefix="strata-tokenizer") as pool:
-            tokenizer = pool.submit(Tokenizer.from_metadata, meta)
+            tokenizer = pool.submit(load_tokenizer, meta)
             # RoPE tables for the context this engine serves, not the (larger) one the file claims
             model_cfg = replace(cfg, ctx_size=self.ctx_size)
             self.model = Transformer(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages

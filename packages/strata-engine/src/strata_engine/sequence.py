@@ -8,7 +8,7 @@ from strata_engine.api import LogprobRow, Request
 from strata_engine.output import RequestStream
 from strata_engine.sampler import Sampler
 from strata_engine.structured import Guide
-from strata_engine.text_stream import TextStream
+from strata_engine.text.stream import TextStream
 
 
 class Status(Enum):

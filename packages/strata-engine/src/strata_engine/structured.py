@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from strata_engine.api import EngineError, ErrorCode, RequestError, StructuredSpec
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.tokenizer import Tokenizer
 
 Mask = npt.NDArray[np.bool_]
 

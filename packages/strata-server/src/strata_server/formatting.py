@@ -18,7 +18,7 @@ import msgspec
 
 from strata_engine.api import LogprobRow, PromptScores, Step
 from strata_engine.protocol import EngineTokenizer
-from strata_engine.text_stream import decode_spans
+from strata_engine.text.stream import decode_spans
 from strata_server.plan import Plan
 from strata_server.protocol import (
     ChatLogprobEntry,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from strata_engine.api import ChatOptions
-from strata_engine.chat_template import compiled
 from strata_engine.protocol import EngineTokenizer
+from strata_engine.text.chat_template import compiled
 from strata_server.errors import ApiError
 from strata_server.protocol import ChatMessage, PromptInput
 

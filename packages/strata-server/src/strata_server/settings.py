@@ -342,7 +342,7 @@ def chat_template_source(value: str | None) -> str | None:
         source = value
     else:
         sys.exit(f"strata-server: --chat-template {value!r} is neither a file nor a Jinja template")
-    from strata_engine.chat_template import ChatTemplate
+    from strata_engine.text.chat_template import ChatTemplate
 
     if (error := ChatTemplate(source).compile_error) is not None:
         sys.exit(f"strata-server: --chat-template: {error.replace('the model', 'this')}")

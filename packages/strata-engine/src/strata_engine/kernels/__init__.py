@@ -1,6 +1,6 @@
 """The engine's kernels: one interface, interchangeable backends, and the choice between them.
 
-Every import in this package points down this list (test_kernel_layer.py checks it):
+Every import in this package points down this list (test_import_layers.py checks it):
 
 - `native.header`: the C interface read from strata_kernels.h (every exported function, type
   code and struct); `host`: the host's CPUs and CUDA; `native` (package): the C sources, their

@@ -1,10 +1,13 @@
-"""The kernels are one wing of the engine (strata_engine/kernels/) whose imports all point down.
+"""The engine's wings, the kernels (strata_engine/kernels/) and the text layer
+(strata_engine/text/), are each a folder whose imports all point down; the engine has no
+import circle at all.
 
 Read from the source with `ast` (every import, lazy and TYPE_CHECKING ones included, since each
-is a dependency): no import circle inside the wing, and outside it only the few engine modules
-that sit below the kernels (errors, the cache's home, a tensor as stored, the float64 math the
-sampler draws with), which must not
-import the wing back. The checker itself is tried on a planted circle and a planted upward import.
+is a dependency): no import circle inside a wing, and outside it only the few engine modules
+that sit below it (for the kernels: errors, the cache's home, a tensor as stored, the float64
+math the sampler draws with; for the text layer: errors and the front-end contract), which must
+not import the wing back. The checker itself is tried on a planted circle and a planted upward
+import.
 """
 
 from __future__ import annotations
@@ -12,12 +15,21 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import strata_engine
 
 ENGINE = Path(strata_engine.__file__).parent
-WING = "strata_engine.kernels"
-# engine modules outside the wing that the kernels may use: small, and below the kernels
-BELOW = {"strata_engine.api", "strata_engine.paths", "strata_engine.gguf_loader", "strata_engine.exactmath"}
+# each wing, and the engine modules outside it that it may use: small, and below the wing
+WINGS = {
+    "strata_engine.kernels": {
+        "strata_engine.api",
+        "strata_engine.paths",
+        "strata_engine.gguf_loader",
+        "strata_engine.exactmath",
+    },
+    "strata_engine.text": {"strata_engine.api", "strata_engine.protocol"},
+}
 
 
 def module_name(path: Path, root: Path, package: str) -> str:
@@ -57,9 +69,10 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph(root: Path, package: str, wing: str) -> dict[str, set[str]]:
-    """module -> the package's modules it imports; importing a module inside the wing also runs
-    its parent packages' __init__ up to the wing, so those count as imported too."""
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """module -> the package's modules it imports; importing a module also runs its parent
+    packages' __init__, so those count as imported too (all but the top package's: it is the
+    public face that imports the engine, and every import runs it first)."""
     mods = modules(root, package)
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
@@ -67,7 +80,7 @@ def import_graph(root: Path, package: str, wing: str) -> dict[str, set[str]]:
         for target in imports_of(path, name, set(mods)):
             edges.add(target)
             parent = target.rpartition(".")[0]
-            while parent.startswith(wing) and parent != name:
+            while parent.startswith(package + ".") and parent != name:
                 edges.add(parent)
                 parent = parent.rpartition(".")[0]
         edges.discard(name)
@@ -101,6 +114,7 @@ def find_cycle(graph: dict[str, set[str]], among: set[str]) -> list[str] | None:
 def violations(graph: dict[str, set[str]], wing: str, below: set[str]) -> list[str]:
     """Every rule the wing breaks: a circle inside it, an import of an engine module above it,
     a module it may import that imports the wing back."""
+    name = wing.rpartition(".")[2]
     inside = {m for m in graph if m == wing or m.startswith(wing + ".")}
     found = []
     if cycle := find_cycle(graph, inside):
@@ -108,7 +122,7 @@ def violations(graph: dict[str, set[str]], wing: str, below: set[str]) -> list[s
     for module in sorted(inside):
         for target in sorted(graph[module] - inside):
             if target not in below and target != wing.rpartition(".")[0]:
-                found.append(f"{module} imports {target}, an engine module above the kernels")
+                found.append(f"{module} imports {target}, an engine module above the {name}")
     for low in sorted(below & set(graph)):
         reach, todo = set(), [low]
         while todo:
@@ -117,15 +131,22 @@ def violations(graph: dict[str, set[str]], wing: str, below: set[str]) -> list[s
                 todo.append(nxt)
         if reach & inside:
             found.append(
-                f"{low} is meant to sit below the kernels but reaches {', '.join(sorted(reach & inside))}"
+                f"{low} is meant to sit below the {name} but reaches {', '.join(sorted(reach & inside))}"
             )
     return found
 
 
-def test_the_kernel_imports_point_down() -> None:
-    graph = import_graph(ENGINE, "strata_engine", WING)
-    assert {"strata_engine.kernels.base", "strata_engine.kernels.choice"} <= set(graph)
-    assert violations(graph, WING, BELOW) == []
+@pytest.mark.parametrize("wing", sorted(WINGS))
+def test_the_wing_imports_point_down(wing: str) -> None:
+    graph = import_graph(ENGINE, "strata_engine")
+    assert len([m for m in graph if m.startswith(wing + ".")]) >= 4  # the wing was found
+    assert violations(graph, wing, WINGS[wing]) == []
+
+
+def test_the_engine_has_no_import_circle() -> None:
+    graph = import_graph(ENGINE, "strata_engine")
+    assert {"strata_engine.text.tokenizer", "strata_engine.text.spm_tokenizer"} <= set(graph)
+    assert find_cycle(graph, set(graph) - {"strata_engine"}) is None
 
 
 def test_no_kernel_code_is_left_outside_the_wing() -> None:
@@ -143,11 +164,24 @@ def test_no_kernel_code_is_left_outside_the_wing() -> None:
     assert not [p for p in ENGINE.rglob("*.[ch]") if "kernels" not in p.relative_to(ENGINE).parts]
 
 
+def test_no_text_code_is_left_outside_the_wing() -> None:
+    """The modules that used to hold the text layer live only under text/."""
+    for old in (
+        "tokenizer",
+        "spm_tokenizer",
+        "pretokenizers",
+        "chat_template",
+        "stop_matcher",
+        "text_stream",
+    ):
+        assert not (ENGINE / f"{old}.py").exists(), old
+
+
 def _plant(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    return import_graph(root, "pkg", "pkg.k")
+    return import_graph(root, "pkg")
 
 
 def test_the_checker_sees_a_circle_through_a_package_init(tmp_path: Path) -> None:
@@ -178,6 +212,6 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
         },
     )
     assert violations(graph, "pkg.k", {"pkg.api"}) == [
-        "pkg.k.base imports pkg.engine, an engine module above the kernels",
-        "pkg.api is meant to sit below the kernels but reaches pkg.k, pkg.k.base",
+        "pkg.k.base imports pkg.engine, an engine module above the k",
+        "pkg.api is meant to sit below the k but reaches pkg.k, pkg.k.base",
     ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from strata_engine.protocol import EngineTokenizer
-from strata_engine.stop_matcher import ROOT, StopMatcher
-from strata_engine.tokenizer import Tokenizer
+from strata_engine.text.stop_matcher import ROOT, StopMatcher
+from strata_engine.text.tokenizer import Tokenizer
 
 
 def decode_spans(tokenizer: EngineTokenizer, ids: Sequence[int]) -> tuple[str, tuple[int, ...]]:

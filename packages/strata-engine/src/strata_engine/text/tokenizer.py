@@ -23,10 +23,10 @@ from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as _RustTokenizer
 from tokenizers.models import BPE
 
-from .api import ModelLoadError
-from .pretokenizers import PRE_TOKENIZERS, PreTokenizer
+from strata_engine.api import ModelLoadError
+from strata_engine.text.pretokenizers import PRE_TOKENIZERS, PreTokenizer
 
-__all__ = ["EOG_TEXTS", "PRE_TOKENIZERS", "IncrementalDecoder", "PreTokenizer", "Tokenizer"]
+__all__ = ["BPE_MODELS", "EOG_TEXTS", "PRE_TOKENIZERS", "IncrementalDecoder", "PreTokenizer", "Tokenizer"]
 
 # GGUF `tokenizer.ggml.token_type` values.
 TOKEN_NORMAL = 1
@@ -39,6 +39,8 @@ TOKEN_BYTE = 6
 # Texts longer than this are encoded by `encode_batch`, which (unlike `encode`) lets other
 # Python threads run meanwhile: tokenizing a megabyte takes seconds.
 LONG_TEXT = 10_000
+
+BPE_MODELS = ("gpt2", "gemma4")  # the `tokenizer.ggml.model` values this class builds
 
 SPACE = "\u2581"  # "▁", SentencePiece's visible space (Gemma 4's BPE vocabulary writes it too)
 
@@ -341,17 +343,11 @@ class Tokenizer:
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
-        """Build from GGUF key/values (plain Python values, as gguf-py's `contents()` gives)."""
+        """Build a BPE vocabulary (`gpt2`, `gemma4`) from GGUF key/values (plain Python values,
+        as gguf-py's `contents()` gives); `load_tokenizer` picks the class for any model."""
         model = meta.get("tokenizer.ggml.model")
-        if model == "llama":
-            from .spm_tokenizer import SentencePieceTokenizer  # a subclass: imported late
-
-            return SentencePieceTokenizer.from_metadata(meta)
-        if model not in ("gpt2", "gemma4"):
-            raise ModelLoadError(
-                f"unsupported tokenizer model {model!r}: supported are 'gpt2' (byte-level BPE), "
-                "'gemma4' (Gemma 4's BPE) and 'llama' (SentencePiece)"
-            )
+        if model not in BPE_MODELS:
+            raise ModelLoadError(f"tokenizer model {model!r} is not BPE (see text.load.load_tokenizer)")
         tokens = meta.get("tokenizer.ggml.tokens")
         merges = meta.get("tokenizer.ggml.merges")
         if not tokens or merges is None:

@@ -20,8 +20,8 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .api import ModelLoadError
-from .tokenizer import (
+from strata_engine.api import ModelLoadError
+from strata_engine.text.tokenizer import (
     SPACE,
     TOKEN_CONTROL,
     TOKEN_NORMAL,
