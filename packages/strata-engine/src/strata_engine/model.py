@@ -23,9 +23,10 @@ from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, Ops, RopeTable, like, to_numpy
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.rope import read_factors, rope_table
+from strata_engine.row_packing import tied_head
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 
 log = logging.getLogger("strata_engine")
@@ -299,13 +300,12 @@ class Transformer:
         def opt_vec(name: str) -> np.ndarray | None:
             return vector(t[name]) if name in t else None
 
-        self.embedding = Weight.from_info(need("token_embd.weight"))
-        # the LM head in the form the ops' matmul reads (a tied head: a packed copy, or the embedding itself)
-        self.output = ops.pack(
-            Weight.from_info(t["output.weight"]) if "output.weight" in t else self.embedding
-        )
-        if "output.weight" not in t and self.output.kernel_type & Q8_PACKED:
-            self.embedding = self.output  # its rows dequantise to the same values: one copy, not two
+        # the LM head in the form the ops' matmul reads (a tied head: the embedding packed, or itself)
+        if "output.weight" in t:
+            self.embedding = Weight.from_info(need("token_embd.weight"))
+            self.output = ops.pack(Weight.from_info(t["output.weight"]))
+        else:
+            self.embedding, self.output = tied_head(ops, need("token_embd.weight"), gguf.release_pages)
         self.norm = vector(need("output_norm.weight"))
         self.layers = []
         for i in range(cfg.n_layers):
