@@ -16,6 +16,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from strata_engine.config import SUPPORTED_ARCHITECTURES, UNSUPPORTED_ARCHITECTURES
 from strata_engine.gguf_checks import INFORMATIONAL_KEYS, TENSOR_NEEDS
+from strata_engine.kernels import transcode
 from strata_engine.kernels.weights import NATIVE_TYPES
 from strata_engine.rope import DEFAULT_ONLY_KEYS, FACTOR_TENSORS, SCALING_KINDS
 
@@ -40,8 +41,9 @@ def _names(items: object) -> str:
 def markdown() -> str:
     """The section's text, from the lists the loader itself checks against."""
     packed = [t.name for t in NATIVE_TYPES]
+    rewritten = [t.name for t in GGMLQuantizationType if t in transcode.TYPES | transcode.Q6_K_TYPES]
     others = [t for t in GGMLQuantizationType if t in GGML_QUANT_SIZES and t not in NATIVE_TYPES]
-    widened = [t.name for t in others if _dequantisable(t)]
+    widened = [t.name for t in others if _dequantisable(t) and t.name not in rewritten]
     refused = [t.name for t in others if not _dequantisable(t)]
     lines = [
         BEGIN,
@@ -59,6 +61,7 @@ def markdown() -> str:
         + ", ".join(f"`{{arch}}.{k}` = {v:g}" for k, v in DEFAULT_ONLY_KEYS.items())
         + ".",
         f"- **Weight types kept packed in the kernels:** {_names(packed)}.",
+        f"- **Weight types rewritten at load as Q8_0 or Q6_K blocks with the same values:** {_names(rewritten)}.",
         f"- **Weight types widened to fp32 at load:** {_names(widened)}.",
         f"- **Weight types refused (gguf-py cannot read them):** {_names(refused)}.",
         "- **Tensors:** a tensor the architecture's model does not read refuses the load, naming it "
