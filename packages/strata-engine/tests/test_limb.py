@@ -21,9 +21,9 @@ from gguf import GGMLQuantizationType as QT
 from reference_forward import ReferenceModel
 from test_invariance import PROMPTS, _request, run_alone, run_batch
 from test_q8 import ROWS, TYPES, N, Quantised, _activations, _dequantize, _weight
-from tiny_models import TINY_SPECS, VOCAB_SIZE, encode_tensor, write_tiny_model
+from tiny_models import TINY_SPECS, VOCAB_SIZE, encode_tensor, vocab_logprobs, write_tiny_model
 
-from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
@@ -263,17 +263,7 @@ def test_tiny_model_within_1e4_of_float64(spec, tmp_path: Path) -> None:
     path = write_tiny_model(tmp_path / "model.gguf", spec, seed=7)
     engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels="native")
     prompt = np.random.default_rng(11).integers(0, VOCAB_SIZE - 3, size=TINY_PROMPT).tolist()
-    events = engine.generate(
-        Request(
-            tuple(prompt),
-            SamplingParams(max_tokens=1, temperature=0.0),
-            LogprobParams(top_n=1, prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
-        )
-    )
-    scores = next(e for e in events if isinstance(e, PromptScores))
-    (step,) = [e for e in events if isinstance(e, Step)]
-    rows = [r for r in scores.rows if r is not None] + [step.logprobs]
-    got = np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows])
+    got = vocab_logprobs(engine, prompt)
     want = ReferenceModel(str(path)).logprobs(prompt).numpy()
     err = np.abs(got - want).max()
     assert err <= TINY_TOLERANCE, f"{spec.name}: off by {err:.3g}"

@@ -11,9 +11,9 @@ import pytest
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 from reference_forward import ReferenceModel
-from tiny_models import TINY_SPECS, VOCAB_SIZE, write_tiny_model
+from tiny_models import TINY_SPECS, VOCAB_SIZE, vocab_logprobs, write_tiny_model
 
-from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+from strata_engine import LLMEngine
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import transcode
 from strata_engine.kernels.native.backend import NativeOps
@@ -127,17 +127,7 @@ def test_every_arithmetic_reads_them_within_its_accuracy_of_the_float64_forward(
     path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5, overrides=overrides)
     engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels=kernels)
     prompt = np.random.default_rng(3).integers(0, VOCAB_SIZE - 3, size=17).tolist()
-    events = engine.generate(
-        Request(
-            tuple(prompt),
-            SamplingParams(max_tokens=1, temperature=0.0),
-            LogprobParams(top_n=1, prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
-        )
-    )
-    scores = next(e for e in events if isinstance(e, PromptScores))
-    (step,) = [e for e in events if isinstance(e, Step)]
-    rows = [r for r in scores.rows if r is not None] + [step.logprobs]
-    got = np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows])
+    got = vocab_logprobs(engine, prompt)
     want = ReferenceModel(str(path)).logprobs(prompt).numpy()
     err = float(np.abs(got - want).max())
     assert err <= TOLERANCE[kernels], f"{kernels}: off by {err:.3g}"

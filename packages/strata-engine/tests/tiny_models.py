@@ -18,6 +18,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUFWriter, quants
 from gguf import GGMLQuantizationType as QT
 
+from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+
 SUPPORTED_TYPES = (
     QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K,
 )  # fmt: skip
@@ -268,3 +270,19 @@ def write_quantised_model(path: Path, seed: int = 5) -> Path:
         for p in ([""] if name in ("token_embd", "output") else [f"blk.{i}." for i in range(N_LAYERS)])
     }
     return write_tiny_model(path, spec, seed=seed, overrides=types)
+
+
+def vocab_logprobs(engine: LLMEngine, prompt: list[int]) -> np.ndarray:
+    """The engine's logprob of every vocabulary id at every position after the first, and after
+    the prompt ([len(prompt), VOCAB_SIZE]): what ReferenceModel.logprobs(prompt) gives."""
+    events = engine.generate(
+        Request(
+            tuple(prompt),
+            SamplingParams(max_tokens=1, temperature=0.0),
+            LogprobParams(top_n=1, prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
+        )
+    )
+    scores = next(e for e in events if isinstance(e, PromptScores))
+    (step,) = [e for e in events if isinstance(e, Step)]
+    rows = [r for r in scores.rows if r is not None] + [step.logprobs]
+    return np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows])
