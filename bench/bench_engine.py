@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
+
+from _common import host_line
 
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
@@ -177,39 +178,6 @@ def decode_against_bandwidth(path: str, threads: int, results: dict[str, dict]) 
             out[side] = {"gbps": rate, "share": rate / host}
             print(f"  {side:>18}: {rate:5.1f} GB/s of weights = {rate / host:4.0%} of the host's bandwidth")
     return out
-
-
-def host_line() -> str:
-    """Two lines: the CPU model and the vector flags that decide the kernel target, then the
-    llama.cpp build the ratios are against (llama_cpp_line)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="ignore") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ["avx512f", "avx2", "fma", "f16c", "asimd", "neon"]
-    host = f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
-    return f"{host}\n{llama_cpp_line()}"
-
-
-def llama_cpp_line() -> str:
-    """Which llama.cpp the ratios are against: its version and the vector extensions its library
-    was built for (an AVX2-only build, bench/build_llama_cpp_avx2.sh, is chosen with
-    LLAMA_CPP_LIB_PATH, which the sides' subprocesses inherit)."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return "llama.cpp: not installed"
-    info = llama_cpp.llama_print_system_info().decode(errors="replace")
-    built = [item.split("=")[0].strip() for item in info.split("|") if item.strip().endswith("= 1")]
-    vector = [f for f in built if f.startswith(("AVX", "NEON", "SVE", "FMA", "F16C"))]
-    where = os.environ.get("LLAMA_CPP_LIB_PATH", "its wheel")
-    return f"llama.cpp: llama-cpp-python {llama_cpp.__version__} from {where}, built for {' '.join(vector) or '-'}"
 
 
 def _targets(choice: str) -> list[str | None]:

@@ -73,7 +73,7 @@ def main() -> None:
     )
     parser.add_argument("--kernels", default="native", choices=["native", "native-fp32", "native-q8"])
     args = parser.parse_args()
-    from bench_engine import host_line  # the host and llama.cpp lines every benchmark prints
+    from _common import host_line  # the host and llama.cpp lines every benchmark prints
 
     print(host_line().splitlines()[0])
     with tempfile.TemporaryDirectory(prefix="strata-first-start-") as tmp:

@@ -29,12 +29,12 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from _common import host_line
 from bench_engine import (
     _prompt_ids,
     bench_llama_cpp,
     bench_strata,
     decode_against_bandwidth,
-    host_line,
     keep_best,
     run_side,
 )

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from _common import percentile
 
 from strata_client import AsyncStrataClient
 from strata_decide.labels import LabelBook
@@ -167,11 +168,6 @@ async def probe(url: str) -> list[Read]:
 def path_ms(reads: list[Read]) -> float | None:
     paths = [r.path_s for r in reads if r.path_s is not None]
     return round(statistics.median(paths) * 1000, 2) if paths else None
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
 def summary(reads: list[Read], wall: float, probes: list[Read]) -> dict[str, Any]:

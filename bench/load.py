@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 
 import httpx
 import psutil  # type: ignore[import-untyped]
+from _common import percentile
 
 from strata_server.launch import server_process
 
@@ -198,8 +199,7 @@ class MemoryWatch:
 def pct(values: list[float], q: float) -> str:
     if not values:
         return "-"
-    ordered = sorted(values)
-    return f"{ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000:.0f} ms"
+    return f"{percentile(values, q) * 1000:.0f} ms"
 
 
 @contextmanager

@@ -1,0 +1,50 @@
+"""What every benchmark shares: the host line, the llama.cpp line and the percentile rule.
+
+Each script in bench/ runs from its own folder (`python bench/NAME.py`), which puts bench/ on
+`sys.path`, so `from _common import ...` finds this file.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile as the value at rank floor(n q) of the sorted values (no interpolation:
+    a latency that was measured, never one between two)."""
+    ordered = sorted(values)
+    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
+
+
+def llama_cpp_line() -> str:
+    """Which llama.cpp the ratios are against: its version and the vector extensions its library
+    was built for (an AVX2-only build, bench/build_llama_cpp_avx2.sh, is chosen with
+    LLAMA_CPP_LIB_PATH, which the sides' subprocesses inherit)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return "llama.cpp: not installed"
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    built = [item.split("=")[0].strip() for item in info.split("|") if item.strip().endswith("= 1")]
+    vector = [f for f in built if f.startswith(("AVX", "NEON", "SVE", "FMA", "F16C"))]
+    where = os.environ.get("LLAMA_CPP_LIB_PATH", "its wheel")
+    return f"llama.cpp: llama-cpp-python {llama_cpp.__version__} from {where}, built for {' '.join(vector) or '-'}"
+
+
+def host_line() -> str:
+    """Two lines: the CPU model and the vector flags that decide the kernel target, then the
+    llama.cpp build the ratios are against (llama_cpp_line)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="ignore") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx512f", "avx2", "fma", "f16c", "asimd", "neon"]
+    host = f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
+    return f"{host}\n{llama_cpp_line()}"
