@@ -20,6 +20,9 @@ from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Ste
 from strata_engine.api import ModelLoadError
 from strata_engine.attention_temperature import factors
 from strata_engine.config import ModelConfig
+from strata_engine.gguf_loader import GGUFFile
+from strata_engine.kernels.choice import make_ops
+from strata_engine.model import Transformer
 
 SPEC = next(s for s in ARCH_SPECS if s.arch == "mistral3")
 
@@ -112,6 +115,18 @@ def test_temperature_reaches_the_logprobs_from_the_floor_on(
     floor = MISTRAL3_ORIGINAL_CTX
     np.testing.assert_array_equal(with_temp[:floor], without[:floor])
     assert (np.abs(with_temp[floor:] - without[floor:]).max(axis=1) > 1e-3).all()
+
+
+def test_query_temperature_keeps_the_eager_path(tmp_path: Path) -> None:
+    """A captured CUDA graph would replay the factors of the step it captured: the static decode
+    path declines a model with a query temperature (and takes one without)."""
+    from strata_engine.kernels.triton.graphs import DecodeGraphs
+
+    gguf = GGUFFile(write_arch_model(tmp_path / "m.gguf", SPEC, seed=3))
+    model = Transformer(gguf, ModelConfig.from_metadata(gguf.metadata), make_ops("native", num_threads=1))
+    assert model.q_temp is not None and not DecodeGraphs.covers(model)
+    model.q_temp = None
+    assert DecodeGraphs.covers(model)
 
 
 def test_batch_chunks_and_prefix_cache_give_the_same_bits(tmp_path: Path, prompt: list[int]) -> None:
