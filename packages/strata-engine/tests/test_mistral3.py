@@ -20,6 +20,7 @@ from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Ste
 from strata_engine.api import ModelLoadError
 from strata_engine.attention_temperature import factors
 from strata_engine.config import ModelConfig
+from strata_engine.gguf_checks import check_tensors_read
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops
 from strata_engine.model import Transformer
@@ -96,6 +97,21 @@ def test_keys_read_as_llama_cpp_reads_them() -> None:
 def test_what_llama_cpp_refuses_or_strata_cannot_compute_is_refused(keys: dict, message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
         _config(**keys)
+
+
+@pytest.mark.parametrize(
+    ("name", "need"),
+    [
+        ("blk.0.attn_output.bias", "a bias on the attention output"),
+        ("blk.1.ffn_down.bias", "biases in the feed-forward layer"),
+        ("blk.0.ffn_gate_inp.weight", "a model variant Strata does not implement"),
+    ],
+)
+def test_tensors_llama_cpp_reads_but_strata_does_not_are_refused_by_name(name: str, need: str) -> None:
+    cfg = _config()
+    check_tensors_read({"rope_freqs.weight": None, "blk.1.attn_q.weight": None}, cfg)  # type: ignore[dict-item]
+    with pytest.raises(ModelLoadError, match=f"{name}.*{need}"):
+        check_tensors_read({name: None}, cfg)  # type: ignore[dict-item]
 
 
 @pytest.fixture(scope="module")
