@@ -52,6 +52,10 @@ class ReferenceModel:
             out = torch.cat((z.real, z.imag), dim=-1)
         return torch.cat((out, rest), dim=-1)
 
+    def _q_factor(self, t: int) -> torch.Tensor | float:
+        """A per-position factor on the rotated queries (mistral3's temperature); here none."""
+        return 1.0
+
     @torch.no_grad()
     def logprobs(self, ids: list[int]) -> torch.Tensor:
         """float64 log-probabilities [T, vocab] for every position (row p predicts token p+1)."""
@@ -93,7 +97,7 @@ class ReferenceModel:
         if p + "attn_q_norm.weight" in w:
             q = self._rms(q, w[p + "attn_q_norm.weight"])
             k = self._rms(k, w[p + "attn_k_norm.weight"])
-        q, k = self._rope(q), self._rope(k)
+        q, k = self._rope(q) * self._q_factor(t), self._rope(k)
         rep = self.n_heads // self.n_kv
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)

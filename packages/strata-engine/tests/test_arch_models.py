@@ -87,9 +87,12 @@ def test_logprobs_match_float64_reference(arch_model, kernels: str) -> None:
 def llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int], n_ctx: int = CTX) -> np.ndarray:
     """llama.cpp's logprobs at every prompt position, from its fp32 logits (fp32 KV cache)."""
     f32 = 0  # GGML_TYPE_F32
+    # YaRN betas -1: the file's (llama.cpp's own default context parameters); the Python binding's
+    # defaults (32, 1) would override what a mistral3 file sets
     llm = llama_cpp.Llama(
-        str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False
-    )
+        str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False,
+        yarn_beta_fast=-1.0, yarn_beta_slow=-1.0,
+    )  # fmt: skip
     llm.eval(prompt)
     logits = np.array(llm.scores[: len(prompt) - 1], dtype=np.float64)
     shifted = logits - logits.max(axis=1, keepdims=True)

@@ -146,15 +146,17 @@ def test_golden_rows_are_the_models_log_probabilities(model_path) -> None:
 
 
 # ---- tiny mixture-of-experts and sliding-window models (issue 16) ---------------------------
-# Two models the test writes itself, byte-identical on every machine (integer-drawn weights, see
-# write_arch_model(exact=True)): qwen3moe (router top-k, packed experts) and gemma2 (GeGLU,
-# soft-capped attention and logits, post-norms, an 8-token window on layer 0). Driven at the
+# Models the test writes itself, byte-identical on every machine (integer-drawn weights, see
+# write_arch_model(exact=True)): qwen3moe (router top-k, packed experts), gemma2 (GeGLU,
+# soft-capped attention and logits, post-norms, an 8-token window on layer 0) and mistral3 (YaRN
+# with its own betas, the per-position query temperature from exactmath's log). Driven at the
 # forward level on a paged KV cache, so that the hash does not depend on the engine's API: every
 # prompt position's full-vocabulary log-probabilities hash to the values below alone, in one
 # batch with the other prompts (scattered blocks, interleaved order) and in 5-token chunks.
 TINY_GOLDEN = {
     "qwen3moe": "35a6ee12ee948b16237ba76ec2195f7b25a570756e6a320c18a06300762e90e8",
     "gemma2": "eb7b452d3a05899b4d77f93fda17c36a7756da6f67c9138c5af40e98d8800551",
+    "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 

@@ -36,7 +36,8 @@ from strata_engine.tensor_parallel import TensorParallel
 # Largest |logprob(2 ranks) - logprob(1 rank)| allowed over the prompt rows, the generated
 # tokens' rows and their top-5 (measured: about 1e-5 on the default model; docs/scaling.md).
 TOLERANCE = 2e-4
-ARCHS = ("phi3", "qwen3moe", "gemma2", "gemma3")  # fused projections, experts, post-norms, windows
+# fused projections, experts, post-norms, windows, query temperature
+ARCHS = ("phi3", "qwen3moe", "gemma2", "gemma3", "mistral3")
 TINY = ("qwen2-untied", "qwen3-untied")  # biases, qk-norm, every weight type incl. K-quants
 
 

@@ -1,7 +1,8 @@
 """Tiny random GGUFs of the architectures beyond llama/qwen2/qwen3's dense BPE models: llama
 with a SentencePiece vocabulary (Llama 2 / TinyLlama / Mistral), phi3 (fused QKV and gate-up),
 qwen3moe and Mixtral-style llama with experts, gemma / gemma2 / gemma3 (GeGLU, embedding scale,
-soft-capping, post-norms, sliding-window layers, qk-norm, two RoPE bases). Written with gguf.GGUFWriter using the metadata
+soft-capping, post-norms, sliding-window layers, qk-norm, two RoPE bases), mistral3 (YaRN with its
+own betas and log multiplier, attention temperature). Written with gguf.GGUFWriter using the metadata
 keys and tensor names llama.cpp reads, weights in the types the kernels keep packed (F32, Q4_0,
 Q4_1, Q8_0), so that llama.cpp and Strata can run the same file; plus a float64 reference.
 """
@@ -9,6 +10,7 @@ Q4_1, Q8_0), so that llama.cpp and Strata can run the same file; plus a float64 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +53,21 @@ ARCH_SPECS = (
     ArchSpec("gemma2", "gemma2", spm=True, type_offset=1, window=8),
     # six layers: gemma3's pattern makes layers 0-4 sliding (RoPE base 10000), layer 5 global (1e6)
     ArchSpec("gemma3", "gemma3", spm=True, type_offset=2, n_layers=6, window=8),
+    # YaRN x4 over an original context of 16, which is also the temperature's position floor:
+    # a 37-token prompt crosses three factors (1, 1 + 0.5 ln 2, 1 + 0.5 ln 3)
+    ArchSpec("mistral3", "mistral3", spm=False, type_offset=3),
 )
 GEMMA2_ATTN_SOFTCAP = 4.0  # small enough that the tiny model's scores are really capped
 GEMMA2_FINAL_SOFTCAP = 6.0
 GEMMA3_ROPE_BASE = 1_000_000.0
+MISTRAL3_KEYS = {  # key suffix -> value, written as float32 (the original context as uint32)
+    "attention.temperature_scale": 0.5,
+    "rope.scaling.factor": 4.0,
+    "rope.scaling.yarn_beta_fast": 2.0,  # not llama.cpp's defaults (32, 1): the ramp spans pairs 0..5
+    "rope.scaling.yarn_beta_slow": 0.25,
+    "rope.scaling.yarn_log_multiplier": 0.5,
+}
+MISTRAL3_ORIGINAL_CTX = 16
 
 
 def vocab_size(spec: ArchSpec) -> int:
@@ -102,6 +115,11 @@ def write_arch_model(
     if spec.arch == "gemma2":
         w.add_attn_logit_softcapping(GEMMA2_ATTN_SOFTCAP)
         w.add_final_logit_softcapping(GEMMA2_FINAL_SOFTCAP)
+    if spec.arch == "mistral3":
+        w.add_string("mistral3.rope.scaling.type", "yarn")
+        w.add_uint32("mistral3.rope.scaling.original_context_length", MISTRAL3_ORIGINAL_CTX)
+        for key, value in MISTRAL3_KEYS.items():
+            w.add_float32(f"mistral3.{key}", value)
     if spec.n_experts:
         w.add_expert_count(spec.n_experts)
         w.add_expert_used_count(spec.n_experts_used)
@@ -237,6 +255,43 @@ class ArchReference(ReferenceModel):
             return super()._head(x)
         logits = self._rms(x, self.w["output_norm.weight"]) @ self.w["token_embd.weight"].T
         return torch.log_softmax(torch.tanh(logits / final_cap) * final_cap, dim=-1)
+
+    # mistral3 as Hugging Face's Ministral 3 describes it, in float64: YaRN RoPE on adjacent pairs
+    # (frequencies blended along the ramp between the beta corrections, magnitude
+    # get_mscale(factor, 1) / get_mscale(factor, log multiplier)), and the rotated queries times
+    # 1 + scale * ln(1 + floor(p / original context)).
+    def _m3(self, key: str) -> float:
+        return float(self.meta[f"mistral3.{key}"])
+
+    def _rope(self, x: torch.Tensor) -> torch.Tensor:
+        if self.arch != "mistral3":
+            return super()._rope(x)
+        t, h, d = x.shape[0], x.shape[1], self.rope_dim
+        factor, original = self._m3("rope.scaling.factor"), self._m3("rope.scaling.original_context_length")
+
+        def corr(beta: float) -> float:
+            return d * math.log(original / (beta * 2 * math.pi)) / (2 * math.log(self.base))
+
+        low = max(0, math.floor(corr(self._m3("rope.scaling.yarn_beta_fast"))))
+        high = min(d - 1, math.ceil(corr(self._m3("rope.scaling.yarn_beta_slow"))))
+        pair = torch.arange(d // 2, dtype=torch.float64)
+        extrapolated = self.base ** (-2 * pair / d)
+        ramp = 1 - torch.clamp((pair - low) / max(0.001, high - low), 0, 1)
+        freqs = extrapolated / factor * (1 - ramp) + extrapolated * ramp
+        log_mul = self._m3("rope.scaling.yarn_log_multiplier")
+        magnitude = (0.1 * math.log(factor) + 1) / (0.1 * log_mul * math.log(factor) + 1)
+        ang = torch.arange(t, dtype=torch.float64)[:, None] * freqs[None, :]
+        rot = torch.polar(torch.full_like(ang, magnitude), ang)[:, None, :]
+        z = torch.view_as_complex(x[..., :d].reshape(t, h, d // 2, 2).contiguous())
+        return torch.cat((torch.view_as_real(z * rot).reshape(t, h, d), x[..., d:]), dim=-1)
+
+    def _q_factor(self, t: int) -> torch.Tensor | float:
+        if self.arch != "mistral3":
+            return 1.0
+        steps = torch.floor(
+            torch.arange(t, dtype=torch.float64) / self._m3("rope.scaling.original_context_length")
+        )
+        return (1 + self._m3("attention.temperature_scale") * torch.log1p(steps))[:, None, None]
 
     def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
         w, p = self.w, f"blk.{i}."

@@ -7,10 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from strata_engine.api import ModelLoadError
 from strata_engine.rope import RopeScaling, read_scaling
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3")
+SUPPORTED_ARCHITECTURES = (
+    "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3",
+)  # fmt: skip
+INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
 # Named so that a file of a known but unsupported family gets a precise refusal.
 UNSUPPORTED_ARCHITECTURES = {
@@ -82,6 +87,10 @@ class ModelConfig:
     rope_scaling: RopeScaling = field(
         default_factory=RopeScaling
     )  # linear / YaRN / LongRoPE, as the file asks (rope.py)
+    # mistral3: queries times 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1) after
+    # RoPE (attention_temperature.py); 0: none
+    attn_temp_scale: float = 0.0
+    attn_temp_floor: int = 0
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
@@ -119,6 +128,10 @@ class ModelConfig:
         n_used = count("expert_used_count", 0, low=0)
         if n_experts and not 0 < n_used <= n_experts:
             raise ModelLoadError(f"GGUF metadata: {arch}.expert_used_count {n_used} is not in 1..{n_experts}")
+        if arch == "mistral3" and n_experts:
+            raise ModelLoadError(
+                "GGUF metadata: mistral3.expert_count is set: mistral3 with experts (ffn_gate_inp) is not supported"
+            )
         if arch == "qwen3moe" and not n_experts:
             raise ModelLoadError("GGUF metadata lacks qwen3moe.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
@@ -149,6 +162,8 @@ class ModelConfig:
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
         gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
         ctx_train = count("context_length", 4096)
+        temperature = _temperature(arch, meta)
+        scaling = read_scaling(arch, meta, ctx_train)
         return cls(
             arch=arch,
             n_layers=n_layers,
@@ -161,14 +176,32 @@ class ModelConfig:
             ctx_size=ctx_train,
             rope_base=rope_base,
             rope_dim=rope_dim,
-            rope_style="interleaved" if arch == "llama" else "neox",
+            rope_style="interleaved" if arch in INTERLEAVED_ROPE else "neox",
             rms_eps=rms_eps,
             qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
             n_experts=n_experts,
             n_experts_used=n_used,
-            rope_scaling=read_scaling(arch, meta, ctx_train),
+            rope_scaling=scaling,
+            attn_temp_floor=scaling.original_ctx if temperature else 0,
+            attn_temp_scale=temperature,
             **gemma,
         )
+
+
+def _temperature(arch: str, meta: Mapping[str, Any]) -> float:
+    """mistral3's attention temperature scale (llama.cpp's f_attn_temp_scale, a float32), 0 if
+    none. Its position floor is the YaRN original context, which llama.cpp refuses to be 0."""
+    if arch != "mistral3":
+        return 0.0
+    name = f"{arch}.attention.temperature_scale"
+    scale = float(np.float32(_float(name, meta.get(name, 0.0))))
+    original = meta.get(f"{arch}.rope.scaling.original_context_length")
+    if scale != 0.0 and original == 0:
+        raise ModelLoadError(
+            f"GGUF metadata {name} = {scale:g} needs {arch}.rope.scaling.original_context_length > 0 "
+            "(its position floor), as llama.cpp requires"
+        )
+    return scale
 
 
 def _gemma_switches(

@@ -267,7 +267,7 @@ TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would nee
     "attn_k_norm.weight": "per-head q/k norms, which this architecture does not have",
     "post_attention_norm.weight": "post-norms, which this architecture does not have",
     "post_ffw_norm.weight": "post-norms, which this architecture does not have",
-    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama files only",
+    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama and mistral3 files only",
 }
 
 
@@ -276,5 +276,5 @@ def _needs(name: str) -> str:
         if name.endswith(suffix):
             return need
     if name.startswith("rope_factors_"):
-        return "LongRoPE factor tables, which llama.cpp reads for llama and phi3 files only"
+        return "LongRoPE factor tables, which llama.cpp reads for llama, mistral3 and phi3 files only"
     return "a part of a model variant Strata does not implement"

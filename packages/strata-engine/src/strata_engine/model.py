@@ -1,4 +1,4 @@
-"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma / gemma2 / gemma3), written
+"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma 1-3 / mistral3), written
 once, calling `Ops` for every heavy step; the architectures differ by `ModelConfig` switches.
 
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import exactmath
+from strata_engine import attention_temperature, exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
@@ -374,12 +374,13 @@ class Transformer:
             group = cfg.n_heads // cfg.n_kv_heads
             self.cfg = replace(cfg, n_heads=(k1 - k0) * group, n_kv_heads=k1 - k0)
         self.rope, self.rope_swa = rope_tables(cfg, t)  # gemma3: the sliding-window layers' own
+        self.q_temp = attention_temperature.factors(cfg.ctx_size, cfg.attn_temp_scale, cfg.attn_temp_floor)
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
         self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
         # one native call per layer where it applies; a tensor-parallel rank keeps the per-op path
         self.fused = (
             None
-            if tp.active
+            if tp.active or self.q_temp is not None  # strata_layer has no query temperature
             else fused_layer.describe_all(self.ops, self.layers, self.cfg, self.rope, self.rope_swa)
         )
 
@@ -410,6 +411,8 @@ class Transformer:
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
             q = ops.rope(q, meta.positions, rope)
             k = ops.rope(k, meta.positions, rope)
+            if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
+                q = attention_temperature.apply(q, meta.positions, self.q_temp)
             ops.kv_write(k, v, k_cache, v_cache, meta.slots)
             if cfg.attn_scale is None and not window and not cfg.attn_softcap:
                 a = ops.attention(q, k_cache, v_cache, meta)

@@ -36,9 +36,20 @@ DEFAULT_ONLY_KEYS = {
     "rope.scaling.yarn_log_multiplier": 0.0,
     "rope.scaling.yarn_attn_factor": 1.0,
 }
+# the YaRN keys llama.cpp does read for some families (its per-architecture load_arch_hparams):
+# there they are applied, not refused
+YARN_KEYS_READ = {
+    "mistral3": (
+        "rope.scaling.yarn_beta_fast",
+        "rope.scaling.yarn_beta_slow",
+        "rope.scaling.yarn_log_multiplier",
+    ),
+}
 # tensors that carry RoPE factors, per architecture that reads them (llama.cpp's loaders)
+LLAMA_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 FACTOR_TENSORS = {
-    "llama": ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"),
+    "llama": LLAMA_FACTORS,
+    "mistral3": LLAMA_FACTORS,
     "phi3": ("rope_factors_long.weight", "rope_factors_short.weight"),
 }
 # the `{arch}.` keys read here: gguf_checks counts them as read
@@ -66,6 +77,8 @@ class RopeScaling:
     original_ctx: int = 0
     attn_factor: float = 1.0
     ext_factor: float = 0.0
+    beta_fast: float = YARN_BETA_FAST  # the ramp's ends (rope.scaling.yarn_beta_*, where read)
+    beta_slow: float = YARN_BETA_SLOW
 
     @property
     def active(self) -> bool:
@@ -85,8 +98,9 @@ def read_scaling(arch: str, meta: Mapping[str, Any], ctx_train: int) -> RopeScal
     def get(name: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{name}", default)
 
+    read_here = YARN_KEYS_READ.get(arch, ())
     for name, default in DEFAULT_ONLY_KEYS.items():
-        if get(name) is not None and _real(arch, name, get(name)) != default:
+        if name not in read_here and get(name) is not None and _real(arch, name, get(name)) != default:
             raise ModelLoadError(
                 f"GGUF metadata {arch}.{name} = {get(name)!r}: llama.cpp does not read it for {arch} "
                 f"files (it assumes {default}), so Strata refuses a file that needs another value"
@@ -110,13 +124,28 @@ def read_scaling(arch: str, meta: Mapping[str, Any], ctx_train: int) -> RopeScal
         )
     attn_factor = _real(arch, "rope.scaling.attn_factor", get("rope.scaling.attn_factor", 1.0))
     ext_factor = 1.0 if kind == "yarn" else 0.0
+    yarn = {name: _real(arch, name, get(name, DEFAULT_ONLY_KEYS[name])) for name in read_here}
+    log_mul = yarn.get("rope.scaling.yarn_log_multiplier", 0.0)
     if ext_factor:
-        # llama-context.cpp: get_mscale(factor, 1), then cancelled by the factor ggml's rope_yarn
-        # applies again (so that the magnitude is get_mscale once); computed in float64 here
+        # llama-context.cpp: get_mscale(factor, 1) (over get_mscale(factor, log_mul) where the file
+        # has a log multiplier), then cancelled by the factor ggml's rope_yarn applies again (so
+        # that the magnitude is get_mscale once); computed in float64 here
         scale = 1.0 / freq_scale
-        mscale = 1.0 if scale <= 1.0 else 0.1 * float(exactmath.log(scale)) + 1.0
-        attn_factor *= mscale / (1.0 + 0.1 * float(exactmath.log(scale)))
-    return RopeScaling(kind, freq_scale, original, attn_factor, ext_factor)
+
+        def mscale(m: float) -> float:
+            return 1.0 if scale <= 1.0 else 0.1 * m * float(exactmath.log(scale)) + 1.0
+
+        magnitude = mscale(1.0) / mscale(log_mul) if log_mul != 0.0 else mscale(1.0)
+        attn_factor *= magnitude / (1.0 + 0.1 * float(exactmath.log(scale)))
+    return RopeScaling(
+        kind,
+        freq_scale,
+        original,
+        attn_factor,
+        ext_factor,
+        yarn.get("rope.scaling.yarn_beta_fast", YARN_BETA_FAST),
+        yarn.get("rope.scaling.yarn_beta_slow", YARN_BETA_SLOW),
+    )
 
 
 def read_factors(
@@ -136,9 +165,9 @@ def read_factors(
     if "rope_freqs.weight" in tensors:
         chosen = "rope_freqs.weight"
     elif any(name.startswith("rope_factors_") for name in tensors):
-        if arch == "llama" and scaling.kind != "longrope":
+        if FACTOR_TENSORS.get(arch) == LLAMA_FACTORS and scaling.kind != "longrope":
             raise ModelLoadError(
-                "tensors rope_factors_long/short: llama files read them only with rope.scaling.type = longrope"
+                f"tensors rope_factors_long/short: {arch} files read them only with rope.scaling.type = longrope"
             )
         chosen = "rope_factors_long.weight" if ctx > scaling.original_ctx else "rope_factors_short.weight"
         if chosen not in tensors:
@@ -155,14 +184,15 @@ def read_factors(
     return values
 
 
-def _corr_dims(rope_dim: int, original_ctx: int, base: float) -> tuple[float, float]:
+def _corr_dims(rope_dim: int, scaling: RopeScaling, base: float) -> tuple[float, float]:
     """The YaRN ramp's ends in rotation pairs (ggml_rope_yarn_corr_dims), in float64."""
 
     def dim(beta: float) -> float:
-        ratio = original_ctx / (beta * 2.0 * math.pi)
+        ratio = scaling.original_ctx / (beta * 2.0 * math.pi)
         return rope_dim * float(exactmath.log(ratio)) / (2.0 * float(exactmath.log(base)))
 
-    return max(0.0, math.floor(dim(YARN_BETA_FAST))), min(rope_dim - 1.0, math.ceil(dim(YARN_BETA_SLOW)))
+    low, high = dim(scaling.beta_fast), dim(scaling.beta_slow)
+    return max(0.0, math.floor(low)), min(rope_dim - 1.0, math.ceil(high))
 
 
 def rope_table(
@@ -188,7 +218,7 @@ def rope_table(
     if factors is not None:
         inv = inv / factors
     if scaling.ext_factor:
-        low, high = _corr_dims(rope_dim, scaling.original_ctx, base)
+        low, high = _corr_dims(rope_dim, scaling, base)
         ramp = 1.0 - np.clip((np.arange(half, dtype=np.float64) - low) / max(0.001, high - low), 0.0, 1.0)
         mix = ramp * scaling.ext_factor
         inv = inv * (scale * (1.0 - mix) + mix)

@@ -132,8 +132,13 @@ class DecodeGraphs:
     @staticmethod
     def covers(model: StaticModel) -> bool:
         """Whether the model's forward can run on the static path: not a mixture of experts
-        (its routing is read on the host) and not tensor-parallel (ranks exchange per step)."""
-        return not model.tp.active and all(layer.experts is None for layer in model.layers)
+        (its routing is read on the host), not tensor-parallel (ranks exchange per step), and no
+        query temperature (mistral3: its factors are picked by the step's positions on the host)."""
+        return (
+            not model.tp.active
+            and all(layer.experts is None for layer in model.layers)
+            and getattr(model, "q_temp", None) is None
+        )
 
     def forward(
         self, model: StaticModel, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]
