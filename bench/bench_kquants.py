@@ -6,7 +6,9 @@ initialised GGUF of that kind: Qwen3-1.7B's shape (arch qwen3, 28 layers, hidden
 embedding), weights mixed as llama.cpp's Q4_K_M mixes them (Q4_K; attn_v and ffn_down Q6_K in
 the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32), and the
 SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). `--mix q5_k_m` writes the
-Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K). The file is cached under STRATA_HOME/bench
+Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K); `--mix q5_0|q3_k|iq4_xs|iq3_s|iq2_xxs|mxfp4`
+one where every projection is that type (the embedding Q6_K), which Strata holds as Q8_0 or Q6_K
+blocks with the same values (kernels/transcode.py). The file is cached under STRATA_HOME/bench
 (or --out) and never committed.
 
 It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
@@ -15,7 +17,7 @@ subprocess (bench_engine's measurement): load time, prefill tokens/s (last-posit
 decode tokens/s at batch 1, peak RSS, and the ratios. Table to stdout, JSON to
 bench/results/kquants.json.
 
-    python bench/bench_kquants.py [--mix q4_k_m|q5_k_m] [--quick] [--threads 2] [--rounds 2] [--out PATH]
+    python bench/bench_kquants.py [--mix q4_k_m|q5_k_m|iq4_xs|...] [--quick] [--threads 2] [--rounds 2] [--out PATH]
                                   [--json bench/results/kquants.json]
 """
 
@@ -53,8 +55,21 @@ CHECK_POSITIONS = 32  # prompt positions whose top-1 the two engines are compare
 # is within 5e-6 of a float64 reference where llama.cpp is off by up to 0.16. A top-1 that leads
 # by less than this is a near-tie llama.cpp may flip; the others must agree.
 CLEAR_MARGIN = 0.25
-FTYPES = {"q4_k_m": 15, "q5_k_m": 17}  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q5_K_M
-BASE_TYPE = {"q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K}  # what most weights are
+# llama.cpp's LLAMA_FTYPE_MOSTLY_*: the K-quant mixes, then files of one type the loader rewrites
+# as Q8_0 / Q6_K blocks (kernels/transcode.py; every projection of that type, the embedding Q6_K)
+FTYPES = {
+    "q4_k_m": 15,
+    "q5_k_m": 17,
+    "q5_0": 8,
+    "q3_k": 11,
+    "iq4_xs": 30,
+    "iq3_s": 26,
+    "iq2_xxs": 19,
+    "mxfp4": 38,
+}
+BASE_TYPE = {"q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K, "q5_0": QT.Q5_0, "q3_k": QT.Q3_K, "iq4_xs": QT.IQ4_XS,
+             "iq3_s": QT.IQ3_S, "iq2_xxs": QT.IQ2_XXS, "mxfp4": QT.MXFP4}  # fmt: skip
+SCALE_AT = {QT.Q5_0: 0, QT.Q3_K: 108, QT.IQ4_XS: 0, QT.IQ3_S: 0, QT.IQ2_XXS: 0}  # the block's fp16 d
 SPREAD_OF = ("token_embd.weight", "blk.0.attn_v.weight", "blk.3.attn_v.weight", "blk.0.ffn_up.weight")
 
 
@@ -120,9 +135,28 @@ def random_q6_k(n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarr
 RANDOM_BLOCKS = {QT.Q4_K: random_q4_k, QT.Q5_K: random_q5_k, QT.Q6_K: random_q6_k}
 
 
+def random_scaled(qtype: QT, n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Random blocks of another type whose values have about `std`: every byte random, then the
+    block scale (fp16 d, or MXFP4's power-of-two exponent) set from the spread at d = 1."""
+    from gguf import quants
+
+    blocks = rng.integers(0, 256, size=(n_blocks, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
+    if qtype == QT.MXFP4:
+        blocks[:, 0] = 128  # d = 2^-1, kvalues twice e2m1's
+        unit = float(np.std(quants.dequantize(blocks[:256].reshape(-1), qtype)))
+        blocks[:, 0] = 128 + int(np.rint(np.log2(std / unit)))
+        return blocks
+    at = SCALE_AT[qtype]
+    blocks[:, at : at + 2] = _fp16_bytes(np.ones(n_blocks))
+    unit = float(np.std(quants.dequantize(blocks[:256].reshape(-1), qtype)))
+    blocks[:, at : at + 2] = _fp16_bytes(std / unit * rng.uniform(0.75, 1.25, size=n_blocks))
+    return blocks
+
+
 def random_weight(qtype: QT, rows: int, cols: int, std: float, rng: np.random.Generator) -> np.ndarray:
     block, size = GGML_QUANT_SIZES[qtype]
-    return RANDOM_BLOCKS[qtype](rows * cols // block, std, rng).reshape(rows, cols // block * size)
+    make = RANDOM_BLOCKS.get(qtype, partial(random_scaled, qtype))
+    return make(rows * cols // block, std, rng).reshape(rows, cols // block * size)
 
 
 def mixture(layers: int, mix: str = "q4_k_m") -> dict[str, QT]:
@@ -130,7 +164,7 @@ def mixture(layers: int, mix: str = "q4_k_m") -> dict[str, QT]:
     base = BASE_TYPE[mix]
     types = {"token_embd.weight": QT.Q6_K}  # tied: quantised as the output, Q6_K
     for i in range(layers):
-        more = use_more_bits(i, layers)
+        more = use_more_bits(i, layers) and mix in ("q4_k_m", "q5_k_m")
         for name in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
             types[f"blk.{i}.{name}.weight"] = base
         for name in ("attn_v", "ffn_down"):
@@ -243,7 +277,7 @@ def strata_check(path: str, threads: int) -> dict:
     weights = [engine.model.embedding, engine.model.output]
     weights += [v for layer in engine.model.layers for v in vars(layer).values() if isinstance(v, Weight)]
     for weight in {id(w): w for w in weights}.values():  # a tied output is the embedding
-        kind = {12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(
+        kind = {8: "Q8_0 packed", 12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(
             stored_type(weight.kernel_type), "other"
         )
         if weight._dense is not None and weight.kernel_type:
@@ -308,7 +342,7 @@ def sanity(path: Path, threads: int) -> dict:
     same = [a == b for a, b in zip(ours["top1"], theirs["top1"], strict=True)]
     clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
     diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
-    packed = set(ours["weights"]) <= {f"{t} packed" for t in ("Q4_K", "Q5_K", "Q6_K")}
+    packed = set(ours["weights"]) <= {f"{t} packed" for t in ("Q8_0", "Q4_K", "Q5_K", "Q6_K")}
     agree_clear = sum(same[i] for i in clear)
     return {
         "positions": len(same),

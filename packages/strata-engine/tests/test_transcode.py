@@ -83,7 +83,7 @@ def test_the_kernels_read_gguf_pys_values_at_extreme_scales(qtype: QT, native: N
     np.testing.assert_array_equal(bits(weight.dense()), bits(want))
 
 
-@pytest.mark.parametrize("qtype", [QT.IQ4_XS, QT.Q3_K, QT.IQ1_M], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [QT.IQ3_S, QT.Q3_K, QT.IQ1_M], ids=lambda q: q.name)
 def test_a_block_that_is_not_scale_times_integers_keeps_the_tensor_exact_as_fp32(qtype: QT) -> None:
     """A non-finite scale (a hostile or broken file), or IQ1_M's smallest subnormal d (whose
     eighth fp16 cannot hold), cannot be rewritten: the tensor is widened to gguf-py's fp32
@@ -149,3 +149,14 @@ def test_native_q8_reads_them_within_its_bound(qtype: QT) -> None:
     bound = amax / 254 @ np.abs(w64).reshape(rows, -1, 32).sum(axis=2).T
     bound += 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(w64).T)
     assert np.all(np.abs(got - x.astype(np.float64) @ w64.T) <= bound)
+
+
+def test_a_nibble_type_with_an_infinite_scale_keeps_gguf_pys_infinities() -> None:
+    """IQ4_XS is rewritten straight from its bits (codebook value times scale, gguf-py's one
+    product): an infinite scale gives gguf-py's infinities, not a refusal or a NaN."""
+    stored = extreme_blocks(QT.IQ4_XS, 4, 256)
+    stored.reshape(4, -1)[1, 0:2] = np.array([0x7C00], np.uint16).view(np.uint8)
+    weight = Weight.from_info(TensorInfo("w", (4, 256), QT.IQ4_XS, stored))
+    want = np.asarray(quants.dequantize(stored, QT.IQ4_XS), dtype=np.float32).reshape(4, 256)
+    assert weight.kernel_type == TYPES[QT.Q8_0].code and np.isinf(want[1]).any()
+    np.testing.assert_array_equal(bits(NativeOps(1).embed(weight, np.arange(4))), bits(want))

@@ -128,6 +128,31 @@ def _q5_0(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+# nibble-coded types: (where the nibbles start in a block, their codebook); 32 values a group as
+# 16 bytes, low nibbles first (gguf-py's order)
+_NIBBLES: dict[QT, tuple[int, np.ndarray]] = {
+    QT.IQ4_NL: (2, IQ4_VALUES),
+    QT.IQ4_XS: (8, IQ4_VALUES),
+    QT.MXFP4: (1, MXFP4_VALUES),
+}
+
+
+def _from_nibbles(blocks: np.ndarray, qtype: QT) -> np.ndarray:
+    """Q8_0 blocks of a nibble-coded type straight from its bits: its codebook value of each
+    nibble and its group's scale. Value = scale * code is the one product gguf-py computes, so
+    no check is needed (test_transcode.py compares with gguf-py)."""
+    start, codebook = _NIBBLES[qtype]
+    scale = _SCALES[qtype](blocks).astype(np.float32).reshape(-1)
+    nibbles = blocks[:, start:].reshape(len(scale), 16)
+    out = np.empty((len(scale), Q8_0_KERNEL_BYTES), dtype=np.uint8)
+    out[:, :4].view(np.float32)[:, 0] = scale
+    out[:, 4:20] = codebook[nibbles & 15].view(np.uint8)
+    out[:, 20:36] = codebook[nibbles >> 4].view(np.uint8)
+    return out
+
+
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     """A tensor's stored bytes as the kernels' Q8_0 blocks (uint8, 1-D), or None when some block
     is not exactly scale times int8 (the caller then widens it to fp32)."""
@@ -135,6 +160,8 @@ def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, block_bytes)
     if qtype == QT.Q5_0:
         return _q5_0(blocks).reshape(-1)
+    if qtype in _NIBBLES:
+        return _from_nibbles(blocks, qtype).reshape(-1)
     groups = block_values // GROUP
     out = np.empty((len(blocks) * groups, Q8_0_KERNEL_BYTES), dtype=np.uint8)
     step = max(1, CHUNK_VALUES // block_values)
