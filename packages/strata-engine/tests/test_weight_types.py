@@ -113,6 +113,26 @@ def test_every_row_has_a_kernel_on_every_target(target: str) -> None:
             np.testing.assert_allclose(limbs.linear(x, limbs.pack(w)), reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_row_multiplies_as_its_values_widened_to_f32(target: str) -> None:
+    """A matmul on a type's blocks is the matmul on gguf-py's fp32 values of them, bit for bit:
+    the dequantised block feeds the same FMA sequence as fp32 weights (few rows: fused; more:
+    panels). A type only the fp32 arithmetic reads stays with it in the integer modes (q8,
+    limbs): those pack it not, and give the same bits."""
+    rng = np.random.default_rng(1)
+    for t in TYPES.values():
+        w, expected = _weight(t)
+        dense = Weight.from_info(TensorInfo("d", (N, K), QT.F32, expected.reshape(-1).view(np.uint8)))
+        for m in (1, 3, 11):
+            x = rng.standard_normal((m, K)).astype(np.float32)
+            want = NativeOps(1, target).linear(x, dense).view(np.uint32)
+            assert np.array_equal(NativeOps(2, target).linear(x, w).view(np.uint32), want), (t.qtype.name, m)
+            if not t.reads & READS_Q8:
+                for ops in (NativeOps(1, target, q8=True), NativeOps(1, target, limbs=3)):
+                    assert ops.pack(w) is w, t.qtype.name
+                    assert np.array_equal(ops.linear(x, w).view(np.uint32), want), (t.qtype.name, m)
+
+
 def _function(path: Path, name: str) -> ast.FunctionDef:
     found = [
         n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef) and n.name == name

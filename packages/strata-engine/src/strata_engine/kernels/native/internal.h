@@ -57,6 +57,35 @@ static inline float f32_at(const uint8_t *p) {
     return v;
 }
 
+/* The fp32 value of the IEEE half at p, by its bits alone, as numpy's float16 -> float32 (gguf-py):
+ * exact for every half (subnormals normalised, an inf or NaN keeps its sign and payload, none
+ * quietened), and no float operation, so no float mode can change it. */
+static inline float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3FFu, bits;
+    if (e == 31) bits = sign | 0x7F800000u | m << 13;
+    else if (e) bits = sign | (e + 112) << 23 | m << 13;
+    else if (!m) bits = sign;
+    else { /* subnormal: m * 2^-24, its top bit moved to the implicit place */
+        int shift = __builtin_clz(m) - 21;
+        bits = sign | (uint32_t)(113 - shift) << 23 | (m << shift & 0x3FFu) << 13;
+    }
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+/* The fp32 value of the bfloat16 at p: its bits are fp32's upper half (gguf-py's `<< 16`). */
+static inline float bf16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
 /* Scratch memory for a call's temporaries, kept per calling thread from call to call and grown
  * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
  * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:

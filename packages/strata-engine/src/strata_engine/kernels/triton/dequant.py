@@ -12,6 +12,10 @@ Layouts (`KT`, the kernel type code; codes and block sizes are strata_wtypes', b
 - F32: `wf` is the fp32 tensor itself (rows of `row_bytes / 4` values, any length).
 - Q4_0, Q4_1, Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
   Q4_1's min) widened to fp32 at the start of each 32-value block; `wf` is a fp32 view.
+- Q5_1: the engine's layout: d f32, m f32, qh u32, qs[16]; `wf` is a fp32 view.
+- F16, BF16: 2 bytes a value as stored, widened here by their bits alone (`_f16`: numpy's
+  conversion, no float operation but an exact one); read through `wq`.
+- Q2_K: the GGUF super-blocks of 256 values as stored (scales[16], qs[64], d f16, dmin f16).
 - Q4_K, Q5_K, Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
 """
 
@@ -21,13 +25,21 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton.wtypes import (
+    BF16,
+    BF16_BYTES,
+    F16,
+    F16_BYTES,
     F32,
+    Q2_K,
+    Q2_K_BYTES,
     Q4_0,
     Q4_0_BYTES,
     Q4_1,
     Q4_1_BYTES,
     Q4_K,
     Q4_K_BYTES,
+    Q5_1,
+    Q5_1_BYTES,
     Q5_K,
     Q5_K_BYTES,
     Q6_K,
@@ -55,6 +67,24 @@ def _i8(wq_ptr, offs, mask):
 
 
 @triton.jit
+def _u16(wq_ptr, offs, mask):
+    """The little-endian 16-bit integers at byte offsets `offs`."""
+    return _u8(wq_ptr, offs, mask) | (_u8(wq_ptr, offs + 1, mask) << 8)
+
+
+@triton.jit
+def _f16(h):
+    """fp32 values of IEEE halves `h` (int32 holding their bits), as numpy converts them: built
+    from the bits (an inf or NaN keeps its payload); a subnormal is m * 2^-24, one exact product."""
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 31
+    m = h & 0x3FF
+    sub = (m.to(tl.float32) * 5.9604644775390625e-08).to(tl.int32, bitcast=True)  # 2^-24
+    mag = tl.where(e == 31, 0x7F800000 | (m << 13), tl.where(e == 0, sub, ((e + 112) << 23) | (m << 13)))
+    return (mag | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def row_offsets(rows, row_bytes):
     """The byte offset of each of `rows` [R] as a column [R, 1], for `block`."""
     return rows.to(tl.int64)[:, None] * row_bytes
@@ -72,6 +102,14 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
         at = wf_ptr + r // 4 + k_lo
         lo = tl.load(at, mask=m & (k_lo < n), other=0.0)
         hi = tl.load(at + 16, mask=m & (k_lo + 16 < n), other=0.0)
+    elif KT == F16:  # 32 values of 2 bytes
+        base = r + b * (32 * F16_BYTES)
+        lo = _f16(_u16(wq_ptr, base + 2 * lane, m))
+        hi = _f16(_u16(wq_ptr, base + 32 + 2 * lane, m))
+    elif KT == BF16:  # fp32's upper half
+        base = r + b * (32 * BF16_BYTES)
+        lo = (_u16(wq_ptr, base + 2 * lane, m) << 16).to(tl.float32, bitcast=True)
+        hi = (_u16(wq_ptr, base + 32 + 2 * lane, m) << 16).to(tl.float32, bitcast=True)
     elif KT == Q4_0:  # d * (q - 8); q - 8 is exact
         base = r + b * Q4_0_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
@@ -85,6 +123,27 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
         q = _u8(wq_ptr, base + 8 + lane, m)
         lo = d * (q & 15).to(tl.float32) + mn
         hi = d * (q >> 4).to(tl.float32) + mn
+    elif KT == Q5_1:  # d * (q | 16 * bit i of qh) + m, two roundings
+        base = r + b * Q5_1_BYTES
+        d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
+        mn = tl.load(wf_ptr + base // 4 + 1, mask=m, other=0.0)
+        q = _u8(wq_ptr, base + 12 + lane, m)
+        h_lo = (_u8(wq_ptr, base + 8 + lane // 8, m) >> (lane % 8)) & 1
+        h_hi = (_u8(wq_ptr, base + 10 + lane // 8, m) >> (lane % 8)) & 1
+        lo = d * ((q & 15) | (h_lo << 4)).to(tl.float32) + mn
+        hi = d * ((q >> 4) | (h_hi << 4)).to(tl.float32) + mn
+    elif KT == Q2_K:  # (d * (sc & 15)) * q - (dmin * (sc >> 4)) per half of 16, q 2 bits
+        s = b % 8
+        base = r + (b // 8) * Q2_K_BYTES
+        d = _f16(_u16(wq_ptr, base + 80, m))
+        dmin = _f16(_u16(wq_ptr, base + 82, m))
+        sc_lo = _u8(wq_ptr, base + 2 * s, m)
+        sc_hi = _u8(wq_ptr, base + 2 * s + 1, m)
+        qs = base + 16 + (s // 4) * 32 + lane  # 2-bit field s % 4 of 32 bytes
+        q_lo = (_u8(wq_ptr, qs, m) >> (2 * (s % 4))) & 3
+        q_hi = (_u8(wq_ptr, qs + 16, m) >> (2 * (s % 4))) & 3
+        lo = (d * (sc_lo & 15).to(tl.float32)) * q_lo.to(tl.float32) - dmin * (sc_lo >> 4).to(tl.float32)
+        hi = (d * (sc_hi & 15).to(tl.float32)) * q_hi.to(tl.float32) - dmin * (sc_hi >> 4).to(tl.float32)
     elif KT == Q8_0:  # q * d
         base = r + b * Q8_0_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
