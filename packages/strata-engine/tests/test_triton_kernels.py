@@ -30,8 +30,10 @@ from strata_engine.kernels.triton import matmul
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import NATIVE_TYPES, Weight
 
-QUANTISED = (QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K)
-SUPER = (QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K)  # blocks of 256
+QUANTISED = (
+    QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S,
+)  # fmt: skip
+SUPER = (QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S)  # blocks of 256
 N = 37  # odd: a partial program of outputs
 
 
@@ -111,10 +113,12 @@ def test_gathered_rows_are_gguf_py_and_c(native, qtype):
     assert_c_bits(got, native.embed(w, ids))
 
 
-@pytest.mark.parametrize("qtype", (QT.F16, QT.BF16, QT.Q5_1, QT.Q2_K), ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "qtype", (QT.F16, QT.BF16, QT.Q5_1, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S), ids=lambda q: q.name
+)
 def test_arbitrary_blocks_are_gguf_py(native, qtype):
-    """Any bytes (F16, BF16: infinities, NaNs, subnormals, signed zeros; Q5_1, Q2_K: the largest
-    and smallest quants under any finite fp16 scales) dequantise to gguf-py's bits."""
+    """Any bytes (F16, BF16: infinities, NaNs, subnormals, signed zeros; the others: the largest
+    and smallest quants and grid entries under any finite fp16 scales) dequantise to gguf-py's bits."""
     assert qtype in HALF_OFFSETS
     stored = random_native_blocks(qtype, 24, 512, np.random.default_rng(int(qtype)))
     w = Weight.from_info(TensorInfo("w", (24, 512), qtype, stored.reshape(-1)))

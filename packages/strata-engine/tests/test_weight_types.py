@@ -133,6 +133,29 @@ def test_every_row_multiplies_as_its_values_widened_to_f32(target: str) -> None:
                     assert np.array_equal(ops.linear(x, w).view(np.uint32), want), (t.qtype.name, m)
 
 
+@pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_iq2_grid_entry_is_gguf_pys(target: str) -> None:
+    """Each entry of the IQ2 grids (native/iq_grids.h: 512 and 1024 of 8 values) dequantises to
+    gguf-py's values: one row whose groups of 8 name every entry once, with random signs."""
+    rng = np.random.default_rng(2)
+    for qtype, entries in ((QT.IQ2_XS, 512), (QT.IQ2_S, 1024)):
+        blocks = rng.integers(0, 256, size=(entries // 32, TYPES[qtype].stored_bytes), dtype=np.uint8)
+        blocks[:, :2] = np.full((len(blocks), 1), 1e-3, dtype=np.float16).view(np.uint8)
+        index = np.arange(entries).reshape(-1, 32)
+        if qtype == QT.IQ2_XS:  # 9 bits of index, 7 of signs
+            q = (index | rng.integers(0, 128, size=index.shape) << 9).astype(np.uint16)
+            blocks[:, 2:66] = q.view(np.uint8)
+        else:  # the low 8 bits in qs, the high 2 in qh (4 groups a byte)
+            blocks[:, 2:34] = index & 255
+            high = (index >> 8).reshape(-1, 8, 4) << np.array([0, 2, 4, 6])
+            blocks[:, 66:74] = high.sum(axis=-1)
+        k = entries * 8
+        w = Weight.from_info(TensorInfo("w", (1, k), qtype, blocks.reshape(-1)))
+        want = np.asarray(quants.dequantize(blocks, qtype), dtype=np.float32).reshape(1, k)
+        got = NativeOps(1, target).embed(w, np.arange(1))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), qtype.name
+
+
 def _function(path: Path, name: str) -> ast.FunctionDef:
     found = [
         n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef) and n.name == name

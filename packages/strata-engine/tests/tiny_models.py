@@ -33,6 +33,8 @@ NATIVE_TYPES = (
     QT.Q4_K,
     QT.Q5_K,
     QT.Q6_K,
+    QT.IQ2_XS,
+    QT.IQ2_S,
 )  # what the C kernels read in block form
 EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)  # dequantised by gguf-py at load time
 
@@ -52,6 +54,8 @@ _RAW_SCALES: dict[QT, dict[int, tuple[float, float]]] = {
     QT.Q3_K: {108: (5e-4, 1.5e-3)},  # d (after hmask, qs, scales)
     QT.Q2_K: {80: (1e-3, 3e-3), 82: (1e-3, 3e-3)},  # d, dmin
     QT.IQ4_NL: {0: (5e-4, 1.5e-3)},  # d
+    QT.IQ2_XS: {0: (3e-4, 9e-4)},  # d
+    QT.IQ2_S: {0: (3e-4, 9e-4)},  # d
     QT.Q8_1: {0: (1e-3, 3e-3), 2: (-1.0, 1.0)},  # d, s (types gguf-py cannot dequantize)
     QT.Q8_K: {},  # its d is an fp32; left random, the engine must refuse the type anyway
 }
@@ -138,6 +142,8 @@ HALF_OFFSETS: dict[QT, tuple[int, ...]] = {
     QT.Q4_K: (0, 2),
     QT.Q5_K: (0, 2),
     QT.Q6_K: (208,),
+    QT.IQ2_XS: (0,),
+    QT.IQ2_S: (0,),
 }
 
 

@@ -8,10 +8,12 @@
  * exact conversion):
  *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_1: d f32, m f32, qh u32, qs[16]
  *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
- * F16, BF16 and Q2_K are read as stored; Q4_K, Q5_K, Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
+ * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
+ * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
  */
 #include "internal.h"
+#include "iq_grids.h"
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
 #define FUSED_MAX_ROWS 8
@@ -101,6 +103,41 @@ static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *
 }
 
 /*
+ * IQ2_XS, IQ2_S as stored (256 values; d f16 first): each group of 8 values is a grid entry
+ * (iq_grids.h) with a sign byte, each 16 values a 4-bit scale s: gguf-py's
+ * (((d * (0.5 + s)) * 0.25) * grid) * sign, sign +1.0 or -1.0. IQ2_XS: qs u16[32] (grid index: 9
+ * bits; sign byte: llama.cpp's ksigns of the other 7 bits, those bits and their parity), scales[8];
+ * IQ2_S: qs[32] (the index's low 8 bits), signs[32], qh[8] (its 2 high bits), scales[8].
+ */
+static inline void dequant_iq2(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    static const float value[3] = {8.0f, 25.0f, 43.0f};
+    float g[32], sg[32];
+    int j = (int)(b & 7);
+    const uint8_t *blk = row + (b >> 3) * block_bytes(wtype), *scales = blk + (wtype == WT_IQ2_XS ? 66 : 74);
+    for (int k = 0; k < 4; k++) {
+        int at = 4 * j + k; /* the group of 8 in the super-block */
+        uint32_t grid, sign;
+        if (wtype == WT_IQ2_XS) {
+            uint32_t q = (uint32_t)blk[2 + 2 * at] | (uint32_t)blk[3 + 2 * at] << 8;
+            grid = iq2xs_grid[q & 511];
+            sign = q >> 9 | (uint32_t)(__builtin_popcount(q >> 9) & 1) << 7;
+        } else {
+            grid = iq2s_grid[blk[2 + at] | ((blk[66 + at / 4] >> (2 * (at % 4))) & 3) << 8];
+            sign = blk[34 + at];
+        }
+        for (int i = 0; i < 8; i++) {
+            g[8 * k + i] = value[(grid >> (2 * i)) & 3];
+            sg[8 * k + i] = (sign >> i) & 1 ? -1.0f : 1.0f;
+        }
+    }
+    float d = f16_at(blk);
+    vf db_lo = vf_set1(d * (0.5f + (float)(scales[j] & 15)) * 0.25f);
+    vf db_hi = vf_set1(d * (0.5f + (float)(scales[j] >> 4)) * 0.25f);
+    *lo = vf_mul(vf_mul(db_lo, vf_load(g)), vf_load(sg));
+    *hi = vf_mul(vf_mul(db_hi, vf_load(g + 16)), vf_load(sg + 16));
+}
+
+/*
  * The types unpacked a value at a time into memory, then loaded as two vectors: F16 and BF16
  * (each value widened by its bits alone: internal.h), Q2_K as stored (256 values: scales[16],
  * qs[64], d f16, dmin f16): sub-block j of 32 is 2-bit field j % 4 of bytes 32 (j / 4) .. +31,
@@ -109,6 +146,10 @@ static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *
  */
 static inline void dequant_scalar(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     float t[32];
+    if (wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
+        dequant_iq2(wtype, row, b, lo, hi);
+        return;
+    }
     if (wtype == WT_Q2_K) {
         int j = (int)(b & 7), shift = 2 * (j & 3);
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q2_K), *qs = blk + 16 + (j >> 2) * 32;
@@ -132,7 +173,7 @@ static inline void dequant_scalar(int wtype, const uint8_t *row, int64_t b, vf *
 static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     if (wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q6_K) {
         dequant_kblock(wtype, row, b, lo, hi);
-    } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K) {
+    } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
     } else if (wtype == WT_Q5_1) { /* d * (q | 16 * bit i of qh) + m, two roundings, as numpy */
         const uint8_t *blk = row + b * block_bytes(WT_Q5_1);

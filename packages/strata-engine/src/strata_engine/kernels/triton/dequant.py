@@ -17,12 +17,17 @@ Layouts (`KT`, the kernel type code; codes and block sizes are strata_wtypes', b
   conversion, no float operation but an exact one); read through `wq`.
 - Q2_K: the GGUF super-blocks of 256 values as stored (scales[16], qs[64], d f16, dmin f16).
 - Q4_K, Q5_K, Q6_K: the raw GGUF super-blocks of 256 values; `wf` is a fp16 view.
+- IQ2_XS, IQ2_S: the GGUF super-blocks as stored, after the type's grid (`GRIDS`: one 16-bit word
+  of 2-bit codes per entry, native/iq_grids.h's table) at the start of `wq` (stored.py puts it
+  there), so that the kernels need no other argument.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import triton
 import triton.language as tl
+from gguf import quants
 
 from strata_engine.kernels.triton.wtypes import (
     BF16,
@@ -30,6 +35,10 @@ from strata_engine.kernels.triton.wtypes import (
     F16,
     F16_BYTES,
     F32,
+    IQ2_S,
+    IQ2_S_BYTES,
+    IQ2_XS,
+    IQ2_XS_BYTES,
     Q2_K,
     Q2_K_BYTES,
     Q4_0,
@@ -48,6 +57,21 @@ from strata_engine.kernels.triton.wtypes import (
     Q8_0_BYTES,
 )
 from strata_engine.kernels.weight_types import BY_CODE
+
+
+def _grid_words(q: type[quants.IQ2_XS] | type[quants.IQ2_S]) -> np.ndarray:
+    """gguf-py's grid of an IQ2 type as 16-bit words: value k of an entry in bits 2k, 2k + 1, its
+    code 0, 1, 2 for 8, 25, 43 (native/iq_grids.h's encoding)."""
+    q.init_grid()
+    assert q.grid is not None
+    grid = np.asarray(q.grid, dtype=np.float32).reshape(-1, 8)
+    codes = np.searchsorted(np.array([8.0, 25.0, 43.0], dtype=np.float32), grid)
+    return (codes << (2 * np.arange(8))).sum(axis=1).astype(np.uint16)
+
+
+GRIDS = {int(IQ2_XS.value): _grid_words(quants.IQ2_XS), int(IQ2_S.value): _grid_words(quants.IQ2_S)}
+IQ2_XS_GRID = tl.constexpr(GRIDS[int(IQ2_XS.value)].nbytes)  # bytes of the grid before the blocks
+IQ2_S_GRID = tl.constexpr(GRIDS[int(IQ2_S.value)].nbytes)
 
 
 def row_bytes(kt: int, in_features: int) -> int:
@@ -82,6 +106,26 @@ def _f16(h):
     sub = (m.to(tl.float32) * 5.9604644775390625e-08).to(tl.int32, bitcast=True)  # 2^-24
     mag = tl.where(e == 31, 0x7F800000 | (m << 13), tl.where(e == 0, sub, ((e + 112) << 23) | (m << 13)))
     return (mag | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _iq2(wq_ptr, base, at, i, m, KT: tl.constexpr):
+    """(grid value, sign +-1.0) of value i of group `at` (of 8) of the IQ2 super-block at `base`."""
+    if KT == IQ2_XS:  # 9 bits of index; llama.cpp's ksigns of the other 7: them and their parity
+        q = _u16(wq_ptr, base + 2 + 2 * at, m)
+        index = q & 511
+        k = q >> 9
+        p = k ^ (k >> 4)
+        p = p ^ (p >> 2)
+        p = p ^ (p >> 1)
+        sign = k | ((p & 1) << 7)
+    else:  # qs: the low 8 bits, qh: the high 2 (4 groups a byte), signs: a byte a group
+        high = (_u8(wq_ptr, base + 66 + at // 4, m) >> (2 * (at % 4))) & 3
+        index = _u8(wq_ptr, base + 2 + at, m) | (high << 8)
+        sign = _u8(wq_ptr, base + 34 + at, m)
+    code = (_u16(wq_ptr, 2 * index, m) >> (2 * i)) & 3
+    g = tl.where(code == 0, 8.0, tl.where(code == 1, 25.0, 43.0))
+    return g, tl.where(((sign >> i) & 1) == 1, -1.0, 1.0)
 
 
 @triton.jit
@@ -190,4 +234,20 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
         ) - 32
         lo = (d * sc_lo.to(tl.float32)) * q_lo.to(tl.float32)
         hi = (d * sc_hi.to(tl.float32)) * q_hi.to(tl.float32)
+    elif KT == IQ2_XS or KT == IQ2_S:  # noqa: SIM109 (constexpr tests)
+        # (((d * (0.5 + s)) * 0.25) * grid) * sign, s a 4-bit scale per 16 values
+        s = b % 8
+        if KT == IQ2_XS:
+            base = r + IQ2_XS_GRID + (b // 8) * IQ2_XS_BYTES
+            sc = _u8(wq_ptr, base + 66 + s, m)
+        else:
+            base = r + IQ2_S_GRID + (b // 8) * IQ2_S_BYTES
+            sc = _u8(wq_ptr, base + 74 + s, m)
+        d = _f16(_u16(wq_ptr, base, m))
+        db_lo = (d * (0.5 + (sc & 15).to(tl.float32))) * 0.25
+        db_hi = (d * (0.5 + (sc >> 4).to(tl.float32))) * 0.25
+        g, sg = _iq2(wq_ptr, base, 4 * s + lane // 8, lane % 8, m, KT)
+        lo = (db_lo * g) * sg
+        g, sg = _iq2(wq_ptr, base, 4 * s + 2 + lane // 8, lane % 8, m, KT)
+        hi = (db_hi * g) * sg
     return lo, hi  # masked rows: every load gave 0, so their values are 0

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton.dequant import row_bytes
+from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
 from strata_engine.kernels.weights import Weight, widen_scales
 
@@ -39,8 +39,11 @@ class StoredWeight:
 def _pack(
     kt: int, data: np.ndarray | torch.Tensor, out_f: int, in_f: int, device: torch.device
 ) -> StoredWeight:
+    grid = GRIDS.get(kt)
+    if grid is not None:  # an IQ2 type: its grid first (dequant.py)
+        data = np.concatenate([grid.view(np.uint8), np.asarray(data).view(np.uint8).reshape(-1)])
     wq = tensor(data).reshape(-1).to(device=device, dtype=torch.uint8).contiguous()
-    wf = wq.view(torch.float16 if kt in RAW_TYPES.values() else torch.float32)
+    wf = wq.view(torch.float16 if kt in RAW_TYPES.values() or grid is not None else torch.float32)
     return StoredWeight(kt, out_f, in_f, row_bytes(kt, in_f), wq, wf)
 
 
