@@ -134,6 +134,18 @@ def test_every_row_multiplies_as_its_values_widened_to_f32(target: str) -> None:
 
 
 @pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_f16_and_bf16_value_is_gguf_pys(target: str) -> None:
+    """All 65,536 bit patterns (zeros, subnormals, infinities, NaN payloads) widen to gguf-py's
+    fp32 bits."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
+    for qtype in (QT.F16, QT.BF16):
+        w = Weight.from_info(TensorInfo("w", (64, 1024), qtype, every))
+        want = np.asarray(quants.dequantize(every, qtype), dtype=np.float32).reshape(64, 1024)
+        got = NativeOps(1, target).embed(w, np.arange(64))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), qtype.name
+
+
+@pytest.mark.parametrize("target", native.runnable_targets())
 def test_every_iq2_grid_entry_is_gguf_pys(target: str) -> None:
     """Each entry of the IQ2 grids (native/iq_grids.h: 512 and 1024 of 8 values) dequantises to
     gguf-py's values: one row whose groups of 8 name every entry once, with random signs."""
