@@ -12,12 +12,14 @@ from gguf import GGML_QUANT_SIZES, GGUFReader, quants
 from gguf import GGMLQuantizationType as QT
 from tiny_models import (
     EXTRA_FALLBACK_TYPES,
+    HALF_OFFSETS,
     NATIVE_TYPES,
     SUPPORTED_TYPES,
     TINY_SPECS,
     TinySpec,
     encode_tensor,
     random_blocks,
+    random_native_blocks,
     write_tensor_file,
     write_tiny_model,
 )
@@ -89,40 +91,35 @@ def test_weight_dense_and_native_gather_are_gguf_py_bit_for_bit(tiny_file: Path,
         np.testing.assert_array_equal(bits(got), bits(want[ids]), err_msg=f"{name} gather")
 
 
-# where each block keeps its fp16 fields (scale d; Q4_1's min m; the K-quants' d and dmin)
-HALF_OFFSETS = {
-    QT.Q4_0: (0,),
-    QT.Q8_0: (0,),
-    QT.Q4_1: (0, 2),
-    QT.Q4_K: (0, 2),
-    QT.Q5_K: (0, 2),
-    QT.Q6_K: (208,),
-}
-
-
-def _random_native_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
-    """Arbitrary bytes with any finite fp16 scales: zero, negative, subnormal, huge."""
-    block, type_size = GGML_QUANT_SIZES[qtype]
-    data = rng.integers(0, 256, size=(rows * cols // block, type_size), dtype=np.uint8)
-    for offset in HALF_OFFSETS[qtype]:
-        scale = rng.integers(0, 1 << 16, size=data.shape[0], dtype=np.uint16)
-        scale[(scale & 0x7C00) == 0x7C00] &= 0x83FF  # inf/NaN exponent -> a subnormal instead
-        scale[:4] = [0x0000, 0x8000, 0x0001, 0x03FF]  # +0, -0, smallest and largest subnormal
-        data[:, offset : offset + 2] = scale.view(np.uint8).reshape(-1, 2)
-    return data.reshape(rows, -1)
-
-
 @pytest.mark.parametrize("qtype", list(HALF_OFFSETS), ids=lambda q: q.name)
 def test_native_dequantisation_of_arbitrary_blocks(qtype: QT, native: NativeOps) -> None:
     rng = np.random.default_rng(int(qtype))
     rows, cols = 64, 512
-    stored = _random_native_blocks(qtype, rows, cols, rng)
+    stored = random_native_blocks(qtype, rows, cols, rng)
     info = TensorInfo("w", (rows, cols), qtype, stored.reshape(-1))
     weight = Weight.from_info(info)
     want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(rows, cols)
     got = native.embed(weight, np.arange(rows))
     np.testing.assert_array_equal(bits(got), bits(want))
     np.testing.assert_array_equal(bits(weight.dense()), bits(want))
+
+
+def test_f16_and_q5_1_stay_as_stored(tmp_path: Path) -> None:
+    """A file's F16 and Q5_1 weights are held as its bytes (Q5_1: its two fp16 fields widened),
+    not as fp32 (2x and 5.3x the file)."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(0, 0.05, size=(64, 256)).astype(np.float32)
+    tensors = {
+        name: (quants.quantize(values, qtype), qtype) for name, qtype in (("h", QT.F16), ("q", QT.Q5_1))
+    }
+    path = write_tensor_file(tmp_path / "t.gguf", tensors)
+    for name, info in GGUFFile(path).tensors.items():
+        weight = Weight.from_info(info)
+        assert weight.kernel_type == int(info.qtype), name
+        blocks = info.data.nbytes // 24  # Q5_1: 24 bytes a block in the file, 28 held
+        assert weight.raw.nbytes == (info.data.nbytes if info.qtype == QT.F16 else blocks * 28), name
+        assert weight.raw.nbytes <= values.nbytes // 2, name
+        np.testing.assert_array_equal(bits(weight.dense()), bits(gguf_py_values(path)[name]))
 
 
 @pytest.mark.parametrize("qtype", EXTRA_FALLBACK_TYPES, ids=lambda q: q.name)

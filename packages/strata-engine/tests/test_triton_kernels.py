@@ -21,7 +21,7 @@ pytest.importorskip(
 
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
-from tiny_models import encode_tensor
+from tiny_models import HALF_OFFSETS, encode_tensor, random_native_blocks
 from triton_setup import DEVICE, on
 
 from strata_engine.gguf_loader import TensorInfo
@@ -30,7 +30,10 @@ from strata_engine.kernels.triton import matmul
 from strata_engine.kernels.triton.stored import StoredWeight, from_weight
 from strata_engine.kernels.weights import NATIVE_TYPES, Weight
 
-QUANTISED = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+QUANTISED = (
+    QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S,
+)  # fmt: skip
+SUPER = (QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S)  # blocks of 256
 N = 37  # odd: a partial program of outputs
 
 
@@ -77,9 +80,7 @@ def assert_c_bits(got: torch.Tensor, want: np.ndarray) -> None:
 @pytest.mark.parametrize("m", [1, 2, 5, 19, 70])
 def test_quantised_matmul_is_c(native, qtype, m):
     """Up to 8 rows C runs its fused path, beyond its panels: both are dot_1's order."""
-    k = (
-        512 if qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K) else (288 if m % 2 else 96)
-    )  # 2 super-blocks; 9 or 3 blocks
+    k = 512 if qtype in SUPER else (288 if m % 2 else 96)  # 2 super-blocks; 9 or 3 blocks
     w, _ = _weight(qtype, N, k, seed=m)
     x = _activations(m, k, seed=m)
     bias = np.random.default_rng(m).standard_normal(N).astype(np.float32) if m in (2, 19) else None
@@ -110,6 +111,24 @@ def test_gathered_rows_are_gguf_py_and_c(native, qtype):
     got = matmul.gather_rows(on(ids), sw.wq, sw.wf, sw.kt, k, sw.row_bytes).cpu()
     assert_c_bits(got, dense[ids])
     assert_c_bits(got, native.embed(w, ids))
+
+
+@pytest.mark.parametrize(
+    "qtype", (QT.F16, QT.BF16, QT.Q5_1, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S), ids=lambda q: q.name
+)
+def test_arbitrary_blocks_are_gguf_py(native, qtype):
+    """Any bytes (F16, BF16: infinities, NaNs, subnormals, signed zeros; the others: the largest
+    and smallest quants and grid entries under any finite fp16 scales) dequantise to gguf-py's bits."""
+    assert qtype in HALF_OFFSETS
+    stored = random_native_blocks(qtype, 24, 512, np.random.default_rng(int(qtype)))
+    w = Weight.from_info(TensorInfo("w", (24, 512), qtype, stored.reshape(-1)))
+    dense = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(24, 512)
+    sw = from_weight(w, DEVICE)
+    ids = np.arange(24)
+    assert_c_bits(matmul.gather_rows(on(ids), sw.wq, sw.wf, sw.kt, 512, sw.row_bytes).cpu(), dense)
+    x = _activations(3, 512, seed=2)
+    with np.errstate(over="ignore", invalid="ignore"):  # infinite weights: the interpreter's numpy
+        assert_c_bits(_matmul(x, sw), native.linear(x, w))
 
 
 def test_empty_calls_and_unread_layouts():

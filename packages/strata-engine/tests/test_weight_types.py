@@ -113,6 +113,61 @@ def test_every_row_has_a_kernel_on_every_target(target: str) -> None:
             np.testing.assert_allclose(limbs.linear(x, limbs.pack(w)), reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_row_multiplies_as_its_values_widened_to_f32(target: str) -> None:
+    """A matmul on a type's blocks is the matmul on gguf-py's fp32 values of them, bit for bit:
+    the dequantised block feeds the same FMA sequence as fp32 weights (few rows: fused; more:
+    panels). A type only the fp32 arithmetic reads stays with it in the integer modes (q8,
+    limbs): those pack it not, and give the same bits."""
+    rng = np.random.default_rng(1)
+    for t in TYPES.values():
+        w, expected = _weight(t)
+        dense = Weight.from_info(TensorInfo("d", (N, K), QT.F32, expected.reshape(-1).view(np.uint8)))
+        for m in (1, 3, 11):
+            x = rng.standard_normal((m, K)).astype(np.float32)
+            want = NativeOps(1, target).linear(x, dense).view(np.uint32)
+            assert np.array_equal(NativeOps(2, target).linear(x, w).view(np.uint32), want), (t.qtype.name, m)
+            if not t.reads & READS_Q8:
+                for ops in (NativeOps(1, target, q8=True), NativeOps(1, target, limbs=3)):
+                    assert ops.pack(w) is w, t.qtype.name
+                    assert np.array_equal(ops.linear(x, w).view(np.uint32), want), (t.qtype.name, m)
+
+
+@pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_f16_and_bf16_value_is_gguf_pys(target: str) -> None:
+    """All 65,536 bit patterns (zeros, subnormals, infinities, NaN payloads) widen to gguf-py's
+    fp32 bits."""
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
+    for qtype in (QT.F16, QT.BF16):
+        w = Weight.from_info(TensorInfo("w", (64, 1024), qtype, every))
+        want = np.asarray(quants.dequantize(every, qtype), dtype=np.float32).reshape(64, 1024)
+        got = NativeOps(1, target).embed(w, np.arange(64))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), qtype.name
+
+
+@pytest.mark.parametrize("target", native.runnable_targets())
+def test_every_iq2_grid_entry_is_gguf_pys(target: str) -> None:
+    """Each entry of the IQ2 grids (native/iq_grids.h: 512 and 1024 of 8 values) dequantises to
+    gguf-py's values: one row whose groups of 8 name every entry once, with random signs."""
+    rng = np.random.default_rng(2)
+    for qtype, entries in ((QT.IQ2_XS, 512), (QT.IQ2_S, 1024)):
+        blocks = rng.integers(0, 256, size=(entries // 32, TYPES[qtype].stored_bytes), dtype=np.uint8)
+        blocks[:, :2] = np.full((len(blocks), 1), 1e-3, dtype=np.float16).view(np.uint8)
+        index = np.arange(entries).reshape(-1, 32)
+        if qtype == QT.IQ2_XS:  # 9 bits of index, 7 of signs
+            q = (index | rng.integers(0, 128, size=index.shape) << 9).astype(np.uint16)
+            blocks[:, 2:66] = q.view(np.uint8)
+        else:  # the low 8 bits in qs, the high 2 in qh (4 groups a byte)
+            blocks[:, 2:34] = index & 255
+            high = (index >> 8).reshape(-1, 8, 4) << np.array([0, 2, 4, 6])
+            blocks[:, 66:74] = high.sum(axis=-1)
+        k = entries * 8
+        w = Weight.from_info(TensorInfo("w", (1, k), qtype, blocks.reshape(-1)))
+        want = np.asarray(quants.dequantize(blocks, qtype), dtype=np.float32).reshape(1, k)
+        got = NativeOps(1, target).embed(w, np.arange(1))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), qtype.name
+
+
 def _function(path: Path, name: str) -> ast.FunctionDef:
     found = [
         n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef) and n.name == name

@@ -25,14 +25,20 @@ SUPPORTED_TYPES = (
 )  # fmt: skip
 NATIVE_TYPES = (
     QT.F32,
+    QT.F16,
+    QT.BF16,
     QT.Q4_0,
     QT.Q4_1,
+    QT.Q5_1,
     QT.Q8_0,
+    QT.Q2_K,
     QT.Q4_K,
     QT.Q5_K,
     QT.Q6_K,
+    QT.IQ2_XS,
+    QT.IQ2_S,
 )  # what the C kernels read in block form
-EXTRA_FALLBACK_TYPES = (QT.Q2_K, QT.Q3_K, QT.IQ4_NL)  # dequantised by gguf-py at load time
+EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)  # read by no kernel: rewritten at load (kernels/transcode.py)
 
 HIDDEN = 256
 FFN = 512
@@ -55,6 +61,8 @@ _RAW_SCALES: dict[QT, dict[int, tuple[float, float]]] = {
     QT.IQ3_S: {0: (2e-4, 6e-4)},  # d
     QT.IQ2_XXS: {0: (5e-4, 1.5e-3)},  # d
     QT.IQ1_S: {0: (3e-3, 8e-3)},  # d
+    QT.IQ2_XS: {0: (3e-4, 9e-4)},  # d
+    QT.IQ2_S: {0: (3e-4, 9e-4)},  # d
     QT.Q8_1: {0: (1e-3, 3e-3), 2: (-1.0, 1.0)},  # d, s (types gguf-py cannot dequantize)
     QT.Q8_K: {},  # its d is an fp32; left random, the engine must refuse the type anyway
 }
@@ -126,6 +134,42 @@ def random_blocks(qtype: QT, shape: tuple[int, int], rng: np.random.Generator) -
         scale = rng.uniform(low, high, size=data.shape[0]).astype(np.float16)
         data[:, offset : offset + 2] = scale.view(np.uint8).reshape(-1, 2)
     return data.reshape(rows, cols // block * type_size)
+
+
+# where each block keeps its fp16 fields (scale d; Q4_1's and Q5_1's min m; the K-quants' d and
+# dmin); F16 and BF16 have none: every bit pattern (infinities, NaNs, subnormals) is a value
+HALF_OFFSETS: dict[QT, tuple[int, ...]] = {
+    QT.F16: (),
+    QT.BF16: (),
+    QT.Q4_0: (0,),
+    QT.Q8_0: (0,),
+    QT.Q4_1: (0, 2),
+    QT.Q5_1: (0, 2),
+    QT.Q2_K: (80, 82),
+    QT.Q4_K: (0, 2),
+    QT.Q5_K: (0, 2),
+    QT.Q6_K: (208,),
+    QT.IQ2_XS: (0,),
+    QT.IQ2_S: (0,),
+}
+
+
+def random_native_blocks(qtype: QT, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Arbitrary bytes with any finite fp16 scales: zero, negative, subnormal, huge."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    data = rng.integers(0, 256, size=(rows * cols // block, type_size), dtype=np.uint8)
+    data[:8, len(HALF_OFFSETS[qtype]) * 2 :] = 0xFF  # the largest quants (a Q8_0 -1, a Q6_K scale -1)
+    data[8:16, len(HALF_OFFSETS[qtype]) * 2 :] = 0  # the smallest
+    if not HALF_OFFSETS[qtype]:  # F16, BF16: signed zeros, subnormals, the extremes, infinities, NaNs
+        special = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7C01]
+        special += [0x7E00, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7F81, 0x7FC0]
+        data[16 : 16 + len(special)] = np.array(special, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+    for offset in HALF_OFFSETS[qtype]:
+        scale = rng.integers(0, 1 << 16, size=data.shape[0], dtype=np.uint16)
+        scale[(scale & 0x7C00) == 0x7C00] &= 0x83FF  # inf/NaN exponent -> a subnormal instead
+        scale[:4] = [0x0000, 0x8000, 0x0001, 0x03FF]  # +0, -0, smallest and largest subnormal
+        data[:, offset : offset + 2] = scale.view(np.uint8).reshape(-1, 2)
+    return data.reshape(rows, -1)
 
 
 def encode_tensor(values: np.ndarray, qtype: QT, rng: np.random.Generator) -> np.ndarray:

@@ -184,8 +184,9 @@ def column_range(w: Weight, start: int, end: int) -> Weight:
 
 
 def _block(w: Weight) -> int:
-    """Values per stored block of `w` (1 for fp32), the unit its input columns split by."""
-    return 1 if w.kernel_type == 0 or w.source is None else GGML_QUANT_SIZES[w.source.qtype][0]
+    """Values per block of `w` (1 for fp32), the unit its input columns split by: the stored
+    block, and at least the 32 values the kernels dequantise at a time (F16, BF16: 1 stored)."""
+    return 1 if w.kernel_type == 0 or w.source is None else max(GGML_QUANT_SIZES[w.source.qtype][0], 32)
 
 
 def _ffn_shard(gate: Weight, up: Weight, down: Weight, tp: TensorParallel) -> tuple[Weight, Weight, Weight]:

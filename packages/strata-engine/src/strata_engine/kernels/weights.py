@@ -1,10 +1,11 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
-weight_types.py) stay in block form and are dequantised inside the matmul. Types whose values are
-exactly a scale times small integers (Q5_0, Q3_K, the IQ types but IQ2_XS/IQ2_S, MXFP4, TQ1_0,
-TQ2_0) are rewritten at load as Q8_0 or Q6_K blocks with the same values (transcode.py). Every
-other type gguf-py can dequantise is dequantised to fp32 at load time.
+weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XS, IQ2_S) stay
+in block form and are dequantised inside the matmul. Types whose values are exactly a scale times
+small integers (Q5_0, Q3_K, the other IQ types, MXFP4, TQ1_0, TQ2_0) are rewritten at load as
+Q8_0 or Q6_K blocks with the same values (transcode.py). Every other type gguf-py can dequantise
+is dequantised to fp32 at load time.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class Weight:
         wt = TYPES.get(info.qtype)
         if wt is not None and in_f % wt.values == 0 and in_f % 32 == 0:
             data = None
-            if wt.pack == PACK_STORED:
-                data = np.array(info.data)
+            if wt.pack == PACK_STORED:  # its bytes (a caller may hand in typed values: F16 as float16)
+                data = np.array(info.data).view(np.uint8).reshape(-1)
             elif wt.pack == PACK_KQUANT:
                 with suppress(NativeUnavailable):  # no kernels to read the layout: fp32 below
                     data = kquants.pack(info.data, info.qtype)

@@ -52,6 +52,7 @@ HEADERS = (
     HERE / "internal.h",  # what the files share and do not export
     HERE / "vector.h",  # the 16-lane virtual vector
     HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.c)
+    HERE / "iq_grids.h",  # the IQ2 types' grids (matmul.c)
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's

@@ -57,6 +57,36 @@ static inline float f32_at(const uint8_t *p) {
     return v;
 }
 
+/* The fp32 value of the IEEE half at p, as numpy's float16 -> float32 (gguf-py): exact for every
+ * half (an inf or NaN keeps its sign and payload, none quietened). Integer operations and one
+ * exact int -> float conversion, without branches (so loops of it vectorise): a normal half's
+ * exponent rebiased (+112; +224 for inf and NaN), a subnormal's m * 2^-24 as (float)m with its
+ * exponent lowered by 24 (m < 1024: exact, and normal). No float mode can change it. */
+static inline float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t em = h & 0x7FFFu, e = em >> 10, m = em & 0x3FFu, sub;
+    float fm = (float)m;
+    memcpy(&sub, &fm, 4);
+    sub = (sub - (24u << 23)) & -(uint32_t)(m != 0); /* m = 0: +0 */
+    uint32_t normal = (em << 13) + ((112u + 112u * (uint32_t)(e == 31)) << 23);
+    uint32_t is_sub = -(uint32_t)(e == 0); /* masks, not branches */
+    uint32_t bits = (uint32_t)(h & 0x8000u) << 16 | (sub & is_sub) | (normal & ~is_sub);
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+/* The fp32 value of the bfloat16 at p: its bits are fp32's upper half (gguf-py's `<< 16`). */
+static inline float bf16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
 /* Scratch memory for a call's temporaries, kept per calling thread from call to call and grown
  * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
  * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:

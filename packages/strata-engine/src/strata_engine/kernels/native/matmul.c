@@ -2,14 +2,18 @@
  * The fp32 matmul on weights as they are stored, and the embedding gather (internal.h states the
  * contract every kernel keeps).
  *
- * Weights stay in their GGUF block format (Q4_0, Q4_1, Q8_0) or fp32, and are dequantised
- * just before use with the same arithmetic as gguf-py. At load time each block's fp16 scale
- * (and Q4_1 min) is widened to fp32 in place of the half (an exact conversion):
- *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
- * K-quants are rearranged at load (kquant_pack.c). A weight repacked for integer activations
+ * Weights stay in their GGUF block format (Q4_0, Q4_1, Q5_1, Q8_0, Q2_K), fp32, fp16 or bf16,
+ * and are dequantised just before use with the same arithmetic as gguf-py. At load time each
+ * block's leading fp16 scale (and Q4_1 / Q5_1 min) is widened to fp32 in place of the half (an
+ * exact conversion):
+ *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_1: d f32, m f32, qh u32, qs[16]
+ *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
+ * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
+ * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
  */
 #include "internal.h"
+#include "iq_grids.h"
 
 #define PANEL 16 /* weight rows (outputs) dequantised at a time */
 #define FUSED_MAX_ROWS 8
@@ -98,10 +102,88 @@ static inline void dequant_kblock(int wtype, const uint8_t *row, int64_t b, vf *
     *hi = vf_sub(vf_mul(scale, qh), min);
 }
 
+/*
+ * IQ2_XS, IQ2_S as stored (256 values; d f16 first): each group of 8 values is a grid entry
+ * (iq_grids.h) with a sign byte, each 16 values a 4-bit scale s: gguf-py's
+ * (((d * (0.5 + s)) * 0.25) * grid) * sign, sign +1.0 or -1.0. IQ2_XS: qs u16[32] (grid index: 9
+ * bits; sign byte: llama.cpp's ksigns of the other 7 bits, those bits and their parity), scales[8];
+ * IQ2_S: qs[32] (the index's low 8 bits), signs[32], qh[8] (its 2 high bits), scales[8].
+ */
+static inline void dequant_iq2(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    float g[32], sg[32];
+    int j = (int)(b & 7);
+    const uint8_t *blk = row + (b >> 3) * block_bytes(wtype), *scales = blk + (wtype == WT_IQ2_XS ? 66 : 74);
+    for (int k = 0; k < 4; k++) {
+        int at = 4 * j + k; /* the group of 8 in the super-block */
+        uint32_t grid, sign;
+        if (wtype == WT_IQ2_XS) {
+            uint32_t q = (uint32_t)blk[2 + 2 * at] | (uint32_t)blk[3 + 2 * at] << 8;
+            grid = iq2xs_grid[q & 511];
+            sign = q >> 9 | (uint32_t)(__builtin_popcount(q >> 9) & 1) << 7;
+        } else {
+            grid = iq2s_grid[blk[2 + at] | ((blk[66 + at / 4] >> (2 * (at % 4))) & 3) << 8];
+            sign = blk[34 + at];
+        }
+        for (int i = 0; i < 8; i++) { /* integers, then exact conversions: a loop that vectorises */
+            int c = (int)(grid >> (2 * i)) & 3;
+            g[8 * k + i] = (float)(8 + 17 * c + (c >> 1)); /* 0, 1, 2 -> 8, 25, 43 */
+            sg[8 * k + i] = (float)(1 - 2 * (int)((sign >> i) & 1));
+        }
+    }
+    float d = f16_at(blk);
+    vf db_lo = vf_set1(d * (0.5f + (float)(scales[j] & 15)) * 0.25f);
+    vf db_hi = vf_set1(d * (0.5f + (float)(scales[j] >> 4)) * 0.25f);
+    *lo = vf_mul(vf_mul(db_lo, vf_load(g)), vf_load(sg));
+    *hi = vf_mul(vf_mul(db_hi, vf_load(g + 16)), vf_load(sg + 16));
+}
+
+/*
+ * The types unpacked a value at a time into memory, then loaded as two vectors: F16 and BF16
+ * (each value widened by its bits alone: internal.h), Q2_K as stored (256 values: scales[16],
+ * qs[64], d f16, dmin f16): sub-block j of 32 is 2-bit field j % 4 of bytes 32 (j / 4) .. +31,
+ * each half of 16 with its own scale byte sc: (d * (sc & 15)) * q - (dmin * (sc >> 4)), gguf-py's
+ * float32 operations in its order.
+ */
+static inline void dequant_scalar(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
+    float t[32];
+    if (wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
+        dequant_iq2(wtype, row, b, lo, hi);
+        return;
+    }
+    if (wtype == WT_Q2_K) {
+        int j = (int)(b & 7), shift = 2 * (j & 3);
+        const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q2_K), *qs = blk + 16 + (j >> 2) * 32;
+        for (int i = 0; i < 32; i++) t[i] = (float)((qs[i] >> shift) & 3);
+        float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
+        uint8_t s0 = blk[2 * j], s1 = blk[2 * j + 1];
+        *lo = vf_sub(vf_mul(vf_set1(d * (float)(s0 & 15)), vf_load(t)), vf_set1(dmin * (float)(s0 >> 4)));
+        *hi = vf_sub(vf_mul(vf_set1(d * (float)(s1 & 15)), vf_load(t + 16)), vf_set1(dmin * (float)(s1 >> 4)));
+        return;
+    }
+    const uint8_t *p = row + b * 64; /* 32 values of 2 bytes */
+    if (wtype == WT_F16)
+        for (int i = 0; i < 32; i++) t[i] = f16_at(p + 2 * i);
+    else
+        for (int i = 0; i < 32; i++) t[i] = bf16_at(p + 2 * i);
+    *lo = vf_load(t);
+    *hi = vf_load(t + 16);
+}
+
 /* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
 static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
-    if (wtype >= WT_Q4_K) {
+    if (wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q6_K) {
         dequant_kblock(wtype, row, b, lo, hi);
+    } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
+        dequant_scalar(wtype, row, b, lo, hi);
+    } else if (wtype == WT_Q5_1) { /* d * (q | 16 * bit i of qh) + m, two roundings, as numpy */
+        const uint8_t *blk = row + b * block_bytes(WT_Q5_1);
+        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4)), sixteen = vf_set1(16.0f);
+        uint32_t qh;
+        memcpy(&qh, blk + 8, 4);
+        vf ql = vf_add(vf_from_u4(blk + 12, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
+        vf qu = vf_add(vf_from_u4(blk + 12, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
+        *lo = vf_add(vf_mul(d, ql), m);
+        *hi = vf_add(vf_mul(d, qu), m);
     } else if (wtype == WT_Q8_0) {
         const uint8_t *blk = row + b * block_bytes(WT_Q8_0);
         vf d = vf_set1(f32_at(blk));

@@ -1,10 +1,12 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
-The engine's `Weight` keeps F32 and the engine-layout Q4_0/Q4_1/Q8_0 blocks in `raw`; K-quants
-(Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there (kquants.py), so where
-`Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those (4.5 to 6.6 bits a
-weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight the loader rewrote as Q6_K
-(transcode.py) is rewritten the same way for the device, from its GGUF bytes.
+The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S as stored and the engine-layout
+Q4_0/Q4_1/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
+before them, dequant.py); K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
+(kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
+(4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight
+the loader rewrote as Q6_K (transcode.py) is rewritten the same way for the device, from its
+GGUF bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import transcode
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton.dequant import row_bytes
+from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
 from strata_engine.kernels.weights import Weight, widen_scales
 
@@ -41,8 +43,11 @@ class StoredWeight:
 def _pack(
     kt: int, data: np.ndarray | torch.Tensor, out_f: int, in_f: int, device: torch.device
 ) -> StoredWeight:
+    grid = GRIDS.get(kt)
+    if grid is not None:  # an IQ2 type: its grid first (dequant.py)
+        data = np.concatenate([grid.view(np.uint8), np.asarray(data).view(np.uint8).reshape(-1)])
     wq = tensor(data).reshape(-1).to(device=device, dtype=torch.uint8).contiguous()
-    wf = wq.view(torch.float16 if kt in RAW_TYPES.values() else torch.float32)
+    wf = wq.view(torch.float16 if kt in RAW_TYPES.values() or grid is not None else torch.float32)
     return StoredWeight(kt, out_f, in_f, row_bytes(kt, in_f), wq, wf)
 
 
