@@ -7,6 +7,7 @@ run on the keyless routes' own pool (`open_pool`, open_routes.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from litestar import MediaType, Request, Response, get, post
@@ -82,15 +83,22 @@ def tokenizer_info(ctx: ServerContext) -> dict[str, Any]:
     }
 
 
+async def on_open_pool(request: Request, open_pool: OpenPool, answer: Callable[[bytes], Any]) -> Response:
+    """Read the body (after the pool's room check) and `answer` it on the keyless routes' pool."""
+    open_pool.check_room()
+    raw = await request.body()
+    content = await open_pool.run(lambda: encode(answer(raw)))
+    return Response(content=content, status_code=200, media_type=MediaType.JSON)
+
+
 @post("/tokenize", status_code=200, operation_class=body_of(TokenizeRequest))
 async def tokenize_route(
     request: Request, ctx: NamedDependency[ServerContext], open_pool: NamedDependency[OpenPool]
 ) -> Response:
     """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
-    open_pool.check_room()
-    raw = await request.body()
-    content = await open_pool.run(lambda: encode(tokenize(decode_request(raw, TokenizeRequest), ctx)))
-    return Response(content=content, status_code=200, media_type=MediaType.JSON)
+    return await on_open_pool(
+        request, open_pool, lambda raw: tokenize(decode_request(raw, TokenizeRequest), ctx)
+    )
 
 
 @post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
@@ -98,10 +106,9 @@ async def detokenize_route(
     request: Request, ctx: NamedDependency[ServerContext], open_pool: NamedDependency[OpenPool]
 ) -> Response:
     """vLLM detokenize: `tokens` -> `prompt` text."""
-    open_pool.check_room()
-    raw = await request.body()
-    content = await open_pool.run(lambda: encode(detokenize(decode_request(raw, DetokenizeRequest), ctx)))
-    return Response(content=content, status_code=200, media_type=MediaType.JSON)
+    return await on_open_pool(
+        request, open_pool, lambda raw: detokenize(decode_request(raw, DetokenizeRequest), ctx)
+    )
 
 
 @get("/tokenizer_info")
