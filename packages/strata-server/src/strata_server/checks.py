@@ -16,17 +16,9 @@ from strata_server.errors import ApiError
 from strata_server.limits import RequestLimits
 
 if TYPE_CHECKING:
-    from strata_server.plan import Plan
     from strata_server.protocol import ChatMessage, PromptInput
 
 MAX_N = 128  # choices per prompt; a bound so one request cannot queue unbounded work
-# Bytes a listed value takes in each answer format, measured on the default model's replies
-# (top 20, 200 tokens / a 2,000-token prompt) and rounded up: completions' legacy logprobs
-# (token text, logprob; 26 measured), chat's {"token", "logprob", "bytes"} objects (78; 93 at
-# top 0) and vLLM's prompt_logprobs {id: {"logprob", "rank", "decoded_token"}} (65).
-BYTES_PER_VALUE = 32
-BYTES_PER_CHAT_VALUE = 96
-BYTES_PER_PROMPT_VALUE = 80
 MAX_ID_DIGITS = 20  # a token id key of `logit_bias` (int() of thousands of digits is slow, then fails)
 MIN_TEMPERATURE = 1e-5  # below this sampling is greedy (dividing by ~0 would overflow)
 SEED_RANGE = (-(2**63), 2**64 - 1)
@@ -157,55 +149,6 @@ def check_sequences(
         raise ApiError(
             f"This request asks for {count} {what}; the server allows at most {limits.max_n} (--max-n).",
             param=param,
-        )
-
-
-def check_operator_limits(plan: Plan, limits: Limits) -> None:
-    """The operator's bounds on one request's work: choices, new tokens, prompt length."""
-    check_sequences(plan.num_choices, limits)
-    if limits.max_tokens is not None and plan.max_tokens is not None and plan.max_tokens > limits.max_tokens:
-        raise ApiError(
-            f"`max_tokens` is {plan.max_tokens}; the server allows at most {limits.max_tokens} "
-            "(--max-tokens-limit).",
-            param="max_tokens",
-        )
-    check_prompt_tokens(max((len(p) for p in plan.prompts), default=0), limits, plan.ids_param)
-    check_answer_size(plan, limits)
-
-
-def check_answer_size(plan: Plan, limits: Limits) -> None:
-    """Refuse an answer estimated past --max-answer-bytes before anything runs.
-
-    Positions are the prompt (echoed with logprobs, or with `prompt_logprobs`) and the new
-    tokens of every choice; each lists its own value, the alternatives the engine is asked
-    for (none when the named ids replace them) and the named ids.
-    """
-    asked = plan.logprobs
-    per_position = 0 if asked.top_n is None else 1 + asked.top_n + len(asked.named_ids)
-    per_echoed = per_position if plan.echo else 0
-    per_prompt_row = 0 if asked.prompt_top_n is None else 2 + asked.prompt_top_n  # vLLM's prompt_logprobs
-    positions = 0
-    listed = 0  # values in the tokens' logprobs (an echoed prompt's too)
-    prompt_rows = 0  # values in prompt_logprobs
-    for prompt in plan.prompts:
-        new = plan.max_tokens if plan.max_tokens is not None else max(limits.ctx_size - len(prompt), 1)
-        positions += plan.n * (len(prompt) + new)
-        listed += plan.n * (len(prompt) * per_echoed + new * per_position)
-        prompt_rows += plan.n * len(prompt) * per_prompt_row
-    values = listed + prompt_rows
-    per_value = BYTES_PER_CHAT_VALUE if plan.ids_param == "messages" else BYTES_PER_VALUE
-    estimate = listed * per_value + prompt_rows * BYTES_PER_PROMPT_VALUE
-    if estimate > limits.request.max_answer_bytes:
-        if asked.top_n is None:
-            param = "prompt_logprobs"
-        else:
-            param = "logprob_token_ids" if asked.named_ids else plan.top_n_param
-        raise ApiError(
-            f"This answer would list {values} values over {positions} positions (about "
-            f"{estimate // 2**20} MiB); the server allows about {limits.request.max_answer_bytes // 2**20} "
-            "MiB (--max-answer-bytes). Ask for fewer values, positions or choices.",
-            param=param,
-            code="answer_too_large",
         )
 
 

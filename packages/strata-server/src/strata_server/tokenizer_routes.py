@@ -1,20 +1,28 @@
 """vLLM's tokenizer routes: `/tokenize`, `/detokenize`, `/tokenizer_info`.
 
 lm-evaluation-harness uses the first three as a remote tokenizer, so a client needs no
-model hub to count or render tokens exactly as the server does.
+model hub to count or render tokens exactly as the server does. Tokenizing and detokenizing
+run on the keyless routes' own pool (`open_pool`, open_routes.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from litestar import MediaType, Request, Response, get, post
+from litestar.di import NamedDependency
 
 from strata_engine.api import RequestError
 from strata_engine.checks import check_ids
 from strata_server.checks import check_input_size, check_messages_size, check_model
 from strata_server.context import ServerContext
 from strata_server.errors import ApiError, engine_refusal
-from strata_server.protocol import DetokenizeRequest, TokenizeRequest
+from strata_server.open_routes import OpenPool
+from strata_server.openapi import body_of
+from strata_server.protocol import DetokenizeRequest, TokenizeRequest, decode_request, encode
 from strata_server.render import chat_options
+from strata_server.replies import json_response
 
 
 def tokenize(body: TokenizeRequest, ctx: ServerContext) -> dict[str, Any]:
@@ -73,3 +81,40 @@ def tokenizer_info(ctx: ServerContext) -> dict[str, Any]:
         "model_max_length": ctx.limits.ctx_size,
         "add_bos_token": tok.add_bos,
     }
+
+
+async def on_open_pool(request: Request, open_pool: OpenPool, answer: Callable[[bytes], Any]) -> Response:
+    """Read the body (after the pool's room check) and `answer` it on the keyless routes' pool."""
+    open_pool.check_room()
+    raw = await request.body()
+    content = await open_pool.run(lambda: encode(answer(raw)))
+    return Response(content=content, status_code=200, media_type=MediaType.JSON)
+
+
+@post("/tokenize", status_code=200, operation_class=body_of(TokenizeRequest))
+async def tokenize_route(
+    request: Request, ctx: NamedDependency[ServerContext], open_pool: NamedDependency[OpenPool]
+) -> Response:
+    """vLLM tokenize: `prompt` or `messages` (+ `add_generation_prompt`) -> ids."""
+    return await on_open_pool(
+        request, open_pool, lambda raw: tokenize(decode_request(raw, TokenizeRequest), ctx)
+    )
+
+
+@post("/detokenize", status_code=200, operation_class=body_of(DetokenizeRequest))
+async def detokenize_route(
+    request: Request, ctx: NamedDependency[ServerContext], open_pool: NamedDependency[OpenPool]
+) -> Response:
+    """vLLM detokenize: `tokens` -> `prompt` text."""
+    return await on_open_pool(
+        request, open_pool, lambda raw: detokenize(decode_request(raw, DetokenizeRequest), ctx)
+    )
+
+
+@get("/tokenizer_info")
+async def tokenizer_info_route(ctx: NamedDependency[ServerContext]) -> Response:
+    """Special tokens and chat template (lm-evaluation-harness's remote tokenizer)."""
+    return json_response(tokenizer_info(ctx))
+
+
+TOKENIZER_ROUTES = [tokenize_route, detokenize_route, tokenizer_info_route]

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from strata_server.app import accepted_key
+from strata_server.auth import accepted_key
 from strata_server.errors import error_body
 from strata_server.settings import ServerSettings
 
