@@ -108,7 +108,7 @@ def one_attention(libs: list[ctypes.CDLL], t: int, threads: int) -> Callable[[in
         out = np.zeros((t, heads, dim), np.float32)
         p = [a.ctypes.data_as(ctypes.c_void_p) for a in (q, kc, vc, tables, seq, pos, out)]
         libs[i].strata_attention(
-            p[0], t, heads, kv_heads, dim, p[1], p[2], block, p[3], blocks, p[4], p[5],
+            p[0], t, heads, kv_heads, dim, p[1], p[2], 0, block, p[3], blocks, p[4], p[5],
             1 / np.sqrt(dim), 0.0, 0, p[6], threads,
         )  # fmt: skip
         return out

@@ -97,7 +97,7 @@ static void attention_and_rope(void) {
     float *q = floats((int64_t)T * H * D, -1.0f, 1.0f), *out = malloc((size_t)T * H * D * 4);
     float *kc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f), *vc = floats((int64_t)nblocks * bs * KVH * D, -1.0f, 1.0f);
     int32_t tables[6] = {4, 0, 2, 1, 5, 3}, t_seq[5] = {0, 0, 1, 1, 1}, pos[5] = {3, 9, 0, 6, 11};
-    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, 0, out, 1);
+    strata_attention(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, 0, out, 1);
     emit(out, (int64_t)T * H * D);
     float *cos_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f), *sin_t = floats((int64_t)ctx * rot / 2, -1.0f, 1.0f);
     for (int interleaved = 0; interleaved < 2; interleaved++) {
@@ -125,12 +125,12 @@ static void gemma(void) {
     int32_t tables[6] = {4, 0, 2, 1, 5, 3}, t_seq[5] = {0, 0, 1, 1, 1}, pos[5] = {3, 9, 0, 6, 11};
     const int windows[3] = {1, 4, 7};
     for (int w = 0; w < 3; w++) {
-        strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, windows[w], out, 1);
+        strata_attention(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.158113883f, 0.0f, windows[w], out, 1);
         emit(out, (int64_t)T * H * D);
     }
-    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 0, out, 1);
+    strata_attention(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 0, out, 1);
     emit(out, (int64_t)T * H * D);
-    strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 5, out, 1);
+    strata_attention(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.25f, 2.5f, 5, out, 1);
     emit(out, (int64_t)T * H * D);
     free(g), free(u), free(o), free(x), free(q), free(out), free(kc), free(vc);
 }
@@ -260,7 +260,7 @@ static void tiles(void) {
         float *vc = floats((int64_t)nblocks * bs * KVH * D, -2.0f, 2.0f);
         const int windows[3] = {0, 7, 0};
         for (int w = 0; w < 3; w++) {
-            strata_attention(q, T, H, KVH, D, kc, vc, bs, tables, max_blocks, t_seq, pos, 0.125f, w == 2 ? 2.5f : 0.0f,
+            strata_attention(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.125f, w == 2 ? 2.5f : 0.0f,
                              windows[w], out, 1);
             emit(out, (int64_t)T * H * D);
         }
@@ -268,7 +268,59 @@ static void tiles(void) {
     }
 }
 
+/* The KV cache stored as bf16 and fp16 (kv_type 1, 2): values of every magnitude (subnormal to
+ * overflow, NaN, ties) rounded by strata_kv_write, then grouped and single-head attention over a
+ * cache so written, plain, windowed and soft-capped. */
+static void kvcache(void) {
+    int64_t n = 4096;
+    float *x = floats(n, -1.0f, 1.0f);
+    for (int64_t i = 0; i < n; i++) { /* magnitudes 2^-30 .. 2^20 */
+        float m = 1.0f;
+        for (int e = (int)(i % 51); e > 0; e--) m *= 2.0f;
+        x[i] = x[i] * m / 1073741824.0f;
+    }
+    const uint32_t special[8] = {0x7F800000u, 0xFF800001u, 0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u, 0x387FFFFFu, 0x80000000u};
+    memcpy(x, special, sizeof special);
+    int64_t slot = 0;
+    uint16_t *kb = malloc((size_t)n * 2), *vb = malloc((size_t)n * 2);
+    for (int type = 1; type <= 2; type++) {
+        strata_kv_write(x, x, 1, n, &slot, kb, vb, type, 1);
+        fwrite(kb, 2, (size_t)n, stdout);
+    }
+    free(x), free(kb), free(vb);
+    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
+    int32_t tables[16], t_seq[23], pos[23];
+    int64_t slots[64];
+    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
+    for (int t = 0; t < T; t++) {
+        t_seq[t] = t >= 11 && t < 20;
+        pos[t] = t < 20 ? t : t - 9;
+    }
+    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 40}}; /* H, KVH, D: in tiles, one head at a time */
+    for (int sh = 0; sh < 2; sh++) {
+        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
+        int64_t row = (int64_t)KVH * D;
+        float *q = floats(T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
+        float *k = floats(nblocks * bs * row, -4.0f, 4.0f), *v = floats(nblocks * bs * row, -2.0f, 2.0f);
+        uint16_t *kc = malloc((size_t)(nblocks * bs * row) * 2), *vc = malloc((size_t)(nblocks * bs * row) * 2);
+        for (int i = 0; i < 64; i++) slots[i] = (int64_t)tables[i / bs % 16] * bs + i % bs;
+        for (int type = 1; type <= 2; type++) {
+            strata_kv_write(k, v, 64, row, slots, kc, vc, type, 1);
+            for (int w = 0; w < 3; w++) {
+                strata_attention(q, T, H, KVH, D, kc, vc, type, bs, tables, max_blocks, t_seq, pos, 0.125f,
+                                 w == 2 ? 2.5f : 0.0f, w == 1 ? 7 : 0, out, 1);
+                emit(out, (int64_t)T * H * D);
+            }
+        }
+        free(q), free(out), free(k), free(v), free(kc), free(vc);
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
+        kvcache();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "q8") == 0) {
         q8();
         return 0;

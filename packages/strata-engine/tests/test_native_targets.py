@@ -46,6 +46,9 @@ DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d
 # sha256 of `driver tiles`: grouped attention over runs of consecutive tokens (attention.c's token
 # tiles), the same on every build and the same as before the tiles (each token and head alone).
 DRIVER_TILES_SHA256 = "8e216e7c30c742e64115c72eecb7f760fcf8ab03025bb8116faed3f7ae1744bb"
+# sha256 of `driver kvcache`: K/V values rounded to bf16 and fp16 (strata_kv_write), and attention
+# over caches so stored (--kv-cache-dtype), the same on every build.
+DRIVER_KV_SHA256 = "5d651f61b1725b06df94719323272912a212097e60a3cbb10fec107cb4223071"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -71,12 +74,13 @@ def _driver_digest(
 
 
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
-# the integer-limb kernels ("limb"), attention's token tiles ("tiles")
+# the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),
     "limb": (("limb",), DRIVER_LIMB_SHA256),
     "tiles": (("tiles",), DRIVER_TILES_SHA256),
+    "kvcache": (("kvcache",), DRIVER_KV_SHA256),
 }
 
 

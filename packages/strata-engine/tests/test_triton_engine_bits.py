@@ -66,8 +66,8 @@ def _requests(prompts: list[tuple[int, ...]]) -> list[Request]:
     ]
 
 
-def _rows(path: Path, kernels: str, device: str, prompts, mode: str) -> dict[tuple, bytes]:
-    kw: dict = {"prefix_cache": False, "kv_cache_mb": 16}
+def _rows(path: Path, kernels: str, device: str, prompts, mode: str, kv: str = "fp32") -> dict[tuple, bytes]:
+    kw: dict = {"prefix_cache": False, "kv_cache_mb": 16, "kv_cache_dtype": kv}
     if mode == "chunked":
         kw["step_tokens"] = 5
     if device == "cpu":
@@ -112,15 +112,15 @@ def fp32_model(request, tmp_path_factory) -> tuple[Path, list[tuple[int, ...]]]:
     )
 
 
-def _same_on_both(path: Path, prompts, kernels: str) -> None:
+def _same_on_both(path: Path, prompts, kernels: str, kv: str = "fp32") -> None:
     """The GPU engine's rows, batched and (the first prompt) chunked, are the CPU's for each
     request alone. A request alone on the GPU would repeat these runs' kernel calls: a whole
     prompt's prefill (as batched, with fewer sequences) and decode steps of one row (as chunked)."""
-    cpu = _rows(path, kernels, "cpu", prompts, "alone")
+    cpu = _rows(path, kernels, "cpu", prompts, "alone", kv)
     assert len(cpu) == sum(len(p) - 1 + GENERATE for p in prompts)
-    assert_same_rows(cpu, _rows(path, kernels, "cuda", prompts, "batched"), f"{kernels}, batched")
+    assert_same_rows(cpu, _rows(path, kernels, "cuda", prompts, "batched", kv), f"{kernels}, batched")
     first = {key: row for key, row in cpu.items() if key[0] == prompts[0]}
-    chunked = _rows(path, kernels, "cuda", prompts[:1], "chunked")
+    chunked = _rows(path, kernels, "cuda", prompts[:1], "chunked", kv)
     assert_same_rows(first, chunked, f"{kernels}, chunked")
 
 
@@ -141,6 +141,12 @@ def test_quantised_models_rows_are_the_cpu_engines(quantised_model):
     """Quantised weights in the fp32 mode: matmul.py dequantises each block as C does and
     runs C's dot_1 order, so the rows are the CPU's."""
     _same_on_both(*quantised_model, "native-fp32")
+
+
+@pytest.mark.parametrize("kv", ["fp16"])  # bf16: test_triton_kv_dtype.py, kernel by kernel
+def test_a_2_byte_kv_cache_gives_the_cpu_engines_rows(quantised_model, kv: str):
+    """--kv-cache-dtype bf16 / fp16: the device cache rounds and widens as the C kernels do."""
+    _same_on_both(*quantised_model, "native-fp32", kv)
 
 
 def test_a_planted_difference_is_seen():

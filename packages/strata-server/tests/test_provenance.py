@@ -13,6 +13,7 @@ from litestar.testing import TestClient
 from strata_server import ServerSettings, create_app
 from strata_server.cli import build_parser
 from strata_server.provenance import Provenance, package_version
+from strata_server.settings import engine_options
 
 SHA = "ab" * 32
 BASE = Provenance(
@@ -31,6 +32,8 @@ BASE = Provenance(
         {"tensor_parallel": 2},
         {"chat_template_sha256": "ef" * 32},
         {"kernels": "triton", "gpu": "NVIDIA H200"},
+        {"kv_cache_dtype": "bf16"},
+        {"kv_cache_dtype": "fp16"},
     ],
 )
 def test_the_fingerprint_changes_with_what_may_change_the_bits(change: dict) -> None:
@@ -45,10 +48,30 @@ def test_the_fingerprint_changes_with_what_may_change_the_bits(change: dict) -> 
         {"kernels": "native-portable"},
         {"model_file": "renamed.gguf"},  # the bits depend on the content, not the name
         {"tensor_parallel": 1},
+        {"kv_cache_dtype": "fp32"},
     ],
 )
 def test_the_fingerprint_ignores_what_never_changes_the_bits(change: dict) -> None:
     assert dataclasses.replace(BASE, **change).system_fingerprint == BASE.system_fingerprint
+
+
+def test_the_default_kv_cache_keeps_the_fingerprint_it_had() -> None:
+    """fp32 (the default) adds no part: the fingerprint is the digest of the four parts it had."""
+    parts = [
+        f"strata-engine={BASE.engine_version}",
+        f"strata-server={BASE.server_version}",
+        f"model-sha256={SHA}",
+        "arithmetic=native",
+    ]
+    assert BASE.system_fingerprint == "fp_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    assert BASE.body("m")["kv_cache_dtype"] == "fp32"
+
+
+def test_the_kv_cache_dtype_flag() -> None:
+    assert engine_options(build_parser().parse_args(["--model", "m"]))["kv_cache_dtype"] == "fp32"
+    assert engine_options(build_parser().parse_args(["--kv-cache-dtype", "bf16"]))["kv_cache_dtype"] == "bf16"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--kv-cache-dtype", "fp8"])
 
 
 def test_the_fingerprint_is_openai_shaped() -> None:
@@ -79,6 +102,7 @@ def test_version_route_models_and_replies_carry_the_provenance(make_engine) -> N
             "gpu": None,
             "model": {"id": "fake-model", "file": "m.gguf", "size": 5, "sha256": SHA},
             "chat_template_sha256": None,
+            "kv_cache_dtype": "fp32",
             "system_fingerprint": BASE.system_fingerprint,
         }
         assert client.get("/v1/models").json()["data"][0]["sha256"] == SHA

@@ -103,6 +103,7 @@ class AsyncEngine:
             engine.invariant,
             engine.load_seconds,
         )
+        self.kv_cache_dtype: str = engine.kv_cache_dtype
         self._inbox: queue.SimpleQueue[tuple[Request, RequestStream]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stopped = False

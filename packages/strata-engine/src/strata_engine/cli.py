@@ -10,6 +10,7 @@ from strata_engine.api import EngineError, LogprobParams, ModelLoadError, Reques
 from strata_engine.cli_help import HelpFormatter
 from strata_engine.engine import LLMEngine
 from strata_engine.kernels.choice import KERNEL_CHOICES, describe
+from strata_engine.kernels.kv_types import KV_DTYPES
 from strata_engine.kernels.native import NativeUnavailable
 from strata_engine.model_store import resolve_model
 
@@ -47,10 +48,21 @@ def main(argv: list[str] | None = None) -> int:
         choices=KERNEL_CHOICES,
         help="native (exact, batch-invariant; the modes: docs/engine.md) or torch",
     )
+    ap.add_argument(
+        "--kv-cache-dtype",
+        default="fp32",
+        choices=tuple(KV_DTYPES),
+        help="what the KV cache stores: fp32 (exact) or bf16 / fp16 (half the memory; docs/engine.md)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object per token")
     args = ap.parse_args(argv)
     try:
-        engine = LLMEngine(resolve_model(args.model), num_threads=args.threads, kernels=args.kernels)
+        engine = LLMEngine(
+            resolve_model(args.model),
+            num_threads=args.threads,
+            kernels=args.kernels,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
         tok = engine.tokenizer
         if args.raw or engine.chat_template is None:
             ids = tok.encode(args.prompt)

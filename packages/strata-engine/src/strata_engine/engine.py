@@ -24,6 +24,7 @@ from strata_engine.api import (
     EngineOutOfMemory,
     EngineUnavailable,
     FinishReason,
+    ModelLoadError,
     PromptScores,
     Request,
     RequestError,
@@ -42,6 +43,7 @@ from strata_engine.gguf_checks import (
 )
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops, on_cpu
+from strata_engine.kernels.kv_types import kv_bytes
 from strata_engine.logprobs import Row, build_row
 from strata_engine.memory import check_fits
 from strata_engine.model import Transformer
@@ -59,7 +61,7 @@ from strata_engine.text.stream import TextStream, decode_spans
 log = logging.getLogger("strata_engine")
 
 BLOCK_SIZE = 16
-KV_BYTES_PER_FLOAT = 4
+KV_BYTES_PER_FLOAT = 4  # the default fp32 cache; kv_types.kv_bytes gives each type's
 
 
 def out_of_memory(exc: BaseException) -> EngineOutOfMemory:
@@ -81,6 +83,7 @@ class LLMEngine:
         step_tokens: int = 256,
         num_threads: int | None = None,
         kernels: str = "auto",
+        kv_cache_dtype: str = "fp32",
         device: str = "cpu",
         prefix_cache: bool = True,
         tensor_parallel: TensorParallel = SINGLE,
@@ -96,7 +99,12 @@ class LLMEngine:
         check_keys_read(meta, cfg.arch, tokenizer=False)
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
-        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * KV_BYTES_PER_FLOAT
+        self.kv_cache_dtype = kv_cache_dtype  # fp32, bf16, fp16: what the KV cache stores (kv_types.py)
+        try:
+            value_bytes = kv_bytes(kv_cache_dtype)
+        except ValueError as exc:  # refused before anything is loaded
+            raise ModelLoadError(str(exc)) from None
+        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())
@@ -135,7 +143,7 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE)
         self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
-        self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE, self.tokenizer.eog_ids)
+        self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE, self.tokenizer.eog_ids, kv_cache_dtype)
         tensor_parallel.agree([num_blocks, BLOCK_SIZE, self.ctx_size], "KV blocks, block size, context")
         self.load_seconds = time.perf_counter() - t0
 

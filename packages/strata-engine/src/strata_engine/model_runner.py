@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
+from strata_engine.kernels.kv_types import KV_DTYPES, check_kv_dtype
 from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.model import Transformer
 from strata_engine.row_reads import read_for
@@ -26,17 +27,17 @@ from strata_engine.scheduler import Work
 LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary
 
 
-def kv_array(shape: tuple[int, ...]) -> np.ndarray:
-    """fp32 memory for one layer's K or V cache, backed by the OS page by page as it is written.
+def kv_array(shape: tuple[int, ...], dtype: type[np.generic] = np.float32) -> np.ndarray:
+    """Memory for one layer's K or V cache (fp32, or a 2-byte type: kv_types.py), backed by the OS page by page as it is written.
 
     Untouched pages cost no memory, and no slot is read before it is written. Small pages, not
     the huge pages numpy asks for: a huge page is zeroed (and, on a fragmented host, compacted)
     whole on its first write, which made prefills into fresh blocks about 10% slower.
     """
-    memory = mmap.mmap(-1, max(math.prod(shape) * 4, 1))
+    memory = mmap.mmap(-1, max(math.prod(shape) * np.dtype(dtype).itemsize, 1))
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         memory.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(memory, dtype=np.float32).reshape(shape)
+    return np.frombuffer(memory, dtype=dtype).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,12 @@ class RowRef:
 
 class ModelRunner:
     def __init__(
-        self, model: Transformer, num_blocks: int, block_size: int, eog_ids: Collection[int] = ()
+        self,
+        model: Transformer,
+        num_blocks: int,
+        block_size: int,
+        eog_ids: Collection[int] = (),
+        kv_cache_dtype: str = "fp32",
     ) -> None:
         cfg = model.cfg
         self.model = model
@@ -63,7 +69,8 @@ class ModelRunner:
         )
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
-        self.kv = [(kv_array(shape), kv_array(shape)) for _ in range(cfg.n_layers)]
+        dtype = KV_DTYPES[check_kv_dtype(kv_cache_dtype)]
+        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) for _ in range(cfg.n_layers)]
         # fresh memory would cost a page fault per 4 KB on every step
         self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
 

@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 tp.world,
                 engine_args.get("chat_template"),
                 sha256.result(),
+                engine.kv_cache_dtype,
             )
     except (EngineError, NativeUnavailable) as exc:
         sys.exit(f"strata-server: cannot load model: {exc}")

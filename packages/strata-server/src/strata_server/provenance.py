@@ -7,7 +7,8 @@ arithmetic (`strata_engine.provenance.arithmetic`: "native" for every CPU target
 "native-fp32", "native-q8", "triton", "torch"), the GPU's model name with the Triton kernels (their bits are
 promised per GPU model), the tensor-parallel rank count when above one (its partial sums are
 added in another order), and the server's `--chat-template` when one replaces the model's
-(it changes the prompt a chat request runs on). Thread count, CPU model, batch, served
+(it changes the prompt a chat request runs on), and the KV cache's dtype when it is not the
+default fp32 (`--kv-cache-dtype`: a rounded cache gives other bits). Thread count, CPU model, batch, served
 name and limits are left out: they never change the bits.
 """
 
@@ -44,6 +45,7 @@ class Provenance:
     tensor_parallel: int = 1
     chat_template_sha256: str | None = None  # the server's --chat-template, when it replaces the model's
     gpu: str | None = None  # the GPU's model name with the Triton kernels (their bits are per GPU model)
+    kv_cache_dtype: str = "fp32"  # what the KV cache stores (another type, other bits)
     server_version: str = package_version("strata-server")
     engine_version: str = package_version("strata-engine")
 
@@ -56,6 +58,7 @@ class Provenance:
         tensor_parallel: int = 1,
         chat_template: str | None = None,
         sha256: str | None = None,
+        kv_cache_dtype: str = "fp32",
     ) -> Provenance:
         """The provenance of an engine loaded from `path` (hashed once, see `model_sha256`,
         unless its `sha256` is given)."""
@@ -69,6 +72,7 @@ class Provenance:
             tensor_parallel=tensor_parallel,
             chat_template_sha256=None if chat_template is None else text_sha256(chat_template),
             gpu=gpu_name() if kernels.startswith("triton") else None,
+            kv_cache_dtype=kv_cache_dtype,
         )
 
     @property
@@ -90,6 +94,8 @@ class Provenance:
             parts.append(f"chat-template-sha256={self.chat_template_sha256}")
         if self.gpu is not None:
             parts.append(f"gpu={self.gpu}")
+        if self.kv_cache_dtype != "fp32":  # the default's fingerprint is the one it always was
+            parts.append(f"kv-cache-dtype={self.kv_cache_dtype}")
         return "fp_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     def body(self, served_name: str) -> dict[str, Any]:
@@ -110,6 +116,7 @@ class Provenance:
                 "sha256": self.model_sha256,
             },
             "chat_template_sha256": self.chat_template_sha256,
+            "kv_cache_dtype": self.kv_cache_dtype,
             "system_fingerprint": self.system_fingerprint,
         }
 

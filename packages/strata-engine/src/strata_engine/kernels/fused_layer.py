@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from strata_engine.kernels.base import AttentionMeta, Ops, RopeTable, address
+from strata_engine.kernels.kv_types import kv_type
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.native.header import INTERFACE
 from strata_engine.kernels.weights import Weight
@@ -129,7 +130,7 @@ class FusedLayers:
         for desc, (k_cache, v_cache) in zip(self.descs, kv, strict=True):
             self.lib.strata_layer(
                 ctypes.byref(desc), x_ptr, n, positions, token_seq, address(tables), width,
-                meta.block_size, slots, address(k_cache), address(v_cache), self.threads,
+                meta.block_size, slots, address(k_cache), address(v_cache), kv_type(k_cache), self.threads,
             )  # fmt: skip
 
 

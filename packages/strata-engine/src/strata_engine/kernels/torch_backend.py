@@ -22,6 +22,13 @@ def tensor(a: np.ndarray | torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
 
 
+def kv_tensor(c: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A KV cache array as a tensor of its type (kv_types.py: uint16 arrays hold bf16 bits)."""
+    if isinstance(c, np.ndarray) and c.dtype == np.uint16:
+        return torch.from_numpy(c.view(np.int16)).view(torch.bfloat16)
+    return tensor(c)
+
+
 class TorchOps:
     """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
 
@@ -66,7 +73,7 @@ class TorchOps:
         window: int = 0,
         softcap: float = 0.0,
     ) -> torch.Tensor:
-        q, k_cache, v_cache = tensor(q), tensor(k_cache), tensor(v_cache)
+        q, k_cache, v_cache = tensor(q), kv_tensor(k_cache), kv_tensor(v_cache)
         positions, token_seq, tables = (
             tensor(meta.positions),
             tensor(meta.token_seq),
@@ -82,8 +89,8 @@ class TorchOps:
             table = tables[row].to(torch.int64)
             j = torch.arange(n)
             slots = table[j // bs] * bs + j % bs
-            k = k_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
-            v = v_cache.flatten(0, 1)[slots].repeat_interleave(group, dim=1).transpose(0, 1)
+            k = k_cache.flatten(0, 1)[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
+            v = v_cache.flatten(0, 1)[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
             mask = j[None, :] <= pos[:, None]
             if window:
                 mask &= j[None, :] > pos[:, None] - window
@@ -119,8 +126,9 @@ class TorchOps:
         slots: Array,
     ) -> None:
         k, v, slots = tensor(k), tensor(v), tensor(slots)
-        tensor(k_cache).view(-1, *k.shape[1:])[slots] = k
-        tensor(v_cache).view(-1, *v.shape[1:])[slots] = v
+        kc, vc = kv_tensor(k_cache), kv_tensor(v_cache)  # rounded to nearest even when not fp32
+        kc.view(-1, *k.shape[1:])[slots] = k.to(kc.dtype)
+        vc.view(-1, *v.shape[1:])[slots] = v.to(vc.dtype)
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
         logits = tensor(logits).float()

@@ -100,6 +100,7 @@ class StrataReplica:
             self.engine.invariant,
             path,
             chat_template=options.engine.get("chat_template"),
+            kv_cache_dtype=self.engine.kv_cache_dtype,
         )
         self.app = create_app(self.engine, options.settings, provenance)
         self.replica = serve.get_replica_context().replica_id.unique_id

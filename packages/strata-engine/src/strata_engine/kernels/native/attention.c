@@ -2,6 +2,58 @@
  * (internal.h states the contract they keep). */
 #include "internal.h"
 
+/* The KV cache's 2-byte types (enum strata_kvtype): each value rounded to nearest even when
+ * written, widened exactly when read, by these integer routines alone (no intrinsics), so every
+ * target stores and reads the same bits. NaN becomes the quiet NaN torch writes. */
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);        /* NaN */
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);       /* rounds past 65504: inf */
+    if (a >= 0x38800000u) {                                       /* normal: exponent rebiased */
+        uint32_t r = a - 0x38000000u;
+        return (uint16_t)(sign | ((r + 0xFFFu + ((r >> 13) & 1u)) >> 13));
+    }
+    uint32_t e = a >> 23;                                         /* subnormal (units of 2^-24) or 0 */
+    if (e < 102) return (uint16_t)sign;                           /* at most 2^-25: rounds to 0 */
+    uint32_t m = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - e, q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1F) return bits_f32(sign | 0x7F800000u | (m << 13));
+    if (e) return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+    if (!m) return bits_f32(sign);
+    for (e = 113; !(m & 0x400u); e--) m <<= 1;                     /* subnormal: normalised */
+    return bits_f32(sign | (e << 23) | ((m & 0x3FFu) << 13));
+}
+
+/* Positions start .. start+n-1 of KV head kvh of a 2-byte cache, widened to n fp32 rows of D in
+ * dst: the attention then reads them as it reads an fp32 cache (one table entry, one head). */
+static void widen_rows(const uint16_t *c, int kv_type, const int32_t *table, int start, int n, int block_size,
+                       int KVH, int kvh, int D, float *dst) {
+    for (int j = 0; j < n; j++) {
+        int p = start + j;
+        const uint16_t *r = c + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+        float *o = dst + (int64_t)j * D;
+        if (kv_type == KV_BF16)
+            for (int d = 0; d < D; d++) o[d] = bits_f32((uint32_t)r[d] << 16);
+        else
+            for (int d = 0; d < D; d++) o[d] = f16_to_f32(r[d]);
+    }
+}
+
 /* A head's scores s[0..n) become its softmax numerators, in place: soft-capped (softcap > 0:
  * softcap * tanh(s / softcap)), then e^(s - max). One sequence for every attention path. */
 static inline void softmax_numerators(float *s, int n, float softcap) {
@@ -185,10 +237,13 @@ static inline __attribute__((always_inline)) void attend_tile(
  * Each (token, head) is computed alone, in position order: the same bits whether the token
  * comes from a one-shot prefill, a chunk, a prefix-cache continuation or a decode step.
  * window = 0 and softcap = 0 run exactly the sequence of full causal attention.
+ * kv_type (enum strata_kvtype): a 2-byte cache's rows of a (tile of) token(s) are widened to fp32
+ * first (widen_rows), then read by the same code, so every operation after the read is fp32's.
  */
-void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
+void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
                       const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads) {
+    static const int32_t one_block[1] = {0}; /* the widened rows' table: all in "block" 0 */
     int group = H / KVH;
     int64_t max_ctx = 1;
     for (int64_t t = 0; t < T; t++)
@@ -211,7 +266,9 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
         float *s = (float *)kernel_malloc((size_t)max_ctx * 4 * G * NT);
         float *acc = (float *)kernel_malloc((size_t)(D + VL) * 4);
         int64_t *rows = (int64_t *)kernel_malloc((size_t)max_ctx * 8);
-        int ok = s && acc && rows; /* else out of memory (counted): this thread's share is skipped */
+        size_t wide = kv_type == KV_F32 ? 1 : (size_t)max_ctx * D * 4; /* widened K and V rows */
+        float *wk = (float *)kernel_malloc(wide), *wv = (float *)kernel_malloc(wide);
+        int ok = s && acc && rows && wk && wv; /* else out of memory (counted): this thread's share is skipped */
         /* dynamic: a causal token's work grows with its position, so equal static shares of the
          * tokens left one thread with three quarters of a prefill's attention. Heads outer, tokens
          * inner: the tokens a thread takes one after another read the same KV head's rows, which
@@ -232,10 +289,19 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
                     int n = pos[t] + 1 - start;
                     const float *qv = q + (t * H + h0) * D;
                     float *o = out + (t * H + h0) * D;
+                    const float *kf = (const float *)kc, *vf_ = (const float *)vc;
+                    const int32_t *tb = table;
+                    int st = start, bsz = block_size, kvhs = KVH, kvh = h0 / group;
+                    if (kv_type != KV_F32) { /* this tile's positions, widened */
+                        int nl = n + (whole ? NT : 1) - 1;
+                        widen_rows(kc, kv_type, table, start, nl, block_size, KVH, kvh, D, wk);
+                        widen_rows(vc, kv_type, table, start, nl, block_size, KVH, kvh, D, wv);
+                        kf = wk, vf_ = wv, tb = one_block, st = 0, bsz = (int)max_ctx, kvhs = 1, kvh = 0;
+                    }
                     /* constant tile, head counts and sizes, so that the accumulators stay in registers */
 #define TILE_CASE(NC, GC, DC)                                                                                    \
-    attend_tile(qv, (int64_t)H * D, NC, GC, table, start, n, DC, kc, vc, block_size, KVH, h0 / group, scale, \
-                softcap, s, max_ctx, rows, o)
+    attend_tile(qv, (int64_t)H * D, NC, GC, tb, st, n, DC, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, max_ctx, \
+                rows, o)
 #define GROUP_CASE(GC, DC)                    \
     if (whole) TILE_CASE(TILE_ROWS / GC, GC, DC); \
     else TILE_CASE(1, GC, DC)
@@ -259,25 +325,45 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const fl
             int start = window > 0 && pos[t] + 1 > window ? pos[t] + 1 - window : 0;
             int n = pos[t] + 1 - start; /* s[j]: position start + j */
             float *o = out + (t * H + h) * D;
+            const float *kf = (const float *)kc, *vf_ = (const float *)vc;
+            int bsz = block_size, kvhs = KVH;
+            if (kv_type != KV_F32) { /* this head's positions, widened */
+                widen_rows(kc, kv_type, table, start, n, block_size, KVH, kvh, D, wk);
+                widen_rows(vc, kv_type, table, start, n, block_size, KVH, kvh, D, wv);
+                kf = wk, vf_ = wv, table = one_block, start = 0, bsz = (int)max_ctx, kvhs = 1, kvh = 0;
+            }
             if (D == 64)
-                attend_one(qv, table, start, n, 64, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, 64, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
             else if (D == 128)
-                attend_one(qv, table, start, n, 128, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, 128, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
             else
-                attend_one(qv, table, start, n, D, kc, vc, block_size, KVH, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, D, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
         }
         free(s);
         free(acc);
         free(rows);
+        free(wk);
+        free(wv);
     }
 }
 
-/* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them). */
+/* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them):
+ * copied (fp32), or each value rounded to the cache's 2-byte type (a position's stored bits
+ * depend on its own K/V alone). */
 void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
-                     float *kc, float *vc, int nthreads) {
+                     void *kc, void *vc, int kv_type, int nthreads) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (T * row_floats >= SMALL_WORK)
     for (int64_t t = 0; t < T; t++) {
-        memcpy(kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
-        memcpy(vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
+        if (kv_type == KV_F32) {
+            memcpy((float *)kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
+            memcpy((float *)vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
+            continue;
+        }
+        uint16_t *ko = (uint16_t *)kc + slots[t] * row_floats, *vo = (uint16_t *)vc + slots[t] * row_floats;
+        const float *ki = k + t * row_floats, *vi = v + t * row_floats;
+        for (int64_t i = 0; i < row_floats; i++) {
+            ko[i] = kv_type == KV_BF16 ? f32_to_bf16(ki[i]) : f32_to_f16(ki[i]);
+            vo[i] = kv_type == KV_BF16 ? f32_to_bf16(vi[i]) : f32_to_f16(vi[i]);
+        }
     }
 }

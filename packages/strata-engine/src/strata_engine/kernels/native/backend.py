@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, AttentionMeta, RopeTable, address, f32, ints
+from strata_engine.kernels.kv_types import kv_type
 from strata_engine.kernels.native import load
 from strata_engine.kernels.weights import Weight
 
@@ -151,7 +152,7 @@ class NativeOps:
         out = np.empty_like(q)
         self.lib.strata_attention(
             address(q), t, h, k_cache.shape[2], d, address(k_cache), address(v_cache),
-            meta.block_size, address(tables), tables.shape[1], address(token_seq), address(positions),
+            kv_type(k_cache), meta.block_size, address(tables), tables.shape[1], address(token_seq), address(positions),
             1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
             address(out), self.threads,
         )  # fmt: skip
@@ -177,7 +178,7 @@ class NativeOps:
         k, v, slots = f32(k), f32(v), ints(slots, np.int64)
         self.lib.strata_kv_write(
             address(k), address(v), k.shape[0], k[0].size, address(slots),
-            address(k_cache), address(v_cache), self.threads,
+            address(k_cache), address(v_cache), kv_type(k_cache), self.threads,
         )  # fmt: skip
 
     def log_softmax(self, logits: np.ndarray, inplace: bool = False) -> np.ndarray:

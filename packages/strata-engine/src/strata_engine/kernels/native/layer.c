@@ -19,8 +19,8 @@ static void project(const float *h, int64_t T, int64_t K, int n, const uint8_t *
 }
 
 void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
-                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
-                  float *vc, int nthreads) {
+                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, void *kc,
+                  void *vc, int kv_type, int nthreads) {
     int64_t H = L->hidden, q_dim = L->n_heads * L->head_dim, kv_dim = L->n_kv_heads * L->head_dim;
     int64_t wide = L->ffn > q_dim ? L->ffn : q_dim;
     /* the layer's temporaries: one scratch block, each part a whole number of 16-float vectors */
@@ -41,8 +41,8 @@ void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t
     }
     strata_rope(q, T, nh, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
     strata_rope(k, T, nkv, d, L->rope_dim, pos, L->rope_cos, L->rope_sin, L->rope_interleaved);
-    strata_kv_write(k, v, T, kv_dim, slots, kc, vc, nthreads);
-    strata_attention(q, T, nh, nkv, d, kc, vc, block_size, tables, max_blocks, t_seq, pos, L->scale, L->softcap,
+    strata_kv_write(k, v, T, kv_dim, slots, kc, vc, kv_type, nthreads);
+    strata_attention(q, T, nh, nkv, d, kc, vc, kv_type, block_size, tables, max_blocks, t_seq, pos, L->scale, L->softcap,
                      L->window, a, nthreads);
     strata_matmul(a, T, q_dim, L->wo, L->to, H, NULL, h, nthreads);
     if (L->post_attn_norm) strata_rmsnorm(h, T, H, L->post_attn_norm, L->eps, h, nthreads);

@@ -105,20 +105,21 @@ void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, 
 void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
 void strata_softcap(const float *x, int64_t n, float cap, float *out);
 
-/* attention.c: the paged KV cache */
-void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const float *kc, const float *vc,
+/* attention.c: the paged KV cache, and the types its values are stored as (engine --kv-cache-dtype) */
+enum strata_kvtype { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
+void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
                       const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);
 void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
-                     float *kc, float *vc, int nthreads);
+                     void *kc, void *vc, int kv_type, int nthreads);
 
 /* logprobs.c */
 void strata_log_softmax(const float *x, int64_t M, int64_t N, float *out, int nthreads);
 
 /* layer.c: one dense layer, composed of the functions above */
 void strata_layer(const strata_layer_desc *L, float *x, int64_t T, const int32_t *pos, const int32_t *t_seq,
-                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, float *kc,
-                  float *vc, int nthreads);
+                  const int32_t *tables, int max_blocks, int block_size, const int64_t *slots, void *kc,
+                  void *vc, int kv_type, int nthreads);
 
 /* kquant_pack.c: K-quant blocks as stored -> the kernels' layout */
 void strata_kquant_pack(int wtype, const uint8_t *src, int64_t n, uint8_t *dst, int nthreads);

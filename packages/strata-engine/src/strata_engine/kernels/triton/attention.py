@@ -14,6 +14,8 @@ sequence (start = 0, or pos + 1 - window on sliding-window layers), in C's order
 3. sum = ((e_0 + e_1) + e_2) + ... in position order, inv = 1 / sum;
 4. out[d] = fma(e_j * inv, v_j[d], out[d]) over j in position order, the D lanes side by side.
 
+A bf16 or fp16 cache (kv.py) is widened to fp32 as each K and V value is loaded.
+
 Steps 1 and 2 take BLOCK_N positions at a time. Steps 3 and 4 are C's sequential chains: they
 fix the order of every addition over the positions, so a (token, head)'s positions cannot be
 split across programs (flash-decoding's splits would add in another order); a program walks its
@@ -38,7 +40,7 @@ import triton.language as tl
 
 from strata_engine.kernels.base import AttentionMeta
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton import ieee
+from strata_engine.kernels.triton import ieee, kv
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
 UNROLL = 4  # positions per step of the sum and the V chain (no effect on the bits)
@@ -49,7 +51,7 @@ TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ie
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, out_ptr,
     T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
-    D: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
+    D: tl.constexpr, KV: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
 ):  # fmt: skip
     # TOK tokens a program (1 on a GPU), each with its own positions: [TOK, ...] tensors
@@ -84,9 +86,21 @@ def _attention_kernel(
         for c in tl.static_range(0, D, 16):
             dmask = (c + lanes < D)[None, None, :]
             qc = tl.load(qrow[:, :, None] + c + lanes[None, None, :], mask=tg[:, :, None] & dmask, other=0.0)
-            kc = tl.load(
-                k_ptr + row[:, :, None] + c + lanes[None, None, :], mask=jmask[:, :, None] & dmask, other=0.0
-            )
+            if KV == 0:
+                kc = tl.load(
+                    k_ptr + row[:, :, None] + c + lanes[None, None, :],
+                    mask=jmask[:, :, None] & dmask,
+                    other=0.0,
+                )
+            else:  # a 2-byte cache's values widened exactly: every operation after is fp32's
+                kc = kv.widen(
+                    tl.load(
+                        k_ptr + row[:, :, None] + c + lanes[None, None, :],
+                        mask=jmask[:, :, None] & dmask,
+                        other=0,
+                    ),
+                    KV,
+                )
             acc = tl.fma(qc[:, :, None, :], kc[:, None, :, :], acc)
         rows: tl.constexpr = TOK * BLOCK_G * BLOCK_N
         s = ieee.hsum16(acc.reshape(rows, 16), rows).reshape(TOK, BLOCK_G, BLOCK_N)
@@ -130,7 +144,12 @@ def _attention_kernel(
         for u in tl.static_range(UNROLL):
             width = tl.where(j0 + u < n, D, 0)  # each token's live V lanes: none past its end
             vrow = v_ptr + tl.load(rrow + (j0 + u), mask=tmask, other=0)
-            v = tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0.0)
+            if KV == 0:
+                v = tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0.0)
+            else:  # widened; +0.0 past the end as fp32's
+                v = kv.widen(
+                    tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0), KV
+                )
             w = tl.load(srow + (j0 + u), mask=tg, other=0.0) * inv
             o = tl.fma(w[:, :, None], v[:, None, :], o)
     out = out_ptr + head[:, :, None] * D + d[None, None, :]
@@ -157,11 +176,14 @@ def attention(
     rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
     group = h // kvh
     tok = ieee.fit(t, TOK)
+    code = kv.KV_CODES[k_cache.dtype]  # a 2-byte cache's bits read through an int16 view
+    if code:
+        k_cache, v_cache = k_cache.view(torch.int16), v_cache.view(torch.int16)
     _attention_kernel[(triton.cdiv(t, tok), kvh)](
         q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows, out,
         t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
-        D=d, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
+        D=d, KV=code, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
         BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, **ieee.LAUNCH,
     )  # fmt: skip
     return out

@@ -21,6 +21,7 @@ import os
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
+from strata_engine.kernels.kv_types import kv_dtype_name
 from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
@@ -28,6 +29,7 @@ from strata_engine.kernels.triton import (
     attention,
     fmatmul,
     intmatmul,
+    kv,
     logprobs,
     matmul,
     norm,
@@ -129,7 +131,8 @@ class TritonOps:
         hit = self._caches.get(id(c))
         if hit is None or hit[0] is not c:
             blocks = c.shape[0] + (SCRATCH_BLOCKS if self.decode_graphs is not None else 0)
-            hit = (c, torch.zeros((blocks, *c.shape[1:]), dtype=torch.float32, device=self.device))
+            dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[kv_dtype_name(c)]
+            hit = (c, torch.zeros((blocks, *c.shape[1:]), dtype=dtype, device=self.device))
             self._caches[id(c)] = hit
         return hit[1]
 
@@ -180,8 +183,9 @@ class TritonOps:
         s = self._step(slots)
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         k, v = tensor(k).to(self.device), tensor(v).to(self.device)
-        kc.view(-1, *k.shape[1:])[s] = k  # a scatter to distinct slots: no arithmetic
-        vc.view(-1, *v.shape[1:])[s] = v
+        # a scatter to distinct slots: no arithmetic (a 2-byte cache's values rounded first: kv.py)
+        kc.view(-1, *k.shape[1:])[s] = kv.to_cache_type(k, kc.dtype)
+        vc.view(-1, *v.shape[1:])[s] = kv.to_cache_type(v, vc.dtype)
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
