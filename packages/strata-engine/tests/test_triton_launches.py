@@ -28,8 +28,8 @@ from triton.runtime import interpreter
 from strata_engine import LLMEngine, Request, SamplingParams
 
 # The documented bounds (docs/gpu.md, "Launches per decode step"): raise them only with the docs.
-MAX_PER_LAYER = 22
-MAX_FIXED = 7  # with the selection of what the host reads of each row and the draw (select.py, draw.py)
+MAX_PER_LAYER = 23
+MAX_FIXED = 8  # with the selection of what the host reads of each row and the draw (select.py, draw.py)
 MAX_SYNCS = 1  # the step's one read of its results back to the host (the logprob rows)
 
 NOT_KERNELS = {

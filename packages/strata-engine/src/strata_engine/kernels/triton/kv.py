@@ -70,9 +70,9 @@ def _narrow_kernel(x_ptr, out_ptr, n, KV: tl.constexpr, BLOCK: tl.constexpr):
 
 def to_cache_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`x` as a cache of `dtype` stores it: itself for fp32, else each value rounded (C's bits)."""
-    x = x.float().contiguous()
     if dtype == torch.float32:
-        return x
+        return x  # stored as it is: no copy, no launch
+    x = x.float().contiguous()
     out = torch.empty(x.shape, dtype=torch.int16, device=x.device)
     if n := x.numel():
         _narrow_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, KV=KV_CODES[dtype], BLOCK=BLOCK, **ieee.LAUNCH)
