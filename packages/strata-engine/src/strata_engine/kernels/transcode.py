@@ -76,9 +76,8 @@ def _iq1_s(b: np.ndarray) -> np.ndarray:
 
 
 def _mxfp4(b: np.ndarray) -> np.ndarray:
-    e = b[:, 0].astype(np.uint32)
-    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32)
-    return bits.view(np.float32).reshape(-1, 1)  # e8m0 halved; kvalues are twice e2m1's
+    # gguf-py's e8m0 halved (its codebook holds twice e2m1's values)
+    return np.asarray(quants.MXFP4.e8m0_to_fp32_half(b[:, 0].astype(np.uint32)), np.float32).reshape(-1, 1)
 
 
 # GGML type -> the fp32 scale of each 32 values, from the blocks' bytes ([n_blocks, groups])
@@ -128,8 +127,8 @@ def _q5_0(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
-IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
-MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+IQ4_VALUES = np.array(quants.IQ4_NL.kvalues, np.int8)  # gguf-py's codebooks
+MXFP4_VALUES = np.array(quants.MXFP4.kvalues, np.int8)
 # nibble-coded types: (where the nibbles start in a block, their codebook); 32 values a group as
 # 16 bytes, low nibbles first (gguf-py's order)
 _NIBBLES: dict[QT, tuple[int, np.ndarray]] = {
