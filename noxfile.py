@@ -12,7 +12,6 @@ reused between runs. `rm -rf .nox` starts from scratch (e.g. after dropping a de
 
 from __future__ import annotations
 
-import glob
 import os
 import platform
 import shutil
@@ -113,7 +112,7 @@ def llama(session: nox.Session) -> None:
         "packages/strata-engine/tests",
         "-m",
         "llama_cpp",
-        "--ignore-glob=*test_triton_*",
+        "--ignore=packages/strata-engine/tests/kernels/triton",
         python=python,
     )
 
@@ -123,7 +122,7 @@ def llama(session: nox.Session) -> None:
 # x * y + z in fp32, two roundings, and the C-equality tests fail with it. So the floor is here,
 # where the tests install Triton; the `gpu` extra stays open (triton>=3.0) for GPU hosts whose
 # CUDA images ship an older Triton: on a GPU the fma rounds once whatever the version. The tests
-# also refuse an interpreter whose fma rounds twice (a probe in tests/triton_setup.py).
+# also refuse an interpreter whose fma rounds twice (a probe in strata_engine/testing/triton_setup.py).
 TRITON_INTERPRETER = "triton>=3.9.0"
 
 
@@ -133,7 +132,7 @@ def triton(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(f"{ENGINE}[gpu,test]", TRITON_INTERPRETER)
     session.env["TRITON_INTERPRET"] = "1"
-    pytest(session, *sorted(glob.glob("packages/strata-engine/tests/test_triton_*.py")))
+    pytest(session, "packages/strata-engine/tests/kernels/triton")
 
 
 @nox.session(python=PY)
@@ -210,28 +209,28 @@ def without_torch(session: nox.Session) -> None:
         "python", "-c",
         "import importlib.util as u, sys; sys.exit('torch must not be installed' if u.find_spec('torch') else 0)",
     )  # fmt: skip
-    pytest(session, "tests/test_server_without_torch.py")
+    pytest(session, "tests/integration/server/test_without_torch.py")
 
 
 @nox.session(python=PY)
 def lm_eval(session: nox.Session) -> None:
     """docs/howto-lm-eval.md's `lm_eval` command run for real against the real server, on a local
-    task of three questions (tests/test_howtos.py). A virtualenv of its own, without torch:
+    task of three questions (tests/docs/test_howtos.py). A virtualenv of its own, without torch:
     lm_eval brings datasets, pandas, pyarrow and scikit-learn, which no other session needs."""
     session.install(ENGINE, f"{SERVER}[test]", LM_EVAL)
-    pytest(session, "tests/test_howtos.py::test_lm_eval_howto_runs")
+    pytest(session, "tests/docs/test_howtos.py::test_lm_eval_howto_runs")
 
 
 @nox.session(python=PY)
 def ray(session: nox.Session) -> None:
-    """`strata-server --ray`: 2 replicas on a local Ray instance, the real model (tests/test_ray_serve.py).
+    """`strata-server --ray`: 2 replicas on a local Ray instance, the real model (tests/integration/server/test_ray_serve.py).
 
     Its own virtualenv: ray[serve] brings uvloop and httptools, which uvicorn would then pick
     for the single server in the shared torch virtualenv.
     """
     session.install(TORCH)
     session.install(ENGINE, f"{SERVER}[test,ray]")
-    pytest(session, "tests/test_ray_serve.py")
+    pytest(session, "tests/integration/server/test_ray_serve.py")
 
 
 @nox.session(python=PY, venv_backend="none", default=False)

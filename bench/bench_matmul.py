@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
-from tiny_models import encode_tensor  # the engine tests' GGUF block writer
-
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import native
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
+from strata_engine.testing.tiny_models import encode_tensor  # the engine tests' GGUF block writer
 
 SHAPES = [  # (type, out, in, what)
     (QT.Q4_1, 1536, 576, "SmolLM2 FFN up"),

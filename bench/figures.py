@@ -17,7 +17,7 @@ The charts, written to bench/results/:
     python bench/figures.py           # rewrite the pages' blocks and draw the charts (matplotlib)
     python bench/figures.py --check   # exit 1 if a page's block differs from the results
 
-tests/test_figures.py runs the check; the charts need matplotlib, the blocks only the results.
+tests/docs/test_figures.py runs the check; the charts need matplotlib, the blocks only the results.
 """
 
 from __future__ import annotations

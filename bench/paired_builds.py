@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,14 +25,12 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "strata-engine" / "tests"))
-from tiny_models import encode_tensor  # the engine tests' GGUF block writer
-
 from strata_engine import LLMEngine, Request, SamplingParams
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native import INTERFACE, PROBE_FUNCTIONS
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
+from strata_engine.testing.tiny_models import encode_tensor  # the engine tests' GGUF block writer
 
 KQUANT_FILE = Path.home() / ".cache" / "strata" / "bench" / "qwen3-1.7b-shape-28l-q4_k_m-random.gguf"
 

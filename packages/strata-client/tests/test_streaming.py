@@ -154,7 +154,7 @@ def test_an_error_event_with_a_string_code_takes_its_status_from_the_type(client
 )
 def test_strata_codes_mid_stream_keep_their_documented_status(client, mock, make_sse, code, status):
     """The server's own frame (type "server_error", a string code): the status the same failure
-    has as a whole reply, not a 500 (end to end: tests/test_client_stream_errors.py)."""
+    has as a whole reply, not a 500 (end to end: tests/integration/client/test_stream_errors.py)."""
     error = {"message": "stopped", "type": "server_error", "param": None, "code": code}
     chunk = {"choices": [{"index": 0, "text": "a"}]}
     mock.post("/v1/completions").respond(200, content=make_sse(chunk, {"error": error}, "[DONE]"))

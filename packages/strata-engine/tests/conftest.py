@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,10 +13,7 @@ from strata_engine.engine import LLMEngine
 from strata_engine.kernels import native
 from strata_engine.kernels.native import NativeUnavailable, compiler
 from strata_engine.model_store import resolve_model
-
-sys.path.insert(0, str(Path(__file__).parent))  # helpers: tiny_models, reference_forward
-
-from reference_forward import ReferenceModel
+from strata_engine.testing.reference_forward import ReferenceModel
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,9 +10,7 @@ rendering through the model's template.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,11 +26,7 @@ from strata_engine.api import (
     Step,
 )
 from strata_engine.protocol import EngineClient
-
-# strata-engine's test helpers (as its own conftest does): the tiny model writer
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "strata-engine" / "tests"))
-
-from tiny_models import TINY_SPECS, write_tiny_model
+from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
 TEMPLATE = (  # the same template on both engines
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

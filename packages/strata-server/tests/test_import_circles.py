@@ -1,5 +1,5 @@
 """The server's modules import one another without a circle (as the engine's do:
-packages/strata-engine/tests/test_import_layers.py).
+packages/strata-engine/tests/engine/test_import_layers.py).
 
 Read from the source with `ast`: every import of a strata_server module counts, the ones inside
 functions and under TYPE_CHECKING included, since each is a dependency. Importing a module runs

@@ -1,7 +1,7 @@
 """The Ray Serve application's Ray-free parts: a forwarded request run through the app,
 the prompt text the affinity router matches, and the per-replica `/metrics` merge.
 
-The replicated server on the real model and a real Ray instance: tests/test_ray_serve.py.
+The replicated server on the real model and a real Ray instance: tests/integration/server/test_ray_serve.py.
 """
 
 from __future__ import annotations

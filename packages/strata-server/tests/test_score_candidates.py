@@ -1,6 +1,6 @@
 """`/v1/score_candidates` over the fake engine: request checks, the reply's arithmetic, limits.
 
-Model values are checked against the real engine in tests/test_server_candidates.py; here
+Model values are checked against the real engine in tests/integration/server/test_candidates.py; here
 the fake's made-up values (`fake_value`) are the independent reference for the formatting.
 """
 

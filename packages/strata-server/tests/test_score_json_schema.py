@@ -1,7 +1,7 @@
 """`/v1/score_candidates` with `json_schema` over the fake engine: the answers are scored as
 the same texts given as `candidates` would be, each with its parsed `value`; refusals are 400s.
 
-Model values are checked against the real engine in tests/test_server_candidates_schema.py.
+Model values are checked against the real engine in tests/integration/server/test_candidates_schema.py.
 """
 
 from __future__ import annotations

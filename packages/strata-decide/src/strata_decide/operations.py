@@ -8,7 +8,7 @@ Keys come from ``--api-key`` (repeatable), ``--api-key-file`` (one per line, bla
 (``--log-format json``), at ``--log-level``.
 
 strata-decide builds on strata-client alone (never on the server), so these rules live here
-and in ``strata_server.cli``/``strata_server.log_format``; ``tests/test_decide_gateway_flags.py``
+and in ``strata_server.cli``/``strata_server.log_format``; ``tests/integration/decide/test_gateway_flags.py``
 holds both to one table of cases.
 """
 

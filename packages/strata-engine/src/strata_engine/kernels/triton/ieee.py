@@ -28,7 +28,7 @@ LAUNCH: dict[str, Any] = {"enable_fp_fusion": False}
 # values or of 16000, so kernels take more rows a program there; which outputs share a program
 # never changes an output's operations, so the bits are the same either way.
 # STRATA_TRITON_GPU_TILES=1 keeps the GPU's tile sizes under the interpreter: the compile check
-# (tests/triton_compile.py) records the launches a GPU would make.
+# (strata_engine/testing/triton_compile.py) records the launches a GPU would make.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get("STRATA_TRITON_GPU_TILES") != "1"
 
 

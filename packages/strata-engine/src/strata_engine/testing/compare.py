@@ -1,0 +1,61 @@
+"""Engine and llama.cpp log-probabilities on one file, and the bitwise signature of a request's events: what the family, RoPE and KV tests compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
+from strata_engine.testing.tiny_arch_models import CTX
+
+
+def engine_logprobs(path: Path, prompt: list[int], kernels: str = "native") -> np.ndarray:
+    """Full-vocabulary logprobs at every prompt position (row p predicts token p+1), [T-1, V]."""
+    engine = LLMEngine(path, num_threads=2, kv_cache_mb=16, kernels=kernels)
+    n_vocab = engine.vocab_size
+    request = Request(
+        tuple(prompt),
+        SamplingParams(max_tokens=0),
+        LogprobParams(prompt_logprobs=True, named_ids=tuple(range(n_vocab))),
+    )
+    scores = next(e for e in engine.generate(request) if isinstance(e, PromptScores))
+    rows = [r for r in scores.rows if r is not None]
+    return np.array([[row.named[i] for i in range(n_vocab)] for row in rows])
+
+
+def llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int], n_ctx: int = CTX) -> np.ndarray:
+    """llama.cpp's logprobs at every prompt position, from its fp32 logits (fp32 KV cache)."""
+    f32 = 0  # GGML_TYPE_F32
+    # YaRN betas -1: the file's (llama.cpp's own default context parameters); the Python binding's
+    # defaults (32, 1) would override what a mistral3 file sets
+    llm = llama_cpp.Llama(
+        str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False,
+        yarn_beta_fast=-1.0, yarn_beta_slow=-1.0,
+    )  # fmt: skip
+    llm.eval(prompt)
+    logits = np.array(llm.scores[: len(prompt) - 1], dtype=np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def signature(events) -> list:
+    """Every token id and every float a request got back, in order (compared with ==, i.e. bitwise)."""
+    out: list[tuple] = []
+    for ev in events:
+        rows = ev.rows if isinstance(ev, PromptScores) else (ev.logprobs,)
+        if isinstance(ev, Step):
+            out.append(("step", ev.token_id, ev.text))
+        for row in rows:
+            if row is not None:
+                out.append((row.token_id, row.logprob, row.top))
+    return out
+
+
+def run_batch(engine: LLMEngine, requests: list[Request]) -> list[list]:
+    """Submit all requests at once and step until every one has finished."""
+    return [signature(e) for e in engine.generate_batch(requests)]
+
+
+def run_alone(engine: LLMEngine, request: Request) -> list:
+    return run_batch(engine, [request])[0]

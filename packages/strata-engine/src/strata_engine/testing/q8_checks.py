@@ -1,0 +1,81 @@
+"""Quantised weights and activations for the integer kernels' tests (every stored type, every row-tile remainder) and gguf-py's values for them."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.weights import Weight
+from strata_engine.testing.tiny_models import encode_tensor
+
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+
+
+ROWS = (1, 3, 8, 9, 17)  # every row-tile remainder: avx512 tiles 8 rows, avx2 4 (Q5_K, bytes: 3), portable 4
+
+
+N = 37  # odd: the last group of 16 outputs is partial
+
+
+class Quantised(NamedTuple):
+    """A weight as loaded, and gguf-py's fp32 values of it and of its per-block min (0 if none)."""
+
+    weight: Weight
+    values: np.ndarray
+    mins: np.ndarray
+
+
+def dequantized(data: np.ndarray, qtype: QT, shape: tuple[int, int]) -> np.ndarray:
+    return np.asarray(quants.dequantize(data, qtype), dtype=np.float32).reshape(shape)
+
+
+def quantised_weight(qtype: QT, n: int, k: int, rng: np.random.Generator, extreme: bool = False) -> Quantised:
+    """A real GGUF [n, k] weight (Weight.from_info), with gguf-py's values. Q8_0 also gets quants
+    of -128 (valid in the format, never written by the quantiser). The mins are the values of
+    the same blocks with every quant bit cleared. `extreme`: every quant at its largest
+    magnitude (EXTREME_BYTES), the scales as encoded."""
+    values = rng.normal(0, 0.05, size=(n, k)).astype(np.float32)
+    data = np.ascontiguousarray(encode_tensor(values, qtype, rng))
+    if extreme:
+        size, start, end, byte = EXTREME_BYTES[qtype]
+        data.reshape(-1, size)[:, start:end] = byte
+    elif qtype == QT.Q8_0:
+        blocks = data.reshape(-1, 34)
+        blocks[::3, 2 + rng.integers(0, 32)] = 0x80
+    info = TensorInfo("w", (n, k), qtype, data.reshape(-1))
+    mins = np.zeros((n, k), dtype=np.float32)
+    if qtype in QUANT_BYTES:
+        size, start, end = QUANT_BYTES[qtype]
+        cleared = data.reshape(-1, size).copy()
+        cleared[:, start:end] = 0
+        mins = dequantized(cleared, qtype, (n, k))
+    return Quantised(Weight.from_info(info), dequantized(data, qtype, (n, k)), mins)
+
+
+def activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of mixed scales: normal values, blocks of very different magnitudes, an outlier."""
+    x = rng.normal(0, 1, size=(m, k)).astype(np.float32)
+    block_scale = rng.choice(np.array([1e-3, 1.0, 30.0], dtype=np.float32), size=(m, k // 32))
+    x *= np.repeat(block_scale, 32, axis=1)
+    x[m // 2, k // 3] = 5e3
+    return x
+
+
+# Types whose value is scale * q + min: the stored bytes of the quants, in gguf-py's block layout
+QUANT_BYTES = {QT.Q4_1: (20, 4, 20), QT.Q4_K: (144, 16, 144), QT.Q5_K: (176, 16, 176)}
+
+
+# Every type's quant bytes (block size, start, end) and the byte that gives each weight the
+# largest magnitude the dot step multiplies (all bits set; Q8_0: -128, the sign trick's 128)
+EXTREME_BYTES = {
+    QT.Q4_0: (18, 2, 18, 0xFF),
+    QT.Q4_1: (20, 4, 20, 0xFF),
+    QT.Q8_0: (34, 2, 34, 0x80),
+    QT.Q4_K: (144, 16, 144, 0xFF),
+    QT.Q5_K: (176, 16, 176, 0xFF),
+    QT.Q6_K: (210, 0, 192, 0xFF),
+}

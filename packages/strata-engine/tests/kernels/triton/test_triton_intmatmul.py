@@ -1,0 +1,360 @@
+"""The Triton integer matmul (kernels/triton/intmatmul.py) against the C kernels, bit for bit.
+
+The reference is the C code itself: strata_q8_matmul ("native-q8", 1 limb) and
+strata_limb_matmul ("native", "native-limb2") through NativeOps.linear, on the same bytes
+strata_q8_pack wrote. Every quant type, 1 and 3 limbs (2 once), row counts on both paths (1, 2,
+5: the row path; 17, 33: more than one tile), odd N (a partial group of 16, a partial program)
+and several block counts; extreme quants and activations (huge, tiny, zero, NaN, infinity
+blocks); the row path equals the tile path; the activation rule equals a numpy port of the C
+rule; the packed layout's sizes are the C code's; rows of a packed weight are strata_gather_rows'.
+A NaN's payload is not part of the contract (a GPU returns its own), so NaNs compare by place.
+
+Without a GPU these run under Triton's interpreter, on small shapes."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from gguf import GGMLQuantizationType as QT
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.choice import make_ops
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton import intmatmul, packed, quantize
+from strata_engine.kernels.triton.backend import TritonOps
+from strata_engine.kernels.weights import Weight
+from strata_engine.provenance import arithmetic
+from strata_engine.testing.tiny_models import encode_tensor
+from strata_engine.testing.triton_setup import DEVICE, on
+
+# The interpreter's numpy says so when an IEEE operation overflows or gives a NaN: the edge cases
+# below do that on purpose (a GPU is silent).
+pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
+
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
+ROWS = (1, 2, 5, 17, 33)  # 1-5: the row path; 17, 33: the tile path, more than one tile of 16
+N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
+# stored bytes of quants (block size, start, end) and the byte giving the largest |quant|
+EXTREME_BYTES = {
+    QT.Q4_0: (18, 2, 18, 0xFF),  # 15 - 8 = 7, and 0x00 for -8 below
+    QT.Q4_1: (20, 4, 20, 0xFF),
+    QT.Q8_0: (34, 2, 34, 0x80),  # -128
+    QT.Q4_K: (144, 16, 144, 0xFF),
+    QT.Q5_K: (176, 16, 176, 0xFF),
+    QT.Q6_K: (210, 0, 192, 0xFF),
+}
+
+
+def _c_ops(limbs: int) -> NativeOps:
+    """The C kernels of `limbs` (1: q8's rule), on one thread (their bits do not depend on it)."""
+    return NativeOps(1, q8=True, limbs=0 if limbs == 1 else limbs)
+
+
+def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator, extreme: bool = False) -> Weight:
+    """A real GGUF [n, k] weight as loaded. Q8_0 also gets quants of -128 (valid, never written
+    by the quantiser); `extreme`: every quant at its largest magnitude."""
+    values = rng.normal(0, 0.05, size=(n, k)).astype(np.float32)
+    data = np.ascontiguousarray(encode_tensor(values, qtype, rng))
+    blocks = data.reshape(-1, EXTREME_BYTES[qtype][0])
+    if extreme:
+        _, start, end, byte = EXTREME_BYTES[qtype]
+        blocks[:, start:end] = byte
+        if qtype == QT.Q4_0:
+            blocks[1::2, start:end] = 0  # -8 on every other block
+    elif qtype == QT.Q8_0:
+        blocks[::3, 2 + rng.integers(0, 32)] = 0x80
+    return Weight.from_info(TensorInfo("w", (n, k), qtype, data.reshape(-1)))
+
+
+def _activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of mixed scales: normal values, blocks of very different magnitudes, an outlier,
+    and a block of halves (ties for the rounding)."""
+    x = rng.normal(0, 1, size=(m, k)).astype(np.float32)
+    x *= np.repeat(rng.choice(np.array([1e-3, 1.0, 30.0], dtype=np.float32), size=(m, k // 32)), 32, axis=1)
+    x[m // 2, k // 3] = 5e3
+    x[0, :32] = np.arange(32, dtype=np.float32) - 15.5
+    return x
+
+
+def _edge_rows(k: int) -> np.ndarray:
+    """Blocks at the rules' edges: huge (near fp32's largest), tiny (subnormal, and just below
+    limb.c's 2^-100), zero, a NaN, an infinity, a lone value, values that round at a tie."""
+    x = np.random.default_rng(7).normal(0, 1, size=(9, k)).astype(np.float32)
+    x[0, :32] = 3e38 * np.sign(x[0, :32])
+    x[1, :32] = 1e-40
+    x[1, 32:64] = np.float32(2.0**-101)
+    x[2, :32] = 0.0
+    x[2, 40] = -0.0
+    x[3, 5] = np.nan
+    x[4, 33] = np.inf
+    x[4, 70] = -np.inf
+    x[5] = 0.0
+    x[5, 37] = 3e37
+    x[6, :32] = (np.arange(32, dtype=np.float32) - 16) * np.float32(0.5)
+    x[7] *= np.float32(2.0**-90)
+    x[8, :32] = np.arange(-16, 16, dtype=np.float32) + np.float32(0.5)  # q8: 127 / amax = 1, ties
+    x[8, 0] = 127.0
+    x[8, 32:64] = 1 + (2 * np.arange(32, dtype=np.float32) + 1) * np.float32(2.0**-23)  # 3 limbs: ties
+    return x
+
+
+def same_bits(got: torch.Tensor | np.ndarray, want: np.ndarray) -> bool:
+    """Bitwise equal, NaNs compared by place only (their payload is the device's)."""
+    g = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else got
+    if g.shape != want.shape:
+        return False
+    nan = np.isnan(want)
+    return bool(
+        np.array_equal(np.isnan(g), nan)
+        and np.array_equal(g.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+    )
+
+
+def _both(
+    qtype: QT, limbs: int, x: np.ndarray, w: Weight, bias: np.ndarray | None = None, path: str = "auto"
+):
+    """(Triton's y, C's y) for x @ w.T (+ bias), on the bytes the C code packed."""
+    c = _c_ops(limbs)
+    pw = c.pack(w)
+    want = c.linear(x, pw, bias)
+    got = intmatmul.matmul(on(x), packed.from_packed(pw, DEVICE), None if bias is None else on(bias), path)
+    return got, want
+
+
+def _ks(qtype: QT) -> tuple[int, int]:
+    """Two block counts: K-quants 1 and 2 super-blocks (the second's header skipped), else 3 and 9."""
+    return (256, 512) if qtype in KQUANTS else (96, 288)
+
+
+@pytest.mark.parametrize("limbs", (1, 3))
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_equals_the_c_kernels(qtype: QT, limbs: int) -> None:
+    rng = np.random.default_rng(int(qtype) + 100 * limbs)
+    for i, m in enumerate(ROWS):
+        k = _ks(qtype)[i % 2]
+        w = _weight(qtype, N, k, rng)
+        bias = rng.uniform(-1, 1, N).astype(np.float32) if i % 2 else None
+        got, want = _both(qtype, limbs, _activations(m, k, rng), w, bias)
+        assert same_bits(got, want), f"{m} rows, K {k}, bias {bias is not None}"
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_two_limbs_equal_the_c_kernels(qtype: QT) -> None:
+    rng = np.random.default_rng(int(qtype) + 200)
+    k = _ks(qtype)[1]
+    w = _weight(qtype, N, k, rng)
+    for m in (3, 17):
+        got, want = _both(qtype, 2, _activations(m, k, rng), w, rng.uniform(-1, 1, N).astype(np.float32))
+        assert same_bits(got, want), f"{m} rows"
+
+
+@pytest.mark.parametrize("limbs", (1, 3))
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_extremes_equal_the_c_kernels(qtype: QT, limbs: int) -> None:
+    """Every quant at its largest magnitude against activations at the rules' edges: integer
+    sums at their bounds, NaN/infinity/tiny/zero blocks, ties; the tile and the row path."""
+    rng = np.random.default_rng(int(qtype) + 300 * limbs)
+    k = _ks(qtype)[0]
+    x = _edge_rows(k)
+    for extreme in (True, False):
+        w = _weight(qtype, N, k, rng, extreme=extreme)
+        for path in ("rows", "tile"):
+            got, want = _both(qtype, limbs, x, w, path=path)
+            assert same_bits(got, want), f"extreme weights {extreme}, {path} path"
+    assert np.isnan(want[4]).all() and (limbs == 1 or np.isnan(want[3]).all())  # the edges are reached
+
+
+def test_three_limb_sum_is_rounded_once() -> None:
+    """k = 3: the block's exact sum S (up to 2^37) becomes fp32 in one rounding. With one block,
+    a weight scale of 1 and activations that are integers at scale 1, y = (float)S exactly, so
+    rows where rounding the limbs' parts first would differ (found by search) show it."""
+    rng = np.random.default_rng(11)
+    w = rng.integers(-128, 128, size=(N, 32))
+    x = rng.integers(-quantize.XMAX[3], quantize.XMAX[3] + 1, size=(4000, 32))
+    x[:, 0] = quantize.XMAX[3]  # the block's largest: its scale is 1, so X = x
+    exact = x @ w.T
+    digits, rest = [], x
+    for _ in range(3):
+        digits.append(((rest & 255) ^ 128) - 128)
+        rest = (rest - digits[-1]) >> 8
+    s0, s1, s2 = (d @ w.T for d in digits)
+    twice = (s2 * 65536).astype(np.float32) + (s1 * 256 + s0).astype(np.float32)
+    rows = np.nonzero((twice != exact.astype(np.float32)).any(axis=1))[0][:6]
+    assert len(rows) == 6
+    data = np.zeros((N, 34), dtype=np.uint8)
+    data[:, :2] = np.array([1.0], dtype=np.float16).view(np.uint8)
+    data[:, 2:] = w.astype(np.int8).view(np.uint8)
+    weight = Weight.from_info(TensorInfo("w", (N, 32), QT.Q8_0, data.reshape(-1)))
+    xs = x[rows].astype(np.float32)
+    got, want = _both(QT.Q8_0, 3, xs, weight)
+    assert same_bits(got, want) and same_bits(got, exact[rows].astype(np.float32))
+
+
+@pytest.mark.parametrize(("qtype", "limbs"), [(QT.Q4_1, 1), (QT.Q6_K, 3)], ids=["Q4_1-1", "Q6_K-3"])
+def test_row_path_equals_tile_path(qtype: QT, limbs: int) -> None:
+    """The decode path's integer sums (elementwise products) equal the tile's (tl.dot): the same
+    bits, so a row's result cannot depend on how many rows its call had. Every type and limb
+    count meets both paths against the C kernels above (test_extremes_equal_the_c_kernels runs
+    the same rows through each): here a plain type with a min term on q8's rule and the type
+    with two halves on three limbs, each row on both paths and one alone, compared directly."""
+    rng = np.random.default_rng(int(qtype) + 400 * limbs)
+    k = _ks(qtype)[0]
+    c = _c_ops(limbs)
+    pw = packed.from_packed(c.pack(_weight(qtype, N, k, rng)), DEVICE)
+    x = on(_activations(11, k, rng))
+    bias = on(rng.uniform(-1, 1, N).astype(np.float32))
+    tile = intmatmul.matmul(x, pw, bias, path="tile")
+    rows = intmatmul.matmul(x, pw, bias, path="rows")
+    assert torch.equal(tile.view(torch.int32), rows.view(torch.int32))
+    alone = intmatmul.matmul(x[7:8], pw, bias)  # the row path, as decode runs it
+    assert torch.equal(alone.view(torch.int32), tile[7:8].view(torch.int32))
+
+
+# ---- the activation rule ------------------------------------------------------------------
+
+
+def c_rule(x: np.ndarray, limbs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q8.c's q8_quantize (limbs 1) or limb.c's limb_quantize_block, ported to numpy per block:
+    (integers X [M, nb, 32], s [M, nb], dsum [M, nb])."""
+    m, k = x.shape
+    blocks = x.reshape(m, k // 32, 32).astype(np.float32)
+    a = np.abs(blocks)
+    with np.errstate(all="ignore"):
+        if limbs == 1:
+            amax = np.where(np.isnan(a), np.float32(0), a).max(axis=2)
+            inv = np.float32(127) / np.where(amax > 0, amax, np.float32(np.inf))  # 0 for a zero block
+            v = blocks * inv[..., None]
+            ints = np.where(np.abs(np.rint(v)) <= 127, np.rint(v), 0).astype(np.int64)
+            s = (amax / np.float32(127)).astype(np.float32)
+            return ints, s, (s * ints.sum(axis=2).astype(np.float32)).astype(np.float32)
+        finite = a <= np.float32(3.4028234663852886e38)
+        bad = ~finite.all(axis=2)
+        amax = np.where(finite, a, np.float32(0)).max(axis=2)
+        e = (amax.view(np.uint32) >> 23).astype(np.int64) - 127
+        zero = bad | (amax == 0) | (e < -100)
+        sh = e - (8 * limbs - 2)
+        sh += np.rint(amax.astype(np.float64) * 2.0 ** (-sh)) > quantize.XMAX[limbs]
+        ints = np.rint(blocks.astype(np.float64) * 2.0 ** (-sh)[..., None])
+        ints = np.where(zero[..., None], 0, ints).astype(np.int64)
+        s = np.where(bad, np.nan, np.where(zero, 0, 2.0 ** sh.astype(np.float64))).astype(np.float32)
+        dsum = np.where(zero, np.float32(0), s * ints.sum(axis=2).astype(np.float32)).astype(np.float32)
+        return ints, s, dsum
+
+
+@pytest.mark.parametrize("limbs", (1, 2, 3))
+def test_quantisation_is_the_c_rule(limbs: int) -> None:
+    """The integers, scales and dsums of every block, and the limbs are balanced digits of X."""
+    rng = np.random.default_rng(limbs)
+    x = np.concatenate([_edge_rows(96), _activations(4, 96, rng)])
+    xq = quantize.quantize(on(x), limbs)
+    ints, s, dsum = c_rule(x, limbs)
+    digits = xq.q.cpu().numpy().astype(np.int64)  # [M, nb, limbs, 32]
+    held = sum(digits[:, :, j] * 256**j for j in range(limbs))
+    assert np.array_equal(held, ints)
+    assert same_bits(xq.s, s) and same_bits(xq.dsum, dsum)
+    assert np.abs(ints).max() <= (127 if limbs == 1 else quantize.XMAX[limbs])
+
+
+# ---- layout, rows, wiring -----------------------------------------------------------------
+
+
+def test_packed_layout_is_the_c_codes() -> None:
+    lib = _c_ops(1).lib
+    for qtype in TYPES:
+        for n, k in ((1, 256), (37, 512), (48, 2560)):
+            assert packed.packed_bytes(int(qtype), n, k) == lib.strata_q8_packed_bytes(int(qtype), n, k)
+        assert lib.strata_q8_supported(int(qtype)) and int(qtype) in packed.SUPPORTED
+    assert not lib.strata_q8_supported(int(QT.F32))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_rows_of_a_packed_weight_are_the_c_codes(qtype: QT) -> None:
+    """A tied LM head's packed copy serves as the embedding: its rows are strata_gather_rows'."""
+    rng = np.random.default_rng(int(qtype) + 500)
+    c = _c_ops(3)
+    pw = c.pack(_weight(qtype, N, _ks(qtype)[1], rng))
+    ids = np.array([36, 0, 17, 17, 5], dtype=np.int64)
+    want = c.embed(pw, ids)
+    got = packed.gather_rows(on(ids), packed.from_packed(pw, DEVICE))
+    assert same_bits(got, want)
+
+
+@pytest.mark.parametrize(
+    ("kernels", "limbs"), [("native-q8", 1), ("native", 3), ("auto", 3), ("native-limb2", 2)]
+)
+def test_integer_modes_run_on_the_gpu_backend(kernels: str, limbs: int) -> None:
+    """`--device cuda` with an integer mode (the default's too): TritonOps packing with the C code, computing the C
+    kernels' bits, and named so that provenance gives both devices one arithmetic."""
+    ops = make_ops(kernels, device="cuda")
+    c = _c_ops(limbs)
+    assert isinstance(ops, TritonOps) and ops.invariant and ops.limbs == limbs
+    assert arithmetic(ops.name) == arithmetic(c.name) == ("native" if kernels == "auto" else kernels)
+    rng = np.random.default_rng(limbs)
+    w = _weight(QT.Q4_K, N, 256, rng)
+    pw = ops.pack(w)  # the C packer's layout (its bytes' values are checked through linear below)
+    assert pw.kernel_type == c.pack(w).kernel_type and pw.raw.size == c.pack(w).raw.size
+    x = _activations(3, 256, rng)
+    bias = rng.uniform(-1, 1, N).astype(np.float32)
+    assert same_bits(ops.linear(x, pw, bias), c.linear(x, pw, bias))
+    assert same_bits(ops.embed(pw, np.array([3, 36])), c.embed(pw, np.array([3, 36])))
+    dense = Weight.from_info(TensorInfo("f", (N, 64), QT.F32, rng.normal(size=(N, 64)).astype(np.float32)))
+    assert ops.pack(dense) is dense  # types without integer kernels stay as loaded
+
+
+def _kernels():
+    return [
+        quantize._quantize_kernel, packed._gather_kernel, intmatmul._tile_kernel, intmatmul._rows_kernel,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel", _kernels(), ids=lambda k: k.fn.__name__ if hasattr(k, "fn") else str(k))
+def test_one_binary_per_kernel(kernel) -> None:
+    """Every runtime integer is unspecialised (Triton would compile a binary for 1, for multiples
+    of 16 and for the rest): the bits rest on one binary, and no compile lands in a timed loop."""
+    fn = kernel.fn
+    ints = [
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if not name.endswith("_ptr") and "constexpr" not in str(p.annotation)
+    ]
+    unspecialised = (
+        kernel.kwargs["do_not_specialize"] if hasattr(kernel, "kwargs") else kernel.do_not_specialize
+    )
+    assert ints and set(ints) <= set(unspecialised), ints
+
+
+def test_tiny_model_equals_the_cpu_engine(tmp_path) -> None:
+    """A whole tiny model (tied head: its packed copy is the embedding; every weight type) in
+    "native" (three limbs) on the GPU backend gives the CPU engine's bits: prompt logprobs with the top
+    20, and greedy decode steps."""
+    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+    from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
+
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0])
+    request = Request(
+        (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
+        SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
+        LogprobParams(top_n=20, prompt_logprobs=True),
+    )
+    rows = {}
+    for device in ("cpu", "cuda"):
+        engine = LLMEngine(path, kernels="native", device=device, parallel=2)
+        rows[device] = [
+            (r.token_id, r.logprob, r.top)
+            for event in engine.generate(request)
+            for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
+            if r is not None
+        ]
+        assert arithmetic(engine.kernels) == "native"
+    assert len(rows["cpu"]) == 13 and rows["cuda"] == rows["cpu"]

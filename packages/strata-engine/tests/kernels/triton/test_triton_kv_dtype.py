@@ -1,0 +1,115 @@
+"""A bf16 or fp16 KV cache on Triton (kernels/triton/kv.py) is the C kernels' cache bit for bit:
+each value rounded as attention.c rounds it when written, widened as it widens it when read, and
+the paged attention over it the C attention's output (run under TRITON_INTERPRET=1 without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from strata_engine.testing import triton_setup  # (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+import triton
+import triton.language as tl
+
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.torch_backend import kv_tensor
+from strata_engine.kernels.triton import attention, kv
+from strata_engine.testing.triton_checks import (
+    LENGTHS,
+    POSITIONS,
+    TOKEN_SEQ,
+    assert_c_bits,
+    attention_meta,
+    paged_cache,
+)
+from strata_engine.testing.triton_setup import on
+
+KINDS = {"bf16": (np.uint16, torch.bfloat16, 1), "fp16": (np.float16, torch.float16, 2)}
+
+
+# inf, NaNs, fp16's overflow tie and the value below it, 2^-25 (a tie to zero) and above, the
+# least fp16 normal and the value below it, fp32's largest and least values, -0
+SPECIAL = [0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0x477FF000, 0x477FEFFF, 0x33000000]
+SPECIAL += [0x33000001, 0x38800000, 0x387FFFFF, 0x7F7FFFFF, 0x00000001, 0x80000000]
+
+
+def _hard_values() -> np.ndarray:
+    """fp32 values around every rounding case: ties, subnormals of both types, overflow, NaN."""
+    rng = np.random.default_rng(3)
+    bits = np.concatenate(
+        [
+            rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32),
+            (rng.integers(0x32000000, 0x48000000, 4000, dtype=np.uint64) & ~np.uint64(0xFFF)).astype(
+                np.uint32
+            ),
+            np.array(SPECIAL, np.uint32),
+        ]
+    )
+    bits[4000:8000] |= rng.integers(0, 2, 4000, dtype=np.uint32) << 31
+    return bits.view(np.float32)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_rounding_is_c(name: str) -> None:
+    np_type, torch_type, _ = KINDS[name]
+    x = _hard_values().reshape(-1, 1, 1)
+    c = np.zeros((x.shape[0], 1, 1), np_type)
+    NativeOps(1).kv_write(x, x, c, np.zeros_like(c), np.arange(x.shape[0], dtype=np.int64))
+    got = kv.to_cache_type(on(x), torch_type).view(torch.int16).cpu().numpy().view(np.uint16)
+    assert np.array_equal(got, c.view(np.uint16))
+    if name == "fp16":  # and both are IEEE's round to nearest even (numpy's conversion), NaN aside
+        finite = ~np.isnan(x)
+        with np.errstate(over="ignore"):  # to inf, as C rounds them
+            want = x[finite].astype(np.float16)
+        assert np.array_equal(c[finite].view(np.uint16), want.view(np.uint16))
+
+
+@triton.jit
+def _widen_kernel(raw_ptr, out_ptr, KV: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, kv.widen(tl.load(raw_ptr + offs), KV))
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_widening_is_exact(name: str) -> None:
+    """Every one of the 65,536 values widens to its exact fp32 bits (NaN payloads kept)."""
+    raw = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    out = torch.empty(2**16, dtype=torch.float32, device=triton_setup.DEVICE)
+    _widen_kernel[(16,)](on(raw.view(np.int16)), out, KV=KINDS[name][2], BLOCK=4096)
+    want = (
+        raw.astype(np.uint32) << 16
+        if name == "bf16"
+        else raw.view(np.float16).astype(np.float32).view(np.uint32)
+    )
+    assert np.array_equal(out.cpu().numpy().view(np.uint32), want)
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize(("h", "kvh", "d"), [(6, 2, 64), (8, 2, 24)], ids=["gqa3", "gqa4-odd-d"])
+def test_attention_over_a_2_byte_cache_is_c(name: str, h: int, kvh: int, d: int) -> None:
+    np_type, torch_type, _ = KINDS[name]
+    bs = 16
+    k, v, tables = paged_cache(LENGTHS, kvh, d, bs, seed=h + d)
+    native = NativeOps(1)
+    kc, vc = np.zeros(k.shape, np_type), np.zeros(v.shape, np_type)
+    slots = np.arange(k.shape[0] * bs, dtype=np.int64)
+    native.kv_write(k.reshape(-1, kvh, d), v.reshape(-1, kvh, d), kc, vc, slots)
+    q = np.random.default_rng(d).standard_normal((len(POSITIONS), h, d)).astype(np.float32)
+    meta = attention_meta(tables, TOKEN_SEQ, POSITIONS, bs)
+    # the device cache as the Triton backend writes it
+    kd = torch.zeros(k.shape, dtype=torch_type, device=triton_setup.DEVICE)
+    vd = torch.zeros_like(kd)
+    kd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(k.reshape(-1, kvh, d)), torch_type)
+    vd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(v.reshape(-1, kvh, d)), torch_type)
+    assert torch.equal(kd.cpu().view(torch.int16), kv_tensor(kc).view(torch.int16))
+    mp = int(meta.positions.max())
+    got = attention.attention(
+        on(q), kd, vd, meta, on(meta.positions), on(meta.token_seq), on(meta.block_tables), mp
+    ).cpu()
+    assert_c_bits(got, native.attention(q, kc, vc, meta))

@@ -1,0 +1,41 @@
+"""Types rewritten at load as Q8_0 or Q6_K blocks (kernels/transcode.py) on Triton: a Q8_0
+rewrite goes to the device as the engine holds it, a Q6_K rewrite (Q3_K, IQ1_M) as GGUF Q6_K
+blocks made again from the file's bytes; either way the device's rows are gguf-py's values and
+its matmul is C's, bit for bit (under the interpreter without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton import matmul
+from strata_engine.kernels.triton.stored import from_weight
+from strata_engine.kernels.weights import Weight
+from strata_engine.testing.extreme_blocks import extreme_blocks
+from strata_engine.testing.triton_checks import activations, assert_c_bits, device_matmul
+from strata_engine.testing.triton_setup import DEVICE, on
+
+
+@pytest.mark.parametrize("qtype", [QT.IQ4_XS, QT.Q5_0, QT.Q3_K, QT.IQ1_M], ids=lambda q: q.name)
+def test_rewritten_types_on_the_device_are_gguf_py_and_c(qtype: QT) -> None:
+    n, k = 9, 512
+    stored = extreme_blocks(qtype, n, k, seed=7)
+    dense = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(n, k)
+    w = Weight.from_info(TensorInfo("w", (n, k), qtype, stored))
+    assert w.kernel_type != 0
+    sw = from_weight(w, DEVICE)
+    ids = np.array([8, 0, 3, 3, 1])
+    assert_c_bits(matmul.gather_rows(on(ids), sw.wq, sw.wf, sw.kt, k, sw.row_bytes).cpu(), dense[ids])
+    x = activations(3, k, seed=1)
+    assert_c_bits(device_matmul(x, sw), NativeOps(1).linear(x, w))
