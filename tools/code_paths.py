@@ -22,7 +22,6 @@ it.
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import importlib.util
 import sys
@@ -30,45 +29,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _this_trees_import_graph() -> Any:
+    """strata_engine.testing.import_graph from this checkout (it needs nothing but ast), so that
+    an older checkout, which may not have it, is read by the same rules."""
+    path = ROOT / "packages/strata-engine/src/strata_engine/testing/import_graph.py"
+    spec = importlib.util.spec_from_file_location("import_graph_rules", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RULES = _this_trees_import_graph()
+import_graph, modules = RULES.import_graph, RULES.modules
 PACKAGES = ("strata_engine", "strata_server", "strata_client", "strata_decide")
 BODY = {"model": "fake-model", "prompt": "Is this ticket a bug?", "max_tokens": 2, "logprobs": 3,
         "stop": ["\n"], "n": 1, "temperature": 0}  # fmt: skip
-
-
-def module_files(src: Path, package: str) -> dict[str, Path]:
-    out = {}
-    for path in sorted((src / package).rglob("*.py")):
-        parts = list(path.relative_to(src).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
-
-
-def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
-    """Each module's imports of modules in `files` (`from pkg import mod` counts as pkg.mod)."""
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            else:
-                continue
-            for t in targets:
-                while t and t not in files:
-                    t = t.rpartition(".")[0]
-                if t and t != name:
-                    deps.add(t)
-        graph[name] = deps
-    return graph
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -172,8 +150,8 @@ def main() -> None:
         sys.exit(f"strata_server comes from {got}: run with PYTHONPATH={root}/packages/*/src (each)")
     server_graph: dict[str, set[str]] = {}
     for package in PACKAGES:
-        src = root / "packages" / package.replace("_", "-") / "src"
-        graph = import_graph(module_files(src, package))
+        src = root / "packages" / package.replace("_", "-") / "src" / package
+        graph = import_graph(src, package)
         if package == "strata_server":
             server_graph = graph
         found = circles(graph)
@@ -181,8 +159,8 @@ def main() -> None:
         for group in found:
             print("   ", " <-> ".join(m.removeprefix(package + ".") for m in group))
     steps = body_path(root)
-    by_file = {str(p.relative_to(root / "packages/strata-server/src/strata_server")): m
-               for m, p in module_files(root / "packages/strata-server/src", "strata_server").items()}  # fmt: skip
+    server_src = root / "packages/strata-server/src/strata_server"
+    by_file = {str(p.relative_to(server_src)): m for m, p in modules(server_src, "strata_server").items()}
     back = sum(1 for i, (_, b) in enumerate(steps) if any(b == s[1] for s in steps[:i]))
     up = sum(1 for a, b in steps if by_file[b] not in reach(server_graph, by_file[a]))
     files = {f for s in steps for f in s}

@@ -9,54 +9,17 @@ import runs first. The checker itself is tried on a planted circle.
 
 from __future__ import annotations
 
-import ast
-from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import strata_server
+from strata_engine.testing.import_graph import find_cycle, import_graph
 
 SERVER = Path(strata_server.__file__).parent
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """module -> the package's modules it imports (the top package left out)."""
-    paths = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        paths[".".join([package, *parts])] = path
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets: list[str] = []
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets += [f"{base}.{alias.name}" for alias in node.names]
-        edges = set()
-        for target in targets:
-            while target and target not in paths:  # a name inside a module: the module
-                target = target.rpartition(".")[0]
-            while target.startswith(package + "."):  # the module and the packages above it
-                edges.add(target)
-                target = target.rpartition(".")[0]
-        graph[name] = edges - {name}
-    return graph
-
-
 def import_circle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import circle, as its modules (the first repeated at the end), or None."""
-    try:
-        TopologicalSorter(graph).prepare()
-    except CycleError as exc:
-        return list(reversed(exc.args[1]))
-    return None
+    return find_cycle(graph, set(graph))
 
 
 def test_the_server_has_no_import_circle() -> None:
