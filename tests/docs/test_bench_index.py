@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("folder", ["bench", "tools"])
 def test_every_script_is_in_the_folders_index(folder: str) -> None:
     index = (ROOT / folder / "README.md").read_text(encoding="utf-8")
-    scripts = [p.name for p in (ROOT / folder).iterdir() if p.suffix in (".py", ".sh", ".c") and p.name != "_common.py"]
+    scripts = [
+        p.name
+        for p in (ROOT / folder).iterdir()
+        if p.suffix in (".py", ".sh", ".c") and p.name != "_common.py"
+    ]
     missing = [name for name in sorted(scripts) if f"`{name}`" not in index]
     assert not missing, f"{folder}/README.md does not name {missing}"
 

@@ -10,12 +10,12 @@ import asyncio
 import msgspec
 import pytest
 from litestar.testing import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from strata_engine.api import Request, SamplingParams
 from strata_engine.protocol import EngineClient
 from strata_server import ServerSettings, create_app
 from strata_server.disconnect import ClientDisconnected, until_disconnect
+from strata_server.testing import sample
 
 
 @pytest.fixture
@@ -31,15 +31,6 @@ def client(engine):
 
 def test_the_fake_engine_honours_the_engine_contract(engine) -> None:
     assert isinstance(engine, EngineClient)
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of the sample `name` whose labels include `labels` in an exposition text."""
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    raise AssertionError(f"{name} {labels} not in /metrics")
 
 
 def assert_envelope(response, status: int) -> dict:

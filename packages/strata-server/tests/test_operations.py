@@ -16,7 +16,6 @@ import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 import strata_server.completions as completions_module
 from strata_server import ServerSettings, create_app
@@ -25,6 +24,7 @@ from strata_server.errors import ApiError
 from strata_server.plan import Plan, max_new_tokens
 from strata_server.settings import API_KEY_ENV, api_keys, build_parser
 from strata_server.shutdown import Drain, GracefulServer
+from strata_server.testing import sample
 
 SLOW = {"prompt": "hi", "max_tokens": 40}  # 40 fake steps
 
@@ -201,15 +201,6 @@ def test_request_ids_are_echoed_and_used(make_engine, caplog) -> None:
 
 
 # ---------------------------------------------------------------- metrics
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of the sample `name` whose labels include `labels` in an exposition text."""
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    raise AssertionError(f"{name} {labels} not in /metrics")
 
 
 def test_metrics_have_the_operator_series(make_engine) -> None:

@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from strata_server.launch import ServerProcess, server_process
+from strata_server.testing import sample
 
 KEYS = {"flag": "flag-key", "env": "env-key"}
 AUTH = {"authorization": f"Bearer {KEYS['flag']}"}
@@ -66,15 +66,6 @@ def timeout_http() -> Iterator[httpx.Client]:
 def http(ops_server: ServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=ops_server.url, headers=AUTH, timeout=30) as client:
         yield client
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of the sample `name` whose labels include `labels` in an exposition text."""
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    raise AssertionError(f"{name} {labels} not in /metrics")
 
 
 def metric(http: httpx.Client, name: str, **labels: str) -> float:

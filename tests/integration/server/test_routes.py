@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of the sample `name` whose labels include `labels` in an exposition text."""
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    raise AssertionError(f"{name} {labels} not in /metrics")
+from strata_server.testing import sample
 
 
 @pytest.fixture(scope="module")
