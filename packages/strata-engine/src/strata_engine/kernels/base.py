@@ -79,6 +79,11 @@ class Ops(Protocol):
         """GeGLU: gelu(gate) * up, GELU's tanh approximation (Gemma)."""
         ...
 
+    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> Array:
+        """gpt-oss's clamped SwiGLU, ggml's swiglu_oai: x = min(gate, limit), y = clamp(up,
+        -limit, limit), x * sigmoid(alpha * x) * (y + 1), elementwise."""
+        ...
+
     def softcap(self, x: Array, cap: float) -> Array:
         """cap * tanh(x / cap), elementwise (Gemma 2's final logit soft-capping)."""
         ...
@@ -92,9 +97,11 @@ class Ops(Protocol):
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
+        sinks: Array | None = None,
     ) -> Array:
         """Causal attention; `scale` defaults to 1/sqrt(head_dim); `window` > 0 attends only to the
-        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores."""
+        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores; `sinks`
+        [H] (gpt-oss) adds one logit per head to the softmax's denominator, with no value."""
         ...
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> Array:
