@@ -111,7 +111,7 @@ class GptOssReference(ReferenceModel):
     sinks = True  # False: the same graph without them (to show they reach the logprobs)
 
     def _rope(self, x: torch.Tensor) -> torch.Tensor:
-        t, h, d = x.shape[0], x.shape[1], self.rope_dim
+        t, d = x.shape[0], self.rope_dim
 
         def corr(beta: float) -> float:
             return d * math.log(YARN_ORIGINAL_CTX / (beta * 2 * math.pi)) / (2 * math.log(self.base))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -28,6 +28,13 @@ TENSORS = (
     "attn_sinks.weight", "attn_output.bias", "post_attention_norm.weight", "ffn_gate_inp.bias",
     "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias",
 )  # fmt: skip
+
+
+class SwigluOps(Protocol):
+    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> Array:
+        """ggml's swiglu_oai: x = min(gate, limit), y = clamp(up, -limit, limit),
+        x * sigmoid(alpha * x) * (y + 1), elementwise (the native kernels and torch have it)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,8 @@ def moe(ops: Ops, h: Array, router: Any, experts: list[Any], p: Parts, k: int) -
         x = h[like(h, rows)]
         gate = ops.linear(x, gate_w, p.gate_bias[expert])
         up = ops.linear(x, up_w, p.up_bias[expert])
-        y = ops.linear(ops.swiglu_oai(gate, up, ALPHA, LIMIT), down_w, p.down_bias[expert])
+        act = cast(SwigluOps, ops).swiglu_oai(gate, up, ALPHA, LIMIT)  # present: check_backend
+        y = ops.linear(act, down_w, p.down_bias[expert])
         index = like(out, rows)
         out[index] = out[index] + like(out, weights[rows, slot][:, None]) * y
     return out

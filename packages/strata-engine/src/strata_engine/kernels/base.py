@@ -58,7 +58,8 @@ class Ops(Protocol):
     gate/up through one matmul each run of same-typed weights (model.FusedProjection). A backend
     that holds the rows on a device may set `selects_on_device = True` and offer
     `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
-    `row_reads.read_for` says its request reads (triton/select.py)."""
+    `row_reads.read_for` says its request reads (triton/select.py). A backend that runs gpt-oss
+    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps)."""
 
     name: str
     invariant: bool
@@ -77,11 +78,6 @@ class Ops(Protocol):
     def silu_mul(self, gate: Array, up: Array) -> Array: ...
     def gelu_mul(self, gate: Array, up: Array) -> Array:
         """GeGLU: gelu(gate) * up, GELU's tanh approximation (Gemma)."""
-        ...
-
-    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> Array:
-        """gpt-oss's clamped SwiGLU, ggml's swiglu_oai: x = min(gate, limit), y = clamp(up,
-        -limit, limit), x * sigmoid(alpha * x) * (y + 1), elementwise."""
         ...
 
     def softcap(self, x: Array, cap: float) -> Array:

@@ -132,7 +132,9 @@ class NativeOps:
     def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
         gate, up = f32(gate), f32(up)
         out = np.empty_like(gate)
-        self.lib.strata_swiglu_oai(address(gate), address(up), gate.size, alpha, limit, address(out), self.threads)
+        self.lib.strata_swiglu_oai(
+            address(gate), address(up), gate.size, alpha, limit, address(out), self.threads
+        )
         return out
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
