@@ -28,6 +28,12 @@ TENSORS = (
     "attn_sinks.weight", "attn_output.bias", "post_attention_norm.weight", "ffn_gate_inp.bias",
     "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias",
 )  # fmt: skip
+# what gpt-oss is refused on, and why (check_backend; docs/engine.md's generated section)
+REFUSED = {
+    "on the Triton (GPU) kernels": "they have no attention sinks and no clamped SwiGLU",
+    "with tensor parallelism": "its output and expert biases are not sharded",
+    "with `rope.freq_base_swa` other than `rope.freq_base`": "its sliding-window table would need YaRN too",
+}
 
 
 class SwigluOps(Protocol):
