@@ -207,6 +207,10 @@ def _all_ops(ops: NativeOps, seed: int) -> list[np.ndarray]:
         kc, vc = t(5, 4, 2, d), t(5, 4, 2, d)
         qg = t(4, h, d) * 3
         outs += [ops.attention(qg, kc, vc, meta), ops.attention(qg, kc, vc, meta, window=3, softcap=2.0)]
+        # gpt-oss: a sink logit per head (single-head and grouped paths), and its clamped SwiGLU
+        outs += [ops.attention(qg, kc, vc, meta, None, w, 0.0, t(h) * 2) for w in (0, 3)]
+    outs.append(ops.attention(q, k_cache, v_cache, meta, None, 3, 0.0, t(6) * 2))
+    outs.append(ops.swiglu_oai(t(3, 101) * 6, t(3, 101) * 6, 1.702, 7.0))
     return outs
 
 
