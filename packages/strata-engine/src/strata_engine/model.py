@@ -415,7 +415,7 @@ class Transformer:
             if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
                 q = attention_temperature.apply(q, meta.positions, self.q_temp)
             ops.kv_write(k, v, k_cache, v_cache, meta.slots)
-            if cfg.attn_scale is None and not window and not cfg.attn_softcap:
+            if cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None:
                 a = ops.attention(q, k_cache, v_cache, meta)
             else:
                 sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
