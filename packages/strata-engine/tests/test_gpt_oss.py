@@ -149,7 +149,7 @@ def test_moe_rows_do_not_depend_on_the_batch(files) -> None:
     np.testing.assert_array_equal(batched, moe(h[shuffled])[np.argsort(shuffled)])
 
 
-def test_batch_chunks_and_prefix_cache_give_the_same_bits(files, prompt) -> None:
+def test_batch_chunks_threads_and_prefix_cache_give_the_same_bits(files, prompt) -> None:
     path = files["mxfp4"]
     rng = np.random.default_rng(1)
     others = [rng.integers(7, VOCAB_SIZE - 3, size=n).tolist() for n in (23, 50)]
@@ -161,10 +161,12 @@ def test_batch_chunks_and_prefix_cache_give_the_same_bits(files, prompt) -> None
             LogprobParams(top_n=5, prompt_logprobs=echo),
         )
 
-    def engine(**kw: object) -> LLMEngine:
-        return LLMEngine(path, num_threads=2, kv_cache_mb=16, **kw)
+    def engine(threads: int = 2, **kw: object) -> LLMEngine:
+        return LLMEngine(path, num_threads=threads, kv_cache_mb=16, **kw)
 
     alone = run_batch(engine(), [request(prompt)])[0]
+    assert run_batch(engine(threads=1), [request(prompt)])[0] == alone
+    assert run_batch(engine(threads=3), [request(prompt)])[0] == alone
     assert run_batch(engine(), [request(others[0]), request(prompt), request(others[1])])[1] == alone
     assert run_batch(engine(step_tokens=7), [request(prompt)])[0] == alone
     cold = run_batch(engine(), [request(prompt, echo=False)])[0]
