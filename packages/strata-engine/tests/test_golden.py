@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType as QT
 from test_invariance import run_batch
 from tiny_arch_models import ARCH_SPECS, write_arch_model
 from tiny_gpt_oss import write_gpt_oss
@@ -160,6 +161,7 @@ TINY_GOLDEN = {
     "gemma2": "eb7b452d3a05899b4d77f93fda17c36a7756da6f67c9138c5af40e98d8800551",
     "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
     "gpt-oss": "888305f0c775443ac9bb8858d9be25f27e380bf106c721e256a6d3153e8ff320",
+    "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -244,8 +246,10 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("golden_tiny")
     specs = {s.name: s for s in ARCH_SPECS}
     return {
-        name: write_gpt_oss(d / f"{name}.gguf", seed=11, exact=True)
-        if name == "gpt-oss"
+        name: write_gpt_oss(
+            d / f"{name}.gguf", seed=11, exact=True, experts=QT.MXFP4 if "mxfp4" in name else QT.F32
+        )
+        if name.startswith("gpt-oss")
         else write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True)
         for name in TINY_GOLDEN
     }

@@ -91,9 +91,14 @@ def write_gpt_oss(path: Path, seed: int = 0, experts: QT = QT.F32, exact: bool =
         f32(p + "ffn_gate_inp.weight", noise((e, HIDDEN), 0.3))
         f32(p + "ffn_gate_inp.bias", noise(e, 0.3))
         # scaled so that the SwiGLU's clamp at 7 cuts some gate and up values
-        add_weight(w, p + "ffn_gate_exps.weight", noise((e, FFN, HIDDEN), 0.6), experts, rng)
-        add_weight(w, p + "ffn_up_exps.weight", noise((e, FFN, HIDDEN), 0.6), experts, rng)
-        add_weight(w, p + "ffn_down_exps.weight", noise((e, HIDDEN, FFN), 0.05), experts, rng)
+        for name, shape, std in (
+            ("ffn_gate_exps", (e, FFN, HIDDEN), 0.6), ("ffn_up_exps", (e, FFN, HIDDEN), 0.6),
+            ("ffn_down_exps", (e, HIDDEN, FFN), 0.05),
+        ):  # fmt: skip
+            if exact and experts == QT.MXFP4:  # stored blocks drawn directly: no quantiser's arithmetic
+                w.add_tensor(p + name + ".weight", _mxfp4_blocks(shape, std, rng), raw_dtype=QT.MXFP4)
+            else:
+                add_weight(w, p + name + ".weight", noise(shape, std), experts, rng)
         f32(p + "ffn_gate_exps.bias", noise((e, FFN), 0.5))
         f32(p + "ffn_up_exps.bias", noise((e, FFN), 0.5))
         f32(p + "ffn_down_exps.bias", noise((e, HIDDEN), 0.1))
@@ -101,6 +106,16 @@ def write_gpt_oss(path: Path, seed: int = 0, experts: QT = QT.F32, exact: bool =
     f32("output.weight", noise((VOCAB_SIZE, HIDDEN), 0.5))
     _write(w)
     return path
+
+
+def _mxfp4_blocks(shape: tuple[int, ...], std: float, rng: np.random.Generator) -> np.ndarray:
+    """Random MXFP4 blocks (an e8m0 exponent, 32 fp4 codes) of values about `std` in size: the
+    same bytes on every machine."""
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    data = rng.integers(0, 256, size=(rows * cols // 32, 17), dtype=np.uint8)
+    exponent = 128 + round(math.log2(std / 4.5))  # mean |code| 4.5 in units of 2^(e - 128)
+    data[:, 0] = rng.integers(exponent - 1, exponent + 1, size=len(data))
+    return data.reshape(*shape[:-1], cols // 32 * 17)
 
 
 class GptOssReference(ReferenceModel):
