@@ -13,7 +13,7 @@ from strata_engine.api import ModelLoadError
 from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = (
-    "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3",
+    "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss",
 )  # fmt: skip
 INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -132,8 +132,8 @@ class ModelConfig:
             raise ModelLoadError(
                 "GGUF metadata: mistral3.expert_count is set: mistral3 with experts (ffn_gate_inp) is not supported"
             )
-        if arch == "qwen3moe" and not n_experts:
-            raise ModelLoadError("GGUF metadata lacks qwen3moe.expert_count")
+        if arch in ("qwen3moe", "gpt-oss") and not n_experts:
+            raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
         n_kv_heads = count("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
@@ -143,9 +143,9 @@ class ModelConfig:
             )
         if count("attention.value_length", head_dim) != head_dim:
             raise ModelLoadError(f"{arch}: attention.value_length differs from key_length (not supported)")
-        if (
-            n_experts and key("expert_gating_func", 1) != 1
-        ):  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+        if (  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX (gpt-oss: its own, gpt_oss.py)
+            n_experts and arch != "gpt-oss" and key("expert_gating_func", 1) != 1
+        ):
             raise ModelLoadError(
                 f"GGUF metadata {arch}.expert_gating_func = {key('expert_gating_func')!r}: only softmax routing (1) is supported"
             )
@@ -161,6 +161,8 @@ class ModelConfig:
             raise ModelLoadError(f"GGUF metadata: {arch}.rope.freq_base must be > 0 and the RMS epsilon >= 0")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
         gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
+        if arch == "gpt-oss":
+            gemma = _gpt_oss_switches(meta, n_layers, head_dim, rope_dim, rope_base)
         ctx_train = count("context_length", 4096)
         temperature = _temperature(arch, meta)
         scaling = read_scaling(arch, meta, ctx_train)
@@ -256,6 +258,33 @@ def _gemma_switches(
     ):
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-caps >= 0")
     return out
+
+
+def _gpt_oss_switches(
+    meta: Mapping[str, Any], n_layers: int, head_dim: int, rope_dim: int, rope_base: float
+) -> dict[str, Any]:
+    """gpt-oss as llama.cpp's openai-moe loader reads it: sliding-window layers by
+    load_swa_pattern(2) (even layers slide, odd ones are global), the window from
+    attention.sliding_window; queries scaled by 1.0f / sqrtf(n_rot) in float32; the sliding
+    layers rotate as the global ones (their own base only with rope.freq_base_swa, which Strata
+    refuses unless it is the global base: its sliding table has no YaRN). The attention sinks,
+    biases and the MoE's gating and clamped SwiGLU are gpt_oss.py's."""
+    arch = "gpt-oss"
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if window is None:
+        raise ModelLoadError(f"GGUF metadata lacks {arch}.attention.sliding_window")
+    if rope_dim != head_dim:
+        raise ModelLoadError(f"GGUF metadata: {arch}.rope.dimension_count must be the head size {head_dim}")
+    base_swa = meta.get(f"{arch}.rope.freq_base_swa")
+    if base_swa is not None and _float(f"{arch}.rope.freq_base_swa", base_swa) != rope_base:
+        raise ModelLoadError(
+            f"GGUF metadata {arch}.rope.freq_base_swa = {base_swa!r} differs from rope.freq_base: not supported"
+        )
+    return {
+        "attn_scale": float(np.float32(1.0) / np.sqrt(np.float32(rope_dim))),
+        "sliding_window": _int(f"{arch}.attention.sliding_window", window, 1, MAX_COUNT),
+        "swa_layers": _swa_pattern(arch, meta.get(f"{arch}.attention.sliding_window_pattern", 2), n_layers),
+    }
 
 
 def _swa_pattern(arch: str, pattern: Any, n_layers: int) -> tuple[bool, ...]:

@@ -23,6 +23,7 @@ from typing import Any
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import TensorInfo, shown
+from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
 from strata_engine.rope import FACTOR_TENSORS
 
 _TOKENIZER_KEYS = {  # key -> (kind of value, kind of each element for a list)
@@ -132,11 +133,20 @@ def _expert_shapes(
     if not isinstance(ffn, int) or isinstance(ffn, bool):
         gate = tensors.get(p + "ffn_gate_exps.weight")
         ffn = gate.shape[1] if gate is not None and len(gate.shape) == 3 else cfg.ffn
+    oai = {  # gpt-oss: sinks, the attention output's, the router's and the experts' biases
+        p + "attn_sinks.weight": (cfg.n_heads,),
+        p + "attn_output.bias": (h,),
+        p + "ffn_gate_inp.bias": (e,),
+        p + "ffn_gate_exps.bias": (e, ffn),
+        p + "ffn_up_exps.bias": (e, ffn),
+        p + "ffn_down_exps.bias": (e, h),
+    }
     return {
         p + "ffn_gate_inp.weight": (e, h),
         p + "ffn_gate_exps.weight": (e, ffn, h),
         p + "ffn_up_exps.weight": (e, ffn, h),
         p + "ffn_down_exps.weight": (e, h, ffn),
+        **(oai if cfg.arch == "gpt-oss" else {}),
     }
 
 
@@ -244,6 +254,8 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
         layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
     if cfg.post_norms:
         layer += ["post_attention_norm.weight", "post_ffw_norm.weight"]
+    if cfg.arch == "gpt-oss":
+        layer += GPT_OSS_TENSORS
     if cfg.n_experts:
         layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
     else:
@@ -254,7 +266,8 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
 
 TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would need
     "attn_qkv.bias": "a bias on the fused q/k/v projection",
-    "attn_output.bias": "a bias on the attention output",
+    "attn_output.bias": "a bias on the attention output (gpt-oss only)",
+    "attn_sinks.weight": "attention sinks (gpt-oss only)",
     "ffn_gate.bias": "biases in the feed-forward layer",
     "ffn_up.bias": "biases in the feed-forward layer",
     "ffn_down.bias": "biases in the feed-forward layer",

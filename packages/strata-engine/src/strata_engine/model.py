@@ -1,13 +1,12 @@
-"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma 1-3 / mistral3), written
-once, calling `Ops` for every heavy step; the architectures differ by `ModelConfig` switches.
-
+"""The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma 1-3 / mistral3 / gpt-oss), once,
+calling `Ops` for every heavy step; the architectures differ by `ModelConfig` switches.
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
 chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
 
 With tensor parallelism (tensor_parallel.py) each rank loads its part of every layer
 (`shard_layer`: a range of KV heads with their query heads, a range of FFN columns) and the
 same forward sums the ranks' partial outputs after the row-parallel projections (attention
-output and FFN down); with one rank that hook returns its input untouched.
+output and FFN down; with one rank, the input untouched).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import attention_temperature, exactmath
+from strata_engine import attention_temperature, exactmath, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
@@ -55,6 +54,7 @@ class Layer:
     # q/k/v and gate/up as fused matmuls, for backends that pay per launch (`Ops.fuses_projections`)
     qkv: tuple[FusedProjection, ...] | None = None
     gate_up: tuple[FusedProjection, ...] | None = None
+    oai: gpt_oss.Parts | None = None  # gpt-oss: attention sinks, output, router and expert biases
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,7 @@ def column_range(w: Weight, start: int, end: int) -> Weight:
 
 
 def _block(w: Weight) -> int:
-    """Values per block of `w` (1 for fp32), the unit its input columns split by: the stored
-    block, and at least the 32 values the kernels dequantise at a time (F16, BF16: 1 stored)."""
+    """Values per block of `w` (1 for fp32): the stored block, at least the kernels' 32."""
     return 1 if w.kernel_type == 0 or w.source is None else max(GGML_QUANT_SIZES[w.source.qtype][0], 32)
 
 
@@ -291,7 +290,7 @@ class Transformer:
         self.cfg = cfg  # with tensor parallelism: this rank's head counts (see the end of __init__)
         self.ops = ops
         self.tp = tp
-        t = gguf.tensors
+        t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
 
         def need(name: str):
             if name not in t:
@@ -358,6 +357,7 @@ class Transformer:
                     experts=experts,
                     post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
+                    oai=gpt_oss.parts(t, p) if cfg.arch == "gpt-oss" else None,
                 )
             )
             if cfg.post_norms and (
@@ -415,18 +415,19 @@ class Transformer:
             if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
                 q = attention_temperature.apply(q, meta.positions, self.q_temp)
             ops.kv_write(k, v, k_cache, v_cache, meta.slots)
-            if cfg.attn_scale is None and not window and not cfg.attn_softcap:
+            if cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None:
                 a = ops.attention(q, k_cache, v_cache, meta)
             else:
-                a = ops.attention(
-                    q, k_cache, v_cache, meta, scale=cfg.attn_scale, window=window, softcap=cfg.attn_softcap
-                )
-            o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo))
+                sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
+                a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
+            o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo, layer.oai and layer.oai.bo))
             if layer.post_attn_norm is not None:
                 o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
             x = x + o
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
-            if layer.experts is not None:
+            if layer.oai is not None:
+                f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
+            elif layer.experts is not None:
                 f = self._moe(h, layer)
             else:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul

@@ -16,6 +16,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from strata_engine.config import SUPPORTED_ARCHITECTURES, UNSUPPORTED_ARCHITECTURES
 from strata_engine.gguf_checks import INFORMATIONAL_KEYS, TENSOR_NEEDS
+from strata_engine.gpt_oss import REFUSED as GPT_OSS_REFUSED
 from strata_engine.kernels import transcode
 from strata_engine.kernels.weights import NATIVE_TYPES
 from strata_engine.rope import DEFAULT_ONLY_KEYS, FACTOR_TENSORS, SCALING_KINDS, YARN_KEYS_READ
@@ -53,6 +54,9 @@ def markdown() -> str:
         "- **Architectures refused by name, with what they would need:** "
         + "; ".join(f"`{a}` ({why})" for a, why in UNSUPPORTED_ARCHITECTURES.items())
         + "; any other architecture is refused naming it.",
+        "- **Refused for one architecture only:** "
+        + "; ".join(f"`gpt-oss` {what} ({why})" for what, why in GPT_OSS_REFUSED.items())
+        + ".",
         f"- **RoPE scaling (`{{arch}}.rope.scaling.type`):** {_names(SCALING_KINDS)}; another kind is refused.",
         "- **RoPE factor tensors:** "
         + "; ".join(f"`{arch}`: {_names(names)}" for arch, names in FACTOR_TENSORS.items())

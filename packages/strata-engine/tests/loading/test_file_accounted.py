@@ -19,6 +19,7 @@ from strata_engine.api import ModelLoadError
 from strata_engine.config import SUPPORTED_ARCHITECTURES
 from strata_engine.engine import LLMEngine
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
 from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
 
@@ -60,6 +61,7 @@ def arch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("accounted")
     files = {s.name: write_tiny_model(d / f"{s.name}.gguf", s) for s in TINY_SPECS}
     files |= {s.name: write_arch_model(d / f"{s.name}.gguf", s) for s in ARCH_SPECS}
+    files["gpt-oss"] = write_gpt_oss(d / "gpt-oss.gguf")
     return files
 
 
@@ -74,7 +76,13 @@ def test_an_unread_tensor_or_key_is_refused_by_name(
 ) -> None:
     for name, path in arch_files.items():
         arch = GGUFReader(path).fields["general.architecture"].contents()
-        if extra == "tensor":
+        if extra == "tensor" and arch == "gpt-oss":  # it reads that bias: a shared expert instead
+            copy = copy_with(path, tmp_path / f"{name}.gguf", tensor="blk.0.ffn_gate_shexp.weight")
+            with pytest.raises(
+                ModelLoadError, match=r"tensor blk\.0\.ffn_gate_shexp\.weight.*shared experts"
+            ):
+                _load(copy)
+        elif extra == "tensor":
             # a bias llama.cpp's graphs add (attn_output.bias): computed without it, logits would differ
             copy = copy_with(path, tmp_path / f"{name}.gguf", tensor="blk.0.attn_output.bias")
             with pytest.raises(

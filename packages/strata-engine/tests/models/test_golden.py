@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 from strata_engine.config import ModelConfig
@@ -31,6 +32,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.model import Transformer
 from strata_engine.testing.compare import run_batch
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
 
 GOLDEN = {
     "chat": "cfd6a1f62ca4dc74aa7e84082ca80995f34dab3bf1e846c5ba25d063869d85ab",
@@ -148,8 +150,9 @@ def test_golden_rows_are_the_models_log_probabilities(model_path) -> None:
 # ---- tiny mixture-of-experts and sliding-window models (issue 16) ---------------------------
 # Models the test writes itself, byte-identical on every machine (integer-drawn weights, see
 # write_arch_model(exact=True)): qwen3moe (router top-k, packed experts), gemma2 (GeGLU,
-# soft-capped attention and logits, post-norms, an 8-token window on layer 0) and mistral3 (YaRN
-# with its own betas, the per-position query temperature from exactmath's log). Driven at the
+# soft-capped attention and logits, post-norms, an 8-token window on layer 0), mistral3 (YaRN
+# with its own betas, the per-position query temperature from exactmath's log) and gpt-oss
+# (attention sinks, biases, the clamped SwiGLU, an 8-token window on layer 0, YaRN). Driven at the
 # forward level on a paged KV cache, so that the hash does not depend on the engine's API: every
 # prompt position's full-vocabulary log-probabilities hash to the values below alone, in one
 # batch with the other prompts (scattered blocks, interleaved order) and in 5-token chunks.
@@ -157,6 +160,8 @@ TINY_GOLDEN = {
     "qwen3moe": "35a6ee12ee948b16237ba76ec2195f7b25a570756e6a320c18a06300762e90e8",
     "gemma2": "eb7b452d3a05899b4d77f93fda17c36a7756da6f67c9138c5af40e98d8800551",
     "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
+    "gpt-oss": "888305f0c775443ac9bb8858d9be25f27e380bf106c721e256a6d3153e8ff320",
+    "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -241,7 +246,12 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("golden_tiny")
     specs = {s.name: s for s in ARCH_SPECS}
     return {
-        name: write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True) for name in TINY_GOLDEN
+        name: write_gpt_oss(
+            d / f"{name}.gguf", seed=11, exact=True, experts=QT.MXFP4 if "mxfp4" in name else QT.F32
+        )
+        if name.startswith("gpt-oss")
+        else write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True)
+        for name in TINY_GOLDEN
     }
 
 

@@ -58,7 +58,8 @@ class Ops(Protocol):
     gate/up through one matmul each run of same-typed weights (model.FusedProjection). A backend
     that holds the rows on a device may set `selects_on_device = True` and offer
     `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
-    `row_reads.read_for` says its request reads (triton/select.py)."""
+    `row_reads.read_for` says its request reads (triton/select.py). A backend that runs gpt-oss
+    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps)."""
 
     name: str
     invariant: bool
@@ -92,9 +93,11 @@ class Ops(Protocol):
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
+        sinks: Array | None = None,
     ) -> Array:
         """Causal attention; `scale` defaults to 1/sqrt(head_dim); `window` > 0 attends only to the
-        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores."""
+        last `window` positions (sliding-window layers); `softcap` > 0 caps the scores; `sinks`
+        [H] (gpt-oss) adds one logit per head to the softmax's denominator, with no value."""
         ...
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> Array:

@@ -93,7 +93,7 @@ LayerDesc = INTERFACE.structs["strata_layer_desc"]
 def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> ctypes.Structure | None:
     """The layer's description for `strata_layer`, or None when it needs the per-operation path."""
     if layer.experts is not None or layer.w_gate is None or layer.w_up is None or layer.w_down is None:
-        return None
+        return None  # (a gpt-oss layer, with sinks and biases strata_layer lacks, is always MoE)
     weights = (layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down)
     return LayerDesc(
         *(address(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),

@@ -60,6 +60,10 @@ class TorchOps:
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return F.gelu(tensor(gate), approximate="tanh") * tensor(up)
 
+    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> torch.Tensor:
+        x = tensor(gate).clamp(max=limit)
+        return x * torch.sigmoid(alpha * x) * (tensor(up).clamp(-limit, limit) + 1)
+
     def softcap(self, x: Array, cap: float) -> torch.Tensor:
         return torch.tanh(tensor(x) / cap) * cap
 
@@ -72,6 +76,7 @@ class TorchOps:
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
+        sinks: Array | None = None,
     ) -> torch.Tensor:
         q, k_cache, v_cache = tensor(q), kv_tensor(k_cache), kv_tensor(v_cache)
         positions, token_seq, tables = (
@@ -95,10 +100,17 @@ class TorchOps:
             if window:
                 mask &= j[None, :] > pos[:, None] - window
             qh = q[idx].transpose(0, 1)
-            if softcap:  # SDPA cannot cap the scores: written out
+            if softcap or sinks is not None:  # SDPA cannot cap the scores or take sinks: written out
                 s = qh @ k.transpose(1, 2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[2]))
-                s = (torch.tanh(s / softcap) * softcap).masked_fill(~mask, float("-inf"))
-                o = torch.softmax(s, dim=-1) @ v
+                if softcap:
+                    s = torch.tanh(s / softcap) * softcap
+                s = s.masked_fill(~mask, float("-inf"))
+                if sinks is not None:  # gpt-oss: one more logit per head in the denominator, no value
+                    sink = tensor(sinks).float()[:, None, None].expand(-1, s.shape[1], 1)
+                    s = torch.cat((s, sink), dim=-1)
+                    o = torch.softmax(s, dim=-1)[..., :-1] @ v
+                else:
+                    o = torch.softmax(s, dim=-1) @ v
             else:
                 o = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=scale)
             out[idx] = o.transpose(0, 1)

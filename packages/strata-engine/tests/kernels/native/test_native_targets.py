@@ -49,6 +49,9 @@ DRIVER_TILES_SHA256 = "8e216e7c30c742e64115c72eecb7f760fcf8ab03025bb8116faed3f7a
 # sha256 of `driver kvcache`: K/V values rounded to bf16 and fp16 (strata_kv_write), and attention
 # over caches so stored (--kv-cache-dtype), the same on every build.
 DRIVER_KV_SHA256 = "5d651f61b1725b06df94719323272912a212097e60a3cbb10fec107cb4223071"
+# sha256 of `driver gptoss`: attention with sinks (single-head, grouped, token tiles, a bf16 cache)
+# and the clamped SwiGLU, the same on every build.
+DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc00bbddd1"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -74,13 +77,15 @@ def _driver_digest(
 
 
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
-# the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache")
+# the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
+# gpt-oss's sink attention and clamped SwiGLU ("gptoss")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),
     "limb": (("limb",), DRIVER_LIMB_SHA256),
     "tiles": (("tiles",), DRIVER_TILES_SHA256),
     "kvcache": (("kvcache",), DRIVER_KV_SHA256),
+    "gptoss": (("gptoss",), DRIVER_GPTOSS_SHA256),
 }
 
 
@@ -207,6 +212,10 @@ def _all_ops(ops: NativeOps, seed: int) -> list[np.ndarray]:
         kc, vc = t(5, 4, 2, d), t(5, 4, 2, d)
         qg = t(4, h, d) * 3
         outs += [ops.attention(qg, kc, vc, meta), ops.attention(qg, kc, vc, meta, window=3, softcap=2.0)]
+        # gpt-oss: a sink logit per head (single-head and grouped paths), and its clamped SwiGLU
+        outs += [ops.attention(qg, kc, vc, meta, None, w, 0.0, t(h) * 2) for w in (0, 3)]
+    outs.append(ops.attention(q, k_cache, v_cache, meta, None, 3, 0.0, t(6) * 2))
+    outs.append(ops.swiglu_oai(t(3, 101) * 6, t(3, 101) * 6, 1.702, 7.0))
     return outs
 
 

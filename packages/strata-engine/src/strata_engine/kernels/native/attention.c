@@ -55,8 +55,11 @@ static void widen_rows(const uint16_t *c, int kv_type, const int32_t *table, int
 }
 
 /* A head's scores s[0..n) become its softmax numerators, in place: soft-capped (softcap > 0:
- * softcap * tanh(s / softcap)), then e^(s - max). One sequence for every attention path. */
-static inline void softmax_numerators(float *s, int n, float softcap) {
+ * softcap * tanh(s / softcap)), then e^(s - max). One sequence for every attention path. With a
+ * sink (gpt-oss: a learnt logit of the head, no value; sink = -INFINITY: none) the max also takes
+ * the sink, and the return value is its numerator e^(sink - max), which the caller adds to the
+ * denominator after the positions' sum; 0 without a sink. */
+static inline float softmax_numerators(float *s, int n, float softcap, float sink) {
     if (softcap > 0.0f) {
         vf cap = vf_set1(softcap);
         for (int j = 0; j < n; j += VL) {
@@ -64,26 +67,33 @@ static inline void softmax_numerators(float *s, int n, float softcap) {
             vf_store_n(s + j, vf_mul(cap, vf_tanh(vf_div(vf_load_n(s + j, len), cap))), len);
         }
     }
-    vf mx = vf_set1(max_n(s, n)); /* a max is exact: taking it after the scores changes no bit */
+    float m = max_n(s, n); /* a max is exact: taking it after the scores changes no bit */
+    if (sink > m) m = sink;
+    vf mx = vf_set1(m);
     for (int j = 0; j < n; j += VL) {
         int len = n - j < VL ? n - j : VL;
         vf_store_n(s + j, vf_exp(vf_sub(vf_load_n(s + j, len), mx)), len);
     }
+    if (sink == -INFINITY) return 0.0f;
+    float e[VL];
+    vf_store(e, vf_exp(vf_set1(sink - m)));
+    return e[0];
 }
 
 /* One (token, head): scores, softmax and the weighted sum of V rows, in position order.
  * Inlined with D constant for the common head sizes, so the V accumulator stays in registers. */
 static inline __attribute__((always_inline)) void attend_one(
     const float *qv, const int32_t *table, int start, int n, int D, const float *kc, const float *vc,
-    int block_size, int KVH, int kvh, float scale, float softcap, float *s, float *acc, float *o) {
+    int block_size, int KVH, int kvh, float scale, float softcap, float sink, float *s, float *acc, float *o) {
     for (int j = 0; j < n; j++) {
         int p = start + j;
         const float *kr = kc + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
         s[j] = dot_1(qv, kr, D) * scale;
     }
-    softmax_numerators(s, n, softcap);
+    float sink_e = softmax_numerators(s, n, softcap, sink);
     float sum = 0.0f;
     for (int j = 0; j < n; j++) sum += s[j];
+    sum += sink_e; /* the sink's share, after the positions (0 without one: no bit changes) */
     float inv = 1.0f / sum;
     if (D % VL == 0 && D <= 8 * VL) { /* acc[c] = fma(p_j, v_j[c], acc[c]) over j, in registers */
         vf a[8];
@@ -140,7 +150,7 @@ _Static_assert(TILE_ROWS >= GROUP_MAX, "a tile holds at least one token of the l
 static inline __attribute__((always_inline)) void attend_tile(
     const float *qv, int64_t q_stride, int NT, int G, const int32_t *table, int start, int n0, int D,
     const float *kc, const float *vc, int block_size, int KVH, int kvh, float scale, float softcap,
-    float *s, int64_t s_stride, int64_t *rows, float *o) {
+    const float *sinks, float *s, int64_t s_stride, int64_t *rows, float *o) {
     const int C = D / VL, R = NT * G; /* row r = i * G + g: token i, head g */
     int PB = ATT_POS; /* positions whose scores are taken at a time */
     while (PB > 1 && R * PB > ACC_REGS) PB /= 2;
@@ -191,9 +201,10 @@ static inline __attribute__((always_inline)) void attend_tile(
     }
     for (int r = 0; r < R; r++) { /* each row's softmax and sum in position order, then p_j = s_j / sum */
         int n = n0 + r / G;
-        softmax_numerators(SROW(r), n, softcap);
+        float sink_e = softmax_numerators(SROW(r), n, softcap, sinks ? sinks[r % G] : -INFINITY);
         float sum = 0.0f;
         for (int i = 0; i < n; i++) sum += SROW(r)[i];
+        sum += sink_e; /* as attend_one */
         vf inv = vf_set1(1.0f / sum);
         for (int i = 0; i < n; i += VL) { /* s_j * inv: the one rounding attend_one's p takes */
             int len = n - i < VL ? n - i : VL;
@@ -236,13 +247,15 @@ static inline __attribute__((always_inline)) void attend_tile(
  * dot(q, k) * scale, then with softcap > 0 (Gemma 2) softcap * tanh(score / softcap).
  * Each (token, head) is computed alone, in position order: the same bits whether the token
  * comes from a one-shot prefill, a chunk, a prefix-cache continuation or a decode step.
- * window = 0 and softcap = 0 run exactly the sequence of full causal attention.
+ * window = 0 and softcap = 0 run exactly the sequence of full causal attention. sinks (gpt-oss),
+ * NULL or [H]: per head an extra logit in the softmax's max and denominator (softmax_numerators).
  * kv_type (enum strata_kvtype): a 2-byte cache's rows of a (tile of) token(s) are widened to fp32
  * first (widen_rows), then read by the same code, so every operation after the read is fp32's.
  */
-void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
-                      int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
-                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads) {
+void strata_attention_sinks(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc,
+                            int kv_type, int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
+                            const int32_t *pos, float scale, float softcap, int window, const float *sinks,
+                            float *out, int nthreads) {
     static const int32_t one_block[1] = {0}; /* the widened rows' table: all in "block" 0 */
     int group = H / KVH;
     int64_t max_ctx = 1;
@@ -300,8 +313,8 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const vo
                     }
                     /* constant tile, head counts and sizes, so that the accumulators stay in registers */
 #define TILE_CASE(NC, GC, DC)                                                                                    \
-    attend_tile(qv, (int64_t)H * D, NC, GC, tb, st, n, DC, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, max_ctx, \
-                rows, o)
+    attend_tile(qv, (int64_t)H * D, NC, GC, tb, st, n, DC, kf, vf_, bsz, kvhs, kvh, scale, softcap,           \
+                sinks ? sinks + h0 : NULL, s, max_ctx, rows, o)
 #define GROUP_CASE(GC, DC)                    \
     if (whole) TILE_CASE(TILE_ROWS / GC, GC, DC); \
     else TILE_CASE(1, GC, DC)
@@ -332,12 +345,13 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const vo
                 widen_rows(vc, kv_type, table, start, n, block_size, KVH, kvh, D, wv);
                 kf = wk, vf_ = wv, table = one_block, start = 0, bsz = (int)max_ctx, kvhs = 1, kvh = 0;
             }
+            float sink = sinks ? sinks[h] : -INFINITY;
             if (D == 64)
-                attend_one(qv, table, start, n, 64, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, 64, kf, vf_, bsz, kvhs, kvh, scale, softcap, sink, s, acc, o);
             else if (D == 128)
-                attend_one(qv, table, start, n, 128, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, 128, kf, vf_, bsz, kvhs, kvh, scale, softcap, sink, s, acc, o);
             else
-                attend_one(qv, table, start, n, D, kf, vf_, bsz, kvhs, kvh, scale, softcap, s, acc, o);
+                attend_one(qv, table, start, n, D, kf, vf_, bsz, kvhs, kvh, scale, softcap, sink, s, acc, o);
         }
         free(s);
         free(acc);
@@ -345,6 +359,14 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const vo
         free(wk);
         free(wv);
     }
+}
+
+/* Attention without sinks: every family but gpt-oss. */
+void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
+                      int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
+                      const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads) {
+    strata_attention_sinks(q, T, H, KVH, D, kc, vc, kv_type, block_size, tables, max_blocks, t_seq, pos, scale,
+                           softcap, window, NULL, out, nthreads);
 }
 
 /* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them):

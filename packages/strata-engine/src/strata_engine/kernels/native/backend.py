@@ -129,6 +129,14 @@ class NativeOps:
         self.lib.strata_gelu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
+    def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+        gate, up = f32(gate), f32(up)
+        out = np.empty_like(gate)
+        self.lib.strata_swiglu_oai(
+            address(gate), address(up), gate.size, alpha, limit, address(out), self.threads
+        )
+        return out
+
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         x = f32(x)
         out = np.empty_like(x)
@@ -144,16 +152,18 @@ class NativeOps:
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
+        sinks: np.ndarray | None = None,
     ) -> np.ndarray:
         t, h, d = q.shape
         q = f32(q)
         tables, token_seq = ints(meta.block_tables, np.int32), ints(meta.token_seq, np.int32)
         positions = ints(meta.positions, np.int32)
+        sinks = None if sinks is None else f32(sinks)  # a local: alive through the call
         out = np.empty_like(q)
-        self.lib.strata_attention(
+        self.lib.strata_attention_sinks(
             address(q), t, h, k_cache.shape[2], d, address(k_cache), address(v_cache),
             kv_type(k_cache), meta.block_size, address(tables), tables.shape[1], address(token_seq), address(positions),
-            1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
+            1.0 / math.sqrt(d) if scale is None else scale, softcap, window, address(sinks),
             address(out), self.threads,
         )  # fmt: skip
         return out

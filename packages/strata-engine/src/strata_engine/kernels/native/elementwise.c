@@ -89,3 +89,21 @@ void strata_softcap(const float *x, int64_t n, float cap, float *out) {
         vf_store_n(out + i, vf_mul(c, vf_tanh(vf_div(vf_load_n(x + i, len), c))), len);
     }
 }
+
+/* gpt-oss's clamped SwiGLU (ggml_swiglu_oai): x = min(gate, limit), y = clamp(up, -limit, limit),
+ * out = x / (1 + e^(-(alpha x))) * (y + 1), each step one correctly rounded fp32 operation in
+ * ggml's order (alpha * -x is -(alpha * x) exactly), vf_exp for expf. */
+void strata_swiglu_oai(const float *gate, const float *up, int64_t n, float alpha, float limit, float *out,
+                       int nthreads) {
+    int64_t chunks = (n + VL - 1) / VL;
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i = c * VL;
+        int len = n - i < VL ? (int)(n - i) : VL;
+        vf x = vf_min(vf_load_n(gate + i, len), vf_set1(limit));
+        vf y = vf_max(vf_min(vf_load_n(up + i, len), vf_set1(limit)), vf_set1(-limit));
+        vf e = vf_exp(vf_sub(vf_set1(0.0f), vf_mul(vf_set1(alpha), x)));
+        vf glu = vf_div(x, vf_add(vf_set1(1.0f), e));
+        vf_store_n(out + i, vf_mul(glu, vf_add(y, vf_set1(1.0f))), len);
+    }
+}

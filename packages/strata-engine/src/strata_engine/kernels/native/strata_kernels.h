@@ -104,12 +104,18 @@ void strata_exp(const float *x, int64_t n, float *out);
 void strata_silu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
 void strata_gelu_mul(const float *gate, const float *up, int64_t n, float *out, int nthreads);
 void strata_softcap(const float *x, int64_t n, float cap, float *out);
+void strata_swiglu_oai(const float *gate, const float *up, int64_t n, float alpha, float limit, float *out,
+                       int nthreads);
 
 /* attention.c: the paged KV cache, and the types its values are stored as (engine --kv-cache-dtype) */
 enum strata_kvtype { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
 void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
                       const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);
+void strata_attention_sinks(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc,
+                            int kv_type, int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
+                            const int32_t *pos, float scale, float softcap, int window, const float *sinks,
+                            float *out, int nthreads);
 void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
                      void *kc, void *vc, int kv_type, int nthreads);
 

@@ -202,7 +202,10 @@ class TritonOps:
         scale: float | None = None,
         window: int = 0,
         softcap: float = 0.0,
+        sinks: Array | None = None,
     ) -> torch.Tensor:
+        if sinks is not None:  # gpt-oss is refused at load (gpt_oss.check_backend): never reached
+            raise NotImplementedError("the Triton attention has no sinks (gpt-oss runs on the CPU kernels)")
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1

@@ -5,7 +5,8 @@
  * everywhere: tests/test_native_targets.py compares the digests. `driver q8` writes only the
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
  * integer-limb kernels (limb.c) for 3 and 2 limbs, `driver tiles` grouped attention over
- * runs of consecutive tokens. Built with the library's C files
+ * runs of consecutive tokens, `driver gptoss` attention with sinks (single-head, grouped, token
+ * tiles; a 2-byte cache) and the clamped SwiGLU. Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -268,6 +269,45 @@ static void tiles(void) {
     }
 }
 
+/* gpt-oss: attention with a sink logit per head, single-head (D 40) and grouped with token tiles
+ * (D 64 and 128), plain, windowed and over a bf16 cache; then the clamped SwiGLU over values on
+ * both sides of its limits. */
+static void gptoss(void) {
+    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
+    int32_t tables[16], t_seq[23], pos[23];
+    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
+    for (int t = 0; t < T; t++) {
+        t_seq[t] = t >= 11 && t < 20;
+        pos[t] = t < 20 ? t : t - 9;
+    }
+    const int shapes[3][3] = {{4, 2, 40}, {8, 4, 128}, {8, 2, 64}}; /* H, KVH, D */
+    for (int sh = 0; sh < 3; sh++) {
+        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
+        int64_t cache = (int64_t)nblocks * bs * KVH * D;
+        float *q = floats((int64_t)T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
+        float *kc = floats(cache, -2.0f, 2.0f), *vc = floats(cache, -2.0f, 2.0f), *sinks = floats(H, -4.0f, 4.0f);
+        const int windows[2] = {0, 7};
+        for (int w = 0; w < 2; w++) {
+            strata_attention_sinks(q, T, H, KVH, D, kc, vc, 0, bs, tables, max_blocks, t_seq, pos, 0.125f, 0.0f,
+                                   windows[w], sinks, out, 1);
+            emit(out, (int64_t)T * H * D);
+        }
+        uint16_t *kb = malloc((size_t)cache * 2), *vb = malloc((size_t)cache * 2);
+        int64_t *slots = malloc((size_t)nblocks * bs * 8);
+        for (int64_t i = 0; i < nblocks * bs; i++) slots[i] = i;
+        strata_kv_write(kc, vc, nblocks * bs, (int64_t)KVH * D, slots, kb, vb, 1, 1);
+        strata_attention_sinks(q, T, H, KVH, D, kb, vb, 1, bs, tables, max_blocks, t_seq, pos, 0.125f, 0.0f, 7, sinks,
+                               out, 1);
+        emit(out, (int64_t)T * H * D);
+        free(q), free(out), free(kc), free(vc), free(sinks), free(kb), free(vb), free(slots);
+    }
+    int64_t n = 1007;
+    float *g = floats(n, -12.0f, 12.0f), *u = floats(n, -12.0f, 12.0f), *o = malloc((size_t)n * 4);
+    strata_swiglu_oai(g, u, n, 1.702f, 7.0f, o, 1);
+    emit(o, n);
+    free(g), free(u), free(o);
+}
+
 /* The KV cache stored as bf16 and fp16 (kv_type 1, 2): values of every magnitude (subnormal to
  * overflow, NaN, ties) rounded by strata_kv_write, then grouped and single-head attention over a
  * cache so written, plain, windowed and soft-capped. */
@@ -331,6 +371,10 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && strcmp(argv[1], "tiles") == 0) {
         tiles();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "gptoss") == 0) {
+        gptoss();
         return 0;
     }
     matmuls();
