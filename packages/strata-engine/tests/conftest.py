@@ -28,8 +28,30 @@ def llama_cpp() -> ModuleType:
     """llama-cpp-python, for the tests that compare with llama.cpp. Without it they skip, except
     under STRATA_REQUIRE_LLAMA_CPP=1 (`nox -s llama`, which installs it), where that is a failure."""
     if os.environ.get("STRATA_REQUIRE_LLAMA_CPP") == "1":
-        return importlib.import_module("llama_cpp")
-    return pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+        module = importlib.import_module("llama_cpp")
+    else:
+        module = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed")
+    plain_cpu_buffers(module)
+    return module
+
+
+def plain_cpu_buffers(module: ModuleType) -> None:
+    """Every model the tests load in llama.cpp uses its plain CPU buffers, not the "extra" ones
+    it picks by CPU (AMX tiles, repacked layouts): on a Sapphire Rapids host those crash
+    llama.cpp 0.3.36 (a segfault in llama.cpp alone) on the tiny qwen3moe file with packed
+    weights, and with them off the reference is computed alike on every host."""
+    low = module.llama_cpp
+    if getattr(low.llama_model_default_params, "plain_cpu_buffers", False):
+        return
+    default = low.llama_model_default_params
+
+    def params():  # type: ignore[no-untyped-def]
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    params.plain_cpu_buffers = True  # type: ignore[attr-defined]
+    low.llama_model_default_params = params
 
 
 @pytest.fixture(scope="session")
