@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata_engine.hybrid_model import HybridTransformer
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
 from strata_engine.kernels.kv_types import KV_DTYPES, check_kv_dtype
 from strata_engine.kernels.rows import Row, RowRead
@@ -53,7 +54,7 @@ class RowRef:
 class ModelRunner:
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | HybridTransformer,
         num_blocks: int,
         block_size: int,
         eog_ids: Collection[int] = (),
@@ -106,6 +107,9 @@ class ModelRunner:
             block_tables=tables,
             slots=np.array(slots, dtype=np.int64),
             block_size=bs,
+            state_slots=None
+            if work[0].seq.state_slot is None
+            else np.array([w.seq.state_slot for w in work], dtype=np.int32),
         )
         step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
