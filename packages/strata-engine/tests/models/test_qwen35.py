@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from strata_engine import LLMEngine, LogprobParams, ModelLoadError, Request, SamplingParams, Step
+from strata_engine import (
+    LLMEngine,
+    LogprobParams,
+    ModelLoadError,
+    PromptScores,
+    Request,
+    SamplingParams,
+    Step,
+)
 from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
 from strata_engine.testing.tiny_hybrid_models import SPEC, HybridReference, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
@@ -197,8 +205,8 @@ def test_layers_read_as_llama_cpp_reads_them() -> None:
     ("meta", "message"),
     [
         (_meta(nextn_predict_layers=1), "multi-token-prediction"),
-        (_meta(**{"ssm.inner_size": 48}), "ssm.inner_size must be"),
-        (_meta(**{"ssm.group_count": 3}), "a multiple of ssm.group_count"),
+        (_meta("qwen35", **{"ssm.inner_size": 48}), "ssm.inner_size must be"),
+        (_meta("qwen35", **{"ssm.group_count": 3}), "a multiple of ssm.group_count"),
         (_meta("qwen35moe"), "'qwen35moe'.*experts"),
         (_meta("qwen3next"), "'qwen3next'.*hybrid"),
     ],
@@ -208,3 +216,51 @@ def test_what_is_not_computed_is_refused(meta: dict[str, object], message: str) 
 
     with pytest.raises(ModelLoadError, match=message):
         ModelConfig.from_metadata(meta)
+
+
+# Cross-machine golden hash of the tiny qwen35 (exact weights): every prompt position's
+# full-vocabulary log-probabilities, alone, in a batch and in 5-token chunks, on every kernel
+# target this host runs. Update only with a deliberate change of the arithmetic.
+GOLDEN = "37172f4bbac3af0fea1efe01e71fd53e566364245add91a5e395a2af474093ee"
+
+
+def _targets() -> list[str]:
+    """Every vector target; the portable build only where it has hardware FMA (AArch64)."""
+    import platform
+
+    from strata_engine.kernels.native import targets_to_test
+
+    targets = targets_to_test()
+    return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
+
+
+def _full_rows(engine: LLMEngine, prompts: list[list[int]]) -> bytes:
+    requests = [
+        Request(
+            tuple(p),
+            SamplingParams(max_tokens=0),
+            LogprobParams(prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
+        )
+        for p in prompts
+    ]
+    out = []
+    for events in engine.generate_batch(requests):
+        scores = next(e for e in events if isinstance(e, PromptScores))
+        rows = [r for r in scores.rows if r is not None]
+        out.append(np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows], dtype=np.float32))
+    return b"".join(a.tobytes() for a in out)
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_golden_hash_on_every_target(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    monkeypatch.setenv("STRATA_KERNELS_TARGET", target)
+    path = write_qwen35(tmp_path / "g.gguf", seed=11, exact=True)
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(7, VOCAB_SIZE - 3, size=n).tolist() for n in (37, 23, 9)]
+    alone = b"".join(_full_rows(_engine(path), [p]) for p in prompts)
+    batch = _full_rows(_engine(path), prompts)
+    chunked = _full_rows(_engine(path, step_tokens=5), prompts)
+    digests = {hashlib.sha256(x).hexdigest() for x in (alone, batch, chunked)}
+    assert digests == {GOLDEN}, digests

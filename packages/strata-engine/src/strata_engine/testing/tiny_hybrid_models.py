@@ -58,8 +58,10 @@ class HybridSpec:
 SPEC = HybridSpec()
 
 
-def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0) -> Path:
-    """Write a random, seeded F32 `qwen35` file at `path` (the tiny byte-level BPE vocabulary)."""
+def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool = False) -> Path:
+    """Write a random, seeded F32 `qwen35` file at `path` (the tiny byte-level BPE vocabulary).
+    `exact` draws uniform integers scaled by one multiply instead of normals and exponentials
+    (whose samplers may call libm): the same file bytes on every machine, for golden hashes."""
     rng = np.random.default_rng(seed)
     s = spec
     w = GGUFWriter(str(path), "qwen35")
@@ -86,7 +88,11 @@ def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0) -> Path:
     _add_tokenizer(w, "qwen2")
 
     def t(name: str, shape: tuple[int, ...] | int, std: float, mean: float = 0.0) -> None:
-        w.add_tensor(name, (mean + rng.normal(0.0, std, size=shape)).astype(np.float32))
+        if exact:  # uniform with standard deviation std
+            values = rng.integers(-(2**16), 2**16, size=shape) * (std * 3**0.5 / 2**16)
+        else:
+            values = rng.normal(0.0, std, size=shape)
+        w.add_tensor(name, (mean + values).astype(np.float32))
 
     key_dim, value_dim = s.d_state * s.n_k_heads, s.d_state * s.n_v_heads
     t("token_embd.weight", (VOCAB_SIZE, s.hidden), 0.5)
@@ -99,7 +105,11 @@ def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0) -> Path:
             t(p + "ssm_conv1d.weight", (2 * key_dim + value_dim, s.d_conv), 0.4)
             t(p + "ssm_dt.bias", s.n_v_heads, 0.5)
             # ssm_a is -exp(A_log) as converters store it: decays between ~0.5 and ~0.97 a step
-            w.add_tensor(p + "ssm_a", -np.exp(rng.uniform(-2.5, 0.0, s.n_v_heads)).astype(np.float32))
+            if exact:
+                a = -(0.08 + rng.integers(0, 2**16, s.n_v_heads) * (0.92 / 2**16))
+            else:
+                a = -np.exp(rng.uniform(-2.5, 0.0, s.n_v_heads))
+            w.add_tensor(p + "ssm_a", a.astype(np.float32))
             t(p + "ssm_beta.weight", (s.n_v_heads, s.hidden), 0.3)
             t(p + "ssm_alpha.weight", (s.n_v_heads, s.hidden), 0.3)
             t(p + "ssm_norm.weight", s.d_state, 0.1, 1.0)
