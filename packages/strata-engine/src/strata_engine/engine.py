@@ -109,7 +109,8 @@ class LLMEngine:
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())
-            check_fits(Path(path).name, weights, min_blocks * per_block, self.ctx_size)
+            state = 0 if cfg.hybrid is None else cfg.hybrid.state_bytes  # one sequence's, as the KV
+            check_fits(Path(path).name, weights, min_blocks * per_block + state, self.ctx_size)
         if cfg.hybrid is not None and not on_cpu(kernels, device):
             raise ModelLoadError(
                 f"{cfg.arch}: hybrid recurrent models run on the CPU kernels only for now; the GPU "

@@ -37,6 +37,12 @@ class HybridConfig:
         return self.d_state * self.n_v_heads
 
     @property
+    def state_bytes(self) -> int:
+        """One sequence's recurrent state over all DeltaNet layers (fp32 window and matrices)."""
+        per_layer = (self.d_conv - 1) * self.conv_dim + self.n_v_heads * self.d_state**2
+        return 4 * per_layer * sum(self.recurrent)
+
+    @property
     def conv_dim(self) -> int:
         """Channels of the short convolution: [q | k | v]."""
         return 2 * self.key_dim + self.value_dim

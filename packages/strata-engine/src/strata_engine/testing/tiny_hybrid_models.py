@@ -19,15 +19,17 @@ llama.cpp's graph as read there:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType as QT
 from gguf import GGUFWriter
 
 from strata_engine.testing.reference_forward import ReferenceModel
-from strata_engine.testing.tiny_models import VOCAB_SIZE, _add_tokenizer, _write
+from strata_engine.testing.tiny_models import VOCAB_SIZE, _add_tokenizer, _write, add_weight
 
 CTX = 128
 
@@ -58,8 +60,12 @@ class HybridSpec:
 SPEC = HybridSpec()
 
 
-def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool = False) -> Path:
-    """Write a random, seeded F32 `qwen35` file at `path` (the tiny byte-level BPE vocabulary).
+def write_qwen35(
+    path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool = False, types: tuple[QT, ...] = (QT.F32,)
+) -> Path:
+    """Write a random, seeded `qwen35` file at `path` (the tiny byte-level BPE vocabulary); the
+    2-D matmul weights take `types` in turn (norms, the convolution and per-head vectors stay F32,
+    as converters store them).
     `exact` draws uniform integers scaled by one multiply instead of normals and exponentials
     (whose samplers may call libm): the same file bytes on every machine, for golden hashes."""
     rng = np.random.default_rng(seed)
@@ -94,14 +100,23 @@ def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool
             values = rng.normal(0.0, std, size=shape)
         w.add_tensor(name, (mean + values).astype(np.float32))
 
+    cycle = itertools.cycle(types)
+
+    def m(name: str, shape: tuple[int, int], std: float) -> None:
+        qtype = next(cycle)
+        if qtype == QT.F32:
+            return t(name, shape, std)
+        values = rng.integers(-(2**16), 2**16, size=shape) * (std * 3**0.5 / 2**16)
+        add_weight(w, name, values if exact else rng.normal(0.0, std, size=shape), qtype, rng)
+
     key_dim, value_dim = s.d_state * s.n_k_heads, s.d_state * s.n_v_heads
-    t("token_embd.weight", (VOCAB_SIZE, s.hidden), 0.5)
+    m("token_embd.weight", (VOCAB_SIZE, s.hidden), 0.5)
     for i in range(s.n_layers):
         p = f"blk.{i}."
         t(p + "attn_norm.weight", s.hidden, 0.1, 1.0)
         if s.recurrent(i):
-            t(p + "attn_qkv.weight", (2 * key_dim + value_dim, s.hidden), 0.15)
-            t(p + "attn_gate.weight", (value_dim, s.hidden), 0.15)
+            m(p + "attn_qkv.weight", (2 * key_dim + value_dim, s.hidden), 0.15)
+            m(p + "attn_gate.weight", (value_dim, s.hidden), 0.15)
             t(p + "ssm_conv1d.weight", (2 * key_dim + value_dim, s.d_conv), 0.4)
             t(p + "ssm_dt.bias", s.n_v_heads, 0.5)
             # ssm_a is -exp(A_log) as converters store it: decays between ~0.5 and ~0.97 a step
@@ -110,23 +125,23 @@ def write_qwen35(path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool
             else:
                 a = -np.exp(rng.uniform(-2.5, 0.0, s.n_v_heads))
             w.add_tensor(p + "ssm_a", a.astype(np.float32))
-            t(p + "ssm_beta.weight", (s.n_v_heads, s.hidden), 0.3)
-            t(p + "ssm_alpha.weight", (s.n_v_heads, s.hidden), 0.3)
+            m(p + "ssm_beta.weight", (s.n_v_heads, s.hidden), 0.3)
+            m(p + "ssm_alpha.weight", (s.n_v_heads, s.hidden), 0.3)
             t(p + "ssm_norm.weight", s.d_state, 0.1, 1.0)
-            t(p + "ssm_out.weight", (s.hidden, value_dim), 0.15)
+            m(p + "ssm_out.weight", (s.hidden, value_dim), 0.15)
         else:
-            t(p + "attn_q.weight", (2 * s.n_heads * s.head_dim, s.hidden), 0.1)
-            t(p + "attn_k.weight", (s.n_kv_heads * s.head_dim, s.hidden), 0.1)
-            t(p + "attn_v.weight", (s.n_kv_heads * s.head_dim, s.hidden), 0.1)
+            m(p + "attn_q.weight", (2 * s.n_heads * s.head_dim, s.hidden), 0.1)
+            m(p + "attn_k.weight", (s.n_kv_heads * s.head_dim, s.hidden), 0.1)
+            m(p + "attn_v.weight", (s.n_kv_heads * s.head_dim, s.hidden), 0.1)
             t(p + "attn_q_norm.weight", s.head_dim, 0.1, 1.0)
             t(p + "attn_k_norm.weight", s.head_dim, 0.1, 1.0)
-            t(p + "attn_output.weight", (s.hidden, s.n_heads * s.head_dim), 0.1)
+            m(p + "attn_output.weight", (s.hidden, s.n_heads * s.head_dim), 0.1)
         t(p + "post_attention_norm.weight", s.hidden, 0.1, 1.0)
-        t(p + "ffn_gate.weight", (s.ffn, s.hidden), 0.12)
-        t(p + "ffn_up.weight", (s.ffn, s.hidden), 0.12)
-        t(p + "ffn_down.weight", (s.hidden, s.ffn), 0.12)
+        m(p + "ffn_gate.weight", (s.ffn, s.hidden), 0.12)
+        m(p + "ffn_up.weight", (s.ffn, s.hidden), 0.12)
+        m(p + "ffn_down.weight", (s.hidden, s.ffn), 0.12)
     t("output_norm.weight", s.hidden, 0.1, 1.0)
-    t("output.weight", (VOCAB_SIZE, s.hidden), 0.3)
+    m("output.weight", (VOCAB_SIZE, s.hidden), 0.3)
     _write(w)
     return path
 
