@@ -105,7 +105,8 @@ class LLMEngine:
             value_bytes = kv_bytes(kv_cache_dtype)
         except ValueError as exc:  # refused before anything is loaded
             raise ModelLoadError(str(exc)) from None
-        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
+        kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
+        per_block = 2 * kv_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())

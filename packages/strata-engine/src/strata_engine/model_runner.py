@@ -71,7 +71,10 @@ class ModelRunner:
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         dtype = KV_DTYPES[check_kv_dtype(kv_cache_dtype)]
-        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) for _ in range(cfg.n_layers)]
+        # a hybrid model's DeltaNet layers keep no KV (their state: recurrent_state.py)
+        attends = (True,) * cfg.n_layers if cfg.hybrid is None else tuple(not r for r in cfg.hybrid.recurrent)
+        none = np.zeros((0, *shape[1:]), dtype=dtype)
+        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) if a else (none, none) for a in attends]
         # fresh memory would cost a page fault per 4 KB on every step
         self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
 
