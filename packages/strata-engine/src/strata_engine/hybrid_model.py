@@ -192,19 +192,18 @@ class HybridTransformer:
         beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
         alpha = to_numpy(ops.linear(h, w["ssm_alpha"])) + vec["ssm_dt.bias"]
         decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
-        # the short convolution, token by token per sequence, its window carried in the state
+        # the short convolution per sequence, its window carried in the state: each token's taps
+        # multiplied and added in tap order (one fixed order per element, whatever the chunk)
         conv = np.empty_like(qkv)
-        windows, kernel = self.states.conv[i], vec["conv"]
+        windows, kernel, keep = self.states.conv[i], vec["conv"], hy.d_conv - 1
         for row, slot in enumerate(meta.state_slots.tolist()):
-            window = windows[slot]
-            for t in np.flatnonzero(meta.token_seq == row).tolist():
-                taps = np.concatenate((window, qkv[t : t + 1]))
-                acc = taps[0] * kernel[:, 0]
-                for j in range(1, taps.shape[0]):
-                    acc = acc + taps[j] * kernel[:, j]
-                conv[t] = acc
-                window = taps[1:]
-            windows[slot] = window
+            tokens = np.flatnonzero(meta.token_seq == row)
+            rows, m = np.concatenate((windows[slot], qkv[tokens])), tokens.shape[0]
+            acc = rows[0:m] * kernel[:, 0]
+            for j in range(1, hy.d_conv):
+                acc = acc + rows[j : j + m] * kernel[:, j]
+            conv[tokens] = acc
+            windows[slot] = rows[rows.shape[0] - keep :]
         conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
         eps, kd = self.cfg.rms_eps, hy.key_dim
         heads = np.arange(hv) % hy.n_k_heads  # value head h reads key head h % n_k_heads
