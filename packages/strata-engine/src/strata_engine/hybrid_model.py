@@ -212,14 +212,20 @@ class HybridTransformer:
         v = conv[:, 2 * kd :].reshape(n, hv, ds)
         scale = np.float32(1.0 / np.sqrt(np.float32(ds)))
         core = np.empty((n, hv, ds), dtype=np.float32)
-        for row, slot in enumerate(meta.state_slots.tolist()):
-            s = self.states.ssm[i][slot]  # [head, value j, key i]
-            for t in np.flatnonzero(meta.token_seq == row).tolist():
-                s = s * decay[t][:, None, None]
-                delta = (v[t] - _tree_sum(s * k[t][:, None, :])) * beta[t][:, None]
-                s = s + delta[:, :, None] * k[t][:, None, :]
-                core[t] = _tree_sum(s * q[t][:, None, :]) * scale
-            self.states.ssm[i][slot] = s
+        # the k-th token of every sequence that has one, together: elementwise operations on
+        # [sequences, head, value j, key i], so each sequence's values are its own arithmetic
+        starts = np.searchsorted(meta.token_seq, np.arange(len(meta.state_slots)))
+        counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
+        slots = meta.state_slots.astype(np.int64)
+        states = self.states.ssm[i]
+        for step in range(int(counts.max())):
+            live = np.flatnonzero(counts > step)
+            t = starts[live] + step
+            s = states[slots[live]] * decay[t][:, :, None, None]
+            delta = (v[t] - _tree_sum(s * k[t][:, :, None, :])) * beta[t][:, :, None]
+            s = s + delta[:, :, :, None] * k[t][:, :, None, :]
+            core[t] = _tree_sum(s * q[t][:, :, None, :]) * scale
+            states[slots[live]] = s
         normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
         z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
         return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])
