@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
+from strata_engine.recurrent_state import RecurrentStates
 from strata_engine.sequence import Sequence
 
 
@@ -17,7 +18,8 @@ def block_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, states: RecurrentStates | None = None) -> None:
+        self.states = states  # a hybrid model's recurrent states: one slot per admitted sequence
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.ref = [0] * num_blocks
@@ -55,7 +57,11 @@ class BlockManager:
 
     def admit(self, seq: Sequence, use_cache: bool, limit: int | None = None) -> None:
         """Attach cached prefix blocks (at most len-1 tokens: the last one must be computed;
-        at most `limit` tokens when given: a request that wants rows from there on)."""
+        at most `limit` tokens when given: a request that wants rows from there on). A hybrid
+        model's sequence also takes its recurrent-state slot here (the engine turns the prefix cache
+        off for it: a state cannot be rebuilt from KV blocks)."""
+        if self.states is not None and seq.state_slot is None:
+            seq.state_slot = self.states.take()
         if not use_cache:
             return
         bs = self.block_size
@@ -95,6 +101,9 @@ class BlockManager:
                 self.by_hash[h] = block
 
     def release(self, seq: Sequence) -> None:
+        if self.states is not None and seq.state_slot is not None:
+            self.states.give_back(seq.state_slot)
+            seq.state_slot = None
         seq.block_hashes = []
         for block in seq.block_table:
             self.ref[block] -= 1

@@ -10,10 +10,11 @@ from typing import Any, Literal
 import numpy as np
 
 from strata_engine.api import ModelLoadError
+from strata_engine.hybrid import HybridConfig, read_hybrid
 from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = (
-    "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss",
+    "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35",
 )  # fmt: skip
 INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -21,6 +22,8 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 UNSUPPORTED_ARCHITECTURES = {
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
+    "qwen35moe": "hybrid DeltaNet layers with routed and gated shared experts (dense qwen35 loads)",
+    "qwen3next": "hybrid DeltaNet layers with fused projections and experts (dense qwen35 loads)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
@@ -91,6 +94,7 @@ class ModelConfig:
     # RoPE (attention_temperature.py); 0: none
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
+    hybrid: HybridConfig | None = None  # qwen35: its Gated DeltaNet layers (hybrid.py)
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
@@ -186,6 +190,7 @@ class ModelConfig:
             rope_scaling=scaling,
             attn_temp_floor=scaling.original_ctx if temperature else 0,
             attn_temp_scale=temperature,
+            hybrid=read_hybrid(arch, meta, n_layers),
             **gemma,
         )
 

@@ -42,6 +42,7 @@ from strata_engine.gguf_checks import (
     check_tensors_read,
 )
 from strata_engine.gguf_loader import GGUFFile
+from strata_engine.hybrid_model import HybridTransformer
 from strata_engine.kernels.choice import make_ops, on_cpu
 from strata_engine.kernels.kv_types import kv_bytes
 from strata_engine.logprobs import Row, build_row
@@ -104,11 +105,18 @@ class LLMEngine:
             value_bytes = kv_bytes(kv_cache_dtype)
         except ValueError as exc:  # refused before anything is loaded
             raise ModelLoadError(str(exc)) from None
-        per_block = 2 * cfg.n_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
+        kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
+        per_block = 2 * kv_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())
-            check_fits(Path(path).name, weights, min_blocks * per_block, self.ctx_size)
+            state = 0 if cfg.hybrid is None else cfg.hybrid.state_bytes  # one sequence's, as the KV
+            check_fits(Path(path).name, weights, min_blocks * per_block + state, self.ctx_size)
+        if cfg.hybrid is not None and not on_cpu(kernels, device):
+            raise ModelLoadError(
+                f"{cfg.arch}: hybrid recurrent models run on the CPU kernels only for now; the GPU "
+                "(Triton) backend does not compute their DeltaNet layers (use device cpu)"
+            )
         self.ops = make_ops(kernels, device, num_threads)
         # IEEE default float modes around each step, whatever other code in the process set
         # (the native kernels' NativeOps.ieee_floats; other ops run as the process is)
@@ -123,7 +131,8 @@ class LLMEngine:
             tokenizer = pool.submit(load_tokenizer, meta)
             # RoPE tables for the context this engine serves, not the (larger) one the file claims
             model_cfg = replace(cfg, ctx_size=self.ctx_size)
-            self.model = Transformer(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages
+            family = Transformer if cfg.hybrid is None else HybridTransformer
+            self.model = family(gguf, model_cfg, self.ops, tensor_parallel)  # releases the file's pages
             self.tokenizer = tokenizer.result()
         # an operator's template (the server's --chat-template) replaces the file's
         file_template = meta.get("tokenizer.chat_template")
@@ -140,7 +149,11 @@ class LLMEngine:
         self.guides = Guides(self.tokenizer, self.vocab_size)  # structured output's matchers
         self.guides.load()  # llguidance's vocabulary holds the GIL: built before ready, not on a request
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
-        self.blocks = BlockManager(num_blocks, BLOCK_SIZE)
+        states = None
+        if isinstance(self.model, HybridTransformer):  # a recurrent state per running sequence,
+            states = self.model.make_states(parallel)  # and no prefix cache: a state cannot be
+            prefix_cache = False  # rebuilt from KV blocks (state snapshots are not kept yet)
+        self.blocks = BlockManager(num_blocks, BLOCK_SIZE, states)
         self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)
         self.runner = ModelRunner(self.model, num_blocks, BLOCK_SIZE, self.tokenizer.eog_ids, kv_cache_dtype)

@@ -24,6 +24,7 @@ from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import TensorInfo, shown
 from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
+from strata_engine.hybrid import hybrid_shapes
 from strata_engine.rope import FACTOR_TENSORS
 
 _TOKENIZER_KEYS = {  # key -> (kind of value, kind of each element for a list)
@@ -90,7 +91,9 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
         "output.weight": (cfg.vocab_size, h),
         "output_norm.weight": (h,),
     }
-    for i in range(cfg.n_layers):
+    if cfg.hybrid is not None:  # qwen35: its own layers (hybrid.py)
+        want |= hybrid_shapes(cfg.hybrid, cfg.n_layers, h, cfg.n_heads, cfg.n_kv_heads, d, cfg.ffn)
+    for i in range(cfg.n_layers if cfg.hybrid is None else 0):
         p = f"blk.{i}."
         want |= {
             p + "attn_norm.weight": (h,),
@@ -246,6 +249,9 @@ def check_keys_read(meta: ReadKeys, arch: str, tokenizer: bool) -> None:
 def _expected_tensors(cfg: ModelConfig) -> set[str]:
     """The names `Transformer` reads for this configuration (optional ones included)."""
     names = {"token_embd.weight", "output.weight", "output_norm.weight", *FACTOR_TENSORS.get(cfg.arch, ())}
+    if cfg.hybrid is not None:
+        hybrid = hybrid_shapes(cfg.hybrid, cfg.n_layers, 1, cfg.n_heads, cfg.n_kv_heads, 1, 1)
+        return names | set(hybrid)
     layer = [
         "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight",
         "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.weight", "ffn_norm.weight",

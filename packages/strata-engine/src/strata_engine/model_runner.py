@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata_engine.hybrid_model import HybridTransformer
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
 from strata_engine.kernels.kv_types import KV_DTYPES, check_kv_dtype
 from strata_engine.kernels.rows import Row, RowRead
@@ -53,7 +54,7 @@ class RowRef:
 class ModelRunner:
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | HybridTransformer,
         num_blocks: int,
         block_size: int,
         eog_ids: Collection[int] = (),
@@ -70,7 +71,10 @@ class ModelRunner:
         self.block_size = block_size
         shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
         dtype = KV_DTYPES[check_kv_dtype(kv_cache_dtype)]
-        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) for _ in range(cfg.n_layers)]
+        # a hybrid model's DeltaNet layers keep no KV (their state: recurrent_state.py)
+        attends = (True,) * cfg.n_layers if cfg.hybrid is None else tuple(not r for r in cfg.hybrid.recurrent)
+        none = np.zeros((0, *shape[1:]), dtype=dtype)
+        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) if a else (none, none) for a in attends]
         # fresh memory would cost a page fault per 4 KB on every step
         self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
 
@@ -106,6 +110,9 @@ class ModelRunner:
             block_tables=tables,
             slots=np.array(slots, dtype=np.int64),
             block_size=bs,
+            state_slots=None
+            if work[0].seq.state_slot is None
+            else np.array([w.seq.state_slot for w in work], dtype=np.int32),
         )
         step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too

@@ -17,6 +17,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from strata_engine.config import SUPPORTED_ARCHITECTURES, UNSUPPORTED_ARCHITECTURES
 from strata_engine.gguf_checks import INFORMATIONAL_KEYS, TENSOR_NEEDS
 from strata_engine.gpt_oss import REFUSED as GPT_OSS_REFUSED
+from strata_engine.hybrid import HYBRID_ARCHITECTURES
 from strata_engine.kernels import transcode
 from strata_engine.kernels.weights import NATIVE_TYPES
 from strata_engine.rope import DEFAULT_ONLY_KEYS, FACTOR_TENSORS, SCALING_KINDS, YARN_KEYS_READ
@@ -57,6 +58,9 @@ def markdown() -> str:
         "- **Refused for one architecture only:** "
         + "; ".join(f"`gpt-oss` {what} ({why})" for what, why in GPT_OSS_REFUSED.items())
         + ".",
+        f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels only "
+        "(the GPU backend refuses them), no prefix cache (state snapshots are not kept yet), no tensor "
+        "parallelism; multi-token-prediction layers (`nextn_predict_layers`) are refused.",
         f"- **RoPE scaling (`{{arch}}.rope.scaling.type`):** {_names(SCALING_KINDS)}; another kind is refused.",
         "- **RoPE factor tensors:** "
         + "; ".join(f"`{arch}`: {_names(names)}" for arch, names in FACTOR_TENSORS.items())

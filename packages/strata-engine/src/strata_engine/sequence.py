@@ -28,6 +28,7 @@ class Sequence:
         self.num_cached = 0  # prompt tokens taken from the prefix cache at admission
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # prefix hashes of the full blocks registered so far
+        self.state_slot: int | None = None  # a hybrid model's recurrent state (recurrent_state.py)
         self.status = Status.WAITING
         self.sampler = Sampler(request.sampling, guide)  # holds the structured-output matcher
         self.text = text

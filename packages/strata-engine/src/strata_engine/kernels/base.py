@@ -36,6 +36,7 @@ class AttentionMeta:
     block_tables: np.ndarray  # [S, max_blocks] int32
     slots: np.ndarray  # [T] int64 flat cache slot (block * block_size + offset) to write
     block_size: int
+    state_slots: np.ndarray | None = None  # [S] int32: each sequence's recurrent state (hybrid models)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,235 @@
+"""The hybrid recurrent model `qwen35` (Qwen3.5 / 3.6 dense) as llama.cpp computes it
+(src/models/qwen35.cpp): Gated DeltaNet layers interleaved with gated full-attention layers.
+
+Every layer: x += mixer(rms(x, attn_norm)); x += SwiGLU(rms(x, post_attention_norm)).
+- Full attention: attn_q gives per head [query | gate]; RMS q/k norms; NEOX RoPE on the first
+  rope_dim dims (llama.cpp's IMROPE with every section reading the text position is that);
+  attention over the paged KV cache; times sigmoid(gate); attn_output.
+- DeltaNet: attn_qkv, then the short causal convolution over [q | k | v] (its window carried per
+  sequence) and SiLU; q, k L2-normalised; per value head h (key head h % n_k_heads) the gated
+  delta rule S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q / sqrt(d), with
+  g = softplus(alpha + dt_bias) * ssm_a, beta = sigmoid(ssm_beta x); rms(o, ssm_norm) * silu(z),
+  ssm_out.
+
+The invariance contract: matmuls, norms and SiLU go through `Ops` (row-invariant); the gates'
+exp and log are exactmath's (float64, the same bits everywhere); the recurrence runs token by
+token per sequence in one fixed order, its sums over a head's keys as a fixed halving tree of
+IEEE fp32 adds (`_tree_sum`). So a prompt's rows are the same bits prefilled whole, in chunks of
+any size, token by token, or beside any other sequences: a chunk of one is the same arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from strata_engine import exactmath
+from strata_engine.api import ModelLoadError
+from strata_engine.config import ModelConfig
+from strata_engine.gguf_loader import GGUFFile, TensorInfo
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
+from strata_engine.kernels.weights import Weight, vector
+from strata_engine.model import rope_tables
+from strata_engine.recurrent_state import RecurrentStates
+from strata_engine.row_packing import tied_head
+from strata_engine.tensor_parallel import SINGLE, TensorParallel
+
+
+@dataclass
+class HybridLayer:
+    attn_norm: np.ndarray
+    post_norm: np.ndarray
+    w_gate: Weight
+    w_up: Weight
+    w_down: Weight
+    weights: dict[str, Weight]  # the mixer's matmuls (attention or DeltaNet), by tensor name
+    vectors: dict[str, np.ndarray]  # its norms and per-head parameters
+
+
+ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
+DELTA_NET = ("attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out")
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x) in float64 with exactmath's exp, rounded to fp32."""
+    return _f32(1.0 / (1.0 + exactmath.exp(-np.asarray(x, dtype=np.float64))))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + e^x) in float64 (x above 20: x, as ggml; below -20: e^x), rounded to fp32."""
+    x64 = np.asarray(x, dtype=np.float64)
+    e = exactmath.exp(np.minimum(x64, 20.0))
+    return _f32(np.where(x64 > 20.0, x64, np.where(x64 < -20.0, e, exactmath.log(1.0 + e))))
+
+
+def _tree_sum(p: np.ndarray) -> np.ndarray:
+    """Sum over the last axis as a fixed halving tree of elementwise fp32 adds (zeros pad an odd
+    length): one order of IEEE operations, whatever numpy's reductions would pick."""
+    while p.shape[-1] > 1:
+        if p.shape[-1] % 2:
+            p = np.concatenate((p, np.zeros((*p.shape[:-1], 1), dtype=p.dtype)), axis=-1)
+        half = p.shape[-1] // 2
+        p = p[..., :half] + p[..., half:]
+    return p[..., 0]
+
+
+def l2_normalize(x: np.ndarray, eps: float) -> np.ndarray:
+    """x / max(|x|, eps) over the last axis, as ggml_l2_norm: the sum of squares in float64 (fp32
+    products are exact there) by the fixed tree, the scale rounded to fp32, one multiply."""
+    x64 = x.astype(np.float64)
+    norm = np.sqrt(_tree_sum(x64 * x64))
+    return x * _f32(1.0 / np.maximum(norm, eps))[..., None]
+
+
+class HybridTransformer:
+    """The qwen35 forward with the interface `Transformer` offers the model runner."""
+
+    def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops, tp: TensorParallel = SINGLE) -> None:
+        if tp.active:
+            raise ModelLoadError(
+                f"{cfg.arch}: tensor parallelism is not supported for hybrid recurrent models"
+            )
+        assert cfg.hybrid is not None
+        self.cfg, self.ops, self.tp, self.hybrid = cfg, ops, tp, cfg.hybrid
+        self.fused = None  # no fused native layer: the per-op path only
+        self.q_temp = None
+        t = gguf.tensors
+
+        def need(name: str) -> TensorInfo:
+            if name not in t:
+                raise ModelLoadError(f"model file lacks tensor {name}")
+            return t[name]
+
+        def matmul(name: str) -> Weight:
+            return ops.pack(Weight.from_info(need(name)))
+
+        if "output.weight" in t:
+            self.embedding = Weight.from_info(need("token_embd.weight"))
+            self.output = ops.pack(Weight.from_info(t["output.weight"]))
+        else:
+            self.embedding, self.output = tied_head(ops, need("token_embd.weight"), gguf.release_pages)
+        self.norm = vector(need("output_norm.weight"))
+        self.layers: list[HybridLayer] = []
+        for i, recurrent in enumerate(self.hybrid.recurrent):
+            p = f"blk.{i}."
+            names = DELTA_NET if recurrent else ATTENTION
+            vecs = (
+                ("ssm_dt.bias", "ssm_a", "ssm_norm.weight")
+                if recurrent
+                else ("attn_q_norm.weight", "attn_k_norm.weight")
+            )
+            self.layers.append(
+                HybridLayer(
+                    attn_norm=vector(need(p + "attn_norm.weight")),
+                    post_norm=vector(need(p + "post_attention_norm.weight")),
+                    w_gate=matmul(p + "ffn_gate.weight"),
+                    w_up=matmul(p + "ffn_up.weight"),
+                    w_down=matmul(p + "ffn_down.weight"),
+                    weights={n: matmul(f"{p}{n}.weight") for n in names},
+                    vectors={n: vector(need(p + n)) for n in vecs},
+                )
+            )
+            if recurrent:  # [channels, d_conv]: column j is tap j for every channel
+                conv = need(p + "ssm_conv1d.weight")
+                self.layers[-1].vectors["conv"] = vector(conv).reshape(conv.shape)
+            gguf.release_pages()
+        self.rope, _ = rope_tables(cfg, t)
+        self.states: RecurrentStates | None = None
+
+    def make_states(self, n_slots: int) -> RecurrentStates:
+        """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)."""
+        self.states = RecurrentStates(self.hybrid, n_slots)
+        return self.states
+
+    def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
+        """Hidden states after the final norm, [T, hidden]; the DeltaNet layers advance the
+        states of `meta.state_slots` by the step's tokens."""
+        cfg, ops = self.cfg, self.ops
+        x = ops.embed(self.embedding, ids)
+        for i, layer in enumerate(self.layers):
+            h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
+            if self.hybrid.recurrent[i]:
+                o = self._delta_net(i, layer, h, meta)
+            else:
+                o = self._attention(layer, h, meta, kv[i])
+            x = x + o
+            h = ops.rmsnorm(x, layer.post_norm, cfg.rms_eps)
+            x = x + ops.linear(
+                ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
+            )
+        return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+
+    def _attention(
+        self, layer: HybridLayer, h: Array, meta: AttentionMeta, cache: tuple[np.ndarray, np.ndarray]
+    ) -> Array:
+        cfg, ops, w = self.cfg, self.ops, layer.weights
+        n, d = h.shape[0], cfg.head_dim
+        qg = to_numpy(ops.linear(h, w["attn_q"])).reshape(n, cfg.n_heads, 2, d)
+        q = like(h, np.ascontiguousarray(qg[:, :, 0]))
+        gate = sigmoid(qg[:, :, 1].reshape(n, -1))
+        k = ops.linear(h, w["attn_k"]).reshape(n, cfg.n_kv_heads, d)
+        v = ops.linear(h, w["attn_v"]).reshape(n, cfg.n_kv_heads, d)
+        q = ops.rope(
+            ops.rmsnorm(q, layer.vectors["attn_q_norm.weight"], cfg.rms_eps), meta.positions, self.rope
+        )
+        k = ops.rope(
+            ops.rmsnorm(k, layer.vectors["attn_k_norm.weight"], cfg.rms_eps), meta.positions, self.rope
+        )
+        ops.kv_write(k, v, cache[0], cache[1], meta.slots)
+        a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1) * gate
+        return ops.linear(like(h, a), w["attn_output"])
+
+    def _delta_net(self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta) -> Array:
+        hy, ops, w, vec = self.hybrid, self.ops, layer.weights, layer.vectors
+        assert self.states is not None and meta.state_slots is not None
+        n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
+        qkv = to_numpy(ops.linear(h, w["attn_qkv"]))
+        beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
+        alpha = to_numpy(ops.linear(h, w["ssm_alpha"])) + vec["ssm_dt.bias"]
+        decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
+        # the short convolution per sequence, its window carried in the state: each token's taps
+        # multiplied and added in tap order (one fixed order per element, whatever the chunk)
+        conv = np.empty_like(qkv)
+        windows, kernel, keep = self.states.conv[i], vec["conv"], hy.d_conv - 1
+        for row, slot in enumerate(meta.state_slots.tolist()):
+            tokens = np.flatnonzero(meta.token_seq == row)
+            rows, m = np.concatenate((windows[slot], qkv[tokens])), tokens.shape[0]
+            acc = rows[0:m] * kernel[:, 0]
+            for j in range(1, hy.d_conv):
+                acc = acc + rows[j : j + m] * kernel[:, j]
+            conv[tokens] = acc
+            windows[slot] = rows[rows.shape[0] - keep :]
+        conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
+        eps, kd = self.cfg.rms_eps, hy.key_dim
+        heads = np.arange(hv) % hy.n_k_heads  # value head h reads key head h % n_k_heads
+        q = l2_normalize(conv[:, :kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
+        k = l2_normalize(conv[:, kd : 2 * kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
+        v = conv[:, 2 * kd :].reshape(n, hv, ds)
+        scale = np.float32(1.0 / np.sqrt(np.float32(ds)))
+        core = np.empty((n, hv, ds), dtype=np.float32)
+        # the k-th token of every sequence that has one, together: elementwise operations on
+        # [sequences, head, value j, key i], so each sequence's values are its own arithmetic
+        starts = np.searchsorted(meta.token_seq, np.arange(len(meta.state_slots)))
+        counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
+        slots = meta.state_slots.astype(np.int64)
+        states = self.states.ssm[i]
+        for step in range(int(counts.max())):
+            live = np.flatnonzero(counts > step)
+            t = starts[live] + step
+            s = states[slots[live]] * decay[t][:, :, None, None]
+            delta = (v[t] - _tree_sum(s * k[t][:, :, None, :])) * beta[t][:, :, None]
+            s = s + delta[:, :, :, None] * k[t][:, :, None, :]
+            core[t] = _tree_sum(s * q[t][:, :, None, :]) * scale
+            states[slots[live]] = s
+        normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
+        z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
+        return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])
+
+    def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
+        """fp32 logits [R, vocab] for the selected rows (see `Transformer.logits`)."""
+        return self.ops.linear(hidden, self.output, out=out)
