@@ -135,9 +135,7 @@ class ModelRunner:
             chunk = select[start : start + n]
             logits = self.model.logits(hidden[like(hidden, chunk)], out=self._logits[: len(chunk)])
             if self.sparse and self._read_rows is not None:
-                yield from self._read_rows(
-                    logits, [self._read(ref) for ref in refs[start : start + n]]
-                )
+                yield from self._read_rows(logits, [self._read(ref) for ref in refs[start : start + n]])
             else:
                 yield from to_numpy(ops.log_softmax(logits, inplace=True))
 

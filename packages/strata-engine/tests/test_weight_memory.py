@@ -1,0 +1,106 @@
+"""A loaded model holds its weights at about the file's size: no weight matrix in fp32, and the
+file's pages of a tensor the kernels repacked not resident beside the repacked copy. Cheap
+(a tiny file); the real Gemma 3 file's RSS against llama.cpp is bench/bench_startup.py's.
+
+Why: a transcoded type (Q5_0 read as Q8_0 blocks) or a widened scale costs at most 36 bytes a
+32-value block against 22 stored; an fp32 copy costs 128, and the file's mapping left resident
+doubles whatever the kernels repacked."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as QT
+from tiny_models import TINY_SPECS, write_tiny_model
+
+from strata_engine import structured
+from strata_engine.engine import LLMEngine
+from strata_engine.kernels.weights import Weight
+from strata_engine.model_runner import LOGIT_ROWS, MIN_LOGIT_ROWS, logit_rows
+from strata_engine.row_packing import GROUP_ROWS
+
+# bytes held a value at the most: the kernels' Q8_0 layout (36 bytes / 32) is the widest form a
+# quantised type is held in; fp32 would be 4
+MAX_HELD_PER_VALUE = 36 / 32
+MIB = 2**20
+
+
+def model_weights(engine: LLMEngine) -> list[Weight]:
+    """Every distinct weight the model holds (the embedding, the head, each layer's)."""
+    model, seen, out = engine.model, set(), []
+    for w in [model.embedding, model.output] + [
+        getattr(layer, f.name) for layer in model.layers for f in fields(layer)
+    ]:
+        if isinstance(w, Weight) and id(w) not in seen:
+            seen.add(id(w))
+            out.append(w)
+    return out
+
+
+def held_bytes(w: Weight) -> int:
+    """Bytes `w` keeps of its own (a view of the file's mapping keeps none)."""
+    own = 0 if w.source is not None and w.raw.base is w.source.data.base else w.raw.nbytes
+    return own + (w._dense.nbytes if w._dense is not None and w._dense.base is None else 0)
+
+
+def file_mapping_rss(path: Path) -> int:
+    """Resident bytes of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.parametrize("weight_type", [QT.Q5_0, None], ids=["q5_0", "rotation"])
+def test_no_weight_is_held_in_fp32_or_twice(tmp_path: Path, weight_type: QT | None) -> None:
+    """Q5_0 (transcoded at load) and the tiny files' rotation of every kernel type."""
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5, weight_type=weight_type)
+    engine = LLMEngine(path, num_threads=1, kv_cache_mb=4, parallel=1)
+    weights = model_weights(engine)
+    assert weights
+    for w in weights:
+        assert w.source is not None
+        values = -(-w.out_features // GROUP_ROWS) * GROUP_ROWS * w.in_features  # packed rows: whole groups
+        if w.source.qtype not in (QT.F32,):
+            assert w.kernel_type != 0, f"{w.name} ({w.source.qtype.name}) is held as fp32"
+            assert w._dense is None, f"{w.name} keeps an fp32 copy"
+        stored = GGML_QUANT_SIZES[w.source.qtype][1] / GGML_QUANT_SIZES[w.source.qtype][0]
+        bound = max(MAX_HELD_PER_VALUE, stored) * values
+        assert held_bytes(w) <= bound, f"{w.name}: {held_bytes(w)} bytes held, {bound:.0f} at the most"
+    tensors = sum(w.source.data.nbytes for w in weights if w.source is not None)
+    assert tensors > 256 * 1024  # the bound below is far from the file's size
+    # the file's pages: released after the layers were packed (a header page or two may stay)
+    assert file_mapping_rss(path) <= 64 * 1024, f"{file_mapping_rss(path)} bytes of {path} resident"
+
+
+def test_the_logits_buffer_is_bounded_by_the_vocabulary() -> None:
+    """64 rows for a 49k vocabulary; a 262k vocabulary gets 16 (16 MiB, not 64)."""
+    assert logit_rows(49_152) == LOGIT_ROWS
+    assert logit_rows(262_144) == 16 and logit_rows(262_144) * 262_144 * 4 <= 16 * MIB
+    assert logit_rows(10**8) == MIN_LOGIT_ROWS
+
+
+def test_a_large_vocabulary_gets_no_slicer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """llguidance's slicer costs ~250 bytes an id (65 MiB at 262k ids): not above the bound."""
+    seen: list[object] = []
+    real = structured.llguidance.LLTokenizer
+
+    def record(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("slices"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(structured.llguidance, "LLTokenizer", record)
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5)
+    engine = LLMEngine(path, num_threads=1, kv_cache_mb=4, parallel=1)
+    n = engine.vocab_size
+    structured.vocabulary(engine.tokenizer, n)
+    monkeypatch.setattr(structured, "SLICED_VOCAB_MAX", n - 1)
+    structured.vocabulary(engine.tokenizer, n)
+    assert seen[-2:] == [None, []]
