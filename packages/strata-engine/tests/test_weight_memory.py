@@ -104,3 +104,15 @@ def test_a_large_vocabulary_gets_no_slicer(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setattr(structured, "SLICED_VOCAB_MAX", n - 1)
     structured.vocabulary(engine.tokenizer, n)
     assert seen[-2:] == [None, []]
+
+
+def test_packed_token_bytes_read_as_the_list_did() -> None:
+    """The tokenizers' token bytes, one buffer instead of an object each: same elements."""
+    from strata_engine.text.packed_bytes import PackedBytes
+
+    items = [b"", b"a", b"\xff\x00", b"", "▁the".encode()]
+    packed = PackedBytes(iter(items))
+    assert len(packed) == len(items) and list(packed) == items
+    assert packed[-1] == items[-1] and packed[1:3] == items[1:3]
+    with pytest.raises(IndexError):
+        packed[len(items)]

@@ -147,12 +147,14 @@ def vocabulary(tokenizer: Tokenizer, n_vocab: int) -> llguidance.LLTokenizer:
     `n_vocab` is the model's row size; ids past the tokenizer's entries are never allowed.
     """
     source = _VocabularySource(tokenizer, n_vocab)
-    return llguidance.LLTokenizer(
-        llguidance.TokenizerWrapper(source),
-        n_vocab=n_vocab,
-        eos_token=source.eos_ids,
-        slices=None if n_vocab <= SLICED_VOCAB_MAX else [],
+    wrapper = llguidance.TokenizerWrapper(source)
+    built = llguidance.LLTokenizer(
+        wrapper, n_vocab=n_vocab, eos_token=source.eos_ids, slices=None if n_vocab <= SLICED_VOCAB_MAX else []
     )
+    # llguidance copied the token bytes into its own trie; the wrapper stays only to tokenize
+    # (its __call__), so its list of every token's bytes (12 MiB at 262k ids) need not
+    wrapper.tokens = source.tokens = []
+    return built
 
 
 class Guide:

@@ -24,6 +24,7 @@ from tokenizers import Tokenizer as _RustTokenizer
 from tokenizers.models import BPE
 
 from strata_engine.api import ModelLoadError
+from strata_engine.text.packed_bytes import PackedBytes
 from strata_engine.text.pretokenizers import PRE_TOKENIZERS, PreTokenizer
 
 __all__ = ["BPE_MODELS", "EOG_TEXTS", "PRE_TOKENIZERS", "IncrementalDecoder", "PreTokenizer", "Tokenizer"]
@@ -305,16 +306,16 @@ class Tokenizer:
         if spec.byte_level:
             splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
             self._normalizer = None
-            self._token_bytes = [
+            self._token_bytes: Sequence[bytes] = PackedBytes(
                 piece.encode("utf-8") if t != TOKEN_NORMAL and t != TOKEN_BYTE else _piece_to_bytes(piece)
                 for piece, t in zip(self._pieces, types, strict=True)
-            ]
+            )
         else:
             self._normalizer = normalizers.Replace(" ", SPACE)
-            self._token_bytes = [
+            self._token_bytes = PackedBytes(
                 piece.replace(SPACE, " ").encode("utf-8") if t == TOKEN_NORMAL else _spm_piece_bytes(piece, t)
                 for piece, t in zip(self._pieces, types, strict=True)
-            ]
+            )
         self._pre_tokenizer = pre_tokenizers.Sequence(splits)
         # Control and unknown tokens are split out only when parsing specials; user-defined
         # tokens always (llama.cpp's tokenizer_st_partition).
