@@ -116,3 +116,17 @@ def test_packed_token_bytes_read_as_the_list_did() -> None:
     assert packed[-1] == items[-1] and packed[1:3] == items[1:3]
     with pytest.raises(IndexError):
         packed[len(items)]
+
+
+def test_the_heap_policy_leaves_an_operators_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """strata-server fixes glibc's mmap threshold and arenas, unless the environment set them."""
+    import platform
+
+    from strata_engine import heap
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        assert heap.tune_heap() == {}
+        return
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert heap.tune_heap() == {"MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD}

@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from strata_engine import AsyncEngine
     from strata_engine.api import EngineError
+    from strata_engine.heap import tune_heap
     from strata_engine.kernels.choice import describe
     from strata_engine.kernels.native import NativeUnavailable
     from strata_engine.model_store import resolve_model
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_server.shutdown import GracefulServer
     from strata_server.slow_clients import connection_options
 
+    tune_heap()  # before the model's blocks: large ones go back to the OS when freed (heap.py)
     try:
         path = resolve_model(args.model)
         tp = init_from_env(args.tensor_parallel, args.device)
