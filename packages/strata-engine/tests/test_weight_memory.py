@@ -81,9 +81,9 @@ def test_no_weight_is_held_in_fp32_or_twice(tmp_path: Path, weight_type: QT | No
 
 
 def test_the_logits_buffer_is_bounded_by_the_vocabulary() -> None:
-    """64 rows for a 49k vocabulary; a 262k vocabulary gets 16 (16 MiB, not 64)."""
+    """64 rows for a 49k vocabulary; a 262k vocabulary gets 12 (12 MiB, not 64)."""
     assert logit_rows(49_152) == LOGIT_ROWS
-    assert logit_rows(262_144) == 16 and logit_rows(262_144) * 262_144 * 4 <= 16 * MIB
+    assert logit_rows(262_144) == 12 and logit_rows(262_144) * 262_144 * 4 <= 12 * MIB
     assert logit_rows(10**8) == MIN_LOGIT_ROWS
 
 

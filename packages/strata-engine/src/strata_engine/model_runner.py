@@ -25,12 +25,12 @@ from strata_engine.row_reads import read_for
 from strata_engine.scheduler import Work
 
 LOGIT_ROWS = 64  # rows of logits computed at once at the most: 12 MB for a 49k vocabulary
-LOGIT_BYTES = 16 * 2**20  # the logits buffer's size at the most, down to MIN_LOGIT_ROWS rows
+LOGIT_BYTES = 12 * 2**20  # the logits buffer's size at the most (64 rows of 49k), down to MIN_LOGIT_ROWS rows
 MIN_LOGIT_ROWS = 8
 
 
 def logit_rows(vocab: int) -> int:
-    """Rows of logits computed at once: 64 for a 49k vocabulary, 16 for Gemma 3's 262k, where
+    """Rows of logits computed at once: 64 for a 49k vocabulary, 12 for Gemma 3's 262k, where
     64 rows would hold 64 MiB at every long scoring request (the row's values are the same)."""
     return max(MIN_LOGIT_ROWS, min(LOGIT_ROWS, LOGIT_BYTES // (4 * max(vocab, 1))))
 
