@@ -17,6 +17,7 @@ own peak holding the file, which issue 40's memory target is set against (plus 1
 A build of llama.cpp other than the wheel's is used through LLAMA_CPP_LIB_PATH.
 
     python bench/bench_startup.py [--rounds 5] [--kernels native|native-q8] [--kv-cache-mb 64] [--model PATH]
+        [--work-rounds 1]
 """
 
 from __future__ import annotations
@@ -80,16 +81,17 @@ def wait_ready(port: int, process: subprocess.Popen, t0: float) -> float:
         time.sleep(0.01)
 
 
-def serve_work(port: int) -> None:
+def serve_work(port: int, round_: int = 0) -> None:
     """The requests whose memory the figure includes (each must succeed; the chat read is a
-    completion of the same text where the file has no chat template)."""
-    ids = [100 + (i * 7919) % 49000 for i in range(PROMPT_TOKENS)]
+    completion of the same text where the file has no chat template). Round r > 0 shifts the
+    scored prompt and the seeds, so that it writes KV blocks of its own (--work-rounds)."""
+    ids = [100 + (i * 7919 + 13 * round_) % 49000 for i in range(PROMPT_TOKENS)]
     scored = {"prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 5}
     decode = {
         "prompt": "Once upon a time",
         "max_tokens": 64,
         "temperature": 0.8,
-        "seed": 1,
+        "seed": 1 + round_,
         "ignore_eos": True,
     }
     chat = {
@@ -132,7 +134,8 @@ def strata_round(args: argparse.Namespace, model: Path) -> dict:
     try:
         ready = wait_ready(port, process, t0)
         rss_ready = peak_rss_mb(process.pid)
-        serve_work(port)
+        for work_round in range(args.work_rounds):
+            serve_work(port, work_round)
         return {
             "ready_s": ready,
             "rss_ready_mb": rss_ready,
@@ -168,6 +171,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kernels", default="native", choices=["native", "native-fp32", "native-q8"])
     parser.add_argument("--kv-cache-mb", type=int, default=64)
+    parser.add_argument(
+        "--work-rounds", type=int, default=1, help="rounds of the work (3 write the whole 64 MiB KV budget)"
+    )
     parser.add_argument("--no-llama", action="store_true", help="skip the llama.cpp reference")
     parser.add_argument("--model", default="default", help="a GGUF path or reference (default: SmolLM2)")
     args = parser.parse_args()
