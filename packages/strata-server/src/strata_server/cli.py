@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from strata_engine import AsyncEngine
     from strata_engine.api import EngineError
-    from strata_engine.heap import tune_heap
+    from strata_engine.heap import trim_heap, tune_heap
     from strata_engine.kernels.choice import describe
     from strata_engine.kernels.native import NativeUnavailable
     from strata_engine.model_store import resolve_model
@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"strata-server: cannot load model: {exc}")
     except OSError as exc:
         sys.exit(f"strata-server: cannot read the model file: {exc}")
+    trim_heap()  # the load's freed temporaries back to the OS before serving (heap.py)
     logging.getLogger("strata_server").info(
         "%s; model %s loaded in %.2f s",
         describe(engine.kernels, engine.invariant),
