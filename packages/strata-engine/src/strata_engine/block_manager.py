@@ -23,7 +23,9 @@ class BlockManager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.ref = [0] * num_blocks
-        self.free: deque[int] = deque(range(num_blocks))  # never used or content dropped
+        # never used or content dropped; taken from the right: block 0 first, then a released
+        # block before a never-used one, whose KV pages would become resident only now (kv_array)
+        self.free: deque[int] = deque(range(num_blocks - 1, -1, -1))
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, LRU first
         self.by_hash: dict[int, int] = {}
         self.content: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (hash, tokens)
@@ -35,7 +37,7 @@ class BlockManager:
 
     def _take(self) -> int | None:
         if self.free:
-            block = self.free.popleft()
+            block = self.free.pop()
         elif self.evictable:
             block, _ = self.evictable.popitem(last=False)
             h, _tokens = self.content.pop(block)

@@ -2,7 +2,7 @@
 
 Only rows that someone reads get logits: the last row of a chunk that samples, and every
 row whose next prompt token a request wants scored (echo / prompt logprobs). Those rows'
-logits are computed LOGIT_ROWS at a time into one buffer kept between steps, so scoring a
+logits are computed `logit_rows` at a time into one buffer kept between steps, so scoring a
 long prompt needs no [prompt, vocab] array: a row's values do not depend on which rows are
 computed with it (the kernels are batch-invariant), and each row is read before the next
 chunk overwrites it.
@@ -25,7 +25,15 @@ from strata_engine.model import Transformer
 from strata_engine.row_reads import read_for
 from strata_engine.scheduler import Work
 
-LOGIT_ROWS = 64  # rows of logits computed at once: 12 MB for a 49k vocabulary
+LOGIT_ROWS = 64  # rows of logits computed at once at the most: 12 MB for a 49k vocabulary
+LOGIT_BYTES = 12 * 2**20  # the logits buffer's size at the most (64 rows of 49k), down to MIN_LOGIT_ROWS rows
+MIN_LOGIT_ROWS = 8
+
+
+def logit_rows(vocab: int) -> int:
+    """Rows of logits computed at once: 64 for a 49k vocabulary, 12 for Gemma 3's 262k, where
+    64 rows would hold 64 MiB at every long scoring request (the row's values are the same)."""
+    return max(MIN_LOGIT_ROWS, min(LOGIT_ROWS, LOGIT_BYTES // (4 * max(vocab, 1))))
 
 
 def kv_array(shape: tuple[int, ...], dtype: type[np.generic] = np.float32) -> np.ndarray:
@@ -76,7 +84,8 @@ class ModelRunner:
         none = np.zeros((0, *shape[1:]), dtype=dtype)
         self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) if a else (none, none) for a in attends]
         # fresh memory would cost a page fault per 4 KB on every step
-        self._logits = np.empty((LOGIT_ROWS, model.output.out_features), dtype=np.float32)
+        self.logit_rows = logit_rows(model.output.out_features)
+        self._logits = np.empty((self.logit_rows, model.output.out_features), dtype=np.float32)
 
     def run(self, work: list[Work]) -> tuple[list[RowRef], Iterator[Row]]:
         """The step's rows and, in the same order, each row's fp32 log-probabilities over the
@@ -127,15 +136,13 @@ class ModelRunner:
         return rows, self._logprobs(hidden, np.array(select, dtype=np.int64), rows)
 
     def _logprobs(self, hidden: Array, select: np.ndarray, refs: list[RowRef]) -> Iterator[Row]:
-        """The selected rows' log-probabilities, LOGIT_ROWS rows at a time."""
-        ops = self.model.ops
-        for start in range(0, len(select), LOGIT_ROWS):
-            chunk = select[start : start + LOGIT_ROWS]
+        """The selected rows' log-probabilities, `logit_rows` rows at a time."""
+        ops, n = self.model.ops, self.logit_rows
+        for start in range(0, len(select), n):
+            chunk = select[start : start + n]
             logits = self.model.logits(hidden[like(hidden, chunk)], out=self._logits[: len(chunk)])
             if self.sparse and self._read_rows is not None:
-                yield from self._read_rows(
-                    logits, [self._read(ref) for ref in refs[start : start + LOGIT_ROWS]]
-                )
+                yield from self._read_rows(logits, [self._read(ref) for ref in refs[start : start + n]])
             else:
                 yield from to_numpy(ops.log_softmax(logits, inplace=True))
 

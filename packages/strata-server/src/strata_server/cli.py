@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from strata_engine import AsyncEngine
     from strata_engine.api import EngineError
+    from strata_engine.heap import trim_heap, tune_heap
     from strata_engine.kernels.choice import describe
     from strata_engine.kernels.native import NativeUnavailable
     from strata_engine.model_store import resolve_model
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_server.shutdown import GracefulServer
     from strata_server.slow_clients import connection_options
 
+    tune_heap()  # before the model's blocks: large ones go back to the OS when freed (heap.py)
     try:
         path = resolve_model(args.model)
         tp = init_from_env(args.tensor_parallel, args.device)
@@ -119,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"strata-server: cannot load model: {exc}")
     except OSError as exc:
         sys.exit(f"strata-server: cannot read the model file: {exc}")
+    trim_heap()  # the load's freed temporaries back to the OS before serving (heap.py)
     logging.getLogger("strata_server").info(
         "%s; model %s loaded in %.2f s",
         describe(engine.kernels, engine.invariant),

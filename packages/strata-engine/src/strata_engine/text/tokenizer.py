@@ -17,14 +17,14 @@ from __future__ import annotations
 import codecs
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any
-
-from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
-from tokenizers import Tokenizer as _RustTokenizer
-from tokenizers.models import BPE
+from typing import TYPE_CHECKING, Any
 
 from strata_engine.api import ModelLoadError
+from strata_engine.text.packed_bytes import PackedBytes
 from strata_engine.text.pretokenizers import PRE_TOKENIZERS, PreTokenizer
+
+if TYPE_CHECKING:  # imported where a BPE vocabulary is built: a SentencePiece model never loads it (4 MB)
+    from tokenizers import Tokenizer as _RustTokenizer
 
 __all__ = ["BPE_MODELS", "EOG_TEXTS", "PRE_TOKENIZERS", "IncrementalDecoder", "PreTokenizer", "Tokenizer"]
 
@@ -298,6 +298,9 @@ class Tokenizer:
         # tokenizers panics on a merge whose parts or result are not in the vocabulary; such a
         # merge can never produce a token id, so it is left out.
         pairs = [(a, b) for a, b in _split_merges(merges) if a in vocab and b in vocab and a + b in vocab]
+        from tokenizers import Regex, normalizers, pre_tokenizers
+        from tokenizers.models import BPE
+
         self._bpe = BPE(vocab, pairs, ignore_merges=spec.ignore_merges, byte_fallback=not spec.byte_level)
         splits: list[pre_tokenizers.PreTokenizer] = [
             pre_tokenizers.Split(Regex(r), behavior="isolated") for r in spec.regexes
@@ -305,16 +308,16 @@ class Tokenizer:
         if spec.byte_level:
             splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
             self._normalizer = None
-            self._token_bytes = [
+            self._token_bytes: Sequence[bytes] = PackedBytes(
                 piece.encode("utf-8") if t != TOKEN_NORMAL and t != TOKEN_BYTE else _piece_to_bytes(piece)
                 for piece, t in zip(self._pieces, types, strict=True)
-            ]
+            )
         else:
             self._normalizer = normalizers.Replace(" ", SPACE)
-            self._token_bytes = [
+            self._token_bytes = PackedBytes(
                 piece.replace(SPACE, " ").encode("utf-8") if t == TOKEN_NORMAL else _spm_piece_bytes(piece, t)
                 for piece, t in zip(self._pieces, types, strict=True)
-            ]
+            )
         self._pre_tokenizer = pre_tokenizers.Sequence(splits)
         # Control and unknown tokens are split out only when parsing specials; user-defined
         # tokens always (llama.cpp's tokenizer_st_partition).
@@ -331,6 +334,8 @@ class Tokenizer:
         (Gemma 4), where the Rust BPE merges it; the two agree when the merges build every such
         entry, as Gemma 4's do. A vocabulary whose merges do not is refused, not tokenized
         otherwise than llama.cpp does."""
+        from tokenizers import Tokenizer as _RustTokenizer
+
         bpe_only = _RustTokenizer(self._bpe)
         for piece, i in vocab.items():
             if piece and piece.count("\n") == len(piece):
@@ -370,6 +375,9 @@ class Tokenizer:
         )
 
     def _rust_tokenizer(self, split_texts: list[str]) -> _RustTokenizer:
+        from tokenizers import AddedToken
+        from tokenizers import Tokenizer as _RustTokenizer
+
         tok = _RustTokenizer(self._bpe)  # the BPE model is shared, not copied
         tok.pre_tokenizer = self._pre_tokenizer
         if self._normalizer is not None:  # applied after the split texts are taken out
