@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
-from tiny_models import TINY_SPECS, write_tiny_model
 
 from strata_engine import structured
 from strata_engine.engine import LLMEngine
 from strata_engine.kernels.weights import Weight
 from strata_engine.model_runner import LOGIT_ROWS, MIN_LOGIT_ROWS, logit_rows
 from strata_engine.row_packing import GROUP_ROWS
+from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
 # bytes held a value at the most: the kernels' Q8_0 layout (36 bytes / 32) is the widest form a
 # quantised type is held in; fp32 would be 4
