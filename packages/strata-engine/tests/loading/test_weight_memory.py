@@ -119,7 +119,7 @@ def test_packed_token_bytes_read_as_the_list_did() -> None:
 
 
 def test_the_heap_policy_leaves_an_operators_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """strata-server fixes glibc's mmap threshold and arenas, unless the environment set them."""
+    """strata-server fixes glibc's mmap threshold, unless the environment set it."""
     import platform
 
     from strata_engine import heap
@@ -127,6 +127,7 @@ def test_the_heap_policy_leaves_an_operators_setting(monkeypatch: pytest.MonkeyP
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         assert heap.tune_heap() == {}
         return
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     assert heap.tune_heap() == {"MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD}
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(2**20))
+    assert heap.tune_heap() == {}
