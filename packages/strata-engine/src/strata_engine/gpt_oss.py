@@ -16,10 +16,10 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
+from strata_engine.experts import mix
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels.base import Array, Ops, like, to_numpy
+from strata_engine.kernels.base import Array, Ops
 from strata_engine.kernels.weights import vector
 
 ALPHA, LIMIT = 1.702, 7.0  # llama.cpp's constants for LLM_FFN_SWIGLU_OAI_MOE (as float32)
@@ -96,30 +96,15 @@ def check_backend(ops: Ops, tensor_parallel: bool) -> None:
 
 
 def moe(ops: Ops, h: Array, router: Any, experts: list[Any], p: Parts, k: int) -> Array:
-    """gpt-oss's mixture of experts, batch-invariant as model.Transformer._moe: a row's experts,
-    weights and sum depend on that row alone.
+    """gpt-oss's mixture of experts in experts.py's fixed orders (llama.cpp's SOFTMAX_WEIGHT
+    gating): the router with its bias; each expert's gate and up with their biases, the clamped
+    SwiGLU, down with its bias."""
 
-    The router's fp32 logits (its bias added by the matmul) pick the top k (ties: the lower
-    expert id); the weights are the softmax over those k logits, in float64 with exactmath (the
-    same bits on every machine), as llama.cpp's SOFTMAX_WEIGHT gating. Each expert runs on the rows
-    that chose it: gate and up with their biases, the clamped SwiGLU, down with its bias; a row's
-    weighted outputs are added in ascending expert id.
-    """
-    routed = ops.linear(h, router, p.router_bias)
-    logits = to_numpy(routed)
-    order = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: the lower id first
-    top = np.take_along_axis(logits, order, axis=1).astype(np.float64)
-    e = exactmath.exp(top - top[:, :1])  # the first is the largest: exp(0) = 1 for it
-    weights = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
-    out = like(routed, np.zeros(h.shape, dtype=np.float32))
-    for expert in np.unique(order).tolist():  # ascending expert id
-        rows, slot = np.nonzero(order == expert)
+    def ffn(expert: int, x: Array) -> Array:
         gate_w, up_w, down_w = experts[expert]
-        x = h[like(h, rows)]
         gate = ops.linear(x, gate_w, p.gate_bias[expert])
         up = ops.linear(x, up_w, p.up_bias[expert])
         act = cast(SwigluOps, ops).swiglu_oai(gate, up, ALPHA, LIMIT)  # present: check_backend
-        y = ops.linear(act, down_w, p.down_bias[expert])
-        index = like(out, rows)
-        out[index] = out[index] + like(out, weights[rows, slot][:, None]) * y
-    return out
+        return ops.linear(act, down_w, p.down_bias[expert])
+
+    return mix(h, ops.linear(h, router, p.router_bias), k, ffn)

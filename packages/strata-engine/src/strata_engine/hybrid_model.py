@@ -32,7 +32,7 @@ from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
 from strata_engine.recurrent_state import RecurrentStates
-from strata_engine.row_packing import tied_head
+from strata_engine.row_packing import lm_head
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 
 
@@ -108,11 +108,7 @@ class HybridTransformer:
         def matmul(name: str) -> Weight:
             return ops.pack(Weight.from_info(need(name)))
 
-        if "output.weight" in t:
-            self.embedding = Weight.from_info(need("token_embd.weight"))
-            self.output = ops.pack(Weight.from_info(t["output.weight"]))
-        else:
-            self.embedding, self.output = tied_head(ops, need("token_embd.weight"), gguf.release_pages)
+        self.embedding, self.output = lm_head(ops, need, "output.weight" in t, gguf.release_pages)
         self.norm = vector(need("output_norm.weight"))
         self.layers: list[HybridLayer] = []
         for i, recurrent in enumerate(self.hybrid.recurrent):

@@ -17,15 +17,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import attention_temperature, exactmath, gpt_oss
+from strata_engine import attention_temperature, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
+from strata_engine.experts import mix
 from strata_engine.gguf_loader import GGUFFile, TensorInfo
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, like, to_numpy
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.rope import read_factors, rope_table
-from strata_engine.row_packing import tied_head
+from strata_engine.row_packing import lm_head
 from strata_engine.tensor_parallel import SINGLE, TensorParallel
 
 log = logging.getLogger("strata_engine")
@@ -301,11 +302,7 @@ class Transformer:
             return vector(t[name]) if name in t else None
 
         # the LM head in the form the ops' matmul reads (a tied head: the embedding packed, or itself)
-        if "output.weight" in t:
-            self.embedding = Weight.from_info(need("token_embd.weight"))
-            self.output = ops.pack(Weight.from_info(t["output.weight"]))
-        else:
-            self.embedding, self.output = tied_head(ops, need("token_embd.weight"), gguf.release_pages)
+        self.embedding, self.output = lm_head(ops, need, "output.weight" in t, gguf.release_pages)
         self.norm = vector(need("output_norm.weight"))
         self.layers = []
         for i in range(cfg.n_layers):
@@ -445,32 +442,15 @@ class Transformer:
 
     def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that
-        row alone.
-
-        The router's top-k is taken on its fp32 logits (softmax is monotonic; ties go to the lower
-        expert id); the k weights are the softmax over those k logits, i.e. the renormalised top-k
-        probabilities llama.cpp uses for Mixtral and Qwen3-MoE, computed in float64 with exactmath
-        (the same bits on every machine). Each expert runs on the rows that chose it (an invariant
-        matmul: a row's bits do not depend on the others), and a row's outputs are added in
-        ascending expert id: one fixed order of fp32 multiplies and adds per row.
-        """
+        row alone (experts.py: the router's top-k and softmax, the sum in ascending expert id)."""
         assert layer.router is not None and layer.experts is not None
-        ops, k = self.ops, self.cfg.n_experts_used
-        routed = ops.linear(h, layer.router)  # the backend's own kind of array, as `out` is
-        logits = to_numpy(routed)
-        order = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: the lower id first
-        top = np.take_along_axis(logits, order, axis=1).astype(np.float64)
-        e = exactmath.exp(top - top[:, :1])  # the first is the largest: exp(0) = 1 for it
-        weights = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
-        out = like(routed, np.zeros(h.shape, dtype=np.float32))
-        for expert in np.unique(order).tolist():  # ascending expert id
-            rows, slot = np.nonzero(order == expert)
-            gate, up, down = layer.experts[expert]
-            x = h[like(h, rows)]
-            y = ops.linear(ops.silu_mul(ops.linear(x, gate), ops.linear(x, up)), down)
-            index = like(out, rows)
-            out[index] = out[index] + like(out, weights[rows, slot][:, None]) * y
-        return out
+        ops, experts = self.ops, layer.experts
+
+        def ffn(expert: int, x: Array) -> Array:
+            gate, up, down = experts[expert]
+            return ops.linear(ops.silu_mul(ops.linear(x, gate), ops.linear(x, up)), down)
+
+        return mix(h, ops.linear(h, layer.router), self.cfg.n_experts_used, ffn)
 
     def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
         """fp32 logits [R, vocab] for the selected rows only (soft-capped where the model says);

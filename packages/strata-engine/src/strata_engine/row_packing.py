@@ -44,6 +44,16 @@ def tied_head(ops: Ops, info: TensorInfo, release: Callable[[], None]) -> tuple[
     return (head if head.kernel_type & Q8_PACKED else weight), head
 
 
+def lm_head(
+    ops: Ops, need: Callable[[str], TensorInfo], has_output: bool, release: Callable[[], None]
+) -> tuple[Weight, Weight]:
+    """The embedding and the LM head: the file's own `output.weight` packed for the ops' matmul
+    (`has_output`), or the tied embedding (`tied_head`); `need` fetches a tensor or refuses."""
+    if has_output:
+        return Weight.from_info(need("token_embd.weight")), ops.pack(Weight.from_info(need("output.weight")))
+    return tied_head(ops, need("token_embd.weight"), release)
+
+
 def _packed_slices(ops: Ops, info: TensorInfo, first: Weight, release: Callable[[], None]) -> Weight:
     rows = info.shape[0]
     per_row = first.raw.size // SLICE_ROWS
