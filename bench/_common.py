@@ -1,4 +1,5 @@
-"""What every benchmark shares: the host line, the llama.cpp line and the percentile rule.
+"""What every benchmark shares: the host line, the llama.cpp line, the percentile rule, each side
+measured in a fresh interpreter and the best of several runs kept, and the results writer.
 
 Each script in bench/ runs from its own folder (`python bench/NAME.py`), which puts bench/ on
 `sys.path`, so `from _common import ...` finds this file.
@@ -6,8 +7,13 @@ Each script in bench/ runs from its own folder (`python bench/NAME.py`), which p
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -48,3 +54,30 @@ def host_line() -> str:
     wanted = ["avx512f", "avx2", "fma", "f16c", "asimd", "neon"]
     host = f"host: {model}, {os.cpu_count()} cpus, flags: {' '.join(f for f in wanted if f in flags) or '-'}"
     return f"{host}\n{llama_cpp_line()}"
+
+
+def run_side(label: str, script: str, args: list[str], env: dict[str, str] | None = None) -> dict | None:
+    """Run `script args` in a fresh interpreter, so that its memory figures are its own; the JSON
+    object on the last line it prints, or None (and a line saying why) when it failed."""
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(f"{label}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def keep_best(best: dict, out: dict) -> None:
+    """Fold one run's figures into `best`: the lowest load time and memory, the highest rates
+    (on a shared, noisy machine the best of several runs is the least disturbed one)."""
+    for key, value in out.items():
+        best[key] = min(best[key], value) if key in ("load_s", "peak_rss_mb") else max(best[key], value)
+
+
+def write_results(path: str | Path, record: dict[str, Any]) -> Path:
+    """Write a run's record as indented JSON (the folder made if need be) and say where: the
+    files in bench/results/ that figures.py turns into the docs' tables and charts."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out}")
+    return out

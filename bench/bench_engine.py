@@ -21,11 +21,9 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import time
 
-from _common import host_line
+from _common import host_line, keep_best, run_side, write_results
 
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
@@ -143,23 +141,6 @@ def bench_llama_cpp(
     return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def run_side(label: str, script: str, args: list[str], env: dict[str, str] | None = None) -> dict | None:
-    """Run `script args` in a fresh interpreter, so that its memory figures are its own; the JSON
-    object on the last line it prints, or None (and a line saying why) when it failed."""
-    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        print(f"{label}: not measured ({(proc.stderr.strip().splitlines() or ['failed'])[-1]})")
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def keep_best(best: dict, out: dict) -> None:
-    """Fold one run's figures into `best`: the lowest load time and memory, the highest rates
-    (on a shared, noisy machine the best of several runs is the least disturbed one)."""
-    for key, value in out.items():
-        best[key] = min(best[key], value) if key in ("load_s", "peak_rss_mb") else max(best[key], value)
-
-
 def decode_against_bandwidth(path: str, threads: int, results: dict[str, dict]) -> dict:
     """Each side's batch-1 decode as the rate it reads weights (the GGUF's bytes a token x tokens/s)
     and as a share of this host's measured read bandwidth (memory_bandwidth.py, same run); prints
@@ -252,8 +233,7 @@ def main() -> None:
     if args.json:
         record = {"host": host_line(), "threads": args.threads, "prompt_tokens": args.prompt,
                   "results": results, "decode_bandwidth": bandwidth}  # fmt: skip
-        with open(args.json, "w", encoding="utf-8") as out:
-            out.write(json.dumps(record, indent=2) + "\n")
+        write_results(args.json, record)
 
 
 if __name__ == "__main__":

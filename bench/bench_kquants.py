@@ -31,14 +31,12 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from _common import host_line
+from _common import host_line, keep_best, run_side, write_results
 from bench_engine import (
     _prompt_ids,
     bench_llama_cpp,
     bench_strata,
     decode_against_bandwidth,
-    keep_best,
-    run_side,
 )
 from gguf import GGUFReader
 
@@ -260,9 +258,7 @@ def main() -> None:
         "ratios_strata_over_llama_cpp": ratios,
         "decode_bandwidth": bandwidth,
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_results(args.json, record)
     if not check["ok"]:
         sys.exit(1)
 

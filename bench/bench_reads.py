@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_engine import host_line  # bench/ is the script's folder, so on sys.path
+from _common import host_line
 
 from strata_client import AsyncStrataClient
 from strata_decide.labels import LabelBook

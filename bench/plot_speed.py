@@ -21,7 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bench_engine import bench_llama_cpp, bench_strata, host_line, keep_best, run_side
+from _common import host_line, keep_best, run_side, write_results
+from bench_engine import bench_llama_cpp, bench_strata
 from figures import draw_charts
 
 RESULTS = Path(__file__).parent / "results"
@@ -118,8 +119,8 @@ def main() -> None:
         "prefill_tok_s": {k.split(":")[0]: v for k, v in results.items() if k.endswith(":prompt")},
     }
     path = RESULTS / "speed.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}, " + ", ".join(str(p) for p in draw_charts()))
+    write_results(path, record)
+    print("charts: " + ", ".join(str(p) for p in draw_charts()))
 
 
 if __name__ == "__main__":
