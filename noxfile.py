@@ -67,7 +67,9 @@ def torch_env(session: nox.Session, *packages: str) -> str:
 @nox.session(python=PY, venv_backend="none")
 def lint(session: nox.Session) -> None:
     """ruff (lint and format) over the tree; mypy over the four packages (config: pyproject.toml)."""
-    python = torch_env(session, *LINT_TOOLS, ENGINE, SERVER, CLIENT, DECIDE)
+    python = torch_env(
+        session, *LINT_TOOLS, f"{ENGINE}[test]", SERVER, CLIENT, DECIDE
+    )  # [test]: the test support (strata_engine.testing) imports pytest
     session.run(python, "-m", "ruff", "check", ".", external=True)
     session.run(python, "-m", "ruff", "format", "--check", ".", external=True)
     session.run(python, "-m", "mypy", external=True)
