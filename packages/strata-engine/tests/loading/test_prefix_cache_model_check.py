@@ -214,7 +214,7 @@ def forgetful_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
 def take_keeping_published(self: BlockManager) -> int | None:
     """Eviction that reuses a cached block but leaves it published under its old content."""
     if self.free:
-        block = self.free.popleft()
+        block = self.free.pop()
     elif self.evictable:
         block, _ = self.evictable.popitem(last=False)  # bug: self.content and self.by_hash keep it
         self.evictions += 1

@@ -94,7 +94,7 @@ def test_a_large_vocabulary_gets_no_slicer(monkeypatch: pytest.MonkeyPatch, tmp_
 
     def record(*args: object, **kwargs: object) -> object:
         seen.append(kwargs.get("slices"))
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(structured.llguidance, "LLTokenizer", record)
     path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5)
@@ -131,3 +131,26 @@ def test_the_heap_policy_leaves_an_operators_setting(monkeypatch: pytest.MonkeyP
     assert heap.tune_heap() == {"MALLOC_MMAP_THRESHOLD_": heap.MMAP_THRESHOLD}
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(2**20))
     assert heap.tune_heap() == {}
+
+
+def test_a_released_block_is_reused_before_a_never_used_one() -> None:
+    """A block's KV pages become resident when it is first written: a request after another
+    takes the blocks the first gave back, not fresh ones, so uncacheable repeated work does not
+    spread over the whole KV budget."""
+    from types import SimpleNamespace
+
+    from strata_engine.block_manager import BlockManager
+
+    blocks = BlockManager(num_blocks=16, block_size=16)
+
+    def run(tokens: int) -> list[int]:
+        seq = SimpleNamespace(block_table=[], block_hashes=[], state_slot=None)
+        assert blocks.ensure(seq, tokens)
+        taken = list(seq.block_table)
+        blocks.release(seq)
+        return taken
+
+    first = run(40)
+    assert first == [0, 1, 2]
+    assert sorted(run(40)) == first
+    assert sorted(run(64)) == [*first, 3]  # one more than before: the next never-used block
