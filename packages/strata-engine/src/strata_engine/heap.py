@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 16 * 2**20  # a decode step's blocks (8 MiB at 262k ids, 4 rows) stay on the heap
@@ -49,3 +51,14 @@ def trim_heap() -> bool:
         return False
     malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     return bool(malloc_trim(0))
+
+
+@contextmanager
+def loading_to_serve() -> Iterator[None]:
+    """Around a serving process's model load (the single server's and each Ray replica's): the
+    policy set before the model's blocks, the load's freed temporaries handed back after it."""
+    tune_heap()
+    try:
+        yield
+    finally:
+        trim_heap()

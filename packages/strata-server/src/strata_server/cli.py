@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from strata_engine import AsyncEngine
     from strata_engine.api import EngineError
-    from strata_engine.heap import trim_heap, tune_heap
+    from strata_engine.heap import loading_to_serve
     from strata_engine.kernels.choice import describe
     from strata_engine.kernels.native import NativeUnavailable
     from strata_engine.model_store import resolve_model
@@ -98,30 +98,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     from strata_server.shutdown import GracefulServer
     from strata_server.slow_clients import connection_options
 
-    tune_heap()  # before the model's blocks: large ones go back to the OS when freed (heap.py)
-    try:
-        path = resolve_model(args.model)
-        tp = init_from_env(args.tensor_parallel, args.device)
-        engine_args = {**engine_options(args), "tensor_parallel": tp}
-        if tp.rank != 0:
-            sys.exit(follow_rank(path, engine_args))
-        with ThreadPoolExecutor(1, thread_name_prefix="strata-hash") as pool:
-            sha256 = pool.submit(model_sha256, path)  # beside the load (hashlib releases the GIL)
-            engine = AsyncEngine.from_path(path, **engine_args)
-            provenance = Provenance.of(
-                engine.kernels,
-                engine.invariant,
-                path,
-                tp.world,
-                engine_args.get("chat_template"),
-                sha256.result(),
-                engine.kv_cache_dtype,
-            )
-    except (EngineError, NativeUnavailable) as exc:
-        sys.exit(f"strata-server: cannot load model: {exc}")
-    except OSError as exc:
-        sys.exit(f"strata-server: cannot read the model file: {exc}")
-    trim_heap()  # the load's freed temporaries back to the OS before serving (heap.py)
+    with loading_to_serve():  # large freed blocks go back to the OS (heap.py)
+        try:
+            path = resolve_model(args.model)
+            tp = init_from_env(args.tensor_parallel, args.device)
+            engine_args = {**engine_options(args), "tensor_parallel": tp}
+            if tp.rank != 0:
+                sys.exit(follow_rank(path, engine_args))
+            with ThreadPoolExecutor(1, thread_name_prefix="strata-hash") as pool:
+                sha256 = pool.submit(model_sha256, path)  # beside the load (hashlib releases the GIL)
+                engine = AsyncEngine.from_path(path, **engine_args)
+                provenance = Provenance.of(
+                    engine.kernels,
+                    engine.invariant,
+                    path,
+                    tp.world,
+                    engine_args.get("chat_template"),
+                    sha256.result(),
+                    engine.kv_cache_dtype,
+                )
+        except (EngineError, NativeUnavailable) as exc:
+            sys.exit(f"strata-server: cannot load model: {exc}")
+        except OSError as exc:
+            sys.exit(f"strata-server: cannot read the model file: {exc}")
     logging.getLogger("strata_server").info(
         "%s; model %s loaded in %.2f s",
         describe(engine.kernels, engine.invariant),

@@ -88,13 +88,15 @@ class StrataReplica:
 
     async def __init__(self, options: RayOptions) -> None:  # type: ignore[misc]  # Ray awaits it
         from strata_engine import AsyncEngine
+        from strata_engine.heap import loading_to_serve
         from strata_engine.model_store import resolve_model
         from strata_server.app import create_app
         from strata_server.provenance import Provenance
 
         logging.getLogger("strata_server.access").setLevel(logging.WARNING)  # Serve logs requests
         path = resolve_model(options.model)
-        self.engine = AsyncEngine.from_path(path, **options.engine)
+        with loading_to_serve():  # as the single server's load (heap.py)
+            self.engine = AsyncEngine.from_path(path, **options.engine)
         provenance = Provenance.of(
             self.engine.kernels,
             self.engine.invariant,
