@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,13 @@ class GGUFFile:
         the file again faults them back in. Keeps the file out of the server's resident memory."""
         if hasattr(mmap, "MADV_DONTNEED"):
             self._mmap.madvise(mmap.MADV_DONTNEED)
+
+
+def required(tensors: Mapping[str, TensorInfo], name: str) -> TensorInfo:
+    """The tensor `name`, or the one load error that says the file lacks it."""
+    if name not in tensors:
+        raise ModelLoadError(f"model file lacks tensor {name}")
+    return tensors[name]
 
 
 def shown(name: str) -> str:

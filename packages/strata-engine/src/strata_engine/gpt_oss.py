@@ -18,7 +18,7 @@ import numpy as np
 
 from strata_engine.api import ModelLoadError
 from strata_engine.experts import mix
-from strata_engine.gguf_loader import TensorInfo
+from strata_engine.gguf_loader import TensorInfo, required
 from strata_engine.kernels.base import Array, Ops
 from strata_engine.kernels.weights import vector
 
@@ -67,9 +67,7 @@ def parts(t: Mapping[str, TensorInfo], prefix: str) -> Parts:
     """The layer's sinks and biases, each required (llama.cpp's loader requires them too)."""
 
     def need(name: str) -> np.ndarray:
-        if prefix + name not in t:
-            raise ModelLoadError(f"model file lacks tensor {prefix}{name}")
-        info = t[prefix + name]
+        info = required(t, prefix + name)
         return vector(info).reshape(info.shape)  # an expert bias: [n_experts, n]
 
     return Parts(

@@ -27,7 +27,7 @@ import numpy as np
 from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
-from strata_engine.gguf_loader import GGUFFile, TensorInfo
+from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
@@ -101,9 +101,7 @@ class HybridTransformer:
         t = gguf.tensors
 
         def need(name: str) -> TensorInfo:
-            if name not in t:
-                raise ModelLoadError(f"model file lacks tensor {name}")
-            return t[name]
+            return required(t, name)
 
         def matmul(name: str) -> Weight:
             return ops.pack(Weight.from_info(need(name)))

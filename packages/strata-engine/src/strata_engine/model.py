@@ -21,7 +21,7 @@ from strata_engine import attention_temperature, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
-from strata_engine.gguf_loader import GGUFFile, TensorInfo
+from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
 from strata_engine.kernels.weights import Weight, vector
@@ -293,10 +293,8 @@ class Transformer:
         self.tp = tp
         t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
 
-        def need(name: str):
-            if name not in t:
-                raise ModelLoadError(f"model file lacks tensor {name}")
-            return t[name]
+        def need(name: str) -> TensorInfo:
+            return required(t, name)
 
         def opt_vec(name: str) -> np.ndarray | None:
             return vector(t[name]) if name in t else None
