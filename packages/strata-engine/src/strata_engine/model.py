@@ -1,5 +1,6 @@
 """The transformer (llama / qwen2 / qwen3 / qwen3moe / phi3 / gemma 1-3 / mistral3 / gpt-oss), once,
 calling `Ops` for every heavy step; the architectures differ by `ModelConfig` switches.
+
 The forward pass takes a flat batch of tokens from any number of sequences (prefill
 chunks and decode steps mixed), writes their K/V into the paged cache first, then attends.
 
@@ -185,7 +186,8 @@ def column_range(w: Weight, start: int, end: int) -> Weight:
 
 
 def _block(w: Weight) -> int:
-    """Values per block of `w` (1 for fp32): the stored block, at least the kernels' 32."""
+    """Values per block of `w` (1 for fp32), the unit its input columns split by: the stored
+    block, and at least the 32 values the kernels dequantise at a time (F16, BF16: 1 stored)."""
     return 1 if w.kernel_type == 0 or w.source is None else max(GGML_QUANT_SIZES[w.source.qtype][0], 32)
 
 
