@@ -44,7 +44,7 @@ from strata_engine.gguf_checks import (
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.hybrid_model import HybridTransformer
 from strata_engine.kernels.choice import make_ops, on_cpu
-from strata_engine.kernels.kv_types import kv_bytes
+from strata_engine.kernels.kv_types import kv_head_bytes
 from strata_engine.logprobs import Row, build_row
 from strata_engine.memory import check_fits
 from strata_engine.model import Transformer
@@ -62,7 +62,7 @@ from strata_engine.text.stream import TextStream, decode_spans
 log = logging.getLogger("strata_engine")
 
 BLOCK_SIZE = 16
-KV_BYTES_PER_FLOAT = 4  # the default fp32 cache; kv_types.kv_bytes gives each type's
+KV_BYTES_PER_FLOAT = 4  # the default fp32 cache; kv_types.kv_head_bytes gives each type's
 
 
 def out_of_memory(exc: BaseException) -> EngineOutOfMemory:
@@ -100,13 +100,13 @@ class LLMEngine:
         check_keys_read(meta, cfg.arch, tokenizer=False)
         self.model_name = Path(path).stem
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
-        self.kv_cache_dtype = kv_cache_dtype  # fp32, bf16, fp16: what the KV cache stores (kv_types.py)
+        self.kv_cache_dtype = kv_cache_dtype  # fp32, bf16, fp16, q8_0: what the KV cache stores (kv_types.py)
         try:
-            value_bytes = kv_bytes(kv_cache_dtype)
+            head_bytes = kv_head_bytes(kv_cache_dtype, cfg.head_dim)
         except ValueError as exc:  # refused before anything is loaded
             raise ModelLoadError(str(exc)) from None
         kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
-        per_block = 2 * kv_layers * BLOCK_SIZE * cfg.n_kv_heads * cfg.head_dim * value_bytes
+        per_block = 2 * kv_layers * BLOCK_SIZE * cfg.n_kv_heads * head_bytes
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())
@@ -116,6 +116,11 @@ class LLMEngine:
             raise ModelLoadError(
                 f"{cfg.arch}: hybrid recurrent models run on the CPU kernels only for now; the GPU "
                 "(Triton) backend does not compute their DeltaNet layers (use device cpu)"
+            )
+        if kv_cache_dtype == "q8_0" and not on_cpu(kernels, device):
+            raise ModelLoadError(
+                "the q8_0 KV cache runs on the CPU kernels only for now; the GPU (Triton) backend "
+                "stores fp32, bf16 or fp16 (use one of those, or device cpu)"
             )
         self.ops = make_ops(kernels, device, num_threads)
         # IEEE default float modes around each step, whatever other code in the process set

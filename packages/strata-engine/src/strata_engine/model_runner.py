@@ -19,7 +19,7 @@ import numpy as np
 
 from strata_engine.hybrid_model import HybridTransformer
 from strata_engine.kernels.base import Array, AttentionMeta, like, to_numpy
-from strata_engine.kernels.kv_types import KV_DTYPES, check_kv_dtype
+from strata_engine.kernels.kv_types import KV_DTYPES, kv_head_width
 from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.model import Transformer
 from strata_engine.row_reads import read_for
@@ -77,8 +77,8 @@ class ModelRunner:
             model.ops, "read_rows", None
         )
         self.block_size = block_size
-        shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
-        dtype = KV_DTYPES[check_kv_dtype(kv_cache_dtype)]
+        shape = (num_blocks, block_size, cfg.n_kv_heads, kv_head_width(kv_cache_dtype, cfg.head_dim))
+        dtype = KV_DTYPES[kv_cache_dtype]
         # a hybrid model's DeltaNet layers keep no KV (their state: recurrent_state.py)
         attends = (True,) * cfg.n_layers if cfg.hybrid is None else tuple(not r for r in cfg.hybrid.recurrent)
         none = np.zeros((0, *shape[1:]), dtype=dtype)

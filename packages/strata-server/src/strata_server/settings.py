@@ -32,7 +32,7 @@ DEFAULT_MAX_N = 256  # sequences (prompts x n) in one request
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_SHUTDOWN_GRACE_S = 30.0
 API_KEY_ENV = "STRATA_API_KEY"
-KV_CACHE_DTYPES = ("fp32", "bf16", "fp16")  # strata_engine.kernels.kv_types.KV_DTYPES
+KV_CACHE_DTYPES = ("fp32", "bf16", "fp16", "q8_0")  # strata_engine.kernels.kv_types.KV_DTYPES
 KERNELS = ("auto", "native", "native-fp32", "native-q8", "native-limb3", "native-limb2", "torch")
 
 
@@ -116,9 +116,9 @@ class EngineOptions:
     kv_cache_dtype: str = option(
         "fp32",
         "what the KV cache stores each K/V value as: fp32 (exact); bf16 or fp16: half the memory "
-        "(--kv-cache-mb holds twice the tokens), each value rounded when written, still "
-        "batch-invariant and the same bits on every CPU (named in system_fingerprint; accuracy: "
-        "docs/engine.md)",
+        "(--kv-cache-mb holds twice the tokens); q8_0 (CPU only): 34 bytes a block of 32 values; "
+        "each value rounded when written, still batch-invariant and the same bits on every CPU "
+        "(named in system_fingerprint; accuracy: docs/engine.md)",
         flag="--kv-cache-dtype",
         choices=KV_CACHE_DTYPES,
     )

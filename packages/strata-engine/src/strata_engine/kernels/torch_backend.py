@@ -29,6 +29,35 @@ def kv_tensor(c: np.ndarray | torch.Tensor) -> torch.Tensor:
     return tensor(c)
 
 
+def q8_0_blocks(x: torch.Tensor) -> torch.Tensor:
+    """K or V rows [T, KVH, D] as q8_0 cache bytes [T, KVH, D / 32 * 34], by attention.c's rule
+    (ggml's reference: d = amax / 127, q = x * (1 / d) rounded half away from zero)."""
+    b = x.float().reshape(*x.shape[:-1], -1, 32)
+    d = b.abs().amax(-1, keepdim=True) / 127
+    d16 = d.to(torch.float16)
+    bad = ~torch.isfinite(b).all(-1, keepdim=True) | torch.isinf(d16)
+    d16 = torch.where(bad, torch.tensor(float("nan"), dtype=torch.float16), d16)
+    v = b * torch.where(d == 0, 0.0, 1 / d)
+    a = v.abs().nan_to_num(0.0)
+    q = torch.sign(v) * (a.floor() + (2 * (a - a.floor())).floor())  # roundf, exactly
+    q = torch.where(bad | (d16 == 0), 0.0, q)
+    out = torch.cat((d16.view(torch.uint8), q.to(torch.int8).view(torch.uint8)), dim=-1)
+    return out.reshape(*x.shape[:-1], -1)
+
+
+def q8_0_values(c: torch.Tensor) -> torch.Tensor:
+    """q8_0 cache bytes [..., D / 32 * 34] widened exactly to fp32 [..., D]."""
+    b = c.reshape(*c.shape[:-1], -1, 34)
+    d = b[..., :2].contiguous().view(torch.float16).float()
+    q = b[..., 2:].contiguous().view(torch.int8).float()
+    return (d * q).reshape(*c.shape[:-1], -1)
+
+
+def _widened(rows: torch.Tensor) -> torch.Tensor:
+    """Cache rows as fp32 (a q8_0 cache's bytes widened, the others converted)."""
+    return q8_0_values(rows) if rows.dtype == torch.uint8 else rows.float()
+
+
 class TorchOps:
     """Plain PyTorch ops (MKL, SDPA). Correct, but a row's bits depend on the batch shape."""
 
@@ -94,8 +123,8 @@ class TorchOps:
             table = tables[row].to(torch.int64)
             j = torch.arange(n)
             slots = table[j // bs] * bs + j % bs
-            k = k_cache.flatten(0, 1)[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
-            v = v_cache.flatten(0, 1)[slots].float().repeat_interleave(group, dim=1).transpose(0, 1)
+            k = _widened(k_cache.flatten(0, 1)[slots]).repeat_interleave(group, dim=1).transpose(0, 1)
+            v = _widened(v_cache.flatten(0, 1)[slots]).repeat_interleave(group, dim=1).transpose(0, 1)
             mask = j[None, :] <= pos[:, None]
             if window:
                 mask &= j[None, :] > pos[:, None] - window
@@ -139,8 +168,10 @@ class TorchOps:
     ) -> None:
         k, v, slots = tensor(k), tensor(v), tensor(slots)
         kc, vc = kv_tensor(k_cache), kv_tensor(v_cache)  # rounded to nearest even when not fp32
-        kc.view(-1, *k.shape[1:])[slots] = k.to(kc.dtype)
-        vc.view(-1, *v.shape[1:])[slots] = v.to(vc.dtype)
+        if kc.dtype == torch.uint8:  # q8_0 blocks
+            k, v = q8_0_blocks(k), q8_0_blocks(v)
+        kc.view(-1, *kc.shape[2:])[slots] = k.to(kc.dtype)
+        vc.view(-1, *vc.shape[2:])[slots] = v.to(vc.dtype)
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
         logits = tensor(logits).float()

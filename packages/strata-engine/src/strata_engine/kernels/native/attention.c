@@ -39,14 +39,51 @@ static inline float f16_to_f32(uint16_t h) {
     return bits_f32(sign | (e << 23) | ((m & 0x3FFu) << 13));
 }
 
-/* Positions start .. start+n-1 of KV head kvh of a 2-byte cache, widened to n fp32 rows of D in
- * dst: the attention then reads them as it reads an fp32 cache (one table entry, one head). */
-static void widen_rows(const uint16_t *c, int kv_type, const int32_t *table, int start, int n, int block_size,
+/* q8_0 (enum strata_kvtype KV_Q8_0): llama.cpp's block of 32 values, an fp16 scale d then 32
+ * int8 q, value d * q. A row is cut into blocks of 32 from its start (a head's D is a multiple
+ * of 32, checked at load), so a head's values are whole blocks. Written by ggml's reference rule
+ * (gguf-py's Q8_0 quantize, bit for bit): d = amax / 127, q = roundf(x * (1 / d)), d stored as
+ * fp16; IEEE operations and roundf only, the same bits on every target. A block with a
+ * non-finite value, or whose scale rounds to inf, is stored as a NaN scale and zeros (read as
+ * NaN); one whose scale rounds to 0 as zeros. Read: d * q is exact in fp32 (11 by 8 bits). */
+#define KV_Q8_BLOCK 34
+static void q8_0_block(const float *x, uint8_t *out) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int i = 0; i < 32; i++) {
+        float a = fabsf(x[i]);
+        finite &= a <= 3.40282347e38f; /* false for inf and NaN */
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t d16 = f32_to_f16(d);
+    if (!finite || (d16 & 0x7C00u) == 0x7C00u) d16 = 0x7E00u;
+    int8_t *q = (int8_t *)(out + 2);
+    memcpy(out, &d16, 2);
+    for (int i = 0; i < 32; i++) q[i] = d16 == 0 || d16 == 0x7E00u ? 0 : (int8_t)roundf(x[i] * id);
+}
+
+/* Positions start .. start+n-1 of KV head kvh of a cache stored as another type than fp32,
+ * widened to n fp32 rows of D in dst: the attention then reads them as it reads an fp32 cache
+ * (one table entry, one head). */
+static void widen_rows(const void *c, int kv_type, const int32_t *table, int start, int n, int block_size,
                        int KVH, int kvh, int D, float *dst) {
     for (int j = 0; j < n; j++) {
         int p = start + j;
-        const uint16_t *r = c + (((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh) * D;
+        int64_t at = ((int64_t)table[p / block_size] * block_size + p % block_size) * KVH + kvh; /* (slot, head) */
         float *o = dst + (int64_t)j * D;
+        if (kv_type == KV_Q8_0) {
+            const uint8_t *r = (const uint8_t *)c + at * (D / 32) * KV_Q8_BLOCK;
+            for (int b = 0; b < D / 32; b++) {
+                uint16_t d16;
+                memcpy(&d16, r + b * KV_Q8_BLOCK, 2);
+                float d = f16_to_f32(d16);
+                const int8_t *q = (const int8_t *)(r + b * KV_Q8_BLOCK + 2);
+                for (int i = 0; i < 32; i++) o[32 * b + i] = d * (float)q[i];
+            }
+            continue;
+        }
+        const uint16_t *r = (const uint16_t *)c + at * D;
         if (kv_type == KV_BF16)
             for (int d = 0; d < D; d++) o[d] = bits_f32((uint32_t)r[d] << 16);
         else
@@ -249,7 +286,7 @@ static inline __attribute__((always_inline)) void attend_tile(
  * comes from a one-shot prefill, a chunk, a prefix-cache continuation or a decode step.
  * window = 0 and softcap = 0 run exactly the sequence of full causal attention. sinks (gpt-oss),
  * NULL or [H]: per head an extra logit in the softmax's max and denominator (softmax_numerators).
- * kv_type (enum strata_kvtype): a 2-byte cache's rows of a (tile of) token(s) are widened to fp32
+ * kv_type (enum strata_kvtype): a 2-byte or q8_0 cache's rows of a (tile of) token(s) are widened to fp32
  * first (widen_rows), then read by the same code, so every operation after the read is fp32's.
  */
 void strata_attention_sinks(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc,
@@ -370,19 +407,28 @@ void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const vo
 }
 
 /* Write the step's K/V rows [T, KVH, D] into their cache slots (before attention reads them):
- * copied (fp32), or each value rounded to the cache's 2-byte type (a position's stored bits
- * depend on its own K/V alone). */
+ * copied (fp32), or each value rounded to the cache's 2-byte type, or each block of 32 to q8_0
+ * (a position's stored bits depend on its own K/V alone). */
 void strata_kv_write(const float *k, const float *v, int64_t T, int64_t row_floats, const int64_t *slots,
                      void *kc, void *vc, int kv_type, int nthreads) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (T * row_floats >= SMALL_WORK)
     for (int64_t t = 0; t < T; t++) {
+        const float *ki = k + t * row_floats, *vi = v + t * row_floats;
         if (kv_type == KV_F32) {
-            memcpy((float *)kc + slots[t] * row_floats, k + t * row_floats, (size_t)row_floats * 4);
-            memcpy((float *)vc + slots[t] * row_floats, v + t * row_floats, (size_t)row_floats * 4);
+            memcpy((float *)kc + slots[t] * row_floats, ki, (size_t)row_floats * 4);
+            memcpy((float *)vc + slots[t] * row_floats, vi, (size_t)row_floats * 4);
+            continue;
+        }
+        if (kv_type == KV_Q8_0) {
+            int64_t blocks = row_floats / 32;
+            uint8_t *ko = (uint8_t *)kc + slots[t] * blocks * KV_Q8_BLOCK, *vo = (uint8_t *)vc + slots[t] * blocks * KV_Q8_BLOCK;
+            for (int64_t b = 0; b < blocks; b++) {
+                q8_0_block(ki + 32 * b, ko + b * KV_Q8_BLOCK);
+                q8_0_block(vi + 32 * b, vo + b * KV_Q8_BLOCK);
+            }
             continue;
         }
         uint16_t *ko = (uint16_t *)kc + slots[t] * row_floats, *vo = (uint16_t *)vc + slots[t] * row_floats;
-        const float *ki = k + t * row_floats, *vi = v + t * row_floats;
         for (int64_t i = 0; i < row_floats; i++) {
             ko[i] = kv_type == KV_BF16 ? f32_to_bf16(ki[i]) : f32_to_f16(ki[i]);
             vo[i] = kv_type == KV_BF16 ? f32_to_bf16(vi[i]) : f32_to_f16(vi[i]);

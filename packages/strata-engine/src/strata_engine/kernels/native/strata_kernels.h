@@ -108,7 +108,7 @@ void strata_swiglu_oai(const float *gate, const float *up, int64_t n, float alph
                        int nthreads);
 
 /* attention.c: the paged KV cache, and the types its values are stored as (engine --kv-cache-dtype) */
-enum strata_kvtype { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2 };
+enum strata_kvtype { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2, KV_Q8_0 = 3 };
 void strata_attention(const float *q, int64_t T, int H, int KVH, int D, const void *kc, const void *vc, int kv_type,
                       int block_size, const int32_t *tables, int max_blocks, const int32_t *t_seq,
                       const int32_t *pos, float scale, float softcap, int window, float *out, int nthreads);

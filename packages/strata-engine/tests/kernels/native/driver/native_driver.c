@@ -356,7 +356,57 @@ static void kvcache(void) {
     }
 }
 
+/* The KV cache stored as q8_0 (kv_type 3): blocks of 32 values, each block of one magnitude
+ * (2^-30 .. 2^20, past fp16's largest scale), with inf, NaN, ties and -0, written by
+ * strata_kv_write; then grouped and single-head attention over a cache so written, plain,
+ * windowed and soft-capped. */
+static void kvq8(void) {
+    int64_t n = 4096, bytes = n / 32 * 34;
+    float *x = floats(n, -1.0f, 1.0f);
+    for (int64_t i = 0; i < n; i++) {
+        float m = 1.0f;
+        for (int e = (int)(i / 32 % 51); e > 0; e--) m *= 2.0f;
+        x[i] = x[i] * m / 1073741824.0f;
+    }
+    const uint32_t special[4] = {0x7F800000u, 0x80000000u, 0x7FC00001u, 0x3F000000u};
+    for (int b = 0; b < 4; b++) memcpy(x + 32 * (b + 1) + 7, special + b, 4); /* one in each of 4 blocks */
+    for (int i = 0; i < 32; i++) x[160 + i] = (float)i - 15.5f, x[192 + i] = -0.0f;
+    int64_t slot = 0;
+    uint8_t *kb = malloc((size_t)bytes), *vb = malloc((size_t)bytes);
+    strata_kv_write(x, x, 1, n, &slot, kb, vb, 3, 1);
+    fwrite(kb, 1, (size_t)bytes, stdout);
+    free(x), free(kb), free(vb);
+    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
+    int32_t tables[16], t_seq[23], pos[23];
+    int64_t slots[64];
+    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
+    for (int t = 0; t < T; t++) {
+        t_seq[t] = t >= 11 && t < 20;
+        pos[t] = t < 20 ? t : t - 9;
+    }
+    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 96}}; /* H, KVH, D: in tiles, one head at a time */
+    for (int sh = 0; sh < 2; sh++) {
+        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
+        int64_t row = (int64_t)KVH * D;
+        float *q = floats(T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
+        float *k = floats(nblocks * bs * row, -4.0f, 4.0f), *v = floats(nblocks * bs * row, -2.0f, 2.0f);
+        uint8_t *kc = malloc((size_t)(nblocks * bs * row / 32 * 34)), *vc = malloc((size_t)(nblocks * bs * row / 32 * 34));
+        for (int i = 0; i < 64; i++) slots[i] = (int64_t)tables[i / bs % 16] * bs + i % bs;
+        strata_kv_write(k, v, 64, row, slots, kc, vc, 3, 1);
+        for (int w = 0; w < 3; w++) {
+            strata_attention(q, T, H, KVH, D, kc, vc, 3, bs, tables, max_blocks, t_seq, pos, 0.125f,
+                             w == 2 ? 2.5f : 0.0f, w == 1 ? 7 : 0, out, 1);
+            emit(out, (int64_t)T * H * D);
+        }
+        free(q), free(out), free(k), free(v), free(kc), free(vc);
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "kvq8") == 0) {
+        kvq8();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
         kvcache();
         return 0;
