@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kv-cache-dtype",
         default="fp32",
         choices=tuple(KV_DTYPES),
-        help="what the KV cache stores: fp32 (exact) or bf16 / fp16 (half the memory; docs/engine.md)",
+        help="what the KV cache stores: fp32 (exact), bf16 / fp16 (half the memory) or q8_0 (CPU; docs/engine.md)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object per token")
     args = ap.parse_args(argv)

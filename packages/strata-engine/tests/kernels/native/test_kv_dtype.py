@@ -216,3 +216,8 @@ def test_q8_0_needs_a_head_size_in_blocks_of_32(tmp_path: Path) -> None:
     LLMEngine(path, num_threads=1, kv_cache_dtype="q8_0")  # 64: loads
     with pytest.raises(ValueError, match="multiple of 32, not 24"):
         kv_head_width("q8_0", 24)
+
+
+def test_q8_0_on_the_gpu_backend_is_refused_before_loading(tiny_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="q8_0 KV cache runs on the CPU kernels only"):
+        LLMEngine(tiny_path, num_threads=1, device="cuda", kv_cache_dtype="q8_0")
