@@ -1,6 +1,7 @@
-"""The hybrid recurrent family `qwen35` (Qwen3.5 / 3.6 dense): which layers are Gated DeltaNet
-layers and their sizes, read from GGUF metadata as llama.cpp reads them (llama_model_qwen35::
-load_arch_hparams), and the tensors those layers read, with their shapes.
+"""The hybrid recurrent families `qwen35` (Qwen3.5 / 3.6 dense) and `qwen35moe` (the same layers
+with routed experts and a gated shared expert in place of the FFN): which layers are Gated
+DeltaNet layers and their sizes, read from GGUF metadata as llama.cpp reads them
+(llama_model_qwen35[moe]::load_arch_hparams), and the tensors those layers read, with their shapes.
 
 Kept apart from config.py so that the attention-only families' switches stay where they are.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 from strata_engine.api import ModelLoadError
 
-HYBRID_ARCHITECTURES = ("qwen35",)
+HYBRID_ARCHITECTURES = ("qwen35", "qwen35moe")
 MAX_SIZE = 2**20  # far above any released model's DeltaNet sizes; the tensors pin them exactly
 
 
@@ -27,6 +28,10 @@ class HybridConfig:
     n_k_heads: int  # ssm.group_count
     n_v_heads: int  # ssm.time_step_rank; value head h reads key head h % n_k_heads
     sections: tuple[int, ...]  # rope.dimension_sections (IMROPE; every section reads the text position)
+    # qwen35moe: experts per layer (0: the dense SwiGLU FFN), the routed and the shared experts' sizes
+    n_experts: int = 0
+    ffn_exp: int = 0  # expert_feed_forward_length (llama.cpp's default: feed_forward_length / k)
+    ffn_shexp: int = 0  # expert_shared_feed_forward_length (default: feed_forward_length)
 
     @property
     def key_dim(self) -> int:
@@ -82,7 +87,16 @@ def read_hybrid(arch: str, meta: Mapping[str, Any], n_layers: int) -> HybridConf
             f"{arch}: ssm.inner_size must be ssm.state_size x ssm.time_step_rank, and the value heads "
             "a multiple of ssm.group_count"
         )
+    n_experts, ffn_exp, ffn_shexp = 0, 0, 0
+    if arch == "qwen35moe":
+        n_experts, ffn = _size(arch, meta, "expert_count"), meta.get(f"{arch}.feed_forward_length", 0)
+        k = _size(arch, meta, "expert_used_count")
+        ffn_exp = _size(arch, meta, "expert_feed_forward_length", ffn // k if isinstance(ffn, int) else None)
+        ffn_shexp = _size(arch, meta, "expert_shared_feed_forward_length", ffn or None)
     return HybridConfig(
+        n_experts=n_experts,
+        ffn_exp=ffn_exp,
+        ffn_shexp=ffn_shexp,
         recurrent=tuple((i + 1) % interval != 0 for i in range(n_layers)),
         d_conv=_size(arch, meta, "ssm.conv_kernel"),
         d_state=d_state,
@@ -100,13 +114,21 @@ def hybrid_shapes(
     want: dict[str, tuple[int, ...]] = {}
     for i in range(n_layers):
         p = f"blk.{i}."
-        want |= {
-            p + "attn_norm.weight": (h,),
-            p + "post_attention_norm.weight": (h,),
-            p + "ffn_gate.weight": (ffn, h),
-            p + "ffn_up.weight": (ffn, h),
-            p + "ffn_down.weight": (h, ffn),
-        }
+        want |= {p + "attn_norm.weight": (h,), p + "post_attention_norm.weight": (h,)}
+        if hybrid.n_experts:  # [experts, out, in] per expert tensor; the shared gate one row
+            e, fe, fs = hybrid.n_experts, hybrid.ffn_exp, hybrid.ffn_shexp
+            want |= {
+                p + "ffn_gate_inp.weight": (e, h),
+                p + "ffn_gate_exps.weight": (e, fe, h),
+                p + "ffn_up_exps.weight": (e, fe, h),
+                p + "ffn_down_exps.weight": (e, h, fe),
+                p + "ffn_gate_inp_shexp.weight": (h,),
+                p + "ffn_gate_shexp.weight": (fs, h),
+                p + "ffn_up_shexp.weight": (fs, h),
+                p + "ffn_down_shexp.weight": (h, fs),
+            }
+        else:
+            want |= {p + "ffn_gate.weight": (ffn, h), p + "ffn_up.weight": (ffn, h), p + "ffn_down.weight": (h, ffn)}
         if hybrid.recurrent[i]:
             want |= {
                 p + "attn_qkv.weight": (hybrid.conv_dim, h),

@@ -1,7 +1,9 @@
-"""The hybrid recurrent model `qwen35` (Qwen3.5 / 3.6 dense) as llama.cpp computes it
-(src/models/qwen35.cpp): Gated DeltaNet layers interleaved with gated full-attention layers.
+"""The hybrid recurrent models `qwen35` (Qwen3.5 / 3.6 dense) and `qwen35moe` as llama.cpp computes
+them (src/models/qwen35.cpp, qwen35moe.cpp): Gated DeltaNet layers interleaved with gated
+full-attention layers.
 
-Every layer: x += mixer(rms(x, attn_norm)); x += SwiGLU(rms(x, post_attention_norm)).
+Every layer: x += mixer(rms(x, attn_norm)); x += ffn(rms(x, post_attention_norm)), the ffn a
+SwiGLU (qwen35) or routed experts plus a gated shared expert (qwen35moe: hybrid_moe.py).
 - Full attention: attn_q gives per head [query | gate]; RMS q/k norms; NEOX RoPE on the first
   rope_dim dims (llama.cpp's IMROPE with every section reading the text position is that);
   attention over the paged KV cache; times sigmoid(gate); attn_output.
@@ -28,6 +30,9 @@ from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
+from strata_engine.hybrid_moe import SharedExpertMoE
+from strata_engine.hybrid_moe import forward as moe_forward
+from strata_engine.hybrid_moe import load as load_moe
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
@@ -40,9 +45,7 @@ from strata_engine.tensor_parallel import SINGLE, TensorParallel
 class HybridLayer:
     attn_norm: np.ndarray
     post_norm: np.ndarray
-    w_gate: Weight
-    w_up: Weight
-    w_down: Weight
+    ffn: tuple[Weight, Weight, Weight] | SharedExpertMoE  # SwiGLU (gate, up, down) or the experts
     weights: dict[str, Weight]  # the mixer's matmuls (attention or DeltaNet), by tensor name
     vectors: dict[str, np.ndarray]  # its norms and per-head parameters
 
@@ -57,7 +60,7 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^-x) in float64 with exactmath's exp, rounded to fp32."""
-    return _f32(1.0 / (1.0 + exactmath.exp(-np.asarray(x, dtype=np.float64))))
+    return _f32(exactmath.sigmoid(x))
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -87,7 +90,7 @@ def l2_normalize(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 class HybridTransformer:
-    """The qwen35 forward with the interface `Transformer` offers the model runner."""
+    """The qwen35 / qwen35moe forward with the interface `Transformer` offers the model runner."""
 
     def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops, tp: TensorParallel = SINGLE) -> None:
         if tp.active:
@@ -121,9 +124,11 @@ class HybridTransformer:
                 HybridLayer(
                     attn_norm=vector(need(p + "attn_norm.weight")),
                     post_norm=vector(need(p + "post_attention_norm.weight")),
-                    w_gate=matmul(p + "ffn_gate.weight"),
-                    w_up=matmul(p + "ffn_up.weight"),
-                    w_down=matmul(p + "ffn_down.weight"),
+                    ffn=(
+                        load_moe(ops, need, p)
+                        if self.hybrid.n_experts
+                        else (matmul(p + "ffn_gate.weight"), matmul(p + "ffn_up.weight"), matmul(p + "ffn_down.weight"))
+                    ),
                     weights={n: matmul(f"{p}{n}.weight") for n in names},
                     vectors={n: vector(need(p + n)) for n in vecs},
                 )
@@ -153,9 +158,11 @@ class HybridTransformer:
                 o = self._attention(layer, h, meta, kv[i])
             x = x + o
             h = ops.rmsnorm(x, layer.post_norm, cfg.rms_eps)
-            x = x + ops.linear(
-                ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
-            )
+            if isinstance(layer.ffn, SharedExpertMoE):
+                x = x + moe_forward(ops, h, layer.ffn, cfg.n_experts_used)
+            else:
+                gate, up, down = layer.ffn
+                x = x + ops.linear(ops.silu_mul(ops.linear(h, gate), ops.linear(h, up)), down)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _attention(

@@ -1,11 +1,15 @@
 """A tiny random `qwen35` GGUF (Qwen3.5 / 3.6 dense: Gated DeltaNet layers interleaved with gated
-full-attention layers) and its float64 reference forward, independent of the engine's code.
+full-attention layers), its `qwen35moe` variant (experts in place of the FFN) and their float64
+reference forward, independent of the engine's code.
 
-The file uses the metadata keys and tensor names llama.cpp reads for LLM_ARCH_QWEN35
-(src/models/qwen35.cpp), so that llama.cpp and Strata run the same bytes. The reference follows
-llama.cpp's graph as read there:
+The file uses the metadata keys and tensor names llama.cpp reads for LLM_ARCH_QWEN35 and
+LLM_ARCH_QWEN35MOE (src/models/qwen35.cpp, qwen35moe.cpp), so that llama.cpp and Strata run the
+same bytes. The reference follows llama.cpp's graph as read there:
 
-- every layer: x += mixer(rms(x, attn_norm)); x += ffn(rms(x, post_attention_norm)) (SwiGLU);
+- every layer: x += mixer(rms(x, attn_norm)); x += ffn(rms(x, post_attention_norm)), the ffn
+  SwiGLU (qwen35), or for qwen35moe the routed experts (softmax over all the router's logits,
+  top-k, the k weights renormalised to sum 1) plus the shared expert's SwiGLU times
+  sigmoid(ffn_gate_inp_shexp . h);
 - a full-attention layer (every `full_attention_interval`-th, 1-based): attn_q gives per head
   [query | gate]; RMS q/k norms; NEOX RoPE on the first `rope.dimension_count` dims (the IMROPE
   sections all read the token's position for text); softmax(q k / sqrt(d)) v times sigmoid(gate);
@@ -52,12 +56,21 @@ class HybridSpec:
     n_k_heads: int = 2  # ssm.group_count
     n_v_heads: int = 4  # ssm.time_step_rank
     eps: float = 1e-6
+    n_experts: int = 0  # > 0: a qwen35moe file
+    n_used: int = 2
+    ffn_exp: int = 32  # expert_feed_forward_length
+    ffn_shexp: int = 48  # expert_shared_feed_forward_length
+
+    @property
+    def arch(self) -> str:
+        return "qwen35moe" if self.n_experts else "qwen35"
 
     def recurrent(self, i: int) -> bool:
         return (i + 1) % self.interval != 0
 
 
 SPEC = HybridSpec()
+SPEC_MOE = HybridSpec(n_experts=4)
 
 
 def write_qwen35(
@@ -70,12 +83,18 @@ def write_qwen35(
     (whose samplers may call libm): the same file bytes on every machine, for golden hashes."""
     rng = np.random.default_rng(seed)
     s = spec
-    w = GGUFWriter(str(path), "qwen35")
-    w.add_name("tiny qwen35 model")
+    w = GGUFWriter(str(path), s.arch)
+    w.add_name(f"tiny {s.arch} model")
     w.add_block_count(s.n_layers)
     w.add_context_length(CTX)
     w.add_embedding_length(s.hidden)
-    w.add_feed_forward_length(s.ffn)
+    if s.n_experts:
+        w.add_expert_count(s.n_experts)
+        w.add_expert_used_count(s.n_used)
+        w.add_expert_feed_forward_length(s.ffn_exp)
+        w.add_expert_shared_feed_forward_length(s.ffn_shexp)
+    else:
+        w.add_feed_forward_length(s.ffn)
     w.add_head_count(s.n_heads)
     w.add_head_count_kv(s.n_kv_heads)
     w.add_key_length(s.head_dim)
@@ -102,7 +121,7 @@ def write_qwen35(
 
     cycle = itertools.cycle(types)
 
-    def m(name: str, shape: tuple[int, int], std: float) -> None:
+    def m(name: str, shape: tuple[int, ...], std: float) -> None:
         qtype = next(cycle)
         if qtype == QT.F32:
             return t(name, shape, std)
@@ -137,9 +156,20 @@ def write_qwen35(
             t(p + "attn_k_norm.weight", s.head_dim, 0.1, 1.0)
             m(p + "attn_output.weight", (s.hidden, s.n_heads * s.head_dim), 0.1)
         t(p + "post_attention_norm.weight", s.hidden, 0.1, 1.0)
-        m(p + "ffn_gate.weight", (s.ffn, s.hidden), 0.12)
-        m(p + "ffn_up.weight", (s.ffn, s.hidden), 0.12)
-        m(p + "ffn_down.weight", (s.hidden, s.ffn), 0.12)
+        if s.n_experts:  # the router and the shared gate stay F32, as converters store them
+            e, fe, fs = s.n_experts, s.ffn_exp, s.ffn_shexp
+            t(p + "ffn_gate_inp.weight", (e, s.hidden), 0.3)
+            m(p + "ffn_gate_exps.weight", (e, fe, s.hidden), 0.15)
+            m(p + "ffn_up_exps.weight", (e, fe, s.hidden), 0.15)
+            m(p + "ffn_down_exps.weight", (e, s.hidden, fe), 0.15)
+            t(p + "ffn_gate_inp_shexp.weight", s.hidden, 0.3)
+            m(p + "ffn_gate_shexp.weight", (fs, s.hidden), 0.12)
+            m(p + "ffn_up_shexp.weight", (fs, s.hidden), 0.12)
+            m(p + "ffn_down_shexp.weight", (s.hidden, fs), 0.12)
+        else:
+            m(p + "ffn_gate.weight", (s.ffn, s.hidden), 0.12)
+            m(p + "ffn_up.weight", (s.ffn, s.hidden), 0.12)
+            m(p + "ffn_down.weight", (s.hidden, s.ffn), 0.12)
     t("output_norm.weight", s.hidden, 0.1, 1.0)
     m("output.weight", (VOCAB_SIZE, s.hidden), 0.3)
     _write(w)
@@ -147,12 +177,13 @@ def write_qwen35(
 
 
 class HybridReference(ReferenceModel):
-    """The float64 forward of a `qwen35` file (the module docstring's equations), token by token
-    for the recurrence, whole-prompt for attention."""
+    """The float64 forward of a `qwen35` or `qwen35moe` file (the module docstring's equations),
+    token by token for the recurrence, whole-prompt for attention."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        g = lambda k: self.meta[f"qwen35.{k}"]  # noqa: E731
+        g = lambda k, d=None: self.meta.get(f"{self.arch}.{k}", d)  # noqa: E731
+        self.n_used = int(g("expert_used_count", 0))
         self.interval = int(g("full_attention_interval"))
         self.d_conv = int(g("ssm.conv_kernel"))
         self.d_state = int(g("ssm.state_size"))
@@ -218,3 +249,22 @@ class HybridReference(ReferenceModel):
                 out[r, head] = state[head].T @ qh / ds**0.5
         normed = self._rms(out, w[p + "ssm_norm.weight"]) * torch.nn.functional.silu(z)
         return normed.reshape(t, -1) @ w[p + "ssm_out.weight"].T
+
+    def _ffn(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """qwen35moe: the routed experts plus the gated shared expert; qwen35: SwiGLU."""
+        w, p = self.w, f"blk.{i}."
+        if p + "ffn_gate_inp.weight" not in w:
+            return super()._ffn(i, h)
+        silu = torch.nn.functional.silu
+        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
+        top = torch.topk(probs, self.n_used, dim=-1)
+        weights = top.values / top.values.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for r in range(h.shape[0]):
+            for j in range(self.n_used):
+                e = int(top.indices[r, j])
+                g = silu(w[p + "ffn_gate_exps.weight"][e] @ h[r]) * (w[p + "ffn_up_exps.weight"][e] @ h[r])
+                out[r] += weights[r, j] * (w[p + "ffn_down_exps.weight"][e] @ g)
+        shared = silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)
+        gate = torch.sigmoid(h @ w[p + "ffn_gate_inp_shexp.weight"])[:, None]
+        return out + (shared @ w[p + "ffn_down_shexp.weight"].T) * gate
