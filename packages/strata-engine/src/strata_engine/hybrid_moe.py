@@ -58,10 +58,15 @@ def _swiglu(ops: Ops, x: Array, w: Swiglu) -> Array:
     return ops.linear(ops.silu_mul(ops.linear(x, w[0]), ops.linear(x, w[1])), w[2])
 
 
+def shared_gate(logits: np.ndarray) -> np.ndarray:
+    """sigmoid of the shared expert's per-row logit, float64 with exactmath's exp, then fp32."""
+    return exactmath.sigmoid(logits).astype(np.float32)
+
+
 def forward(ops: Ops, h: Array, moe: SharedExpertMoE, k: int) -> Array:
     """The block's output for rows `h`: the routed mixture plus the gated shared expert, added in
     llama.cpp's order (the shared output times its gate, rounded, then added to the mixture)."""
     routed = mix(h, ops.linear(h, moe.router), k, lambda e, x: _swiglu(ops, x, moe.experts[e]))
     shared = to_numpy(_swiglu(ops, h, moe.shared))
-    gate = exactmath.sigmoid(to_numpy(ops.linear(h, moe.shared_gate))).astype(np.float32)  # [rows, 1]
+    gate = shared_gate(to_numpy(ops.linear(h, moe.shared_gate)))  # [rows, 1]
     return routed + like(routed, shared * gate)

@@ -59,7 +59,7 @@ class HybridSpec:
     n_experts: int = 0  # > 0: a qwen35moe file
     n_used: int = 2
     ffn_exp: int = 32  # expert_feed_forward_length
-    ffn_shexp: int = 48  # expert_shared_feed_forward_length
+    ffn_shexp: int = 64  # expert_shared_feed_forward_length
 
     @property
     def arch(self) -> str:
