@@ -23,7 +23,7 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 UNSUPPORTED_ARCHITECTURES = {
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
-    "qwen3next": "hybrid DeltaNet layers with fused projections and experts (qwen35 and qwen35moe load)",
+    "qwen3next": "hybrid DeltaNet layers with fused projections and experts; qwen35 and qwen35moe load",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
