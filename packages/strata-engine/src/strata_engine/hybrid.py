@@ -128,7 +128,11 @@ def hybrid_shapes(
                 p + "ffn_down_shexp.weight": (h, fs),
             }
         else:
-            want |= {p + "ffn_gate.weight": (ffn, h), p + "ffn_up.weight": (ffn, h), p + "ffn_down.weight": (h, ffn)}
+            want |= {
+                p + "ffn_gate.weight": (ffn, h),
+                p + "ffn_up.weight": (ffn, h),
+                p + "ffn_down.weight": (h, ffn),
+            }
         if hybrid.recurrent[i]:
             want |= {
                 p + "attn_qkv.weight": (hybrid.conv_dim, h),

@@ -127,7 +127,11 @@ class HybridTransformer:
                     ffn=(
                         load_moe(ops, need, p)
                         if self.hybrid.n_experts
-                        else (matmul(p + "ffn_gate.weight"), matmul(p + "ffn_up.weight"), matmul(p + "ffn_down.weight"))
+                        else (
+                            matmul(p + "ffn_gate.weight"),
+                            matmul(p + "ffn_up.weight"),
+                            matmul(p + "ffn_down.weight"),
+                        )
                     ),
                     weights={n: matmul(f"{p}{n}.weight") for n in names},
                     vectors={n: vector(need(p + n)) for n in vecs},

@@ -45,7 +45,9 @@ def load(ops: Ops, need: Callable[[str], TensorInfo], p: str) -> SharedExpertMoE
     router = ops.pack(Weight.from_info(need(p + "ffn_gate_inp.weight")))
     gate = need(p + "ffn_gate_inp_shexp.weight")  # [hidden]: stored 1-D, read as one output row
     one_row = TensorInfo(gate.name, (1, *gate.shape), gate.qtype, gate.data)
-    shared = tuple(ops.pack(Weight.from_info(need(f"{p}ffn_{x}_shexp.weight"))) for x in ("gate", "up", "down"))
+    shared = tuple(
+        ops.pack(Weight.from_info(need(f"{p}ffn_{x}_shexp.weight"))) for x in ("gate", "up", "down")
+    )
     return SharedExpertMoE(
         router=router,
         experts=list(zip(gates, ups, downs, strict=True)),

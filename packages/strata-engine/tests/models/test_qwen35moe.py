@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from strata_engine import LLMEngine, LogprobParams, ModelLoadError, PromptScores, Request, SamplingParams, Step
+from strata_engine import (
+    LLMEngine,
+    LogprobParams,
+    ModelLoadError,
+    PromptScores,
+    Request,
+    SamplingParams,
+    Step,
+)
 from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
 from strata_engine.testing.tiny_hybrid_models import SPEC_MOE, HybridReference, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
