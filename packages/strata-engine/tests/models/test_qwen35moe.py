@@ -1,9 +1,11 @@
-"""qwen35moe (Qwen3.5 / 3.6 MoE: qwen35's hybrid DeltaNet + gated attention layers with routed
-experts and a sigmoid-gated shared expert in place of the FFN): the tiny file's float64
-reference against llama.cpp at every position (which validates the reading of
-llama.cpp's qwen35moe.cpp), the engine against both, F32 and packed; planted bugs in the expert
-block that the bounds catch; the invariance contract (alone, in a batch, in chunks, decode rows);
-a golden hash; what the family refuses."""
+"""The hybrid families with experts, each test run for both: qwen35moe (Qwen3.5 / 3.6 MoE:
+qwen35's hybrid DeltaNet + gated attention layers with routed experts and a sigmoid-gated shared
+expert in place of the FFN) and qwen3next (Qwen3-Next: the same with beta and alpha from one fused
+projection and value heads grouped over the key heads). The tiny file's float64 reference against
+llama.cpp at every position (which validates the reading of llama.cpp's qwen35moe.cpp /
+qwen3next.cpp), the engine against both, F32 and packed; planted bugs that the bounds catch; the
+invariance contract (alone, in a batch, in chunks, decode rows); a golden hash per family; what
+the families refuse."""
 
 from __future__ import annotations
 
@@ -24,21 +26,27 @@ from strata_engine import (
     Step,
 )
 from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
-from strata_engine.testing.tiny_hybrid_models import SPEC_MOE, HybridReference, write_qwen35
+from strata_engine.testing.tiny_hybrid_models import SPEC_MOE, SPEC_NEXT, HybridReference, HybridSpec, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
 
-# measured: 1.8e-5 (float32 llama.cpp vs float64, 36 rows of 295)
+# measured (qwen35moe, qwen3next): 1.8e-5, 2.0e-5 (float32 llama.cpp vs float64, 36 rows of 295)
 LLAMA_CPP_VS_REFERENCE = 1e-4
-# measured: the engine 2.2e-5 from the float64 reference, 2.3e-5 from llama.cpp; the planted bugs
-# in the expert block measured 9.4 (shared gate left out), 14.0 (wrong experts), 10.0 (top-1 only)
+# measured: the engine 2.2e-5, 1.8e-5 from the float64 reference, 2.3e-5, 1.5e-5 from llama.cpp;
+# the planted bugs measured 9.4 (shared gate left out), 14.0 (wrong experts), 10.0 (top-1 only)
+# on qwen35moe
 ENGINE_VS_REFERENCE = 1e-4
 ENGINE_VS_LLAMA_CPP = 1e-4
 PACKED = (QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.F32)
 
 
+@pytest.fixture(scope="module", params=[SPEC_MOE, SPEC_NEXT], ids=lambda s: s.arch)
+def spec(request: pytest.FixtureRequest) -> HybridSpec:
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_qwen35(tmp_path_factory.mktemp("qwen35moe") / "q35moe.gguf", SPEC_MOE, seed=1)
+def tiny(tmp_path_factory: pytest.TempPathFactory, spec: HybridSpec) -> Path:
+    return write_qwen35(tmp_path_factory.mktemp(spec.arch) / "tiny.gguf", spec, seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +69,11 @@ def engine_rows(tiny: Path, prompt: list[int]) -> np.ndarray:
     return engine_logprobs(tiny, prompt)
 
 
-def test_the_file_is_a_mixture_of_experts(tiny: Path) -> None:
-    """The engine reads it as qwen35moe: experts in every layer, no dense FFN."""
+def test_the_file_is_a_mixture_of_experts(tiny: Path, spec: HybridSpec) -> None:
+    """The engine reads it as the family's: experts in every layer, no dense FFN."""
     engine = LLMEngine(tiny, num_threads=1, kv_cache_mb=4)
     cfg = engine.model.cfg
-    assert cfg.arch == "qwen35moe" and cfg.hybrid is not None
+    assert cfg.arch == spec.arch and cfg.hybrid is not None
     assert (cfg.n_experts, cfg.n_experts_used, cfg.hybrid.ffn_exp, cfg.hybrid.ffn_shexp) == (4, 2, 32, 64)
 
 
@@ -120,10 +128,35 @@ def test_a_planted_bug_is_far_from_llama_cpp(
     assert np.abs(wrong - llama).max() > 1000 * ENGINE_VS_LLAMA_CPP
 
 
-def test_packed_weights_are_the_reference(tmp_path: Path, prompt: list[int]) -> None:
+def _misread_next(ref: HybridReference, part: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read one qwen3next-only part of the graph as qwen35 does, in `ref`: what the bound must
+    catch (the engine is held to the reference at 1e-4)."""
+    s = SPEC_NEXT
+    if part == "key heads cycled":
+        monkeypatch.setattr(ref, "_key_head", lambda head: head % s.n_k_heads)
+    for i in range(s.n_layers):
+        name = f"blk.{i}.ssm_ba.weight"
+        if part == "beta and alpha as halves" and name in ref.w:  # [all betas | all alphas]
+            r = s.n_v_heads // s.n_k_heads
+            w = ref.w[name].reshape(2, s.n_k_heads, r, -1).transpose(0, 1)
+            ref.w[name] = w.reshape(2 * s.n_v_heads, -1)
+
+
+@pytest.mark.parametrize("part", ["key heads cycled", "beta and alpha as halves"])
+def test_a_misread_qwen3next_is_far_from_llama_cpp(
+    llama_cpp, tmp_path: Path, prompt: list[int], part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_qwen35(tmp_path / "n.gguf", SPEC_NEXT, seed=1)
+    ref = HybridReference(str(path))
+    _misread_next(ref, part, monkeypatch)
+    wrong = ref.logprobs(prompt).numpy()[:-1]
+    assert np.abs(wrong - llama_cpp_logprobs(llama_cpp, path, prompt)).max() > 100 * LLAMA_CPP_VS_REFERENCE
+
+
+def test_packed_weights_are_the_reference(tmp_path: Path, prompt: list[int], spec: HybridSpec) -> None:
     """Q8_0 / Q4_0 / Q4_1 weights (the experts' 3-D tensors among them) against float64 on
-    gguf-py's values: measured 4.0e-5."""
-    path = write_qwen35(tmp_path / "p.gguf", SPEC_MOE, seed=1, types=PACKED)
+    gguf-py's values: measured 4.0e-5 (qwen35moe), 1.9e-5 (qwen3next)."""
+    path = write_qwen35(tmp_path / "p.gguf", spec, seed=1, types=PACKED)
     ref = HybridReference(str(path)).logprobs(prompt).numpy()[:-1]
     got = engine_logprobs(path, prompt)
     assert np.abs(got - ref).max() < ENGINE_VS_REFERENCE
@@ -131,16 +164,17 @@ def test_packed_weights_are_the_reference(tmp_path: Path, prompt: list[int]) -> 
 
 
 # llama.cpp on the packed file rounds activations to 8 bits for its dot products, and a router
-# close to a tie then picks another expert at a few positions: measured 0.64 at the 90th
-# percentile of the rows' largest gaps (3.58 at the worst row), top-1 34/36
-PACKED_VS_LLAMA_CPP_P90 = 1.0
+# close to a tie then picks another expert at a few positions: measured at the 90th percentile of
+# the rows' largest gaps 0.64 (qwen35moe; 3.58 at the worst row, top-1 34/36) and 0.93
+# (qwen3next; 2.23 at the worst, top-1 31/36), where a misread block layout is several nats off
+PACKED_VS_LLAMA_CPP_P90 = 1.5
 
 
-def test_packed_weights_are_llama_cpps(llama_cpp, tmp_path: Path, prompt: list[int]) -> None:
-    path = write_qwen35(tmp_path / "p.gguf", SPEC_MOE, seed=1, types=PACKED)
+def test_packed_weights_are_llama_cpps(llama_cpp, tmp_path: Path, prompt: list[int], spec: HybridSpec) -> None:
+    path = write_qwen35(tmp_path / "p.gguf", spec, seed=1, types=PACKED)
     got, want = engine_logprobs(path, prompt), llama_cpp_logprobs(llama_cpp, path, prompt)
     assert np.quantile(np.abs(got - want).max(1), 0.9) < PACKED_VS_LLAMA_CPP_P90
-    assert (got.argmax(1) == want.argmax(1)).mean() >= 0.9
+    assert (got.argmax(1) == want.argmax(1)).mean() >= 0.8
 
 
 def _request(ids: list[int], echo: bool = True, max_tokens: int = 4) -> Request:
@@ -186,25 +220,29 @@ def test_prefix_cache_and_gpu_are_off_for_the_family(tiny: Path) -> None:
         LLMEngine(tiny, device="cuda")
 
 
-def _meta(**keys: object) -> dict[str, object]:
+def _meta(arch: str = "qwen35moe", **keys: object) -> dict[str, object]:
     base: dict[str, object] = {
-        "embedding_length": 64, "block_count": 4, "attention.head_count": 4,
-        "rope.dimension_sections": [3, 3, 2, 0], "ssm.conv_kernel": 4, "ssm.inner_size": 64,
-        "ssm.state_size": 16, "ssm.time_step_rank": 4, "ssm.group_count": 2, "expert_count": 4,
-        "expert_used_count": 2, "expert_feed_forward_length": 32,
+        "embedding_length": 64, "block_count": 4, "attention.head_count": 4, "ssm.conv_kernel": 4,
+        "ssm.inner_size": 64, "ssm.state_size": 16, "ssm.time_step_rank": 4, "ssm.group_count": 2,
+        "expert_count": 4, "expert_used_count": 2, "expert_feed_forward_length": 32,
     }  # fmt: skip
-    return {"general.architecture": "qwen35moe", **{f"qwen35moe.{k}": v for k, v in {**base, **keys}.items()},
+    if arch == "qwen35moe":  # qwen3next's llama.cpp reads no sections (plain NEOX RoPE)
+        base["rope.dimension_sections"] = [3, 3, 2, 0]
+    return {"general.architecture": arch, **{f"{arch}.{k}": v for k, v in {**base, **keys}.items()},
             "tokenizer.ggml.tokens": ["a"]}  # fmt: skip
 
 
-def test_sizes_read_as_llama_cpp_reads_them() -> None:
-    """The shared expert's size defaults to feed_forward_length, the experts' to it over k."""
+@pytest.mark.parametrize("arch", ["qwen35moe", "qwen3next"])
+def test_sizes_read_as_llama_cpp_reads_them(arch: str) -> None:
+    """The shared expert's size defaults to feed_forward_length, the experts' to it over k; the
+    value heads read key heads cycled (qwen35moe) or grouped (qwen3next)."""
     from strata_engine.config import ModelConfig
 
-    hybrid = ModelConfig.from_metadata(_meta(expert_shared_feed_forward_length=96)).hybrid
+    hybrid = ModelConfig.from_metadata(_meta(arch, expert_shared_feed_forward_length=96)).hybrid
     assert hybrid is not None and (hybrid.n_experts, hybrid.ffn_exp, hybrid.ffn_shexp) == (4, 32, 96)
-    keys = _meta(feed_forward_length=80)
-    del keys["qwen35moe.expert_feed_forward_length"]
+    assert hybrid.key_heads().tolist() == ([0, 0, 1, 1] if arch == "qwen3next" else [0, 1, 0, 1])
+    keys = _meta(arch, feed_forward_length=80)
+    del keys[f"{arch}.expert_feed_forward_length"]
     hybrid = ModelConfig.from_metadata(keys).hybrid
     assert hybrid is not None and (hybrid.ffn_exp, hybrid.ffn_shexp) == (40, 80)
 
@@ -213,8 +251,10 @@ def test_sizes_read_as_llama_cpp_reads_them() -> None:
     ("meta", "message"),
     [
         (_meta(expert_count=0), "lacks qwen35moe.expert_count"),
+        (_meta("qwen3next", expert_count=0), "lacks qwen3next.expert_count"),
         (_meta(expert_gating_func=2), "only softmax routing"),
         (_meta(nextn_predict_layers=1), "multi-token-prediction"),
+        (_meta("qwen3next", nextn_predict_layers=1), "multi-token-prediction"),
     ],
 )
 def test_what_is_not_computed_is_refused(meta: dict[str, object], message: str) -> None:
@@ -224,10 +264,13 @@ def test_what_is_not_computed_is_refused(meta: dict[str, object], message: str) 
         ModelConfig.from_metadata(meta)
 
 
-# Golden hash of the tiny qwen35moe (exact weights), made on an AVX-512 host: every prompt
+# Golden hashes of the tiny files (exact weights), made on an AVX-512 host: every prompt
 # position's full-vocabulary log-probabilities, alone, in a batch and in 5-token chunks, on every
 # kernel target this host runs. Update only with a deliberate change of the arithmetic.
-GOLDEN = "b7e5651e3b8222974ac7d370a771c95214653217fedaf05b9ac48fe3f61b1cbb"
+GOLDEN = {
+    "qwen35moe": "b7e5651e3b8222974ac7d370a771c95214653217fedaf05b9ac48fe3f61b1cbb",
+    "qwen3next": "76f446d7bfc805e76a64d10a7be1bfc6e80568612eb9b6632c22a1b997163c3f",
+}
 
 
 def _targets() -> list[str]:
@@ -257,15 +300,17 @@ def _full_rows(engine: LLMEngine, prompts: list[list[int]]) -> bytes:
 
 
 @pytest.mark.parametrize("target", _targets())
-def test_golden_hash_on_every_target(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_golden_hash_on_every_target(
+    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch, spec: HybridSpec
+) -> None:
     import hashlib
 
     monkeypatch.setenv("STRATA_KERNELS_TARGET", target)
-    path = write_qwen35(tmp_path / "g.gguf", SPEC_MOE, seed=11, exact=True)
+    path = write_qwen35(tmp_path / "g.gguf", spec, seed=11, exact=True)
     rng = np.random.default_rng(5)
     prompts = [rng.integers(7, VOCAB_SIZE - 3, size=n).tolist() for n in (37, 23, 9)]
     alone = b"".join(_full_rows(_engine(path), [p]) for p in prompts)
     batch = _full_rows(_engine(path), prompts)
     chunked = _full_rows(_engine(path, step_tokens=5), prompts)
     digests = {hashlib.sha256(x).hexdigest() for x in (alone, batch, chunked)}
-    assert digests == {GOLDEN}, digests
+    assert digests == {GOLDEN[spec.arch]}, digests

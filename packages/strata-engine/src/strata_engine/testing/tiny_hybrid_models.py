@@ -1,10 +1,13 @@
 """A tiny random `qwen35` GGUF (Qwen3.5 / 3.6 dense: Gated DeltaNet layers interleaved with gated
-full-attention layers), its `qwen35moe` variant (experts in place of the FFN) and their float64
-reference forward, independent of the engine's code.
+full-attention layers), its `qwen35moe` variant (experts in place of the FFN), its `qwen3next`
+variant (qwen35moe with beta and alpha from one fused `ssm_ba`, per key head [beta | alpha]
+of its value heads; value head h reads key head h // (n_v / n_k) instead of h % n_k; plain NEOX
+RoPE without sections) and their float64 reference forward, independent of the engine's code.
 
-The file uses the metadata keys and tensor names llama.cpp reads for LLM_ARCH_QWEN35 and
-LLM_ARCH_QWEN35MOE (src/models/qwen35.cpp, qwen35moe.cpp), so that llama.cpp and Strata run the
-same bytes. The reference follows llama.cpp's graph as read there:
+The file uses the metadata keys and tensor names llama.cpp reads for LLM_ARCH_QWEN35,
+LLM_ARCH_QWEN35MOE and LLM_ARCH_QWEN3NEXT (src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp),
+so that llama.cpp and Strata run the same bytes. The reference follows llama.cpp's graph as read
+there:
 
 - every layer: x += mixer(rms(x, attn_norm)); x += ffn(rms(x, post_attention_norm)), the ffn
   SwiGLU (qwen35), or for qwen35moe the routed experts (softmax over all the router's logits,
@@ -56,14 +59,15 @@ class HybridSpec:
     n_k_heads: int = 2  # ssm.group_count
     n_v_heads: int = 4  # ssm.time_step_rank
     eps: float = 1e-6
-    n_experts: int = 0  # > 0: a qwen35moe file
+    n_experts: int = 0  # > 0: a qwen35moe file (or qwen3next, with `qwen3next`)
+    qwen3next: bool = False  # fused ssm_ba, value heads grouped over key heads, no sections
     n_used: int = 2
     ffn_exp: int = 32  # expert_feed_forward_length
     ffn_shexp: int = 64  # expert_shared_feed_forward_length
 
     @property
     def arch(self) -> str:
-        return "qwen35moe" if self.n_experts else "qwen35"
+        return "qwen3next" if self.qwen3next else "qwen35moe" if self.n_experts else "qwen35"
 
     def recurrent(self, i: int) -> bool:
         return (i + 1) % self.interval != 0
@@ -71,6 +75,7 @@ class HybridSpec:
 
 SPEC = HybridSpec()
 SPEC_MOE = HybridSpec(n_experts=4)
+SPEC_NEXT = HybridSpec(n_experts=4, qwen3next=True)
 
 
 def write_qwen35(
@@ -100,7 +105,8 @@ def write_qwen35(
     w.add_key_length(s.head_dim)
     w.add_value_length(s.head_dim)
     w.add_rope_dimension_count(s.rope_dim)
-    w.add_rope_dimension_sections(list(s.sections))
+    if not s.qwen3next:
+        w.add_rope_dimension_sections(list(s.sections))
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(s.eps)
     w.add_full_attention_interval(s.interval)
@@ -144,8 +150,11 @@ def write_qwen35(
             else:
                 a = -np.exp(rng.uniform(-2.5, 0.0, s.n_v_heads))
             w.add_tensor(p + "ssm_a", a.astype(np.float32))
-            m(p + "ssm_beta.weight", (s.n_v_heads, s.hidden), 0.3)
-            m(p + "ssm_alpha.weight", (s.n_v_heads, s.hidden), 0.3)
+            if s.qwen3next:  # per key head [beta | alpha] of its value heads
+                m(p + "ssm_ba.weight", (2 * s.n_v_heads, s.hidden), 0.3)
+            else:
+                m(p + "ssm_beta.weight", (s.n_v_heads, s.hidden), 0.3)
+                m(p + "ssm_alpha.weight", (s.n_v_heads, s.hidden), 0.3)
             t(p + "ssm_norm.weight", s.d_state, 0.1, 1.0)
             m(p + "ssm_out.weight", (s.hidden, value_dim), 0.15)
         else:
@@ -190,6 +199,11 @@ class HybridReference(ReferenceModel):
         self.n_k_heads = int(g("ssm.group_count"))
         self.n_v_heads = int(g("ssm.time_step_rank"))
 
+    def _key_head(self, head: int) -> int:
+        """qwen3next repeats each key head over consecutive value heads; qwen35 cycles them."""
+        ratio = self.n_v_heads // self.n_k_heads
+        return head // ratio if self.arch == "qwen3next" else head % self.n_k_heads
+
     def _rope(self, x: torch.Tensor) -> torch.Tensor:
         t, h, d = x.shape[0], x.shape[1], self.rope_dim
         freqs = self.base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -225,8 +239,13 @@ class HybridReference(ReferenceModel):
         hk, hv = self.n_k_heads, self.n_v_heads
         qkv = h @ w[p + "attn_qkv.weight"].T  # [t, conv channels]
         z = (h @ w[p + "attn_gate.weight"].T).reshape(t, hv, ds)
-        beta = torch.sigmoid(h @ w[p + "ssm_beta.weight"].T)  # [t, hv]
-        alpha = h @ w[p + "ssm_alpha.weight"].T + w[p + "ssm_dt.bias"]
+        if p + "ssm_ba.weight" in w:  # qwen3next: per key head [beta | alpha]
+            ba = (h @ w[p + "ssm_ba.weight"].T).reshape(t, hk, 2, hv // hk)
+            beta, alpha = torch.sigmoid(ba[:, :, 0].reshape(t, hv)), ba[:, :, 1].reshape(t, hv)
+        else:
+            beta = torch.sigmoid(h @ w[p + "ssm_beta.weight"].T)  # [t, hv]
+            alpha = h @ w[p + "ssm_alpha.weight"].T
+        alpha = alpha + w[p + "ssm_dt.bias"]
         g = torch.nn.functional.softplus(alpha) * w[p + "ssm_a"]  # log of the decay, < 0
         kernel = w[p + "ssm_conv1d.weight"]  # [channels, d_conv]
         padded = torch.cat((torch.zeros(self.d_conv - 1, qkv.shape[1], dtype=qkv.dtype), qkv))
@@ -242,7 +261,7 @@ class HybridReference(ReferenceModel):
         out = torch.empty(t, hv, ds, dtype=torch.float64)
         for r in range(t):
             for head in range(hv):
-                kh, qh = k[r, head % hk], q[r, head % hk]
+                kh, qh = k[r, self._key_head(head)], q[r, self._key_head(head)]
                 s = state[head] * torch.exp(g[r, head])
                 delta = beta[r, head] * (v[r, head] - s.T @ kh)
                 state[head] = s + torch.outer(kh, delta)
