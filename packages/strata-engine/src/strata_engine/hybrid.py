@@ -48,7 +48,11 @@ class HybridConfig:
         """The key head each value head reads: h // (n_v / n_k) for qwen3next (its repeat
         interleave, [k0_v0, k0_v1, k1_v2, k1_v3]); h % n_k for qwen35 (ggml's broadcast)."""
         heads = np.arange(self.n_v_heads)
-        return heads // (self.n_v_heads // self.n_k_heads) if self.arch == "qwen3next" else heads % self.n_k_heads
+        return (
+            heads // (self.n_v_heads // self.n_k_heads)
+            if self.arch == "qwen3next"
+            else heads % self.n_k_heads
+        )
 
     @property
     def key_dim(self) -> int:
@@ -156,7 +160,10 @@ def hybrid_shapes(
             if hybrid.fused_beta_alpha:
                 want[p + "ssm_ba.weight"] = (2 * hybrid.n_v_heads, h)
             else:
-                want |= {p + "ssm_beta.weight": (hybrid.n_v_heads, h), p + "ssm_alpha.weight": (hybrid.n_v_heads, h)}
+                want |= {
+                    p + "ssm_beta.weight": (hybrid.n_v_heads, h),
+                    p + "ssm_alpha.weight": (hybrid.n_v_heads, h),
+                }
             want |= {
                 p + "attn_qkv.weight": (hybrid.conv_dim, h),
                 p + "attn_gate.weight": (hybrid.value_dim, h),

@@ -26,7 +26,13 @@ from strata_engine import (
     Step,
 )
 from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
-from strata_engine.testing.tiny_hybrid_models import SPEC_MOE, SPEC_NEXT, HybridReference, HybridSpec, write_qwen35
+from strata_engine.testing.tiny_hybrid_models import (
+    SPEC_MOE,
+    SPEC_NEXT,
+    HybridReference,
+    HybridSpec,
+    write_qwen35,
+)
 from strata_engine.testing.tiny_models import VOCAB_SIZE
 
 # measured (qwen35moe, qwen3next): 1.8e-5, 2.0e-5 (float32 llama.cpp vs float64, 36 rows of 295)
@@ -170,7 +176,9 @@ def test_packed_weights_are_the_reference(tmp_path: Path, prompt: list[int], spe
 PACKED_VS_LLAMA_CPP_P90 = 1.5
 
 
-def test_packed_weights_are_llama_cpps(llama_cpp, tmp_path: Path, prompt: list[int], spec: HybridSpec) -> None:
+def test_packed_weights_are_llama_cpps(
+    llama_cpp, tmp_path: Path, prompt: list[int], spec: HybridSpec
+) -> None:
     path = write_qwen35(tmp_path / "p.gguf", spec, seed=1, types=PACKED)
     got, want = engine_logprobs(path, prompt), llama_cpp_logprobs(llama_cpp, path, prompt)
     assert np.quantile(np.abs(got - want).max(1), 0.9) < PACKED_VS_LLAMA_CPP_P90
