@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
+from gguf import GGUFWriter
 
 from strata_engine import (
     LLMEngine,
@@ -270,6 +271,17 @@ def test_what_is_not_computed_is_refused(meta: dict[str, object], message: str) 
 
     with pytest.raises(ModelLoadError, match=message):
         ModelConfig.from_metadata(meta)
+
+
+def test_a_qwen3next_file_with_the_legacy_projection_is_refused(tmp_path: Path) -> None:
+    """llama.cpp reads a fused q/k/v/z `ssm_in` where a file has no attn_qkv; Strata does not."""
+
+    def legacy(w: GGUFWriter) -> None:
+        w.add_tensor("blk.0.ssm_in.weight", np.zeros((192, 64), dtype=np.float32))
+
+    path = write_qwen35(tmp_path / "legacy.gguf", SPEC_NEXT, extra=legacy)
+    with pytest.raises(ModelLoadError, match=r"blk\.0\.ssm_in\.weight.*legacy fused q/k/v/z"):
+        LLMEngine(path, num_threads=1, kv_cache_mb=4)
 
 
 # Golden hashes of the tiny files (exact weights), made on an AVX-512 host: every prompt

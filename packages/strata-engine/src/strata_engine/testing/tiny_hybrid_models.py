@@ -27,6 +27,7 @@ there:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,11 +80,16 @@ SPEC_NEXT = HybridSpec(n_experts=4, qwen3next=True)
 
 
 def write_qwen35(
-    path: Path, spec: HybridSpec = SPEC, seed: int = 0, exact: bool = False, types: tuple[QT, ...] = (QT.F32,)
+    path: Path,
+    spec: HybridSpec = SPEC,
+    seed: int = 0,
+    exact: bool = False,
+    types: tuple[QT, ...] = (QT.F32,),
+    extra: Callable[[GGUFWriter], None] | None = None,
 ) -> Path:
     """Write a random, seeded `qwen35` file at `path` (the tiny byte-level BPE vocabulary); the
     2-D matmul weights take `types` in turn (norms, the convolution and per-head vectors stay F32,
-    as converters store them).
+    as converters store them); `extra` may add keys or tensors (what a loader must refuse).
     `exact` draws uniform integers scaled by one multiply instead of normals and exponentials
     (whose samplers may call libm): the same file bytes on every machine, for golden hashes."""
     rng = np.random.default_rng(seed)
@@ -181,6 +187,8 @@ def write_qwen35(
             m(p + "ffn_down.weight", (s.hidden, s.ffn), 0.12)
     t("output_norm.weight", s.hidden, 0.1, 1.0)
     m("output.weight", (VOCAB_SIZE, s.hidden), 0.3)
+    if extra is not None:
+        extra(w)
     _write(w)
     return path
 
