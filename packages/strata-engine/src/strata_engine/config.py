@@ -74,7 +74,7 @@ class ModelConfig:
     rope_style: Literal["interleaved", "neox"]  # llama GGUFs: pairs (2i, 2i+1); qwen: (i, i+d/2)
     rms_eps: float
     qk_norm: bool  # qwen3: per-head RMSNorm on q and k before RoPE
-    n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama): experts per layer
+    n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama, qwen35moe, qwen3next)
     n_experts_used: int = 0  # experts each token is routed to (top-k of the router)
     # Gemma switches (defaults: the llama/qwen arithmetic, untouched)
     ffn_act: Literal["silu", "gelu"] = "silu"  # gelu: GeGLU with GELU's tanh approximation
