@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES, GGUFWriter
 from gguf import GGMLQuantizationType as QT
-from gguf import GGUFWriter
 
 from strata_engine.testing.reference_forward import ReferenceModel
-from strata_engine.testing.tiny_models import VOCAB_SIZE, _add_tokenizer, _write, add_weight
+from strata_engine.testing.tiny_models import VOCAB_SIZE, _add_tokenizer, _write, encode_tensor
 
 CTX = 128
 
@@ -137,8 +137,12 @@ def write_qwen35(
         qtype = next(cycle)
         if qtype == QT.F32:
             return t(name, shape, std)
+        if shape[-1] % GGML_QUANT_SIZES[qtype][0]:  # a K-quant needs rows of 256: Q8_0 instead
+            qtype = QT.Q8_0
         values = rng.integers(-(2**16), 2**16, size=shape) * (std * 3**0.5 / 2**16)
-        add_weight(w, name, values if exact else rng.normal(0.0, std, size=shape), qtype, rng)
+        values = values if exact else rng.normal(0.0, std, size=shape)
+        data = encode_tensor(values.reshape(-1, shape[-1]), qtype, rng)  # experts: [e * out, in]
+        w.add_tensor(name, data.reshape(*shape[:-1], -1), raw_dtype=qtype)
 
     key_dim, value_dim = s.d_state * s.n_k_heads, s.d_state * s.n_v_heads
     m("token_embd.weight", (VOCAB_SIZE, s.hidden), 0.5)
