@@ -1,4 +1,4 @@
-"""A hybrid recurrent file (`qwen35`, tiny and generated) served over HTTP by the real app on the
+"""A hybrid recurrent file (`qwen35`, `qwen35moe` and `qwen3next`, tiny and generated) served over HTTP by the real app on the
 real engine: /health, a completion with `n = 2` (each choice from its own recurrent state, the
 same bits as one) and its `system_fingerprint`, and the states all given back afterwards."""
 
@@ -10,15 +10,17 @@ import httpx
 import pytest
 
 from strata_engine import AsyncEngine, LLMEngine
-from strata_engine.testing.tiny_hybrid_models import write_qwen35
+from strata_engine.testing.tiny_hybrid_models import SPEC, SPEC_MOE, SPEC_NEXT, write_qwen35
 from strata_server.app import create_app
 from strata_server.context import ServerSettings
 from strata_server.launch import in_process_server
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LLMEngine]]:
-    path = write_qwen35(tmp_path_factory.mktemp("qwen35") / "q35.gguf", seed=1)
+@pytest.fixture(scope="module", params=[SPEC, SPEC_MOE, SPEC_NEXT], ids=lambda s: s.arch)
+def served(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, LLMEngine]]:
+    path = write_qwen35(tmp_path_factory.mktemp("hybrid") / "hybrid.gguf", request.param, seed=1)
     sync = LLMEngine(path, num_threads=2, parallel=2, kv_cache_mb=16)
     engine = AsyncEngine(sync)
     try:

@@ -15,6 +15,7 @@ from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = (
     "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35",
+    "qwen35moe", "qwen3next",
 )  # fmt: skip
 INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -22,8 +23,6 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 UNSUPPORTED_ARCHITECTURES = {
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
-    "qwen35moe": "hybrid DeltaNet layers with routed and gated shared experts (dense qwen35 loads)",
-    "qwen3next": "hybrid DeltaNet layers with fused projections and experts (dense qwen35 loads)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
@@ -75,7 +74,7 @@ class ModelConfig:
     rope_style: Literal["interleaved", "neox"]  # llama GGUFs: pairs (2i, 2i+1); qwen: (i, i+d/2)
     rms_eps: float
     qk_norm: bool  # qwen3: per-head RMSNorm on q and k before RoPE
-    n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama): experts per layer
+    n_experts: int = 0  # mixture of experts (qwen3moe, Mixtral-style llama, qwen35moe, qwen3next)
     n_experts_used: int = 0  # experts each token is routed to (top-k of the router)
     # Gemma switches (defaults: the llama/qwen arithmetic, untouched)
     ffn_act: Literal["silu", "gelu"] = "silu"  # gelu: GeGLU with GELU's tanh approximation
@@ -94,7 +93,7 @@ class ModelConfig:
     # RoPE (attention_temperature.py); 0: none
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
-    hybrid: HybridConfig | None = None  # qwen35: its Gated DeltaNet layers (hybrid.py)
+    hybrid: HybridConfig | None = None  # qwen35, qwen35moe, qwen3next: the DeltaNet layers (hybrid.py)
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
@@ -136,7 +135,7 @@ class ModelConfig:
             raise ModelLoadError(
                 "GGUF metadata: mistral3.expert_count is set: mistral3 with experts (ffn_gate_inp) is not supported"
             )
-        if arch in ("qwen3moe", "gpt-oss") and not n_experts:
+        if arch in ("qwen3moe", "gpt-oss", "qwen35moe", "qwen3next") and not n_experts:
             raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
         n_kv_heads = count("attention.head_count_kv", n_heads)

@@ -61,6 +61,11 @@ def log(x: npt.ArrayLike) -> F64:
     return np.where(x > 0, out, np.where(x == 0, -np.inf, np.nan))
 
 
+def sigmoid(x: npt.ArrayLike) -> F64:
+    """1 / (1 + e^-x) with `exp` (the hybrid models' gates)."""
+    return 1.0 / (1.0 + exp(-np.asarray(x, dtype=np.float64)))
+
+
 def sin_cos(x: npt.ArrayLike) -> tuple[F64, F64]:
     """(sin x, cos x) for |x| < 2**20 * pi/2 (RoPE angles: position * frequency)."""
     x = np.asarray(x, dtype=np.float64)

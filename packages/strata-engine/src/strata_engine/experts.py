@@ -1,4 +1,5 @@
-"""A mixture of experts' fixed orders, one place for every MoE family (qwen3moe, gpt-oss).
+"""A mixture of experts' fixed orders, one place for every MoE family (qwen3moe, gpt-oss, and the
+hybrid qwen35moe and qwen3next through hybrid_moe.py).
 
 The router's top-k is taken on its fp32 logits (softmax is monotonic; ties go to the lower expert
 id); the k weights are the softmax over those k logits, i.e. the renormalised top-k probabilities

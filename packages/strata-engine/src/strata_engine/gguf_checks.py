@@ -282,6 +282,7 @@ TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would nee
     "ffn_down_shexp.weight": "shared experts",
     "ffn_gate_inp_shexp.weight": "a gated shared expert",
     "exp_probs_b.bias": "an expert-routing bias",
+    "ssm_in.weight": "the legacy fused q/k/v/z DeltaNet projection (qwen3next files converted before attn_qkv)",
     "attn_q_norm.weight": "per-head q/k norms, which this architecture does not have",
     "attn_k_norm.weight": "per-head q/k norms, which this architecture does not have",
     "post_attention_norm.weight": "post-norms, which this architecture does not have",

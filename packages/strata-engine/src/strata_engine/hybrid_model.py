@@ -1,15 +1,18 @@
-"""The hybrid recurrent model `qwen35` (Qwen3.5 / 3.6 dense) as llama.cpp computes it
-(src/models/qwen35.cpp): Gated DeltaNet layers interleaved with gated full-attention layers.
+"""The hybrid recurrent models `qwen35` (Qwen3.5 / 3.6 dense), `qwen35moe` and `qwen3next` as
+llama.cpp computes them (src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp): Gated DeltaNet
+layers interleaved with gated full-attention layers.
 
-Every layer: x += mixer(rms(x, attn_norm)); x += SwiGLU(rms(x, post_attention_norm)).
+Every layer: x += mixer(rms(x, attn_norm)); x += ffn(rms(x, post_attention_norm)), the ffn a
+SwiGLU (qwen35) or routed experts plus a gated shared expert (qwen35moe, qwen3next: hybrid_moe.py).
 - Full attention: attn_q gives per head [query | gate]; RMS q/k norms; NEOX RoPE on the first
   rope_dim dims (llama.cpp's IMROPE with every section reading the text position is that);
   attention over the paged KV cache; times sigmoid(gate); attn_output.
 - DeltaNet: attn_qkv, then the short causal convolution over [q | k | v] (its window carried per
-  sequence) and SiLU; q, k L2-normalised; per value head h (key head h % n_k_heads) the gated
+  sequence) and SiLU; q, k L2-normalised; per value head h (key head h % n_k_heads; qwen3next:
+  h // (n_v_heads / n_k_heads)) the gated
   delta rule S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q / sqrt(d), with
-  g = softplus(alpha + dt_bias) * ssm_a, beta = sigmoid(ssm_beta x); rms(o, ssm_norm) * silu(z),
-  ssm_out.
+  g = softplus(alpha + dt_bias) * ssm_a, beta = sigmoid(ssm_beta x) (qwen3next: beta and alpha
+  from one ssm_ba, per key head [beta | alpha]); rms(o, ssm_norm) * silu(z), ssm_out.
 
 The invariance contract: matmuls, norms and SiLU go through `Ops` (row-invariant); the gates'
 exp and log are exactmath's (float64, the same bits everywhere); the recurrence runs token by
@@ -28,6 +31,9 @@ from strata_engine import exactmath
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
+from strata_engine.hybrid_moe import SharedExpertMoE
+from strata_engine.hybrid_moe import forward as moe_forward
+from strata_engine.hybrid_moe import load as load_moe
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
@@ -40,15 +46,13 @@ from strata_engine.tensor_parallel import SINGLE, TensorParallel
 class HybridLayer:
     attn_norm: np.ndarray
     post_norm: np.ndarray
-    w_gate: Weight
-    w_up: Weight
-    w_down: Weight
+    ffn: tuple[Weight, Weight, Weight] | SharedExpertMoE  # SwiGLU (gate, up, down) or the experts
     weights: dict[str, Weight]  # the mixer's matmuls (attention or DeltaNet), by tensor name
     vectors: dict[str, np.ndarray]  # its norms and per-head parameters
 
 
 ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
-DELTA_NET = ("attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out")
+DELTA_NET = ("attn_qkv", "attn_gate", "ssm_out")
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -57,7 +61,7 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^-x) in float64 with exactmath's exp, rounded to fp32."""
-    return _f32(1.0 / (1.0 + exactmath.exp(-np.asarray(x, dtype=np.float64))))
+    return _f32(exactmath.sigmoid(x))
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
@@ -87,7 +91,7 @@ def l2_normalize(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 class HybridTransformer:
-    """The qwen35 forward with the interface `Transformer` offers the model runner."""
+    """The qwen35 / qwen35moe forward with the interface `Transformer` offers the model runner."""
 
     def __init__(self, gguf: GGUFFile, cfg: ModelConfig, ops: Ops, tp: TensorParallel = SINGLE) -> None:
         if tp.active:
@@ -111,7 +115,8 @@ class HybridTransformer:
         self.layers: list[HybridLayer] = []
         for i, recurrent in enumerate(self.hybrid.recurrent):
             p = f"blk.{i}."
-            names = DELTA_NET if recurrent else ATTENTION
+            ba = ("ssm_ba",) if self.hybrid.fused_beta_alpha else ("ssm_beta", "ssm_alpha")
+            names = DELTA_NET + ba if recurrent else ATTENTION
             vecs = (
                 ("ssm_dt.bias", "ssm_a", "ssm_norm.weight")
                 if recurrent
@@ -121,9 +126,15 @@ class HybridTransformer:
                 HybridLayer(
                     attn_norm=vector(need(p + "attn_norm.weight")),
                     post_norm=vector(need(p + "post_attention_norm.weight")),
-                    w_gate=matmul(p + "ffn_gate.weight"),
-                    w_up=matmul(p + "ffn_up.weight"),
-                    w_down=matmul(p + "ffn_down.weight"),
+                    ffn=(
+                        load_moe(ops, need, p)
+                        if self.hybrid.n_experts
+                        else (
+                            matmul(p + "ffn_gate.weight"),
+                            matmul(p + "ffn_up.weight"),
+                            matmul(p + "ffn_down.weight"),
+                        )
+                    ),
                     weights={n: matmul(f"{p}{n}.weight") for n in names},
                     vectors={n: vector(need(p + n)) for n in vecs},
                 )
@@ -153,9 +164,11 @@ class HybridTransformer:
                 o = self._attention(layer, h, meta, kv[i])
             x = x + o
             h = ops.rmsnorm(x, layer.post_norm, cfg.rms_eps)
-            x = x + ops.linear(
-                ops.silu_mul(ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)), layer.w_down
-            )
+            if isinstance(layer.ffn, SharedExpertMoE):
+                x = x + moe_forward(ops, h, layer.ffn, cfg.n_experts_used)
+            else:
+                gate, up, down = layer.ffn
+                x = x + ops.linear(ops.silu_mul(ops.linear(h, gate), ops.linear(h, up)), down)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _attention(
@@ -183,8 +196,13 @@ class HybridTransformer:
         assert self.states is not None and meta.state_slots is not None
         n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
         qkv = to_numpy(ops.linear(h, w["attn_qkv"]))
-        beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
-        alpha = to_numpy(ops.linear(h, w["ssm_alpha"])) + vec["ssm_dt.bias"]
+        if hy.fused_beta_alpha:  # per key head: [beta | alpha] of its n_v / n_k value heads
+            ba = to_numpy(ops.linear(h, w["ssm_ba"])).reshape(n, hy.n_k_heads, 2, -1)
+            beta, alpha = sigmoid(ba[:, :, 0].reshape(n, hv)), ba[:, :, 1].reshape(n, hv)
+        else:
+            beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
+            alpha = to_numpy(ops.linear(h, w["ssm_alpha"]))
+        alpha = alpha + vec["ssm_dt.bias"]
         decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
         # the short convolution per sequence, its window carried in the state: each token's taps
         # multiplied and added in tap order (one fixed order per element, whatever the chunk)
@@ -200,7 +218,7 @@ class HybridTransformer:
             windows[slot] = rows[rows.shape[0] - keep :]
         conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
         eps, kd = self.cfg.rms_eps, hy.key_dim
-        heads = np.arange(hv) % hy.n_k_heads  # value head h reads key head h % n_k_heads
+        heads = hy.key_heads()
         q = l2_normalize(conv[:, :kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
         k = l2_normalize(conv[:, kd : 2 * kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
         v = conv[:, 2 * kd :].reshape(n, hv, ds)
