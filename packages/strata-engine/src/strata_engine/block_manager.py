@@ -12,6 +12,13 @@ from collections import OrderedDict, deque
 from strata_engine.recurrent_state import RecurrentStates
 from strata_engine.sequence import Sequence
 
+# A hybrid prompt's state snapshots (recurrent_state.py): at its last block boundary before its
+# final token, at every SNAPSHOT_STRIDE tokens in the SNAPSHOT_REACH tokens before that (a later
+# prompt that shares all but its last few hundred tokens recomputes at most a stride), and at the
+# last boundary before the rows a request scores (candidates of one prompt share all before them).
+SNAPSHOT_STRIDE = 64
+SNAPSHOT_REACH = 256
+
 
 def block_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
     return hash((prev, tokens))
@@ -60,8 +67,9 @@ class BlockManager:
     def admit(self, seq: Sequence, use_cache: bool, limit: int | None = None) -> None:
         """Attach cached prefix blocks (at most len-1 tokens: the last one must be computed;
         at most `limit` tokens when given: a request that wants rows from there on). A hybrid
-        model's sequence also takes its recurrent-state slot here (the engine turns the prefix cache
-        off for it: a state cannot be rebuilt from KV blocks)."""
+        model's sequence also takes its recurrent-state slot here, and attaches blocks only up to
+        the deepest boundary whose state snapshot is kept, which it starts from (a state cannot
+        be rebuilt from KV blocks)."""
         if self.states is not None and seq.state_slot is None:
             seq.state_slot = self.states.take()
         if not use_cache:
@@ -69,16 +77,48 @@ class BlockManager:
         bs = self.block_size
         cacheable = len(seq) - 1 if limit is None else min(limit, len(seq) - 1)
         hashes = self._extend_hashes(seq, [], max(cacheable, 0) // bs)
+        hits: list[int] = []
         for i, h in enumerate(hashes):
             block = self.by_hash.get(h)
             if block is None or self.content[block][1] != self._tokens(seq, i):
                 break
+            hits.append(block)
+        if self.states is not None:
+            snapshot = None
+            while hits and (snapshot := self.states.find(hashes[len(hits) - 1])) is None:
+                hits.pop()
+            if snapshot is not None and seq.state_slot is not None:
+                self.states.restore(snapshot, seq.state_slot)
+        for block in hits:
             if self.ref[block] == 0:
                 self.evictable.pop(block, None)
             self.ref[block] += 1
             seq.block_table.append(block)
         seq.block_hashes = hashes[: len(seq.block_table)]
         seq.num_computed = seq.num_cached = len(seq.block_table) * bs
+
+    def plan_snapshots(
+        self, seq: Sequence, start: int, end: int, limit: int | None = None
+    ) -> tuple[tuple[int, int], ...]:
+        """The state snapshots a hybrid sequence's chunk [start, end) fills: (tokens of the chunk
+        computed, slot) for each wanted boundary inside it not yet kept (see SNAPSHOT_STRIDE);
+        `limit`: the tokens its admission could take from the cache (scheduler.cache_limit)."""
+        assert self.states is not None
+        bs, last = self.block_size, (seq.num_prompt - 1) // self.block_size * self.block_size
+        wanted = [last, *range(last - last % SNAPSHOT_STRIDE, last - SNAPSHOT_REACH, -SNAPSHOT_STRIDE)]
+        if limit is not None:
+            wanted.append(limit // bs * bs)
+        captures = []
+        for b in sorted({b for b in wanted if start < b <= end and b > 0}, reverse=True):  # deepest first
+            h = self._extend_hashes(seq, list(seq.block_hashes[: b // bs]), b // bs)[-1]
+            if h in self.states.snapshots or any(p[1] == h for p in seq.pending_snapshots):
+                continue
+            slot = self.states.reserve()
+            if slot is None:
+                break
+            seq.pending_snapshots.append((b, h, slot))
+            captures.append((b - start, slot))
+        return tuple(captures)
 
     def ensure(self, seq: Sequence, n_tokens: int) -> bool:
         """Give `seq` blocks for its first n_tokens; False (nothing taken) if memory is short."""
@@ -101,11 +141,19 @@ class BlockManager:
             if block not in self.content and h not in self.by_hash:
                 self.content[block] = (h, self._tokens(seq, i))
                 self.by_hash[h] = block
+        if self.states is not None:  # the snapshots this step filled
+            for b, h, slot in [p for p in seq.pending_snapshots if p[0] <= seq.num_computed]:
+                self.states.publish(h, slot)
+                seq.pending_snapshots.remove((b, h, slot))
 
     def release(self, seq: Sequence) -> None:
-        if self.states is not None and seq.state_slot is not None:
-            self.states.give_back(seq.state_slot)
-            seq.state_slot = None
+        if self.states is not None:
+            if seq.state_slot is not None:
+                self.states.give_back(seq.state_slot)
+                seq.state_slot = None
+            for _b, _h, slot in seq.pending_snapshots:  # never filled
+                self.states.unreserve(slot)
+            seq.pending_snapshots = []
         seq.block_hashes = []
         for block in seq.block_table:
             self.ref[block] -= 1

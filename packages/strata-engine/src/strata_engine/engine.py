@@ -155,9 +155,9 @@ class LLMEngine:
         self.guides.load()  # llguidance's vocabulary holds the GIL: built before ready, not on a request
         num_blocks = max(kv_cache_mb * 2**20 // per_block, min_blocks)
         states = None
-        if isinstance(self.model, HybridTransformer):  # a recurrent state per running sequence,
-            states = self.model.make_states(parallel)  # and no prefix cache: a state cannot be
-            prefix_cache = False  # rebuilt from KV blocks (state snapshots are not kept yet)
+        if isinstance(self.model, HybridTransformer):  # a recurrent state per running sequence and
+            # as many prefix-cache snapshots of it (recurrent_state.py)
+            states = self.model.make_states(parallel, parallel if prefix_cache else 0)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, states)
         self.num_steps = 0
         self.scheduler = Scheduler(self.blocks, parallel, step_tokens, prefix_cache)

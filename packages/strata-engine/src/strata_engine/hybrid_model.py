@@ -146,9 +146,10 @@ class HybridTransformer:
         self.rope, _ = rope_tables(cfg, t)
         self.states: RecurrentStates | None = None
 
-    def make_states(self, n_slots: int) -> RecurrentStates:
-        """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)."""
-        self.states = RecurrentStates(self.hybrid, n_slots)
+    def make_states(self, n_slots: int, n_snapshots: int = 0) -> RecurrentStates:
+        """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)
+        and `n_snapshots` prefix-cache snapshots."""
+        self.states = RecurrentStates(self.hybrid, n_slots, n_snapshots)
         return self.states
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
@@ -215,6 +216,8 @@ class HybridTransformer:
             for j in range(1, hy.d_conv):
                 acc = acc + rows[j : j + m] * kernel[:, j]
             conv[tokens] = acc
+            for _, done, snapshot in (c for c in meta.state_captures if c[0] == row):
+                windows[snapshot] = rows[done : done + keep]  # the window after `done` tokens
             windows[slot] = rows[rows.shape[0] - keep :]
         conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
         eps, kd = self.cfg.rms_eps, hy.key_dim
@@ -230,6 +233,9 @@ class HybridTransformer:
         counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
         slots = meta.state_slots.astype(np.int64)
         states = self.states.ssm[i]
+        captures: dict[int, list[tuple[int, int]]] = {}  # step -> (slot, snapshot) copied after it
+        for row, done, snapshot in meta.state_captures:
+            captures.setdefault(done - 1, []).append((int(slots[row]), snapshot))
         for step in range(int(counts.max())):
             live = np.flatnonzero(counts > step)
             t = starts[live] + step
@@ -238,6 +244,8 @@ class HybridTransformer:
             s = s + delta[:, :, :, None] * k[t][:, :, None, :]
             core[t] = _tree_sum(s * q[t][:, :, None, :]) * scale
             states[slots[live]] = s
+            for slot, snapshot in captures.get(step, ()):
+                states[snapshot] = states[slot]
         normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
         z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
         return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])

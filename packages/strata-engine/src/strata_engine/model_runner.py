@@ -122,6 +122,7 @@ class ModelRunner:
             state_slots=None
             if work[0].seq.state_slot is None
             else np.array([w.seq.state_slot for w in work], dtype=np.int32),
+            state_captures=tuple((i, n, slot) for i, w in enumerate(work) for n, slot in w.captures),
         )
         step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too

@@ -59,7 +59,7 @@ def markdown() -> str:
         + "; ".join(f"`gpt-oss` {what} ({why})" for what, why in GPT_OSS_REFUSED.items())
         + ".",
         f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels only "
-        "(the GPU backend refuses them), no prefix cache (state snapshots are not kept yet), no tensor "
+        "(the GPU backend refuses them), the prefix cache through state snapshots, no tensor "
         "parallelism; multi-token-prediction layers (`nextn_predict_layers`) are refused.",
         f"- **RoPE scaling (`{{arch}}.rope.scaling.type`):** {_names(SCALING_KINDS)}; another kind is refused.",
         "- **RoPE factor tensors:** "

@@ -9,7 +9,7 @@ a request that fits the context is never failed.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strata_engine.block_manager import BlockManager
 from strata_engine.sequence import Sequence, Status
@@ -20,6 +20,8 @@ class Work:
     seq: Sequence
     start: int  # first token index computed this step
     end: int  # one past the last
+    # hybrid models: (tokens of this chunk computed, snapshot slot) where the state is copied
+    captures: tuple[tuple[int, int], ...] = ()
 
     @property
     def samples(self) -> bool:
@@ -125,4 +127,7 @@ class Scheduler:
             self.running.append(seq)
             work.append(Work(seq, seq.num_computed, seq.num_computed + n))
             budget -= n
+        if self.prefix_cache and self.blocks.states is not None:  # hybrid: the snapshots to fill
+            plan = self.blocks.plan_snapshots
+            work = [replace(w, captures=plan(w.seq, w.start, w.end, cache_limit(w.seq))) for w in work]
         return work

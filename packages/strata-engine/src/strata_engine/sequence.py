@@ -29,6 +29,8 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # prefix hashes of the full blocks registered so far
         self.state_slot: int | None = None  # a hybrid model's recurrent state (recurrent_state.py)
+        # state snapshots this sequence's steps are filling: (boundary, prefix hash, slot)
+        self.pending_snapshots: list[tuple[int, int, int]] = []
         self.status = Status.WAITING
         self.sampler = Sampler(request.sampling, guide)  # holds the structured-output matcher
         self.text = text

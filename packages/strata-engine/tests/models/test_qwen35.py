@@ -193,16 +193,6 @@ def test_state_slots_are_freed_on_finish_abort_and_preemption(tiny: Path, prompt
     assert small.blocks.states is not None and small.blocks.states.live == 0
 
 
-def test_prefix_cache_is_off_for_the_family(tiny: Path, prompt: list[int]) -> None:
-    """A state cannot be rebuilt from KV blocks, and snapshots are not kept yet: no request
-    takes cached blocks, even with the prefix cache asked for."""
-    engine = _engine(tiny, prefix_cache=True)
-    assert engine.scheduler.prefix_cache is False
-    run_batch(engine, [_request(prompt, echo=False)])
-    steps = [e for e in engine.generate(_request(prompt, echo=False)) if isinstance(e, Step)]
-    assert steps[0].num_cached_tokens == 0
-
-
 def test_the_gpu_backend_refuses_the_family(tiny: Path) -> None:
     with pytest.raises(ModelLoadError, match="hybrid recurrent models run on the CPU kernels only"):
         LLMEngine(tiny, device="cuda")

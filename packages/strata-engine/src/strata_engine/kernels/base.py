@@ -37,6 +37,8 @@ class AttentionMeta:
     slots: np.ndarray  # [T] int64 flat cache slot (block * block_size + offset) to write
     block_size: int
     state_slots: np.ndarray | None = None  # [S] int32: each sequence's recurrent state (hybrid models)
+    # (row, tokens of the row computed, snapshot slot): copy the row's state there at that point
+    state_captures: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
