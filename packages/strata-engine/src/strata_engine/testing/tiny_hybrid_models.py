@@ -65,6 +65,7 @@ class HybridSpec:
     n_used: int = 2
     ffn_exp: int = 32  # expert_feed_forward_length
     ffn_shexp: int = 64  # expert_shared_feed_forward_length
+    ctx: int = CTX  # context_length (a bench's larger file: longer prompts)
 
     @property
     def arch(self) -> str:
@@ -97,7 +98,7 @@ def write_qwen35(
     w = GGUFWriter(str(path), s.arch)
     w.add_name(f"tiny {s.arch} model")
     w.add_block_count(s.n_layers)
-    w.add_context_length(CTX)
+    w.add_context_length(s.ctx)
     w.add_embedding_length(s.hidden)
     if s.n_experts:
         w.add_expert_count(s.n_experts)
