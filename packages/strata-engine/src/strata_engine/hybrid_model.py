@@ -90,6 +90,42 @@ def l2_normalize(x: np.ndarray, eps: float) -> np.ndarray:
     return x * _f32(1.0 / np.maximum(norm, eps))[..., None]
 
 
+def delta_rule(
+    states: np.ndarray,
+    state_slots: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    qkv: tuple[np.ndarray, np.ndarray, np.ndarray],
+    decay: np.ndarray,
+    beta: np.ndarray,
+    scale: np.float32,
+    state_captures: tuple[tuple[int, int, int], ...] = (),
+) -> np.ndarray:
+    """The gated delta rule, token by token per sequence (the torch fallback's; the native
+    kernels run recurrence.c, the same operations in the same order): the k-th token of every
+    sequence that has one together, as elementwise operations on [sequences, head, value j,
+    key i], so each sequence's values are its own arithmetic. `states` advance in place; after
+    `done` tokens of a row its state is copied to a snapshot slot (state_captures)."""
+    q, k, v = qkv
+    n, hv, ds = v.shape
+    core = np.empty((n, hv, ds), dtype=np.float32)
+    slots = state_slots.astype(np.int64)
+    captures: dict[int, list[tuple[int, int]]] = {}  # step -> (slot, snapshot) copied after it
+    for row, done, snapshot in state_captures:
+        captures.setdefault(done - 1, []).append((int(slots[row]), snapshot))
+    for step in range(int(counts.max())):
+        live = np.flatnonzero(counts > step)
+        t = starts[live] + step
+        s = states[slots[live]] * decay[t][:, :, None, None]
+        delta = (v[t] - _tree_sum(s * k[t][:, :, None, :])) * beta[t][:, :, None]
+        s = s + delta[:, :, :, None] * k[t][:, :, None, :]
+        core[t] = _tree_sum(s * q[t][:, :, None, :]) * scale
+        states[slots[live]] = s
+        for slot, snapshot in captures.get(step, ()):
+            states[snapshot] = states[slot]
+    return core
+
+
 class HybridTransformer:
     """The qwen35 / qwen35moe forward with the interface `Transformer` offers the model runner."""
 
@@ -226,26 +262,26 @@ class HybridTransformer:
         k = l2_normalize(conv[:, kd : 2 * kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
         v = conv[:, 2 * kd :].reshape(n, hv, ds)
         scale = np.float32(1.0 / np.sqrt(np.float32(ds)))
-        core = np.empty((n, hv, ds), dtype=np.float32)
-        # the k-th token of every sequence that has one, together: elementwise operations on
-        # [sequences, head, value j, key i], so each sequence's values are its own arithmetic
         starts = np.searchsorted(meta.token_seq, np.arange(len(meta.state_slots)))
         counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
-        slots = meta.state_slots.astype(np.int64)
         states = self.states.ssm[i]
-        captures: dict[int, list[tuple[int, int]]] = {}  # step -> (slot, snapshot) copied after it
-        for row, done, snapshot in meta.state_captures:
-            captures.setdefault(done - 1, []).append((int(slots[row]), snapshot))
-        for step in range(int(counts.max())):
-            live = np.flatnonzero(counts > step)
-            t = starts[live] + step
-            s = states[slots[live]] * decay[t][:, :, None, None]
-            delta = (v[t] - _tree_sum(s * k[t][:, :, None, :])) * beta[t][:, :, None]
-            s = s + delta[:, :, :, None] * k[t][:, :, None, :]
-            core[t] = _tree_sum(s * q[t][:, :, None, :]) * scale
-            states[slots[live]] = s
-            for slot, snapshot in captures.get(step, ()):
-                states[snapshot] = states[slot]
+        rule = getattr(ops, "delta_rule", None)  # the native kernels' C loop: these same bits
+        if rule is not None:
+            core = rule(
+                states,
+                meta.state_slots,
+                starts,
+                counts,
+                (q, k, v),
+                decay,
+                beta,
+                float(scale),
+                meta.state_captures,
+            )
+        else:
+            core = delta_rule(
+                states, meta.state_slots, starts, counts, (q, k, v), decay, beta, scale, meta.state_captures
+            )
         normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
         z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
         return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])

@@ -52,6 +52,9 @@ DRIVER_KV_SHA256 = "5d651f61b1725b06df94719323272912a212097e60a3cbb10fec107cb422
 # sha256 of `driver kvq8`: K/V blocks written as q8_0 (strata_kv_write, NaN, inf, ties, every
 # magnitude) and attention over a q8_0 cache, the same on every build.
 DRIVER_KVQ8_SHA256 = "d0605fb30021abbe0252ceecdde7ecb02a3048052a17454b193f03258b62a298"
+# sha256 of `driver delta`: the DeltaNet recurrence of hybrid models (strata_delta_rule), the
+# outputs and states, with a snapshot copied mid-chunk, the same on every build.
+DRIVER_DELTA_SHA256 = "bbc64060c5fde6065c37d51f5414864930eac2a02a9a64541edf0c3500fc6322"
 # sha256 of `driver gptoss`: attention with sinks (single-head, grouped, token tiles, a bf16 cache)
 # and the clamped SwiGLU, the same on every build.
 DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc00bbddd1"
@@ -81,7 +84,7 @@ def _driver_digest(
 
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
 # the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
-# the q8_0 KV cache ("kvq8"),
+# the q8_0 KV cache ("kvq8"), the DeltaNet recurrence ("delta"),
 # gpt-oss's sink attention and clamped SwiGLU ("gptoss")
 MODES = {
     "default": ((), DRIVER_SHA256),
@@ -90,6 +93,7 @@ MODES = {
     "tiles": (("tiles",), DRIVER_TILES_SHA256),
     "kvcache": (("kvcache",), DRIVER_KV_SHA256),
     "kvq8": (("kvq8",), DRIVER_KVQ8_SHA256),
+    "delta": (("delta",), DRIVER_DELTA_SHA256),
     "gptoss": (("gptoss",), DRIVER_GPTOSS_SHA256),
 }
 

@@ -43,6 +43,7 @@ SOURCES = tuple(
         "kquant_pack.c",  # K-quant blocks rearranged at load
         "q8.c",  # 8-bit activations, integer dot products
         "limb.c",  # activations as exact integer limbs, on q8's packed weights
+        "recurrence.c",  # the gated delta rule of hybrid models' DeltaNet layers
         "fpmode.c",  # the IEEE default float modes around each step
     )
 )

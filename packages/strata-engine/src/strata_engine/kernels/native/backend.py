@@ -129,6 +129,34 @@ class NativeOps:
         self.lib.strata_gelu_mul(address(gate), address(up), gate.size, address(out), self.threads)
         return out
 
+    def delta_rule(
+        self,
+        states: np.ndarray,
+        slots: np.ndarray,
+        starts: np.ndarray,
+        counts: np.ndarray,
+        qkv: tuple[np.ndarray, np.ndarray, np.ndarray],
+        decay: np.ndarray,
+        beta: np.ndarray,
+        scale: float,
+        captures: tuple[tuple[int, int, int], ...] = (),
+    ) -> np.ndarray:
+        """The DeltaNet recurrence (recurrence.c; hybrid_model._delta_net states the arithmetic):
+        states [slots, HV, D, D] advanced in place, the outputs [T, HV, D] returned."""
+        q, k, v = (f32(a) for a in qkv)
+        assert states.dtype == np.float32 and states.flags.c_contiguous
+        core = np.empty_like(v)
+        # every array the call reads held here: an address of a temporary would dangle
+        slots, starts, counts = (ints(a, np.int32) for a in (slots, starts, counts))
+        decay, beta = f32(decay), f32(beta)
+        rows, after, to = (np.array([c[i] for c in captures], dtype=np.int32) for i in range(3))
+        self.lib.strata_delta_rule(
+            address(states), address(slots), len(slots), address(starts), address(counts), address(q),
+            address(k), address(v), address(decay), address(beta), v.shape[1], v.shape[2], scale,
+            address(core), address(rows), address(after), address(to), len(captures), self.threads,
+        )  # fmt: skip
+        return core
+
     def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
         gate, up = f32(gate), f32(up)
         out = np.empty_like(gate)

@@ -142,6 +142,12 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
 void strata_limb_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                         const float *bias, float *y, int nthreads, int limbs);
 
+/* recurrence.c: hybrid models' DeltaNet recurrence, token by token per sequence and head */
+void strata_delta_rule(float *states, const int32_t *slots, int64_t S, const int32_t *starts, const int32_t *counts,
+                       const float *q, const float *k, const float *v, const float *decay, const float *beta,
+                       int HV, int D, float scale, float *core, const int32_t *cap_row, const int32_t *cap_after,
+                       const int32_t *cap_slot, int n_caps, int nthreads);
+
 /* fpmode.c: the IEEE default floating-point modes the kernels assume, set around each step */
 int strata_fp_mode(void);
 int strata_fp_ieee(int nthreads);

@@ -402,7 +402,32 @@ static void kvq8(void) {
     }
 }
 
+/* The DeltaNet recurrence (strata_delta_rule): two sequences of 5 and 9 tokens on 3 heads, head
+ * sizes 16 and 7 (the halving tree's appended zero), a snapshot copied mid-chunk; the outputs and
+ * the states after. */
+static void delta(void) {
+    const int sizes[2] = {16, 7}, HV = 3, T = 14;
+    for (int c = 0; c < 2; c++) {
+        int D = sizes[c];
+        int64_t dd = (int64_t)D * D;
+        float *states = floats(4 * HV * dd, -1.0f, 1.0f), *out = malloc((size_t)T * HV * D * 4);
+        float *q = floats(T * HV * D, -1.0f, 1.0f), *k = floats(T * HV * D, -0.5f, 0.5f);
+        float *v = floats(T * HV * D, -2.0f, 2.0f), *decay = floats(T * HV, 0.2f, 1.0f), *beta = floats(T * HV, 0.0f, 1.0f);
+        const int32_t slots[2] = {2, 0}, starts[2] = {0, 5}, counts[2] = {5, 9};
+        const int32_t cap_row[1] = {1}, cap_after[1] = {4}, cap_slot[1] = {3};
+        strata_delta_rule(states, slots, 2, starts, counts, q, k, v, decay, beta, HV, D, 0.25f, out, cap_row, cap_after,
+                          cap_slot, 1, 2);
+        emit(out, (int64_t)T * HV * D);
+        emit(states, 4 * HV * dd);
+        free(states), free(out), free(q), free(k), free(v), free(decay), free(beta);
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "delta") == 0) {
+        delta();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "kvq8") == 0) {
         kvq8();
         return 0;
