@@ -182,25 +182,32 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
 def compile_all(specs_path: Path, out: Path, shard: int = 0, shards: int = 1) -> None:
     """Compile each recorded launch (every shards-th from the shard-th) for TARGET; write
     [(kernel, error or None, seconds)]."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     results = []
     for spec in json.loads(specs_path.read_text())[shard::shards]:
-        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        names = list(spec["signature"])
-        constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
         t = time.perf_counter()
         try:
-            source = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
-            kernel = triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
+            kernel = compile_spec(spec)
             error = None if kernel.asm.get("cubin") else "no cubin"
         except Exception as exc:  # the compiler's message is the finding
             error = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
         label = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']} {spec['constexprs']}"
         results.append({"kernel": label, "error": error, "seconds": round(time.perf_counter() - t, 1)})
     out.write_text(json.dumps(results, indent=1))
+
+
+def compile_spec(spec: dict[str, Any]) -> Any:
+    """One recorded launch compiled for TARGET: Triton's CompiledKernel (its `asm` holds the
+    cubin; bench/gpu_static.py reads its instructions). Separate from compile_all so that the
+    static analysis builds exactly what this check builds."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+    names = list(spec["signature"])
+    constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
+    source = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
 
 
 if __name__ == "__main__":
