@@ -82,9 +82,10 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
 
 
 def _tile(constexprs: dict[str, Any]) -> str:
-    """The launch's distinguishing constexprs, short (limbs, tile, bias)."""
-    keys = ("LIMBS", "BM", "BN", "BR", "BB", "BLOCKS", "HAS_BIAS")
-    return " ".join(f"{k}={int(constexprs[k])}" for k in keys if k in constexprs)
+    """The launch's constexprs, short: a matmul's weight layout (decided by its type, shown in
+    the type column) left out."""
+    layout = {"WT", "KT", "KQ", "SB", "SCB"} | ({"BB"} if "WT" in constexprs else set())
+    return " ".join(f"{k}={int(v)}" for k, v in constexprs.items() if k not in layout)
 
 
 def table(record: dict[str, Any]) -> str:

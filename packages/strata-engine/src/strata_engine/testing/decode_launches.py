@@ -71,7 +71,7 @@ def step_launches(path: Path, kernels: str) -> Counter[str]:
     inside = [False]  # the interpreter's own copies of a launch's arguments are not kernels
 
     class Launches(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
             if not inside[0] and not func.is_view and name not in NOT_KERNELS | {"_local_scalar_dense"}:
                 counted[f"torch.{name}"] += 1
@@ -82,7 +82,7 @@ def step_launches(path: Path, kernels: str) -> Counter[str]:
     engine.step()  # the prefill
     original = interpreter.InterpretedFunction.run
 
-    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def run(self, *args, **kwargs):
         counted[f"triton.{self.fn.__name__}"] += 1
         inside[0] = True
         try:

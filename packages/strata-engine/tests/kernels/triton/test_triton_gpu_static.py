@@ -24,7 +24,7 @@ pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
-from strata_engine.testing import decode_launches, sass_stats, triton_compile
+from strata_engine.testing import decode_launches, sass_stats
 
 # Today's figures (Triton 3.9.0's ptxas, sm_90, the default mode: limbs 3, the row kernel's BN 32,
 # 4 warps). Each is the decode loop's warp-instructions a weight (loop body x warps / 32 x BN);
@@ -108,9 +108,21 @@ def test_res_usage_is_read_and_per_weight_is_body_times_warps_over_weights() -> 
     assert sass_stats.weight_type("norm._rmsnorm_kernel", {}) is None
 
 
+def _module(name: str, *args: str, interpret: bool) -> None:
+    """`python -m strata_engine.testing.<name> args` in a fresh process: the GPU's tiles are
+    chosen when the kernels' modules are imported, which this process has done interpreted."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "STRATA_TRITON_GPU_TILES")}
+    if interpret:
+        env |= {"TRITON_INTERPRET": "1", "STRATA_TRITON_GPU_TILES": "1"}
+    command = [sys.executable, "-m", f"strata_engine.testing.{name}", *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+
 def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -> None:
     specs = tmp_path / "specs.json"
-    triton_compile.record(specs, 0, 9)  # the record step's first run: the quantised model, default mode
+    # the record step's first run: the quantised model in the default mode (bench/gpu_static.py --fast)
+    _module("triton_compile", "record", str(specs), "0/9", interpret=True)
     decode = [
         s
         for s in json.loads(specs.read_text())
@@ -119,20 +131,15 @@ def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -
     ]
     specs.write_text(json.dumps(decode))
     out = tmp_path / "stats.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "STRATA_TRITON_GPU_TILES")}
-    done = subprocess.run(
-        [sys.executable, "-m", "strata_engine.testing.sass_stats", str(specs), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    _module("sass_stats", str(specs), str(out), interpret=False)
     rows = {r["wtype"]: r for r in json.loads(out.read_text())}
     assert set(rows) == set(MAX_PER_WEIGHT), rows
     for wtype, row in rows.items():
         print(wtype, row)
         assert row["local_bytes"] == 0 and row["spill_instructions"] == 0, f"{wtype}: spills"
-        assert row["loop_mma"] == 0 or row["loop_instructions"], row
+        assert row["constexprs"]["BN"] == 32 and row["constexprs"]["LIMBS"] == 3, (
+            "the GPU's tile, the default mode"
+        )
         assert 0 < row["warp_instructions_per_weight"] <= MAX_PER_WEIGHT[wtype], (
             f"{wtype}: {row['warp_instructions_per_weight']:.3f} warp-instructions a weight, "
             f"more than today's {MAX_PER_WEIGHT[wtype]} (lower the figure when it falls)"
