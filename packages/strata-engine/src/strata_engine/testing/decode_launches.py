@@ -46,13 +46,14 @@ NOT_KERNELS = {
 }  # allocations and aliases
 
 
-def _types(mix: str, layers: int) -> dict[str, Any]:
-    """The file's types: every matrix Q4_K, the head Q6_K, attn_v and ffn_down per `mix`."""
+def _types(mixes: tuple[str, ...]) -> dict[str, Any]:
+    """The file's types, layer i in mixes[i]: every matrix Q4_K, the head Q6_K, attn_v and
+    ffn_down Q6_K or Q4_K per the layer's mix."""
     from gguf import GGMLQuantizationType as QT
 
-    wide = QT.Q6_K if mix != "all Q4_K" else QT.Q4_K
     types = {"token_embd.weight": QT.Q4_K, "output.weight": QT.Q6_K}
-    for i in range(layers):
+    for i, mix in enumerate(mixes):
+        wide = QT.Q4_K if mix == "all Q4_K" else QT.Q6_K
         for name in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
             types[f"blk.{i}.{name}.weight"] = QT.Q4_K
         for name in ("attn_v", "ffn_down"):
@@ -101,36 +102,39 @@ def step_launches(path: Path, kernels: str) -> Counter[str]:
 
 
 def per_layer(kernels: str = "native") -> dict[str, Any]:
-    """Per mix: the launches of one layer (total, Triton, torch, by kernel) and the step's fixed
-    part; and the 8B step's total (fixed + each mix's layers)."""
+    """Per mix: the launches of one layer (total, Triton, torch, by kernel); the step's fixed
+    part; the 8B step's total (fixed + each mix's layers). Three files: one layer of the first
+    mix, then two layers whose second is each mix, so a layer's count is a 2-layer file's less
+    the 1-layer file's."""
     from strata_engine.testing import tiny_models
     from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
     spec = replace(next(s for s in TINY_SPECS if s.arch == "llama"), name="llama-untied", tied=False)
-    result: dict[str, Any] = {"kernels": kernels, "mixes": {}}
+    first, *others = MIXES
+    files = [(first,), (first, first)] + [(first, mix) for mix in others]  # 1 layer, then 2
+    counts: dict[tuple[str, ...], Counter[str]] = {}
     saved = tiny_models.N_LAYERS
     with tempfile.TemporaryDirectory() as tmp:
-        for mix in MIXES:
-            counts = {}
-            for layers in (1, 2):
-                tiny_models.N_LAYERS = layers
-                try:
-                    path = write_tiny_model(Path(tmp) / f"{layers}.gguf", spec, overrides=_types(mix, layers))
-                finally:
-                    tiny_models.N_LAYERS = saved
-                counts[layers] = step_launches(path, kernels)
-            layer = counts[2] - counts[1]  # Counter subtraction keeps the positive differences
-            total = {n: sum(counts[n].values()) for n in (1, 2)}
-            result["mixes"][mix] = {
-                "per_layer": total[2] - total[1],
-                "triton_per_layer": sum(v for k, v in layer.items() if k.startswith("triton.")),
-                "torch_per_layer": sum(v for k, v in layer.items() if k.startswith("torch.")),
-                "fixed": 2 * total[1] - total[2],
-                "layer_kernels": dict(sorted(layer.items())),
-            }
+        for i, layers in enumerate(files):
+            tiny_models.N_LAYERS = len(layers)
+            try:
+                path = write_tiny_model(Path(tmp) / f"{i}.gguf", spec, overrides=_types(layers))
+            finally:
+                tiny_models.N_LAYERS = saved
+            counts[layers] = step_launches(path, kernels)
+    one = sum(counts[(first,)].values())
+    result: dict[str, Any] = {"kernels": kernels, "fixed": 0, "mixes": {}}
+    for mix in MIXES:
+        layer = counts[(first, mix)] - counts[(first,)]  # the second layer's kernels (positive differences)
+        result["mixes"][mix] = {
+            "per_layer": sum(counts[(first, mix)].values()) - one,
+            "triton_per_layer": sum(v for k, v in layer.items() if k.startswith("triton.")),
+            "torch_per_layer": sum(v for k, v in layer.items() if k.startswith("torch.")),
+            "layer_kernels": dict(sorted(layer.items())),
+        }
     mixes = result["mixes"]
-    fixed = max(m["fixed"] for m in mixes.values())
-    result["step_8b"] = fixed + sum(mixes[m]["per_layer"] * n for m, n in MIXES.items())
+    result["fixed"] = one - mixes[first]["per_layer"]  # the step less its one layer
+    result["step_8b"] = result["fixed"] + sum(mixes[m]["per_layer"] * n for m, n in MIXES.items())
     result["per_layer_max"] = max(m["per_layer"] for m in mixes.values())
     return result
 
