@@ -138,10 +138,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the record as JSON here")
     args = parser.parse_args()
     record = measure(args.fast, args.specs, args.kernels)
+    if args.json:  # first: the measurement survives a table that fails to print
+        write_results(args.json, record)
     print(table(record))
     print(f"\nseconds: {record['seconds']}")
-    if args.json:
-        write_results(args.json, record)
 
 
 if __name__ == "__main__":
