@@ -122,7 +122,8 @@ def tools() -> Path:
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-def _cuobjdump(cubin: bytes, *args: str) -> str:
+def cuobjdump(cubin: bytes, *args: str) -> str:
+    """The bundled cuobjdump's output for `cubin` (`-sass`: the code; `-res-usage`: resources)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
@@ -175,8 +176,8 @@ def weight_type(name: str, constexprs: dict[str, Any]) -> str | None:
 def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     """The static costs of `kernel`, Triton's CompiledKernel for the recorded launch `spec`."""
     cubin = kernel.asm["cubin"]
-    code = parse_sass(_cuobjdump(cubin, "-sass"))
-    res = resources(_cuobjdump(cubin, "-res-usage"))
+    code = parse_sass(cuobjdump(cubin, "-sass"))
+    res = resources(cuobjdump(cubin, "-res-usage"))
     body = innermost_loop(code)
     name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
     per_iteration = WEIGHTS_PER_ITERATION.get(name)

@@ -181,17 +181,23 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
 
 def compile_all(specs_path: Path, out: Path, shard: int = 0, shards: int = 1) -> None:
     """Compile each recorded launch (every shards-th from the shard-th) for TARGET; write
-    [(kernel, error or None, seconds)]."""
+    [(kernel, error or None, local memory bytes a thread, seconds)]."""
+    from strata_engine.testing.sass_stats import cuobjdump, resources
+
     results = []
     for spec in json.loads(specs_path.read_text())[shard::shards]:
         t = time.perf_counter()
+        local = None
         try:
             kernel = compile_spec(spec)
             error = None if kernel.asm.get("cubin") else "no cubin"
+            if not error:  # local memory: ptxas's spills (and arrays it could not keep in registers)
+                local = resources(cuobjdump(kernel.asm["cubin"], "-res-usage")).get("LOCAL", 0)
         except Exception as exc:  # the compiler's message is the finding
             error = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
         label = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']} {spec['constexprs']}"
-        results.append({"kernel": label, "error": error, "seconds": round(time.perf_counter() - t, 1)})
+        seconds = round(time.perf_counter() - t, 1)
+        results.append({"kernel": label, "error": error, "local_bytes": local, "seconds": seconds})
     out.write_text(json.dumps(results, indent=1))
 
 
