@@ -41,11 +41,13 @@ TARGET_TYPES = ("Q4_K", "Q6_K")
 DECODE = ("intmatmul._rows_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
 
 
-def _module(name: str, *args: str, interpret: bool) -> None:
-    """`python -m strata_engine.testing.<name> args` in a fresh process, interpreted or not."""
+def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> None:
+    """`python -m strata_engine.testing.<name> args` in a fresh process, interpreted or not;
+    interpreted with the GPU's tiles (what a GPU compiles) or the interpreter's (fewer, larger
+    programs: quicker, and the same launches)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "STRATA_TRITON_GPU_TILES")}
     if interpret:
-        env |= {"TRITON_INTERPRET": "1", "STRATA_TRITON_GPU_TILES": "1"}
+        env |= {"TRITON_INTERPRET": "1"} | ({"STRATA_TRITON_GPU_TILES": "1"} if gpu_tiles else {})
     subprocess.run([sys.executable, "-m", f"strata_engine.testing.{name}", *args], env=env, check=True)
 
 
@@ -67,7 +69,7 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         seconds["record"] = time.perf_counter() - t
         t = time.perf_counter()
         launches = Path(tmp) / "launches.json"
-        _module("decode_launches", str(launches), kernels, interpret=True)
+        _module("decode_launches", str(launches), kernels, interpret=True, gpu_tiles=False)
         seconds["launches"] = time.perf_counter() - t
         t = time.perf_counter()
         stats = Path(tmp) / "stats.json"
