@@ -16,8 +16,8 @@ process (the first two under Triton's interpreter, the third with its compiler):
    instructions a weight, its MMAs, the registers, shared memory, local memory and spills;
    `--fast`: only the matmuls).
 
-The full run takes about 2.5 min to record and 10 min to compile on a 2-core host (Triton's
-cache makes a second compile quicker); `--fast` about 1.5 min in all. `--specs` keeps the
+On a shared 2-core host the full run takes about 5 min (3 recording, under 1 counting, 1.2
+compiling 74 launches with Triton's cache empty); `--fast` about 2 min. `--specs` keeps the
 recorded launches in a file and reuses it when it exists.
 """
 
