@@ -35,6 +35,8 @@ from typing import Any
 
 from _common import write_results
 
+from strata_engine.testing.triton_compile import RUNS
+
 TARGET_INSTRUCTIONS = 0.15  # warp-instructions a weight in the decode loop body (Q4_K, Q6_K)
 TARGET_LAUNCHES = 4  # launches a layer in a decode step
 TARGET_TYPES = ("Q4_K", "Q6_K")
@@ -65,7 +67,9 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         t = time.perf_counter()
         if not specs.exists():
             # the record step's first run only (the quantised model, default mode), or all
-            _module("triton_compile", "record", str(specs), "0/9" if fast else "0/1", interpret=True)
+            _module(
+                "triton_compile", "record", str(specs), f"0/{len(RUNS)}" if fast else "0/1", interpret=True
+            )
         seconds["record"] = time.perf_counter() - t
         t = time.perf_counter()
         launches = Path(tmp) / "launches.json"

@@ -24,7 +24,7 @@ pytest.importorskip(
     "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
 )
 
-from strata_engine.testing import decode_launches, sass_stats
+from strata_engine.testing import decode_launches, sass_stats, triton_compile
 
 # Today's figures (Triton 3.9.0's ptxas, sm_90, the default mode: limbs 3, the row kernel's BN 32,
 # 4 warps). Each is the decode loop's warp-instructions a weight (loop body x warps / 32 x BN);
@@ -122,7 +122,7 @@ def _module(name: str, *args: str, interpret: bool) -> None:
 def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -> None:
     specs = tmp_path / "specs.json"
     # the record step's first run: the quantised model in the default mode (bench/gpu_static.py --fast)
-    _module("triton_compile", "record", str(specs), "0/9", interpret=True)
+    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
     decode = [
         s
         for s in json.loads(specs.read_text())
