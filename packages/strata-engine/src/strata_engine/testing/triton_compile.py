@@ -96,6 +96,20 @@ def record(out: Path, shard: int = 0, shards: int = 1) -> None:
     out.write_text(json.dumps(list(specs.values()), indent=1))
 
 
+# (model, kernels, CUDA graphs' static path: padded buffers, scratch KV block, KV cache dtype),
+# heaviest first; gemma2's run keeps a 2-byte cache (the cache's narrowing kernel, the attention's
+# widening loads). The first is the quantised model in the default mode: shard 0 of len(RUNS)
+# records it alone (bench/gpu_static.py --fast: its decode matmuls include Q4_K and Q6_K).
+RUNS = [("quantised", m, False, "fp32") for m in ("native", "native-limb2", "native-q8", "native-fp32")]
+RUNS += [
+    ("quantised", "native", True, "fp32"),
+    ("tied", "native-q8", False, "fp32"),
+    ("tied", "native-fp32", False, "fp32"),
+    ("moe", "native-fp32", False, "fp32"),
+    ("gemma2", "native-fp32", False, "fp16"),
+]
+
+
 def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
     """Engines on tiny models that launch every kernel the Triton backend has.
 
@@ -151,18 +165,7 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
         ),
         Request(prompt[:2], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, seed=2, ignore_eos=True)),
     ]
-    # (model, kernels, CUDA graphs' static path: padded buffers, scratch KV block, KV cache dtype),
-    # heaviest first; gemma2's run keeps a 2-byte cache (the cache's narrowing kernel, the
-    # attention's widening loads)
-    runs = [("quantised", m, False, "fp32") for m in ("native", "native-limb2", "native-q8", "native-fp32")]
-    runs += [
-        ("quantised", "native", True, "fp32"),
-        ("tied", "native-q8", False, "fp32"),
-        ("tied", "native-fp32", False, "fp32"),
-        ("moe", "native-fp32", False, "fp32"),
-        ("gemma2", "native-fp32", False, "fp16"),
-    ]
-    for name, kernels, static, kv in runs[shard::shards]:
+    for name, kernels, static, kv in RUNS[shard::shards]:
         print(f"recording {name} {kernels}{', static path' if static else ''}, {kv} KV", flush=True)
         if static:
             os.environ[SWITCH] = "1"
@@ -181,26 +184,39 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
 
 def compile_all(specs_path: Path, out: Path, shard: int = 0, shards: int = 1) -> None:
     """Compile each recorded launch (every shards-th from the shard-th) for TARGET; write
-    [(kernel, error or None, seconds)]."""
+    [(kernel, error or None, local memory bytes a thread, seconds)]."""
+    from strata_engine.testing.sass_stats import cuobjdump, resources
+
+    results = []
+    for spec in json.loads(specs_path.read_text())[shard::shards]:
+        t = time.perf_counter()
+        local = None
+        try:
+            kernel = compile_spec(spec)
+            error = None if kernel.asm.get("cubin") else "no cubin"
+            if not error:  # local memory: ptxas's spills (and arrays it could not keep in registers)
+                local = resources(cuobjdump(kernel.asm["cubin"], "-res-usage")).get("LOCAL", 0)
+        except Exception as exc:  # the compiler's message is the finding
+            error = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
+        label = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']} {spec['constexprs']}"
+        seconds = round(time.perf_counter() - t, 1)
+        results.append({"kernel": label, "error": error, "local_bytes": local, "seconds": seconds})
+    out.write_text(json.dumps(results, indent=1))
+
+
+def compile_spec(spec: dict[str, Any]) -> Any:
+    """One recorded launch compiled for TARGET: Triton's CompiledKernel (its `asm` holds the
+    cubin; bench/gpu_static.py reads its instructions). Separate from compile_all so that the
+    static analysis builds exactly what this check builds."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    results = []
-    for spec in json.loads(specs_path.read_text())[shard::shards]:
-        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        names = list(spec["signature"])
-        constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
-        t = time.perf_counter()
-        try:
-            source = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
-            kernel = triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
-            error = None if kernel.asm.get("cubin") else "no cubin"
-        except Exception as exc:  # the compiler's message is the finding
-            error = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
-        label = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']} {spec['constexprs']}"
-        results.append({"kernel": label, "error": error, "seconds": round(time.perf_counter() - t, 1)})
-    out.write_text(json.dumps(results, indent=1))
+    fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+    names = list(spec["signature"])
+    constexprs = {(names.index(n),): v for n, v in spec["constexprs"].items()}
+    source = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
 
 
 if __name__ == "__main__":

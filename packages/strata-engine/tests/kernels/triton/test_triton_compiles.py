@@ -5,7 +5,8 @@ distinct launch the engine makes on tiny models (every mode, prefill and decode,
 decode path, selections and draws, sliding window and soft-cap, experts), recorded under the
 interpreter with the GPU's tile sizes, then compiled by Triton's compiler for CUDA 9.0 down to a
 cubin. It also checks that the workloads launch every kernel defined in kernels/triton, so a new
-kernel cannot go unchecked.
+kernel cannot go unchecked, and that no kernel uses local memory (ptxas's spills; issue 42's
+"no spills", read from the cubin by strata_engine.testing.sass_stats).
 """
 
 from __future__ import annotations
@@ -89,3 +90,5 @@ def test_every_kernel_compiles_for_an_h200(tmp_path) -> None:
     failed = [f"{r['kernel']}: {r['error']}" for r in outcome if r["error"]]
     print(f"{len(outcome)} launches compiled in {sum(r['seconds'] for r in outcome):.0f} s")
     assert not failed, "\n\n".join(failed)
+    spilled = [f"{r['kernel']}: {r['local_bytes']} bytes" for r in outcome if r["local_bytes"]]
+    assert not spilled, f"local memory (ptxas's spills) in {spilled}"

@@ -1,0 +1,154 @@
+"""What the Triton kernels cost an H200, shown without a GPU: instructions, registers, launches.
+
+    python bench/gpu_static.py [--fast] [--specs SPECS.json] [--kernels native] [--json PATH]
+
+Issue 42's targets for a decode that streams its weights at memory speed are static properties of
+the compiled code, so they can be read on a machine with no GPU. Three steps, each in its own
+process (the first two under Triton's interpreter, the third with its compiler):
+
+1. record every distinct launch the engine makes on tiny models with the GPU's tile sizes
+   (strata_engine.testing.triton_compile's record step; `--fast`: only its first run, the
+   quantised model in the default mode, whose decode matmuls include Q4_K and Q6_K);
+2. count one decode step's launches per layer for Llama-3.1-8B's Q4_K_M layer mixes
+   (strata_engine.testing.decode_launches: a tiny Llama of the same mixes, 2 layers less 1);
+3. compile each launch for sm_90 (triton_compile's compile step) and read its cubin
+   (strata_engine.testing.sass_stats: the innermost loop by its backward branch, its
+   instructions a weight, its MMAs, the registers, shared memory, local memory and spills;
+   `--fast`: only the matmuls).
+
+On a shared 2-core host the full run takes about 5 min (3 recording, under 1 counting, 1.2
+compiling 74 launches with Triton's cache empty); `--fast` about 2 min. `--specs` keeps the
+recorded launches in a file and reuses it when it exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import write_results
+
+from strata_engine.testing.triton_compile import RUNS
+
+TARGET_INSTRUCTIONS = 0.15  # warp-instructions a weight in the decode loop body (Q4_K, Q6_K)
+TARGET_LAUNCHES = 4  # launches a layer in a decode step
+TARGET_TYPES = ("Q4_K", "Q6_K")
+DECODE = ("intmatmul._rows_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
+
+
+def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> None:
+    """`python -m strata_engine.testing.<name> args` in a fresh process, interpreted or not;
+    interpreted with the GPU's tiles (what a GPU compiles) or the interpreter's (fewer, larger
+    programs: quicker, and the same launches)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "STRATA_TRITON_GPU_TILES")}
+    if interpret:
+        env |= {"TRITON_INTERPRET": "1"} | ({"STRATA_TRITON_GPU_TILES": "1"} if gpu_tiles else {})
+    subprocess.run([sys.executable, "-m", f"strata_engine.testing.{name}", *args], env=env, check=True)
+
+
+def is_decode(row: dict[str, Any]) -> bool:
+    """A matmul launch of the decode path: the integer row kernel, or the fp32 mode's one-row
+    tile (BM 1)."""
+    return row["kernel"] == DECODE[0] or (row["kernel"] == DECODE[1] and row["constexprs"].get("BM") == 1)
+
+
+def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]:
+    """The three steps; the record of the run (kernels' rows, launches, timings)."""
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = specs_path or Path(tmp) / "specs.json"
+        t = time.perf_counter()
+        if not specs.exists():
+            # the record step's first run only (the quantised model, default mode), or all
+            _module(
+                "triton_compile", "record", str(specs), f"0/{len(RUNS)}" if fast else "0/1", interpret=True
+            )
+        seconds["record"] = time.perf_counter() - t
+        t = time.perf_counter()
+        launches = Path(tmp) / "launches.json"
+        _module("decode_launches", str(launches), kernels, interpret=True, gpu_tiles=False)
+        seconds["launches"] = time.perf_counter() - t
+        t = time.perf_counter()
+        stats = Path(tmp) / "stats.json"
+        _module("sass_stats", str(specs), str(stats), *(["--matmuls"] if fast else []), interpret=False)
+        seconds["compile"] = time.perf_counter() - t
+        return {
+            "kernels": json.loads(stats.read_text()),
+            "launches": json.loads(launches.read_text()),
+            "seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "fast": fast,
+        }
+
+
+def _tile(constexprs: dict[str, Any]) -> str:
+    """The launch's constexprs, short: a matmul's weight layout (decided by its type, shown in
+    the type column) left out."""
+    layout = {"WT", "KT", "KQ", "SB", "SCB"} | ({"BB"} if "WT" in constexprs else set())
+    return " ".join(f"{k}={int(v)}" for k, v in constexprs.items() if k not in layout)
+
+
+def table(record: dict[str, Any]) -> str:
+    """The kernels' rows (one per distinct compiled launch, matmuls by weight type), then the
+    decode targets beside today's figures."""
+    lines = [
+        "| kernel | type | constexprs | warps | regs | shared B | local B | spill instr | loop instr | "
+        "MMA in loop | weights/iter | warp-instr/weight |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = sorted(record["kernels"], key=lambda r: (r["kernel"], r["wtype"] or "", _tile(r["constexprs"])))
+    for r in rows:
+        per = r["warp_instructions_per_weight"]
+        lines.append(
+            f"| {r['kernel']} | {r['wtype'] or ''} | {_tile(r['constexprs'])} | {r['warps']} | {r['registers']} | "
+            f"{r['shared_bytes']} | {r['local_bytes']} | {r['spill_instructions']} | {r['loop_instructions']} | "
+            f"{r['loop_mma']} | {r['weights_per_iteration'] or ''} | {'' if per is None else f'{per:.3f}'} |"
+        )
+    lines += ["", "| target (issue 42) | today | target |", "|---|---|---|"]
+    for wtype in TARGET_TYPES:
+        for r in rows:
+            if is_decode(r) and r["wtype"] == wtype:
+                limbs = f"limbs {r['constexprs']['LIMBS']}" if "LIMBS" in r["constexprs"] else "fp32 mode"
+                lines.append(
+                    f"| {wtype} decode loop, {r['kernel']} ({limbs}): warp-instructions a weight "
+                    f"| {r['warp_instructions_per_weight']:.3f} | <= {TARGET_INSTRUCTIONS} |"
+                )
+    spilling = [r["kernel"] for r in rows if r["spill_instructions"] or r["local_bytes"]]
+    lines.append(f"| kernels that spill (or use local memory) | {len(spilling)} of {len(rows)} | 0 |")
+    launches = record["launches"]
+    for mix, m in launches["mixes"].items():
+        lines.append(
+            f"| launches a layer, 8B Q4_K_M layer with {mix} ({launches['kernels']}): "
+            f"Triton {m['triton_per_layer']} + torch {m['torch_per_layer']} | {m['per_layer']} | <= {TARGET_LAUNCHES} |"
+        )
+    lines.append(
+        f"| launches a decode step, Llama-3.1-8B (32 layers; fixed part {launches['fixed']}) "
+        f"| {launches['step_8b']} | <= {32 * TARGET_LAUNCHES} + fixed |"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--fast", action="store_true", help="the default mode's launches, matmuls only")
+    parser.add_argument(
+        "--specs", type=Path, help="recorded launches: reused if the file exists, else written"
+    )
+    parser.add_argument("--kernels", default="native", help="the engine mode whose launches are counted")
+    parser.add_argument("--json", type=Path, help="also write the record as JSON here")
+    args = parser.parse_args()
+    record = measure(args.fast, args.specs, args.kernels)
+    if args.json:  # first: the measurement survives a table that fails to print
+        write_results(args.json, record)
+    print(table(record))
+    print(f"\nseconds: {record['seconds']}")
+
+
+if __name__ == "__main__":
+    main()

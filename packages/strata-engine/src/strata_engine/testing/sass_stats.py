@@ -1,0 +1,224 @@
+"""What a compiled kernel costs a GPU, read from its cubin without one (bench/gpu_static.py).
+
+Issue 42 asks how far the Triton kernels are from a decode that streams its weights at memory
+speed; without a GPU to time, the compiler's output is the evidence. A cubin (triton_compile.py
+builds one per recorded launch) is disassembled with the cuobjdump Triton bundles, and:
+
+- the main loop is the innermost loop, found by its backward branch (a branch to an address at
+  or before its own; the self-branch that pads the code after the last EXIT is not a loop); when
+  several loops are innermost (none inside another), the longest, where the time goes;
+- each warp runs the loop body once per iteration, so warp-instructions a weight is the body's
+  length times the launch's warps over the weights one iteration of a program consumes, taken
+  from the kernel's tile constexprs (WEIGHTS_PER_ITERATION);
+- MMA instructions (IMMA, HMMA and Hopper's warpgroup GMMAs) are counted in the loop body: a
+  matmul on CUDA cores has none;
+- registers and local memory come from `cuobjdump -res-usage`, the shared memory from Triton's
+  metadata (its allocation is dynamic, which res-usage does not see); ptxas's spills are stores
+  to and loads from local memory (STL, LDL), counted in the whole kernel.
+
+The parser is tested on a hand-written excerpt, so a change in the disassembler's format fails
+a test rather than printing zeros.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MMA = ("IMMA", "HMMA", "HGMMA", "IGMMA", "QGMMA", "DMMA")  # tensor-core opcodes (GMMA: sm_90 wgmma)
+SPILLS = ("STL", "LDL")  # local-memory stores and loads: ptxas's spill code
+
+# weights one iteration of the main loop consumes in one program, from the launch's constexprs:
+# the integer matmuls and the fp32 mode's stored-block matmul take one block of 32 inputs for
+# BN outputs an iteration; the fp32-weight matmul 16 inputs for BN outputs
+WEIGHTS_PER_ITERATION: dict[str, Callable[[dict[str, Any]], int]] = {
+    "intmatmul._rows_kernel": lambda c: 32 * c["BN"],
+    "intmatmul._tile_kernel": lambda c: 32 * c["BN"],
+    "matmul._matmul_kernel": lambda c: 32 * c["BN"],
+    "fmatmul._dot1_kernel": lambda c: 16 * c["BN"],
+}
+
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_TARGET = re.compile(r"(?:0x([0-9a-f]+)|\.L_x_(\d+))")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One SASS instruction: its address, mnemonic (with modifiers) and a branch's target."""
+
+    address: int
+    opcode: str
+    target: int | None  # a BRA's destination address; None for anything else
+
+
+def parse_sass(text: str) -> list[Instruction]:
+    """The instructions of `cuobjdump -sass` output (one function), in address order.
+
+    cuobjdump writes a branch's target as an address (`BRA 0x470`); nvdisasm as a label
+    (`BRA `(.L_x_3)`), resolved here to the address the label marks."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    out: list[Instruction] = []
+    raw: list[tuple[int, str, str]] = []
+    for line in text.splitlines():
+        label = re.match(r"\s*\.L_x_(\d+):", line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        m = _LINE.search(line)
+        if not m:
+            continue
+        address = int(m.group(1), 16)
+        for name in pending:
+            labels[name] = address
+        pending = []
+        raw.append((address, m.group(3), m.group(4)))
+    for address, opcode, operands in raw:
+        target = None
+        if opcode.split(".")[0] in ("BRA", "JMP"):
+            t = _TARGET.search(operands)
+            if t:
+                target = int(t.group(1), 16) if t.group(1) else labels.get(t.group(2))
+        out.append(Instruction(address, opcode, target))
+    return out
+
+
+def loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
+    """Every loop as (first, last) indices into `instructions`: a branch back to an address at or
+    before its own (not to itself: that is the trap after the last EXIT)."""
+    index = {ins.address: i for i, ins in enumerate(instructions)}
+    found = []
+    for i, ins in enumerate(instructions):
+        if ins.target is not None and ins.target < ins.address and ins.target in index:
+            found.append((index[ins.target], i))
+    return found
+
+
+def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
+    """The main loop's body: of the loops with no other loop inside, the longest; [] if none."""
+    found = loops(instructions)
+    inner = [(a, b) for a, b in found if not any((a, b) != (c, d) and a <= c and d <= b for c, d in found)]
+    if not inner:
+        return []
+    a, b = max(inner, key=lambda loop: loop[1] - loop[0])
+    return instructions[a : b + 1]
+
+
+def count(instructions: list[Instruction], prefixes: tuple[str, ...]) -> int:
+    """How many of `instructions` have a mnemonic whose base (before the first dot) is one of
+    `prefixes`."""
+    return sum(ins.opcode.split(".")[0] in prefixes for ins in instructions)
+
+
+def tools() -> Path:
+    """The folder of the CUDA tools Triton's NVIDIA backend bundles (ptxas, cuobjdump, nvdisasm)."""
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+def cuobjdump(cubin: bytes, *args: str) -> str:
+    """The bundled cuobjdump's output for `cubin` (`-sass`: the code; `-res-usage`: resources)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run(
+            [str(tools() / "cuobjdump"), *args, str(path)], check=True, capture_output=True, text=True
+        ).stdout
+
+
+def resources(text: str) -> dict[str, int]:
+    """`cuobjdump -res-usage`'s figures for the (one) function: REG, STACK, SHARED, LOCAL, ..."""
+    line = next((ln for ln in text.splitlines() if "REG:" in ln), "")
+    return {k: int(v) for k, v in re.findall(r"([A-Z]+)(?:\[\d+\])?:(\d+)", line)}
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """One compiled launch's static costs (see the module's docstring for how each is read)."""
+
+    kernel: str  # module.function
+    wtype: str | None  # the weight type a matmul reads (None: not a matmul)
+    constexprs: dict[str, Any]
+    warps: int
+    registers: int
+    shared_bytes: int
+    local_bytes: int
+    spill_instructions: int
+    loop_instructions: int  # 0: no loop
+    loop_mma: int
+    weights_per_iteration: int | None
+
+    @property
+    def warp_instructions_per_weight(self) -> float | None:
+        """The main loop's warp-instructions a weight (None where the kernel reads no weights)."""
+        if not self.weights_per_iteration or not self.loop_instructions:
+            return None
+        return self.loop_instructions * self.warps / self.weights_per_iteration
+
+
+def weight_type(name: str, constexprs: dict[str, Any]) -> str | None:
+    """The GGML name of the weight type a matmul launch reads (its WT or KT constexpr)."""
+    if name not in WEIGHTS_PER_ITERATION:
+        return None
+    if name == "fmatmul._dot1_kernel":
+        return "F32"
+    from gguf import GGMLQuantizationType as QT
+
+    return QT(constexprs.get("WT", constexprs.get("KT"))).name
+
+
+def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
+    """The static costs of `kernel`, Triton's CompiledKernel for the recorded launch `spec`."""
+    cubin = kernel.asm["cubin"]
+    code = parse_sass(cuobjdump(cubin, "-sass"))
+    res = resources(cuobjdump(cubin, "-res-usage"))
+    body = innermost_loop(code)
+    name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
+    per_iteration = WEIGHTS_PER_ITERATION.get(name)
+    return KernelStats(
+        kernel=name,
+        wtype=weight_type(name, spec["constexprs"]),
+        constexprs=spec["constexprs"],
+        warps=kernel.metadata.num_warps,
+        registers=res.get("REG", 0),
+        shared_bytes=max(kernel.metadata.shared, res.get("SHARED", 0)),
+        local_bytes=res.get("LOCAL", 0),
+        spill_instructions=count(code, SPILLS),
+        loop_instructions=len(body),
+        loop_mma=count(body, MMA),
+        weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
+    )
+
+
+def compile_and_analyse(specs: list[dict[str, Any]], matmuls_only: bool = False) -> list[dict[str, Any]]:
+    """Each recorded launch (`matmuls_only`: those of WEIGHTS_PER_ITERATION's kernels) compiled
+    by triton_compile's step, the one the compile check runs, and analysed; as JSON-ready rows
+    (a launch that fails to compile is the compile check's finding, and is left out here)."""
+    from strata_engine.testing.triton_compile import compile_spec
+
+    rows = []
+    for spec in specs:
+        name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
+        if matmuls_only and name not in WEIGHTS_PER_ITERATION:
+            continue
+        stats = analyse(spec, compile_spec(spec))
+        rows.append(stats.__dict__ | {"warp_instructions_per_weight": stats.warp_instructions_per_weight})
+    return rows
+
+
+if __name__ == "__main__":
+    # SPECS.json OUT.json [--matmuls]: the compile runs Triton's compiler, not its interpreter
+    import json
+    import os
+    import sys
+
+    assert os.environ.get("TRITON_INTERPRET") != "1", "the analysis compiles for a GPU"
+    specs = json.loads(Path(sys.argv[1]).read_text())
+    rows = compile_and_analyse(specs, matmuls_only="--matmuls" in sys.argv[3:])
+    Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))
