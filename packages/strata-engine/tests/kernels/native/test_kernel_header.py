@@ -111,6 +111,7 @@ def test_type_codes_are_the_ggml_ids_and_the_packed_flag_is_apart() -> None:
     features = INTERFACE.enums["strata_cpu"]
     assert {name: bit for name, (bit, _) in native.TARGETS.items()} == {
         "avx512": features["HAS_AVX512"],
+        "avxvnni": features["HAS_AVX2_FMA"] | features["HAS_AVX_VNNI"],
         "avx2": features["HAS_AVX2_FMA"],
         "neon": features["HAS_NEON"],
         "portable": 0,

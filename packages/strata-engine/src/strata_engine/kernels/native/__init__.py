@@ -63,6 +63,11 @@ TARGETS: dict[str, tuple[int, list[str]]] = {
         INTERFACE.constant("HAS_AVX512"),
         ["-DSTRATA_TARGET_AVX512", "-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
     ),
+    # AVX2 with AVX-VNNI's 256-bit vpdpbusd (Intel laptops and desktops from Alder Lake on)
+    "avxvnni": (
+        INTERFACE.constant("HAS_AVX2_FMA") | INTERFACE.constant("HAS_AVX_VNNI"),
+        ["-DSTRATA_TARGET_AVX2", "-DSTRATA_AVX_VNNI", "-mavx2", "-mfma", "-mf16c", "-mavxvnni"],
+    ),
     "avx2": (INTERFACE.constant("HAS_AVX2_FMA"), ["-DSTRATA_TARGET_AVX2", "-mavx2", "-mfma", "-mf16c"]),
     "neon": (INTERFACE.constant("HAS_NEON"), ["-DSTRATA_TARGET_NEON"]),
     "portable": (0, ["-DSTRATA_TARGET_PORTABLE"]),

@@ -14,6 +14,7 @@ int strata_cpu_features(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni"))
         f |= HAS_AVX512;
+    if (__builtin_cpu_supports("avxvnni")) f |= HAS_AVX_VNNI; /* vpdpbusd on 256-bit registers */
 #elif defined(__aarch64__)
     f |= HAS_NEON;
 #endif

@@ -260,7 +260,9 @@ static inline vf limb_value3(vi s0, vi s1, vi s2) {
  * 32 * 128 * 2048 = 2^23 in magnitude) are exact in int32 and in float, so S = S_hi * 4096 + S_lo
  * takes no int32 or double combine (limb_wide_value). Two limbs instead of three int8 ones, no
  * nibble split and no offset to take back; test_limb.py checks the sums at these bounds. */
+#ifndef STRATA_AVX_VNNI /* AVX-VNNI's vpdpbusd takes Q8_0's bytes as they are (q8.h) */
 #define LIMB_WIDE 1
+#endif
 #define LIMB_WIDE_VR 2 /* virtual rows (rows x wide limbs) a tile holds: 4 accumulators each */
 static inline int limb_wide_planes(int limbs) { return limbs == 3 ? 2 : 1; }
 
@@ -427,7 +429,7 @@ static inline int limb_tile_rows(int t, int limbs) {
 
 /* Where a step's products go: on targets whose step sums into int32 at once (vh is vi), straight
  * into the block's sums; on AVX2 into int16 partial sums (two chains), widened into them after. */
-#if defined(STRATA_TARGET_AVX2)
+#ifdef Q8_INT16_SUMS
 #define LIMB_P p
 #define LIMB_P2 p2
 #else
@@ -494,7 +496,7 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                     }
                 }
             }
-#if defined(STRATA_TARGET_AVX2)
+#ifdef Q8_INT16_SUMS
             for (int u = 0; u < vr; u++)
                 s[u] = q8_nibbles(t) ? vi_add_vh(s[u], vh_add(p[u], p2[u])) : vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]);
 #endif

@@ -143,6 +143,17 @@ static inline __m256i dot4_8(__m256i acc, __m256i w, __m256i x, int offset128) {
     }
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
+#if defined(STRATA_AVX_VNNI)
+/* AVX-VNNI (Intel from Alder Lake on, without AVX-512): vpdpbusd on 256-bit registers sums four
+ * u8 * s8 products into each int32 at once, exact for every byte (Q8_0's 255 too), as on avx512:
+ * no int16 partial sums, no sign trick. The same integer sums, so the same bits. */
+static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    __m256i xv = _mm256_set1_epi32(x4);
+    return (vi){_mm256_dpbusd_avx_epi32(acc.lo, w.lo, xv), _mm256_dpbusd_avx_epi32(acc.hi, w.hi, xv)};
+}
+#else
 static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     int32_t x4;
     memcpy(&x4, x, 4);
@@ -177,6 +188,10 @@ static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
     __m256i xv = _mm256_set1_epi32(x4);
     return (vi){dot4_8(acc.lo, w.lo, xv, 1), dot4_8(acc.hi, w.hi, xv, 1)};
 }
+#define Q8_INT16_SUMS 1 /* vh: int16 partial sums (vpmaddubsw), widened into the block's sums after */
+#define Q8_SIGNED_DOT 1
+#define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
+#endif
 static inline __m256i bits_8(__m256i nib, __m256i hb, int shift, int mask) {
     __m256i h = shift >= 0 ? _mm256_slli_epi16(hb, shift) : _mm256_srli_epi16(hb, -shift);
     return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8((char)mask)));
@@ -217,8 +232,6 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 }
 #define Q8_MR 4
 #define Q8_MR_WIDE 3 /* Q5_K and the unpacked bytes: their steps hold more registers */
-#define Q8_SIGNED_DOT 1
-#define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
 #else /* NEON and portable C: plain integer loops (exact, like every target) */
 typedef struct { uint8_t b[64]; } vq;
 typedef struct { int32_t l[16]; } vi;
@@ -270,7 +283,7 @@ static inline int q8_tile_rows(int t) {
 #ifndef Q8_SIGNED_DOT /* targets whose dot step takes the unsigned byte as it is: offset taken back */
 #define vi_dot4_signed vi_dot4
 #endif
-#ifndef STRATA_TARGET_AVX2 /* targets whose dot step sums into int32 at once: no int16 partial sums */
+#ifndef Q8_INT16_SUMS /* targets whose dot step sums into int32 at once: no int16 partial sums */
 typedef vi vh;
 #define vh_zero vi_zero
 #define vh_dot4 vi_dot4

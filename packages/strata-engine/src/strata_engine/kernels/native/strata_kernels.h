@@ -65,7 +65,7 @@ static const strata_wtype_row strata_wtypes[] = {
  * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */
 enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
-enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4 };
+enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4, HAS_AVX_VNNI = 8 };
 
 /*
  * One dense transformer layer, described once at load (fused_layer.py) for strata_layer: the

@@ -95,7 +95,11 @@ static inline vf vf_pow2i(vf k) {
 
 #elif defined(STRATA_TARGET_AVX2)
 #include <immintrin.h>
+#ifdef STRATA_AVX_VNNI
+#define STRATA_TARGET_NAME "avxvnni" /* AVX2 plus AVX-VNNI's vpdpbusd (q8.h) */
+#else
 #define STRATA_TARGET_NAME "avx2"
+#endif
 typedef struct { __m256 lo, hi; } vf; /* lanes 0-7, 8-15 */
 static inline vf vf_zero(void) { return (vf){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 static inline vf vf_set1(float x) { return (vf){_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
