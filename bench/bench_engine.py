@@ -67,17 +67,17 @@ def bench_strata(
     best = {"prefill_last": 0.0, "prefill_all": 0.0, "decode": 0.0}
     for r in range(repeat):
         # distinct first token each round so the prefix cache cannot help
-        p = (ids[0] + r + 1, *ids[1:])
+        p = ((ids[0] + r + 1) % engine.vocab_size, *ids[1:])  # (a tiny vocabulary wraps)
         start, stamps = timed(Request(p, SamplingParams(max_tokens=1, temperature=0)))
         best["prefill_last"] = max(best["prefill_last"], prompt_tokens / (stamps[0] - start))
         if all_logits:
-            p = (ids[0] + r + 101, *ids[1:])
+            p = ((ids[0] + r + 101) % engine.vocab_size, *ids[1:])
             start = time.perf_counter()
             engine.generate(
                 Request(p, SamplingParams(max_tokens=0), LogprobParams(top_n=0, prompt_logprobs=True))
             )
             best["prefill_all"] = max(best["prefill_all"], prompt_tokens / (time.perf_counter() - start))
-        short = (ids[0] + r + 201, *ids[1:16])
+        short = ((ids[0] + r + 201) % engine.vocab_size, *ids[1:16])
         _, stamps = timed(
             Request(
                 short,

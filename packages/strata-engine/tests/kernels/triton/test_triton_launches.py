@@ -26,24 +26,13 @@ from triton.runtime import interpreter
 
 from strata_engine import LLMEngine, Request, SamplingParams
 from strata_engine.testing import tiny_models
+from strata_engine.testing.decode_launches import NOT_KERNELS  # allocations and aliases
 from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
 # The documented bounds (docs/gpu.md, "Launches per decode step"): raise them only with the docs.
 MAX_PER_LAYER = 23
 MAX_FIXED = 8  # with the selection of what the host reads of each row and the draw (select.py, draw.py)
 MAX_SYNCS = 1  # the step's one read of its results back to the host (the logprob rows)
-
-NOT_KERNELS = {
-    "empty",
-    "empty_strided",
-    "empty_like",
-    "new_empty",
-    "new_empty_strided",
-    "detach",
-    "lift_fresh",
-    "alias",
-    "set_",
-}  # allocations and aliases
 
 
 class Launches(TorchDispatchMode):

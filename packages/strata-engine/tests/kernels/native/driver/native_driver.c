@@ -308,6 +308,37 @@ static void gptoss(void) {
     free(g), free(u), free(o);
 }
 
+/* Attention over a paged cache of type `types[i]` (kv_type: 1 bf16, 2 fp16, 3 q8_0) written by
+ * strata_kv_write, for each shape {H, KVH, D} in turn (in tiles, one head at a time): plain,
+ * windowed and soft-capped; each shape's q, k, v drawn once for its types. */
+static void kv_attention(const int shapes[2][3], const int *types, int ntypes) {
+    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
+    int32_t tables[16], t_seq[23], pos[23];
+    int64_t slots[64];
+    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
+    for (int t = 0; t < T; t++) {
+        t_seq[t] = t >= 11 && t < 20;
+        pos[t] = t < 20 ? t : t - 9;
+    }
+    for (int sh = 0; sh < 2; sh++) {
+        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
+        int64_t row = (int64_t)KVH * D, values = nblocks * bs * row;
+        float *q = floats(T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
+        float *k = floats(values, -4.0f, 4.0f), *v = floats(values, -2.0f, 2.0f);
+        uint8_t *kc = malloc((size_t)values * 2), *vc = malloc((size_t)values * 2); /* 2 bytes a value at most */
+        for (int i = 0; i < 64; i++) slots[i] = (int64_t)tables[i / bs % 16] * bs + i % bs;
+        for (int i = 0; i < ntypes; i++) {
+            strata_kv_write(k, v, 64, row, slots, kc, vc, types[i], 1);
+            for (int w = 0; w < 3; w++) {
+                strata_attention(q, T, H, KVH, D, kc, vc, types[i], bs, tables, max_blocks, t_seq, pos, 0.125f,
+                                 w == 2 ? 2.5f : 0.0f, w == 1 ? 7 : 0, out, 1);
+                emit(out, (int64_t)T * H * D);
+            }
+        }
+        free(q), free(out), free(k), free(v), free(kc), free(vc);
+    }
+}
+
 /* The KV cache stored as bf16 and fp16 (kv_type 1, 2): values of every magnitude (subnormal to
  * overflow, NaN, ties) rounded by strata_kv_write, then grouped and single-head attention over a
  * cache so written, plain, windowed and soft-capped. */
@@ -328,32 +359,8 @@ static void kvcache(void) {
         fwrite(kb, 2, (size_t)n, stdout);
     }
     free(x), free(kb), free(vb);
-    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
-    int32_t tables[16], t_seq[23], pos[23];
-    int64_t slots[64];
-    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
-    for (int t = 0; t < T; t++) {
-        t_seq[t] = t >= 11 && t < 20;
-        pos[t] = t < 20 ? t : t - 9;
-    }
-    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 40}}; /* H, KVH, D: in tiles, one head at a time */
-    for (int sh = 0; sh < 2; sh++) {
-        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
-        int64_t row = (int64_t)KVH * D;
-        float *q = floats(T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
-        float *k = floats(nblocks * bs * row, -4.0f, 4.0f), *v = floats(nblocks * bs * row, -2.0f, 2.0f);
-        uint16_t *kc = malloc((size_t)(nblocks * bs * row) * 2), *vc = malloc((size_t)(nblocks * bs * row) * 2);
-        for (int i = 0; i < 64; i++) slots[i] = (int64_t)tables[i / bs % 16] * bs + i % bs;
-        for (int type = 1; type <= 2; type++) {
-            strata_kv_write(k, v, 64, row, slots, kc, vc, type, 1);
-            for (int w = 0; w < 3; w++) {
-                strata_attention(q, T, H, KVH, D, kc, vc, type, bs, tables, max_blocks, t_seq, pos, 0.125f,
-                                 w == 2 ? 2.5f : 0.0f, w == 1 ? 7 : 0, out, 1);
-                emit(out, (int64_t)T * H * D);
-            }
-        }
-        free(q), free(out), free(k), free(v), free(kc), free(vc);
-    }
+    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 40}}, types[2] = {1, 2};
+    kv_attention(shapes, types, 2);
 }
 
 /* The KV cache stored as q8_0 (kv_type 3): blocks of 32 values, each block of one magnitude
@@ -376,30 +383,8 @@ static void kvq8(void) {
     strata_kv_write(x, x, 1, n, &slot, kb, vb, 3, 1);
     fwrite(kb, 1, (size_t)bytes, stdout);
     free(x), free(kb), free(vb);
-    int T = 23, bs = 4, nblocks = 16, max_blocks = 8;
-    int32_t tables[16], t_seq[23], pos[23];
-    int64_t slots[64];
-    for (int i = 0; i < 16; i++) tables[i] = (i * 5 + 3) % 16;
-    for (int t = 0; t < T; t++) {
-        t_seq[t] = t >= 11 && t < 20;
-        pos[t] = t < 20 ? t : t - 9;
-    }
-    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 96}}; /* H, KVH, D: in tiles, one head at a time */
-    for (int sh = 0; sh < 2; sh++) {
-        int H = shapes[sh][0], KVH = shapes[sh][1], D = shapes[sh][2];
-        int64_t row = (int64_t)KVH * D;
-        float *q = floats(T * H * D, -2.0f, 2.0f), *out = malloc((size_t)T * H * D * 4);
-        float *k = floats(nblocks * bs * row, -4.0f, 4.0f), *v = floats(nblocks * bs * row, -2.0f, 2.0f);
-        uint8_t *kc = malloc((size_t)(nblocks * bs * row / 32 * 34)), *vc = malloc((size_t)(nblocks * bs * row / 32 * 34));
-        for (int i = 0; i < 64; i++) slots[i] = (int64_t)tables[i / bs % 16] * bs + i % bs;
-        strata_kv_write(k, v, 64, row, slots, kc, vc, 3, 1);
-        for (int w = 0; w < 3; w++) {
-            strata_attention(q, T, H, KVH, D, kc, vc, 3, bs, tables, max_blocks, t_seq, pos, 0.125f,
-                             w == 2 ? 2.5f : 0.0f, w == 1 ? 7 : 0, out, 1);
-            emit(out, (int64_t)T * H * D);
-        }
-        free(q), free(out), free(k), free(v), free(kc), free(vc);
-    }
+    const int shapes[2][3] = {{8, 2, 64}, {4, 4, 96}}, types[1] = {3};
+    kv_attention(shapes, types, 1);
 }
 
 /* The DeltaNet recurrence (strata_delta_rule): two sequences of 5 and 9 tokens on 3 heads, head
