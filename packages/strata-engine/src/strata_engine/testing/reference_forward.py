@@ -108,6 +108,22 @@ class ReferenceModel:
         a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
         return a @ w[p + "attn_output.weight"].T
 
+    def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Routed experts (the families with `n_used`, set by their reference): softmax over the
+        router's logits, the top n_used renormalised to sum 1, each expert's SwiGLU weighted."""
+        w, p = self.w, f"blk.{i}."
+        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
+        top = torch.topk(probs, self.n_used, dim=-1)
+        weights = top.values / top.values.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for r in range(h.shape[0]):
+            for j in range(self.n_used):
+                e = int(top.indices[r, j])
+                g = torch.nn.functional.silu(w[p + "ffn_gate_exps.weight"][e] @ h[r])
+                y = w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ h[r]))
+                out[r] += weights[r, j] * y
+        return out
+
     def _ffn(self, i: int, h: torch.Tensor) -> torch.Tensor:
         """SwiGLU: down(silu(gate h) * up h)."""
         w, p = self.w, f"blk.{i}."

@@ -293,17 +293,3 @@ class ArchReference(ReferenceModel):
             torch.arange(t, dtype=torch.float64) / self._m3("rope.scaling.original_context_length")
         )
         return (1 + self._m3("attention.temperature_scale") * torch.log1p(steps))[:, None, None]
-
-    def _moe(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        w, p = self.w, f"blk.{i}."
-        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
-        top = torch.topk(probs, self.n_used, dim=-1)
-        weights = top.values / top.values.sum(-1, keepdim=True)
-        out = torch.zeros_like(h)
-        for r in range(h.shape[0]):
-            for j in range(self.n_used):
-                e = int(top.indices[r, j])
-                g = torch.nn.functional.silu(w[p + "ffn_gate_exps.weight"][e] @ h[r])
-                y = w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ h[r]))
-                out[r] += weights[r, j] * y
-        return out

@@ -288,15 +288,7 @@ class HybridReference(ReferenceModel):
         if p + "ffn_gate_inp.weight" not in w:
             return super()._ffn(i, h)
         silu = torch.nn.functional.silu
-        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
-        top = torch.topk(probs, self.n_used, dim=-1)
-        weights = top.values / top.values.sum(-1, keepdim=True)
-        out = torch.zeros_like(h)
-        for r in range(h.shape[0]):
-            for j in range(self.n_used):
-                e = int(top.indices[r, j])
-                g = silu(w[p + "ffn_gate_exps.weight"][e] @ h[r]) * (w[p + "ffn_up_exps.weight"][e] @ h[r])
-                out[r] += weights[r, j] * (w[p + "ffn_down_exps.weight"][e] @ g)
+        out = self._moe(i, h)
         shared = silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)
         gate = torch.sigmoid(h @ w[p + "ffn_gate_inp_shexp.weight"])[:, None]
         return out + (shared @ w[p + "ffn_down_shexp.weight"].T) * gate
