@@ -420,7 +420,7 @@ static inline int limb_tile_rows(int t, int limbs) {
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
     int large = q8_nibbles(t) || ((t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) && LIMB_VR_LARGE > LIMB_VR);
-    int vr = large ? LIMB_VR_LARGE : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    int vr = large ? LIMB_VR_LARGE : q8_five(t) || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
     return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
 }
@@ -464,12 +464,12 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                 s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero();
                 p[u] = vh_zero(), p2[u] = vh_zero();
             }
-            if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
-                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
+            if (q8_nibbles(t) || q8_five(t)) { /* as q8: quads r and r + 4 from one load */
+                vq plane = vq_load(qs + (q8_five(t) ? 256 : 0));
 #pragma GCC unroll 8
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
-                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    if (q8_five(t)) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int u = 0; u < vr; u++) {
                         LIMB_P[u] = vh_dot4(LIMB_P[u], lo, limb_plane(xq, u, limbs) + 4 * r);
                         const int8_t *x_hi = limb_plane(xq, u, limbs) + 16 + 4 * r;
@@ -565,6 +565,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
         case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
+        case WT_Q5_0: LIMB_CASE(WT_Q5_0); break;
 #if LIMB_WIDE
         case WT_Q8_0: limb_wide_tile(grp, w16, nb, xr, limbs, m0, rows, acc); break;
 #else

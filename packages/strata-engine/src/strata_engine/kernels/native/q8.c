@@ -29,11 +29,14 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         }
         return;
     }
-    if (t == WT_Q5_K) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
-                         * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i) */
+    if (q8_five(t)) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
+                       * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i;
+                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16) */
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
+        const uint8_t *nib = blk + 24 + (b & 7) * 16;
+        if (t == WT_Q5_0) blk = row + b * block_bytes(WT_Q5_0), h = blk + 4, nib = blk + 8;
         uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, blk + 24 + (b & 7) * 16 + 4 * r, 4);
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, nib + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
             int high = 0;
             for (int r = 0; r < 4; r++) high |= (int)((bits >> (4 * r + c)) & 1u) << r | (int)((bits >> (16 + 4 * r + c)) & 1u) << (4 + r);
@@ -138,6 +141,8 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                 float *y = out + b * 32 + k;
                 if (t == WT_Q8_0)
                     *y = (float)(v - 128) * f32_at(blk + 4 * o);
+                else if (t == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
+                    *y = (float)(v - 16) * f32_at(blk + 4 * o);
                 else if (t == WT_Q4_0)
                     *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
                 else if (t == WT_Q4_1)
@@ -175,11 +180,11 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
             vi s[Q8_MR];
             vh p[Q8_MR], p2[Q8_MR];
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), p[i] = vh_zero(), p2[i] = vh_zero();
-            if (q8_nibbles(t) || t == WT_Q5_K) { /* quads r and r + 4: one load's low and high nibbles */
-                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0)); /* Q5_K's fifth bits, once a block (unused else) */
+            if (q8_nibbles(t) || q8_five(t)) { /* quads r and r + 4: one load's low and high nibbles */
+                vq plane = vq_load(qs + (q8_five(t) ? 256 : 0)); /* the fifth bits, once a block (unused else) */
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
-                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    if (q8_five(t)) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
                         p[i] = vh_dot4(p[i], lo, x + 4 * r);
@@ -277,6 +282,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             switch (t) { /* a constant type: no per-block tests of it in the inner loops */
             case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q5_0: q8_tile(WT_Q5_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;

@@ -19,7 +19,7 @@
 
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype {
-    WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q5_1 = 7, WT_Q8_0 = 8, WT_Q2_K = 10,
+    WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q5_0 = 6, WT_Q5_1 = 7, WT_Q8_0 = 8, WT_Q2_K = 10,
     WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14, WT_IQ2_XS = 17, WT_IQ2_S = 22, WT_BF16 = 30
 };
 /* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
@@ -52,6 +52,7 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_BF16] = {1, 2, 2, 0, WP_STORED, READS_FP32},
     [WT_Q4_0] = {32, 18, 20, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q4_1] = {32, 20, 24, 2, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q5_0] = {32, 22, 24, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q5_1] = {32, 24, 28, 2, WP_WIDEN, READS_FP32},
     [WT_Q8_0] = {32, 34, 36, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q2_K] = {256, 84, 84, 0, WP_STORED, READS_FP32},
