@@ -1,12 +1,13 @@
 """Weight types the kernels have no unpacking of, rewritten exactly as Q8_0 or Q6_K blocks at load.
 
-Q5_0, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S, MXFP4, TQ1_0 and TQ2_0 all store,
+IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S, MXFP4, TQ1_0 and TQ2_0 all store,
 for every 32 values, one float scale s and small integers q, with value = s * q exactly: the
 products are exact in fp32 (an fp16 or power-of-two scale times a few-bit integer and a grid
 entry of at most 7 bits), so no rounding happens in gguf-py's dequantisation. Each 32 values
 therefore become one block of the kernels' Q8_0 layout (fp32 scale, 32 int8), which every
 arithmetic reads exactly (fp32, q8, integer limbs; CPU and Triton): 9 bits a weight instead of
-the 32 an fp32 copy takes.
+the 32 an fp32 copy takes. (Q5_0 was rewritten so too; the kernels now read it as held, at 6
+bits a weight, with the bits of the Q8_0 blocks it was rewritten as: strata_kernels.h's table.)
 
 Q3_K and IQ1_M scale each 16 values by a small integer times one fp16 scale a super-block, as
 Q6_K does, with integers within Q6_K's 6 bits: they become GGUF Q6_K blocks (`to_q6_k`), which
@@ -82,7 +83,6 @@ def _mxfp4(b: np.ndarray) -> np.ndarray:
 
 # GGML type -> the fp32 scale of each 32 values, from the blocks' bytes ([n_blocks, groups])
 _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
-    QT.Q5_0: lambda b: _f16(b, 0).reshape(-1, 1),
     QT.IQ4_NL: lambda b: _f16(b, 0).reshape(-1, 1),
     QT.MXFP4: _mxfp4,
     QT.IQ4_XS: _iq4_xs,
@@ -110,21 +110,6 @@ def _integers(values: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
     q8 = q.astype(np.int8)
     same = (scale * q8.astype(np.float32)).view(np.uint32) == values.view(np.uint32)
     return q8 if bool(same.all()) else None
-
-
-def _q5_0(blocks: np.ndarray) -> np.ndarray:
-    """Q5_0's Q8_0 blocks straight from its bits, the common case (the rows of "Q4_K_M" files
-    whose length is not a multiple of 256): d widened, q = nibble + 16 * fifth bit - 16. Its
-    value d * q is the one product gguf-py computes, so no check is needed (test_transcode.py
-    compares with gguf-py)."""
-    out = np.empty((len(blocks), Q8_0_KERNEL_BYTES), dtype=np.uint8)
-    out[:, :4].view(np.float32)[:] = _f16(blocks, 0)
-    high = (blocks[:, 2:6].copy().view(np.uint32) >> np.arange(32, dtype=np.uint32)).astype(np.uint8) & 1
-    low = blocks[:, 6:22]
-    out[:, 4:20] = (low & 15) | (high[:, :16] << 4)
-    out[:, 20:36] = (low >> 4) | (high[:, 16:] << 4)
-    out[:, 4:] -= 16  # as uint8: two's complement int8 of q - 16
-    return out
 
 
 IQ4_VALUES = np.array(quants.IQ4_NL.kvalues, np.int8)  # gguf-py's codebooks
@@ -157,8 +142,6 @@ def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     is not exactly scale times int8 (the caller then widens it to fp32)."""
     block_values, block_bytes = GGML_QUANT_SIZES[qtype]
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, block_bytes)
-    if qtype == QT.Q5_0:
-        return _q5_0(blocks).reshape(-1)
     if qtype in _NIBBLES:
         return _from_nibbles(blocks, qtype).reshape(-1)
     groups = block_values // GROUP

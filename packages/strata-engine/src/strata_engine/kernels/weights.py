@@ -1,9 +1,9 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
-weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XS, IQ2_S) stay
+weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XS, IQ2_S) stay
 in block form and are dequantised inside the matmul. Types whose values are exactly a scale times
-small integers (Q5_0, Q3_K, the other IQ types, MXFP4, TQ1_0, TQ2_0) are rewritten at load as
+small integers (Q3_K, the other IQ types, MXFP4, TQ1_0, TQ2_0) are rewritten at load as
 Q8_0 or Q6_K blocks with the same values (transcode.py). Every other type gguf-py can dequantise
 is dequantised to fp32 at load time.
 """

@@ -1,7 +1,7 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
 The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S as stored and the engine-layout
-Q4_0/Q4_1/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
+Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
 before them, dequant.py); K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight
