@@ -419,8 +419,9 @@ static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int large = q8_nibbles(t) || ((t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) && LIMB_VR_LARGE > LIMB_VR);
-    int vr = large ? LIMB_VR_LARGE : q8_five(t) || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    int bytes = t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+    int large = q8_nibbles(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
+    int vr = large ? LIMB_VR_LARGE : q8_five(t) || bytes ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
     return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
 }
@@ -546,7 +547,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
-    if (t != wtype) { /* Q5_K, Q6_K for many rows: the group unpacked once to a byte a weight */
+    if (t != wtype) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */
         unpack_group(wtype, grp, nb, bytes);
@@ -575,6 +576,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
         case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
         case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
+        case WT_Q5_0_BYTES: LIMB_CASE(WT_Q5_0_BYTES); break;
         default: LIMB_CASE(WT_Q6_K_BYTES); break;
         }
 #undef LIMB_CASE
@@ -591,8 +593,8 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t nb = K / 32, first[LIMB_MANY + 1] = {0}, work = 0;
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
-    int unpack = ((wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
-    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
+    int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
+    int t = !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));

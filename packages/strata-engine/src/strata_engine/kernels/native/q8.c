@@ -240,8 +240,8 @@ static inline __attribute__((always_inline)) void q8_tile(int t, const uint8_t *
 
 /* See q8.h. */
 void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
-    int bytes = t == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES, head = (int)q8_super_bytes(t);
-    int scales = 16 * (q8_halves(t) + q8_has_min(t));
+    int bytes = t == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(t), head = (int)q8_super_bytes(t);
+    int scales = (int)(q8_quants(t, grp) - grp);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *src = grp + q8_block_at(t, b);
         uint8_t *out = dst + q8_block_at(bytes, b);
@@ -255,8 +255,8 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
-    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M >= UNPACK_ROWS;
-    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
+    int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS;
+    int t = unpack ? q8_unpacked(wtype) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
     if (!block) return; /* out of memory: counted */

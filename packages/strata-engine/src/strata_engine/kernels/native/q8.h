@@ -39,11 +39,12 @@
 #include "internal.h"
 
 #define Q8_GROUP 16
-/* Internal: Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of many
- * rows (see strata_q8_matmul); never stored. */
+/* Internal: Q5_0, Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of
+ * many rows (see strata_q8_matmul); never stored. */
+#define WT_Q5_0_BYTES 112
 #define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
-#define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_K/Q6_K groups once instead of per row tile */
+#define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
 static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
 static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES; }
@@ -52,9 +53,13 @@ static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
 static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0; }
 static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) {
-    return t == WT_Q4_0 ? 8 : t == WT_Q5_0 ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
+    return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
 }
-static inline int q8_kquant(int t) { return t >= WT_Q4_K; }
+static inline int q8_kquant(int t) { return t >= WT_Q4_K && t != WT_Q5_0_BYTES; }
+/* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
+static inline int q8_unpacked(int t) {
+    return t == WT_Q5_0 ? WT_Q5_0_BYTES : t == WT_Q5_K ? WT_Q5_K_BYTES : t == WT_Q6_K ? WT_Q6_K_BYTES : 0;
+}
 
 /* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
 static inline int64_t q8_block_bytes(int t) {
@@ -268,7 +273,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 /* Rows a tile of type t takes: a speed choice only (each row's sums are its own), sized to the
  * registers its steps leave. */
 static inline int q8_tile_rows(int t) {
-    return q8_five(t) || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
+    return q8_five(t) || t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
 }
 #ifndef Q8_NIBBLE_CHAINS /* chains a row's 4-bit block is summed in (VNNI: two, to overlap its latency) */
 #define Q8_NIBBLE_CHAINS 2
@@ -344,7 +349,8 @@ static inline void q8_store_rows(const vf *acc, int rows, int64_t m0, int64_t g,
     }
 }
 
-/* One group of a Q5_K or Q6_K weight unpacked to one byte per weight (WT_Q5_K_BYTES, WT_Q6_K_BYTES):
+/* One group of a Q5_0, Q5_K or Q6_K weight unpacked to one byte per weight (q8_unpacked; Q4_K, for
+ * the limbs, as Q5_K):
  * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
  * the unpacking. */
 STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
