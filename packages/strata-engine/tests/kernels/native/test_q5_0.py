@@ -113,6 +113,8 @@ def test_every_arithmetic_gives_the_q8_0_blocks_bits(
     for m in ROWS:
         x = activations(m, seed=m)
         for bb in (None, bias):
-            np.testing.assert_array_equal(bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m}")
+            np.testing.assert_array_equal(
+                bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m}"
+            )
     ids = np.array([36, 0, 5, 16, 15, 20])
     np.testing.assert_array_equal(bits(ops.embed(a, ids)), bits(values[ids]))  # the packed copy too
