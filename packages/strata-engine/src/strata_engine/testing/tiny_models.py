@@ -38,8 +38,12 @@ NATIVE_TYPES = (
     QT.Q6_K,
     QT.IQ2_XS,
     QT.IQ2_S,
+    QT.IQ4_NL,
+    QT.IQ4_XS,
+    QT.MXFP4,
 )  # what the C kernels read in block form
-EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)  # read by no kernel: rewritten at load (kernels/transcode.py)
+# types beyond SUPPORTED_TYPES: Q3_K rewritten at load (kernels/transcode.py), IQ4_NL read as held
+EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)
 
 HIDDEN = 256
 FFN = 512

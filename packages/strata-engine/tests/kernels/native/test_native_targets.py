@@ -52,9 +52,10 @@ DRIVER_KV_SHA256 = "5d651f61b1725b06df94719323272912a212097e60a3cbb10fec107cb422
 # sha256 of `driver gptoss`: attention with sinks (single-head, grouped, token tiles, a bf16 cache)
 # and the clamped SwiGLU, the same on every build.
 DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc00bbddd1"
-# sha256 of `driver q5_0`: Q5_0 weights in every arithmetic (the driver itself fails where one is
-# not the Q8_0 block of the same values bit for bit), the same on every build.
-DRIVER_Q5_0_SHA256 = "c236857371554d48f3b26074f5068ab100ba723ff41ee5f7e2c9895abb1d2ebf"
+# sha256 of `driver held`: Q5_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4) in every arithmetic
+# (the driver itself fails where one is not the Q8_0 blocks of the same values bit for bit), the
+# same on every build.
+DRIVER_HELD_SHA256 = "c90e2274ce232aa071adeb0761eff7ae5f6f0aa8db71811ad323e232b4d902f8"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -81,7 +82,7 @@ def _driver_digest(
 
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
 # the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
-# gpt-oss's sink attention and clamped SwiGLU ("gptoss"), Q5_0 against its Q8_0 blocks ("q5_0")
+# gpt-oss's sink attention and clamped SwiGLU ("gptoss"), Q5_0 and the codebook types against their Q8_0 blocks ("held")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),
@@ -89,7 +90,7 @@ MODES = {
     "tiles": (("tiles",), DRIVER_TILES_SHA256),
     "kvcache": (("kvcache",), DRIVER_KV_SHA256),
     "gptoss": (("gptoss",), DRIVER_GPTOSS_SHA256),
-    "q5_0": (("q5_0",), DRIVER_Q5_0_SHA256),
+    "held": (("held",), DRIVER_HELD_SHA256),
 }
 
 

@@ -9,6 +9,7 @@
  *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_0: d f32, qh u32, qs[16]
  *   Q5_1: d f32, m f32, qh u32, qs[16]
  *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
+ * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
  * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
@@ -176,6 +177,14 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
+    } else if (wtype_codebook(wtype)) { /* scale * codebook[index]: the Q8_0 block's product (internal.h) */
+        const uint8_t *blk = row + b * group32_bytes(wtype);
+        const int8_t *cb = codebook_of(wtype);
+        int8_t q[32];
+        for (int i = 0; i < 16; i++) q[i] = cb[blk[4 + i] & 15], q[16 + i] = cb[blk[4 + i] >> 4];
+        vf d = vf_set1(f32_at(blk));
+        *lo = vf_mul(vf_from_i8(q), d);
+        *hi = vf_mul(vf_from_i8(q + 16), d);
     } else if (wtype == WT_Q5_0) { /* d * (q - 16), q = nibble | 16 * bit i of qh: one rounding, as numpy
                                     * (q - 16 is exact in float: the Q8_0 block it equals, the same product) */
         const uint8_t *blk = row + b * block_bytes(WT_Q5_0);

@@ -46,7 +46,8 @@
 #define WT_Q6_K_BYTES 114
 #define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
-static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
+/* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
+static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t); }
 static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES; }
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
 /* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
@@ -55,7 +56,9 @@ static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per b
 static inline int q8_offset(int t) {
     return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
 }
-static inline int q8_kquant(int t) { return t >= WT_Q4_K && t != WT_Q5_0_BYTES; }
+static inline int q8_kquant(int t) {
+    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+}
 /* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
 static inline int q8_unpacked(int t) {
     return t == WT_Q5_0 ? WT_Q5_0_BYTES : t == WT_Q5_K ? WT_Q5_K_BYTES : t == WT_Q6_K ? WT_Q6_K_BYTES : 0;
@@ -112,6 +115,9 @@ static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
     return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8((char)mask), 0xF8); /* nib | (h & mask) */
 }
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { /* table[nib] per byte (nib < 16) */
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)table)), nib);
+}
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
     for (int h = 0; h < 2; h++) {
@@ -200,6 +206,10 @@ static inline vi vi_sub_n(vi a, int32_t n) {
     return (vi){_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
 }
 static inline vi vi_set1(int32_t n) { return (vi){_mm256_set1_epi32(n), _mm256_set1_epi32(n)}; }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { /* table[nib] per byte (nib < 16) */
+    __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    return (vq){_mm256_shuffle_epi8(t, nib.lo), _mm256_shuffle_epi8(t, nib.hi)};
+}
 static inline vi vi_add(vi a, vi b) { return (vi){_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
 static inline vf vf_from_vi(vi a) { return (vf){_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 static inline int32_t hsum8_epi32(__m256i a) {
@@ -249,6 +259,7 @@ static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
 }
 static inline vi vi_sub_n(vi a, int32_t n) { for (int o = 0; o < 16; o++) a.l[o] -= n; return a; }
 static inline vi vi_set1(int32_t n) { vi r; for (int o = 0; o < 16; o++) r.l[o] = n; return r; }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { for (int i = 0; i < 64; i++) nib.b[i] = table[nib.b[i]]; return nib; }
 static inline vi vi_add(vi a, vi b) { for (int o = 0; o < 16; o++) a.l[o] += b.l[o]; return a; }
 static inline vf vf_from_vi(vi a) {
     float f[16];
@@ -354,5 +365,10 @@ static inline void q8_store_rows(const vf *acc, int rows, int64_t m0, int64_t g,
  * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
  * the unpacking. */
 STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
+
+/* One group of a codebook type (internal.h) as the Q8_0 group of the same values: the same scales,
+ * and byte 4o+c of row r = codebook[index] + 128. Every call looks its groups up so: the integer
+ * steps, and so the bits, are then Q8_0's, with 5 bits a weight held instead of 9. */
+STRATA_HIDDEN void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
 #endif
