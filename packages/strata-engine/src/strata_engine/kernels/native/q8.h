@@ -17,11 +17,13 @@
  * Weights are repacked once at load (strata_q8_pack) into groups of 16 outputs, so that one
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
- *   Q4_0, Q4_1, Q5_0, Q8_0: scales f32[16], mins f32[16] (Q4_1);
+ *   Q4_0, Q4_1, Q5_0, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16], mins
+ *     f32[16] (Q4_1);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
  *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
- *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
+ *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4 (the
+ *           codebook types: their indices, which each call looks up into Q8_0's bytes: lookup_group);
  *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
  *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
  *           Q5_K and Q5_0 (5 bits; Q5_0: w + 16): the low nibbles so, then 64 bytes of fifth bits:
