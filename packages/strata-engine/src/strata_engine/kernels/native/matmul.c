@@ -180,9 +180,13 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
     } else if (wtype_codebook(wtype)) { /* scale * codebook[index]: the Q8_0 block's product (internal.h) */
         const uint8_t *blk = row + b * group32_bytes(wtype);
         const int8_t *cb = codebook_of(wtype);
+        vf d = vf_set1(f32_at(blk));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_mul(vf_from_i8(cb), d), blk + 4, lo, hi); /* the 16 products, then a lookup */
+        return;
+#endif
         int8_t q[32];
         for (int i = 0; i < 16; i++) q[i] = cb[blk[4 + i] & 15], q[16 + i] = cb[blk[4 + i] >> 4];
-        vf d = vf_set1(f32_at(blk));
         *lo = vf_mul(vf_from_i8(q), d);
         *hi = vf_mul(vf_from_i8(q + 16), d);
     } else if (wtype == WT_Q5_0) { /* d * (q - 16), q = nibble | 16 * bit i of qh: one rounding, as numpy
