@@ -7,8 +7,8 @@ embedding), weights mixed as llama.cpp's Q4_K_M mixes them (Q4_K; attn_v and ffn
 the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32), and the
 SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). `--mix q5_k_m` writes the
 Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K); `--mix q5_0|q3_k|iq4_xs|iq3_s|iq2_xxs|mxfp4`
-one where every projection is that type (the embedding Q6_K), which Strata holds as Q8_0 or Q6_K
-blocks with the same values (kernels/transcode.py). The file is cached under STRATA_HOME/bench
+one where every projection is that type (the embedding Q6_K), which Strata holds as it is (Q5_0,
+iq4_xs, mxfp4) or as Q8_0 or Q6_K blocks with the same values (kernels/transcode.py). The file is cached under STRATA_HOME/bench
 (or --out) and never committed.
 
 It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
@@ -79,6 +79,7 @@ def strata_check(path: str, threads: int) -> dict:
     """Strata's top-1 at each prompt position, and which kernel types its weights are held in."""
     from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
     from strata_engine.kernels.base import stored_type
+    from strata_engine.kernels.weight_types import BY_CODE
     from strata_engine.kernels.weights import Weight
 
     engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
@@ -86,9 +87,8 @@ def strata_check(path: str, threads: int) -> dict:
     weights = [engine.model.embedding, engine.model.output]
     weights += [v for layer in engine.model.layers for v in vars(layer).values() if isinstance(v, Weight)]
     for weight in {id(w): w for w in weights}.values():  # a tied output is the embedding
-        kind = {8: "Q8_0 packed", 12: "Q4_K packed", 13: "Q5_K packed", 14: "Q6_K packed"}.get(
-            stored_type(weight.kernel_type), "other"
-        )
+        row = BY_CODE.get(stored_type(weight.kernel_type))
+        kind = f"{row.qtype.name} packed" if row is not None and weight.kernel_type else "other"
         if weight._dense is not None and weight.kernel_type:
             kind += " + fp32 copy"
         held[kind] = held.get(kind, 0) + 1
@@ -151,7 +151,9 @@ def sanity(path: Path, threads: int) -> dict:
     same = [a == b for a, b in zip(ours["top1"], theirs["top1"], strict=True)]
     clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
     diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
-    packed = set(ours["weights"]) <= {f"{t} packed" for t in ("Q8_0", "Q4_K", "Q5_K", "Q6_K")}
+    packed = set(ours["weights"]) <= {
+        f"{t} packed" for t in ("Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4")
+    }
     agree_clear = sum(same[i] for i in clear)
     return {
         "positions": len(same),

@@ -2,9 +2,11 @@
 file's pages of a tensor the kernels repacked not resident beside the repacked copy. Cheap
 (a tiny file); the real Gemma 3 file's RSS against llama.cpp is bench/bench_startup.py's.
 
-Why: a transcoded type (Q5_0 read as Q8_0 blocks) or a widened scale costs at most 36 bytes a
-32-value block against 22 stored; an fp32 copy costs 128, and the file's mapping left resident
-doubles whatever the kernels repacked."""
+Why: a transcoded type (IQ3_S read as Q8_0 blocks) or a widened scale costs at most 36 bytes a
+32-value block against 18 to 34 stored; an fp32 copy costs 128, and the file's mapping left
+resident doubles whatever the kernels repacked. Q5_0 (22 bytes stored, in many "Q4_K_M" files) is
+held at 24 and the 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) at 20, not as the 36 of the Q8_0
+blocks they were once rewritten as."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 # bytes held a value at the most: the kernels' Q8_0 layout (36 bytes / 32) is the widest form a
 # quantised type is held in; fp32 would be 4
 MAX_HELD_PER_VALUE = 36 / 32
+# read as held, at most: Q5_0 6 bits a weight (fp32 d per 32 values, 5-bit quants); the codebook
+# types 5 (an fp32 scale per 32 values, 4-bit indices)
+HELD_PER_VALUE = {QT.Q5_0: 6 / 8, QT.IQ4_NL: 5 / 8, QT.IQ4_XS: 5 / 8}
 MIB = 2**20
 
 
@@ -58,9 +63,10 @@ def file_mapping_rss(path: Path) -> int:
     return total
 
 
-@pytest.mark.parametrize("weight_type", [QT.Q5_0, None], ids=["q5_0", "rotation"])
+@pytest.mark.parametrize("weight_type", [*HELD_PER_VALUE, None], ids=["q5_0", "iq4_nl", "iq4_xs", "rotation"])
 def test_no_weight_is_held_in_fp32_or_twice(tmp_path: Path, weight_type: QT | None) -> None:
-    """Q5_0 (transcoded at load) and the tiny files' rotation of every kernel type."""
+    """Q5_0 and IQ4 (once transcoded at load, now read as held) and the tiny files' rotation of
+    every kernel type."""
     path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5, weight_type=weight_type)
     engine = LLMEngine(path, num_threads=1, kv_cache_mb=4, parallel=1)
     weights = model_weights(engine)
@@ -73,6 +79,8 @@ def test_no_weight_is_held_in_fp32_or_twice(tmp_path: Path, weight_type: QT | No
             assert w._dense is None, f"{w.name} keeps an fp32 copy"
         stored = GGML_QUANT_SIZES[w.source.qtype][1] / GGML_QUANT_SIZES[w.source.qtype][0]
         bound = max(MAX_HELD_PER_VALUE, stored) * values
+        if w.source.qtype in HELD_PER_VALUE:
+            bound = HELD_PER_VALUE[w.source.qtype] * values
         assert held_bytes(w) <= bound, f"{w.name}: {held_bytes(w)} bytes held, {bound:.0f} at the most"
     tensors = sum(w.source.data.nbytes for w in weights if w.source is not None)
     assert tensors > 256 * 1024  # the bound below is far from the file's size

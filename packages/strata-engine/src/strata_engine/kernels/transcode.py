@@ -1,12 +1,16 @@
 """Weight types the kernels have no unpacking of, rewritten exactly as Q8_0 or Q6_K blocks at load.
 
-Q5_0, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S, MXFP4, TQ1_0 and TQ2_0 all store,
+IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S, TQ1_0 and TQ2_0 all store,
 for every 32 values, one float scale s and small integers q, with value = s * q exactly: the
 products are exact in fp32 (an fp16 or power-of-two scale times a few-bit integer and a grid
 entry of at most 7 bits), so no rounding happens in gguf-py's dequantisation. Each 32 values
 therefore become one block of the kernels' Q8_0 layout (fp32 scale, 32 int8), which every
 arithmetic reads exactly (fp32, q8, integer limbs; CPU and Triton): 9 bits a weight instead of
-the 32 an fp32 copy takes.
+the 32 an fp32 copy takes. (Q5_0 and the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4 were
+rewritten so too; the kernels now read them as held, Q5_0 at 6 bits a weight and the codebook
+types as each 32 values' scale and 4-bit indices (`codebook_blocks`: 5 bits), with the bits of the
+Q8_0 blocks they were rewritten as: strata_kernels.h's table. `to_q8_0` still makes those blocks,
+for the GPU's integer kernels.)
 
 Q3_K and IQ1_M scale each 16 values by a small integer times one fp16 scale a super-block, as
 Q6_K does, with integers within Q6_K's 6 bits: they become GGUF Q6_K blocks (`to_q6_k`), which
@@ -82,7 +86,6 @@ def _mxfp4(b: np.ndarray) -> np.ndarray:
 
 # GGML type -> the fp32 scale of each 32 values, from the blocks' bytes ([n_blocks, groups])
 _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
-    QT.Q5_0: lambda b: _f16(b, 0).reshape(-1, 1),
     QT.IQ4_NL: lambda b: _f16(b, 0).reshape(-1, 1),
     QT.MXFP4: _mxfp4,
     QT.IQ4_XS: _iq4_xs,
@@ -93,7 +96,8 @@ _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
     QT.TQ1_0: lambda b: _repeat(_f16(b, 52), 8),
     QT.TQ2_0: lambda b: _repeat(_f16(b, 64), 8),
 }
-TYPES = frozenset(_SCALES)
+CODEBOOK_TYPES = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # read as held (codebook_blocks)
+TYPES = frozenset(_SCALES) - CODEBOOK_TYPES
 
 
 def _integers(values: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
@@ -110,21 +114,6 @@ def _integers(values: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
     q8 = q.astype(np.int8)
     same = (scale * q8.astype(np.float32)).view(np.uint32) == values.view(np.uint32)
     return q8 if bool(same.all()) else None
-
-
-def _q5_0(blocks: np.ndarray) -> np.ndarray:
-    """Q5_0's Q8_0 blocks straight from its bits, the common case (the rows of "Q4_K_M" files
-    whose length is not a multiple of 256): d widened, q = nibble + 16 * fifth bit - 16. Its
-    value d * q is the one product gguf-py computes, so no check is needed (test_transcode.py
-    compares with gguf-py)."""
-    out = np.empty((len(blocks), Q8_0_KERNEL_BYTES), dtype=np.uint8)
-    out[:, :4].view(np.float32)[:] = _f16(blocks, 0)
-    high = (blocks[:, 2:6].copy().view(np.uint32) >> np.arange(32, dtype=np.uint32)).astype(np.uint8) & 1
-    low = blocks[:, 6:22]
-    out[:, 4:20] = (low & 15) | (high[:, :16] << 4)
-    out[:, 20:36] = (low >> 4) | (high[:, 16:] << 4)
-    out[:, 4:] -= 16  # as uint8: two's complement int8 of q - 16
-    return out
 
 
 IQ4_VALUES = np.array(quants.IQ4_NL.kvalues, np.int8)  # gguf-py's codebooks
@@ -152,13 +141,24 @@ def _from_nibbles(blocks: np.ndarray, qtype: QT) -> np.ndarray:
     return out
 
 
+def codebook_blocks(data: np.ndarray, qtype: QT) -> np.ndarray:
+    """A 4-bit codebook type's bytes in the kernels' layout (uint8, 1-D): per 32 values the fp32
+    scale of their Q8_0 block (`_SCALES`) and their 16 bytes of indices as stored (index k in the
+    low nibble of byte k, 16 + k in its high nibble), 20 bytes."""
+    start, _ = _NIBBLES[qtype]
+    blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    scale = _SCALES[qtype](blocks).astype(np.float32).reshape(-1)
+    out = np.empty((len(scale), 20), dtype=np.uint8)
+    out[:, :4] = scale.view(np.uint8).reshape(-1, 4)
+    out[:, 4:] = blocks[:, start:].reshape(len(scale), 16)
+    return out.reshape(-1)
+
+
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     """A tensor's stored bytes as the kernels' Q8_0 blocks (uint8, 1-D), or None when some block
     is not exactly scale times int8 (the caller then widens it to fp32)."""
     block_values, block_bytes = GGML_QUANT_SIZES[qtype]
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, block_bytes)
-    if qtype == QT.Q5_0:
-        return _q5_0(blocks).reshape(-1)
     if qtype in _NIBBLES:
         return _from_nibbles(blocks, qtype).reshape(-1)
     groups = block_values // GROUP

@@ -18,6 +18,9 @@ from strata_engine.kernels.native.header import INTERFACE
 PACK_STORED = INTERFACE.constant("WP_STORED")  # as stored (F32)
 PACK_WIDEN = INTERFACE.constant("WP_WIDEN")  # leading fp16 scale fields widened (weights.widen_scales)
 PACK_KQUANT = INTERFACE.constant("WP_KQUANT")  # rearranged by strata_kquant_pack (kquants.py)
+PACK_CODEBOOK = INTERFACE.constant(
+    "WP_CODEBOOK"
+)  # fp32 scale + 4-bit indices a 32 (transcode.codebook_blocks)
 # The arithmetics that read a type (enum strata_wreads), or'ed in WeightType.reads
 READS_FP32 = INTERFACE.constant("READS_FP32")
 READS_Q8 = INTERFACE.constant("READS_Q8")

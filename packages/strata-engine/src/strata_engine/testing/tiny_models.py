@@ -29,6 +29,7 @@ NATIVE_TYPES = (
     QT.BF16,
     QT.Q4_0,
     QT.Q4_1,
+    QT.Q5_0,
     QT.Q5_1,
     QT.Q8_0,
     QT.Q2_K,
@@ -37,8 +38,12 @@ NATIVE_TYPES = (
     QT.Q6_K,
     QT.IQ2_XS,
     QT.IQ2_S,
+    QT.IQ4_NL,
+    QT.IQ4_XS,
+    QT.MXFP4,
 )  # what the C kernels read in block form
-EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)  # read by no kernel: rewritten at load (kernels/transcode.py)
+# types beyond SUPPORTED_TYPES: Q3_K rewritten at load (kernels/transcode.py), IQ4_NL read as held
+EXTRA_FALLBACK_TYPES = (QT.Q3_K, QT.IQ4_NL)
 
 HIDDEN = 256
 FFN = 512
@@ -144,6 +149,7 @@ HALF_OFFSETS: dict[QT, tuple[int, ...]] = {
     QT.Q4_0: (0,),
     QT.Q8_0: (0,),
     QT.Q4_1: (0, 2),
+    QT.Q5_0: (0,),
     QT.Q5_1: (0, 2),
     QT.Q2_K: (80, 82),
     QT.Q4_K: (0, 2),

@@ -129,7 +129,8 @@ def test_other_gguf_py_types_load_as_fallback(qtype: QT, tmp_path: Path) -> None
     path = write_tensor_file(tmp_path / "t.gguf", {"w": (stored, qtype)})
     info = GGUFFile(path).tensors["w"]
     weight = Weight.from_info(info)
-    assert (weight.kernel_type != 0) == (qtype in REWRITTEN)  # as Q8_0 / Q6_K blocks, else fp32
+    # as Q8_0 / Q6_K blocks, or read as held (IQ4_NL: a scale and indices a 32), else fp32
+    assert (weight.kernel_type != 0) == (qtype in REWRITTEN + NATIVE_TYPES)
     np.testing.assert_array_equal(bits(weight.dense()), bits(gguf_py_values(path)["w"]))
 
 

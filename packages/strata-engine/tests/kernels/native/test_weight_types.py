@@ -25,6 +25,7 @@ from strata_engine.kernels import native
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.native.header import HEADER, INTERFACE
 from strata_engine.kernels.weight_types import (
+    PACK_CODEBOOK,
     PACK_KQUANT,
     PACK_STORED,
     PACK_WIDEN,
@@ -53,6 +54,8 @@ def test_every_enum_member_has_a_row_with_gguf_pys_sizes() -> None:
             assert t.kernel_bytes == t.stored_bytes and t.scale_fields == 0
         elif t.pack == PACK_WIDEN:  # each fp16 field becomes an fp32 one
             assert t.kernel_bytes == t.stored_bytes + 2 * t.scale_fields
+        elif t.pack == PACK_CODEBOOK:  # an fp32 scale and 16 bytes of indices a 32
+            assert t.kernel_bytes * 32 == 20 * t.values and t.scale_fields == 0
         else:
             assert t.pack == PACK_KQUANT and t.values == 256 and t.kernel_bytes > t.stored_bytes
 
@@ -195,7 +198,8 @@ def test_every_row_has_a_triton_dequantisation_named_by_the_table() -> None:
         for side in _type_tests(_function(TRITON / "dequant.py", "block"), "KT")
         if isinstance(side, ast.Name)
     }
-    assert named == {t.qtype.name for t in TYPES.values()}
+    # the codebook types go to the device as the Q8_0 blocks of their values (stored.as_q8_0)
+    assert named == {t.qtype.name for t in TYPES.values() if t.pack != PACK_CODEBOOK}
     for path in sorted(TRITON.glob("*.py")):
         for param in ("KT", "WT"):
             literals = [

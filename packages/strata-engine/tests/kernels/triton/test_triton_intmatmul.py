@@ -41,7 +41,7 @@ from strata_engine.testing.triton_setup import DEVICE, on
 # below do that on purpose (a GPU is silent).
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
-TYPES = (QT.Q4_0, QT.Q4_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 ROWS = (1, 2, 5, 17, 33)  # 1-5: the row path; 17, 33: the tile path, more than one tile of 16
 N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
@@ -49,6 +49,7 @@ N = 37  # odd: the last group of 16 outputs is partial, and so is the last progr
 EXTREME_BYTES = {
     QT.Q4_0: (18, 2, 18, 0xFF),  # 15 - 8 = 7, and 0x00 for -8 below
     QT.Q4_1: (20, 4, 20, 0xFF),
+    QT.Q5_0: (22, 2, 22, 0xFF),  # 31 - 16 = 15, and 0x00 for -16
     QT.Q8_0: (34, 2, 34, 0x80),  # -128
     QT.Q4_K: (144, 16, 144, 0xFF),
     QT.Q5_K: (176, 16, 176, 0xFF),

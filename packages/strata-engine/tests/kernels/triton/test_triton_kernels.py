@@ -32,7 +32,8 @@ from strata_engine.testing.triton_checks import activations, assert_c_bits, devi
 from strata_engine.testing.triton_setup import DEVICE, on
 
 QUANTISED = (
-    QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S,
+    QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS,
+    QT.IQ2_S,
 )  # fmt: skip
 SUPER = (QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.IQ2_XS, QT.IQ2_S)  # blocks of 256
 N = 37  # odd: a partial program of outputs

@@ -1,7 +1,8 @@
 """Types rewritten at load as Q8_0 or Q6_K blocks (kernels/transcode.py) on Triton: a Q8_0
 rewrite goes to the device as the engine holds it, a Q6_K rewrite (Q3_K, IQ1_M) as GGUF Q6_K
 blocks made again from the file's bytes; either way the device's rows are gguf-py's values and
-its matmul is C's, bit for bit (under the interpreter without a GPU)."""
+its matmul is C's, bit for bit (under the interpreter without a GPU). Q5_0, once rewritten so, is
+now held as stored (its d widened) and read by the device's own Q5_0 branch: the same check."""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ static inline float bf16_at(const uint8_t *p) {
  * when a call needs more (never shrunk). Freed after every call, a few MB of temporaries went back
  * to the OS (malloc trims the top of its heap), and every layer paid their page faults again:
  * about 15% of a 512-token prefill. One slot per call site, so that nested calls never share. */
-enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_SLOTS };
+enum { SCRATCH_LAYER, SCRATCH_Q8, SCRATCH_UNPACK, SCRATCH_LOOKUP, SCRATCH_SLOTS };
 /* NULL when malloc fails: counted for strata_alloc_failures, and every caller then returns (or
  * skips its part) without computing, so the engine reports the step failed instead of crashing. */
 STRATA_HIDDEN void *scratch(int slot, size_t bytes); /* common.c */
@@ -109,6 +109,22 @@ STRATA_HIDDEN void limb_matmul_many(const float *x, int64_t M, int64_t K, int n,
 
 /* Bytes of one block of a type in the kernels' layout (strata_wtypes). */
 static inline int64_t block_bytes(int wtype) { return strata_wtypes[wtype].kernel_bytes; }
+
+/* Bytes of 32 values of a type whose blocks are whole groups of 32 (IQ4_XS: 8 of its 160). */
+static inline int64_t group32_bytes(int wtype) {
+    return (int64_t)strata_wtypes[wtype].kernel_bytes * 32 / strata_wtypes[wtype].values;
+}
+
+/* The 4-bit codebook types (WP_CODEBOOK: an fp32 scale and 16 bytes of indices a block of 32,
+ * index k low nibble of byte k, index 16 + k its high nibble) and their codebooks, gguf-py's:
+ * value = scale * codebook[index], the product of the Q8_0 block (scale, codebook[index]) they
+ * were once rewritten as. */
+static inline int wtype_codebook(int wtype) { return wtype == WT_IQ4_NL || wtype == WT_IQ4_XS || wtype == WT_MXFP4; }
+static inline const int8_t *codebook_of(int wtype) {
+    static const int8_t iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    static const int8_t mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}; /* e2m1, doubled */
+    return wtype == WT_MXFP4 ? mxfp4 : iq4;
+}
 
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {

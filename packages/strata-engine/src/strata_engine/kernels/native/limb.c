@@ -421,8 +421,9 @@ static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int large = q8_nibbles(t) || ((t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) && LIMB_VR_LARGE > LIMB_VR);
-    int vr = large ? LIMB_VR_LARGE : t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
+    int bytes = t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+    int large = q8_nibbles(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
+    int vr = large ? LIMB_VR_LARGE : q8_five(t) || bytes ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
     return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
 }
@@ -466,12 +467,12 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                 s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero();
                 p[u] = vh_zero(), p2[u] = vh_zero();
             }
-            if (q8_nibbles(t) || t == WT_Q5_K) { /* as q8: quads r and r + 4 from one load */
-                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0));
+            if (q8_nibbles(t) || q8_five(t)) { /* as q8: quads r and r + 4 from one load */
+                vq plane = vq_load(qs + (q8_five(t) ? 256 : 0));
 #pragma GCC unroll 8
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
-                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    if (q8_five(t)) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int u = 0; u < vr; u++) {
                         LIMB_P[u] = vh_dot4(LIMB_P[u], lo, limb_plane(xq, u, limbs) + 4 * r);
                         const int8_t *x_hi = limb_plane(xq, u, limbs) + 16 + 4 * r;
@@ -548,7 +549,12 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
-    if (t != wtype) { /* Q5_K, Q6_K for many rows: the group unpacked once to a byte a weight */
+    if (wtype_codebook(wtype)) { /* looked up as the Q8_0 group of the same values (q8.h) */
+        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
+        if (!bytes) return; /* out of memory: counted */
+        lookup_group(wtype, grp, nb, bytes);
+        grp = bytes;
+    } else if (t != wtype) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */
         unpack_group(wtype, grp, nb, bytes);
@@ -567,6 +573,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
         case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
+        case WT_Q5_0: LIMB_CASE(WT_Q5_0); break;
 #if LIMB_WIDE
         case WT_Q8_0: limb_wide_tile(grp, w16, nb, xr, limbs, m0, rows, acc); break;
 #else
@@ -576,6 +583,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
         case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
         case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
+        case WT_Q5_0_BYTES: LIMB_CASE(WT_Q5_0_BYTES); break;
         default: LIMB_CASE(WT_Q6_K_BYTES); break;
         }
 #undef LIMB_CASE
@@ -592,9 +600,9 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t nb = K / 32, first[LIMB_MANY + 1] = {0}, work = 0;
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
-    int unpack = ((wtype == WT_Q6_K || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
-    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
-    int64_t wide = LIMB_WIDE && wtype == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
+    int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
+    int t = wtype_codebook(wtype) ? WT_Q8_0 : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
+    int64_t wide = LIMB_WIDE && t == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));
     if (!block) return; /* out of memory: counted */
@@ -603,7 +611,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
     xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
-    limb_quantize(x, M, K, limbs, wtype, &xr, nthreads);
+    limb_quantize(x, M, K, limbs, t, &xr, nthreads); /* t's offset: the unpacked bytes' (a type's own else) */
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
 #endif

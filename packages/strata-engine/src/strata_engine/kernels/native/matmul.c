@@ -2,12 +2,14 @@
  * The fp32 matmul on weights as they are stored, and the embedding gather (internal.h states the
  * contract every kernel keeps).
  *
- * Weights stay in their GGUF block format (Q4_0, Q4_1, Q5_1, Q8_0, Q2_K), fp32, fp16 or bf16,
+ * Weights stay in their GGUF block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K), fp32, fp16 or bf16,
  * and are dequantised just before use with the same arithmetic as gguf-py. At load time each
  * block's leading fp16 scale (and Q4_1 / Q5_1 min) is widened to fp32 in place of the half (an
  * exact conversion):
- *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_1: d f32, m f32, qh u32, qs[16]
+ *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_0: d f32, qh u32, qs[16]
+ *   Q5_1: d f32, m f32, qh u32, qs[16]
  *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
+ * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
  * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
@@ -175,6 +177,28 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
+    } else if (wtype_codebook(wtype)) { /* scale * codebook[index]: the Q8_0 block's product (internal.h) */
+        const uint8_t *blk = row + b * group32_bytes(wtype);
+        const int8_t *cb = codebook_of(wtype);
+        vf d = vf_set1(f32_at(blk));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_mul(vf_from_i8(cb), d), blk + 4, lo, hi); /* the 16 products, then a lookup */
+        return;
+#endif
+        int8_t q[32];
+        for (int i = 0; i < 16; i++) q[i] = cb[blk[4 + i] & 15], q[16 + i] = cb[blk[4 + i] >> 4];
+        *lo = vf_mul(vf_from_i8(q), d);
+        *hi = vf_mul(vf_from_i8(q + 16), d);
+    } else if (wtype == WT_Q5_0) { /* d * (q - 16), q = nibble | 16 * bit i of qh: one rounding, as numpy
+                                    * (q - 16 is exact in float: the Q8_0 block it equals, the same product) */
+        const uint8_t *blk = row + b * block_bytes(WT_Q5_0);
+        vf d = vf_set1(f32_at(blk)), sixteen = vf_set1(16.0f);
+        uint32_t qh;
+        memcpy(&qh, blk + 4, 4);
+        vf ql = vf_add(vf_from_u4(blk + 8, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
+        vf qu = vf_add(vf_from_u4(blk + 8, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
+        *lo = vf_mul(vf_sub(ql, sixteen), d);
+        *hi = vf_mul(vf_sub(qu, sixteen), d);
     } else if (wtype == WT_Q5_1) { /* d * (q | 16 * bit i of qh) + m, two roundings, as numpy */
         const uint8_t *blk = row + b * block_bytes(WT_Q5_1);
         vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4)), sixteen = vf_set1(16.0f);

@@ -16,7 +16,7 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
 static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8_t *qs) {
     if (q8_nibbles(t)) {
         const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
-                                          : row + b * block_bytes(t) + (t == WT_Q4_0 ? 4 : 8);
+                                          : row + b * group32_bytes(t) + (t == WT_Q4_1 ? 8 : 4);
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
@@ -29,11 +29,14 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
         }
         return;
     }
-    if (t == WT_Q5_K) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
-                         * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i) */
+    if (q8_five(t)) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
+                       * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i;
+                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16) */
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
+        const uint8_t *nib = blk + 24 + (b & 7) * 16;
+        if (t == WT_Q5_0) blk = row + b * block_bytes(WT_Q5_0), h = blk + 4, nib = blk + 8;
         uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, blk + 24 + (b & 7) * 16 + 4 * r, 4);
+        for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, nib + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
             int high = 0;
             for (int r = 0; r < 4; r++) high |= (int)((bits >> (4 * r + c)) & 1u) << r | (int)((bits >> (16 + 4 * r + c)) & 1u) << (4 + r);
@@ -80,7 +83,7 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
                 } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
-                    const uint8_t *blk = row + b * row_bytes(wtype, 32);
+                    const uint8_t *blk = row + b * group32_bytes(wtype);
                     memcpy(dst + 4 * o, blk, 4);
                     if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
                 }
@@ -138,6 +141,10 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                 float *y = out + b * 32 + k;
                 if (t == WT_Q8_0)
                     *y = (float)(v - 128) * f32_at(blk + 4 * o);
+                else if (wtype_codebook(t)) /* the Q8_0 block's product (lookup_group) */
+                    *y = (float)codebook_of(t)[v] * f32_at(blk + 4 * o);
+                else if (t == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
+                    *y = (float)(v - 16) * f32_at(blk + 4 * o);
                 else if (t == WT_Q4_0)
                     *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
                 else if (t == WT_Q4_1)
@@ -175,11 +182,11 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
             vi s[Q8_MR];
             vh p[Q8_MR], p2[Q8_MR];
             for (int i = 0; i < rows; i++) s[i] = vi_zero(), p[i] = vh_zero(), p2[i] = vh_zero();
-            if (q8_nibbles(t) || t == WT_Q5_K) { /* quads r and r + 4: one load's low and high nibbles */
-                vq plane = vq_load(qs + (t == WT_Q5_K ? 256 : 0)); /* Q5_K's fifth bits, once a block (unused else) */
+            if (q8_nibbles(t) || q8_five(t)) { /* quads r and r + 4: one load's low and high nibbles */
+                vq plane = vq_load(qs + (q8_five(t) ? 256 : 0)); /* the fifth bits, once a block (unused else) */
                 for (int r = 0; r < 4; r++) {
                     vq v = vq_load(qs + r * 64), lo = vq_lo(v), hi = vq_hi(v);
-                    if (t == WT_Q5_K) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
+                    if (q8_five(t)) lo = q8_high(t, lo, plane, r), hi = q8_high(t, hi, plane, r + 4);
                     for (int i = 0; i < rows; i++) {
                         const int8_t *x = xr->q + (m0 + i) * K + b * 32;
                         p[i] = vh_dot4(p[i], lo, x + 4 * r);
@@ -235,8 +242,8 @@ static inline __attribute__((always_inline)) void q8_tile(int t, const uint8_t *
 
 /* See q8.h. */
 void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
-    int bytes = t == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES, head = (int)q8_super_bytes(t);
-    int scales = 16 * (q8_halves(t) + q8_has_min(t));
+    int bytes = t == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(t), head = (int)q8_super_bytes(t);
+    int scales = (int)(q8_quants(t, grp) - grp);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *src = grp + q8_block_at(t, b);
         uint8_t *out = dst + q8_block_at(bytes, b);
@@ -246,12 +253,24 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     }
 }
 
+/* See q8.h. */
+void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    uint8_t table[16];
+    for (int i = 0; i < 16; i++) table[i] = (uint8_t)(codebook_of(t)[i] + 128);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *src = grp + q8_block_at(t, b);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        memcpy(out, src, 64); /* the scales */
+        for (int R = 0; R < 8; R++) vq_store(out + 64 + 64 * R, vq_lut(q8_row(t, src + 64, R), table));
+    }
+}
+
 /* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
-    int unpack = (wtype == WT_Q6_K || wtype == WT_Q5_K) && M >= UNPACK_ROWS;
-    int t = unpack ? (wtype == WT_Q6_K ? WT_Q6_K_BYTES : WT_Q5_K_BYTES) : wtype;
+    int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS, lookup = wtype_codebook(wtype);
+    int t = lookup ? WT_Q8_0 : unpack ? q8_unpacked(wtype) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
     if (!block) return; /* out of memory: counted */
@@ -264,6 +283,12 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
     for (int64_t g = 0; g < groups; g++) {
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
         const uint8_t *grp = packed + g * gbytes;
+        if (lookup) { /* into this thread's scratch, kept between calls */
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
+            if (!bytes) continue; /* out of memory: counted */
+            lookup_group(wtype, grp, nb, bytes);
+            grp = bytes;
+        }
         if (unpack) { /* into this thread's scratch, kept between calls */
             uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
             if (!bytes) continue; /* out of memory: counted */
@@ -277,6 +302,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             switch (t) { /* a constant type: no per-block tests of it in the inner loops */
             case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q5_0: q8_tile(WT_Q5_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;

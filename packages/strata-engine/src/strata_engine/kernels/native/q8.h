@@ -17,19 +17,23 @@
  * Weights are repacked once at load (strata_q8_pack) into groups of 16 outputs, so that one
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
- *   Q4_0, Q4_1, Q8_0: scales f32[16], mins f32[16] (Q4_1);
+ *   Q4_0, Q4_1, Q5_0, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16], mins
+ *     f32[16] (Q4_1);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
  *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
- *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4;
+ *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4 (the
+ *           codebook types: their indices, which each call looks up into Q8_0's bytes: lookup_group);
  *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
  *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
- *           Q5_K (5 bits): the low nibbles so, then 64 bytes of fifth bits: bit r of byte 4o+c is
- *           w(o, 4r+c)'s, bit 4 + r is w(o, 16+4r+c)'s;
+ *           Q5_K and Q5_0 (5 bits; Q5_0: w + 16): the low nibbles so, then 64 bytes of fifth bits:
+ *           bit r of byte 4o+c is w(o, 4r+c)'s, bit 4 + r is w(o, 16+4r+c)'s (6 bits a weight
+ *           for Q5_0 with its scales, against 9 for the Q8_0 blocks it was once rewritten as);
  *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
  * Unsigned weights times signed activations is what the instructions multiply (VNNI vpdpbusd,
- * AVX2 vpmaddubsw); an offset (Q4_0: 8, Q6_K: 32, Q8_0: 128) is taken back exactly as
- * offset * sum_k x_k.
+ * AVX2 vpmaddubsw); an offset (Q4_0: 8, Q5_0: 16, Q6_K: 32, Q8_0: 128) is taken back exactly as
+ * offset * sum_k x_k. So Q5_0, whose value is d * (q - 16), gives the integer sums and the float
+ * sequence of the Q8_0 block (d, q - 16) it equals: the same bits as that block.
  */
 #ifndef STRATA_Q8_H
 #define STRATA_Q8_H
@@ -37,23 +41,35 @@
 #include "internal.h"
 
 #define Q8_GROUP 16
-/* Internal: Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of many
- * rows (see strata_q8_matmul); never stored. */
+/* Internal: Q5_0, Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of
+ * many rows (see strata_q8_matmul); never stored. */
+#define WT_Q5_0_BYTES 112
 #define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
-#define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_K/Q6_K groups once instead of per row tile */
+#define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
-static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K; }
+/* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
+static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t); }
 static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES; }
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
+/* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
+static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0; }
 static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
-static inline int q8_offset(int t) { return t == WT_Q4_0 ? 8 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0; }
-static inline int q8_kquant(int t) { return t >= WT_Q4_K; }
+static inline int q8_offset(int t) {
+    return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
+}
+static inline int q8_kquant(int t) {
+    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+}
+/* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
+static inline int q8_unpacked(int t) {
+    return t == WT_Q5_0 ? WT_Q5_0_BYTES : t == WT_Q5_K ? WT_Q5_K_BYTES : t == WT_Q6_K ? WT_Q6_K_BYTES : 0;
+}
 
 /* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
 static inline int64_t q8_block_bytes(int t) {
     int64_t scale = q8_kquant(t) ? 16 : 64;
-    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : t == WT_Q5_K ? 320 : 512);
+    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : q8_five(t) ? 320 : 512);
 }
 
 /* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
@@ -101,6 +117,9 @@ static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
     return _mm512_ternarylogic_epi32(nib, h, _mm512_set1_epi8((char)mask), 0xF8); /* nib | (h & mask) */
 }
 static inline vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { /* table[nib] per byte (nib < 16) */
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)table)), nib);
+}
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
     for (int h = 0; h < 2; h++) {
@@ -162,7 +181,7 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
 }
 /* Partial sums kept in int16 (vpmaddubsw's own lanes) over several steps, widened to int32 once
  * (vpmaddwd): exact while no int16 sum can pass 32,767 in magnitude. A step adds at most
- * 2 * wmax * 127: 3,810 for nibbles (0-15), 7,874 for Q5_K (0-31), 16,002 for Q6_K (0-63), so
+ * 2 * wmax * 127: 3,810 for nibbles (0-15), 7,874 for Q5_K and Q5_0 (0-31), 16,002 for Q6_K (0-63), so
  * q8_group_rows keeps at most 8, 4 and 2 steps in one int16 sum respectively. */
 typedef struct { __m256i lo, hi; } vh;
 static inline vh vh_zero(void) { return (vh){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
@@ -204,6 +223,10 @@ static inline vi vi_sub_n(vi a, int32_t n) {
     return (vi){_mm256_sub_epi32(a.lo, v), _mm256_sub_epi32(a.hi, v)};
 }
 static inline vi vi_set1(int32_t n) { return (vi){_mm256_set1_epi32(n), _mm256_set1_epi32(n)}; }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { /* table[nib] per byte (nib < 16) */
+    __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    return (vq){_mm256_shuffle_epi8(t, nib.lo), _mm256_shuffle_epi8(t, nib.hi)};
+}
 static inline vi vi_add(vi a, vi b) { return (vi){_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
 static inline vf vf_from_vi(vi a) { return (vf){_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 static inline int32_t hsum8_epi32(__m256i a) {
@@ -231,7 +254,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
     i8_store32(q, r);
 }
 #define Q8_MR 4
-#define Q8_MR_WIDE 3 /* Q5_K and the unpacked bytes: their steps hold more registers */
+#define Q8_MR_WIDE 3 /* Q5_K, Q5_0 and the unpacked bytes: their steps hold more registers */
 #else /* NEON and portable C: plain integer loops (exact, like every target) */
 typedef struct { uint8_t b[64]; } vq;
 typedef struct { int32_t l[16]; } vi;
@@ -251,6 +274,7 @@ static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
 }
 static inline vi vi_sub_n(vi a, int32_t n) { for (int o = 0; o < 16; o++) a.l[o] -= n; return a; }
 static inline vi vi_set1(int32_t n) { vi r; for (int o = 0; o < 16; o++) r.l[o] = n; return r; }
+static inline vq vq_lut(vq nib, const uint8_t table[16]) { for (int i = 0; i < 64; i++) nib.b[i] = table[nib.b[i]]; return nib; }
 static inline vi vi_add(vi a, vi b) { for (int o = 0; o < 16; o++) a.l[o] += b.l[o]; return a; }
 static inline vf vf_from_vi(vi a) {
     float f[16];
@@ -275,7 +299,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 /* Rows a tile of type t takes: a speed choice only (each row's sums are its own), sized to the
  * registers its steps leave. */
 static inline int q8_tile_rows(int t) {
-    return t == WT_Q5_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
+    return q8_five(t) || t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
 }
 #ifndef Q8_NIBBLE_CHAINS /* chains a row's 4-bit block is summed in (VNNI: two, to overlap its latency) */
 #define Q8_NIBBLE_CHAINS 2
@@ -291,7 +315,7 @@ typedef vi vh;
 #define vi_add_vh vi_add
 #endif
 
-/* Q5_K/Q6_K: quad row R's high bits (from its plane) put above its nibbles (see the top) */
+/* Q5_K, Q5_0, Q6_K: quad row R's high bits (from its plane) put above its nibbles (see the top) */
 static inline vq q8_high(int t, vq nib, vq plane, int R) {
     int r = R & 3;
     return t == WT_Q6_K ? vq_bits(nib, plane, 4 - 2 * r, 0x30) : vq_bits(nib, plane, 4 - r - 4 * (R >> 2), 0x10);
@@ -299,10 +323,10 @@ static inline vq q8_high(int t, vq nib, vq plane, int R) {
 
 /* Quad row R of a packed block: elements 4R .. 4R+3 of the group's 16 outputs, as the unsigned
  * bytes the dot step multiplies (see the top). The one place that knows where each type keeps
- * them: 4-bit types in the low (R < 4) or high nibbles, Q5_K and Q6_K in nibbles plus a plane of
- * high bits, the byte types (and the unpacked Q5_K/Q6_K) a byte a weight. */
+ * them: 4-bit types in the low (R < 4) or high nibbles, Q5_K, Q5_0 and Q6_K in nibbles plus a
+ * plane of high bits, the byte types (and the unpacked Q5_K/Q6_K) a byte a weight. */
 static inline vq q8_row(int t, const uint8_t *qs, int R) {
-    if (!q8_nibbles(t) && t != WT_Q5_K && t != WT_Q6_K) return vq_load(qs + 64 * R);
+    if (!q8_nibbles(t) && !q8_five(t) && t != WT_Q6_K) return vq_load(qs + 64 * R);
     vq v = vq_load(qs + 64 * (R & 3)), nib = R >> 2 ? vq_hi(v) : vq_lo(v);
     if (q8_nibbles(t)) return nib;
     return q8_high(t, nib, vq_load(qs + 256 + (t == WT_Q6_K ? 64 * (R >> 2) : 0)), R);
@@ -351,9 +375,15 @@ static inline void q8_store_rows(const vf *acc, int rows, int64_t m0, int64_t g,
     }
 }
 
-/* One group of a Q5_K or Q6_K weight unpacked to one byte per weight (WT_Q5_K_BYTES, WT_Q6_K_BYTES):
+/* One group of a Q5_0, Q5_K or Q6_K weight unpacked to one byte per weight (q8_unpacked; Q4_K, for
+ * the limbs, as Q5_K):
  * the same header and scales, and byte 4o+c of row r = w(o, 4r+c) + offset. Many rows then share
  * the unpacking. */
 STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
+
+/* One group of a codebook type (internal.h) as the Q8_0 group of the same values: the same scales,
+ * and byte 4o+c of row r = codebook[index] + 128. Every call looks its groups up so: the integer
+ * steps, and so the bits, are then Q8_0's, with 5 bits a weight held instead of 9. */
+STRATA_HIDDEN void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
 #endif

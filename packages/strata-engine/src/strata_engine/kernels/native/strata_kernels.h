@@ -19,12 +19,15 @@
 
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype {
-    WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q5_1 = 7, WT_Q8_0 = 8, WT_Q2_K = 10,
-    WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14, WT_IQ2_XS = 17, WT_IQ2_S = 22, WT_BF16 = 30
+    WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q5_0 = 6, WT_Q5_1 = 7, WT_Q8_0 = 8, WT_Q2_K = 10,
+    WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14, WT_IQ2_XS = 17, WT_IQ4_NL = 20, WT_IQ2_S = 22, WT_IQ4_XS = 23,
+    WT_BF16 = 30, WT_MXFP4 = 39
 };
 /* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
- * they are, their leading fp16 scale fields widened to fp32, or rearranged by strata_kquant_pack. */
-enum strata_wpack { WP_STORED = 0, WP_WIDEN = 1, WP_KQUANT = 2 };
+ * they are, their leading fp16 scale fields widened to fp32, rearranged by strata_kquant_pack,
+ * or (4-bit codebook types) each 32 values as their fp32 scale and their 16 bytes of 4-bit
+ * codebook indices (transcode.py's codebook_blocks; 20 bytes). */
+enum strata_wpack { WP_STORED = 0, WP_WIDEN = 1, WP_KQUANT = 2, WP_CODEBOOK = 3 };
 /* The arithmetics that read a type: the fp32 matmul (matmul.c), 8-bit activations (q8.c), integer
  * limbs (limb.c); the last two on q8.c's repacking (strata_q8_pack). */
 enum strata_wreads { READS_FP32 = 1, READS_Q8 = 2, READS_LIMB = 4 };
@@ -52,6 +55,7 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_BF16] = {1, 2, 2, 0, WP_STORED, READS_FP32},
     [WT_Q4_0] = {32, 18, 20, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q4_1] = {32, 20, 24, 2, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q5_0] = {32, 22, 24, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q5_1] = {32, 24, 28, 2, WP_WIDEN, READS_FP32},
     [WT_Q8_0] = {32, 34, 36, 1, WP_WIDEN, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q2_K] = {256, 84, 84, 0, WP_STORED, READS_FP32},
@@ -60,6 +64,9 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_Q6_K] = {256, 210, 276, 1, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_IQ2_XS] = {256, 74, 74, 0, WP_STORED, READS_FP32},
     [WT_IQ2_S] = {256, 82, 82, 0, WP_STORED, READS_FP32},
+    [WT_IQ4_NL] = {32, 18, 20, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_IQ4_XS] = {256, 136, 160, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_MXFP4] = {32, 17, 20, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
 };
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
  * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */

@@ -12,7 +12,7 @@ Layouts (`KT`, the kernel type code; codes and block sizes are strata_wtypes', b
 - F32: `wf` is the fp32 tensor itself (rows of `row_bytes / 4` values, any length).
 - Q4_0, Q4_1, Q8_0: the engine's layout (`weights.widen_scales`): the fp16 scale (and
   Q4_1's min) widened to fp32 at the start of each 32-value block; `wf` is a fp32 view.
-- Q5_1: the engine's layout: d f32, m f32, qh u32, qs[16]; `wf` is a fp32 view.
+- Q5_0, Q5_1: the engine's layout: d f32, (Q5_1: m f32,) qh u32, qs[16]; `wf` is a fp32 view.
 - F16, BF16: 2 bytes a value as stored, widened here by their bits alone (`_f16`: numpy's
   conversion, no float operation but an exact one); read through `wq`.
 - Q2_K: the GGUF super-blocks of 256 values as stored (scales[16], qs[64], d f16, dmin f16).
@@ -47,6 +47,8 @@ from strata_engine.kernels.triton.wtypes import (
     Q4_1_BYTES,
     Q4_K,
     Q4_K_BYTES,
+    Q5_0,
+    Q5_0_BYTES,
     Q5_1,
     Q5_1_BYTES,
     Q5_K,
@@ -167,6 +169,14 @@ def block(wq_ptr, wf_ptr, r, b, row_bytes, m, KT: tl.constexpr):
         q = _u8(wq_ptr, base + 8 + lane, m)
         lo = d * (q & 15).to(tl.float32) + mn
         hi = d * (q >> 4).to(tl.float32) + mn
+    elif KT == Q5_0:  # (q | 16 * bit i of qh) - 16, exact, times d: the C code's one rounding
+        base = r + b * Q5_0_BYTES
+        d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)
+        q = _u8(wq_ptr, base + 8 + lane, m)
+        h_lo = (_u8(wq_ptr, base + 4 + lane // 8, m) >> (lane % 8)) & 1
+        h_hi = (_u8(wq_ptr, base + 6 + lane // 8, m) >> (lane % 8)) & 1
+        lo = (((q & 15) | (h_lo << 4)) - 16).to(tl.float32) * d
+        hi = (((q >> 4) | (h_hi << 4)) - 16).to(tl.float32) * d
     elif KT == Q5_1:  # d * (q | 16 * bit i of qh) + m, two roundings
         base = r + b * Q5_1_BYTES
         d = tl.load(wf_ptr + base // 4, mask=m, other=0.0)

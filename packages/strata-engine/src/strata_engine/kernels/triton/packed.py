@@ -4,12 +4,12 @@ The C code packs each weight once at load; the GPU receives those same bytes, so
 read one layout and there is one packer to trust. Per group of 16 outputs and block of 32
 inputs (q8.h's top comment is the specification; the sizes below mirror its q8_* helpers):
 
-- scales: Q4_0, Q4_1, Q8_0 an fp32 scale per output (and Q4_1's fp32 min); K-quants, before
+- scales: Q4_0, Q4_1, Q5_0, Q8_0 an fp32 scale per output (and Q4_1's fp32 min); K-quants, before
   every 8th block, the super-block's fp32 d (and dmin) per output, and per block int8 6-bit
   scales (Q6_K: one per half of 16) and mins;
 - quants: byte 4o+c of quad row r holds output o's elements 4r+c (low nibble) and 16+4r+c (high
-  nibble) for 4-bit types, Q5_K adds a plane of fifth bits, Q6_K two planes of high bit pairs,
-  Q8_0 a byte per weight (w + 128).
+  nibble) for 4-bit types, Q5_K and Q5_0 (offset 16) add a plane of fifth bits, Q6_K two
+  planes of high bit pairs, Q8_0 a byte per weight (w + 128).
 
 `quants` and `scales` decode one whole block for a set of outputs, each scale once; the kernels
 multiply the signed quants (w minus the type's offset), which gives the C code's exact integer
@@ -29,7 +29,7 @@ from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
-from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
@@ -58,7 +58,7 @@ def scale_bytes(t: int) -> int:
 
 
 def block_bytes(t: int) -> int:
-    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t == Q5_K else 512
+    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t in (Q5_K, Q5_0) else 512
     return scale_bytes(t) + quants
 
 
@@ -172,9 +172,12 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
         w = (byte >> ((k >> 4) * 4)) & 15
         if WT == Q4_0:  # offset 8
             w = w - 8
-        elif WT == Q5_K:  # bit r (k < 16) or 4 + r of the plane's byte is the fifth bit
+        elif WT == Q5_K or WT == Q5_0:  # noqa: SIM109 (constexpr tests)
+            # bit r (k < 16) or 4 + r of the plane's byte is the fifth bit; Q5_0: offset 16
             hb = tl.load(wq_ptr + qs + 256 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = w | (((hb >> ((k >> 4) * 4 + ((k & 15) >> 2))) & 1) << 4)
+            if WT == Q5_0:
+                w = w - 16
         elif WT == Q6_K:  # half h's plane, bits 2r and 2r + 1; offset 32
             hb = tl.load(wq_ptr + qs + 256 + (k >> 4) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = (w | (((hb >> (2 * ((k & 15) >> 2))) & 3) << 4)) - 32
@@ -235,7 +238,7 @@ def _gather_kernel(
         val = ws0 * w + mn
     elif KQ:  # (d * sc) * q - dmin * m
         val = ws0 * w - mn
-    else:  # d * q (Q4_0: q - 8 as a float, exact; Q8_0)
+    else:  # d * q (Q4_0: q - 8 as a float, exact; Q5_0: q - 16; Q8_0)
         val = ws0 * w
     tl.store(out_ptr + t.to(tl.int64) * nb * 32 + b[:, None] * 32 + k, val, mask=live)
 

@@ -1,12 +1,13 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
 The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S as stored and the engine-layout
-Q4_0/Q4_1/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
+Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
 before them, dequant.py); K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight
 the loader rewrote as Q6_K (transcode.py) is rewritten the same way for the device, from its
-GGUF bytes.
+GGUF bytes. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4), which the CPU reads as held, go to
+the device as the Q8_0 blocks of the same values (`as_q8_0`): the device has no codebook lookup.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def from_gguf(
     device = torch.device(device)
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     wt = TYPES.get(qtype)
+    if qtype in transcode.CODEBOOK_TYPES:
+        q8 = transcode.to_q8_0(blocks, qtype)
+        assert q8 is not None  # made straight from the bits: never refused
+        return _pack(TYPES[QT.Q8_0].code, torch.from_numpy(q8), out_f, in_f, device)
     if wt is not None and wt.pack in (PACK_KQUANT, PACK_STORED):
         return _pack(wt.code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
     if wt is not None:
@@ -66,8 +71,24 @@ def from_gguf(
     raise ValueError(f"no Triton kernel reads {qtype.name} blocks")
 
 
+def as_q8_0(w: Weight) -> Weight:
+    """A codebook-type weight as the Q8_0 blocks of the same values (the device's form); any other
+    weight as it is."""
+    src = w.source
+    if (
+        not isinstance(src, TensorInfo)
+        or src.qtype not in transcode.CODEBOOK_TYPES
+        or w.kernel_type != TYPES[src.qtype].code
+    ):
+        return w
+    q8 = transcode.to_q8_0(src.data, src.qtype)
+    assert q8 is not None  # made straight from the bits: never refused
+    return Weight(w.name, w.out_features, w.in_features, TYPES[QT.Q8_0].code, q8, src)
+
+
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
+    w = as_q8_0(w)
     src = w.source
     if (
         isinstance(src, TensorInfo)

@@ -6,7 +6,8 @@
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
  * integer-limb kernels (limb.c) for 3 and 2 limbs, `driver tiles` grouped attention over
  * runs of consecutive tokens, `driver gptoss` attention with sinks (single-head, grouped, token
- * tiles; a 2-byte cache) and the clamped SwiGLU. Built with the library's C files
+ * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0 and the 4-bit codebook types
+ * in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values). Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -408,6 +409,82 @@ static void delta(void) {
     }
 }
 
+/* One [N, K] product (or, with M = 0, rows N-1 .. 0 of the table gathered) on a weight of type t
+ * and on the Q8_0 weight of its values, in arithmetic `mode` (0: fp32, 1: q8, 2 and 3: limbs); the
+ * first result is written out, and must be the Q8_0 one bit for bit. */
+static int held_same(int t, const uint8_t *w5, const uint8_t *w8, int64_t N, int64_t K, int mode, const float *x,
+                     int64_t M, const float *bias) {
+    int64_t n = M ? M * N : N * K;
+    float *y5 = malloc((size_t)n * 4), *y8 = malloc((size_t)n * 4);
+    uint8_t *p5 = malloc((size_t)strata_q8_packed_bytes(t, N, K)), *p8 = malloc((size_t)strata_q8_packed_bytes(WT_Q8_0, N, K));
+    int64_t *ids = malloc((size_t)N * 8);
+    for (int64_t i = 0; i < N; i++) ids[i] = N - 1 - i;
+    int flags = mode ? WT_Q8_PACKED | (mode > 1 ? mode << WT_LIMB_SHIFT : 0) : 0;
+    if (mode) strata_q8_pack(t, w5, N, K, p5, 1), strata_q8_pack(WT_Q8_0, w8, N, K, p8, 1);
+    const uint8_t *a = mode ? p5 : w5, *b = mode ? p8 : w8;
+    if (M) {
+        strata_matmul(x, M, K, a, t | flags, N, bias, y5, M > 4 ? 2 : 1);
+        strata_matmul(x, M, K, b, WT_Q8_0 | flags, N, bias, y8, M > 4 ? 2 : 1);
+    } else {
+        strata_gather_rows(a, t | flags, K, ids, N, y5);
+        strata_gather_rows(b, WT_Q8_0 | flags, K, ids, N, y8);
+    }
+    int same = memcmp(y5, y8, (size_t)n * 4) == 0;
+    if (!same) fprintf(stderr, "held type %d: mode %d, %lld rows: not the Q8_0 bits\n", t, mode, (long long)M);
+    emit(y5, n);
+    free(y5), free(y8), free(p5), free(p8), free(ids);
+    return same;
+}
+
+/* `driver held`: Q5_0 (d f32, qh, qs) against the Q8_0 blocks of its values (d, q - 16), and the
+ * codebook types (IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of indices) against theirs
+ * (scale, codebook[index]), in every arithmetic, every row-tile remainder; scales at fp16's
+ * extremes (the largest, the smallest subnormal, +-0) and blocks of all-zero and all-one quant
+ * bits everywhere; activations as `driver limb`'s (a zero block, the largest limbs, a tiny
+ * block, a NaN). */
+static int held(int t) {
+    const float scales[] = {65504.0f, 0x1p-24f, 0.0f, -0.0f, -65504.0f};
+    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
+    int64_t K = 512, N = 37, nb = N * K / 32;
+    int bb = t == WT_Q5_0 ? 24 : 20; /* bytes a block of 32 (the codebook types: 20) */
+    uint8_t *w5 = malloc((size_t)(nb * bb)), *w8 = malloc((size_t)(nb * 36));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *q5 = w5 + b * bb, *q8 = w8 + b * 36;
+        float d = b < 5 ? scales[b] : b % 7 == 3 ? scales[b % 5] : uniform(-0.05f, 0.05f);
+        memcpy(q5, &d, 4), memcpy(q8, &d, 4);
+        for (int i = 4; i < bb; i++) q5[i] = b % 11 == 4 ? 0 : b % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        uint32_t qh;
+        memcpy(&qh, q5 + 4, 4);
+        for (int k = 0; k < 32; k++) { /* Q5_0's q: nibble k (low, then high) and bit k of qh */
+            int nib = q5[bb - 16 + (k & 15)] >> (k >> 4 << 2) & 15, q = nib | (int)((qh >> k) & 1u) << 4;
+            q8[4 + k] = (uint8_t)(t == WT_Q5_0 ? (int8_t)(q - 16) : codebook_of(t)[nib]);
+        }
+    }
+    float *bias = floats(N, -0.5f, 0.5f);
+    int ok = 1;
+    for (int mode = 0; mode < 4; mode++) {
+        ok &= held_same(t, w5, w8, N, K, mode, NULL, 0, NULL);
+        for (int r = 0; r < 7; r++) {
+            int64_t M = rows[r];
+            float *x = floats(M * K, -1.0f, 1.0f);
+            for (int64_t b = 0; b < M * K / 32; b++) {
+                float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+                for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
+            }
+            memset(x + 32, 0, 32 * 4);
+            for (int i = 0; i < 32; i++) {
+                x[64 + i] = 8355711.0f * 0x1p-20f, x[96 + i] = 32639.0f * 0x1p-10f; /* the largest limbs */
+                x[128 + i] *= 1e-33f;
+            }
+            if (M > 2) x[K + 200] = NAN;
+            ok &= held_same(t, w5, w8, N, K, mode, x, M, r % 2 ? bias : NULL);
+            free(x);
+        }
+    }
+    free(w5), free(w8), free(bias);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "delta") == 0) {
         delta();
@@ -417,6 +494,7 @@ int main(int argc, char **argv) {
         kvq8();
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "held") == 0) return held(WT_Q5_0) | held(WT_IQ4_NL) | held(WT_IQ4_XS) | held(WT_MXFP4);
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
         kvcache();
         return 0;

@@ -1,0 +1,85 @@
+"""The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) held as indices (issue 40) and read by every
+arithmetic with the bits of the Q8_0 blocks they were rewritten as.
+
+Each 32 values are scale * codebook[index]: the loader keeps the fp32 scale and the 16 bytes of
+4-bit indices (5 bits a weight), and every arithmetic looks the indices up to the Q8_0 block
+(scale, codebook[index]) that `transcode.to_q8_0` makes (9 bits held), whose results it must give
+bit for bit, on every target this host runs, at extreme scales (fp16's largest, subnormals,
++-0; MXFP4's smallest and largest exponents) and every index. Their values are gguf-py's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels import transcode
+from strata_engine.kernels.native import targets_to_test
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weight_types import TYPES
+from strata_engine.kernels.weights import Weight
+from strata_engine.testing.extreme_blocks import extreme_blocks
+
+N, K = 37, 512  # 37 outputs: a part group of 16 in the packing
+CODEBOOK = (QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4)
+MODES = {"fp32": (False, 0), "q8": (True, 0), "limb2": (True, 2), "limb3": (True, 3)}
+ROWS = (1, 2, 3, 4, 5, 9, 17, 33)  # every row-tile remainder of every target
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def activations(m: int, seed: int) -> np.ndarray:
+    """Rows with blocks of very different magnitudes, a zero block, a tiny one, a NaN."""
+    x = np.random.default_rng(seed).normal(0, 1, (m, K)).astype(np.float32)
+    x.reshape(m, -1, 32)[:, 1] *= 4e4
+    x.reshape(m, -1, 32)[:, 3] *= 1e-3
+    x[:, 64:96] = 0
+    x[:, 96:128] *= 1e-36
+    if m > 2:
+        x[1, 300] = np.nan
+    return x
+
+
+def weights(qtype: QT) -> tuple[Weight, Weight, np.ndarray]:
+    """The weight as loaded, the Q8_0 weight of its values (the former rewrite), gguf-py's values."""
+    stored = extreme_blocks(qtype, N, K, seed=int(qtype))
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    q8 = transcode.to_q8_0(stored, qtype)
+    assert q8 is not None
+    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    return held, Weight("w8", N, K, TYPES[QT.Q8_0].code, q8), values
+
+
+@pytest.mark.parametrize("qtype", CODEBOOK, ids=lambda q: q.name)
+def test_held_at_five_bits_a_weight_with_gguf_pys_values(qtype: QT) -> None:
+    held, q8, values = weights(qtype)
+    assert held.kernel_type == TYPES[qtype].code
+    assert held.raw.nbytes * 8 == 5 * N * K  # an fp32 scale and 16 bytes of indices a 32
+    codes = q8.raw.reshape(-1, 36)[:, 4:].view(np.int8)
+    assert len(np.unique(codes)) == (15 if qtype == QT.MXFP4 else 16)  # every index (MXFP4: two zeros)
+    np.testing.assert_array_equal(bits(NativeOps(1, "portable").embed(held, np.arange(N))), bits(values))
+    packed = NativeOps(1, limbs=3).pack(held)
+    assert packed.raw.nbytes * 8 == 5 * -(-N // 16) * 16 * K  # whole groups of 16 outputs
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("target", targets_to_test())
+@pytest.mark.parametrize("qtype", CODEBOOK, ids=lambda q: q.name)
+def test_every_arithmetic_gives_the_q8_0_blocks_bits(qtype: QT, target: str, mode: str) -> None:
+    held, q8, values = weights(qtype)
+    q8_mode, limbs = MODES[mode]
+    ops = NativeOps(2, target, q8=q8_mode, limbs=limbs)
+    a, b = ops.pack(held), ops.pack(q8)
+    bias = np.random.default_rng(1).normal(0, 1, N).astype(np.float32)
+    for m in ROWS:
+        x = activations(m, seed=m)
+        for bb in (None, bias):
+            got, want = ops.linear(x, a, bb), ops.linear(x, b, bb)
+            np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{m} rows")
+    ids = np.array([36, 0, 5, 16, 15, 20])
+    np.testing.assert_array_equal(bits(ops.embed(a, ids)), bits(values[ids]))  # the packed copy too
