@@ -77,7 +77,14 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         seconds["launches"] = time.perf_counter() - t
         t = time.perf_counter()
         stats = Path(tmp) / "stats.json"
-        _module("sass_stats", str(specs), str(stats), *(["--matmuls"] if fast else []), interpret=False)
+        _module(
+            "triton_compile",
+            "analyse",
+            str(specs),
+            str(stats),
+            *(["--matmuls"] if fast else []),
+            interpret=False,
+        )
         seconds["compile"] = time.perf_counter() - t
         return {
             "kernels": json.loads(stats.read_text()),

@@ -194,31 +194,3 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
         loop_mma=count(body, MMA),
         weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
     )
-
-
-def compile_and_analyse(specs: list[dict[str, Any]], matmuls_only: bool = False) -> list[dict[str, Any]]:
-    """Each recorded launch (`matmuls_only`: those of WEIGHTS_PER_ITERATION's kernels) compiled
-    by triton_compile's step, the one the compile check runs, and analysed; as JSON-ready rows
-    (a launch that fails to compile is the compile check's finding, and is left out here)."""
-    from strata_engine.testing.triton_compile import compile_spec
-
-    rows = []
-    for spec in specs:
-        name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
-        if matmuls_only and name not in WEIGHTS_PER_ITERATION:
-            continue
-        stats = analyse(spec, compile_spec(spec))
-        rows.append(stats.__dict__ | {"warp_instructions_per_weight": stats.warp_instructions_per_weight})
-    return rows
-
-
-if __name__ == "__main__":
-    # SPECS.json OUT.json [--matmuls]: the compile runs Triton's compiler, not its interpreter
-    import json
-    import os
-    import sys
-
-    assert os.environ.get("TRITON_INTERPRET") != "1", "the analysis compiles for a GPU"
-    specs = json.loads(Path(sys.argv[1]).read_text())
-    rows = compile_and_analyse(specs, matmuls_only="--matmuls" in sys.argv[3:])
-    Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))

@@ -219,8 +219,30 @@ def compile_spec(spec: dict[str, Any]) -> Any:
     return triton.compile(source, target=GPUTarget(*TARGET), options=spec["options"])
 
 
+def compile_and_analyse(specs: list[dict[str, Any]], matmuls_only: bool = False) -> list[dict[str, Any]]:
+    """Each recorded launch (`matmuls_only`: those of WEIGHTS_PER_ITERATION's kernels) compiled
+    by triton_compile's step, the one the compile check runs, and analysed; as JSON-ready rows
+    (a launch that fails to compile is the compile check's finding, and is left out here)."""
+    from strata_engine.testing.sass_stats import WEIGHTS_PER_ITERATION, analyse
+
+    rows = []
+    for spec in specs:
+        name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
+        if matmuls_only and name not in WEIGHTS_PER_ITERATION:
+            continue
+        stats = analyse(spec, compile_spec(spec))
+        rows.append(stats.__dict__ | {"warp_instructions_per_weight": stats.warp_instructions_per_weight})
+    return rows
+
+
 if __name__ == "__main__":
-    # record SPECS.json [SHARD/SHARDS]; compile SPECS.json RESULTS.json [SHARD/SHARDS]
+    # record SPECS.json [SHARD/SHARDS]; compile SPECS.json RESULTS.json [SHARD/SHARDS];
+    # analyse SPECS.json STATS.json [--matmuls] (sass_stats' figures, for bench/gpu_static.py)
+    if sys.argv[1] == "analyse":
+        assert os.environ.get("TRITON_INTERPRET") != "1", "the analysis compiles for a GPU"
+        rows = compile_and_analyse(json.loads(Path(sys.argv[2]).read_text()), "--matmuls" in sys.argv[4:])
+        Path(sys.argv[3]).write_text(json.dumps(rows, indent=1))
+        sys.exit(0)
     args = sys.argv[2:]
     part = (0, 1)
     if args and "/" in args[-1]:
