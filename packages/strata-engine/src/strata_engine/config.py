@@ -15,7 +15,7 @@ from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = (
     "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35",
-    "qwen35moe", "qwen3next",
+    "qwen35moe", "qwen3next", "gemma4",
 )  # fmt: skip
 INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -23,6 +23,18 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 UNSUPPORTED_ARCHITECTURES = {
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
+    "gemma4-assistant": "Gemma 4's multi-token-prediction drafter, which attends over another model's KV cache",
+}
+# The Gemma 4 parts Strata does not compute (the released E2B/E4B and 26B-A4B files need them;
+# the dense 31B-style text model loads); the vision and audio towers live in separate mmproj
+# files, which are not language models and are refused by architecture.
+GEMMA4_REFUSED = {
+    "per-layer": "per-layer head counts or FFN sizes are not supported",
+    "experts": "Gemma 4's mixture-of-experts layers (26B-A4B) are not supported",
+    "per-layer embeddings": "Gemma 4's per-layer embeddings (E2B, E4B) are not supported",
+    "shared KV layers": "layers reading an earlier layer's KV cache (E2B, E4B) are not supported",
+    "two head sizes": "sliding-window layers with another head or RoPE size than the global ones are not "
+    "supported (the KV cache holds one head size)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
@@ -122,6 +134,8 @@ class ModelConfig:
         def real(name: str, default: float) -> float:
             return _float(f"{arch}.{name}", key(name, default))
 
+        if arch == "gemma4":  # before a per-layer list reaches the integer reads below
+            _gemma4_refusals(meta)
         hidden = count("embedding_length")
         n_heads = count("attention.head_count")
         head_dim = count("attention.key_length", hidden // n_heads or None)
@@ -164,6 +178,8 @@ class ModelConfig:
             raise ModelLoadError(f"GGUF metadata: {arch}.rope.freq_base must be > 0 and the RMS epsilon >= 0")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
         gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
+        if arch == "gemma4":
+            gemma = _gemma4_switches(meta, n_layers, head_dim, rope_dim)
         if arch == "gpt-oss":
             gemma = _gpt_oss_switches(meta, n_layers, head_dim, rope_dim, rope_base)
         ctx_train = count("context_length", 4096)
@@ -183,7 +199,7 @@ class ModelConfig:
             rope_dim=rope_dim,
             rope_style="interleaved" if arch in INTERLEAVED_ROPE else "neox",
             rms_eps=rms_eps,
-            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3", "gemma4"),
             n_experts=n_experts,
             n_experts_used=n_used,
             rope_scaling=scaling,
@@ -261,6 +277,71 @@ def _gemma_switches(
         or out.get("final_softcap", 0.0) < 0
     ):
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-caps >= 0")
+    return out
+
+
+def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
+    """The Gemma 4 parts Strata does not compute, each refused naming its key and what it
+    would need (GEMMA4_REFUSED, listed in docs/engine.md's generated section)."""
+    arch = "gemma4"
+
+    def get(name: str) -> Any:
+        return meta.get(f"{arch}.{name}")
+
+    for name in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        if isinstance(get(name), list):
+            raise ModelLoadError(f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}")
+    for name, part in (
+        ("expert_count", "experts"),
+        ("embedding_length_per_layer_input", "per-layer embeddings"),
+        ("attention.shared_kv_layers", "shared KV layers"),
+    ):
+        if get(name) not in (None, 0):
+            raise ModelLoadError(f"GGUF metadata {arch}.{name} = {get(name)!r}: {GEMMA4_REFUSED[part]}")
+    get("expert_feed_forward_length")  # read by llama.cpp for the experts only (refused above)
+
+
+def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope_dim: int) -> dict[str, Any]:
+    """Gemma 4's text model as llama.cpp's gemma4 loader reads it (src/models/gemma4.cpp): the
+    sliding layers from the per-layer flags `attention.sliding_window_pattern` (required), their
+    RoPE base `rope.freq_base_swa` (llama.cpp's default 10000) and no frequency factors; queries
+    unscaled (f_attention_scale 1.0: the q/k norms stand in for it); the final soft-cap 30 when
+    the key is absent (llama.cpp's hparams default, applied whenever non-zero); GeGLU, the
+    embedding scale and the post-norms as in gemma3. Per layer (gemma4.py): V RMS-normed without
+    a weight, K's projection read for V where attn_v is absent, and layer_output_scale."""
+    arch = "gemma4"
+
+    def get(name: str, default: Any = None) -> Any:
+        value = meta.get(f"{arch}.{name}", default)
+        if value is None:
+            raise ModelLoadError(f"GGUF metadata lacks {arch}.{name}")
+        return value
+
+    for name, full in (
+        ("attention.key_length_swa", head_dim),
+        ("attention.value_length_swa", head_dim),  # value_length: the key's (checked before)
+        ("rope.dimension_count_swa", rope_dim),
+    ):
+        if get(name, full) != full:
+            raise ModelLoadError(
+                f"GGUF metadata {arch}.{name} = {get(name)!r} is not the global layers' {full}: "
+                + GEMMA4_REFUSED["two head sizes"]
+            )
+    pattern = get("attention.sliding_window_pattern")
+    if not isinstance(pattern, list):  # llama.cpp reads it with get_arr: a number is refused there too
+        raise ModelLoadError(f"GGUF metadata {arch}.attention.sliding_window_pattern must be {n_layers} booleans")
+    out: dict[str, Any] = {
+        "ffn_act": "gelu",
+        "embed_scale": True,
+        "attn_scale": 1.0,
+        "post_norms": True,
+        "sliding_window": _int(f"{arch}.attention.sliding_window", get("attention.sliding_window"), 1, MAX_COUNT),
+        "swa_layers": _swa_pattern(arch, pattern, n_layers),
+        "rope_base_swa": _float(f"{arch}.rope.freq_base_swa", get("rope.freq_base_swa", 10000.0)),
+        "final_softcap": _float(f"{arch}.final_logit_softcapping", get("final_logit_softcapping", 30.0)),
+    }
+    if out["rope_base_swa"] <= 0 or out["final_softcap"] < 0:
+        raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-cap >= 0")
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import TensorInfo, shown
+from strata_engine.gemma4 import TENSORS as GEMMA4_TENSORS
 from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
 from strata_engine.hybrid import hybrid_shapes
 from strata_engine.rope import FACTOR_TENSORS
@@ -115,6 +116,8 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
             # phi3 stores [gate; up] as one ffn_up (no ffn_gate)
             p + "ffn_up.weight": (cfg.ffn, h) if p + "ffn_gate.weight" in tensors else (2 * cfg.ffn, h),
         }
+        if cfg.arch == "gemma4":
+            want[p + "layer_output_scale.weight"] = (1,)
         if cfg.n_experts:
             want |= _expert_shapes(tensors, p, cfg, meta)
     for name, shape in want.items():
@@ -262,6 +265,8 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
         layer += ["post_attention_norm.weight", "post_ffw_norm.weight"]
     if cfg.arch == "gpt-oss":
         layer += GPT_OSS_TENSORS
+    if cfg.arch == "gemma4":
+        layer += GEMMA4_TENSORS
     if cfg.n_experts:
         layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
     else:
@@ -287,7 +292,12 @@ TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would nee
     "attn_k_norm.weight": "per-head q/k norms, which this architecture does not have",
     "post_attention_norm.weight": "post-norms, which this architecture does not have",
     "post_ffw_norm.weight": "post-norms, which this architecture does not have",
-    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama and mistral3 files only",
+    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama, mistral3 and gemma4 files only",
+    "layer_output_scale.weight": "a per-layer output scale (gemma4 only)",
+    "per_layer_token_embd.weight": "Gemma 4's per-layer embeddings (E2B, E4B)",
+    "per_layer_model_proj.weight": "Gemma 4's per-layer embeddings (E2B, E4B)",
+    "ffn_gate_up_exps.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
+    "pre_ffw_norm_2.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
 }
 
 

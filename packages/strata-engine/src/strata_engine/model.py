@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import attention_temperature, gpt_oss
+from strata_engine import attention_temperature, gemma4, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
@@ -57,6 +57,7 @@ class Layer:
     qkv: tuple[FusedProjection, ...] | None = None
     gate_up: tuple[FusedProjection, ...] | None = None
     oai: gpt_oss.Parts | None = None  # gpt-oss: attention sinks, output, router and expert biases
+    g4: gemma4.Parts | None = None  # gemma4: V's norm and the layer's output scale
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,7 @@ class Transformer:
         self.ops = ops
         self.tp = tp
         t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
+        t = gemma4.tensors(t, cfg.n_layers) if cfg.arch == "gemma4" else t
 
         def need(name: str) -> TensorInfo:
             return required(t, name)
@@ -355,6 +357,7 @@ class Transformer:
                     post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
                     oai=gpt_oss.parts(t, p) if cfg.arch == "gpt-oss" else None,
+                    g4=gemma4.parts(t, p, cfg.head_dim) if cfg.arch == "gemma4" else None,
                 )
             )
             if cfg.post_norms and (
@@ -407,6 +410,8 @@ class Transformer:
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
+            if layer.g4 is not None:
+                v = gemma4.v_norm(ops, v, layer.g4, cfg.rms_eps)
             q = ops.rope(q, meta.positions, rope)
             k = ops.rope(k, meta.positions, rope)
             if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
@@ -437,7 +442,7 @@ class Transformer:
             f = self.tp.all_reduce(f)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
-            x = x + f
+            x = x + f if layer.g4 is None else gemma4.scaled(x + f, layer.g4)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _moe(self, h: Array, layer: Layer) -> Array:

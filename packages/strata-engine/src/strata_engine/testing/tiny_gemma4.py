@@ -1,0 +1,105 @@
+"""A tiny random Gemma 4 GGUF (llama.cpp's gemma4 text model), for comparisons with llama.cpp.
+
+Written with gguf.GGUFWriter under the keys and tensor names llama.cpp's gemma4 loader reads:
+three layers covering each layer kind Strata computes, a sliding-window layer (RoPE base 10000,
+no factors) with attn_v and a layer_output_scale, a global layer (RoPE base 1e6 with the shared
+`rope_freqs` factors, half of them 1e30 as the converter writes for proportional RoPE) without
+attn_v (K's projection read for V) and with a scale, and a sliding layer without a scale; a
+final soft-cap small enough to bend the logits; a window small enough that a 37-token prompt
+slides; the `gemma4` BPE vocabulary (bpe_vocab.gemma4_vocab). The matrices are F32 or one
+packed type; norms, scales and factors stay F32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFWriter
+
+from strata_engine.testing.bpe_vocab import gemma4_vocab
+from strata_engine.testing.tiny_models import _write, add_weight
+
+ARCH = "gemma4"
+HIDDEN = 64
+N_LAYERS = 3
+SLIDING = (True, False, True)
+HAS_V = (True, False, True)  # layer 1: no attn_v (use_alternative_attention)
+HAS_SCALE = (True, True, False)  # layer 2: no layer_output_scale
+N_HEADS = 4
+N_KV_HEADS = 2
+HEAD_DIM = 32
+FFN = 96
+CTX = 128
+WINDOW = 8
+ROPE_BASE, ROPE_BASE_SWA = 1e6, 10000.0
+SOFTCAP = 6.0
+VOCAB = gemma4_vocab()
+VOCAB_SIZE = len(VOCAB["tokenizer.ggml.tokens"])
+
+
+def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32) -> Path:
+    """Write the tiny Gemma 4 at `path` (seeded random weights), its matrices in `matrices`."""
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(str(path), ARCH)
+    w.add_name("tiny gemma4 model")
+    w.add_block_count(N_LAYERS)
+    w.add_context_length(CTX)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_embedding_length_per_layer_input(0)  # required by llama.cpp; 0: no per-layer embeddings
+    w.add_head_count(N_HEADS)
+    w.add_head_count_kv(N_KV_HEADS)
+    w.add_key_length(HEAD_DIM)
+    w.add_value_length(HEAD_DIM)
+    w.add_key_length_swa(HEAD_DIM)
+    w.add_value_length_swa(HEAD_DIM)
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_rope_freq_base_swa(ROPE_BASE_SWA)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(WINDOW)
+    w.add_sliding_window_pattern(list(SLIDING))
+    w.add_final_logit_softcapping(SOFTCAP)
+    w.add_vocab_size(VOCAB_SIZE)
+    w.add_tokenizer_model(VOCAB["tokenizer.ggml.model"])
+    w.add_token_list(VOCAB["tokenizer.ggml.tokens"])
+    w.add_token_types(VOCAB["tokenizer.ggml.token_type"])
+    w.add_token_merges(VOCAB["tokenizer.ggml.merges"])
+    w.add_bos_token_id(VOCAB["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(VOCAB["tokenizer.ggml.eos_token_id"])
+    w.add_add_bos_token(True)
+
+    def f32(name: str, values: np.ndarray) -> None:
+        w.add_tensor(name, np.asarray(values, dtype=np.float32))
+
+    def norm(name: str, n: int = HIDDEN) -> None:  # stored with Gemma's +1 already added
+        f32(name, 1.0 + rng.normal(0.0, 0.1, n))
+
+    def matrix(name: str, shape: tuple[int, int], std: float) -> None:
+        add_weight(w, name, rng.normal(0.0, std, size=shape), matrices, rng)
+
+    q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
+    matrix("token_embd.weight", (VOCAB_SIZE, HIDDEN), 0.5)
+    f32("rope_freqs.weight", np.where(np.arange(HEAD_DIM // 2) < HEAD_DIM // 4, 1.0, 1e30))
+    for i in range(N_LAYERS):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight")
+        matrix(p + "attn_q.weight", (q_out, HIDDEN), 0.15)
+        matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.15)
+        if HAS_V[i]:
+            matrix(p + "attn_v.weight", (kv_out, HIDDEN), 0.15)
+        norm(p + "attn_q_norm.weight", HEAD_DIM)
+        norm(p + "attn_k_norm.weight", HEAD_DIM)
+        matrix(p + "attn_output.weight", (HIDDEN, q_out), 0.15)
+        norm(p + "post_attention_norm.weight")
+        norm(p + "ffn_norm.weight")
+        matrix(p + "ffn_gate.weight", (FFN, HIDDEN), 0.15)
+        matrix(p + "ffn_up.weight", (FFN, HIDDEN), 0.15)
+        matrix(p + "ffn_down.weight", (HIDDEN, FFN), 0.15)
+        norm(p + "post_ffw_norm.weight")
+        if HAS_SCALE[i]:
+            f32(p + "layer_output_scale.weight", np.array([0.5 + 0.4 * i]))
+    norm("output_norm.weight")
+    _write(w)
+    return path
