@@ -34,14 +34,22 @@ FFN = 96
 CTX = 128
 WINDOW = 8
 ROPE_BASE, ROPE_BASE_SWA = 1e6, 10000.0
-SOFTCAP = 6.0
+SOFTCAP = 15.0
 VOCAB = gemma4_vocab()
 VOCAB_SIZE = len(VOCAB["tokenizer.ggml.tokens"])
 
 
-def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32) -> Path:
-    """Write the tiny Gemma 4 at `path` (seeded random weights), its matrices in `matrices`."""
+def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool = False) -> Path:
+    """Write the tiny Gemma 4 at `path` (seeded random weights), its matrices in `matrices`.
+    `exact` draws uniform integers scaled by one multiply (the same bytes on every machine, for
+    the golden hashes)."""
     rng = np.random.default_rng(seed)
+
+    def noise(shape: tuple[int, ...] | int, std: float) -> np.ndarray:
+        if exact:
+            return rng.integers(-(2**16), 2**16, size=shape) * (std * 3**0.5 / 2**16)
+        return rng.normal(0.0, std, size=shape)
+
     w = GGUFWriter(str(path), ARCH)
     w.add_name("tiny gemma4 model")
     w.add_block_count(N_LAYERS)
@@ -74,10 +82,10 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32) -> Path:
         w.add_tensor(name, np.asarray(values, dtype=np.float32))
 
     def norm(name: str, n: int = HIDDEN) -> None:  # stored with Gemma's +1 already added
-        f32(name, 1.0 + rng.normal(0.0, 0.1, n))
+        f32(name, 1.0 + noise(n, 0.1))
 
     def matrix(name: str, shape: tuple[int, int], std: float) -> None:
-        add_weight(w, name, rng.normal(0.0, std, size=shape), matrices, rng)
+        add_weight(w, name, noise(shape, std), matrices, rng)
 
     q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
     matrix("token_embd.weight", (VOCAB_SIZE, HIDDEN), 0.5)
