@@ -290,7 +290,9 @@ def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
 
     for name in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
         if isinstance(get(name), list):
-            raise ModelLoadError(f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}")
+            raise ModelLoadError(
+                f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}"
+            )
     for name, part in (
         ("expert_count", "experts"),
         ("embedding_length_per_layer_input", "per-layer embeddings"),
@@ -329,13 +331,17 @@ def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope
             )
     pattern = get("attention.sliding_window_pattern")
     if not isinstance(pattern, list):  # llama.cpp reads it with get_arr: a number is refused there too
-        raise ModelLoadError(f"GGUF metadata {arch}.attention.sliding_window_pattern must be {n_layers} booleans")
+        raise ModelLoadError(
+            f"GGUF metadata {arch}.attention.sliding_window_pattern must be {n_layers} booleans"
+        )
     out: dict[str, Any] = {
         "ffn_act": "gelu",
         "embed_scale": True,
         "attn_scale": 1.0,
         "post_norms": True,
-        "sliding_window": _int(f"{arch}.attention.sliding_window", get("attention.sliding_window"), 1, MAX_COUNT),
+        "sliding_window": _int(
+            f"{arch}.attention.sliding_window", get("attention.sliding_window"), 1, MAX_COUNT
+        ),
         "swa_layers": _swa_pattern(arch, pattern, n_layers),
         "rope_base_swa": _float(f"{arch}.rope.freq_base_swa", get("rope.freq_base_swa", 10000.0)),
         "final_softcap": _float(f"{arch}.final_logit_softcapping", get("final_logit_softcapping", 30.0)),

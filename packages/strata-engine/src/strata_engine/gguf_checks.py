@@ -22,8 +22,8 @@ from typing import Any
 
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
-from strata_engine.gguf_loader import TensorInfo, shown
 from strata_engine.gemma4 import TENSORS as GEMMA4_TENSORS
+from strata_engine.gguf_loader import TensorInfo, shown
 from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
 from strata_engine.hybrid import hybrid_shapes
 from strata_engine.rope import FACTOR_TENSORS

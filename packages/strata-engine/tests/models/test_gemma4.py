@@ -81,7 +81,9 @@ ORIGINAL_ROPE_TABLES = model_module.rope_tables
         ("sliding layers rotated as the global ones", "rope_tables", None),
     ],
 )
-def test_a_misread_graph_fails_the_bound(files, prompt, llama_cpp, monkeypatch, misreading, target, replacement) -> None:
+def test_a_misread_graph_fails_the_bound(
+    files, prompt, llama_cpp, monkeypatch, misreading, target, replacement
+) -> None:
     """The comparison can fail: each part of the graph, computed otherwise, moves the F32 logprobs
     far past the tolerance (measured: V unnormed 3.54, the scale ignored 9.53)."""
     want = llama_cpp_logprobs(llama_cpp, files["f32"], prompt, n_ctx=CTX)
@@ -123,7 +125,9 @@ def test_batch_chunks_decode_and_prefix_cache_give_the_same_bits(files, prompt) 
     echoed = engine().generate(request(prompt + generated, tokens=1))
     rows = next(e for e in echoed if isinstance(e, PromptScores)).rows[-len(generated) :]
     decoded = [s.logprobs for s in steps]
-    assert [(r.token_id, r.logprob, r.top) for r in rows if r] == [(r.token_id, r.logprob, r.top) for r in decoded if r]
+    assert [(r.token_id, r.logprob, r.top) for r in rows if r] == [
+        (r.token_id, r.logprob, r.top) for r in decoded if r
+    ]
     cold = run_batch(engine(), [request(prompt, echo=False)])[0]
     warm = engine()
     run_batch(warm, [request(prompt[:33], echo=False)])
@@ -140,7 +144,9 @@ def _config(**keys: object) -> ModelConfig:
         "attention.sliding_window_pattern": [True, False, True],
     }  # fmt: skip
     meta = {f"gemma4.{k}": v for k, v in {**base, **keys}.items() if v is not None}
-    return ModelConfig.from_metadata({"general.architecture": "gemma4", **meta, "tokenizer.ggml.tokens": ["a"]})
+    return ModelConfig.from_metadata(
+        {"general.architecture": "gemma4", **meta, "tokenizer.ggml.tokens": ["a"]}
+    )
 
 
 def test_config_read_as_llama_cpp_reads_it() -> None:
@@ -167,7 +173,10 @@ def test_the_tiny_file_is_read_as_written(files) -> None:
     [
         ({"expert_count": 8}, r"expert_count = 8: Gemma 4's mixture-of-experts layers \(26B-A4B\)"),
         ({"embedding_length_per_layer_input": 256}, r"per-layer embeddings \(E2B, E4B\)"),
-        ({"attention.shared_kv_layers": 20}, r"shared_kv_layers = 20: layers reading an earlier layer's KV cache"),
+        (
+            {"attention.shared_kv_layers": 20},
+            r"shared_kv_layers = 20: layers reading an earlier layer's KV cache",
+        ),
         ({"attention.key_length_swa": 16}, r"key_length_swa = 16 is not the global layers' 32"),
         ({"rope.dimension_count_swa": 16}, r"dimension_count_swa = 16 .*one head size"),
         ({"attention.head_count_kv": [2, 1, 2]}, r"head_count_kv is a per-layer list"),
@@ -181,7 +190,9 @@ def test_what_strata_does_not_compute_is_refused_by_name(keys: dict, message: st
 
 
 def test_the_assistant_arch_is_refused_by_name() -> None:
-    with pytest.raises(ModelLoadError, match=r"'gemma4-assistant'; it needs Gemma 4's multi-token-prediction"):
+    with pytest.raises(
+        ModelLoadError, match=r"'gemma4-assistant'; it needs Gemma 4's multi-token-prediction"
+    ):
         ModelConfig.from_metadata({"general.architecture": "gemma4-assistant"})
 
 

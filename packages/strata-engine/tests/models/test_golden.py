@@ -32,6 +32,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.model import Transformer
 from strata_engine.testing.compare import run_batch
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+from strata_engine.testing.tiny_gemma4 import write_gemma4
 from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
 
 GOLDEN = {
@@ -162,6 +163,7 @@ TINY_GOLDEN = {
     "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
     "gpt-oss": "888305f0c775443ac9bb8858d9be25f27e380bf106c721e256a6d3153e8ff320",
     "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
+    "gemma4": "d803356d32a39dbe9e3c09a1eb7e239752a4737dfc023e236c49889eafc89df5",  # V normed, output scales, rope_freqs
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -250,6 +252,8 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
             d / f"{name}.gguf", seed=11, exact=True, experts=QT.MXFP4 if "mxfp4" in name else QT.F32
         )
         if name.startswith("gpt-oss")
+        else write_gemma4(d / f"{name}.gguf", seed=11, exact=True)
+        if name == "gemma4"
         else write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True)
         for name in TINY_GOLDEN
     }

@@ -62,6 +62,8 @@ class Layer(Protocol):
     def w_down(self) -> Weight | None: ...
     @property
     def experts(self) -> object | None: ...
+    @property
+    def g4(self) -> object | None: ...  # gemma4's V norm and output scale
 
 
 class ModelConfig(Protocol):
