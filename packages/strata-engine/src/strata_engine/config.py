@@ -29,12 +29,11 @@ UNSUPPORTED_ARCHITECTURES = {
 # the dense 31B-style text model loads); the vision and audio towers live in separate mmproj
 # files, which are not language models and are refused by architecture.
 GEMMA4_REFUSED = {
-    "per-layer": "per-layer head counts or FFN sizes are not supported",
+    "per-layer": "per-layer query-head counts or FFN sizes are not supported",
     "experts": "Gemma 4's mixture-of-experts layers (26B-A4B) are not supported",
     "per-layer embeddings": "Gemma 4's per-layer embeddings (E2B, E4B) are not supported",
     "shared KV layers": "layers reading an earlier layer's KV cache (E2B, E4B) are not supported",
-    "two head sizes": "sliding-window layers with another head or RoPE size than the global ones are not "
-    "supported (the KV cache holds one head size)",
+    "tensor parallelism": "Gemma 4 with tensor parallelism is not supported (its layers' KV heads differ)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
@@ -106,6 +105,16 @@ class ModelConfig:
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
     hybrid: HybridConfig | None = None  # qwen35, qwen35moe, qwen3next: the DeltaNet layers (hybrid.py)
+    # gemma4: the sliding layers' head and RoPE sizes (0: the global ones') and the KV heads per
+    # layer (empty: n_kv_heads everywhere; then n_kv_heads is the largest)
+    head_dim_swa: int = 0
+    rope_dim_swa: int = 0
+    kv_heads: tuple[int, ...] = ()
+
+    def heads(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head size) of `layer`: its KV cache's geometry (gemma4's differ by layer)."""
+        kv = self.kv_heads[layer] if self.kv_heads else self.n_kv_heads
+        return kv, self.head_dim_swa if self.head_dim_swa and self.window(layer) else self.head_dim
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
@@ -152,7 +161,8 @@ class ModelConfig:
         if arch in ("qwen3moe", "gpt-oss", "qwen35moe", "qwen3next") and not n_experts:
             raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
-        n_kv_heads = count("attention.head_count_kv", n_heads)
+        kv_heads = _gemma4_kv_heads(meta, n_layers, n_heads) if arch == "gemma4" else ()
+        n_kv_heads = max(kv_heads) if kv_heads else count("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
             raise ModelLoadError(
                 f"GGUF metadata: {arch}.attention.head_count {n_heads} is not a multiple of "
@@ -206,6 +216,7 @@ class ModelConfig:
             attn_temp_floor=scaling.original_ctx if temperature else 0,
             attn_temp_scale=temperature,
             hybrid=read_hybrid(arch, meta, n_layers),
+            kv_heads=kv_heads,
             **gemma,
         )
 
@@ -288,7 +299,7 @@ def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
     def get(name: str) -> Any:
         return meta.get(f"{arch}.{name}")
 
-    for name in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+    for name in ("attention.head_count", "feed_forward_length"):
         if isinstance(get(name), list):
             raise ModelLoadError(
                 f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}"
@@ -301,6 +312,23 @@ def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
         if get(name) not in (None, 0):
             raise ModelLoadError(f"GGUF metadata {arch}.{name} = {get(name)!r}: {GEMMA4_REFUSED[part]}")
     get("expert_feed_forward_length")  # read by llama.cpp for the experts only (refused above)
+
+
+def _gemma4_kv_heads(meta: Mapping[str, Any], n_layers: int, n_heads: int) -> tuple[int, ...]:
+    """gemma4's KV heads per layer where the file lists them (the converter writes the sliding and
+    the global layers' counts as one list), each dividing the query heads; else ()."""
+    name = "gemma4.attention.head_count_kv"
+    value = meta.get(name)
+    if not isinstance(value, list):
+        return ()
+    if len(value) != n_layers:
+        raise ModelLoadError(f"GGUF metadata {name} lists {len(value)} layers, not {n_layers}")
+    heads = tuple(_int(name, v, 1, MAX_COUNT) for v in value)
+    if any(n_heads % h for h in heads):
+        raise ModelLoadError(
+            f"GGUF metadata {name} = {value}: each must divide attention.head_count {n_heads}"
+        )
+    return heads
 
 
 def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope_dim: int) -> dict[str, Any]:
@@ -319,16 +347,21 @@ def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope
             raise ModelLoadError(f"GGUF metadata lacks {arch}.{name}")
         return value
 
-    for name, full in (
-        ("attention.key_length_swa", head_dim),
-        ("attention.value_length_swa", head_dim),  # value_length: the key's (checked before)
-        ("rope.dimension_count_swa", rope_dim),
-    ):
-        if get(name, full) != full:
-            raise ModelLoadError(
-                f"GGUF metadata {arch}.{name} = {get(name)!r} is not the global layers' {full}: "
-                + GEMMA4_REFUSED["two head sizes"]
-            )
+    head_dim_swa = _int(
+        f"{arch}.attention.key_length_swa", get("attention.key_length_swa", head_dim), 1, MAX_COUNT
+    )
+    if get("attention.value_length_swa", head_dim_swa) != head_dim_swa:
+        raise ModelLoadError(
+            f"{arch}: attention.value_length_swa differs from key_length_swa (llama.cpp refuses it)"
+        )
+    rope_dim_swa = _int(
+        f"{arch}.rope.dimension_count_swa", get("rope.dimension_count_swa", rope_dim), 2, MAX_COUNT
+    )
+    if rope_dim_swa > head_dim_swa or rope_dim_swa % 2:
+        raise ModelLoadError(
+            f"GGUF metadata: {arch}.rope.dimension_count_swa {rope_dim_swa} is not an even number up to "
+            f"the sliding layers' head size {head_dim_swa}"
+        )
     pattern = get("attention.sliding_window_pattern")
     if not isinstance(pattern, list):  # llama.cpp reads it with get_arr: a number is refused there too
         raise ModelLoadError(
@@ -345,6 +378,8 @@ def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope
         "swa_layers": _swa_pattern(arch, pattern, n_layers),
         "rope_base_swa": _float(f"{arch}.rope.freq_base_swa", get("rope.freq_base_swa", 10000.0)),
         "final_softcap": _float(f"{arch}.final_logit_softcapping", get("final_logit_softcapping", 30.0)),
+        "head_dim_swa": head_dim_swa,
+        "rope_dim_swa": rope_dim_swa,
     }
     if out["rope_base_swa"] <= 0 or out["final_softcap"] < 0:
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-cap >= 0")

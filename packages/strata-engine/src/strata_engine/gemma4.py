@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strata_engine.api import ModelLoadError
+from strata_engine.config import GEMMA4_REFUSED
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.base import Array, Ops
 from strata_engine.kernels.weights import vector
@@ -33,9 +34,12 @@ class Parts:
     out_scale: np.float32 | None  # layer_output_scale, one value; None: the file has none
 
 
-def tensors(t: Mapping[str, TensorInfo], n_layers: int) -> dict[str, TensorInfo]:
+def tensors(t: Mapping[str, TensorInfo], n_layers: int, tensor_parallel: bool) -> dict[str, TensorInfo]:
     """The file's tensors with each layer's attn_k also under attn_v where attn_v is absent (as
-    llama.cpp's graph takes Kcur for Vcur): the same weight, so V's projection is K's bits."""
+    llama.cpp's graph takes Kcur for Vcur): the same weight, so V's projection is K's bits.
+    Tensor parallelism is refused: its shards are cut by one KV-head count for every layer."""
+    if tensor_parallel:
+        raise ModelLoadError(GEMMA4_REFUSED["tensor parallelism"])
     out = dict(t)
     for i in range(n_layers):
         p = f"blk.{i}."

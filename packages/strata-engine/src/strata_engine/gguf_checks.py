@@ -86,7 +86,6 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
         raise ModelLoadError(
             f"tokenizer.ggml.tokens holds {n_tokens} tokens but {arch}.vocab_size says {cfg.vocab_size}"
         )
-    q, kv = cfg.n_heads * d, cfg.n_kv_heads * d
     want: dict[str, tuple[int, ...]] = {
         "token_embd.weight": (cfg.vocab_size, h),
         "output.weight": (cfg.vocab_size, h),
@@ -96,6 +95,8 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
         want |= hybrid_shapes(cfg.hybrid, cfg.n_layers, h, cfg.n_heads, cfg.n_kv_heads, d, cfg.ffn)
     for i in range(cfg.n_layers if cfg.hybrid is None else 0):
         p = f"blk.{i}."
+        kv_heads, d = cfg.heads(i)  # gemma4: per layer
+        q, kv = cfg.n_heads * d, kv_heads * d
         want |= {
             p + "attn_norm.weight": (h,),
             p + "ffn_norm.weight": (h,),

@@ -285,7 +285,8 @@ def rope_tables(cfg: ModelConfig, t: dict[str, TensorInfo]) -> tuple[RopeTable, 
     if cfg.rope_base_swa is None:
         return full, full
     # llama.cpp's sliding-window layers rotate with their own base and no frequency scaling
-    swa = rope_table(cfg.ctx_size, cfg.rope_dim, cfg.rope_base_swa, interleaved, cfg.rope_scaling, None, 1.0)
+    dim = cfg.rope_dim_swa or cfg.rope_dim  # gemma4: the sliding layers' own
+    swa = rope_table(cfg.ctx_size, dim, cfg.rope_base_swa, interleaved, cfg.rope_scaling, None, 1.0)
     return full, swa
 
 
@@ -295,7 +296,7 @@ class Transformer:
         self.ops = ops
         self.tp = tp
         t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
-        t = gemma4.tensors(t, cfg.n_layers) if cfg.arch == "gemma4" else t
+        t = gemma4.tensors(t, cfg.n_layers, tp.active) if cfg.arch == "gemma4" else t
 
         def need(name: str) -> TensorInfo:
             return required(t, name)
@@ -310,7 +311,8 @@ class Transformer:
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             if p + "attn_qkv.weight" in t:  # phi3: one fused projection, split by rows at load
-                q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+                kvh, d = cfg.heads(i)
+                q_rows, kv_rows = cfg.n_heads * d, kvh * d
                 wq, wk, wv = split_rows(
                     Weight.from_info(t[p + "attn_qkv.weight"]), [q_rows, kv_rows, kv_rows]
                 )
@@ -357,7 +359,7 @@ class Transformer:
                     post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
                     oai=gpt_oss.parts(t, p) if cfg.arch == "gpt-oss" else None,
-                    g4=gemma4.parts(t, p, cfg.head_dim) if cfg.arch == "gemma4" else None,
+                    g4=gemma4.parts(t, p, cfg.heads(i)[1]) if cfg.arch == "gemma4" else None,
                 )
             )
             if cfg.post_norms and (
@@ -404,9 +406,8 @@ class Transformer:
             else:
                 q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
                            ops.linear(h, layer.wv, layer.bv))  # fmt: skip
-            q = q.reshape(n, cfg.n_heads, cfg.head_dim)
-            k = k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
-            v = v.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+            kvh, d = cfg.heads(i)  # gemma4: per layer
+            q, k, v = q.reshape(n, cfg.n_heads, d), k.reshape(n, kvh, d), v.reshape(n, kvh, d)
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
                 k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)

@@ -163,7 +163,7 @@ TINY_GOLDEN = {
     "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
     "gpt-oss": "888305f0c775443ac9bb8858d9be25f27e380bf106c721e256a6d3153e8ff320",
     "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
-    "gemma4": "d803356d32a39dbe9e3c09a1eb7e239752a4737dfc023e236c49889eafc89df5",  # V normed, output scales, rope_freqs
+    "gemma4": "6e7f9192ba9985bb226280ba9ea18063eead527360cee6e3398deff7893ca1e2",  # two head geometries, V normed, output scales, rope_freqs
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -211,8 +211,8 @@ def _tiny_digests(path: Path, threads: int) -> dict[str, str]:
     bs, n_blocks = 4, 40
 
     def fresh() -> list:
-        shape = (n_blocks, bs, cfg.n_kv_heads, cfg.head_dim)
-        return [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
+        shapes = [(n_blocks, bs, *cfg.heads(i)) for i in range(cfg.n_layers)]  # gemma4's differ
+        return [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for shape in shapes]
 
     def tables(order: list[int]) -> list[list[int]]:
         free = iter(order)

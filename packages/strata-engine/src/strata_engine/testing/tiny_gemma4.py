@@ -1,10 +1,12 @@
 """A tiny random Gemma 4 GGUF (llama.cpp's gemma4 text model), for comparisons with llama.cpp.
 
 Written with gguf.GGUFWriter under the keys and tensor names llama.cpp's gemma4 loader reads:
-three layers covering each layer kind Strata computes, a sliding-window layer (RoPE base 10000,
-no factors) with attn_v and a layer_output_scale, a global layer (RoPE base 1e6 with the shared
-`rope_freqs` factors, half of them 1e30 as the converter writes for proportional RoPE) without
-attn_v (K's projection read for V) and with a scale, and a sliding layer without a scale; a
+three layers covering each layer kind Strata computes, with the two head geometries of the
+released files: a sliding-window layer (heads of 32, two KV heads, RoPE base 10000 over all 32,
+no factors) with attn_v and a layer_output_scale; a global layer (heads of 64, one KV head, RoPE
+base 1e6 with the `rope_freqs` factors, 3/4 of them 1e30 as the converter writes for
+proportional RoPE) without attn_v (K's projection read for V) and with a scale; a sliding layer
+without a scale; a
 final soft-cap small enough to bend the logits; a window small enough that a 37-token prompt
 slides; the `gemma4` BPE vocabulary (bpe_vocab.gemma4_vocab). The matrices are F32 or one
 packed type; norms, scales and factors stay F32.
@@ -28,8 +30,8 @@ SLIDING = (True, False, True)
 HAS_V = (True, False, True)  # layer 1: no attn_v (use_alternative_attention)
 HAS_SCALE = (True, True, False)  # layer 2: no layer_output_scale
 N_HEADS = 4
-N_KV_HEADS = 2
-HEAD_DIM = 32
+KV_HEADS = (2, 1, 2)  # per layer: the sliding layers' 2, the global layer's 1
+HEAD_DIM, HEAD_DIM_SWA = 64, 32  # the global and the sliding layers' head sizes
 FFN = 96
 CTX = 128
 WINDOW = 8
@@ -58,11 +60,13 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
     w.add_feed_forward_length(FFN)
     w.add_embedding_length_per_layer_input(0)  # required by llama.cpp; 0: no per-layer embeddings
     w.add_head_count(N_HEADS)
-    w.add_head_count_kv(N_KV_HEADS)
+    w.add_head_count_kv(list(KV_HEADS))
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
-    w.add_key_length_swa(HEAD_DIM)
-    w.add_value_length_swa(HEAD_DIM)
+    w.add_key_length_swa(HEAD_DIM_SWA)
+    w.add_value_length_swa(HEAD_DIM_SWA)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_dimension_count_swa(HEAD_DIM_SWA)
     w.add_rope_freq_base(ROPE_BASE)
     w.add_rope_freq_base_swa(ROPE_BASE_SWA)
     w.add_layer_norm_rms_eps(1e-6)
@@ -87,18 +91,19 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
     def matrix(name: str, shape: tuple[int, int], std: float) -> None:
         add_weight(w, name, noise(shape, std), matrices, rng)
 
-    q_out, kv_out = N_HEADS * HEAD_DIM, N_KV_HEADS * HEAD_DIM
     matrix("token_embd.weight", (VOCAB_SIZE, HIDDEN), 0.5)
-    f32("rope_freqs.weight", np.where(np.arange(HEAD_DIM // 2) < HEAD_DIM // 4, 1.0, 1e30))
+    f32("rope_freqs.weight", np.where(np.arange(HEAD_DIM // 2) < HEAD_DIM // 8, 1.0, 1e30))
     for i in range(N_LAYERS):
         p = f"blk.{i}."
+        d = HEAD_DIM_SWA if SLIDING[i] else HEAD_DIM
+        q_out, kv_out = N_HEADS * d, KV_HEADS[i] * d
         norm(p + "attn_norm.weight")
         matrix(p + "attn_q.weight", (q_out, HIDDEN), 0.15)
         matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.15)
         if HAS_V[i]:
             matrix(p + "attn_v.weight", (kv_out, HIDDEN), 0.15)
-        norm(p + "attn_q_norm.weight", HEAD_DIM)
-        norm(p + "attn_k_norm.weight", HEAD_DIM)
+        norm(p + "attn_q_norm.weight", d)
+        norm(p + "attn_k_norm.weight", d)
         matrix(p + "attn_output.weight", (HIDDEN, q_out), 0.15)
         norm(p + "post_attention_norm.weight")
         norm(p + "ffn_norm.weight")
