@@ -237,3 +237,14 @@ def test_tensors_of_the_parts_not_built_are_refused_by_name(name: str, need: str
     check_tensors_read(dict.fromkeys(["rope_freqs.weight", "blk.2.layer_output_scale.weight"]), cfg)  # type: ignore[arg-type]
     with pytest.raises(ModelLoadError, match=need):
         check_tensors_read(dict.fromkeys([name]), cfg)  # type: ignore[arg-type]
+
+
+def test_the_model_files_tokenizer_is_llama_cpps(files, llama_cpp) -> None:
+    """The tiny model file's `gemma4` vocabulary (Gemma 4's BPE) through the engine's load gives
+    llama.cpp's ids on the same file, BOS first (llama.cpp always adds Gemma 4's)."""
+    tokenizer = LLMEngine(files["f32"], num_threads=1, kv_cache_mb=4).tokenizer
+    llm = llama_cpp.Llama(str(files["f32"]), vocab_only=True, verbose=False)
+    texts = ["ab a", " a b\n\n\n  z", "zé ab\n\nab", "  a", "x\n", "é\u2581b"]
+    for text in texts:
+        assert tokenizer.encode(text) == llm.tokenize(text.encode(), add_bos=True, special=False), text
+    assert tokenizer.encode("ab")[0] == tokenizer.bos_id
