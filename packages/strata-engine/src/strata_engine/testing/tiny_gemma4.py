@@ -10,17 +10,23 @@ without a scale; a
 final soft-cap small enough to bend the logits; a window small enough that a 37-token prompt
 slides; the `gemma4` BPE vocabulary (bpe_vocab.gemma4_vocab). The matrices are F32 or one
 packed type; norms, scales and factors stay F32.
+
+`Gemma4Reference` is the text model written out in float64 from its description (Hugging
+Face's Gemma 4 and llama.cpp's graph), sharing no code with the engine.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFWriter
 
 from strata_engine.testing.bpe_vocab import gemma4_vocab
+from strata_engine.testing.reference_forward import ReferenceModel
 from strata_engine.testing.tiny_models import _write, add_weight
 
 ARCH = "gemma4"
@@ -116,3 +122,94 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
     norm("output_norm.weight")
     _write(w)
     return path
+
+
+class Gemma4Reference(ReferenceModel):
+    """Gemma 4's text model in float64: embeddings times sqrt(hidden); per layer its own head
+    size and KV heads (sliding or global), q/k RMS-normed with their weights and V without one,
+    NeoX RoPE (the sliding layers at their base over their RoPE size, the global ones with the
+    `rope_freqs` factors), unscaled scores, the window on sliding layers, K's projection for a
+    missing V; post-attention and post-FFN norms, GeGLU, the residual times layer_output_scale;
+    the final norm, the tied head and the soft-cap. `gelu_fp16` emulates llama.cpp's GELU table."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+
+        def g(key: str, default: Any = None) -> Any:
+            return self.meta.get(f"gemma4.{key}", default)
+
+        self.sliding = list(g("attention.sliding_window_pattern"))
+        kv = g("attention.head_count_kv")
+        self.kv_heads = list(kv) if isinstance(kv, list) else [kv] * self.n_layers
+        self.head_swa = int(g("attention.key_length_swa", self.head_dim))
+        self.rope_swa = int(g("rope.dimension_count_swa", self.rope_dim))
+        self.base_swa = float(g("rope.freq_base_swa", 10000.0))
+        self.softcap = float(g("final_logit_softcapping", 30.0))
+        self.window = int(g("attention.sliding_window"))
+
+    gelu_fp16 = False  # llama.cpp's GELU: a table indexed by fp16(x), values rounded to fp16
+
+    def _gelu(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.gelu_fp16:
+            return torch.nn.functional.gelu(x, approximate="tanh")
+        y = torch.nn.functional.gelu(x.half().double(), approximate="tanh").half().double()
+        return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+
+    def _embed(self, ids: list[int]) -> torch.Tensor:
+        return self.w["token_embd.weight"][torch.tensor(ids)] * self.hidden**0.5
+
+    def _rotate(self, x: torch.Tensor, dims: int, base: float, factors: torch.Tensor | None) -> torch.Tensor:
+        t = x.shape[0]
+        freqs = base ** (-torch.arange(0, dims, 2, dtype=torch.float64) / dims)
+        if factors is not None:
+            freqs = freqs / factors
+        ang = torch.arange(t, dtype=torch.float64)[:, None] * freqs[None, :]
+        z = (
+            torch.complex(x[..., : dims // 2], x[..., dims // 2 : dims])
+            * torch.polar(torch.ones_like(ang), ang)[:, None, :]
+        )
+        return torch.cat((z.real, z.imag, x[..., dims:]), dim=-1)
+
+    def _layer(self, i: int, x: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+        w, p, t = self.w, f"blk.{i}.", x.shape[0]
+        swa, kvh = self.sliding[i], self.kv_heads[i]
+        d = self.head_swa if swa else self.head_dim
+        h = self._rms(x, w[p + "attn_norm.weight"])
+        q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, d)
+        k = (h @ w[p + "attn_k.weight"].T).reshape(t, kvh, d)
+        v = (h @ w.get(p + "attn_v.weight", w[p + "attn_k.weight"]).T).reshape(t, kvh, d)
+        q, k = self._rms(q, w[p + "attn_q_norm.weight"]), self._rms(k, w[p + "attn_k_norm.weight"])
+        v = v / torch.sqrt((v * v).mean(-1, keepdim=True) + self.eps)
+        if swa:
+            q, k = (
+                self._rotate(q, self.rope_swa, self.base_swa, None),
+                self._rotate(k, self.rope_swa, self.base_swa, None),
+            )
+        else:
+            factors = w["rope_freqs.weight"]
+            q, k = (
+                self._rotate(q, self.rope_dim, self.base, factors),
+                self._rotate(k, self.rope_dim, self.base, factors),
+            )
+        k, v = k.repeat_interleave(self.n_heads // kvh, 1), v.repeat_interleave(self.n_heads // kvh, 1)
+        allowed = causal
+        if swa:
+            pos = torch.arange(t)
+            allowed = causal & (pos[None, :] > pos[:, None] - self.window)
+        s = torch.einsum("thd,shd->hts", q, k).masked_fill(~allowed, float("-inf"))
+        a = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(t, -1)
+        x = x + self._rms(a @ w[p + "attn_output.weight"].T, w[p + "post_attention_norm.weight"])
+        h = self._rms(x, w[p + "ffn_norm.weight"])
+        f = (self._gelu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[
+            p + "ffn_down.weight"
+        ].T
+        x = x + self._rms(f, w[p + "post_ffw_norm.weight"])
+        scale = w.get(p + "layer_output_scale.weight")
+        return x if scale is None else x * scale[0]
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        logits = (
+            self._rms(x, self.w["output_norm.weight"])
+            @ self.w.get("output.weight", self.w["token_embd.weight"]).T
+        )
+        return torch.log_softmax(torch.tanh(logits / self.softcap) * self.softcap, dim=-1)
