@@ -29,10 +29,9 @@ UNSUPPORTED_ARCHITECTURES = {
 # the dense 31B-style text model loads); the vision and audio towers live in separate mmproj
 # files, which are not language models and are refused by architecture.
 GEMMA4_REFUSED = {
-    "per-layer": "per-layer query-head counts or FFN sizes are not supported",
+    "per-layer": "per-layer query-head counts are not supported",
     "experts": "Gemma 4's mixture-of-experts layers (26B-A4B) are not supported",
-    "per-layer embeddings": "Gemma 4's per-layer embeddings (E2B, E4B) are not supported",
-    "shared KV layers": "layers reading an earlier layer's KV cache (E2B, E4B) are not supported",
+    "shared KV": "a layer reading the KV cache of an earlier layer of another kind is not supported",
     "tensor parallelism": "Gemma 4 with tensor parallelism is not supported (its layers' KV heads differ)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
@@ -110,6 +109,16 @@ class ModelConfig:
     head_dim_swa: int = 0
     rope_dim_swa: int = 0
     kv_heads: tuple[int, ...] = ()
+    ffn_sizes: tuple[int, ...] = ()  # gemma4 (E2B): per layer where the file lists them
+    kv_source: tuple[int, ...] = ()  # gemma4 (E2B, E4B): the layer whose KV cache each reads
+    ple_dim: int = 0  # gemma4 (E2B, E4B): the per-layer embeddings' width (0: none)
+
+    def ffn_size(self, layer: int) -> int:
+        return self.ffn_sizes[layer] if self.ffn_sizes else self.ffn
+
+    def owns_kv(self, layer: int) -> bool:
+        """Whether `layer` writes a KV cache of its own (gemma4's last layers read another's)."""
+        return not self.kv_source or self.kv_source[layer] == layer
 
     def heads(self, layer: int) -> tuple[int, int]:
         """(KV heads, head size) of `layer`: its KV cache's geometry (gemma4's differ by layer)."""
@@ -161,7 +170,10 @@ class ModelConfig:
         if arch in ("qwen3moe", "gpt-oss", "qwen35moe", "qwen3next") and not n_experts:
             raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
-        kv_heads = _gemma4_kv_heads(meta, n_layers, n_heads) if arch == "gemma4" else ()
+        kv_heads = (
+            _gemma4_list(meta, "attention.head_count_kv", n_layers, n_heads) if arch == "gemma4" else ()
+        )
+        ffn_sizes = _gemma4_list(meta, "feed_forward_length", n_layers) if arch == "gemma4" else ()
         n_kv_heads = max(kv_heads) if kv_heads else count("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
             raise ModelLoadError(
@@ -202,7 +214,10 @@ class ModelConfig:
             n_heads=n_heads,
             n_kv_heads=n_kv_heads,
             head_dim=head_dim,
-            ffn=count("feed_forward_length", 0 if n_experts else None, low=0),
+            ffn=max(ffn_sizes)
+            if ffn_sizes
+            else count("feed_forward_length", 0 if n_experts else None, low=0),
+            ffn_sizes=ffn_sizes,
             vocab_size=vocab,
             ctx_size=ctx_train,
             rope_base=rope_base,
@@ -299,36 +314,51 @@ def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
     def get(name: str) -> Any:
         return meta.get(f"{arch}.{name}")
 
-    for name in ("attention.head_count", "feed_forward_length"):
+    for name in ("attention.head_count",):
         if isinstance(get(name), list):
             raise ModelLoadError(
                 f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}"
             )
-    for name, part in (
-        ("expert_count", "experts"),
-        ("embedding_length_per_layer_input", "per-layer embeddings"),
-        ("attention.shared_kv_layers", "shared KV layers"),
-    ):
+    for name, part in (("expert_count", "experts"),):
         if get(name) not in (None, 0):
             raise ModelLoadError(f"GGUF metadata {arch}.{name} = {get(name)!r}: {GEMMA4_REFUSED[part]}")
     get("expert_feed_forward_length")  # read by llama.cpp for the experts only (refused above)
 
 
-def _gemma4_kv_heads(meta: Mapping[str, Any], n_layers: int, n_heads: int) -> tuple[int, ...]:
-    """gemma4's KV heads per layer where the file lists them (the converter writes the sliding and
-    the global layers' counts as one list), each dividing the query heads; else ()."""
-    name = "gemma4.attention.head_count_kv"
+def _kv_sources(shared: Any, swa: tuple[bool, ...], n_layers: int) -> tuple[int, ...]:
+    """Which layer's KV cache each layer reads, as llama.cpp's gemma4 reuse rule: the last
+    `attention.shared_kv_layers` layers read the last sliding (a sliding layer) or the last
+    global (a global layer) layer before them; () when none is shared."""
+    n = _int("gemma4.attention.shared_kv_layers", shared, 0, n_layers)
+    if not n:
+        return ()
+    first = n_layers - n
+    if first < 2:  # llama.cpp asserts it
+        raise ModelLoadError(
+            f"GGUF metadata gemma4.attention.shared_kv_layers = {n} leaves fewer than 2 layers"
+        )
+    out = tuple(i if i < first else first - (2 if swa[i] else 1) for i in range(n_layers))
+    if any(swa[src] != swa[i] for i, src in enumerate(out)):
+        raise ModelLoadError(f"gemma4: {GEMMA4_REFUSED['shared KV']}")
+    return out
+
+
+def _gemma4_list(meta: Mapping[str, Any], key: str, n_layers: int, divides: int = 0) -> tuple[int, ...]:
+    """A gemma4 value the file lists per layer (the converter writes the KV heads of the sliding
+    and the global layers as one list, and E2B's doubled FFN sizes), each dividing `divides`
+    where given; () where the file has one number."""
+    name = f"gemma4.{key}"
     value = meta.get(name)
     if not isinstance(value, list):
         return ()
     if len(value) != n_layers:
         raise ModelLoadError(f"GGUF metadata {name} lists {len(value)} layers, not {n_layers}")
-    heads = tuple(_int(name, v, 1, MAX_COUNT) for v in value)
-    if any(n_heads % h for h in heads):
+    out = tuple(_int(name, v, 1, MAX_COUNT) for v in value)
+    if divides and any(divides % h for h in out):
         raise ModelLoadError(
-            f"GGUF metadata {name} = {value}: each must divide attention.head_count {n_heads}"
+            f"GGUF metadata {name} = {value}: each must divide attention.head_count {divides}"
         )
-    return heads
+    return out
 
 
 def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope_dim: int) -> dict[str, Any]:
@@ -381,6 +411,10 @@ def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope
         "head_dim_swa": head_dim_swa,
         "rope_dim_swa": rope_dim_swa,
     }
+    out["ple_dim"] = _int(
+        f"{arch}.embedding_length_per_layer_input", get("embedding_length_per_layer_input", 0), 0, MAX_COUNT
+    )
+    out["kv_source"] = _kv_sources(get("attention.shared_kv_layers", 0), out["swa_layers"], n_layers)
     if out["rope_base_swa"] <= 0 or out["final_softcap"] < 0:
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-cap >= 0")
     return out

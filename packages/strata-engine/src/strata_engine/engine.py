@@ -104,7 +104,12 @@ class LLMEngine:
         try:
             kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
             # a hybrid's attention layers are alike; gemma4's differ by layer (ModelConfig.heads)
-            layer_bytes = [h * kv_head_bytes(kv_cache_dtype, d) for h, d in map(cfg.heads, range(kv_layers))]
+            layer_bytes = [
+                h * kv_head_bytes(kv_cache_dtype, d)
+                if cfg.owns_kv(i)
+                else 0  # gemma4: shared-KV layers own none
+                for i, (h, d) in enumerate(map(cfg.heads, range(kv_layers)))
+            ]
         except ValueError as exc:  # refused before anything is loaded
             raise ModelLoadError(str(exc)) from None
         per_block = 2 * BLOCK_SIZE * sum(layer_bytes)

@@ -238,7 +238,7 @@ def pack_layer(layer: Layer, ops: Ops) -> Layer:
     def pack(w: Weight | None) -> Weight | None:
         return None if w is None else ops.pack(w)
 
-    if getattr(ops, "fuses_projections", False) and layer.experts is None:
+    if getattr(ops, "fuses_projections", False) and layer.experts is None and layer.g4 is None:
         assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
         return replace(
             layer,
@@ -296,7 +296,7 @@ class Transformer:
         self.ops = ops
         self.tp = tp
         t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
-        t = gemma4.tensors(t, cfg.n_layers, tp.active) if cfg.arch == "gemma4" else t
+        t = gemma4.tensors(t, cfg, tp.active) if cfg.arch == "gemma4" else t
 
         def need(name: str) -> TensorInfo:
             return required(t, name)
@@ -359,7 +359,7 @@ class Transformer:
                     post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
                     oai=gpt_oss.parts(t, p) if cfg.arch == "gpt-oss" else None,
-                    g4=gemma4.parts(t, p, cfg.heads(i)[1]) if cfg.arch == "gemma4" else None,
+                    g4=gemma4.parts(t, p, cfg, i, ops) if cfg.arch == "gemma4" else None,
                 )
             )
             if cfg.post_norms and (
@@ -377,6 +377,7 @@ class Transformer:
             group = cfg.n_heads // cfg.n_kv_heads
             self.cfg = replace(cfg, n_heads=(k1 - k0) * group, n_kv_heads=k1 - k0)
         self.rope, self.rope_swa = rope_tables(cfg, t)  # gemma3: the sliding-window layers' own
+        self.ple = gemma4.per_layer_inputs(t, cfg, ops)  # gemma4 E2B / E4B: per-layer embeddings
         self.q_temp = attention_temperature.factors(cfg.ctx_size, cfg.attn_temp_scale, cfg.attn_temp_floor)
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
         self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
@@ -394,6 +395,7 @@ class Transformer:
         x = ops.embed(self.embedding, ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale  # one correctly rounded fp32 multiply per element
+        ple = gemma4.layer_inputs(ops, self.ple, ids, x, cfg)  # gemma4 E2B / E4B, else None
         if self.fused is not None:  # the same kernels in the same order, one call per layer
             self.fused.run(x, meta, kv)
             return ops.rmsnorm(x, self.norm, cfg.rms_eps)
@@ -401,23 +403,10 @@ class Transformer:
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
-            if layer.qkv is not None:
-                q, k, v = fused_linear(ops, h, layer.qkv)
+            if layer.g4 is not None:  # gemma4: V normed; a shared-KV layer computes no K or V
+                q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, (k_cache, v_cache))
             else:
-                q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
-                           ops.linear(h, layer.wv, layer.bv))  # fmt: skip
-            kvh, d = cfg.heads(i)  # gemma4: per layer
-            q, k, v = q.reshape(n, cfg.n_heads, d), k.reshape(n, kvh, d), v.reshape(n, kvh, d)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
-                k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-            if layer.g4 is not None:
-                v = gemma4.v_norm(ops, v, layer.g4, cfg.rms_eps)
-            q = ops.rope(q, meta.positions, rope)
-            k = ops.rope(k, meta.positions, rope)
-            if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
-                q = attention_temperature.apply(q, meta.positions, self.q_temp)
-            ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+                q = self._qkv(h, layer, meta, rope, k_cache, v_cache)
             if cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None:
                 a = ops.attention(q, k_cache, v_cache, meta)
             else:
@@ -443,8 +432,31 @@ class Transformer:
             f = self.tp.all_reduce(f)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
-            x = x + f if layer.g4 is None else gemma4.scaled(x + f, layer.g4)
+            x = x + f if layer.g4 is None else gemma4.layer_out(ops, x + f, layer.g4, ple, i, cfg.rms_eps)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+
+    def _qkv(
+        self, h: Array, layer: Layer, meta: AttentionMeta, rope: RopeTable, k_cache: Array, v_cache: Array
+    ) -> Array:
+        """The rotated queries [T, heads, d]; K and V (normed where the model says) written to the cache."""
+        cfg, ops, n = self.cfg, self.ops, h.shape[0]
+        if layer.qkv is not None:
+            q, k, v = fused_linear(ops, h, layer.qkv)
+        else:
+            q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
+                       ops.linear(h, layer.wv, layer.bv))  # fmt: skip
+        q = q.reshape(n, cfg.n_heads, cfg.head_dim)
+        k = k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        v = v.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        if layer.q_norm is not None and layer.k_norm is not None:
+            q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
+            k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
+        q = ops.rope(q, meta.positions, rope)
+        k = ops.rope(k, meta.positions, rope)
+        if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
+            q = attention_temperature.apply(q, meta.positions, self.q_temp)
+        ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+        return q
 
     def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that

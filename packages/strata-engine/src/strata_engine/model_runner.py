@@ -87,9 +87,11 @@ class ModelRunner:
         attends = (True,) * cfg.n_layers if cfg.hybrid is None else tuple(not r for r in cfg.hybrid.recurrent)
         none = np.zeros((0, *shape(0)[1:]), dtype=dtype)
         self.kv = [
-            (kv_array(shape(i), dtype), kv_array(shape(i), dtype)) if a else (none, none)
+            (kv_array(shape(i), dtype), kv_array(shape(i), dtype)) if a and cfg.owns_kv(i) else (none, none)
             for i, a in enumerate(attends)
         ]
+        for i, source in enumerate(cfg.kv_source):  # gemma4: a shared-KV layer reads another's arrays
+            self.kv[i] = self.kv[source]
         # fresh memory would cost a page fault per 4 KB on every step
         self.logit_rows = logit_rows(model.output.out_features)
         self._logits = np.empty((self.logit_rows, model.output.out_features), dtype=np.float32)

@@ -43,15 +43,27 @@ CTX = 128
 WINDOW = 8
 ROPE_BASE, ROPE_BASE_SWA = 1e6, 10000.0
 SOFTCAP = 15.0
+PLE_DIM = 32  # the "e2b" variant's per-layer embedding width
+# the "e2b" variant (E2B / E4B's parts): five layers, the last two reading the KV caches of
+# layers 1 (sliding) and 2 (global), their FFNs twice as wide, per-layer embeddings
+E2B_SLIDING = (True, True, False, True, False)
+E2B_KV_HEADS = (2, 2, 1, 2, 1)
+E2B_SHARED = 2
 VOCAB = gemma4_vocab()
 VOCAB_SIZE = len(VOCAB["tokenizer.ggml.tokens"])
 
 
-def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool = False) -> Path:
+def write_gemma4(
+    path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool = False, variant: str = "dense"
+) -> Path:
     """Write the tiny Gemma 4 at `path` (seeded random weights), its matrices in `matrices`.
     `exact` draws uniform integers scaled by one multiply (the same bytes on every machine, for
-    the golden hashes)."""
+    the golden hashes); `variant` "e2b" adds per-layer embeddings and shared-KV layers."""
     rng = np.random.default_rng(seed)
+    e2b = variant == "e2b"
+    sliding, kv_heads = (E2B_SLIDING, E2B_KV_HEADS) if e2b else (SLIDING, KV_HEADS)
+    n_layers, shared = len(sliding), E2B_SHARED if e2b else 0
+    ffns = [FFN * (2 if e2b and i >= n_layers - shared else 1) for i in range(n_layers)]
 
     def noise(shape: tuple[int, ...] | int, std: float) -> np.ndarray:
         if exact:
@@ -60,13 +72,14 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
 
     w = GGUFWriter(str(path), ARCH)
     w.add_name("tiny gemma4 model")
-    w.add_block_count(N_LAYERS)
+    w.add_block_count(n_layers)
     w.add_context_length(CTX)
     w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
-    w.add_embedding_length_per_layer_input(0)  # required by llama.cpp; 0: no per-layer embeddings
+    w.add_feed_forward_length(ffns if e2b else FFN)
+    w.add_embedding_length_per_layer_input(PLE_DIM if e2b else 0)  # required by llama.cpp
+    w.add_shared_kv_layers(shared)
     w.add_head_count(N_HEADS)
-    w.add_head_count_kv(list(KV_HEADS))
+    w.add_head_count_kv(list(kv_heads))
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_key_length_swa(HEAD_DIM_SWA)
@@ -77,7 +90,7 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
     w.add_rope_freq_base_swa(ROPE_BASE_SWA)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_sliding_window(WINDOW)
-    w.add_sliding_window_pattern(list(SLIDING))
+    w.add_sliding_window_pattern(list(sliding))
     w.add_final_logit_softcapping(SOFTCAP)
     w.add_vocab_size(VOCAB_SIZE)
     w.add_tokenizer_model(VOCAB["tokenizer.ggml.model"])
@@ -99,26 +112,37 @@ def write_gemma4(path: Path, seed: int = 0, matrices: QT = QT.F32, exact: bool =
 
     matrix("token_embd.weight", (VOCAB_SIZE, HIDDEN), 0.5)
     f32("rope_freqs.weight", np.where(np.arange(HEAD_DIM // 2) < HEAD_DIM // 8, 1.0, 1e30))
-    for i in range(N_LAYERS):
+    if e2b:
+        matrix("per_layer_token_embd.weight", (VOCAB_SIZE, n_layers * PLE_DIM), 0.5)
+        matrix("per_layer_model_proj.weight", (n_layers * PLE_DIM, HIDDEN), 0.3)
+        norm("per_layer_proj_norm.weight", PLE_DIM)
+    for i in range(n_layers):
         p = f"blk.{i}."
-        d = HEAD_DIM_SWA if SLIDING[i] else HEAD_DIM
-        q_out, kv_out = N_HEADS * d, KV_HEADS[i] * d
+        d = HEAD_DIM_SWA if sliding[i] else HEAD_DIM
+        q_out, kv_out = N_HEADS * d, kv_heads[i] * d
+        owns_kv = i < n_layers - shared
         norm(p + "attn_norm.weight")
         matrix(p + "attn_q.weight", (q_out, HIDDEN), 0.15)
-        matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.15)
-        if HAS_V[i]:
+        if owns_kv:
+            matrix(p + "attn_k.weight", (kv_out, HIDDEN), 0.15)
+        if owns_kv and HAS_V[i % 3]:
             matrix(p + "attn_v.weight", (kv_out, HIDDEN), 0.15)
         norm(p + "attn_q_norm.weight", d)
-        norm(p + "attn_k_norm.weight", d)
+        if owns_kv:
+            norm(p + "attn_k_norm.weight", d)
         matrix(p + "attn_output.weight", (HIDDEN, q_out), 0.15)
         norm(p + "post_attention_norm.weight")
         norm(p + "ffn_norm.weight")
-        matrix(p + "ffn_gate.weight", (FFN, HIDDEN), 0.15)
-        matrix(p + "ffn_up.weight", (FFN, HIDDEN), 0.15)
-        matrix(p + "ffn_down.weight", (HIDDEN, FFN), 0.15)
+        matrix(p + "ffn_gate.weight", (ffns[i], HIDDEN), 0.15)
+        matrix(p + "ffn_up.weight", (ffns[i], HIDDEN), 0.15)
+        matrix(p + "ffn_down.weight", (HIDDEN, ffns[i]), 0.15)
         norm(p + "post_ffw_norm.weight")
-        if HAS_SCALE[i]:
-            f32(p + "layer_output_scale.weight", np.array([0.5 + 0.4 * i]))
+        if HAS_SCALE[i % 3]:
+            f32(p + "layer_output_scale.weight", np.array([0.5 + 0.4 * (i % 3)]))
+        if e2b:
+            matrix(p + "inp_gate.weight", (PLE_DIM, HIDDEN), 0.3)
+            matrix(p + "proj.weight", (HIDDEN, PLE_DIM), 0.3)
+            norm(p + "post_norm.weight")
     norm("output_norm.weight")
     _write(w)
     return path
@@ -146,6 +170,10 @@ class Gemma4Reference(ReferenceModel):
         self.base_swa = float(g("rope.freq_base_swa", 10000.0))
         self.softcap = float(g("final_logit_softcapping", 30.0))
         self.window = int(g("attention.sliding_window"))
+        self.ple_dim = int(g("embedding_length_per_layer_input", 0))
+        self.first_shared = self.n_layers - int(g("attention.shared_kv_layers", 0))
+        self._kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # each layer's K and V (rotated, normed)
+        self._ple: torch.Tensor | None = None
 
     gelu_fp16 = False  # llama.cpp's GELU: a table indexed by fp16(x), values rounded to fp16
 
@@ -156,7 +184,13 @@ class Gemma4Reference(ReferenceModel):
         return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
-        return self.w["token_embd.weight"][torch.tensor(ids)] * self.hidden**0.5
+        x = self.w["token_embd.weight"][torch.tensor(ids)] * self.hidden**0.5
+        if self.ple_dim:  # per-layer inputs [T, layers, width]
+            t, w = len(ids), self.w
+            rows = w["per_layer_token_embd.weight"][torch.tensor(ids)].reshape(t, self.n_layers, -1)
+            proj = (x @ w["per_layer_model_proj.weight"].T / self.hidden**0.5).reshape(t, self.n_layers, -1)
+            self._ple = (self._rms(proj, w["per_layer_proj_norm.weight"]) + rows * self.ple_dim**0.5) / 2**0.5
+        return x
 
     def _rotate(self, x: torch.Tensor, dims: int, base: float, factors: torch.Tensor | None) -> torch.Tensor:
         t = x.shape[0]
@@ -176,21 +210,21 @@ class Gemma4Reference(ReferenceModel):
         d = self.head_swa if swa else self.head_dim
         h = self._rms(x, w[p + "attn_norm.weight"])
         q = (h @ w[p + "attn_q.weight"].T).reshape(t, self.n_heads, d)
-        k = (h @ w[p + "attn_k.weight"].T).reshape(t, kvh, d)
-        v = (h @ w.get(p + "attn_v.weight", w[p + "attn_k.weight"]).T).reshape(t, kvh, d)
-        q, k = self._rms(q, w[p + "attn_q_norm.weight"]), self._rms(k, w[p + "attn_k_norm.weight"])
-        v = v / torch.sqrt((v * v).mean(-1, keepdim=True) + self.eps)
-        if swa:
-            q, k = (
-                self._rotate(q, self.rope_swa, self.base_swa, None),
-                self._rotate(k, self.rope_swa, self.base_swa, None),
+        q = self._rms(q, w[p + "attn_q_norm.weight"])
+        dims, base, factors = (
+            (self.rope_swa, self.base_swa, None)
+            if swa
+            else (self.rope_dim, self.base, w["rope_freqs.weight"])
+        )
+        q = self._rotate(q, dims, base, factors)
+        if i < self.first_shared:
+            k = self._rms((h @ w[p + "attn_k.weight"].T).reshape(t, kvh, d), w[p + "attn_k_norm.weight"])
+            v = (h @ w.get(p + "attn_v.weight", w[p + "attn_k.weight"]).T).reshape(t, kvh, d)
+            self._kv[i] = (
+                self._rotate(k, dims, base, factors),
+                v / torch.sqrt((v * v).mean(-1, keepdim=True) + self.eps),
             )
-        else:
-            factors = w["rope_freqs.weight"]
-            q, k = (
-                self._rotate(q, self.rope_dim, self.base, factors),
-                self._rotate(k, self.rope_dim, self.base, factors),
-            )
+        k, v = self._kv[i if i < self.first_shared else self.first_shared - (2 if swa else 1)]
         k, v = k.repeat_interleave(self.n_heads // kvh, 1), v.repeat_interleave(self.n_heads // kvh, 1)
         allowed = causal
         if swa:
@@ -204,6 +238,9 @@ class Gemma4Reference(ReferenceModel):
             p + "ffn_down.weight"
         ].T
         x = x + self._rms(f, w[p + "post_ffw_norm.weight"])
+        if self._ple is not None:
+            gate = self._gelu(x @ w[p + "inp_gate.weight"].T) * self._ple[:, i]
+            x = x + self._rms(gate @ w[p + "proj.weight"].T, w[p + "post_norm.weight"])
         scale = w.get(p + "layer_output_scale.weight")
         return x if scale is None else x * scale[0]
 
