@@ -15,7 +15,7 @@ from strata_engine.rope import RopeScaling, read_scaling
 
 SUPPORTED_ARCHITECTURES = (
     "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35",
-    "qwen35moe", "qwen3next",
+    "qwen35moe", "qwen3next", "gemma4",
 )  # fmt: skip
 INTERLEAVED_ROPE = ("llama", "mistral3")  # llama.cpp's LLAMA_ROPE_TYPE_NORM (the rest: NEOX)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -23,6 +23,16 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 UNSUPPORTED_ARCHITECTURES = {
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks",
     "qwen2moe": "shared experts",
+    "gemma4-assistant": "Gemma 4's multi-token-prediction drafter, which attends over another model's KV cache",
+}
+# The Gemma 4 parts Strata does not compute (the released E2B/E4B and 26B-A4B files need them;
+# the dense 31B-style text model loads); the vision and audio towers live in separate mmproj
+# files, which are not language models and are refused by architecture.
+GEMMA4_REFUSED = {
+    "per-layer": "per-layer query-head counts are not supported",
+    "experts": "Gemma 4's mixture-of-experts layers (26B-A4B) are not supported",
+    "shared KV": "a layer reading the KV cache of an earlier layer of another kind is not supported",
+    "tensor parallelism": "Gemma 4 with tensor parallelism is not supported (its layers' KV heads differ)",
 }
 # llama.cpp's Gemma 2 defaults when the file lacks the keys (gemma-2-*: 50 and 30, window 4096)
 GEMMA2_DEFAULTS = {
@@ -94,6 +104,26 @@ class ModelConfig:
     attn_temp_scale: float = 0.0
     attn_temp_floor: int = 0
     hybrid: HybridConfig | None = None  # qwen35, qwen35moe, qwen3next: the DeltaNet layers (hybrid.py)
+    # gemma4: the sliding layers' head and RoPE sizes (0: the global ones') and the KV heads per
+    # layer (empty: n_kv_heads everywhere; then n_kv_heads is the largest)
+    head_dim_swa: int = 0
+    rope_dim_swa: int = 0
+    kv_heads: tuple[int, ...] = ()
+    ffn_sizes: tuple[int, ...] = ()  # gemma4 (E2B): per layer where the file lists them
+    kv_source: tuple[int, ...] = ()  # gemma4 (E2B, E4B): the layer whose KV cache each reads
+    ple_dim: int = 0  # gemma4 (E2B, E4B): the per-layer embeddings' width (0: none)
+
+    def ffn_size(self, layer: int) -> int:
+        return self.ffn_sizes[layer] if self.ffn_sizes else self.ffn
+
+    def owns_kv(self, layer: int) -> bool:
+        """Whether `layer` writes a KV cache of its own (gemma4's last layers read another's)."""
+        return not self.kv_source or self.kv_source[layer] == layer
+
+    def heads(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head size) of `layer`: its KV cache's geometry (gemma4's differ by layer)."""
+        kv = self.kv_heads[layer] if self.kv_heads else self.n_kv_heads
+        return kv, self.head_dim_swa if self.head_dim_swa and self.window(layer) else self.head_dim
 
     def window(self, layer: int) -> int:
         """The attention window of `layer` (0: full causal attention)."""
@@ -122,6 +152,8 @@ class ModelConfig:
         def real(name: str, default: float) -> float:
             return _float(f"{arch}.{name}", key(name, default))
 
+        if arch == "gemma4":  # before a per-layer list reaches the integer reads below
+            _gemma4_refusals(meta)
         hidden = count("embedding_length")
         n_heads = count("attention.head_count")
         head_dim = count("attention.key_length", hidden // n_heads or None)
@@ -138,7 +170,11 @@ class ModelConfig:
         if arch in ("qwen3moe", "gpt-oss", "qwen35moe", "qwen3next") and not n_experts:
             raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_count")
         n_layers = count("block_count", high=MAX_LAYERS)
-        n_kv_heads = count("attention.head_count_kv", n_heads)
+        kv_heads = (
+            _gemma4_list(meta, "attention.head_count_kv", n_layers, n_heads) if arch == "gemma4" else ()
+        )
+        ffn_sizes = _gemma4_list(meta, "feed_forward_length", n_layers) if arch == "gemma4" else ()
+        n_kv_heads = max(kv_heads) if kv_heads else count("attention.head_count_kv", n_heads)
         if n_heads % n_kv_heads:
             raise ModelLoadError(
                 f"GGUF metadata: {arch}.attention.head_count {n_heads} is not a multiple of "
@@ -164,6 +200,8 @@ class ModelConfig:
             raise ModelLoadError(f"GGUF metadata: {arch}.rope.freq_base must be > 0 and the RMS epsilon >= 0")
         # phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi-3 SWA is disabled)
         gemma = _gemma_switches(arch, meta, n_layers, hidden, n_heads, head_dim)
+        if arch == "gemma4":
+            gemma = _gemma4_switches(meta, n_layers, head_dim, rope_dim)
         if arch == "gpt-oss":
             gemma = _gpt_oss_switches(meta, n_layers, head_dim, rope_dim, rope_base)
         ctx_train = count("context_length", 4096)
@@ -176,20 +214,24 @@ class ModelConfig:
             n_heads=n_heads,
             n_kv_heads=n_kv_heads,
             head_dim=head_dim,
-            ffn=count("feed_forward_length", 0 if n_experts else None, low=0),
+            ffn=max(ffn_sizes)
+            if ffn_sizes
+            else count("feed_forward_length", 0 if n_experts else None, low=0),
+            ffn_sizes=ffn_sizes,
             vocab_size=vocab,
             ctx_size=ctx_train,
             rope_base=rope_base,
             rope_dim=rope_dim,
             rope_style="interleaved" if arch in INTERLEAVED_ROPE else "neox",
             rms_eps=rms_eps,
-            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
+            qk_norm=arch in ("qwen3", "qwen3moe", "gemma3", "gemma4"),
             n_experts=n_experts,
             n_experts_used=n_used,
             rope_scaling=scaling,
             attn_temp_floor=scaling.original_ctx if temperature else 0,
             attn_temp_scale=temperature,
             hybrid=read_hybrid(arch, meta, n_layers),
+            kv_heads=kv_heads,
             **gemma,
         )
 
@@ -261,6 +303,120 @@ def _gemma_switches(
         or out.get("final_softcap", 0.0) < 0
     ):
         raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-caps >= 0")
+    return out
+
+
+def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
+    """The Gemma 4 parts Strata does not compute, each refused naming its key and what it
+    would need (GEMMA4_REFUSED, listed in docs/engine.md's generated section)."""
+    arch = "gemma4"
+
+    def get(name: str) -> Any:
+        return meta.get(f"{arch}.{name}")
+
+    for name in ("attention.head_count",):
+        if isinstance(get(name), list):
+            raise ModelLoadError(
+                f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}"
+            )
+    for name, part in (("expert_count", "experts"),):
+        if get(name) not in (None, 0):
+            raise ModelLoadError(f"GGUF metadata {arch}.{name} = {get(name)!r}: {GEMMA4_REFUSED[part]}")
+    get("expert_feed_forward_length")  # read by llama.cpp for the experts only (refused above)
+
+
+def _kv_sources(shared: Any, swa: tuple[bool, ...], n_layers: int) -> tuple[int, ...]:
+    """Which layer's KV cache each layer reads, as llama.cpp's gemma4 reuse rule: the last
+    `attention.shared_kv_layers` layers read the last sliding (a sliding layer) or the last
+    global (a global layer) layer before them; () when none is shared."""
+    n = _int("gemma4.attention.shared_kv_layers", shared, 0, n_layers)
+    if not n:
+        return ()
+    first = n_layers - n
+    if first < 2:  # llama.cpp asserts it
+        raise ModelLoadError(
+            f"GGUF metadata gemma4.attention.shared_kv_layers = {n} leaves fewer than 2 layers"
+        )
+    out = tuple(i if i < first else first - (2 if swa[i] else 1) for i in range(n_layers))
+    if any(swa[src] != swa[i] for i, src in enumerate(out)):
+        raise ModelLoadError(f"gemma4: {GEMMA4_REFUSED['shared KV']}")
+    return out
+
+
+def _gemma4_list(meta: Mapping[str, Any], key: str, n_layers: int, divides: int = 0) -> tuple[int, ...]:
+    """A gemma4 value the file lists per layer (the converter writes the KV heads of the sliding
+    and the global layers as one list, and E2B's doubled FFN sizes), each dividing `divides`
+    where given; () where the file has one number."""
+    name = f"gemma4.{key}"
+    value = meta.get(name)
+    if not isinstance(value, list):
+        return ()
+    if len(value) != n_layers:
+        raise ModelLoadError(f"GGUF metadata {name} lists {len(value)} layers, not {n_layers}")
+    out = tuple(_int(name, v, 1, MAX_COUNT) for v in value)
+    if divides and any(divides % h for h in out):
+        raise ModelLoadError(
+            f"GGUF metadata {name} = {value}: each must divide attention.head_count {divides}"
+        )
+    return out
+
+
+def _gemma4_switches(meta: Mapping[str, Any], n_layers: int, head_dim: int, rope_dim: int) -> dict[str, Any]:
+    """Gemma 4's text model as llama.cpp's gemma4 loader reads it (src/models/gemma4.cpp): the
+    sliding layers from the per-layer flags `attention.sliding_window_pattern` (required), their
+    RoPE base `rope.freq_base_swa` (llama.cpp's default 10000) and no frequency factors; queries
+    unscaled (f_attention_scale 1.0: the q/k norms stand in for it); the final soft-cap 30 when
+    the key is absent (llama.cpp's hparams default, applied whenever non-zero); GeGLU, the
+    embedding scale and the post-norms as in gemma3. Per layer (gemma4.py): V RMS-normed without
+    a weight, K's projection read for V where attn_v is absent, and layer_output_scale."""
+    arch = "gemma4"
+
+    def get(name: str, default: Any = None) -> Any:
+        value = meta.get(f"{arch}.{name}", default)
+        if value is None:
+            raise ModelLoadError(f"GGUF metadata lacks {arch}.{name}")
+        return value
+
+    head_dim_swa = _int(
+        f"{arch}.attention.key_length_swa", get("attention.key_length_swa", head_dim), 1, MAX_COUNT
+    )
+    if get("attention.value_length_swa", head_dim_swa) != head_dim_swa:
+        raise ModelLoadError(
+            f"{arch}: attention.value_length_swa differs from key_length_swa (llama.cpp refuses it)"
+        )
+    rope_dim_swa = _int(
+        f"{arch}.rope.dimension_count_swa", get("rope.dimension_count_swa", rope_dim), 2, MAX_COUNT
+    )
+    if rope_dim_swa > head_dim_swa or rope_dim_swa % 2:
+        raise ModelLoadError(
+            f"GGUF metadata: {arch}.rope.dimension_count_swa {rope_dim_swa} is not an even number up to "
+            f"the sliding layers' head size {head_dim_swa}"
+        )
+    pattern = get("attention.sliding_window_pattern")
+    if not isinstance(pattern, list):  # llama.cpp reads it with get_arr: a number is refused there too
+        raise ModelLoadError(
+            f"GGUF metadata {arch}.attention.sliding_window_pattern must be {n_layers} booleans"
+        )
+    out: dict[str, Any] = {
+        "ffn_act": "gelu",
+        "embed_scale": True,
+        "attn_scale": 1.0,
+        "post_norms": True,
+        "sliding_window": _int(
+            f"{arch}.attention.sliding_window", get("attention.sliding_window"), 1, MAX_COUNT
+        ),
+        "swa_layers": _swa_pattern(arch, pattern, n_layers),
+        "rope_base_swa": _float(f"{arch}.rope.freq_base_swa", get("rope.freq_base_swa", 10000.0)),
+        "final_softcap": _float(f"{arch}.final_logit_softcapping", get("final_logit_softcapping", 30.0)),
+        "head_dim_swa": head_dim_swa,
+        "rope_dim_swa": rope_dim_swa,
+    }
+    out["ple_dim"] = _int(
+        f"{arch}.embedding_length_per_layer_input", get("embedding_length_per_layer_input", 0), 0, MAX_COUNT
+    )
+    out["kv_source"] = _kv_sources(get("attention.shared_kv_layers", 0), out["swa_layers"], n_layers)
+    if out["rope_base_swa"] <= 0 or out["final_softcap"] < 0:
+        raise ModelLoadError(f"{arch}: rope.freq_base_swa must be > 0 and the soft-cap >= 0")
     return out
 
 

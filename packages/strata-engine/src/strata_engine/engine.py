@@ -102,11 +102,17 @@ class LLMEngine:
         self.ctx_size = min(ctx_size or cfg.ctx_size, cfg.ctx_size)
         self.kv_cache_dtype = kv_cache_dtype  # fp32, bf16, fp16, q8_0: what the KV cache stores (kv_types.py)
         try:
-            head_bytes = kv_head_bytes(kv_cache_dtype, cfg.head_dim)
+            kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
+            # a hybrid's attention layers are alike; gemma4's differ by layer (ModelConfig.heads)
+            layer_bytes = [
+                h * kv_head_bytes(kv_cache_dtype, d)
+                if cfg.owns_kv(i)
+                else 0  # gemma4: shared-KV layers own none
+                for i, (h, d) in enumerate(map(cfg.heads, range(kv_layers)))
+            ]
         except ValueError as exc:  # refused before anything is loaded
             raise ModelLoadError(str(exc)) from None
-        kv_layers = cfg.n_layers if cfg.hybrid is None else cfg.hybrid.recurrent.count(False)
-        per_block = 2 * kv_layers * BLOCK_SIZE * cfg.n_kv_heads * head_bytes
+        per_block = 2 * BLOCK_SIZE * sum(layer_bytes)
         min_blocks = -(-self.ctx_size // BLOCK_SIZE) + 1  # one full-context request always fits
         if not tensor_parallel.active and on_cpu(kernels, device):  # before the kernels or a weight
             weights = sum(t.data.nbytes for t in gguf.tensors.values())

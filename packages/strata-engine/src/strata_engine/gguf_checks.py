@@ -22,6 +22,8 @@ from typing import Any
 
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
+from strata_engine.gemma4 import PLE_TENSORS as GEMMA4_PLE_TENSORS
+from strata_engine.gemma4 import TENSORS as GEMMA4_TENSORS
 from strata_engine.gguf_loader import TensorInfo, shown
 from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
 from strata_engine.hybrid import hybrid_shapes
@@ -85,7 +87,6 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
         raise ModelLoadError(
             f"tokenizer.ggml.tokens holds {n_tokens} tokens but {arch}.vocab_size says {cfg.vocab_size}"
         )
-    q, kv = cfg.n_heads * d, cfg.n_kv_heads * d
     want: dict[str, tuple[int, ...]] = {
         "token_embd.weight": (cfg.vocab_size, h),
         "output.weight": (cfg.vocab_size, h),
@@ -95,6 +96,8 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
         want |= hybrid_shapes(cfg.hybrid, cfg.n_layers, h, cfg.n_heads, cfg.n_kv_heads, d, cfg.ffn)
     for i in range(cfg.n_layers if cfg.hybrid is None else 0):
         p = f"blk.{i}."
+        kv_heads, d = cfg.heads(i)  # gemma4: per layer
+        q, kv, ffn = cfg.n_heads * d, kv_heads * d, cfg.ffn_size(i)
         want |= {
             p + "attn_norm.weight": (h,),
             p + "ffn_norm.weight": (h,),
@@ -110,13 +113,26 @@ def check_shapes(tensors: Mapping[str, TensorInfo], cfg: ModelConfig, meta: Mapp
             p + "attn_q_norm.weight": (d,),
             p + "attn_k_norm.weight": (d,),
             p + "attn_output.weight": (h, q),
-            p + "ffn_down.weight": (h, cfg.ffn),
-            p + "ffn_gate.weight": (cfg.ffn, h),
+            p + "ffn_down.weight": (h, ffn),
+            p + "ffn_gate.weight": (ffn, h),
             # phi3 stores [gate; up] as one ffn_up (no ffn_gate)
-            p + "ffn_up.weight": (cfg.ffn, h) if p + "ffn_gate.weight" in tensors else (2 * cfg.ffn, h),
+            p + "ffn_up.weight": (ffn, h) if p + "ffn_gate.weight" in tensors else (2 * ffn, h),
         }
+        if cfg.arch == "gemma4":  # its output scale and per-layer embedding parts
+            e = cfg.ple_dim
+            want |= {
+                p + "layer_output_scale.weight": (1,),
+                p + "inp_gate.weight": (e, h),
+                p + "proj.weight": (h, e),
+            }
+            want[p + "post_norm.weight"] = (h,)
         if cfg.n_experts:
             want |= _expert_shapes(tensors, p, cfg, meta)
+    if cfg.ple_dim:  # gemma4 E2B / E4B
+        n, e = cfg.n_layers, cfg.ple_dim
+        want["per_layer_token_embd.weight"] = (cfg.vocab_size, n * e)
+        want["per_layer_model_proj.weight"] = (n * e, h)
+        want["per_layer_proj_norm.weight"] = (e,)
     for name, shape in want.items():
         info = tensors.get(name)
         if info is not None and info.shape != shape:
@@ -262,6 +278,9 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
         layer += ["post_attention_norm.weight", "post_ffw_norm.weight"]
     if cfg.arch == "gpt-oss":
         layer += GPT_OSS_TENSORS
+    if cfg.arch == "gemma4":  # the per-layer embedding parts only where the model has them
+        layer += GEMMA4_TENSORS if cfg.ple_dim else GEMMA4_TENSORS[:1]
+        names.update(GEMMA4_PLE_TENSORS if cfg.ple_dim else ())
     if cfg.n_experts:
         layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
     else:
@@ -287,7 +306,10 @@ TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would nee
     "attn_k_norm.weight": "per-head q/k norms, which this architecture does not have",
     "post_attention_norm.weight": "post-norms, which this architecture does not have",
     "post_ffw_norm.weight": "post-norms, which this architecture does not have",
-    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama and mistral3 files only",
+    "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama, mistral3 and gemma4 files only",
+    "layer_output_scale.weight": "a per-layer output scale (gemma4 only)",
+    "ffn_gate_up_exps.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
+    "pre_ffw_norm_2.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
 }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import attention_temperature, gpt_oss
+from strata_engine import attention_temperature, gemma4, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
@@ -57,6 +57,7 @@ class Layer:
     qkv: tuple[FusedProjection, ...] | None = None
     gate_up: tuple[FusedProjection, ...] | None = None
     oai: gpt_oss.Parts | None = None  # gpt-oss: attention sinks, output, router and expert biases
+    g4: gemma4.Parts | None = None  # gemma4: V's norm and the layer's output scale
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def pack_layer(layer: Layer, ops: Ops) -> Layer:
     def pack(w: Weight | None) -> Weight | None:
         return None if w is None else ops.pack(w)
 
-    if getattr(ops, "fuses_projections", False) and layer.experts is None:
+    if getattr(ops, "fuses_projections", False) and layer.experts is None and layer.g4 is None:
         assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
         return replace(
             layer,
@@ -284,7 +285,8 @@ def rope_tables(cfg: ModelConfig, t: dict[str, TensorInfo]) -> tuple[RopeTable, 
     if cfg.rope_base_swa is None:
         return full, full
     # llama.cpp's sliding-window layers rotate with their own base and no frequency scaling
-    swa = rope_table(cfg.ctx_size, cfg.rope_dim, cfg.rope_base_swa, interleaved, cfg.rope_scaling, None, 1.0)
+    dim = cfg.rope_dim_swa or cfg.rope_dim  # gemma4: the sliding layers' own
+    swa = rope_table(cfg.ctx_size, dim, cfg.rope_base_swa, interleaved, cfg.rope_scaling, None, 1.0)
     return full, swa
 
 
@@ -294,6 +296,7 @@ class Transformer:
         self.ops = ops
         self.tp = tp
         t = gpt_oss.tensors(gguf.tensors, ops, tp.active) if cfg.arch == "gpt-oss" else gguf.tensors
+        t = gemma4.tensors(t, cfg, tp.active) if cfg.arch == "gemma4" else t
 
         def need(name: str) -> TensorInfo:
             return required(t, name)
@@ -308,7 +311,8 @@ class Transformer:
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             if p + "attn_qkv.weight" in t:  # phi3: one fused projection, split by rows at load
-                q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+                kvh, d = cfg.heads(i)
+                q_rows, kv_rows = cfg.n_heads * d, kvh * d
                 wq, wk, wv = split_rows(
                     Weight.from_info(t[p + "attn_qkv.weight"]), [q_rows, kv_rows, kv_rows]
                 )
@@ -355,6 +359,7 @@ class Transformer:
                     post_attn_norm=opt_vec(p + "post_attention_norm.weight"),
                     post_ffn_norm=opt_vec(p + "post_ffw_norm.weight"),
                     oai=gpt_oss.parts(t, p) if cfg.arch == "gpt-oss" else None,
+                    g4=gemma4.parts(t, p, cfg, i, ops) if cfg.arch == "gemma4" else None,
                 )
             )
             if cfg.post_norms and (
@@ -372,6 +377,7 @@ class Transformer:
             group = cfg.n_heads // cfg.n_kv_heads
             self.cfg = replace(cfg, n_heads=(k1 - k0) * group, n_kv_heads=k1 - k0)
         self.rope, self.rope_swa = rope_tables(cfg, t)  # gemma3: the sliding-window layers' own
+        self.ple = gemma4.per_layer_inputs(t, cfg, ops)  # gemma4 E2B / E4B: per-layer embeddings
         self.q_temp = attention_temperature.factors(cfg.ctx_size, cfg.attn_temp_scale, cfg.attn_temp_floor)
         # gemma: embeddings times sqrt(hidden), as llama.cpp's fp32 ggml_scale(sqrtf(n_embd))
         self.embed_scale = np.sqrt(np.float32(cfg.hidden)) if cfg.embed_scale else None
@@ -389,6 +395,7 @@ class Transformer:
         x = ops.embed(self.embedding, ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale  # one correctly rounded fp32 multiply per element
+        ple = gemma4.layer_inputs(ops, self.ple, ids, x, cfg)  # gemma4 E2B / E4B, else None
         if self.fused is not None:  # the same kernels in the same order, one call per layer
             self.fused.run(x, meta, kv)
             return ops.rmsnorm(x, self.norm, cfg.rms_eps)
@@ -396,22 +403,10 @@ class Transformer:
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
-            if layer.qkv is not None:
-                q, k, v = fused_linear(ops, h, layer.qkv)
+            if layer.g4 is not None:  # gemma4: V normed; a shared-KV layer computes no K or V
+                q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, (k_cache, v_cache))
             else:
-                q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
-                           ops.linear(h, layer.wv, layer.bv))  # fmt: skip
-            q = q.reshape(n, cfg.n_heads, cfg.head_dim)
-            k = k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
-            v = v.reshape(n, cfg.n_kv_heads, cfg.head_dim)
-            if layer.q_norm is not None and layer.k_norm is not None:
-                q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
-                k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-            q = ops.rope(q, meta.positions, rope)
-            k = ops.rope(k, meta.positions, rope)
-            if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
-                q = attention_temperature.apply(q, meta.positions, self.q_temp)
-            ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+                q = self._qkv(h, layer, meta, rope, k_cache, v_cache)
             if cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None:
                 a = ops.attention(q, k_cache, v_cache, meta)
             else:
@@ -437,8 +432,31 @@ class Transformer:
             f = self.tp.all_reduce(f)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
-            x = x + f
+            x = x + f if layer.g4 is None else gemma4.layer_out(ops, x + f, layer.g4, ple, i, cfg.rms_eps)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+
+    def _qkv(
+        self, h: Array, layer: Layer, meta: AttentionMeta, rope: RopeTable, k_cache: Array, v_cache: Array
+    ) -> Array:
+        """The rotated queries [T, heads, d]; K and V (normed where the model says) written to the cache."""
+        cfg, ops, n = self.cfg, self.ops, h.shape[0]
+        if layer.qkv is not None:
+            q, k, v = fused_linear(ops, h, layer.qkv)
+        else:
+            q, k, v = (ops.linear(h, layer.wq, layer.bq), ops.linear(h, layer.wk, layer.bk),
+                       ops.linear(h, layer.wv, layer.bv))  # fmt: skip
+        q = q.reshape(n, cfg.n_heads, cfg.head_dim)
+        k = k.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        v = v.reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        if layer.q_norm is not None and layer.k_norm is not None:
+            q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
+            k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
+        q = ops.rope(q, meta.positions, rope)
+        k = ops.rope(k, meta.positions, rope)
+        if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
+            q = attention_temperature.apply(q, meta.positions, self.q_temp)
+        ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+        return q
 
     def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that

@@ -77,12 +77,21 @@ class ModelRunner:
             model.ops, "read_rows", None
         )
         self.block_size = block_size
-        shape = (num_blocks, block_size, cfg.n_kv_heads, kv_head_width(kv_cache_dtype, cfg.head_dim))
+
+        def shape(layer: int) -> tuple[int, int, int, int]:  # gemma4's layers differ
+            kv_heads, head_dim = cfg.heads(layer)
+            return (num_blocks, block_size, kv_heads, kv_head_width(kv_cache_dtype, head_dim))
+
         dtype = KV_DTYPES[kv_cache_dtype]
         # a hybrid model's DeltaNet layers keep no KV (their state: recurrent_state.py)
         attends = (True,) * cfg.n_layers if cfg.hybrid is None else tuple(not r for r in cfg.hybrid.recurrent)
-        none = np.zeros((0, *shape[1:]), dtype=dtype)
-        self.kv = [(kv_array(shape, dtype), kv_array(shape, dtype)) if a else (none, none) for a in attends]
+        none = np.zeros((0, *shape(0)[1:]), dtype=dtype)
+        self.kv = [
+            (kv_array(shape(i), dtype), kv_array(shape(i), dtype)) if a and cfg.owns_kv(i) else (none, none)
+            for i, a in enumerate(attends)
+        ]
+        for i, source in enumerate(cfg.kv_source):  # gemma4: a shared-KV layer reads another's arrays
+            self.kv[i] = self.kv[source]
         # fresh memory would cost a page fault per 4 KB on every step
         self.logit_rows = logit_rows(model.output.out_features)
         self._logits = np.empty((self.logit_rows, model.output.out_features), dtype=np.float32)

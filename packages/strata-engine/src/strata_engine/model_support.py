@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-from strata_engine.config import SUPPORTED_ARCHITECTURES, UNSUPPORTED_ARCHITECTURES
+from strata_engine.config import GEMMA4_REFUSED, SUPPORTED_ARCHITECTURES, UNSUPPORTED_ARCHITECTURES
 from strata_engine.gguf_checks import INFORMATIONAL_KEYS, TENSOR_NEEDS
 from strata_engine.gpt_oss import REFUSED as GPT_OSS_REFUSED
 from strata_engine.hybrid import HYBRID_ARCHITECTURES
@@ -58,6 +58,11 @@ def markdown() -> str:
         "- **Refused for one architecture only:** "
         + "; ".join(f"`gpt-oss` {what} ({why})" for what, why in GPT_OSS_REFUSED.items())
         + ".",
+        "- **Gemma 4 (`gemma4`):** the dense text models and E2B / E4B load (per-layer sliding flags, "
+        "each layer kind's own head size, KV heads and RoPE, proportional RoPE factors, V norms, output "
+        "scales, per-layer embeddings, shared-KV layers, per-layer FFN sizes); refused by name: "
+        + "; ".join(GEMMA4_REFUSED.values())
+        + ". Its vision and audio towers come in separate projector files, which are not loaded.",
         f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels only "
         "(the GPU backend refuses them), the prefix cache through state snapshots, no tensor "
         "parallelism; multi-token-prediction layers (`nextn_predict_layers`) are refused.",

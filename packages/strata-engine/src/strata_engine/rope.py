@@ -51,6 +51,7 @@ FACTOR_TENSORS = {
     "llama": LLAMA_FACTORS,
     "mistral3": LLAMA_FACTORS,
     "phi3": ("rope_factors_long.weight", "rope_factors_short.weight"),
+    "gemma4": ("rope_freqs.weight",),  # the global layers' proportional RoPE (the sliding ones: none)
 }
 # the `{arch}.` keys read here: gguf_checks counts them as read
 KEYS = (

@@ -19,6 +19,7 @@ from strata_engine.api import ModelLoadError
 from strata_engine.config import SUPPORTED_ARCHITECTURES
 from strata_engine.engine import LLMEngine
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+from strata_engine.testing.tiny_gemma4 import write_gemma4
 from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
 from strata_engine.testing.tiny_hybrid_models import SPEC_MOE, SPEC_NEXT, write_qwen35
 from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
@@ -63,6 +64,7 @@ def arch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files = {s.name: write_tiny_model(d / f"{s.name}.gguf", s) for s in TINY_SPECS}
     files |= {s.name: write_arch_model(d / f"{s.name}.gguf", s) for s in ARCH_SPECS}
     files["gpt-oss"] = write_gpt_oss(d / "gpt-oss.gguf")
+    files["gemma4"] = write_gemma4(d / "gemma4.gguf")
     files["qwen35"] = write_qwen35(d / "qwen35.gguf")
     files["qwen35moe"] = write_qwen35(d / "qwen35moe.gguf", SPEC_MOE)
     files["qwen3next"] = write_qwen35(d / "qwen3next.gguf", SPEC_NEXT)

@@ -32,6 +32,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.model import Transformer
 from strata_engine.testing.compare import run_batch
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+from strata_engine.testing.tiny_gemma4 import write_gemma4
 from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
 
 GOLDEN = {
@@ -162,6 +163,8 @@ TINY_GOLDEN = {
     "mistral3": "04dad506b491316da25ac705277b2b75bfcf83a26e77986acab859a6fab609c5",
     "gpt-oss": "888305f0c775443ac9bb8858d9be25f27e380bf106c721e256a6d3153e8ff320",
     "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
+    "gemma4": "6e7f9192ba9985bb226280ba9ea18063eead527360cee6e3398deff7893ca1e2",  # two head geometries, V normed, output scales, rope_freqs
+    "gemma4-e2b": "853f8ebeb91d62112ea5af6fb2680cbc340540515e6c14e3ddb07eedccadf66d",  # per-layer embeddings, shared-KV layers, doubled FFNs
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -209,8 +212,9 @@ def _tiny_digests(path: Path, threads: int) -> dict[str, str]:
     bs, n_blocks = 4, 40
 
     def fresh() -> list:
-        shape = (n_blocks, bs, cfg.n_kv_heads, cfg.head_dim)
-        return [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
+        shapes = [(n_blocks, bs, *cfg.heads(i)) for i in range(cfg.n_layers)]  # gemma4's differ
+        kv = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for shape in shapes]
+        return [kv[source] for source in cfg.kv_source] or kv  # gemma4's shared-KV layers
 
     def tables(order: list[int]) -> list[list[int]]:
         free = iter(order)
@@ -250,6 +254,10 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
             d / f"{name}.gguf", seed=11, exact=True, experts=QT.MXFP4 if "mxfp4" in name else QT.F32
         )
         if name.startswith("gpt-oss")
+        else write_gemma4(
+            d / f"{name}.gguf", seed=11, exact=True, variant="e2b" if "e2b" in name else "dense"
+        )
+        if name.startswith("gemma4")
         else write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True)
         for name in TINY_GOLDEN
     }

@@ -62,6 +62,8 @@ class Layer(Protocol):
     def w_down(self) -> Weight | None: ...
     @property
     def experts(self) -> object | None: ...
+    @property
+    def g4(self) -> object | None: ...  # gemma4's V norm and output scale
 
 
 class ModelConfig(Protocol):
@@ -94,6 +96,8 @@ def describe(layer: Layer, cfg: ModelConfig, rope: RopeTable, window: int) -> ct
     """The layer's description for `strata_layer`, or None when it needs the per-operation path."""
     if layer.experts is not None or layer.w_gate is None or layer.w_up is None or layer.w_down is None:
         return None  # (a gpt-oss layer, with sinks and biases strata_layer lacks, is always MoE)
+    if layer.g4 is not None:
+        return None  # gemma4: strata_layer has no V norm and no output scale
     weights = (layer.wq, layer.wk, layer.wv, layer.wo, layer.w_gate, layer.w_up, layer.w_down)
     return LayerDesc(
         *(address(t) for t in (layer.attn_norm, layer.ffn_norm, layer.q_norm, layer.k_norm)),
