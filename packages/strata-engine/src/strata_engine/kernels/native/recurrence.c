@@ -21,13 +21,17 @@ static float tree_sum(float *p, int n) {
 /* One token on one head's state st: o = its output row (D values). */
 static void delta_step(float *st, const float *q, const float *k, const float *v, float decay, float beta,
                        float scale, int D, float *p, float *o) {
-    for (int j = 0; j < D; j++) {
+    for (int j = 0; j < D; j++) { /* each element's operations in the order above, two passes a row */
         float *row = st + (int64_t)j * D;
-        for (int i = 0; i < D; i++) row[i] = row[i] * decay;
-        for (int i = 0; i < D; i++) p[i] = row[i] * k[i];
+        for (int i = 0; i < D; i++) {
+            row[i] = row[i] * decay;
+            p[i] = row[i] * k[i];
+        }
         float d = (v[j] - tree_sum(p, D)) * beta;
-        for (int i = 0; i < D; i++) row[i] = row[i] + d * k[i];
-        for (int i = 0; i < D; i++) p[i] = row[i] * q[i];
+        for (int i = 0; i < D; i++) {
+            row[i] = row[i] + d * k[i];
+            p[i] = row[i] * q[i];
+        }
         o[j] = tree_sum(p, D) * scale;
     }
 }
