@@ -13,7 +13,6 @@ Update the hashes only with a deliberate change of the arithmetic, and say why i
 from __future__ import annotations
 
 import hashlib
-import platform
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +27,8 @@ from strata_engine.config import ModelConfig
 from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.base import AttentionMeta
 from strata_engine.kernels.choice import make_ops
-from strata_engine.kernels.native import targets_to_test
 from strata_engine.model import Transformer
-from strata_engine.testing.compare import run_batch
+from strata_engine.testing.compare import golden_targets, run_batch
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
 from strata_engine.testing.tiny_gemma4 import write_gemma4
 from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
@@ -46,13 +44,6 @@ PROMPTS = {
     "unicode": "Ünïcödé: 日本語の文章、中文句子, emoji 🚀🎉 and ß. The quick brown fox",
 }
 FILLERS = ["Once upon a time", "SELECT * FROM t;", "1 2 3 4 5 6 7 8 9 10 11 12", "Roses are red,", "a"]
-
-
-def _targets() -> list[str]:
-    """Every vector target; the portable build too where it has hardware FMA (AArch64):
-    on x86 its fmaf is a software routine, too slow for a model (kernel tests cover it)."""
-    targets = targets_to_test()
-    return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
 
 
 class Recorder:
@@ -89,7 +80,7 @@ def _request(engine: LLMEngine, text: str) -> Request:
     )
 
 
-@pytest.fixture(scope="module", params=_targets())
+@pytest.fixture(scope="module", params=golden_targets())
 def digests(request, model_path, monkeypatch_module) -> dict[str, dict[str, str]]:
     """{scenario: {prompt name: digest}} on one kernel target."""
     monkeypatch_module.setenv("STRATA_KERNELS_TARGET", request.param)
@@ -263,7 +254,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("target", golden_targets())
 @pytest.mark.parametrize("name", list(TINY_GOLDEN))
 def test_tiny_moe_and_sliding_window_models_hash_to_the_committed_golden(
     tiny_models, name: str, target: str, monkeypatch

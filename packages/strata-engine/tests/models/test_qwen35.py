@@ -17,12 +17,18 @@ from strata_engine import (
     LLMEngine,
     LogprobParams,
     ModelLoadError,
-    PromptScores,
     Request,
     SamplingParams,
     Step,
 )
-from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
+from strata_engine.testing.compare import (
+    engine_logprobs,
+    full_vocab_rows,
+    golden_targets,
+    llama_cpp_logprobs,
+    run_batch,
+    signature,
+)
 from strata_engine.testing.tiny_hybrid_models import SPEC, HybridReference, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
 
@@ -241,34 +247,7 @@ def test_what_is_not_computed_is_refused(meta: dict[str, object], message: str) 
 GOLDEN = "37172f4bbac3af0fea1efe01e71fd53e566364245add91a5e395a2af474093ee"
 
 
-def _targets() -> list[str]:
-    """Every vector target; the portable build only where it has hardware FMA (AArch64)."""
-    import platform
-
-    from strata_engine.kernels.native import targets_to_test
-
-    targets = targets_to_test()
-    return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
-
-
-def _full_rows(engine: LLMEngine, prompts: list[list[int]]) -> bytes:
-    requests = [
-        Request(
-            tuple(p),
-            SamplingParams(max_tokens=0),
-            LogprobParams(prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
-        )
-        for p in prompts
-    ]
-    out = []
-    for events in engine.generate_batch(requests):
-        scores = next(e for e in events if isinstance(e, PromptScores))
-        rows = [r for r in scores.rows if r is not None]
-        out.append(np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows], dtype=np.float32))
-    return b"".join(a.tobytes() for a in out)
-
-
-@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("target", golden_targets())
 def test_golden_hash_on_every_target(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
@@ -276,8 +255,8 @@ def test_golden_hash_on_every_target(tmp_path: Path, target: str, monkeypatch: p
     path = write_qwen35(tmp_path / "g.gguf", seed=11, exact=True)
     rng = np.random.default_rng(5)
     prompts = [rng.integers(7, VOCAB_SIZE - 3, size=n).tolist() for n in (37, 23, 9)]
-    alone = b"".join(_full_rows(_engine(path), [p]) for p in prompts)
-    batch = _full_rows(_engine(path), prompts)
-    chunked = _full_rows(_engine(path, step_tokens=5), prompts)
+    alone = b"".join(full_vocab_rows(_engine(path), [p], VOCAB_SIZE) for p in prompts)
+    batch = full_vocab_rows(_engine(path), prompts, VOCAB_SIZE)
+    chunked = full_vocab_rows(_engine(path, step_tokens=5), prompts, VOCAB_SIZE)
     digests = {hashlib.sha256(x).hexdigest() for x in (alone, batch, chunked)}
     assert digests == {GOLDEN}, digests

@@ -22,12 +22,18 @@ from strata_engine import (
     LLMEngine,
     LogprobParams,
     ModelLoadError,
-    PromptScores,
     Request,
     SamplingParams,
     Step,
 )
-from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
+from strata_engine.testing.compare import (
+    engine_logprobs,
+    full_vocab_rows,
+    golden_targets,
+    llama_cpp_logprobs,
+    run_batch,
+    signature,
+)
 from strata_engine.testing.tiny_hybrid_models import (
     SPEC_MOE,
     SPEC_NEXT,
@@ -311,33 +317,7 @@ GOLDEN = {
 }
 
 
-def _targets() -> list[str]:
-    import platform
-
-    from strata_engine.kernels.native import targets_to_test
-
-    targets = targets_to_test()
-    return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
-
-
-def _full_rows(engine: LLMEngine, prompts: list[list[int]]) -> bytes:
-    requests = [
-        Request(
-            tuple(p),
-            SamplingParams(max_tokens=0),
-            LogprobParams(prompt_logprobs=True, named_ids=tuple(range(VOCAB_SIZE))),
-        )
-        for p in prompts
-    ]
-    out = []
-    for events in engine.generate_batch(requests):
-        scores = next(e for e in events if isinstance(e, PromptScores))
-        rows = [r for r in scores.rows if r is not None]
-        out.append(np.array([[row.named[i] for i in range(VOCAB_SIZE)] for row in rows], dtype=np.float32))
-    return b"".join(a.tobytes() for a in out)
-
-
-@pytest.mark.parametrize("target", _targets())
+@pytest.mark.parametrize("target", golden_targets())
 def test_golden_hash_on_every_target(
     tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch, spec: HybridSpec
 ) -> None:
@@ -347,8 +327,8 @@ def test_golden_hash_on_every_target(
     path = write_qwen35(tmp_path / "g.gguf", spec, seed=11, exact=True)
     rng = np.random.default_rng(5)
     prompts = [rng.integers(7, VOCAB_SIZE - 3, size=n).tolist() for n in (37, 23, 9)]
-    alone = b"".join(_full_rows(_engine(path), [p]) for p in prompts)
-    batch = _full_rows(_engine(path), prompts)
-    chunked = _full_rows(_engine(path, step_tokens=5), prompts)
+    alone = b"".join(full_vocab_rows(_engine(path), [p], VOCAB_SIZE) for p in prompts)
+    batch = full_vocab_rows(_engine(path), prompts, VOCAB_SIZE)
+    chunked = full_vocab_rows(_engine(path, step_tokens=5), prompts, VOCAB_SIZE)
     digests = {hashlib.sha256(x).hexdigest() for x in (alone, batch, chunked)}
     assert digests == {GOLDEN[spec.arch]}, digests

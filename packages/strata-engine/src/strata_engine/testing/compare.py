@@ -59,3 +59,34 @@ def run_batch(engine: LLMEngine, requests: list[Request]) -> list[list]:
 
 def run_alone(engine: LLMEngine, request: Request) -> list:
     return run_batch(engine, [request])[0]
+
+
+def golden_targets() -> list[str]:
+    """The kernel targets a golden hash is checked on: every vector target, and the portable
+    build too where it has hardware FMA (AArch64): on x86 its fmaf is a software routine, too
+    slow for a model (the kernel tests cover it)."""
+    import platform
+
+    from strata_engine.kernels.native import targets_to_test
+
+    targets = targets_to_test()
+    return targets if platform.machine() in ("aarch64", "arm64") else [t for t in targets if t != "portable"]
+
+
+def full_vocab_rows(engine: LLMEngine, prompts: list[list[int]], vocab_size: int) -> bytes:
+    """Every prompt position's log-probabilities over the whole vocabulary (fp32 bytes, prompts
+    in order), the prompts submitted together: what a golden hash is taken of."""
+    requests = [
+        Request(
+            tuple(p),
+            SamplingParams(max_tokens=0),
+            LogprobParams(prompt_logprobs=True, named_ids=tuple(range(vocab_size))),
+        )
+        for p in prompts
+    ]
+    out = []
+    for events in engine.generate_batch(requests):
+        scores = next(e for e in events if isinstance(e, PromptScores))
+        rows = [r for r in scores.rows if r is not None]
+        out.append(np.array([[row.named[i] for i in range(vocab_size)] for row in rows], dtype=np.float32))
+    return b"".join(a.tobytes() for a in out)
