@@ -17,7 +17,12 @@ from strata_engine import model as model_module
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import check_tensors_read
-from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
+from strata_engine.testing.compare import (
+    assert_a_prefix_hit_is_cold,
+    engine_logprobs,
+    llama_cpp_logprobs,
+    run_batch,
+)
 from strata_engine.testing.tiny_gemma4 import (
     CTX,
     ROPE_BASE_SWA,
@@ -207,13 +212,7 @@ def test_batch_chunks_decode_and_prefix_cache_give_the_same_bits(files, prompt, 
     assert [(r.token_id, r.logprob, r.top) for r in rows if r] == [
         (r.token_id, r.logprob, r.top) for r in decoded if r
     ]
-    cold = run_batch(engine(), [request(prompt, echo=False)])[0]
-    warm = engine()
-    run_batch(warm, [request(prompt[:33], echo=False)])
-    events = warm.generate(request(prompt, echo=False))
-    steps = [e for e in events if isinstance(e, Step)]
-    assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
-    assert signature(events) == cold
+    assert_a_prefix_hit_is_cold(engine, request(prompt, echo=False), request(prompt[:33], echo=False))
 
 
 def _config(**keys: object) -> ModelConfig:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step, gpt_oss
+from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.gguf_checks import check_tensors_read
@@ -19,7 +19,12 @@ from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.base import AttentionMeta, to_numpy
 from strata_engine.kernels.choice import make_ops
 from strata_engine.model import Transformer
-from strata_engine.testing.compare import engine_logprobs, llama_cpp_logprobs, run_batch, signature
+from strata_engine.testing.compare import (
+    assert_a_prefix_hit_is_cold,
+    engine_logprobs,
+    llama_cpp_logprobs,
+    run_batch,
+)
 from strata_engine.testing.tiny_gpt_oss import (
     CTX,
     SWIGLU_ALPHA,
@@ -175,13 +180,7 @@ def test_batch_chunks_threads_and_prefix_cache_give_the_same_bits(files, prompt)
     assert run_batch(engine(threads=3), [request(prompt)])[0] == alone
     assert run_batch(engine(), [request(others[0]), request(prompt), request(others[1])])[1] == alone
     assert run_batch(engine(step_tokens=7), [request(prompt)])[0] == alone
-    cold = run_batch(engine(), [request(prompt, echo=False)])[0]
-    warm = engine()
-    run_batch(warm, [request(prompt[:33], echo=False)])
-    events = warm.generate(request(prompt, echo=False))
-    steps = [e for e in events if isinstance(e, Step)]
-    assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
-    assert signature(events) == cold
+    assert_a_prefix_hit_is_cold(engine, request(prompt, echo=False), request(prompt[:33], echo=False))
 
 
 def _config(**keys: object) -> ModelConfig:

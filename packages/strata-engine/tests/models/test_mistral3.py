@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
+from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 from strata_engine.api import ModelLoadError
 from strata_engine.attention_temperature import factors
 from strata_engine.config import ModelConfig
@@ -21,7 +21,7 @@ from strata_engine.gguf_loader import GGUFFile
 from strata_engine.kernels.choice import make_ops
 from strata_engine.model import Transformer
 from strata_engine.testing import tiny_arch_models
-from strata_engine.testing.compare import engine_logprobs, run_batch, signature
+from strata_engine.testing.compare import assert_a_prefix_hit_is_cold, engine_logprobs, run_batch
 from strata_engine.testing.tiny_arch_models import (
     ARCH_SPECS,
     MISTRAL3_ORIGINAL_CTX,
@@ -167,10 +167,4 @@ def test_batch_chunks_and_prefix_cache_give_the_same_bits(tmp_path: Path, prompt
     alone = run_batch(engine(), [request(prompt)])[0]
     assert run_batch(engine(), [request(others[0]), request(prompt), request(others[1])])[1] == alone
     assert run_batch(engine(step_tokens=7), [request(prompt)])[0] == alone
-    cold = run_batch(engine(), [request(prompt, echo=False)])[0]
-    warm = engine()
-    run_batch(warm, [request(prompt[:33], echo=False)])
-    events = warm.generate(request(prompt, echo=False))
-    steps = [e for e in events if isinstance(e, Step)]
-    assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
-    assert signature(events) == cold
+    assert_a_prefix_hit_is_cold(engine, request(prompt, echo=False), request(prompt[:33], echo=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -90,3 +91,17 @@ def full_vocab_rows(engine: LLMEngine, prompts: list[list[int]], vocab_size: int
         rows = [r for r in scores.rows if r is not None]
         out.append(np.array([[row.named[i] for i in range(vocab_size)] for row in rows], dtype=np.float32))
     return b"".join(a.tobytes() for a in out)
+
+
+def assert_a_prefix_hit_is_cold(
+    make_engine: Callable[[], LLMEngine], request: Request, first: Request
+) -> None:
+    """`request` on an engine whose prefix cache holds `first` (a prompt it starts with) reads
+    cached blocks and gets the bits it gets on a fresh engine."""
+    cold = run_alone(make_engine(), request)
+    warm = make_engine()
+    run_alone(warm, first)
+    events = warm.generate(request)
+    steps = [e for e in events if isinstance(e, Step)]
+    assert steps[0].num_cached_tokens > 0, "the second request should reuse the first one's blocks"
+    assert signature(events) == cold

@@ -80,3 +80,16 @@ EXTREME_BYTES = {
     QT.Q5_K: (176, 16, 176, 0xFF),
     QT.Q6_K: (210, 0, 192, 0xFF),
 }
+
+
+def extreme_activations(m: int, k: int, seed: int) -> np.ndarray:
+    """Rows with blocks of very different magnitudes, a zero block, a tiny one, a NaN (k >= 320):
+    the inputs a held type's kernels must take as its Q8_0 blocks' do."""
+    x = np.random.default_rng(seed).normal(0, 1, (m, k)).astype(np.float32)
+    x.reshape(m, -1, 32)[:, 1] *= 4e4
+    x.reshape(m, -1, 32)[:, 3] *= 1e-3
+    x[:, 64:96] = 0
+    x[:, 96:128] *= 1e-36
+    if m > 2:
+        x[1, 300] = np.nan
+    return x

@@ -22,6 +22,7 @@ from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
+from strata_engine.testing.q8_checks import extreme_activations
 
 N, K = 37, 512  # 37 outputs: a part group of 16 in the packing
 CODEBOOK = (QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4)
@@ -31,18 +32,6 @@ ROWS = (1, 2, 3, 4, 5, 9, 17, 33)  # every row-tile remainder of every target
 
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-
-
-def activations(m: int, seed: int) -> np.ndarray:
-    """Rows with blocks of very different magnitudes, a zero block, a tiny one, a NaN."""
-    x = np.random.default_rng(seed).normal(0, 1, (m, K)).astype(np.float32)
-    x.reshape(m, -1, 32)[:, 1] *= 4e4
-    x.reshape(m, -1, 32)[:, 3] *= 1e-3
-    x[:, 64:96] = 0
-    x[:, 96:128] *= 1e-36
-    if m > 2:
-        x[1, 300] = np.nan
-    return x
 
 
 def weights(qtype: QT) -> tuple[Weight, Weight, np.ndarray]:
@@ -77,7 +66,7 @@ def test_every_arithmetic_gives_the_q8_0_blocks_bits(qtype: QT, target: str, mod
     a, b = ops.pack(held), ops.pack(q8)
     bias = np.random.default_rng(1).normal(0, 1, N).astype(np.float32)
     for m in ROWS:
-        x = activations(m, seed=m)
+        x = extreme_activations(m, K, seed=m)
         for bb in (None, bias):
             got, want = ops.linear(x, a, bb), ops.linear(x, b, bb)
             np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{m} rows")

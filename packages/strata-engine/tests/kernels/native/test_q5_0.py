@@ -22,6 +22,7 @@ from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
+from strata_engine.testing.q8_checks import extreme_activations
 
 N, K = 37, 512  # 37 outputs: a part group of 16 in the packing
 BLOCK = 22  # the file's bytes per 32 values: d f16, qh u32, qs[16]
@@ -62,18 +63,6 @@ def q8_0_of(stored: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def activations(m: int, seed: int) -> np.ndarray:
-    """Rows with blocks of very different magnitudes, a zero block, a tiny one, a NaN."""
-    x = np.random.default_rng(seed).normal(0, 1, (m, K)).astype(np.float32)
-    x.reshape(m, -1, 32)[:, 1] *= 4e4
-    x.reshape(m, -1, 32)[:, 3] *= 1e-3
-    x[:, 64:96] = 0
-    x[:, 96:128] *= 1e-36
-    if m > 2:
-        x[1, 300] = np.nan
-    return x
-
-
 @pytest.fixture(scope="module")
 def weights() -> tuple[Weight, Weight, np.ndarray]:
     stored = q5_0_blocks(seed=5)
@@ -111,7 +100,7 @@ def test_every_arithmetic_gives_the_q8_0_blocks_bits(
     a, b = ops.pack(q5), ops.pack(q8)
     bias = np.random.default_rng(1).normal(0, 1, N).astype(np.float32)
     for m in ROWS:
-        x = activations(m, seed=m)
+        x = extreme_activations(m, K, seed=m)
         for bb in (None, bias):
             np.testing.assert_array_equal(
                 bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m}"
