@@ -4,6 +4,9 @@
  * registers), never read from /proc/cpuinfo. AArch64 always has NEON (Advanced SIMD).
  */
 #include "strata_kernels.h" /* the feature bits: enum strata_cpu */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 int strata_cpu_features(void) {
     int f = 0;
@@ -14,7 +17,11 @@ int strata_cpu_features(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni"))
         f |= HAS_AVX512;
-    if (__builtin_cpu_supports("avxvnni")) f |= HAS_AVX_VNNI; /* vpdpbusd on 256-bit registers */
+    /* AVX-VNNI (vpdpbusd on 256-bit registers): cpuid leaf 7, subleaf 1, EAX bit 4, asked directly
+     * (compilers before gcc 11 and clang 15 know no "avxvnni" string); the avxvnni target also
+     * needs HAS_AVX2_FMA, whose check covers the OS saving the registers */
+    unsigned int a, b, c, d;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u)) f |= HAS_AVX_VNNI;
 #elif defined(__aarch64__)
     f |= HAS_NEON;
 #endif
