@@ -131,7 +131,7 @@ def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -
     ]
     specs.write_text(json.dumps(decode))
     out = tmp_path / "stats.json"
-    _module("sass_stats", str(specs), str(out), interpret=False)
+    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
     rows = {r["wtype"]: r for r in json.loads(out.read_text())}
     assert set(rows) == set(MAX_PER_WEIGHT), rows
     for wtype, row in rows.items():
