@@ -1,14 +1,18 @@
 """A decision read on a hybrid (`qwen35`) model after a long shared prefix: served from the prefix
-cache's state snapshot, against the same read computed cold (the target: at most 1/3 of it).
+cache's state snapshot, against the same read computed cold (the target: at most 1/3 of it); with
+`--speed`, prefill (512 tokens, last logits) and decode against llama.cpp on the same file instead.
 
     python bench/bench_hybrid_prefix.py [--shape small|2b] [--prefix 1000] [--question 20] [--rounds 3]
+    LLAMA_CPP_LIB_PATH=$(bash bench/build_llama_cpp_avx2.sh) STRATA_KERNELS_TARGET=avx2 \
+        python bench/bench_hybrid_prefix.py --speed [--types q8_0|q4_k_m]
 
 A generated Qwen3.5-shaped file (random weights, Q8_0 matmuls): `small` (hidden 1024, 8 layers,
 written in seconds) or `2b` (Qwen3.5-2B's shapes: hidden 2048, 24 layers, 16 DeltaNet heads of
 128; a 2.2 GB file). The engine on 2 threads. Each round draws a new prefix: cold is a read of
 prefix + question with nothing of it cached; warm is prefix + another question right after, which
 starts from the deepest state snapshot the cold read left in the prefix. Reported: each side's
-median seconds, the cached tokens and warm / cold.
+median seconds, the cached tokens and warm / cold. `--speed` measures both engines as
+bench_engine.py does (2 threads, the sides taking turns `--rounds` times, the best of each kept).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import host_line, write_results
+from _common import host_line, keep_best, write_results
+from bench_engine import bench_llama_cpp, bench_strata
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
@@ -43,18 +48,46 @@ def _read(engine: LLMEngine, ids: list[int]) -> tuple[float, int]:
     return time.perf_counter() - t0, steps[0].num_cached_tokens
 
 
+TYPES = {"q8_0": (QT.Q8_0,), "q4_k_m": (QT.Q4_K, QT.Q4_K, QT.Q6_K)}  # the matmuls' types, in turn
+
+
+def speed(path: Path, rounds: int) -> dict:
+    """Prefill and decode tokens/s of both engines on the file, and Strata's ratios."""
+    best: dict[str, dict] = {}
+    for _ in range(rounds):
+        for side, bench in (("llama.cpp", bench_llama_cpp), ("strata", bench_strata)):
+            out = bench(2, 1, str(path), prompt_tokens=512, decode_tokens=64, all_logits=False)
+            out = {k: v for k, v in out.items() if k in ("prefill_last", "decode")}
+            if side in best:
+                keep_best(best[side], out)
+            else:
+                best[side] = out
+    ratios = {k: best["strata"][k] / best["llama.cpp"][k] for k in ("prefill_last", "decode")}
+    return {"sides": best, "ratios": ratios}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, default="small")
     ap.add_argument("--prefix", type=int, default=1000)
     ap.add_argument("--question", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--types", choices=TYPES, default="q8_0")
+    ap.add_argument("--speed", action="store_true", help="prefill and decode against llama.cpp")
     ap.add_argument("--out", default="bench/results/hybrid_prefix.json")
     args = ap.parse_args()
     print(host_line())
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_qwen35(Path(tmp) / "hybrid.gguf", SHAPES[args.shape], seed=1, types=(QT.Q8_0,))
+        path = write_qwen35(Path(tmp) / "hybrid.gguf", SHAPES[args.shape], seed=1, types=TYPES[args.types])
+        if args.speed:
+            record = {"shape": args.shape, "types": args.types, **speed(path, args.rounds)}
+            print(
+                f"{args.shape} {args.types}: Strata / llama.cpp: prefill 512 {record['ratios']['prefill_last']:.2f}x, "
+                f"decode {record['ratios']['decode']:.2f}x; {record['sides']}"
+            )
+            write_results(args.out.replace(".json", "_speed.json"), record)
+            return
         engine = LLMEngine(path, num_threads=2, kv_cache_mb=256)
         _read(engine, rng.integers(7, VOCAB_SIZE - 3, size=64).tolist())  # warm the process
         cold, warm, cached = [], [], []
