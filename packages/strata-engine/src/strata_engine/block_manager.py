@@ -104,6 +104,8 @@ class BlockManager:
         computed, slot) for each wanted boundary inside it not yet kept (see SNAPSHOT_STRIDE);
         `limit`: the tokens its admission could take from the cache (scheduler.cache_limit)."""
         assert self.states is not None
+        if start >= seq.num_prompt - 1:  # every wanted boundary lies in the prompt: decode steps plan none
+            return ()
         bs, last = self.block_size, (seq.num_prompt - 1) // self.block_size * self.block_size
         wanted = [last, *range(last - last % SNAPSHOT_STRIDE, last - SNAPSHOT_REACH, -SNAPSHOT_STRIDE)]
         if limit is not None:
