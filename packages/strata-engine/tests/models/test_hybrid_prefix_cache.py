@@ -140,3 +140,16 @@ def test_candidates_start_from_the_boundary_before_their_scored_rows(tiny: Path)
     steps = [e for e in engine.generate(request) if isinstance(e, Step)]
     assert steps[0].num_cached_tokens == 80
     assert run_batch(engine, [request])[0] == _cold(tiny, request)
+
+
+def test_twins_keep_one_snapshot_and_leak_no_slot(tiny: Path) -> None:
+    """Two sequences of one prompt computed side by side (what n = 2 sends) each fill the same
+    boundary's snapshot: one is kept, the other's slot goes back to the free ones."""
+    engine = _engine(tiny)
+    states = engine.blocks.states
+    assert states is not None
+    ids = _ids(50, 40)
+    twins = run_batch(engine, [_request(ids), _request(ids)])
+    assert twins[0] == twins[1] == _cold(tiny, _request(ids))
+    assert len(states.snapshots) == 1
+    assert len(states.snapshot_free) + len(states.snapshots) == 4  # parallel = 4 snapshot slots
