@@ -190,6 +190,10 @@ class TritonOps:
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
 
+    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> torch.Tensor:
+        """gpt-oss's clamped SwiGLU (gpt_oss.SwigluOps), C's bits."""
+        return activation.swiglu_oai(tensor(gate).to(self.device), tensor(up).to(self.device), alpha, limit)
+
     def softcap(self, x: Array, cap: float) -> torch.Tensor:
         return activation.softcap(tensor(x).to(self.device), cap)
 
@@ -204,8 +208,6 @@ class TritonOps:
         softcap: float = 0.0,
         sinks: Array | None = None,
     ) -> torch.Tensor:
-        if sinks is not None:  # gpt-oss is refused at load (gpt_oss.check_backend): never reached
-            raise NotImplementedError("the Triton attention has no sinks (gpt-oss runs on the CPU kernels)")
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1
@@ -213,6 +215,7 @@ class TritonOps:
             tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
             bound, scale=scale, window=window, softcap=softcap,
+            sinks=None if sinks is None else self._model(sinks).float(),
         )  # fmt: skip
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
