@@ -17,11 +17,16 @@ steps run on static buffers instead and are captured as CUDA graphs (graphs.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
 from strata_engine.kernels.kv_types import kv_dtype_name
+from strata_engine.kernels.native import NativeUnavailable
+from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
@@ -84,6 +89,7 @@ class TritonOps:
         self.decode_graphs = (
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
+        self._host: NativeOps | bool | None = False  # the C kernels for the host's recurrence: see delta_rule
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
         self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
@@ -135,6 +141,28 @@ class TritonOps:
             hit = (c, torch.zeros((blocks, *c.shape[1:]), dtype=dtype, device=self.device))
             self._caches[id(c)] = hit
         return hit[1]
+
+    # -- the hybrid models' recurrence, on the host -----------------------------------------
+    @property
+    def delta_rule(self) -> Callable[..., np.ndarray] | None:
+        """The DeltaNet recurrence of a hybrid model (hybrid_model._delta_net), which runs on the
+        host on the states the model keeps there (recurrent_state.py): the C kernels' loop
+        (recurrence.c) where they build on this host, else None, and the model runs its numpy
+        sequence, the same operations (about ten times slower). Either way the CPU's bits."""
+        if self._host is False:
+            try:
+                self._host = NativeOps(min(8, os.cpu_count() or 1))
+            except NativeUnavailable:
+                self._host = None
+        if not isinstance(self._host, NativeOps):
+            return None
+        host = self._host
+
+        def rule(*args: Any) -> np.ndarray:
+            with host.ieee_floats():  # IEEE float modes, as the CPU engine's steps
+                return host.delta_rule(*args)
+
+        return rule
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
