@@ -1,11 +1,11 @@
 """The hybrid recurrent models (qwen35, qwen35moe, qwen3next) on the Triton kernels give the CPU
-engine's bits. Their matmuls, norms, SiLU and gated attention run on the device; the DeltaNet
-recurrence and the short convolution run on the host, on the states the model keeps there
-(recurrent_state.py), through hybrid_model's numpy code, whose operations are recurrence.c's.
-Under Triton's interpreter without a GPU, as the other Triton tests: every logprob row of each
-family's tiny file (prompt positions and greedy decode steps), batched and chunked 5 tokens a
-step, equals the CPU engine's for each request alone; a prefix-cache hit (a state snapshot)
-gives the CPU's cold run."""
+engine's bits. Their matmuls, norms, SiLU, gated attention and DeltaNet recurrence
+(triton/recurrence.py, on states kept on the device) run there; the short convolution and the
+gates' exactmath on the host. Under Triton's interpreter without a GPU, as the other Triton
+tests: the recurrence kernel against the C kernel (recurrence.c) on the same inputs, snapshots
+included; every logprob row of each family's tiny file (prompt positions and greedy decode
+steps), batched and chunked 5 tokens a step, equals the CPU engine's for each request alone; a
+prefix-cache hit (a state snapshot) gives the CPU's cold run."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
 
@@ -22,11 +23,39 @@ pytest.importorskip(
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
 from strata_engine.hybrid_model import HybridTransformer
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton import recurrence
 from strata_engine.kernels.triton.graphs import DecodeGraphs
 from strata_engine.testing.compare import run_batch
 from strata_engine.testing.tiny_hybrid_models import SPEC, SPEC_MOE, SPEC_NEXT, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
-from strata_engine.testing.triton_checks import assert_same_rows, rows
+from strata_engine.testing.triton_checks import assert_c_bits, assert_same_rows, rows
+
+
+@pytest.mark.parametrize(("d", "hv"), [(16, 4), (64, 2)])
+def test_the_recurrence_kernel_is_cs_bits(d: int, hv: int) -> None:
+    """Three sequences in scattered state slots (one a decode token), two snapshots taken inside
+    them: the outputs, the advanced states and the snapshots are recurrence.c's bits."""
+    rng = np.random.default_rng(d)
+    q, k, v = (rng.standard_normal((11, hv, d)).astype(np.float32) for _ in range(3))
+    decay = rng.uniform(0.5, 1.0, (11, hv)).astype(np.float32)
+    beta = rng.uniform(0.0, 1.0, (11, hv)).astype(np.float32)
+    states = rng.standard_normal((6, hv, d, d)).astype(np.float32)
+    slots, starts, counts = (np.array(a, np.int32) for a in ([2, 0, 4], [0, 5, 6], [5, 1, 5]))
+    captures = ((0, 3, 5), (2, 5, 1))
+    scale = float(np.float32(1.0 / np.sqrt(np.float32(d))))
+    want_states = states.copy()
+    want = NativeOps(1).delta_rule(
+        want_states, slots, starts, counts, (q, k, v), decay, beta, scale, captures
+    )
+    t = torch.from_numpy
+    got_states = t(states.copy())
+    got = recurrence.delta_rule(
+        got_states, t(slots), t(starts), t(counts), (t(q), t(k), t(v)), t(decay), t(beta), scale, captures
+    )
+    assert_c_bits(got, want)
+    assert_c_bits(got_states, want_states)
+    assert not np.array_equal(want_states[5], states[5])  # the snapshot was written
 
 
 def _ids(seed: int, n: int) -> tuple[int, ...]:
@@ -63,6 +92,7 @@ def test_a_snapshot_hit_gives_the_cpus_cold_run(tmp_path: Path) -> None:
     cpu = LLMEngine(path, kernels="native", num_threads=2, kv_cache_mb=16, prefix_cache=False)
     assert run_batch(gpu, [second])[0] == run_batch(cpu, [second])[0]
     assert gpu.blocks.states is not None and gpu.blocks.states.snapshot_hits >= 2
+    assert all(isinstance(a, torch.Tensor) for a in gpu.blocks.states.ssm.values())  # on the device
 
 
 def test_cuda_graphs_leave_the_hybrid_models_to_the_eager_path(tmp_path: Path) -> None:

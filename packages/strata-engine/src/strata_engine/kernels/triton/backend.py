@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
 from strata_engine.kernels.kv_types import kv_dtype_name
-from strata_engine.kernels.native import NativeUnavailable
-from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
@@ -39,6 +36,7 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
+    recurrence,
     rope,
     select,
 )
@@ -89,7 +87,7 @@ class TritonOps:
         self.decode_graphs = (
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
-        self._host: NativeOps | bool | None = False  # the C kernels for the host's recurrence: see delta_rule
+        self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
         self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
@@ -142,27 +140,48 @@ class TritonOps:
             self._caches[id(c)] = hit
         return hit[1]
 
-    # -- the hybrid models' recurrence, on the host -----------------------------------------
+    # -- the hybrid models' recurrence ---------------------------------------------------------
+    def recurrent_states(self, a: np.ndarray) -> Array:
+        """A DeltaNet layer's states [slots, HV, D, D] where the recurrence will run: on the
+        device (recurrence.py) for a head size it supports, else `a` itself, on the host."""
+        if not recurrence.supported(a.shape[-1]):
+            return a
+        self._device_states = True
+        return torch.from_numpy(a).to(self.device)
+
     @property
     def delta_rule(self) -> Callable[..., np.ndarray] | None:
-        """The DeltaNet recurrence of a hybrid model (hybrid_model._delta_net), which runs on the
-        host on the states the model keeps there (recurrent_state.py): the C kernels' loop
-        (recurrence.c) where they build on this host, else None, and the model runs its numpy
-        sequence, the same operations (about ten times slower). Either way the CPU's bits."""
-        if self._host is False:
-            try:
-                self._host = NativeOps(min(8, os.cpu_count() or 1))
-            except NativeUnavailable:
-                self._host = None
-        if not isinstance(self._host, NativeOps):
-            return None
-        host = self._host
+        """The DeltaNet recurrence of a hybrid model (hybrid_model._delta_net): on the device
+        where `recurrent_states` put the states there; else None, and the model runs its numpy
+        sequence on the host (the same operations, about ten times slower than C). The CPU's
+        bits either way."""
+        return self._device_delta_rule if self._device_states else None
 
-        def rule(*args: Any) -> np.ndarray:
-            with host.ieee_floats():  # IEEE float modes, as the CPU engine's steps
-                return host.delta_rule(*args)
+    def _device_delta_rule(
+        self,
+        states: torch.Tensor,
+        slots: np.ndarray,
+        starts: np.ndarray,
+        counts: np.ndarray,
+        qkv: tuple[np.ndarray, np.ndarray, np.ndarray],
+        decay: np.ndarray,
+        beta: np.ndarray,
+        scale: float,
+        captures: tuple[tuple[int, int, int], ...] = (),
+    ) -> np.ndarray:
+        """recurrence.delta_rule on the step's host arrays; the outputs back on the host, where
+        the model's DeltaNet layer goes on."""
+        dev = self.device
 
-        return rule
+        def ints(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(dev)
+
+        q, k, v = (tensor(a).to(dev) for a in qkv)
+        core = recurrence.delta_rule(
+            states, ints(slots), ints(starts), ints(counts), (q, k, v),
+            tensor(decay).to(dev), tensor(beta).to(dev), scale, captures,
+        )  # fmt: skip
+        return core.cpu().numpy()
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:

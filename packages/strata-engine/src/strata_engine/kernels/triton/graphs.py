@@ -134,7 +134,7 @@ class DecodeGraphs:
         """Whether the model's forward can run on the static path: not a mixture of experts
         (its routing is read on the host), not tensor-parallel (ranks exchange per step), and no
         query temperature (mistral3: its factors are picked by the step's positions on the host),
-        no recurrent layers (hybrid models: their state is advanced on the host)."""
+        no recurrent layers (hybrid models: their convolution and gates run on the host)."""
         return (
             getattr(model, "hybrid", None) is None
             and not model.tp.active
