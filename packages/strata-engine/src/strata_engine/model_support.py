@@ -64,8 +64,7 @@ def markdown() -> str:
         + "; ".join(GEMMA4_REFUSED.values())
         + ". Its vision and audio towers come in separate projector files, which are not loaded.",
         f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels and "
-        "the GPU (Triton) kernels, the DeltaNet recurrence on the host on either, the prefix cache "
-        "through state snapshots, no tensor "
+        "the GPU (Triton) kernels, the prefix cache through state snapshots, no tensor "
         "parallelism; multi-token-prediction layers (`nextn_predict_layers`) are refused.",
         f"- **RoPE scaling (`{{arch}}.rope.scaling.type`):** {_names(SCALING_KINDS)}; another kind is refused.",
         "- **RoPE factor tensors:** "
