@@ -23,6 +23,7 @@ pytest.importorskip(
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
 from strata_engine.hybrid_model import HybridTransformer
+from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.triton import recurrence
 from strata_engine.kernels.triton.graphs import DecodeGraphs
@@ -96,9 +97,19 @@ def test_a_snapshot_hit_gives_the_cpus_cold_run(tmp_path: Path) -> None:
 
 
 def test_cuda_graphs_leave_the_hybrid_models_to_the_eager_path(tmp_path: Path) -> None:
-    """The static decode path replays launches and reads no host value; a DeltaNet layer
-    advances its state on the host, so the static path does not take a hybrid model's steps."""
+    """The static decode path replays launches and reads no host value; a DeltaNet layer's
+    convolution and gates run on the host, so the static path does not take a hybrid model's steps."""
     path = write_qwen35(tmp_path / "hybrid.gguf", SPEC, seed=1)
     engine = LLMEngine(path, device="cuda", kernels="native", kv_cache_mb=16)
     assert isinstance(engine.runner.model, HybridTransformer)
     assert not DecodeGraphs.covers(engine.runner.model)
+
+
+def test_a_head_size_the_kernel_lacks_keeps_the_states_on_the_host() -> None:
+    """A head size that is not a power of two: the states stay numpy and the model runs its own
+    numpy sequence (no device rule); a power of two goes to the device."""
+    ops = make_ops("native", device="cuda")
+    host = np.zeros((2, 1, 12, 12), np.float32)
+    assert ops.recurrent_states(host) is host and ops.delta_rule is None
+    assert isinstance(ops.recurrent_states(np.zeros((2, 1, 16, 16), np.float32)), torch.Tensor)
+    assert ops.delta_rule is not None
