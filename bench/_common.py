@@ -56,6 +56,28 @@ def host_line() -> str:
     return f"{host}\n{llama_cpp_line()}"
 
 
+PLAIN_BUFFERS_ENV = "STRATA_LLAMA_CPP_PLAIN_BUFFERS"
+
+
+def import_llama_cpp():  # type: ignore[no-untyped-def]
+    """llama_cpp, with its plain CPU buffers when PLAIN_BUFFERS_ENV is "1": on a Sapphire
+    Rapids host llama.cpp 0.3.36's "extra" buffers (AMX tiles, repacked Q4_0 / Q4_1 / Q8_0 /
+    IQ4_NL layouts) segfault in llama.cpp alone; the sides that crash are rerun this way, and
+    their records say so (`llama_cpp_buffers`)."""
+    import llama_cpp
+
+    if os.environ.get(PLAIN_BUFFERS_ENV) == "1":
+        low, default = llama_cpp.llama_cpp, llama_cpp.llama_cpp.llama_model_default_params
+
+        def params():  # type: ignore[no-untyped-def]
+            p = default()
+            p.use_extra_bufts = False
+            return p
+
+        low.llama_model_default_params = params
+    return llama_cpp
+
+
 def run_side(label: str, script: str, args: list[str], env: dict[str, str] | None = None) -> dict | None:
     """Run `script args` in a fresh interpreter, so that its memory figures are its own; the JSON
     object on the last line it prints, or None (and a line saying why) when it failed."""

@@ -101,7 +101,9 @@ def bench_llama_cpp(
     all_logits: bool = True,
 ) -> dict:
     """llama.cpp's figures, measured as `bench_strata` measures Strata's (same arguments)."""
-    import llama_cpp
+    from _common import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()
 
     from strata_engine.model_store import resolve_model
 

@@ -6,12 +6,12 @@ initialised GGUF of that kind: Qwen3-1.7B's shape (arch qwen3, 28 layers, hidden
 embedding), weights mixed as llama.cpp's Q4_K_M mixes them (Q4_K; attn_v and ffn_down Q6_K in
 the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32), and the
 SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). `--mix q5_k_m` writes the
-Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K); `--mix q5_0|q3_k|iq4_xs|iq3_s|iq2_xxs|mxfp4`
-one where every projection is that type (the embedding Q6_K), which Strata holds as it is (Q5_0,
-iq4_xs, mxfp4) or as Q8_0 or Q6_K blocks with the same values (kernels/transcode.py). The file is cached under STRATA_HOME/bench
-(or --out) and never committed.
+Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K); `--mix TYPE` (f16, bf16, q4_0 ... iq1_m,
+mxfp4: testing/qwen3_shaped.FTYPES) one where every projection is that type (the embedding Q6_K),
+held as docs/engine.md's weight-type table says. `bench_weight_types.py` runs it for every type.
+The file is cached under STRATA_HOME/bench (or --out) and never committed.
 
-It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
+It then checks that Strata keeps every weight packed (no fp32 copy) and that its top-1 agrees with
 llama.cpp's on a few prompt positions, and measures both on the same file, each side in its own
 subprocess (bench_engine's measurement): load time, prefill tokens/s (last-position logits),
 decode tokens/s at batch 1, peak RSS, and the ratios. Table to stdout, JSON to
@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-from _common import host_line, keep_best, run_side, write_results
+from _common import PLAIN_BUFFERS_ENV, host_line, keep_best, run_side, write_results
 from bench_engine import (
     _prompt_ids,
     bench_llama_cpp,
@@ -106,7 +107,9 @@ def strata_check(path: str, threads: int) -> dict:
 
 def llama_cpp_check(path: str, threads: int) -> dict:
     """llama.cpp's top-1, its log-probability and its lead over the top-2, at each position."""
-    import llama_cpp
+    from _common import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()
 
     llm = llama_cpp.Llama(path, n_ctx=256, n_threads=threads, logits_all=True, verbose=False)
     llm.eval(_prompt_ids(llm.n_vocab(), CHECK_POSITIONS))
@@ -140,20 +143,28 @@ def side_main(args: argparse.Namespace) -> None:
     print(json.dumps(SIDES[side](args.threads, args.repeat, args.model, args.prompt, args.decode, False)))
 
 
+def llama_cpp_side(label: str, args: list[str]) -> dict | None:
+    """A llama.cpp side; if it crashes with llama.cpp's extra CPU buffers, again (and every later
+    llama.cpp side of this run) with its plain ones (_common.import_llama_cpp)."""
+    out = run_side(label, __file__, args)
+    if out is None and os.environ.get(PLAIN_BUFFERS_ENV) != "1":
+        os.environ[PLAIN_BUFFERS_ENV] = "1"
+        out = run_side(f"{label}, plain CPU buffers", __file__, args)
+    return out
+
+
 def sanity(path: Path, threads: int) -> dict:
     """Strata keeps the K-quants packed, and its top-1 is llama.cpp's wherever llama.cpp's is
     clear (leads by CLEAR_MARGIN), at a quarter of the positions at least."""
     args = ["--model", str(path), "--threads", str(threads)]
     ours = run_side("strata check", __file__, ["--side", "strata:check", *args])
-    theirs = run_side("llama.cpp check", __file__, ["--side", "llama.cpp:check", *args])
+    theirs = llama_cpp_side("llama.cpp check", ["--side", "llama.cpp:check", *args])
     if ours is None or theirs is None:
         return {"ok": False}
     same = [a == b for a, b in zip(ours["top1"], theirs["top1"], strict=True)]
     clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
     diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
-    packed = set(ours["weights"]) <= {
-        f"{t} packed" for t in ("Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4")
-    }
+    packed = all(kind.endswith(" packed") for kind in ours["weights"])  # no fp32 copy, nothing widened
     agree_clear = sum(same[i] for i in clear)
     return {
         "positions": len(same),
@@ -218,7 +229,8 @@ def main() -> None:
                  "--prompt", str(args.prompt), "--decode", str(args.decode)]  # fmt: skip
     for _ in range(args.rounds):  # the sides take turns; each keeps its best figures
         for side in sides:
-            out = run_side(side, __file__, ["--side", side, *side_args])
+            run = partial(llama_cpp_side, side) if side == "llama.cpp" else partial(run_side, side, __file__)
+            out = run(["--side", side, *side_args])
             if out is not None:
                 out.pop("kernels", None)
                 keep_best(results.setdefault(side, out), out)
@@ -259,6 +271,7 @@ def main() -> None:
         "results": results,
         "ratios_strata_over_llama_cpp": ratios,
         "decode_bandwidth": bandwidth,
+        "llama_cpp_buffers": "plain" if os.environ.get(PLAIN_BUFFERS_ENV) == "1" else "extra (its default)",
     }
     write_results(args.json, record)
     if not check["ok"]:

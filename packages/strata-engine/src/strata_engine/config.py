@@ -25,12 +25,12 @@ UNSUPPORTED_ARCHITECTURES = {
     "qwen2moe": "shared experts",
     "gemma4-assistant": "Gemma 4's multi-token-prediction drafter, which attends over another model's KV cache",
 }
-# The Gemma 4 parts Strata does not compute (the released E2B/E4B and 26B-A4B files need them;
-# the dense 31B-style text model loads); the vision and audio towers live in separate mmproj
-# files, which are not language models and are refused by architecture.
+# The Gemma 4 parts Strata does not compute (the released dense, E2B / E4B and 26B-A4B text
+# models load without them); the vision and audio towers live in separate mmproj files, which
+# are not language models and are refused by architecture.
 GEMMA4_REFUSED = {
     "per-layer": "per-layer query-head counts are not supported",
-    "experts": "Gemma 4's mixture-of-experts layers (26B-A4B) are not supported",
+    "expert sizes": "per-layer expert FFN sizes are not supported (llama.cpp sizes every layer's experts by the first)",
     "shared KV": "a layer reading the KV cache of an earlier layer of another kind is not supported",
     "tensor parallelism": "Gemma 4 with tensor parallelism is not supported (its layers' KV heads differ)",
 }
@@ -319,10 +319,17 @@ def _gemma4_refusals(meta: Mapping[str, Any]) -> None:
             raise ModelLoadError(
                 f"GGUF metadata {arch}.{name} is a per-layer list: {GEMMA4_REFUSED['per-layer']}"
             )
-    for name, part in (("expert_count", "experts"),):
-        if get(name) not in (None, 0):
-            raise ModelLoadError(f"GGUF metadata {arch}.{name} = {get(name)!r}: {GEMMA4_REFUSED[part]}")
-    get("expert_feed_forward_length")  # read by llama.cpp for the experts only (refused above)
+    if get("expert_count") in (None, 0):
+        get("expert_feed_forward_length")  # read by llama.cpp for the experts only (none here)
+        return
+    ffn = get("expert_feed_forward_length")  # the experts' size (26B-A4B), required with them
+    if isinstance(ffn, list):
+        raise ModelLoadError(
+            f"GGUF metadata {arch}.expert_feed_forward_length: {GEMMA4_REFUSED['expert sizes']}"
+        )
+    if ffn is None:
+        raise ModelLoadError(f"GGUF metadata lacks {arch}.expert_feed_forward_length (the experts' FFN size)")
+    _int(f"{arch}.expert_feed_forward_length", ffn, 1, MAX_COUNT)
 
 
 def _kv_sources(shared: Any, swa: tuple[bool, ...], n_layers: int) -> tuple[int, ...]:

@@ -12,7 +12,16 @@ and in E2B / E4B:
   post_norm(proj(gelu(inp_gate x) * slice)) to its output before the scale;
 - shared KV layers: the last `attention.shared_kv_layers` layers compute no K or V and attend
   over the cache of the last earlier layer of their kind (config.py's `kv_source`; the runner
-  gives them that layer's cache arrays).
+  gives them that layer's cache arrays);
+
+and in 26B-A4B, mixture-of-experts layers (those with `ffn_gate_inp`): the dense FFN is a shared
+expert whose output is normed by `post_ffw_norm_1`, plus the routed experts' GeGLU mixture on the
+attention block's output normed by `pre_ffw_norm_2`, itself normed by `post_ffw_norm_2`; the router
+reads that output RMS-normed without a weight, times 1/sqrt(hidden), times `ffn_gate_inp.scale`;
+its gating is llama.cpp's softmax with the top-k weights renormalised (experts.py); experts stored
+as one fused `ffn_gate_up_exps` (gate rows, then up rows) or separate gate and up, with optional
+per-expert output scales (`ffn_{gate,up,down}_exps.scale`). The sum of the two is then normed by
+`post_ffw_norm` as in a dense layer.
 
 The hyper-parameters (sliding layers by per-layer flags, their head sizes and RoPE, queries
 unscaled, the final soft-cap) are config.py's; `rope_freqs` (the global layers' proportional
@@ -31,8 +40,9 @@ from gguf import GGMLQuantizationType
 
 from strata_engine.api import ModelLoadError
 from strata_engine.config import GEMMA4_REFUSED, ModelConfig
+from strata_engine.experts import mix
 from strata_engine.gguf_loader import TensorInfo, required
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, like
 from strata_engine.kernels.weights import Weight, vector
 
 # per layer, read beyond the shared (gemma3) ones
@@ -40,7 +50,25 @@ TENSORS = (
     "layer_output_scale.weight", "inp_gate.weight", "proj.weight", "post_norm.weight",
 )  # fmt: skip
 PLE_TENSORS = ("per_layer_token_embd.weight", "per_layer_model_proj.weight", "per_layer_proj_norm.weight")
+# per mixture-of-experts layer, read beyond the router and the separate experts (gguf_checks')
+MOE_TENSORS = (
+    "ffn_gate_inp.scale", "pre_ffw_norm_2.weight", "post_ffw_norm_1.weight", "post_ffw_norm_2.weight",
+    "ffn_gate_up_exps.weight", "ffn_gate_exps.scale", "ffn_up_exps.scale", "ffn_down_exps.scale",
+)  # fmt: skip
+_SCALES = ("gate", "up", "down")
 _UNUSED = np.zeros(1, dtype=np.float32)  # a shared-KV layer's absent K/V projections (never read)
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A mixture-of-experts layer's parts beside its router and experts (model.Layer's)."""
+
+    ones: np.ndarray  # [hidden]: the router input's RMS norm has no weight (x * 1.0 is x exactly)
+    router_scale: np.ndarray  # [hidden] ffn_gate_inp.scale
+    pre_norm: np.ndarray  # pre_ffw_norm_2: the experts' input
+    shared_norm: np.ndarray  # post_ffw_norm_1: on the dense FFN (the shared expert)
+    routed_norm: np.ndarray  # post_ffw_norm_2: on the experts' mixture
+    scales: tuple[np.ndarray | None, ...]  # per expert, [n_experts] or None: gate, up, down outputs
 
 
 @dataclass(frozen=True)
@@ -53,6 +81,7 @@ class Parts:
     inp_gate: Weight | None = None  # per-layer embeddings: [width, hidden]
     proj: Weight | None = None  # [hidden, width]
     post_norm: np.ndarray | None = None  # [hidden]
+    moe: Moe | None = None  # 26B-A4B's mixture-of-experts layers
 
 
 @dataclass(frozen=True)
@@ -107,7 +136,59 @@ def parts(t: Mapping[str, TensorInfo], prefix: str, cfg: ModelConfig, layer: int
             "post_norm": vector(required(t, prefix + "post_norm.weight")),
         }
     v_norm = np.ones(cfg.heads(layer)[1], dtype=np.float32)
-    return Parts(v_norm, scale, not cfg.owns_kv(layer), **ple)
+    return Parts(v_norm, scale, not cfg.owns_kv(layer), **ple, moe=_moe(t, prefix, cfg))
+
+
+def _moe(t: Mapping[str, TensorInfo], p: str, cfg: ModelConfig) -> Moe | None:
+    """The layer's mixture-of-experts norms and scales where it has a router (required then)."""
+    if not cfg.n_experts or p + "ffn_gate_inp.weight" not in t:
+        return None
+    _check_one_form(t, p)
+    scales = [vector(t[name]) if name in t else None for name in (f"{p}ffn_{x}_exps.scale" for x in _SCALES)]
+    router_scale, pre, shared, routed = (vector(required(t, p + name)) for name in MOE_TENSORS[:4])
+    return Moe(np.ones(cfg.hidden, dtype=np.float32), router_scale, pre, shared, routed, tuple(scales))
+
+
+def experts(
+    t: Mapping[str, TensorInfo], p: str, cfg: ModelConfig
+) -> tuple[Weight | None, list[tuple[Weight, Weight, Weight]] | None]:
+    """The layer's router and experts (gate, up, down; blocks kept packed) where it has a router:
+    a fused ffn_gate_up_exps split by rows, gate first (a row's output is its own row's)."""
+    from strata_engine.model import packed_experts, split_rows  # model.py imports this module
+
+    if not cfg.n_experts or p + "ffn_gate_inp.weight" not in t:
+        return None, None
+    _check_one_form(t, p)
+    router = Weight.from_info(t[p + "ffn_gate_inp.weight"])
+    if p + "ffn_gate_up_exps.weight" in t:
+        fused = packed_experts(t[p + "ffn_gate_up_exps.weight"])
+        halves = [split_rows(w, [w.out_features // 2] * 2) for w in fused]
+        gates, ups = [g for g, _ in halves], [u for _, u in halves]
+    else:
+        gates, ups = (packed_experts(required(t, f"{p}ffn_{x}_exps.weight")) for x in ("gate", "up"))
+    downs = packed_experts(required(t, p + "ffn_down_exps.weight"))
+    if not len(gates) == len(ups) == len(downs) == router.out_features == cfg.n_experts:
+        raise ModelLoadError(f"{p}: expert tensors disagree with expert_count {cfg.n_experts}")
+    return router, list(zip(gates, ups, downs, strict=True))
+
+
+def _check_one_form(t: Mapping[str, TensorInfo], p: str) -> None:
+    """Beside a fused ffn_gate_up_exps, llama.cpp reads no separate gate or up experts and none of
+    their scales (it loads a scale with its own tensor only): a file holding them is refused."""
+    if p + "ffn_gate_up_exps.weight" not in t:
+        return
+    for name in ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_gate_exps.scale", "ffn_up_exps.scale"):
+        if p + name in t:
+            raise ModelLoadError(
+                f"tensor {p}{name} beside {p}ffn_gate_up_exps.weight, which llama.cpp reads alone"
+            )
+
+
+def moe_shapes(p: str, n_experts: int, hidden: int, ffn: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of a mixture-of-experts layer's tensors beyond the router and separate experts."""
+    vectors = dict.fromkeys((p + name for name in MOE_TENSORS[:4]), (hidden,))
+    scales = dict.fromkeys((f"{p}ffn_{x}_exps.scale" for x in _SCALES), (n_experts,))
+    return {**vectors, **scales, p + "ffn_gate_up_exps.weight": (n_experts, 2 * ffn, hidden)}
 
 
 def per_layer_inputs(t: Mapping[str, TensorInfo], cfg: ModelConfig, ops: Ops) -> PerLayerInputs | None:
@@ -154,3 +235,27 @@ def layer_out(ops: Ops, x: Array, p: Parts, inputs: Array | None, i: int, eps: f
         gated = ops.gelu_mul(ops.linear(x, p.inp_gate), np.ascontiguousarray(inputs[:, i]))
         x = x + ops.rmsnorm(ops.linear(gated, p.proj), p.post_norm, eps)
     return x if p.out_scale is None else x * p.out_scale
+
+
+def ffn_out(ops: Ops, x: Array, f: Array, layer: Any, cfg: ModelConfig) -> Array:
+    """The FFN block's output before post_ffw_norm: a dense layer's `f` as is; in a
+    mixture-of-experts layer `f` (the shared expert) normed by post_ffw_norm_1 plus the routed
+    mixture normed by post_ffw_norm_2, the router and the experts reading `x` (the attention
+    block's output) in ggml's order of fp32 operations."""
+    moe: Moe | None = layer.g4.moe
+    if moe is None:
+        return f
+    eps = cfg.rms_eps
+    r = ops.rmsnorm(x, moe.ones, eps) * (np.float32(1.0) / np.sqrt(np.float32(cfg.hidden)))
+    r = r * like(r, moe.router_scale)
+    h = ops.rmsnorm(x, moe.pre_norm, eps)
+
+    def expert(e: int, rows: Array) -> Array:
+        (gate_w, up_w, down_w), (gs, us, ds) = layer.experts[e], moe.scales
+        gate, up = ops.linear(rows, gate_w), ops.linear(rows, up_w)
+        gate = gate if gs is None else gate * gs[e]
+        y = ops.linear(ops.gelu_mul(gate, up if us is None else up * us[e]), down_w)
+        return y if ds is None else y * ds[e]
+
+    routed = mix(h, ops.linear(r, layer.router), cfg.n_experts_used, expert)
+    return ops.rmsnorm(f, moe.shared_norm, eps) + ops.rmsnorm(routed, moe.routed_norm, eps)

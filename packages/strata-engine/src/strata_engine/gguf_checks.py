@@ -22,8 +22,10 @@ from typing import Any
 
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
+from strata_engine.gemma4 import MOE_TENSORS as GEMMA4_MOE_TENSORS
 from strata_engine.gemma4 import PLE_TENSORS as GEMMA4_PLE_TENSORS
 from strata_engine.gemma4 import TENSORS as GEMMA4_TENSORS
+from strata_engine.gemma4 import moe_shapes as gemma4_moe_shapes
 from strata_engine.gguf_loader import TensorInfo, shown
 from strata_engine.gpt_oss import TENSORS as GPT_OSS_TENSORS
 from strata_engine.hybrid import hybrid_shapes
@@ -166,6 +168,7 @@ def _expert_shapes(
         p + "ffn_up_exps.weight": (e, ffn, h),
         p + "ffn_down_exps.weight": (e, h, ffn),
         **(oai if cfg.arch == "gpt-oss" else {}),
+        **(gemma4_moe_shapes(p, e, h, ffn) if cfg.arch == "gemma4" else {}),
     }
 
 
@@ -281,9 +284,10 @@ def _expected_tensors(cfg: ModelConfig) -> set[str]:
     if cfg.arch == "gemma4":  # the per-layer embedding parts only where the model has them
         layer += GEMMA4_TENSORS if cfg.ple_dim else GEMMA4_TENSORS[:1]
         names.update(GEMMA4_PLE_TENSORS if cfg.ple_dim else ())
+        layer += GEMMA4_MOE_TENSORS if cfg.n_experts else ()
     if cfg.n_experts:
         layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"]
-    else:
+    if not cfg.n_experts or cfg.arch == "gemma4":  # gemma4's mixture-of-experts layers keep a dense FFN
         layer += ["ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]
     names.update(f"blk.{i}.{n}" for i in range(cfg.n_layers) for n in layer)
     return names
@@ -308,8 +312,8 @@ TENSOR_NEEDS = {  # a tensor name's last parts -> what the computation would nee
     "post_ffw_norm.weight": "post-norms, which this architecture does not have",
     "rope_freqs.weight": "RoPE frequency factors, which llama.cpp reads for llama, mistral3 and gemma4 files only",
     "layer_output_scale.weight": "a per-layer output scale (gemma4 only)",
-    "ffn_gate_up_exps.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
-    "pre_ffw_norm_2.weight": "Gemma 4's mixture-of-experts layers (26B-A4B)",
+    "ffn_gate_up_exps.weight": "Gemma 4's mixture-of-experts layers (gemma4 with expert_count only)",
+    "pre_ffw_norm_2.weight": "Gemma 4's mixture-of-experts layers (gemma4 with expert_count only)",
 }
 
 

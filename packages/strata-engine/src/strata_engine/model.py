@@ -318,8 +318,8 @@ class Transformer:
                 )
             else:
                 wq, wk, wv = (Weight.from_info(need(p + f"attn_{x}.weight")) for x in "qkv")
-            router, experts = None, None
-            if cfg.n_experts:
+            router, experts = gemma4.experts(t, p, cfg) if cfg.arch == "gemma4" else (None, None)
+            if cfg.n_experts and cfg.arch != "gemma4":  # gemma4's: a dense FFN beside them
                 router = Weight.from_info(need(p + "ffn_gate_inp.weight"))
                 gates, ups, downs = (
                     packed_experts(need(p + f"ffn_{x}_exps.weight")) for x in ("gate", "up", "down")
@@ -419,7 +419,7 @@ class Transformer:
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.oai is not None:
                 f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
-            elif layer.experts is not None:
+            elif layer.experts is not None and layer.g4 is None:  # gemma4's: gemma4.ffn_out
                 f = self._moe(h, layer)
             else:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
@@ -429,7 +429,7 @@ class Transformer:
                 else:
                     gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
                 f = ops.linear(act(gate, up), layer.w_down)
-            f = self.tp.all_reduce(f)
+            f = self.tp.all_reduce(f) if layer.g4 is None else gemma4.ffn_out(ops, x, f, layer, cfg)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
             x = x + f if layer.g4 is None else gemma4.layer_out(ops, x + f, layer.g4, ple, i, cfg.rms_eps)

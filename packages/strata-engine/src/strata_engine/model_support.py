@@ -58,9 +58,11 @@ def markdown() -> str:
         "- **Refused for one architecture only:** "
         + "; ".join(f"`gpt-oss` {what} ({why})" for what, why in GPT_OSS_REFUSED.items())
         + ".",
-        "- **Gemma 4 (`gemma4`):** the dense text models and E2B / E4B load (per-layer sliding flags, "
-        "each layer kind's own head size, KV heads and RoPE, proportional RoPE factors, V norms, output "
-        "scales, per-layer embeddings, shared-KV layers, per-layer FFN sizes); refused by name: "
+        "- **Gemma 4 (`gemma4`):** the dense text models, E2B / E4B and 26B-A4B load (per-layer sliding "
+        "flags, each layer kind's own head size, KV heads and RoPE, proportional RoPE factors, V norms, "
+        "output scales, per-layer embeddings, shared-KV layers, per-layer FFN sizes, mixture-of-experts "
+        "layers beside a shared dense FFN, fused or separate gate and up experts, per-expert scales); "
+        "refused by name: "
         + "; ".join(GEMMA4_REFUSED.values())
         + ". Its vision and audio towers come in separate projector files, which are not loaded.",
         f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels and "

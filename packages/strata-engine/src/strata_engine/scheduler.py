@@ -69,15 +69,20 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def _behind_shared_prefix(self, seq: Sequence) -> bool:
-        """A candidate (rows only from k on) waits while a running sequence is still computing
-        the same first k tokens: once that one has registered them, it reads them from the cache.
+        """A request waits while a running one is still computing the prefix it would take from
+        the cache (every full block before its last token, or before its first scored position):
+        once that one has registered the blocks, it reads them instead of computing them again.
 
-        This is how N candidates of one prompt compute the prompt once (see `scoring`).
+        This is how the `n` choices of one prompt, identical requests sent together and the N
+        candidates of one prompt (see `scoring`) compute the prompt once; a hybrid model's
+        follower starts from the leader's state snapshot at that boundary, so its recurrent
+        state is a copy of the leader's (a fork), not a second pass over the prompt.
         """
-        rows_from = seq.request.logprobs.prompt_rows_from
-        if not (self.prefix_cache and seq.wants_prompt_rows and rows_from > 0):
+        if not self.prefix_cache:
             return False
-        shareable = (min(rows_from, len(seq)) - 1) // self.blocks.block_size * self.blocks.block_size
+        limit = cache_limit(seq)
+        reusable = len(seq) - 1 if limit is None else min(limit, len(seq) - 1)
+        shareable = reusable // self.blocks.block_size * self.blocks.block_size
         if shareable <= 0:
             return False
         prefix = seq.token_ids[:shareable]

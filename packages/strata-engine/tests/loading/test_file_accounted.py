@@ -65,6 +65,7 @@ def arch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files |= {s.name: write_arch_model(d / f"{s.name}.gguf", s) for s in ARCH_SPECS}
     files["gpt-oss"] = write_gpt_oss(d / "gpt-oss.gguf")
     files["gemma4"] = write_gemma4(d / "gemma4.gguf")
+    files["gemma4-moe"] = write_gemma4(d / "gemma4-moe.gguf", variant="moe")
     files["qwen35"] = write_qwen35(d / "qwen35.gguf")
     files["qwen35moe"] = write_qwen35(d / "qwen35moe.gguf", SPEC_MOE)
     files["qwen3next"] = write_qwen35(d / "qwen3next.gguf", SPEC_NEXT)

@@ -156,6 +156,7 @@ TINY_GOLDEN = {
     "gpt-oss-mxfp4": "fd8bbe17e6ad544ed27f1b1b318698ea36399f8e4d81fc1574620f3851a42d22",  # its experts MXFP4 (rewritten at load as Q8_0 blocks with the same values)
     "gemma4": "6e7f9192ba9985bb226280ba9ea18063eead527360cee6e3398deff7893ca1e2",  # two head geometries, V normed, output scales, rope_freqs
     "gemma4-e2b": "853f8ebeb91d62112ea5af6fb2680cbc340540515e6c14e3ddb07eedccadf66d",  # per-layer embeddings, shared-KV layers, doubled FFNs
+    "gemma4-moe": "104bd88aa1c425cc0b85507a269ee3aa9355414443087e00399589d1f3f0783e",  # mixture-of-experts layers: fused and separate experts, per-expert scales
 }
 TINY_PROMPT_LENGTHS = (37, 23, 9)
 
@@ -245,9 +246,7 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
             d / f"{name}.gguf", seed=11, exact=True, experts=QT.MXFP4 if "mxfp4" in name else QT.F32
         )
         if name.startswith("gpt-oss")
-        else write_gemma4(
-            d / f"{name}.gguf", seed=11, exact=True, variant="e2b" if "e2b" in name else "dense"
-        )
+        else write_gemma4(d / f"{name}.gguf", seed=11, exact=True, variant=name.partition("-")[2] or "dense")
         if name.startswith("gemma4")
         else write_arch_model(d / f"{name}.gguf", specs[name], seed=11, exact=True)
         for name in TINY_GOLDEN

@@ -14,7 +14,7 @@ import pytest
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
 from strata_engine.block_manager import SNAPSHOT_STRIDE
-from strata_engine.testing.compare import run_batch
+from strata_engine.testing.compare import run_batch, signature
 from strata_engine.testing.tiny_hybrid_models import SPEC, SPEC_MOE, SPEC_NEXT, write_qwen35
 from strata_engine.testing.tiny_models import VOCAB_SIZE
 
@@ -142,14 +142,34 @@ def test_candidates_start_from_the_boundary_before_their_scored_rows(tiny: Path)
     assert run_batch(engine, [request])[0] == _cold(tiny, request)
 
 
-def test_twins_keep_one_snapshot_and_leak_no_slot(tiny: Path) -> None:
-    """Two sequences of one prompt computed side by side (what n = 2 sends) each fill the same
-    boundary's snapshot: one is kept, the other's slot goes back to the free ones."""
+def test_prompts_computed_side_by_side_keep_one_snapshot_and_leak_no_slot(tiny: Path) -> None:
+    """Two prompts that share 70 tokens, sent together, both compute the boundary at 64 side by
+    side and each fills its snapshot: one is kept, the other's slot goes back to the free ones."""
     engine = _engine(tiny)
     states = engine.blocks.states
     assert states is not None
-    ids = _ids(50, 40)
-    twins = run_batch(engine, [_request(ids), _request(ids)])
-    assert twins[0] == twins[1] == _cold(tiny, _request(ids))
-    assert len(states.snapshots) == 1
+    prefix = _ids(50, SHARED)
+    requests = [_request(prefix + _ids(51, 9)), _request(prefix + _ids(52, 12))]
+    got = run_batch(engine, requests)
+    assert got == [_cold(tiny, r) for r in requests]
+    assert len(states.snapshots) == 2  # at 64 (once) and at the second's last boundary, 80
     assert len(states.snapshot_free) + len(states.snapshots) == 4  # parallel = 4 snapshot slots
+    assert states.live == 0
+
+
+def test_the_n_choices_of_a_prompt_fork_the_first_ones_state(tiny: Path) -> None:
+    """Three copies of one prompt sent together (what n = 3 sends): the first computes the prompt,
+    the others wait for it and start from its snapshot at 32, the last boundary before the
+    final token (a fork of its state): each gets the cold run's bits."""
+    engine = _engine(tiny)
+    states = engine.blocks.states
+    assert states is not None
+    request = _request(_ids(53, 40))
+    streams = [engine.add(request) for _ in range(3)]
+    while engine.has_work():
+        engine.step()
+    events = [stream.take() for stream in streams]
+    cached = [next(e for e in own if isinstance(e, Step)).num_cached_tokens for own in events]
+    assert cached == [0, 32, 32]
+    assert [signature(own) for own in events] == [_cold(tiny, request)] * 3
+    assert len(states.snapshots) == 1 and states.snapshot_hits == 2 and states.live == 0

@@ -25,14 +25,17 @@ def engine_logprobs(path: Path, prompt: list[int], kernels: str = "native") -> n
     return np.array([[row.named[i] for i in range(n_vocab)] for row in rows])
 
 
-def llama_cpp_logprobs(llama_cpp, path: Path, prompt: list[int], n_ctx: int = CTX) -> np.ndarray:
-    """llama.cpp's logprobs at every prompt position, from its fp32 logits (fp32 KV cache)."""
+def llama_cpp_logprobs(
+    llama_cpp, path: Path, prompt: list[int], n_ctx: int = CTX, n_batch: int = 512
+) -> np.ndarray:
+    """llama.cpp's logprobs at every prompt position, from its fp32 logits (fp32 KV cache), the
+    prompt evaluated `n_batch` tokens at a time."""
     f32 = 0  # GGML_TYPE_F32
     # YaRN betas -1: the file's (llama.cpp's own default context parameters); the Python binding's
     # defaults (32, 1) would override what a mistral3 file sets
     llm = llama_cpp.Llama(
         str(path), n_ctx=n_ctx, logits_all=True, n_threads=2, type_k=f32, type_v=f32, verbose=False,
-        yarn_beta_fast=-1.0, yarn_beta_slow=-1.0,
+        yarn_beta_fast=-1.0, yarn_beta_slow=-1.0, n_batch=n_batch,
     )  # fmt: skip
     llm.eval(prompt)
     logits = np.array(llm.scores[: len(prompt) - 1], dtype=np.float64)

@@ -19,18 +19,18 @@ WEIGHT_STD = 0.02  # of the projections; the tied embedding 0.04 (logits of orde
 # llama.cpp's LLAMA_FTYPE_MOSTLY_*: the K-quant mixes, then files of one type the loader rewrites
 # as Q8_0 / Q6_K blocks (kernels/transcode.py; every projection of that type, the embedding Q6_K)
 FTYPES = {
-    "q4_k_m": 15,
-    "q5_k_m": 17,
-    "q5_0": 8,
-    "q3_k": 11,
-    "iq4_xs": 30,
-    "iq3_s": 26,
-    "iq2_xxs": 19,
-    "mxfp4": 38,
-}
-BASE_TYPE = {"q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K, "q5_0": QT.Q5_0, "q3_k": QT.Q3_K, "iq4_xs": QT.IQ4_XS,
-             "iq3_s": QT.IQ3_S, "iq2_xxs": QT.IQ2_XXS, "mxfp4": QT.MXFP4}  # fmt: skip
-SCALE_AT = {QT.Q5_0: 0, QT.Q3_K: 108, QT.IQ4_XS: 0, QT.IQ3_S: 0, QT.IQ2_XXS: 0}  # the block's fp16 d
+    "q4_k_m": 15, "q5_k_m": 17, "f16": 1, "bf16": 32, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8,
+    "q5_1": 9, "q2_k": 10, "q3_k": 11, "q6_k": 18, "iq2_xxs": 19, "iq2_xs": 20, "iq3_xxs": 23,
+    "iq1_s": 24, "iq4_nl": 25, "iq3_s": 26, "iq2_s": 28, "iq4_xs": 30, "iq1_m": 31, "mxfp4": 38,
+}  # fmt: skip
+BASE_TYPE = {"q4_k_m": QT.Q4_K, "q5_k_m": QT.Q5_K, **{m: QT[m.upper()] for m in FTYPES if not m.endswith("_m")},
+             "iq1_m": QT.IQ1_M}  # fmt: skip
+# where a type's fp16 block scale d lies (bytes from the block's start); with a second fp16 field
+# (a min), where it lies and the min as a multiple of d that centres the block's values near zero
+SCALE_AT = {QT.Q4_0: 0, QT.Q8_0: 0, QT.Q5_0: 0, QT.Q4_1: 0, QT.Q5_1: 0, QT.Q2_K: 80, QT.Q3_K: 108,
+            QT.IQ2_XXS: 0, QT.IQ2_XS: 0, QT.IQ2_S: 0, QT.IQ3_XXS: 0, QT.IQ3_S: 0, QT.IQ1_S: 0,
+            QT.IQ4_NL: 0, QT.IQ4_XS: 0}  # fmt: skip
+MIN_AT = {QT.Q4_1: (2, -8.0), QT.Q5_1: (2, -16.0), QT.Q2_K: (82, 1.5)}
 
 
 def use_more_bits(layer: int, n_layers: int) -> bool:
@@ -97,19 +97,37 @@ RANDOM_BLOCKS = {QT.Q4_K: random_q4_k, QT.Q5_K: random_q5_k, QT.Q6_K: random_q6_
 
 def random_scaled(qtype: QT, n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
     """Random blocks of another type whose values have about `std`: every byte random, then the
-    block scale (fp16 d, or MXFP4's power-of-two exponent) set from the spread at d = 1."""
+    block scale (fp16 d, IQ1_M's d in its scales' top nibbles, or MXFP4's power-of-two exponent)
+    set from the spread at d = 1; F16 and BF16 as normal values."""
     from gguf import quants
 
+    if qtype in (QT.F16, QT.BF16):
+        values = rng.normal(0.0, std, size=n_blocks).astype(np.float32)
+        return np.ascontiguousarray(quants.quantize(values, qtype)).view(np.uint8).reshape(n_blocks, -1)
     blocks = rng.integers(0, 256, size=(n_blocks, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
     if qtype == QT.MXFP4:
         blocks[:, 0] = 128  # d = 2^-1, kvalues twice e2m1's
         unit = float(np.std(quants.dequantize(blocks[:256].reshape(-1), qtype)))
         blocks[:, 0] = 128 + int(np.rint(np.log2(std / unit)))
         return blocks
-    at = SCALE_AT[qtype]
-    blocks[:, at : at + 2] = _fp16_bytes(np.ones(n_blocks))
+
+    def set_scale(d: np.ndarray) -> None:
+        if qtype == QT.IQ1_M:  # d's 16 bits in the top nibble of each of the 4 u16 scales (bytes 48-55)
+            bits = d.astype(np.float16).view(np.uint16)
+            top = blocks[:, 49:56:2]
+            for i in range(4):
+                top[:, i] = (top[:, i] & 0x0F) | (((bits >> (4 * i)) & 0x0F) << 4).astype(np.uint8)
+            blocks[:, 49:56:2] = top
+            return
+        at = SCALE_AT[qtype]
+        blocks[:, at : at + 2] = _fp16_bytes(d)
+        if qtype in MIN_AT:
+            m_at, times = MIN_AT[qtype]
+            blocks[:, m_at : m_at + 2] = _fp16_bytes(d.astype(np.float16).astype(np.float32) * times)
+
+    set_scale(np.ones(n_blocks))
     unit = float(np.std(quants.dequantize(blocks[:256].reshape(-1), qtype)))
-    blocks[:, at : at + 2] = _fp16_bytes(std / unit * rng.uniform(0.75, 1.25, size=n_blocks))
+    set_scale(std / unit * rng.uniform(0.75, 1.25, size=n_blocks))
     return blocks
 
 

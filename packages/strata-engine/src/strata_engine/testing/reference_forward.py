@@ -6,6 +6,8 @@ machine spreading them over threads made each call ten times slower."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from gguf import GGUFReader
@@ -112,16 +114,25 @@ class ReferenceModel:
         """Routed experts (the families with `n_used`, set by their reference): softmax over the
         router's logits, the top n_used renormalised to sum 1, each expert's SwiGLU weighted."""
         w, p = self.w, f"blk.{i}."
-        probs = torch.softmax(h @ w[p + "ffn_gate_inp.weight"].T, dim=-1)
+
+        def swiglu(e: int, row: torch.Tensor) -> torch.Tensor:
+            g = torch.nn.functional.silu(w[p + "ffn_gate_exps.weight"][e] @ row)
+            return w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ row))
+
+        return self._mixture(h @ w[p + "ffn_gate_inp.weight"].T, h, swiglu)
+
+    def _mixture(
+        self, logits: torch.Tensor, h: torch.Tensor, expert: Callable[[int, torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """Each row of `h` through its top n_used experts by the softmax of `logits`, their
+        probabilities renormalised to sum 1, `expert(e, row)` weighted and summed."""
+        probs = torch.softmax(logits, dim=-1)
         top = torch.topk(probs, self.n_used, dim=-1)
         weights = top.values / top.values.sum(-1, keepdim=True)
         out = torch.zeros_like(h)
         for r in range(h.shape[0]):
             for j in range(self.n_used):
-                e = int(top.indices[r, j])
-                g = torch.nn.functional.silu(w[p + "ffn_gate_exps.weight"][e] @ h[r])
-                y = w[p + "ffn_down_exps.weight"][e] @ (g * (w[p + "ffn_up_exps.weight"][e] @ h[r]))
-                out[r] += weights[r, j] * y
+                out[r] += weights[r, j] * expert(int(top.indices[r, j]), h[r])
         return out
 
     def _ffn(self, i: int, h: torch.Tensor) -> torch.Tensor:

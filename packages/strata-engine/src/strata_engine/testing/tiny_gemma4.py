@@ -9,7 +9,10 @@ proportional RoPE) without attn_v (K's projection read for V) and with a scale; 
 without a scale; a
 final soft-cap small enough to bend the logits; a window small enough that a 37-token prompt
 slides; the `gemma4` BPE vocabulary (bpe_vocab.gemma4_vocab). The matrices are F32 or one
-packed type; norms, scales and factors stay F32.
+packed type; norms, scales, factors and routers stay F32 (llama.cpp's quantize keeps routers).
+The "moe" variant (26B-A4B's parts) makes layer 0 a mixture-of-experts layer with one fused
+`ffn_gate_up_exps` and per-expert down scales, layer 1 one with separate gate and up experts and
+all three per-expert scales, and keeps layer 2 dense: four experts, two per token.
 
 `Gemma4Reference` is the text model written out in float64 from its description (Hugging
 Face's Gemma 4 and llama.cpp's graph), sharing no code with the engine.
@@ -49,6 +52,9 @@ PLE_DIM = 32  # the "e2b" variant's per-layer embedding width
 E2B_SLIDING = (True, True, False, True, False)
 E2B_KV_HEADS = (2, 2, 1, 2, 1)
 E2B_SHARED = 2
+# the "moe" variant: experts per layer, used per token, their FFN size; which layers route how
+N_EXPERTS, N_USED, EXPERT_FFN = 4, 2, 32
+MOE_FORM = ("fused", "separate", None)
 VOCAB = gemma4_vocab()
 VOCAB_SIZE = len(VOCAB["tokenizer.ggml.tokens"])
 
@@ -58,9 +64,10 @@ def write_gemma4(
 ) -> Path:
     """Write the tiny Gemma 4 at `path` (seeded random weights), its matrices in `matrices`.
     `exact` draws uniform integers scaled by one multiply (the same bytes on every machine, for
-    the golden hashes); `variant` "e2b" adds per-layer embeddings and shared-KV layers."""
+    the golden hashes); `variant` "e2b" adds per-layer embeddings and shared-KV layers, "moe"
+    mixture-of-experts layers."""
     rng = np.random.default_rng(seed)
-    e2b = variant == "e2b"
+    e2b, moe = variant == "e2b", variant == "moe"
     sliding, kv_heads = (E2B_SLIDING, E2B_KV_HEADS) if e2b else (SLIDING, KV_HEADS)
     n_layers, shared = len(sliding), E2B_SHARED if e2b else 0
     ffns = [FFN * (2 if e2b and i >= n_layers - shared else 1) for i in range(n_layers)]
@@ -78,6 +85,10 @@ def write_gemma4(
     w.add_feed_forward_length(ffns if e2b else FFN)
     w.add_embedding_length_per_layer_input(PLE_DIM if e2b else 0)  # required by llama.cpp
     w.add_shared_kv_layers(shared)
+    if moe:
+        w.add_expert_count(N_EXPERTS)
+        w.add_expert_used_count(N_USED)
+        w.add_expert_feed_forward_length(EXPERT_FFN)
     w.add_head_count(N_HEADS)
     w.add_head_count_kv(list(kv_heads))
     w.add_key_length(HEAD_DIM)
@@ -137,6 +148,8 @@ def write_gemma4(
         matrix(p + "ffn_up.weight", (ffns[i], HIDDEN), 0.15)
         matrix(p + "ffn_down.weight", (HIDDEN, ffns[i]), 0.15)
         norm(p + "post_ffw_norm.weight")
+        if moe and MOE_FORM[i]:
+            _experts(p, MOE_FORM[i], noise, f32, norm, matrix)
         if HAS_SCALE[i % 3]:
             f32(p + "layer_output_scale.weight", np.array([0.5 + 0.4 * (i % 3)]))
         if e2b:
@@ -146,6 +159,24 @@ def write_gemma4(
     norm("output_norm.weight")
     _write(w)
     return path
+
+
+def _experts(p: str, form: str, noise: Any, f32: Any, norm: Any, matrix: Any) -> None:
+    """Layer `p`'s router, its input scale, the two extra norms, the experts ("fused": one
+    gate_up tensor and down scales, as 26B-A4B's file; "separate": gate, up and all three scales)."""
+    e, f = N_EXPERTS, EXPERT_FFN
+    f32(p + "ffn_gate_inp.weight", noise((e, HIDDEN), 1.0))
+    f32(p + "ffn_gate_inp.scale", 1.0 + noise(HIDDEN, 0.2))
+    for name in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+        norm(f"{p}{name}.weight")
+    if form == "fused":
+        matrix(p + "ffn_gate_up_exps.weight", (e, 2 * f, HIDDEN), 0.15)
+    else:
+        matrix(p + "ffn_gate_exps.weight", (e, f, HIDDEN), 0.15)
+        matrix(p + "ffn_up_exps.weight", (e, f, HIDDEN), 0.15)
+    matrix(p + "ffn_down_exps.weight", (e, HIDDEN, f), 0.15)
+    for x in ("down",) if form == "fused" else ("gate", "up", "down"):
+        f32(f"{p}ffn_{x}_exps.scale", 1.0 + noise(e, 0.4))
 
 
 class Gemma4Reference(ReferenceModel):
@@ -172,6 +203,7 @@ class Gemma4Reference(ReferenceModel):
         self.window = int(g("attention.sliding_window"))
         self.ple_dim = int(g("embedding_length_per_layer_input", 0))
         self.first_shared = self.n_layers - int(g("attention.shared_kv_layers", 0))
+        self.n_used = int(g("expert_used_count", 0))
         self._kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # each layer's K and V (rotated, normed)
         self._ple: torch.Tensor | None = None
 
@@ -237,12 +269,39 @@ class Gemma4Reference(ReferenceModel):
         f = (self._gelu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[
             p + "ffn_down.weight"
         ].T
+        if p + "ffn_gate_inp.weight" in w:  # the dense FFN is the shared expert
+            f = self._rms(f, w[p + "post_ffw_norm_1.weight"]) + self._routed(i, x)
         x = x + self._rms(f, w[p + "post_ffw_norm.weight"])
         if self._ple is not None:
             gate = self._gelu(x @ w[p + "inp_gate.weight"].T) * self._ple[:, i]
             x = x + self._rms(gate @ w[p + "proj.weight"].T, w[p + "post_norm.weight"])
         scale = w.get(p + "layer_output_scale.weight")
         return x if scale is None else x * scale[0]
+
+    def _routed(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """The routed experts of a mixture-of-experts layer on the attention block's output `x`:
+        the router on rms(x) / sqrt(hidden) * ffn_gate_inp.scale, each expert's GeGLU on
+        rms(x) * pre_ffw_norm_2 (gate and up from one fused tensor or two, each output times its
+        expert's scale where the file has one), the mixture normed by post_ffw_norm_2."""
+        w, p = self.w, f"blk.{i}."
+        ones = torch.ones(self.hidden, dtype=torch.float64)
+        r = self._rms(x, ones) / self.hidden**0.5 * w[p + "ffn_gate_inp.scale"]
+
+        def scale(x: str, e: int) -> torch.Tensor | float:
+            s = w.get(f"{p}ffn_{x}_exps.scale")
+            return 1.0 if s is None else s[e]
+
+        def expert(e: int, row: torch.Tensor) -> torch.Tensor:
+            if p + "ffn_gate_up_exps.weight" in w:
+                gate, up = (w[p + "ffn_gate_up_exps.weight"][e] @ row).chunk(2)
+            else:
+                gate, up = w[p + "ffn_gate_exps.weight"][e] @ row, w[p + "ffn_up_exps.weight"][e] @ row
+            y = self._gelu(gate * scale("gate", e)) * (up * scale("up", e))
+            return w[p + "ffn_down_exps.weight"][e] @ y * scale("down", e)
+
+        h = self._rms(x, w[p + "pre_ffw_norm_2.weight"])
+        routed = self._mixture(r @ w[p + "ffn_gate_inp.weight"].T, h, expert)
+        return self._rms(routed, w[p + "post_ffw_norm_2.weight"])
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         logits = (

@@ -29,6 +29,8 @@ pytest.importorskip(
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, vocab_size, write_arch_model
+from strata_engine.testing.tiny_gemma4 import VOCAB_SIZE as GEMMA4_VOCAB
+from strata_engine.testing.tiny_gemma4 import write_gemma4
 from strata_engine.testing.tiny_models import VOCAB_SIZE, write_quantised_model
 from strata_engine.testing.triton_checks import GENERATE, assert_same_rows, rows
 
@@ -84,6 +86,14 @@ def test_quantised_models_rows_are_the_cpu_engines(quantised_model):
 def test_a_2_byte_kv_cache_gives_the_cpu_engines_rows(quantised_model, kv: str):
     """--kv-cache-dtype bf16 / fp16: the device cache rounds and widens as the C kernels do."""
     _same_on_both(*quantised_model, "native-fp32", kv)
+
+
+def test_gemma4_mixture_of_experts_rows_are_the_cpu_engines(tmp_path):
+    """Gemma 4's parts (two head geometries, V norms, output scales) and its mixture-of-experts
+    layers (the router's scaled input, fused and separate GeGLU experts, per-expert scales, the
+    extra norms; a dense layer too) in the fp32 mode: the CPU's rows, batched and chunked."""
+    path = write_gemma4(tmp_path / "gemma4-moe.gguf", seed=4, variant="moe")
+    _same_on_both(path, _prompts(GEMMA4_VOCAB, 4, (20, 5)), "native-fp32")
 
 
 def test_a_planted_difference_is_seen():
