@@ -39,6 +39,7 @@ SPILLS = ("STL", "LDL")  # local-memory stores and loads: ptxas's spill code
 WEIGHTS_PER_ITERATION: dict[str, Callable[[dict[str, Any]], int]] = {
     "intmatmul._rows_kernel": lambda c: 32 * c["BN"],
     "intmatmul._tile_kernel": lambda c: 32 * c["BN"],
+    "mmadecode._mma_kernel": lambda c: 32 * c["BN"],
     "matmul._matmul_kernel": lambda c: 32 * c["BN"],
     "fmatmul._dot1_kernel": lambda c: 16 * c["BN"],
 }

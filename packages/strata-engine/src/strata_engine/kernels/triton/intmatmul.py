@@ -47,8 +47,9 @@ from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
 # Python time, so there a program takes many more outputs.
 BLOCK_M, BLOCK_N = (64, 1024) if INTERPRETED else (16, 32)
 ROWS_N = 1024 if INTERPRETED else 32
-ROWS_MAX = 8  # calls of at most this many rows take the row path: a speed choice only
-PATHS = ("auto", "tile", "rows")
+ROWS_MAX = 8  # calls of at most this many rows take the decode path: a speed choice only
+MMA_N = 1024 if INTERPRETED else 128  # the decode path's outputs a program (mmadecode.py)
+PATHS = ("auto", "tile", "rows", "mma")
 
 
 @triton.jit
@@ -207,7 +208,12 @@ def matmul_quantised(
     b = bias.to(torch.float32).contiguous() if bias is not None else y
     args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
     consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
-    if path == "rows" or (path == "auto" and m <= ROWS_MAX):
+    if path == "mma" or (path == "auto" and m <= ROWS_MAX):
+        from strata_engine.kernels.triton import mmadecode  # it imports this module's float steps
+
+        bn = fit(n, MMA_N, 16)
+        mmadecode._mma_kernel[mmadecode.grid(m, n, bn)](*args, m, n, nb, pw.group_bytes, BN=bn, **consts)
+    elif path == "rows":
         bn = fit(n, ROWS_N, 16)
         _rows_kernel[(triton.cdiv(n, bn), m)](*args, n, nb, pw.group_bytes, BN=bn, **consts)
     else:
