@@ -48,7 +48,7 @@ from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
 BLOCK_M, BLOCK_N = (64, 1024) if INTERPRETED else (16, 32)
 ROWS_N = 1024 if INTERPRETED else 32
 ROWS_MAX = 8  # calls of at most this many rows take the decode path: a speed choice only
-MMA_N = 1024 if INTERPRETED else 128  # the decode path's outputs a program (mmadecode.py)
+MMA_N = 1024 if INTERPRETED else 256  # the decode path's outputs a program (mmadecode.py)
 PATHS = ("auto", "tile", "rows", "mma")
 
 

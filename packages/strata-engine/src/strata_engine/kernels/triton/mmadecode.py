@@ -56,7 +56,7 @@ def _bytes(word):
 
 
 @triton.jit
-def _weights(wf_ptr, qw, live, WT: tl.constexpr):
+def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
     """The signed quants of one block for BN outputs as the dot's int8 [BN, 32] operand, in
     element order (packed.quants' values), built from whole words: each byte of a word is one
     weight's int8 (the low or high nibble of 4 packed bytes, a fifth bit or a high pair from the
@@ -67,7 +67,7 @@ def _weights(wf_ptr, qw, live, WT: tl.constexpr):
         hi = _words(wf_ptr, qw + 64, live) ^ TOPS
     else:
         lo = w & 0x0F0F0F0F
-        hi = (w >> 4) & 0x0F0F0F0F
+        hi = ((w >> 4) & 0x0F0F0F0F) | zero
         r = tl.arange(0, 4)[None, :]
         if WT == Q5_K or WT == Q5_0:  # noqa: SIM109 (constexpr tests)
             # bit r (low half) or 4 + r (high half) of the plane's byte is the fifth bit
@@ -93,14 +93,37 @@ def _weights(wf_ptr, qw, live, WT: tl.constexpr):
 
 
 @triton.jit
-def _limbs(acc, LIMBS: tl.constexpr):
-    """f per (output, row) from the dot's [BN, 16] int32 sums (column 8 jh + 2 t + jl holds
-    limb 2 jh + jl of row t): [BN, TOKENS]."""
+def _limbs(s0, s1, s2, LIMBS: tl.constexpr):
+    """f of one block from its limbs' sums: _value's number (k = 3: the exact sum formed in
+    int64 and converted once, the value _value's fp64 steps give)."""
+    if LIMBS == 3:
+        f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
+    else:
+        f = _value(s0, s1, s2, LIMBS)
+    return f
+
+
+@triton.jit
+def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
+    """f per (output, row) of each half from the dot's [BN, 16 HALVES] int32 sums (column
+    8 HALVES jh + 8 h + 2 t + jl holds limb 2 jh + jl of row t, half h): two [BN, TOKENS]."""
     bn: tl.constexpr = acc.shape[0]
-    even, odd = tl.split(tl.reshape(acc, (bn, 2, 4, 2)))  # jl = 0, 1: [BN, jh, t]
-    s0, s2 = tl.split(tl.permute(even, (0, 2, 1)))
-    s1, _ = tl.split(tl.permute(odd, (0, 2, 1)))
-    return _value(s0, s1, s2, LIMBS)
+    even, odd = tl.split(tl.reshape(acc, (bn, 2, HALVES, 4, 2)))  # jl = 0, 1: [BN, jh, h, t]
+    if HALVES == 2:
+        even0, even1 = tl.split(tl.permute(even, (0, 3, 1, 2)))  # [BN, t, jh] a half
+        odd0, odd1 = tl.split(tl.permute(odd, (0, 3, 1, 2)))
+        s0, s2 = tl.split(even0)
+        s1, _ = tl.split(odd0)
+        t0, t2 = tl.split(even1)
+        t1, _ = tl.split(odd1)
+        f0 = _limbs(s0, s1, s2, LIMBS)
+        f1 = _limbs(t0, t1, t2, LIMBS)
+    else:
+        s0, s2 = tl.split(tl.permute(tl.reshape(even, (bn, 2, 4)), (0, 2, 1)))
+        s1, _ = tl.split(tl.permute(tl.reshape(odd, (bn, 2, 4)), (0, 2, 1)))
+        f0 = _limbs(s0, s1, s2, LIMBS)
+        f1 = f0
+    return f0, f1
 
 
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
@@ -114,27 +137,27 @@ def _mma_kernel(
     group = (rn // 16).to(tl.int64) * GB
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
-    col = tl.arange(0, 16)  # the activation tile's columns: (row, limb) pairs
-    j = (col >> 3) * 2 + (col & 1)
+    HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
+    col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
+    j = (col >> (2 + HALVES)) * 2 + (col & 1)
     tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
-    cmask = (tok < M) & (j < LIMBS)
     kp = tl.arange(0, 32)
-    half = kp >> 4
+    cmask = ((tok < M) & (j < LIMBS))[None, :]
+    if HALVES == 2:  # half h's columns take its 16 inputs
+        cmask = cmask & ((kp >> 4)[:, None] == ((col >> 3) & 1)[None, :])
+    # 0 (N is not negative), which the compiler cannot know: the high nibbles' word then keeps
+    # its top byte as a byte of that word, and each 4 bytes pass to the MMA as the one register
+    zero = N >> 31
     rows = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
     rmask = rows < M
     acc = tl.zeros((BN, TOKENS), tl.float32)
     for b in range(0, nb):  # the blocks in order: the float sequence is C's
         blk = group + block_offset(b, KQ, BB, SB)
-        w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, WT)
+        w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, zero, WT)
         ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
         xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
-        x = tl.load(q_ptr + xrow[None, :] * 32 + kp[:, None], mask=cmask[None, :], other=0)
-        if WT == Q6_K:  # one dot a half, each half's sum for its own scale
-            f0 = _limbs(tl.dot(w8, tl.where(half[:, None] == 0, x, 0), out_dtype=tl.int32), LIMBS)
-            f1 = _limbs(tl.dot(w8, tl.where(half[:, None] == 1, x, 0), out_dtype=tl.int32), LIMBS)
-        else:
-            f0 = _limbs(tl.dot(w8, x, out_dtype=tl.int32), LIMBS)
-            f1 = f0
+        x = tl.load(q_ptr + xrow[None, :] * 32 + kp[:, None], mask=cmask, other=0)
+        f0, f1 = _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, HALVES)
         xb = rows.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
         dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
