@@ -24,7 +24,7 @@ import triton.language as tl
 from strata_engine.kernels.triton.ieee import canonical_nan
 from strata_engine.kernels.triton.intmatmul import _accumulate, _value
 from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
-from strata_engine.kernels.triton.wtypes import Q4_0, Q5_0, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
 TOKENS = tl.constexpr(4)  # rows a program: 4 rows x 4 limb slots are the 16 columns of the activation tile
@@ -67,7 +67,9 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
         hi = _words(wf_ptr, qw + 64, live) ^ TOPS
     else:
         lo = w & 0x0F0F0F0F
-        hi = ((w >> 4) & 0x0F0F0F0F) | zero
+        hi = (w >> 4) & 0x0F0F0F0F
+        if WT == Q4_1 or WT == Q4_K:  # noqa: SIM109 (no further step hides hi's top nibble)
+            hi = hi | zero
         r = tl.arange(0, 4)[None, :]
         if WT == Q5_K or WT == Q5_0:  # noqa: SIM109 (constexpr tests)
             # bit r (low half) or 4 + r (high half) of the plane's byte is the fifth bit
@@ -105,13 +107,15 @@ def _limbs(s0, s1, s2, LIMBS: tl.constexpr):
 
 @triton.jit
 def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
-    """f per (output, row) of each half from the dot's [BN, 16 HALVES] int32 sums (column
-    8 HALVES jh + 8 h + 2 t + jl holds limb 2 jh + jl of row t, half h): two [BN, TOKENS]."""
+    """f per (output, row) of each half from the dot's int32 sums: two [BN, TOKENS]. One half:
+    [BN, 16], column 8 jh + 2 t + jl holds limb 2 jh + jl of row t; two: [BN, 32], column
+    8 j + 2 t + h holds limb j of row t, half h. Either way each thread's accumulator fragment
+    (columns 2q, 2q + 1 of every 8) holds a row's every limb, so the splits move no data."""
     bn: tl.constexpr = acc.shape[0]
-    even, odd = tl.split(tl.reshape(acc, (bn, 2, HALVES, 4, 2)))  # jl = 0, 1: [BN, jh, h, t]
     if HALVES == 2:
-        even0, even1 = tl.split(tl.permute(even, (0, 3, 1, 2)))  # [BN, t, jh] a half
-        odd0, odd1 = tl.split(tl.permute(odd, (0, 3, 1, 2)))
+        h0, h1 = tl.split(tl.reshape(acc, (bn, 4, 4, 2)))  # [BN, j, t] a half
+        even0, odd0 = tl.split(tl.reshape(tl.permute(h0, (0, 2, 1)), (bn, 4, 2, 2)))  # [BN, t, jh]
+        even1, odd1 = tl.split(tl.reshape(tl.permute(h1, (0, 2, 1)), (bn, 4, 2, 2)))
         s0, s2 = tl.split(even0)
         s1, _ = tl.split(odd0)
         t0, t2 = tl.split(even1)
@@ -119,8 +123,9 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
         f0 = _limbs(s0, s1, s2, LIMBS)
         f1 = _limbs(t0, t1, t2, LIMBS)
     else:
-        s0, s2 = tl.split(tl.permute(tl.reshape(even, (bn, 2, 4)), (0, 2, 1)))
-        s1, _ = tl.split(tl.permute(tl.reshape(odd, (bn, 2, 4)), (0, 2, 1)))
+        even, odd = tl.split(tl.reshape(acc, (bn, 2, 4, 2)))  # jl = 0, 1: [BN, jh, t]
+        s0, s2 = tl.split(tl.permute(even, (0, 2, 1)))
+        s1, _ = tl.split(tl.permute(odd, (0, 2, 1)))
         f0 = _limbs(s0, s1, s2, LIMBS)
         f1 = f0
     return f0, f1
@@ -134,17 +139,20 @@ def _mma_kernel(
 ):  # fmt: skip
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
-    group = (rn // 16).to(tl.int64) * GB
+    group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # every layout's group is (matmul_quantised)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
     col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
-    j = (col >> (2 + HALVES)) * 2 + (col & 1)
-    tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
     kp = tl.arange(0, 32)
-    cmask = ((tok < M) & (j < LIMBS))[None, :]
-    if HALVES == 2:  # half h's columns take its 16 inputs
-        cmask = cmask & ((kp >> 4)[:, None] == ((col >> 3) & 1)[None, :])
+    if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
+        j = col >> 3
+        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
+        cmask = ((tok < M) & (j < LIMBS))[None, :] & ((kp >> 4)[:, None] == (col & 1)[None, :])
+    else:  # column 8 jh + 2 t + jl: limb 2 jh + jl of row t
+        j = (col >> 3) * 2 + (col & 1)
+        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
+        cmask = ((tok < M) & (j < LIMBS))[None, :]
     # 0 (N is not negative), which the compiler cannot know: the high nibbles' word then keeps
     # its top byte as a byte of that word, and each 4 bytes pass to the MMA as the one register
     zero = N >> 31
