@@ -9,11 +9,13 @@ the block. The sums are exact (int8 x int8 into int32), hence the same integers 
 kernels' whatever the instruction; each (row, output) then runs intmatmul's float steps
 (`_value`, `_accumulate`) per block, in block order, so the bits are the C kernels'.
 
-The order of a block's 32 inputs inside the dot is free (an exact sum): the weight tile keeps
-each packed byte's two nibbles side by side (input k' = 2 kk + half for the byte's element kk of
-each half of 16), and the activation tile is gathered in that order. The columns are placed so
-that the MMA's accumulator fragments put a row's limbs in one thread: column n = 8 jh + 2 t + jl
-for row t and limb j = 2 jh + jl (limb 3 is always zero), which two `tl.split`s take apart.
+Each thread's MMA operand register holds 4 consecutive inputs of one output, which in the
+packed layout are the low (or high) nibbles of one 4-byte word: the word masked with 0x0F0F0F0F
+(or shifted, then masked) is the register, and the compiler keeps it whole when all 4 bytes are
+taken from one word value (`_bytes`). The columns are placed so that each thread's accumulator
+fragment (columns 2q, 2q + 1 of every 8) holds a row's every limb: column 8 jh + 2 t + jl for row
+t and limb j = 2 jh + jl (limb 3 always zero), and Q6_K's 32 columns 8 j + 2 t + h (h its half),
+which `tl.split`s take apart in registers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from strata_engine.kernels.triton.packed import block_offset, head_offset, scale
 from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
-TOKENS = tl.constexpr(4)  # rows a program: 4 rows x 4 limb slots are the 16 columns of the activation tile
+TOKENS = tl.constexpr(4)  # rows a program: 4 rows x 4 limb slots, the 16 columns of the activations
 
 
 @triton.jit
