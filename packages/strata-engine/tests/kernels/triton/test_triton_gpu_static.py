@@ -97,15 +97,15 @@ def test_the_sass_parser_finds_the_innermost_loop_and_counts_it() -> None:
 
 
 def test_res_usage_is_read_and_per_weight_is_body_times_warps_over_weights() -> None:
-    text = " Function _rows_kernel:\n  REG:40 STACK:0 SHARED:1024 LOCAL:8 CONSTANT[0]:616 TEXTURE:0\n"
+    text = " Function _mma_kernel:\n  REG:108 STACK:0 SHARED:1024 LOCAL:8 CONSTANT[0]:616 TEXTURE:0\n"
     assert sass_stats.resources(text) == {
-        "REG": 40, "STACK": 0, "SHARED": 1024, "LOCAL": 8, "CONSTANT": 616, "TEXTURE": 0,
+        "REG": 108, "STACK": 0, "SHARED": 1024, "LOCAL": 8, "CONSTANT": 616, "TEXTURE": 0,
     }  # fmt: skip
     stats = sass_stats.KernelStats(
-        "intmatmul._rows_kernel", "Q4_K", {"BN": 32}, 4, 40, 1024, 0, 0, 224, 0, 1024
+        "mmadecode._mma_kernel", "Q4_K", {"BN": 256}, 4, 108, 1024, 0, 0, 263, 4, 8192
     )
-    assert stats.warp_instructions_per_weight == 224 * 4 / 1024
-    assert sass_stats.weight_type("intmatmul._rows_kernel", {"WT": 12}) == "Q4_K"
+    assert stats.warp_instructions_per_weight == 263 * 4 / 8192
+    assert sass_stats.weight_type("mmadecode._mma_kernel", {"WT": 12}) == "Q4_K"
     assert sass_stats.weight_type("norm._rmsnorm_kernel", {}) is None
 
 

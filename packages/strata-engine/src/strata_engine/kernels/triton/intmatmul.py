@@ -148,6 +148,8 @@ def matmul_quantised(
     m, nb = xq.s.shape
     if nb * 32 != pw.in_features:
         raise ValueError(f"activations have {nb * 32} inputs, the weight {pw.in_features}")
+    if pw.group_bytes % 16:  # every type's layout; the decode path tells the compiler so
+        raise ValueError(f"a packed group of {pw.group_bytes} bytes, not a multiple of 16")
     n = pw.out_features
     y = torch.empty(m, n, dtype=torch.float32, device=xq.q.device)
     if not m or not n:

@@ -141,7 +141,7 @@ def _mma_kernel(
 ):  # fmt: skip
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
-    group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # every layout's group is (matmul_quantised)
+    group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
