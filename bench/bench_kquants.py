@@ -8,7 +8,7 @@ the layers llama.cpp's `use_more_bits` picks; the tied embedding Q6_K; norms F32
 SmolLM2 default model's tokenizer (so vocab 49152, not Qwen3's 151936). `--mix q5_k_m` writes the
 Q5_K_M-style file instead (Q5_K where Q4_K_M has Q4_K); `--mix q5_0|q3_k|iq4_xs|iq3_s|iq2_xxs|mxfp4`
 one where every projection is that type (the embedding Q6_K), which Strata holds as it is (Q5_0,
-iq4_xs, mxfp4) or as Q8_0 or Q6_K blocks with the same values (kernels/transcode.py). The file is cached under STRATA_HOME/bench
+iq4_xs, iq3_s, iq2_xxs, mxfp4) or as Q6_K blocks with the same values (q3_k: kernels/transcode.py). The file is cached under STRATA_HOME/bench
 (or --out) and never committed.
 
 It then checks that Strata keeps every K-quant weight packed and that its top-1 agrees with
@@ -152,7 +152,7 @@ def sanity(path: Path, threads: int) -> dict:
     clear = [i for i, m in enumerate(theirs["margin"]) if m > CLEAR_MARGIN]
     diffs = [abs(ours["logprob"][i] - theirs["logprob"][i]) for i in range(len(same)) if same[i]]
     packed = set(ours["weights"]) <= {
-        f"{t} packed" for t in ("Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4")
+        f"{t} packed" for t in ("Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ3_S", "IQ2_XXS", "MXFP4")
     }
     agree_clear = sum(same[i] for i in clear)
     return {
