@@ -51,6 +51,24 @@ static inline uint64_t iq3_values(int wtype, uint32_t entry) {
     return (uint32_t)(BYTES(4) + (c << 3) + (((c + BYTES(1)) & BYTES(8)) >> 2)); /* code 7: 60 + 2 */
 }
 
+/* Each grid entry's values as bytes (IQ3: 4, in the low half) and each sign set as its byte mask
+ * (IQ2_XXS / IQ3_XXS: 7 bits and their parity; IQ3_S: 8 bits), made from the codes above once,
+ * when the library loads: a word of 8 values is then one load, its signs another. */
+static uint64_t iq2xxs_bytes[256], iq1s_bytes[2048], signs7[128], signs8[256];
+static uint32_t iq3xxs_bytes[256], iq3s_bytes[512];
+
+__attribute__((constructor)) static void grid_bytes(void) {
+    for (int i = 0; i < 256; i++) {
+        uint64_t c = spread2(iq2xxs_grid[i]);
+        iq2xxs_bytes[i] = BYTES(8) + (c << 4) + c + ((c >> 1) & BYTES(1)); /* 8, 25, 43 */
+        iq3xxs_bytes[i] = (uint32_t)iq3_values(WT_IQ3_XXS, iq3xxs_grid[i]);
+        signs8[i] = sign_mask((uint32_t)i);
+    }
+    for (int i = 0; i < 512; i++) iq3s_bytes[i] = (uint32_t)iq3_values(WT_IQ3_S, iq3s_grid[i]);
+    for (int i = 0; i < 2048; i++) iq1s_bytes[i] = spread2(iq1s_grid[i]) << 3; /* 8 code: 0, 8, 16 */
+    for (int i = 0; i < 128; i++) signs7[i] = sign_mask(parity_signs((uint32_t)i));
+}
+
 /* See internal.h. */
 float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
     const uint8_t *blk = row + (g >> 3) * block_bytes(wtype);
@@ -61,17 +79,14 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
     if (wtype == WT_IQ2_XXS) { /* per 32: 4 grid indices, then a u32 of 4 x 7 sign bits and the scale */
         const uint8_t *qs = blk + 2 + 8 * j;
         memcpy(&aux, qs + 4, 4);
-        for (int k = 0; k < 4; k++) {
-            uint64_t c = spread2(iq2xxs_grid[qs[k]]), v = BYTES(8) + (c << 4) + c + ((c >> 1) & BYTES(1)); /* 8, 25, 43 */
-            out[k] = with_signs(v, sign_mask(parity_signs((aux >> (7 * k)) & 127)));
-        }
+        for (int k = 0; k < 4; k++) out[k] = with_signs(iq2xxs_bytes[qs[k]], signs7[(aux >> (7 * k)) & 127]);
         scale = d * (0.5f + (float)(aux >> 28)) * 0.25f;
     } else if (wtype == WT_IQ3_XXS) { /* qs[64]: 8 indices per 32; then a u32 per 32 as IQ2_XXS's */
         const uint8_t *qs = blk + 2 + 8 * j;
         memcpy(&aux, blk + 66 + 4 * j, 4);
         for (int k = 0; k < 4; k++) {
-            uint64_t v = iq3_values(wtype, iq3xxs_grid[qs[2 * k]]) | iq3_values(wtype, iq3xxs_grid[qs[2 * k + 1]]) << 32;
-            out[k] = with_signs(v, sign_mask(parity_signs((aux >> (7 * k)) & 127)));
+            uint64_t v = iq3xxs_bytes[qs[2 * k]] | (uint64_t)iq3xxs_bytes[qs[2 * k + 1]] << 32;
+            out[k] = with_signs(v, signs7[(aux >> (7 * k)) & 127]);
         }
         scale = d * (0.5f + (float)(aux >> 28)) * 0.5f;
     } else if (wtype == WT_IQ3_S) { /* qs[64] low index bits, qh[8] ninth bits, signs[32], scales[4] nibbles */
@@ -79,8 +94,7 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
         uint32_t qh = blk[66 + j];
         for (int k = 0; k < 4; k++) {
             uint32_t lo = qs[2 * k] | (qh >> (2 * k) & 1) << 8, hi = qs[2 * k + 1] | (qh >> (2 * k + 1) & 1) << 8;
-            uint64_t v = iq3_values(wtype, iq3s_grid[lo]) | iq3_values(wtype, iq3s_grid[hi]) << 32;
-            out[k] = with_signs(v, sign_mask(signs[k]));
+            out[k] = with_signs(iq3s_bytes[lo] | (uint64_t)iq3s_bytes[hi] << 32, signs8[signs[k]]);
         }
         scale = d * (1.0f + 2.0f * (float)((blk[106 + j / 2] >> (4 * (j & 1))) & 15));
     } else { /* IQ1_S: qs[32] low index bits; per 32 a u16: 4 x 3 high bits, the scale, the delta's sign */
@@ -90,7 +104,7 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
          * each byte (119 to 137), then its top bit flipped */
         uint64_t offset = qh & 0x8000 ? BYTES(119) : BYTES(121);
         for (int k = 0; k < 4; k++)
-            out[k] = ((spread2(iq1s_grid[blk[2 + 4 * j + k] | ((qh >> (3 * k)) & 7) << 8]) << 3) + offset) ^ BYTES(0x80);
+            out[k] = (iq1s_bytes[blk[2 + 4 * j + k] | ((qh >> (3 * k)) & 7) << 8] + offset) ^ BYTES(0x80);
         scale = d * (2.0f * (float)((qh >> 12) & 7) + 1.0f) * 0.125f;
     }
     memcpy(q, out, 32);
