@@ -5,8 +5,9 @@ file's pages of a tensor the kernels repacked not resident beside the repacked c
 Why: a transcoded type (IQ3_S read as Q8_0 blocks) or a widened scale costs at most 36 bytes a
 32-value block against 18 to 34 stored; an fp32 copy costs 128, and the file's mapping left
 resident doubles whatever the kernels repacked. Q5_0 (22 bytes stored, in many "Q4_K_M" files) is
-held at 24 and the 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) at 20, not as the 36 of the Q8_0
-blocks they were once rewritten as."""
+held at 24, the 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) at 20 and the grid types (IQ2_XXS,
+IQ3_XXS, IQ3_S, IQ1_S) as stored (6.25 to 13.75), not as the 36 of the Q8_0 blocks they were once
+rewritten as."""
 
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 # quantised type is held in; fp32 would be 4
 MAX_HELD_PER_VALUE = 36 / 32
 # read as held, at most: Q5_0 6 bits a weight (fp32 d per 32 values, 5-bit quants); the codebook
-# types 5 (an fp32 scale per 32 values, 4-bit indices)
-HELD_PER_VALUE = {QT.Q5_0: 6 / 8, QT.IQ4_NL: 5 / 8, QT.IQ4_XS: 5 / 8}
+# types 5 (an fp32 scale per 32 values, 4-bit indices); the grid types the file's own bytes
+HELD_PER_VALUE = {
+    QT.Q5_0: 6 / 8,
+    QT.IQ4_NL: 5 / 8,
+    QT.IQ4_XS: 5 / 8,
+    QT.IQ2_XXS: 66 / 256,  # 2.06 bits a weight
+    QT.IQ3_S: 110 / 256,  # 3.44
+}
 MIB = 2**20
 
 
@@ -63,10 +70,10 @@ def file_mapping_rss(path: Path) -> int:
     return total
 
 
-@pytest.mark.parametrize("weight_type", [*HELD_PER_VALUE, None], ids=["q5_0", "iq4_nl", "iq4_xs", "rotation"])
+@pytest.mark.parametrize("weight_type", [*HELD_PER_VALUE, None], ids=lambda t: t.name if t else "rotation")
 def test_no_weight_is_held_in_fp32_or_twice(tmp_path: Path, weight_type: QT | None) -> None:
-    """Q5_0 and IQ4 (once transcoded at load, now read as held) and the tiny files' rotation of
-    every kernel type."""
+    """Q5_0, IQ4 and the grid types (once transcoded at load, now read as held) and the tiny
+    files' rotation of every kernel type."""
     path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], seed=5, weight_type=weight_type)
     engine = LLMEngine(path, num_threads=1, kv_cache_mb=4, parallel=1)
     weights = model_weights(engine)

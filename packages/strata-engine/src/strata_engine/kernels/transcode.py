@@ -9,8 +9,9 @@ arithmetic reads exactly (fp32, q8, integer limbs; CPU and Triton): 9 bits a wei
 the 32 an fp32 copy takes. (Q5_0 and the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4 were
 rewritten so too; the kernels now read them as held, Q5_0 at 6 bits a weight and the codebook
 types as each 32 values' scale and 4-bit indices (`codebook_blocks`: 5 bits), with the bits of the
-Q8_0 blocks they were rewritten as: strata_kernels.h's table. `to_q8_0` still makes those blocks,
-for the GPU's integer kernels.)
+Q8_0 blocks they were rewritten as: strata_kernels.h's table. The grid types IQ2_XXS, IQ3_XXS,
+IQ3_S and IQ1_S are held as stored (`grid_blocks`), native/grids.c decoding each 32 values into
+their Q8_0 block. `to_q8_0` still makes those blocks, for the GPU's integer kernels.)
 
 Q3_K and IQ1_M scale each 16 values by a small integer times one fp16 scale a super-block, as
 Q6_K does, with integers within Q6_K's 6 bits: they become GGUF Q6_K blocks (`to_q6_k`), which
@@ -97,7 +98,8 @@ _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
     QT.TQ2_0: lambda b: _repeat(_f16(b, 64), 8),
 }
 CODEBOOK_TYPES = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # read as held (codebook_blocks)
-TYPES = frozenset(_SCALES) - CODEBOOK_TYPES
+GRID_TYPES = frozenset({QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S})  # read as stored (grid_blocks)
+TYPES = frozenset(_SCALES) - CODEBOOK_TYPES - GRID_TYPES
 
 
 def _integers(values: np.ndarray, scale: np.ndarray) -> np.ndarray | None:
@@ -152,6 +154,16 @@ def codebook_blocks(data: np.ndarray, qtype: QT) -> np.ndarray:
     out[:, :4] = scale.view(np.uint8).reshape(-1, 4)
     out[:, 4:] = blocks[:, start:].reshape(len(scale), 16)
     return out.reshape(-1)
+
+
+def grid_blocks(data: np.ndarray, qtype: QT) -> np.ndarray | None:
+    """A grid type's bytes as the kernels hold them (uint8, 1-D): its blocks as stored, which
+    native/grids.c decodes into the Q8_0 blocks `to_q8_0` makes; None where some scale is not
+    finite (no such block: the caller widens the tensor to fp32, as `to_q8_0` refuses it)."""
+    blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if not bool(np.isfinite(_f16(blocks, 0)).all()):  # every scale is d times a finite factor
+        return None
+    return np.array(blocks).reshape(-1)
 
 
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:

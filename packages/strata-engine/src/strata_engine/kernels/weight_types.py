@@ -21,6 +21,7 @@ PACK_KQUANT = INTERFACE.constant("WP_KQUANT")  # rearranged by strata_kquant_pac
 PACK_CODEBOOK = INTERFACE.constant(
     "WP_CODEBOOK"
 )  # fp32 scale + 4-bit indices a 32 (transcode.codebook_blocks)
+PACK_GRID = INTERFACE.constant("WP_GRID")  # as stored, if every scale is finite (transcode.grid_blocks)
 # The arithmetics that read a type (enum strata_wreads), or'ed in WeightType.reads
 READS_FP32 = INTERFACE.constant("READS_FP32")
 READS_Q8 = INTERFACE.constant("READS_Q8")

@@ -2,9 +2,10 @@
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
 weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XS, IQ2_S,
-and the 4-bit codebook types IQ4_NL, IQ4_XS, MXFP4 as a scale and indices a 32) stay in block
-form and are dequantised inside the matmul. Types whose values are exactly a scale times small
-integers (Q3_K, the other IQ types, TQ1_0, TQ2_0) are rewritten at load as
+the grid types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S as stored, and the 4-bit codebook types IQ4_NL,
+IQ4_XS, MXFP4 as a scale and indices a 32) stay in block form and are dequantised inside the
+matmul. Types whose values are exactly a scale times small integers (Q3_K, IQ1_M, TQ1_0,
+TQ2_0) are rewritten at load as
 Q8_0 or Q6_K blocks with the same values (transcode.py). Every other type gguf-py can dequantise
 is dequantised to fp32 at load time.
 """
@@ -22,7 +23,7 @@ from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.native import NativeUnavailable
-from strata_engine.kernels.weight_types import PACK_CODEBOOK, PACK_KQUANT, PACK_STORED, TYPES
+from strata_engine.kernels.weight_types import PACK_CODEBOOK, PACK_GRID, PACK_KQUANT, PACK_STORED, TYPES
 
 # GGML type -> kernel type code (strata_kernels.h's enum strata_wtype: WT_<GGML name> = its GGML id)
 NATIVE_TYPES = {qtype: t.code for qtype, t in TYPES.items()}
@@ -74,6 +75,8 @@ class Weight:
                 data = np.array(info.data).view(np.uint8).reshape(-1)
             elif wt.pack == PACK_CODEBOOK:
                 data = transcode.codebook_blocks(info.data, info.qtype)
+            elif wt.pack == PACK_GRID:  # None where a scale is not finite: fp32 below
+                data = transcode.grid_blocks(info.data, info.qtype)
             elif wt.pack == PACK_KQUANT:
                 with suppress(NativeUnavailable):  # no kernels to read the layout: fp32 below
                     data = kquants.pack(info.data, info.qtype)

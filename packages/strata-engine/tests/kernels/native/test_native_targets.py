@@ -58,10 +58,10 @@ DRIVER_DELTA_SHA256 = "bbc64060c5fde6065c37d51f5414864930eac2a02a9a64541edf0c350
 # sha256 of `driver gptoss`: attention with sinks (single-head, grouped, token tiles, a bf16 cache)
 # and the clamped SwiGLU, the same on every build.
 DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc00bbddd1"
-# sha256 of `driver held`: Q5_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4) in every arithmetic
-# (the driver itself fails where one is not the Q8_0 blocks of the same values bit for bit), the
-# same on every build.
-DRIVER_HELD_SHA256 = "c90e2274ce232aa071adeb0761eff7ae5f6f0aa8db71811ad323e232b4d902f8"
+# sha256 of `driver held`: Q5_0, the codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types
+# (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) in every arithmetic (the driver itself fails where one is not the
+# Q8_0 blocks of the same values bit for bit), the same on every build.
+DRIVER_HELD_SHA256 = "3c518a18341eef1e5bbb225d969c7d22b9278bb31eebee2fb2ca6e24f420e334"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -89,7 +89,7 @@ def _driver_digest(
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
 # the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
 # the q8_0 KV cache ("kvq8"), the DeltaNet recurrence ("delta"), gpt-oss's sink attention and
-# clamped SwiGLU ("gptoss"), Q5_0 and the codebook types against their Q8_0 blocks ("held")
+# clamped SwiGLU ("gptoss"), Q5_0, the codebook and grid types against their Q8_0 blocks ("held")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),

@@ -26,6 +26,7 @@ from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.native.header import HEADER, INTERFACE
 from strata_engine.kernels.weight_types import (
     PACK_CODEBOOK,
+    PACK_GRID,
     PACK_KQUANT,
     PACK_STORED,
     PACK_WIDEN,
@@ -50,7 +51,7 @@ def test_every_enum_member_has_a_row_with_gguf_pys_sizes() -> None:
         assert t.code == int(qtype) and f"WT_{qtype.name}" in codes
         assert (t.values, t.stored_bytes) == GGML_QUANT_SIZES[qtype], qtype.name
         assert t.reads & READS_FP32, qtype.name  # the default arithmetic reads every type
-        if t.pack == PACK_STORED:
+        if t.pack in (PACK_STORED, PACK_GRID):  # the grid types: as stored, or fp32
             assert t.kernel_bytes == t.stored_bytes and t.scale_fields == 0
         elif t.pack == PACK_WIDEN:  # each fp16 field becomes an fp32 one
             assert t.kernel_bytes == t.stored_bytes + 2 * t.scale_fields
@@ -198,8 +199,8 @@ def test_every_row_has_a_triton_dequantisation_named_by_the_table() -> None:
         for side in _type_tests(_function(TRITON / "dequant.py", "block"), "KT")
         if isinstance(side, ast.Name)
     }
-    # the codebook types go to the device as the Q8_0 blocks of their values (stored.as_q8_0)
-    assert named == {t.qtype.name for t in TYPES.values() if t.pack != PACK_CODEBOOK}
+    # the codebook and grid types go to the device as the Q8_0 blocks of their values (stored.as_q8_0)
+    assert named == {t.qtype.name for t in TYPES.values() if t.pack not in (PACK_CODEBOOK, PACK_GRID)}
     for path in sorted(TRITON.glob("*.py")):
         for param in ("KT", "WT"):
             literals = [

@@ -2,7 +2,9 @@
 rewrite goes to the device as the engine holds it, a Q6_K rewrite (Q3_K, IQ1_M) as GGUF Q6_K
 blocks made again from the file's bytes; either way the device's rows are gguf-py's values and
 its matmul is C's, bit for bit (under the interpreter without a GPU). Q5_0, once rewritten so, is
-now held as stored (its d widened) and read by the device's own Q5_0 branch: the same check."""
+now held as stored (its d widened) and read by the device's own Q5_0 branch; the codebook and grid
+types (IQ4_XS, IQ3_S, IQ2_XXS), which the CPU holds in their own form, go to the device as the
+Q8_0 blocks of their values: the same check."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from strata_engine.testing.triton_checks import activations, assert_c_bits, devi
 from strata_engine.testing.triton_setup import DEVICE, on
 
 
-@pytest.mark.parametrize("qtype", [QT.IQ4_XS, QT.Q5_0, QT.Q3_K, QT.IQ1_M], ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "qtype", [QT.IQ4_XS, QT.IQ3_S, QT.IQ2_XXS, QT.Q5_0, QT.Q3_K, QT.IQ1_M], ids=lambda q: q.name
+)
 def test_rewritten_types_on_the_device_are_gguf_py_and_c(qtype: QT) -> None:
     n, k = 9, 512
     stored = extreme_blocks(qtype, n, k, seed=7)

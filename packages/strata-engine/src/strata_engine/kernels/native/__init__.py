@@ -36,6 +36,7 @@ SOURCES = tuple(
     for name in (
         "common.c",  # the target's name, the scratch memory
         "matmul.c",  # fp32 matmul on weights as stored, embedding gather
+        "grids.c",  # the grid types' 32 values as their Q8_0 block
         "elementwise.c",  # RMSNorm, RoPE, SwiGLU / GeGLU, soft-cap, e^x
         "attention.c",  # paged, windowed attention; the KV write
         "logprobs.c",  # log-softmax
@@ -53,7 +54,7 @@ HEADERS = (
     HERE / "internal.h",  # what the files share and do not export
     HERE / "vector.h",  # the 16-lane virtual vector
     HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.c)
-    HERE / "iq_grids.h",  # the IQ2 types' grids (matmul.c)
+    HERE / "iq_grids.h",  # the IQ types' grids (matmul.c, grids.c)
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's

@@ -126,6 +126,14 @@ static inline const int8_t *codebook_of(int wtype) {
     return wtype == WT_MXFP4 ? mxfp4 : iq4;
 }
 
+/* The grid types (WP_GRID: held as stored, grids.c). grid_group: the 32 values g of a row as the
+ * Q8_0 block the loader once rewrote them as: returns its fp32 scale, q[32] its integers (value =
+ * scale * q, gguf-py's bit for bit; a zero scale with q = +-1, the signs of its zeros). */
+static inline int wtype_grid(int wtype) {
+    return wtype == WT_IQ2_XXS || wtype == WT_IQ3_XXS || wtype == WT_IQ3_S || wtype == WT_IQ1_S;
+}
+STRATA_HIDDEN float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]); /* grids.c */
+
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {
     return wtype >= 0 && wtype < WTYPE_CODES && (strata_wtypes[wtype].reads & reads) == reads;

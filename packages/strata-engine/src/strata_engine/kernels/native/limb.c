@@ -549,10 +549,10 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
-    if (wtype_codebook(wtype)) { /* looked up as the Q8_0 group of the same values (q8.h) */
+    if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
         if (!bytes) return; /* out of memory: counted */
-        lookup_group(wtype, grp, nb, bytes);
+        expand_group(wtype, grp, nb, bytes);
         grp = bytes;
     } else if (t != wtype) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
@@ -601,7 +601,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
     int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
-    int t = wtype_codebook(wtype) ? WT_Q8_0 : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
+    int t = q8_expanded(wtype) ? WT_Q8_0 : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     int64_t wide = LIMB_WIDE && t == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));

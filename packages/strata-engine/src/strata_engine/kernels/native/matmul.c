@@ -10,6 +10,7 @@
  *   Q5_1: d f32, m f32, qh u32, qs[16]
  *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
  * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
+ * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S: as stored, each 32 values decoded by grids.c.
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
  * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
@@ -177,6 +178,11 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
+    } else if (wtype_grid(wtype)) { /* scale * q: the Q8_0 block's product (grids.c) */
+        int8_t q[32];
+        vf d = vf_set1(grid_group(wtype, row, b, q));
+        *lo = vf_mul(vf_from_i8(q), d);
+        *hi = vf_mul(vf_from_i8(q + 16), d);
     } else if (wtype_codebook(wtype)) { /* scale * codebook[index]: the Q8_0 block's product (internal.h) */
         const uint8_t *blk = row + b * group32_bytes(wtype);
         const int8_t *cb = codebook_of(wtype);

@@ -64,6 +64,10 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
     int halves = q8_halves(wtype), kq = q8_kquant(wtype);
     int64_t scale_bytes = kq ? 16 : 64;
     if (N % Q8_GROUP) memset(out + (groups - 1) * gbytes, 0, (size_t)gbytes); /* the missing outputs */
+    if (wtype_grid(wtype)) { /* the rows as stored: each call expands them (expand_group) */
+        memcpy(out, w, (size_t)(N * rb));
+        return;
+    }
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
@@ -128,6 +132,14 @@ static void q8_quantize(const float *x, int64_t M, int64_t K, q8_rows *r, int nt
  * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
 void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
     int64_t nb = K / 32, bb = q8_block_bytes(t);
+    if (wtype_grid(t)) { /* the row as stored (strata_q8_pack): the Q8_0 block's products */
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t q[32];
+            float d = grid_group(t, packed + n * row_bytes(t, K), b, q);
+            for (int k = 0; k < 32; k++) out[b * 32 + k] = (float)q[k] * d;
+        }
+        return;
+    }
     int o = (int)(n % Q8_GROUP);
     const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
     for (int64_t b = 0; b < nb; b++) {
@@ -253,8 +265,8 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     }
 }
 
-/* See q8.h. */
-void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+/* A codebook type's group looked up (expand_group). */
+static void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     uint8_t table[16];
     for (int i = 0; i < 16; i++) table[i] = (uint8_t)(codebook_of(t)[i] + 128);
     for (int64_t b = 0; b < nb; b++) {
@@ -265,11 +277,33 @@ void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     }
 }
 
+/* See q8.h. */
+void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    if (wtype_codebook(t)) {
+        lookup_group(t, grp, nb, dst);
+        return;
+    }
+    int64_t rb = row_bytes(t, 32 * nb);
+    for (int o = 0; o < Q8_GROUP; o++)
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t q[32];
+            float d = grid_group(t, grp + o * rb, b, q);
+            uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+            memcpy(out + 4 * o, &d, 4);
+            for (int r = 0; r < 8; r++) { /* q + 128: q's byte with its top bit flipped */
+                uint32_t word;
+                memcpy(&word, q + 4 * r, 4);
+                word ^= 0x80808080u;
+                memcpy(out + 64 + 64 * r + 4 * o, &word, 4);
+            }
+        }
+}
+
 /* y[M, N] = x[M, K] @ W^T (+ bias) with W packed by strata_q8_pack and x quantised here. */
 void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packed, int wtype, int64_t N,
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
-    int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS, lookup = wtype_codebook(wtype);
+    int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS, lookup = q8_expanded(wtype);
     int t = lookup ? WT_Q8_0 : unpack ? q8_unpacked(wtype) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
@@ -286,7 +320,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
         if (lookup) { /* into this thread's scratch, kept between calls */
             uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
             if (!bytes) continue; /* out of memory: counted */
-            lookup_group(wtype, grp, nb, bytes);
+            expand_group(wtype, grp, nb, bytes);
             grp = bytes;
         }
         if (unpack) { /* into this thread's scratch, kept between calls */

@@ -18,7 +18,8 @@
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
  *   Q4_0, Q4_1, Q5_0, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16], mins
- *     f32[16] (Q4_1);
+ *     f32[16] (Q4_1); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
+ *     is its 16 rows as stored, each call expanding it to Q8_0's layout (expand_group);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
  *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
@@ -81,7 +82,13 @@ static inline int64_t q8_block_at(int t, int64_t b) {
     return (b >> 3) * (q8_super_bytes(t) + 8 * q8_block_bytes(t)) + q8_super_bytes(t) + (b & 7) * q8_block_bytes(t);
 }
 
-static inline int64_t q8_group_bytes(int t, int64_t nb) { return q8_block_at(t, nb); }
+/* A group's bytes (the grid types: its 16 rows as stored, see expand_group). */
+static inline int64_t q8_group_bytes(int t, int64_t nb) {
+    return wtype_grid(t) ? Q8_GROUP * row_bytes(t, 32 * nb) : q8_block_at(t, nb);
+}
+
+/* Types each call expands, a group at a time, into the Q8_0 group of the same values (expand_group). */
+static inline int q8_expanded(int t) { return wtype_codebook(t) || wtype_grid(t); }
 
 /* Where a packed block's quants start: after its scales (and mins), see the top. */
 static inline const uint8_t *q8_quants(int t, const uint8_t *blk) {
@@ -381,9 +388,11 @@ static inline void q8_store_rows(const vf *acc, int rows, int64_t m0, int64_t g,
  * the unpacking. */
 STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
-/* One group of a codebook type (internal.h) as the Q8_0 group of the same values: the same scales,
- * and byte 4o+c of row r = codebook[index] + 128. Every call looks its groups up so: the integer
- * steps, and so the bits, are then Q8_0's, with 5 bits a weight held instead of 9. */
-STRATA_HIDDEN void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
+/* One group of a q8_expanded type as the Q8_0 group of the same values: each block's scale and
+ * byte 4o+c of row r = q + 128 (a codebook type's: codebook[index] + 128, one byte shuffle a row;
+ * a grid type's, packed as its 16 rows as stored: grids.c's grid_group). Every call expands its
+ * groups so: the integer steps, and so the bits, are then Q8_0's, with 5 bits a weight held
+ * instead of 9 (the grid types: the file's own 1.56 to 3.44). */
+STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
 #endif

@@ -6,8 +6,9 @@ before them, dequant.py); K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' ow
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight
 the loader rewrote as Q6_K (transcode.py) is rewritten the same way for the device, from its
-GGUF bytes. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4), which the CPU reads as held, go to
-the device as the Q8_0 blocks of the same values (`as_q8_0`): the device has no codebook lookup.
+GGUF bytes. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types (IQ2_XXS,
+IQ3_XXS, IQ3_S, IQ1_S), which the CPU reads as held, go to the device as the Q8_0 blocks of the
+same values (`as_q8_0`): the device has no codebook lookup or grid decoding of them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from strata_engine.kernels.weights import Weight, widen_scales
 
 # the types C repacks at load (strata_wtypes' WP_KQUANT) are kept as GGUF bytes on the device
 RAW_TYPES = {qtype: t.code for qtype, t in TYPES.items() if t.pack == PACK_KQUANT}
+# the types the CPU holds in a form of their own, sent to the device as Q8_0 blocks (as_q8_0)
+HELD_AS_Q8_0 = transcode.CODEBOOK_TYPES | transcode.GRID_TYPES
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,10 @@ def from_gguf(
     device = torch.device(device)
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     wt = TYPES.get(qtype)
-    if qtype in transcode.CODEBOOK_TYPES:
+    if qtype in HELD_AS_Q8_0:
         q8 = transcode.to_q8_0(blocks, qtype)
-        assert q8 is not None  # made straight from the bits: never refused
+        if q8 is None:  # a grid type's non-finite scale: no kernel reads these blocks
+            raise ValueError(f"{qtype.name} blocks with a non-finite scale: no Triton kernel reads them")
         return _pack(TYPES[QT.Q8_0].code, torch.from_numpy(q8), out_f, in_f, device)
     if wt is not None and wt.pack in (PACK_KQUANT, PACK_STORED):
         return _pack(wt.code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
@@ -72,17 +76,17 @@ def from_gguf(
 
 
 def as_q8_0(w: Weight) -> Weight:
-    """A codebook-type weight as the Q8_0 blocks of the same values (the device's form); any other
-    weight as it is."""
+    """A codebook- or grid-type weight as the Q8_0 blocks of the same values (the device's form);
+    any other weight as it is."""
     src = w.source
     if (
         not isinstance(src, TensorInfo)
-        or src.qtype not in transcode.CODEBOOK_TYPES
+        or src.qtype not in HELD_AS_Q8_0
         or w.kernel_type != TYPES[src.qtype].code
     ):
         return w
     q8 = transcode.to_q8_0(src.data, src.qtype)
-    assert q8 is not None  # made straight from the bits: never refused
+    assert q8 is not None  # the loader held these blocks: every scale finite, never refused
     return Weight(w.name, w.out_features, w.in_features, TYPES[QT.Q8_0].code, q8, src)
 
 

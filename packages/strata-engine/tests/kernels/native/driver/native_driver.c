@@ -6,8 +6,8 @@
  * 8-bit-activation kernels' outputs instead (a digest of its own), `driver limb` those of the
  * integer-limb kernels (limb.c) for 3 and 2 limbs, `driver tiles` grouped attention over
  * runs of consecutive tokens, `driver gptoss` attention with sinks (single-head, grouped, token
- * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0 and the 4-bit codebook types
- * in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values). Built with the library's C files
+ * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0, the 4-bit codebook types and
+ * the grid types in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values). Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -436,9 +436,29 @@ static int held_same(int t, const uint8_t *w5, const uint8_t *w8, int64_t N, int
     return same;
 }
 
-/* `driver held`: Q5_0 (d f32, qh, qs) against the Q8_0 blocks of its values (d, q - 16), and the
+/* A grid type's [N, K] blocks as stored (w) and the Q8_0 blocks grids.c decodes them to (w8):
+ * fp16 d at its extremes (+-0, the smallest subnormals, +-the largest) and small, every other
+ * byte random, all zero or all one. */
+static void grid_blocks(int t, int64_t N, int64_t K, uint8_t *w, uint8_t *w8) {
+    const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF};
+    int64_t size = strata_wtypes[t].stored_bytes, blocks = N * K / 256;
+    for (int64_t s = 0; s < blocks; s++) {
+        uint8_t *blk = w + s * size;
+        for (int64_t i = 2; i < size; i++) blk[i] = s % 11 == 4 ? 0 : s % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        uint16_t d = s < 6 ? extremes[s] : s % 7 == 3 ? extremes[s % 6] : (uint16_t)(0x1800 + (next_u64() >> 54));
+        memcpy(blk, &d, 2);
+    }
+    for (int64_t b = 0; b < N * K / 32; b++) {
+        int8_t q[32];
+        float scale = grid_group(t, w + b / (K / 32) * row_bytes(t, K), b % (K / 32), q);
+        memcpy(w8 + b * 36, &scale, 4), memcpy(w8 + b * 36 + 4, q, 32);
+    }
+}
+
+/* `driver held`: Q5_0 (d f32, qh, qs) against the Q8_0 blocks of its values (d, q - 16), the
  * codebook types (IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of indices) against theirs
- * (scale, codebook[index]), in every arithmetic, every row-tile remainder; scales at fp16's
+ * (scale, codebook[index]) and the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S, as stored)
+ * against theirs (grid_blocks), in every arithmetic, every row-tile remainder; scales at fp16's
  * extremes (the largest, the smallest subnormal, +-0) and blocks of all-zero and all-one quant
  * bits everywhere; activations as `driver limb`'s (a zero block, the largest limbs, a tiny
  * block, a NaN). */
@@ -447,8 +467,9 @@ static int held(int t) {
     const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
     int64_t K = 512, N = 37, nb = N * K / 32;
     int bb = t == WT_Q5_0 ? 24 : 20; /* bytes a block of 32 (the codebook types: 20) */
-    uint8_t *w5 = malloc((size_t)(nb * bb)), *w8 = malloc((size_t)(nb * 36));
-    for (int64_t b = 0; b < nb; b++) {
+    uint8_t *w5 = malloc((size_t)(N * row_bytes(t, K))), *w8 = malloc((size_t)(nb * 36));
+    if (wtype_grid(t)) grid_blocks(t, N, K, w5, w8);
+    for (int64_t b = 0; b < nb && !wtype_grid(t); b++) {
         uint8_t *q5 = w5 + b * bb, *q8 = w8 + b * 36;
         float d = b < 5 ? scales[b] : b % 7 == 3 ? scales[b % 5] : uniform(-0.05f, 0.05f);
         memcpy(q5, &d, 4), memcpy(q8, &d, 4);
@@ -494,7 +515,12 @@ int main(int argc, char **argv) {
         kvq8();
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "held") == 0) return held(WT_Q5_0) | held(WT_IQ4_NL) | held(WT_IQ4_XS) | held(WT_MXFP4);
+    if (argc > 1 && strcmp(argv[1], "held") == 0) { /* in this order: the digest's */
+        const int types[] = {WT_Q5_0, WT_IQ4_NL, WT_IQ4_XS, WT_MXFP4, WT_IQ2_XXS, WT_IQ3_XXS, WT_IQ3_S, WT_IQ1_S};
+        int failed = 0;
+        for (int i = 0; i < 8; i++) failed |= held(types[i]);
+        return failed;
+    }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
         kvcache();
         return 0;
