@@ -43,7 +43,7 @@ from strata_engine.config import GEMMA4_REFUSED, ModelConfig
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import TensorInfo, required
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, like
-from strata_engine.kernels.weights import Weight, vector
+from strata_engine.kernels.weights import Weight, packed_experts, split_rows, vector
 
 # per layer, read beyond the shared (gemma3) ones
 TENSORS = (
@@ -154,7 +154,6 @@ def experts(
 ) -> tuple[Weight | None, list[tuple[Weight, Weight, Weight]] | None]:
     """The layer's router and experts (gate, up, down; blocks kept packed) where it has a router:
     a fused ffn_gate_up_exps split by rows, gate first (a row's output is its own row's)."""
-    from strata_engine.model import packed_experts, split_rows  # model.py imports this module
 
     if not cfg.n_experts or p + "ffn_gate_inp.weight" not in t:
         return None, None

@@ -23,8 +23,7 @@ from strata_engine import exactmath
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.base import Array, Ops, like, to_numpy
-from strata_engine.kernels.weights import Weight
-from strata_engine.model import packed_experts
+from strata_engine.kernels.weights import Weight, packed_experts
 
 Swiglu = tuple[Weight, Weight, Weight]  # gate, up, down
 

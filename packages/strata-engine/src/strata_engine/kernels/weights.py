@@ -119,3 +119,36 @@ def _transcoded(info: TensorInfo) -> tuple[int, np.ndarray] | None:
 def vector(info: TensorInfo) -> np.ndarray:
     """A 1-D tensor (norm weight, bias) as fp32."""
     return np.ascontiguousarray(dequantize(info)).reshape(-1).copy()
+
+
+def split_rows(w: Weight, sizes: list[int]) -> list[Weight]:
+    """Consecutive row ranges of a weight as weights of their own, sharing its packed blocks.
+
+    A matmul output row depends only on its own weight row, so a fused projection (phi3's
+    attn_qkv and gate-up) split here gives the same bits as the unfused one, and the blocks
+    stay in their stored format.
+    """
+    if sum(sizes) != w.out_features:
+        raise ModelLoadError(f"tensor {w.name}: {w.out_features} rows cannot be split as {sizes}")
+    row_bytes = w.raw.size // w.out_features
+    parts, start = [], 0
+    for n in sizes:
+        name = f"{w.name}[{start}:{start + n}]"
+        source = None
+        if w.kernel_type != 0 and w.source is not None:  # the torch fallback dequantises from it
+            src_row = w.source.data.nbytes // w.out_features
+            data = w.source.data[start * src_row : (start + n) * src_row]
+            source = TensorInfo(name, (n, w.in_features), w.source.qtype, data)
+        raw = w.raw[start * row_bytes : (start + n) * row_bytes]
+        parts.append(Weight(name, n, w.in_features, w.kernel_type, raw, source))
+        start += n
+    return parts
+
+
+def packed_experts(info: TensorInfo) -> list[Weight]:
+    """A 3-D expert tensor [n_experts, out, in] as one weight per expert, blocks kept packed."""
+    if len(info.shape) != 3:
+        raise ModelLoadError(f"tensor {info.name}: expected 3 dimensions, got {info.shape}")
+    n, out_f, in_f = info.shape
+    flat = Weight.from_info(TensorInfo(info.name, (n * out_f, in_f), info.qtype, info.data))
+    return split_rows(flat, [out_f] * n)

@@ -19,7 +19,7 @@ cannot differ in value.
 Two paths compute it, both with integer `tl.dot` (int8 x int8 into int32): `_tile_kernel`
 (prefill: tiles of BLOCK_M rows by BLOCK_N outputs) and mmadecode.py's kernel (decode, up to
 ROWS_MAX rows: the weights as the MMA's wide operand, each row's limbs as columns of the small
-one). They share every float step (`_value`, `_accumulate`), and their integer sums are equal
+one). They share every float step (float_chain.py), and their integer sums are equal
 because they are exact, so a row's bits cannot depend on which path ran; `matmul` picks by row
 count. Every runtime integer is unspecialised: one binary per kernel, type and limb count.
 """
@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton import mmadecode
+from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, canonical_nan, fit
 from strata_engine.kernels.triton.packed import (
     PackedWeight,
@@ -40,7 +42,7 @@ from strata_engine.kernels.triton.packed import (
     scales,
 )
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
+from strata_engine.kernels.triton.wtypes import Q6_K
 
 # The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the decode path's outputs a
 # program: speed choices only. Under the interpreter each program (and each nested jit call in
@@ -51,32 +53,6 @@ BLOCK_M, BLOCK_N = (64, 1024) if INTERPRETED else (16, 32)
 MMA_N = 1024 if INTERPRETED else 256
 ROWS_MAX = 8  # calls of at most this many rows take the decode path: a speed choice only
 PATHS = ("auto", "tile", "mma")
-
-
-@triton.jit
-def _value(sa, sb, sc, LIMBS: tl.constexpr):
-    """The block's exact sum over the limbs' sums, converted once to fp32 (limb.c's limb_value3)."""
-    if LIMBS == 1:
-        f = sa.to(tl.float32)
-    elif LIMBS == 2:
-        f = (sb * 256 + sa).to(tl.float32)
-    else:
-        f = (sc.to(tl.float64) * 65536.0 + (sb * 256 + sa).to(tl.float64)).to(tl.float32)
-    return f
-
-
-@triton.jit
-def _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
-    """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape)."""
-    acc = tl.fma(ws0 * s, f0, acc)
-    if WT == Q6_K:  # the second half, its own scale
-        acc = tl.fma(ws1 * s, f1, acc)
-    if WT == Q4_1:  # + min * dsum
-        acc = tl.fma(mn, dsum, acc)
-    elif WT == Q4_K or WT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
-        # - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
-        acc = tl.fma(mn, -dsum, acc)
-    return acc
 
 
 @triton.jit
@@ -99,7 +75,7 @@ def _tile_value(q_ptr, xb, rmask, k, w8, WT: tl.constexpr, HALF: tl.constexpr, L
         sb = _tile_sum(q_ptr, xb, rmask, k, w8, 1, WT, HALF, LIMBS)
     if LIMBS == 3:
         sc = _tile_sum(q_ptr, xb, rmask, k, w8, 2, WT, HALF, LIMBS)
-    return _value(sa, sb, sc, LIMBS)
+    return value(sa, sb, sc, LIMBS)
 
 
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
@@ -127,7 +103,7 @@ def _tile_kernel(
         f1 = f0
         if WT == Q6_K:  # the second half's sum, for its own scale
             f1 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 1, LIMBS)
-        acc = _accumulate(
+        acc = accumulate(
             acc, f0, f1, tl.broadcast_to(ws0[None, :], (BM, BN)), tl.broadcast_to(ws1[None, :], (BM, BN)),
             tl.broadcast_to(mn[None, :], (BM, BN)), s, dsum, WT,
         )  # fmt: skip
@@ -160,8 +136,6 @@ def matmul_quantised(
     args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
     consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
     if path == "mma" or (path == "auto" and m <= ROWS_MAX):
-        from strata_engine.kernels.triton import mmadecode  # it imports this module's float steps
-
         bn = fit(n, MMA_N, 16)
         mmadecode._mma_kernel[mmadecode.grid(m, n, bn)](*args, m, n, nb, pw.group_bytes, BN=bn, **consts)
     else:

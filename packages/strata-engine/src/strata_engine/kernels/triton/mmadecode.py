@@ -7,7 +7,7 @@ into nibbles in registers), and the activations the small one: its 16 columns ar
 pairs, 4 rows of up to 3 limbs, so one integer `tl.dot` gives every limb sum of every row for
 the block. The sums are exact (int8 x int8 into int32), hence the same integers as the C
 kernels' whatever the instruction; each (row, output) then runs intmatmul's float steps
-(`_value`, `_accumulate`) per block, in block order, so the bits are the C kernels'.
+(float_chain.py) per block, in block order, so the bits are the C kernels'.
 
 Each thread's MMA operand register holds 4 consecutive inputs of one output, which in the
 packed layout are the low (or high) nibbles of one 4-byte word: the word masked with 0x0F0F0F0F
@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import canonical_nan
-from strata_engine.kernels.triton.intmatmul import _accumulate, _value
 from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
 from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 
@@ -98,12 +98,12 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
 
 @triton.jit
 def _limbs(s0, s1, s2, LIMBS: tl.constexpr):
-    """f of one block from its limbs' sums: _value's number (k = 3: the exact sum formed in
-    int64 and converted once, the value _value's fp64 steps give)."""
+    """f of one block from its limbs' sums: value's number (k = 3: the exact sum formed in
+    int64 and converted once, the value value's fp64 steps give)."""
     if LIMBS == 3:
         f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
     else:
-        f = _value(s0, s1, s2, LIMBS)
+        f = value(s0, s1, s2, LIMBS)
     return f
 
 
@@ -171,7 +171,7 @@ def _mma_kernel(
         xb = rows.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
         dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
-        acc = _accumulate(
+        acc = accumulate(
             acc, f0, f1, tl.broadcast_to(ws0[:, None], (BN, TOKENS)), tl.broadcast_to(ws1[:, None], (BN, TOKENS)),
             tl.broadcast_to(mn[:, None], (BN, TOKENS)), s, dsum, WT,
         )  # fmt: skip

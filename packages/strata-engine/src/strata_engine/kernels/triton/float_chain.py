@@ -1,0 +1,35 @@
+"""The integer matmuls' per-block float steps (intmatmul.py's contract), shared by the tile path
+and the decode path (mmadecode.py) so that both give one output the same float sequence."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
+
+
+@triton.jit
+def value(sa, sb, sc, LIMBS: tl.constexpr):
+    """The block's exact sum over the limbs' sums, converted once to fp32 (limb.c's limb_value3)."""
+    if LIMBS == 1:
+        f = sa.to(tl.float32)
+    elif LIMBS == 2:
+        f = (sb * 256 + sa).to(tl.float32)
+    else:
+        f = (sc.to(tl.float64) * 65536.0 + (sb * 256 + sa).to(tl.float64)).to(tl.float32)
+    return f
+
+
+@triton.jit
+def accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
+    """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape)."""
+    acc = tl.fma(ws0 * s, f0, acc)
+    if WT == Q6_K:  # the second half, its own scale
+        acc = tl.fma(ws1 * s, f1, acc)
+    if WT == Q4_1:  # + min * dsum
+        acc = tl.fma(mn, dsum, acc)
+    elif WT == Q4_K or WT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
+        # - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
+        acc = tl.fma(mn, -dsum, acc)
+    return acc
