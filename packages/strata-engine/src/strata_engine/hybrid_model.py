@@ -34,6 +34,7 @@ from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.hybrid_moe import SharedExpertMoE
 from strata_engine.hybrid_moe import forward as moe_forward
 from strata_engine.hybrid_moe import load as load_moe
+from strata_engine.hybrid_projections import Projections
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
@@ -46,13 +47,14 @@ from strata_engine.tensor_parallel import SINGLE, TensorParallel
 class HybridLayer:
     attn_norm: np.ndarray
     post_norm: np.ndarray
-    ffn: tuple[Weight, Weight, Weight] | SharedExpertMoE  # SwiGLU (gate, up, down) or the experts
-    weights: dict[str, Weight]  # the mixer's matmuls (attention or DeltaNet), by tensor name
+    ffn: tuple[Projections, Weight] | SharedExpertMoE  # SwiGLU (gate / up, down) or the experts
+    inputs: Projections  # the mixer's matmuls of its input (attention or DeltaNet), fused by type
+    weights: dict[str, Weight]  # its output matmul (attn_output or ssm_out), by tensor name
     vectors: dict[str, np.ndarray]  # its norms and per-head parameters
 
 
-ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
-DELTA_NET = ("attn_qkv", "attn_gate", "ssm_out")
+ATTENTION = ("attn_q", "attn_k", "attn_v")  # the mixers' matmuls of the normed input
+DELTA_NET = ("attn_qkv", "attn_gate")
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -146,6 +148,9 @@ class HybridTransformer:
         def matmul(name: str) -> Weight:
             return ops.pack(Weight.from_info(need(name)))
 
+        def fused(p: str, names: tuple[str, ...]) -> Projections:  # by short name: "attn_q"
+            return Projections.of(ops, {n: Weight.from_info(need(f"{p}{n}.weight")) for n in names})
+
         self.embedding, self.output = lm_head(ops, need, "output.weight" in t, gguf.release_pages)
         self.norm = vector(need("output_norm.weight"))
         self.layers: list[HybridLayer] = []
@@ -153,6 +158,7 @@ class HybridTransformer:
             p = f"blk.{i}."
             ba = ("ssm_ba",) if self.hybrid.fused_beta_alpha else ("ssm_beta", "ssm_alpha")
             names = DELTA_NET + ba if recurrent else ATTENTION
+            out = "ssm_out" if recurrent else "attn_output"
             vecs = (
                 ("ssm_dt.bias", "ssm_a", "ssm_norm.weight")
                 if recurrent
@@ -165,13 +171,10 @@ class HybridTransformer:
                     ffn=(
                         load_moe(ops, need, p)
                         if self.hybrid.n_experts
-                        else (
-                            matmul(p + "ffn_gate.weight"),
-                            matmul(p + "ffn_up.weight"),
-                            matmul(p + "ffn_down.weight"),
-                        )
+                        else (fused(p, ("ffn_gate", "ffn_up")), matmul(p + "ffn_down.weight"))
                     ),
-                    weights={n: matmul(f"{p}{n}.weight") for n in names},
+                    inputs=fused(p, names),
+                    weights={out: matmul(f"{p}{out}.weight")},
                     vectors={n: vector(need(p + n)) for n in vecs},
                 )
             )
@@ -204,8 +207,9 @@ class HybridTransformer:
             if isinstance(layer.ffn, SharedExpertMoE):
                 x = x + moe_forward(ops, h, layer.ffn, cfg.n_experts_used)
             else:
-                gate, up, down = layer.ffn
-                x = x + ops.linear(ops.silu_mul(ops.linear(h, gate), ops.linear(h, up)), down)
+                gate_up, down = layer.ffn
+                y = gate_up.apply(ops, h)
+                x = x + ops.linear(ops.silu_mul(y["ffn_gate"], y["ffn_up"]), down)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _attention(
@@ -213,11 +217,12 @@ class HybridTransformer:
     ) -> Array:
         cfg, ops, w = self.cfg, self.ops, layer.weights
         n, d = h.shape[0], cfg.head_dim
-        qg = to_numpy(ops.linear(h, w["attn_q"])).reshape(n, cfg.n_heads, 2, d)
+        y = layer.inputs.apply(ops, h)
+        qg = to_numpy(y["attn_q"]).reshape(n, cfg.n_heads, 2, d)
         q = like(h, np.ascontiguousarray(qg[:, :, 0]))
         gate = sigmoid(qg[:, :, 1].reshape(n, -1))
-        k = ops.linear(h, w["attn_k"]).reshape(n, cfg.n_kv_heads, d)
-        v = ops.linear(h, w["attn_v"]).reshape(n, cfg.n_kv_heads, d)
+        k = y["attn_k"].reshape(n, cfg.n_kv_heads, d)
+        v = y["attn_v"].reshape(n, cfg.n_kv_heads, d)
         q = ops.rope(
             ops.rmsnorm(q, layer.vectors["attn_q_norm.weight"], cfg.rms_eps), meta.positions, self.rope
         )
@@ -232,13 +237,14 @@ class HybridTransformer:
         hy, ops, w, vec = self.hybrid, self.ops, layer.weights, layer.vectors
         assert self.states is not None and meta.state_slots is not None
         n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
-        qkv = to_numpy(ops.linear(h, w["attn_qkv"]))
+        y = layer.inputs.apply(ops, h)
+        qkv = to_numpy(y["attn_qkv"])
         if hy.fused_beta_alpha:  # per key head: [beta | alpha] of its n_v / n_k value heads
-            ba = to_numpy(ops.linear(h, w["ssm_ba"])).reshape(n, hy.n_k_heads, 2, -1)
+            ba = to_numpy(y["ssm_ba"]).reshape(n, hy.n_k_heads, 2, -1)
             beta, alpha = sigmoid(ba[:, :, 0].reshape(n, hv)), ba[:, :, 1].reshape(n, hv)
         else:
-            beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
-            alpha = to_numpy(ops.linear(h, w["ssm_alpha"]))
+            beta = sigmoid(to_numpy(y["ssm_beta"]))
+            alpha = to_numpy(y["ssm_alpha"])
         alpha = alpha + vec["ssm_dt.bias"]
         decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
         # the short convolution per sequence, its window carried in the state: each token's taps
@@ -283,7 +289,7 @@ class HybridTransformer:
                 states, meta.state_slots, starts, counts, (q, k, v), decay, beta, scale, meta.state_captures
             )
         normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
-        z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
+        z = y["attn_gate"].reshape(n, hv, ds)
         return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])
 
     def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
