@@ -66,11 +66,22 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return _f32(exactmath.sigmoid(x))
 
 
-def softplus(x: np.ndarray) -> np.ndarray:
-    """log(1 + e^x) in float64 (x above 20: x, as ggml; below -20: e^x), rounded to fp32."""
+def softplus(x: np.ndarray, e: np.ndarray | None = None) -> np.ndarray:
+    """log(1 + e^x) in float64 (x above 20: x, as ggml; below -20: e^x), rounded to fp32; `e`:
+    exactmath.exp(min(x, 20)) where the caller has it."""
     x64 = np.asarray(x, dtype=np.float64)
-    e = exactmath.exp(np.minimum(x64, 20.0))
+    e = exactmath.exp(np.minimum(x64, 20.0)) if e is None else e
     return _f32(np.where(x64 > 20.0, x64, np.where(x64 < -20.0, e, exactmath.log(1.0 + e))))
+
+
+def gates(b: np.ndarray, alpha: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """beta = sigmoid(b) and the decay e^(softplus(alpha) a), as `sigmoid` and `softplus` compute
+    them, the exps of -b and of min(alpha, 20) in one exactmath call (elementwise: the same bits,
+    one pass of its steps instead of two: they are most of a decode step's numpy time)."""
+    b64, x64 = np.asarray(b, dtype=np.float64), np.asarray(alpha, dtype=np.float64)
+    e = exactmath.exp(np.concatenate((-b64, np.minimum(x64, 20.0))))
+    beta = _f32(1.0 / (1.0 + e[: b64.shape[0]]))
+    return beta, _f32(exactmath.exp(softplus(alpha, e[b64.shape[0] :]) * a))
 
 
 def _tree_sum(p: np.ndarray) -> np.ndarray:
@@ -184,6 +195,9 @@ class HybridTransformer:
             gguf.release_pages()
         self.rope, _ = rope_tables(cfg, t)
         self.states: RecurrentStates | None = None
+        heads = self.hybrid.key_heads()  # None where value head h reads key head h (no gather)
+        self.key_heads = None if np.array_equal(heads, np.arange(heads.shape[0])) else heads
+        self.scale = np.float32(1.0 / np.sqrt(np.float32(self.hybrid.d_state)))
 
     def make_states(self, n_slots: int, n_snapshots: int = 0) -> RecurrentStates:
         """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)
@@ -196,10 +210,18 @@ class HybridTransformer:
         states of `meta.state_slots` by the step's tokens."""
         cfg, ops = self.cfg, self.ops
         x = ops.embed(self.embedding, ids)
+        rows = None  # each sequence's tokens, starts[r] .. starts[r] + counts[r] - 1 of the step
+        if meta.state_slots is not None:
+            n_rows = len(meta.state_slots)
+            rows = (
+                np.searchsorted(meta.token_seq, np.arange(n_rows)),
+                np.bincount(meta.token_seq, minlength=n_rows),
+            )
         for i, layer in enumerate(self.layers):
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
             if self.hybrid.recurrent[i]:
-                o = self._delta_net(i, layer, h, meta)
+                assert rows is not None
+                o = self._delta_net(i, layer, h, meta, rows)
             else:
                 o = self._attention(layer, h, meta, kv[i])
             x = x + o
@@ -233,7 +255,9 @@ class HybridTransformer:
         a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1) * gate
         return ops.linear(like(h, a), w["attn_output"])
 
-    def _delta_net(self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta) -> Array:
+    def _delta_net(
+        self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta, rows: tuple[np.ndarray, np.ndarray]
+    ) -> Array:
         hy, ops, w, vec = self.hybrid, self.ops, layer.weights, layer.vectors
         assert self.states is not None and meta.state_slots is not None
         n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
@@ -241,36 +265,35 @@ class HybridTransformer:
         qkv = to_numpy(y["attn_qkv"])
         if hy.fused_beta_alpha:  # per key head: [beta | alpha] of its n_v / n_k value heads
             ba = to_numpy(y["ssm_ba"]).reshape(n, hy.n_k_heads, 2, -1)
-            beta, alpha = sigmoid(ba[:, :, 0].reshape(n, hv)), ba[:, :, 1].reshape(n, hv)
+            b, alpha = ba[:, :, 0].reshape(n, hv), ba[:, :, 1].reshape(n, hv)
         else:
-            beta = sigmoid(to_numpy(y["ssm_beta"]))
-            alpha = to_numpy(y["ssm_alpha"])
-        alpha = alpha + vec["ssm_dt.bias"]
-        decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
+            b, alpha = to_numpy(y["ssm_beta"]), to_numpy(y["ssm_alpha"])
+        beta, decay = gates(b, alpha + vec["ssm_dt.bias"], vec["ssm_a"])  # decay e^g, g < 0
         # the short convolution per sequence, its window carried in the state: each token's taps
         # multiplied and added in tap order (one fixed order per element, whatever the chunk)
         conv = np.empty_like(qkv)
         windows, kernel, keep = self.states.conv[i], vec["conv"], hy.d_conv - 1
-        for row, slot in enumerate(meta.state_slots.tolist()):
-            tokens = np.flatnonzero(meta.token_seq == row)
-            rows, m = np.concatenate((windows[slot], qkv[tokens])), tokens.shape[0]
-            acc = rows[0:m] * kernel[:, 0]
+        starts, counts = rows
+        for row, (slot, start, m) in enumerate(
+            zip(meta.state_slots.tolist(), starts.tolist(), counts.tolist(), strict=True)
+        ):
+            tokens = slice(start, start + m)  # a sequence's tokens are consecutive in the step
+            window = np.concatenate((windows[slot], qkv[tokens]))
+            acc = window[0:m] * kernel[:, 0]
             for j in range(1, hy.d_conv):
-                acc = acc + rows[j : j + m] * kernel[:, j]
+                acc = acc + window[j : j + m] * kernel[:, j]
             conv[tokens] = acc
             for _, done, snapshot in (c for c in meta.state_captures if c[0] == row):
-                windows[snapshot] = rows[done : done + keep]  # the window after `done` tokens
-            windows[slot] = rows[rows.shape[0] - keep :]
+                windows[snapshot] = window[done : done + keep]  # the window after `done` tokens
+            windows[slot] = window[window.shape[0] - keep :]
         conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
         eps, kd = self.cfg.rms_eps, hy.key_dim
-        heads = hy.key_heads()
-        q = l2_normalize(conv[:, :kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
-        k = l2_normalize(conv[:, kd : 2 * kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
+        qk = l2_normalize(conv[:, : 2 * kd].reshape(n, 2, hy.n_k_heads, ds), eps)  # per head: one call
+        q, k = qk[:, 0], qk[:, 1]
+        if self.key_heads is not None:  # each value head's key head
+            q, k = q[:, self.key_heads], k[:, self.key_heads]
         v = conv[:, 2 * kd :].reshape(n, hv, ds)
-        scale = np.float32(1.0 / np.sqrt(np.float32(ds)))
-        starts = np.searchsorted(meta.token_seq, np.arange(len(meta.state_slots)))
-        counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
-        states = self.states.ssm[i]
+        scale, states = self.scale, self.states.ssm[i]
         rule = getattr(ops, "delta_rule", None)  # the native kernels' C loop: these same bits
         if rule is not None:
             core = rule(
