@@ -118,7 +118,7 @@ def main() -> None:
     rows = []
     for mix in args.types.split(","):
         rows.append(row(mix, run_type(mix, args)))
-        print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+        print(markdown(rows[-1:]).splitlines()[2], flush=True)  # the type's row
     print(markdown(rows))
     write_results(args.json, {"host": host_line(), "layers": args.layers, "prompt": args.prompt,
                               "decode": args.decode, "rounds": args.rounds, "rows": rows})  # fmt: skip

@@ -40,7 +40,7 @@ from strata_engine.testing.triton_compile import RUNS
 TARGET_INSTRUCTIONS = 0.15  # warp-instructions a weight in the decode loop body (Q4_K, Q6_K)
 TARGET_LAUNCHES = 4  # launches a layer in a decode step
 TARGET_TYPES = ("Q4_K", "Q6_K")
-DECODE = ("intmatmul._rows_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
+DECODE = ("mmadecode._mma_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
 
 
 def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> None:
@@ -54,8 +54,8 @@ def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> N
 
 
 def is_decode(row: dict[str, Any]) -> bool:
-    """A matmul launch of the decode path: the integer row kernel, or the fp32 mode's one-row
-    tile (BM 1)."""
+    """A matmul launch of the decode path: the integer modes' tensor-core decode kernel, or the
+    fp32 mode's one-row tile (BM 1)."""
     return row["kernel"] == DECODE[0] or (row["kernel"] == DECODE[1] and row["constexprs"].get("BM") == 1)
 
 

@@ -118,11 +118,6 @@ class LLMEngine:
             weights = sum(t.data.nbytes for t in gguf.tensors.values())
             state = 0 if cfg.hybrid is None else cfg.hybrid.state_bytes  # one sequence's, as the KV
             check_fits(Path(path).name, weights, min_blocks * per_block + state, self.ctx_size)
-        if cfg.hybrid is not None and not on_cpu(kernels, device):
-            raise ModelLoadError(
-                f"{cfg.arch}: hybrid recurrent models run on the CPU kernels only for now; the GPU "
-                "(Triton) backend does not compute their DeltaNet layers (use device cpu)"
-            )
         if kv_cache_dtype == "q8_0" and not on_cpu(kernels, device):
             raise ModelLoadError(
                 "the q8_0 KV cache runs on the CPU kernels only for now; the GPU (Triton) backend "

@@ -30,7 +30,6 @@ TENSORS = (
 )  # fmt: skip
 # what gpt-oss is refused on, and why (check_backend; docs/engine.md's generated section)
 REFUSED = {
-    "on the Triton (GPU) kernels": "they have no attention sinks and no clamped SwiGLU",
     "with tensor parallelism": "its output and expert biases are not sharded",
     "with `rope.freq_base_swa` other than `rope.freq_base`": "its sliding-window table would need YaRN too",
 }
@@ -82,8 +81,8 @@ def parts(t: Mapping[str, TensorInfo], prefix: str) -> Parts:
 
 def check_backend(ops: Ops, tensor_parallel: bool) -> None:
     """Refuse what gpt-oss's parts are not built for: a backend without the clamped SwiGLU and
-    attention sinks (the Triton kernels), and tensor parallelism (the output bias would be added
-    once per rank)."""
+    attention sinks (every backend here has them; a new one must say so), and tensor parallelism
+    (the output bias would be added once per rank)."""
     if not hasattr(ops, "swiglu_oai"):
         raise ModelLoadError(
             f"gpt-oss needs attention sinks and the clamped SwiGLU, which the {ops.name} kernels do not "

@@ -203,6 +203,9 @@ class HybridTransformer:
         """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)
         and `n_snapshots` prefix-cache snapshots."""
         self.states = RecurrentStates(self.hybrid, n_slots, n_snapshots)
+        place = getattr(self.ops, "recurrent_states", None)  # a backend whose recurrence runs on
+        if place is not None:  # its device keeps the DeltaNet states there (triton/recurrence.py)
+            self.states.ssm = {i: place(a) for i, a in self.states.ssm.items()}
         return self.states
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:

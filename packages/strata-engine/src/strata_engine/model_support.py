@@ -65,8 +65,8 @@ def markdown() -> str:
         "refused by name: "
         + "; ".join(GEMMA4_REFUSED.values())
         + ". Its vision and audio towers come in separate projector files, which are not loaded.",
-        f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels only "
-        "(the GPU backend refuses them), the prefix cache through state snapshots, no tensor "
+        f"- **Hybrid recurrent architectures** ({_names(HYBRID_ARCHITECTURES)}): the CPU kernels and "
+        "the GPU (Triton) kernels, the prefix cache through state snapshots, no tensor "
         "parallelism; multi-token-prediction layers (`nextn_predict_layers`) are refused.",
         f"- **RoPE scaling (`{{arch}}.rope.scaling.type`):** {_names(SCALING_KINDS)}; another kind is refused.",
         "- **RoPE factor tensors:** "

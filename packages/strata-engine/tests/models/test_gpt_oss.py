@@ -230,7 +230,7 @@ def test_tensors_read_and_refused_by_name() -> None:
 
 
 def test_backends_without_sinks_are_refused(files) -> None:
-    """A backend without the sink attention and the clamped SwiGLU (the Triton kernels) refuses
+    """A backend without the sink attention and the clamped SwiGLU (every backend here has them) refuses
     the model by name instead of computing it without them; so does tensor parallelism."""
 
     class NoSinks:

@@ -199,11 +199,6 @@ def test_state_slots_are_freed_on_finish_abort_and_preemption(tiny: Path, prompt
     assert small.blocks.states is not None and small.blocks.states.live == 0
 
 
-def test_the_gpu_backend_refuses_the_family(tiny: Path) -> None:
-    with pytest.raises(ModelLoadError, match="hybrid recurrent models run on the CPU kernels only"):
-        LLMEngine(tiny, device="cuda")
-
-
 def _meta(arch: str = "qwen35", **keys: object) -> dict[str, object]:
     base: dict[str, object] = {
         "embedding_length": 64, "block_count": 4, "attention.head_count": 4, "feed_forward_length": 128,

@@ -247,12 +247,6 @@ def test_prompt_rows_are_the_decode_rows(tiny: Path, prompt: list[int]) -> None:
         assert (step.token_id, step.logprobs.logprob, step.logprobs.top) == row
 
 
-def test_the_gpu_is_off_for_the_family(tiny: Path) -> None:
-    """As for qwen35: the CPU kernels only (the prefix cache's snapshots: test_hybrid_prefix_cache.py)."""
-    with pytest.raises(ModelLoadError, match="hybrid recurrent models run on the CPU kernels only"):
-        LLMEngine(tiny, device="cuda")
-
-
 def _meta(arch: str = "qwen35moe", **keys: object) -> dict[str, object]:
     base: dict[str, object] = {
         "embedding_length": 64, "block_count": 4, "attention.head_count": 4, "ssm.conv_kernel": 4,

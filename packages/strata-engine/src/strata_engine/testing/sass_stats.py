@@ -37,8 +37,8 @@ SPILLS = ("STL", "LDL")  # local-memory stores and loads: ptxas's spill code
 # the integer matmuls and the fp32 mode's stored-block matmul take one block of 32 inputs for
 # BN outputs an iteration; the fp32-weight matmul 16 inputs for BN outputs
 WEIGHTS_PER_ITERATION: dict[str, Callable[[dict[str, Any]], int]] = {
-    "intmatmul._rows_kernel": lambda c: 32 * c["BN"],
     "intmatmul._tile_kernel": lambda c: 32 * c["BN"],
+    "mmadecode._mma_kernel": lambda c: 32 * c["BN"],
     "matmul._matmul_kernel": lambda c: 32 * c["BN"],
     "fmatmul._dot1_kernel": lambda c: 16 * c["BN"],
 }

@@ -107,6 +107,8 @@ RUNS += [
     ("tied", "native-fp32", False, "fp32"),
     ("moe", "native-fp32", False, "fp32"),
     ("gemma2", "native-fp32", False, "fp16"),
+    ("gpt-oss", "native-fp32", False, "fp32"),  # attention sinks, the clamped SwiGLU
+    ("hybrid", "native-fp32", False, "fp32"),  # the DeltaNet recurrence
 ]
 
 
@@ -126,6 +128,8 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
 
     from strata_engine.testing import tiny_models
     from strata_engine.testing.tiny_arch_models import ARCH_SPECS, write_arch_model
+    from strata_engine.testing.tiny_gpt_oss import write_gpt_oss
+    from strata_engine.testing.tiny_hybrid_models import write_qwen35
     from strata_engine.testing.tiny_models import TINY_SPECS, write_quantised_model, write_tiny_model
 
     tiny_models.FFN = 256  # one K-quant super-block for ffn_down
@@ -153,6 +157,8 @@ def workloads(tmp: Path, shard: int = 0, shards: int = 1) -> None:
             types=(QT.F32,),
         ),
     }
+    models["gpt-oss"] = write_gpt_oss(tmp / "o.gguf", seed=3)
+    models["hybrid"] = write_qwen35(tmp / "h.gguf", seed=1)
     prompt = (12, 50, 33, 71, 9, 25, 17, 40, 3)  # 9 rows: past the integer matmul's row path
     requests = [
         Request(

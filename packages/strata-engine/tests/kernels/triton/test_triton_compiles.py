@@ -2,7 +2,7 @@
 
 The interpreter-based tests prove the kernels' bits; this proves a GPU can build them: every
 distinct launch the engine makes on tiny models (every mode, prefill and decode, the static
-decode path, selections and draws, sliding window and soft-cap, experts), recorded under the
+decode path, selections and draws, sliding window and soft-cap, experts, gpt-oss, a hybrid), recorded under the
 interpreter with the GPU's tile sizes, then compiled by Triton's compiler for CUDA 9.0 down to a
 cubin. It also checks that the workloads launch every kernel defined in kernels/triton, so a new
 kernel cannot go unchecked, and that no kernel uses local memory (ptxas's spills; issue 42's

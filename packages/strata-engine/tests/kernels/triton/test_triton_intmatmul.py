@@ -3,9 +3,9 @@
 The reference is the C code itself: strata_q8_matmul ("native-q8", 1 limb) and
 strata_limb_matmul ("native", "native-limb2") through NativeOps.linear, on the same bytes
 strata_q8_pack wrote. Every quant type, 1 and 3 limbs (2 once), row counts on both paths (1, 2,
-5: the row path; 17, 33: more than one tile), odd N (a partial group of 16, a partial program)
-and several block counts; extreme quants and activations (huge, tiny, zero, NaN, infinity
-blocks); the row path equals the tile path; the activation rule equals a numpy port of the C
+5, 8: the decode path on tensor cores, 4 rows a program; 17, 33: more than one tile), odd N (a
+partial group of 16, a partial program) and several block counts; extreme quants and
+activations (huge, tiny, zero, NaN, infinity blocks); the decode path equals the tile path; the activation rule equals a numpy port of the C
 rule; the packed layout's sizes are the C code's; rows of a packed weight are strata_gather_rows'.
 A NaN's payload is not part of the contract (a GPU returns its own), so NaNs compare by place.
 
@@ -30,7 +30,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton import intmatmul, packed, quantize
+from strata_engine.kernels.triton import intmatmul, mmadecode, packed, quantize
 from strata_engine.kernels.triton.backend import TritonOps
 from strata_engine.kernels.weights import Weight
 from strata_engine.provenance import arithmetic
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encount
 
 TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
-ROWS = (1, 2, 5, 17, 33)  # 1-5: the row path; 17, 33: the tile path, more than one tile of 16
+ROWS = (1, 2, 5, 8, 17, 33)  # 1-8: the decode path (mmadecode.py); 17, 33: the tile path
 N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
 # stored bytes of quants (block size, start, end) and the byte giving the largest |quant|
 EXTREME_BYTES = {
@@ -164,13 +164,13 @@ def test_two_limbs_equal_the_c_kernels(qtype: QT) -> None:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_extremes_equal_the_c_kernels(qtype: QT, limbs: int) -> None:
     """Every quant at its largest magnitude against activations at the rules' edges: integer
-    sums at their bounds, NaN/infinity/tiny/zero blocks, ties; the tile and the row path."""
+    sums at their bounds, NaN/infinity/tiny/zero blocks, ties; the tile and the decode path."""
     rng = np.random.default_rng(int(qtype) + 300 * limbs)
     k = _ks(qtype)[0]
     x = _edge_rows(k)
     for extreme in (True, False):
         w = _weight(qtype, N, k, rng, extreme=extreme)
-        for path in ("rows", "tile"):
+        for path in ("mma", "tile"):
             got, want = _both(qtype, limbs, x, w, path=path)
             assert same_bits(got, want), f"extreme weights {extreme}, {path} path"
     assert np.isnan(want[4]).all() and (limbs == 1 or np.isnan(want[3]).all())  # the edges are reached
@@ -203,12 +203,13 @@ def test_three_limb_sum_is_rounded_once() -> None:
 
 
 @pytest.mark.parametrize(("qtype", "limbs"), [(QT.Q4_1, 1), (QT.Q6_K, 3)], ids=["Q4_1-1", "Q6_K-3"])
-def test_row_path_equals_tile_path(qtype: QT, limbs: int) -> None:
-    """The decode path's integer sums (elementwise products) equal the tile's (tl.dot): the same
-    bits, so a row's result cannot depend on how many rows its call had. Every type and limb
-    count meets both paths against the C kernels above (test_extremes_equal_the_c_kernels runs
-    the same rows through each): here a plain type with a min term on q8's rule and the type
-    with two halves on three limbs, each row on both paths and one alone, compared directly."""
+def test_decode_path_equals_tile_path(qtype: QT, limbs: int) -> None:
+    """The decode path's integer sums (weights as the MMA's wide operand, rows' limbs as
+    columns) equal the tile's: the same bits, so a row's result cannot depend on how many rows
+    its call had. Every type and limb count meets both paths against the C kernels above
+    (test_extremes_equal_the_c_kernels runs the same rows through each): here a plain type with
+    a min term on q8's rule and the type with two halves on three limbs, each row on both paths
+    and one alone, compared directly."""
     rng = np.random.default_rng(int(qtype) + 400 * limbs)
     k = _ks(qtype)[0]
     c = _c_ops(limbs)
@@ -216,9 +217,9 @@ def test_row_path_equals_tile_path(qtype: QT, limbs: int) -> None:
     x = on(_activations(11, k, rng))
     bias = on(rng.uniform(-1, 1, N).astype(np.float32))
     tile = intmatmul.matmul(x, pw, bias, path="tile")
-    rows = intmatmul.matmul(x, pw, bias, path="rows")
+    rows = intmatmul.matmul(x, pw, bias, path="mma")
     assert torch.equal(tile.view(torch.int32), rows.view(torch.int32))
-    alone = intmatmul.matmul(x[7:8], pw, bias)  # the row path, as decode runs it
+    alone = intmatmul.matmul(x[7:8], pw, bias)  # the decode path, as decode runs it
     assert torch.equal(alone.view(torch.int32), tile[7:8].view(torch.int32))
 
 
@@ -315,7 +316,7 @@ def test_integer_modes_run_on_the_gpu_backend(kernels: str, limbs: int) -> None:
 
 def _kernels():
     return [
-        quantize._quantize_kernel, packed._gather_kernel, intmatmul._tile_kernel, intmatmul._rows_kernel,
+        quantize._quantize_kernel, packed._gather_kernel, intmatmul._tile_kernel, mmadecode._mma_kernel,
     ]  # fmt: skip
 
 

@@ -147,7 +147,7 @@ def test_quantised_fp32_mode_matmul_outputs(native, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("limbs", (1, 3))
-@pytest.mark.parametrize("path", ("rows", "tile"))
+@pytest.mark.parametrize("path", ("mma", "tile"))
 def test_integer_matmul_outputs(monkeypatch, limbs, path) -> None:
     """intmatmul: blocks with NaN or infinity (q8's rule: inf / 127 as the scale, times a zero
     sum; limb.c's: a NaN scale) and a NaN bias, on both paths."""

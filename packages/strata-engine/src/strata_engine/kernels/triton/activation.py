@@ -1,5 +1,5 @@
 """The gated FFN's elementwise half and logit soft-capping, in the C kernels' arithmetic
-(elementwise.c silu, gelu_tanh, strata_softcap), with vector.h's own e^x and tanh (ieee.py):
+(elementwise.c silu, gelu_tanh, strata_softcap, strata_swiglu_oai), with vector.h's own e^x and tanh (ieee.py):
 no reduction, so a value depends on its own inputs only, and its bits are the CPU's."""
 
 from __future__ import annotations
@@ -36,6 +36,17 @@ def _softcap_kernel(x_ptr, out_ptr, n, cap, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, cap * ieee.tanh(tl.div_rn(x, cap)), mask=mask)
 
 
+@triton.jit(do_not_specialize=["n"])
+def _swiglu_oai_kernel(g_ptr, u_ptr, out_ptr, n, alpha, limit, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = ieee.vmin(tl.load(g_ptr + offs, mask=mask, other=0.0), limit)  # vf_min: a NaN gate gives limit
+    y = ieee.vmax(ieee.vmin(tl.load(u_ptr + offs, mask=mask, other=0.0), limit), 0.0 - limit)
+    e = ieee.exp(0.0 - alpha * x)
+    glu = tl.div_rn(x, 1.0 + e)
+    tl.store(out_ptr + offs, glu * (y + 1.0), mask=mask)
+
+
 def _gated(gate: torch.Tensor, up: torch.Tensor, gelu: bool) -> torch.Tensor:
     gate, up = gate.float().contiguous(), up.float().contiguous()
     out = torch.empty_like(gate)
@@ -53,6 +64,19 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def gelu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """gelu_tanh(gate) * up (GeGLU), C's bits."""
     return _gated(gate, up, gelu=True)
+
+
+def swiglu_oai(gate: torch.Tensor, up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """gpt-oss's clamped SwiGLU: min(gate, limit) * sigmoid(alpha min(gate, limit)) *
+    (clamp(up, -limit, limit) + 1), C's bits (alpha and limit as fp32, as C takes them)."""
+    gate, up = gate.float().contiguous(), up.float().contiguous()
+    out = torch.empty_like(gate)
+    n = gate.numel()
+    if n:
+        _swiglu_oai_kernel[(triton.cdiv(n, BLOCK),)](
+            gate, up, out, n, alpha, limit, BLOCK=BLOCK, **ieee.LAUNCH
+        )
+    return out
 
 
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:

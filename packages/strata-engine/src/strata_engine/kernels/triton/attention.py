@@ -14,6 +14,10 @@ sequence (start = 0, or pos + 1 - window on sliding-window layers), in C's order
 3. sum = ((e_0 + e_1) + e_2) + ... in position order, inv = 1 / sum;
 4. out[d] = fma(e_j * inv, v_j[d], out[d]) over j in position order, the D lanes side by side.
 
+With a sink (gpt-oss: a learnt logit per head, no value) the max of step 1 also takes the sink,
+and its numerator e^(sink - max) is added to the sum of step 3 after the positions', as C does
+(attention.c softmax_numerators).
+
 A bf16 or fp16 cache (kv.py) is widened to fp32 as each K and V value is loaded.
 
 Steps 1 and 2 take BLOCK_N positions at a time. Steps 3 and 4 are C's sequential chains: they
@@ -49,10 +53,11 @@ TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ie
 
 @triton.jit(do_not_specialize=["T", "H", "KVH", "max_blocks", "block_size", "s_stride", "window"])
 def _attention_kernel(
-    q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, sink_ptr, out_ptr,
     T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
     D: tl.constexpr, KV: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
+    SINKS: tl.constexpr,
 ):  # fmt: skip
     # TOK tokens a program (1 on a GPU), each with its own positions: [TOK, ...] tensors
     tt = tl.program_id(0).to(tl.int64) * TOK + tl.arange(0, TOK)
@@ -116,6 +121,9 @@ def _attention_kernel(
     tl.debug_barrier()
     zero = tl.load(srow + first_zero, mask=tg & (best == 0.0), other=0.0)
     mx = tl.where(best == 0.0, zero, best)
+    if SINKS:  # gpt-oss: the head's sink takes part in the max (C: if (sink > m) m = sink)
+        sink = tl.load(sink_ptr + kvh * GROUP + g, mask=g < GROUP, other=0.0)[None, :]
+        mx = tl.where(sink > mx, sink, mx)
 
     # 2. the numerators, in place of the scores; -0.0 past the end (to the end of the block),
     # the identity of addition, so that steps 3 and 4 may run past the end without a mask
@@ -133,6 +141,9 @@ def _attention_kernel(
     for j0 in range(0, n_most, UNROLL):
         for u in tl.static_range(UNROLL):
             total = total + tl.load(srow + (j0 + u), mask=tg, other=0.0)
+    if SINKS:  # the sink's numerator e^(sink - max), added after the positions' sum
+        sink_e = ieee.exp(tl.load(sink_ptr + kvh * GROUP + g, mask=g < GROUP, other=0.0)[None, :] - mx)
+        total = total + sink_e
     inv = tl.div_rn(1.0, tl.where(tg, total, 1.0))
 
     # 4. the weighted sum of the V rows in position order, UNROLL positions a step likewise;
@@ -159,12 +170,13 @@ def _attention_kernel(
 def attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta,
     positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
-    scale: float | None = None, window: int = 0, softcap: float = 0.0,
+    scale: float | None = None, window: int = 0, softcap: float = 0.0, sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Attention output [T, H, D], C's bits; the index tensors are `meta`'s, already on q's
     device, and `max_position` bounds every position in the step (it sizes the scratch only).
     `scale` defaults to 1/sqrt(D); `window` > 0 attends to the last `window` positions only;
-    `softcap` > 0 caps the scores."""
+    `softcap` > 0 caps the scores; `sinks` [H] fp32 on q's device (gpt-oss) adds one logit per
+    head to the max and the denominator, with no value."""
     q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
@@ -180,11 +192,13 @@ def attention(
     if code:
         k_cache, v_cache = k_cache.view(torch.int16), v_cache.view(torch.int16)
     _attention_kernel[(triton.cdiv(t, tok), kvh)](
-        q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows, out,
+        q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows,
+        q if sinks is None else sinks, out,
         t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
         D=d, KV=code, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
-        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, **ieee.LAUNCH,
+        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL,
+        SINKS=sinks is not None, **ieee.LAUNCH,
     )  # fmt: skip
     return out
 

@@ -17,7 +17,9 @@ steps run on static buffers instead and are captured as CUDA graphs (graphs.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from strata_engine.kernels.base import Q8_PACKED, Array, AttentionMeta, RopeTable
@@ -34,6 +36,7 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
+    recurrence,
     rope,
     select,
 )
@@ -84,6 +87,7 @@ class TritonOps:
         self.decode_graphs = (
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
+        self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
         self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
@@ -135,6 +139,49 @@ class TritonOps:
             hit = (c, torch.zeros((blocks, *c.shape[1:]), dtype=dtype, device=self.device))
             self._caches[id(c)] = hit
         return hit[1]
+
+    # -- the hybrid models' recurrence ---------------------------------------------------------
+    def recurrent_states(self, a: np.ndarray) -> Array:
+        """A DeltaNet layer's states [slots, HV, D, D] where the recurrence will run: on the
+        device (recurrence.py) for a head size it supports, else `a` itself, on the host."""
+        if not recurrence.supported(a.shape[-1]):
+            return a
+        self._device_states = True
+        return torch.from_numpy(a).to(self.device)
+
+    @property
+    def delta_rule(self) -> Callable[..., np.ndarray] | None:
+        """The DeltaNet recurrence of a hybrid model (hybrid_model._delta_net): on the device
+        where `recurrent_states` put the states there; else None, and the model runs its numpy
+        sequence on the host (the same operations, about ten times slower than C). The CPU's
+        bits either way."""
+        return self._device_delta_rule if self._device_states else None
+
+    def _device_delta_rule(
+        self,
+        states: torch.Tensor,
+        slots: np.ndarray,
+        starts: np.ndarray,
+        counts: np.ndarray,
+        qkv: tuple[np.ndarray, np.ndarray, np.ndarray],
+        decay: np.ndarray,
+        beta: np.ndarray,
+        scale: float,
+        captures: tuple[tuple[int, int, int], ...] = (),
+    ) -> np.ndarray:
+        """recurrence.delta_rule on the step's host arrays; the outputs back on the host, where
+        the model's DeltaNet layer goes on."""
+        dev = self.device
+
+        def ints(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32)).to(dev)
+
+        q, k, v = (tensor(a).to(dev) for a in qkv)
+        core = recurrence.delta_rule(
+            states, ints(slots), ints(starts), ints(counts), (q, k, v),
+            tensor(decay).to(dev), tensor(beta).to(dev), scale, captures,
+        )  # fmt: skip
+        return core.cpu().numpy()
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
@@ -190,6 +237,10 @@ class TritonOps:
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
 
+    def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> torch.Tensor:
+        """gpt-oss's clamped SwiGLU (gpt_oss.SwigluOps), C's bits."""
+        return activation.swiglu_oai(tensor(gate).to(self.device), tensor(up).to(self.device), alpha, limit)
+
     def softcap(self, x: Array, cap: float) -> torch.Tensor:
         return activation.softcap(tensor(x).to(self.device), cap)
 
@@ -204,8 +255,6 @@ class TritonOps:
         softcap: float = 0.0,
         sinks: Array | None = None,
     ) -> torch.Tensor:
-        if sinks is not None:  # gpt-oss is refused at load (gpt_oss.check_backend): never reached
-            raise NotImplementedError("the Triton attention has no sinks (gpt-oss runs on the CPU kernels)")
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1
@@ -213,6 +262,7 @@ class TritonOps:
             tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
             bound, scale=scale, window=window, softcap=softcap,
+            sinks=None if sinks is None else self._model(sinks).float(),
         )  # fmt: skip
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:

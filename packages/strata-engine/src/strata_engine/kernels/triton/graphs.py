@@ -133,9 +133,11 @@ class DecodeGraphs:
     def covers(model: StaticModel) -> bool:
         """Whether the model's forward can run on the static path: not a mixture of experts
         (its routing is read on the host), not tensor-parallel (ranks exchange per step), and no
-        query temperature (mistral3: its factors are picked by the step's positions on the host)."""
+        query temperature (mistral3: its factors are picked by the step's positions on the host),
+        no recurrent layers (hybrid models: their convolution and gates run on the host)."""
         return (
-            not model.tp.active
+            getattr(model, "hybrid", None) is None
+            and not model.tp.active
             and all(layer.experts is None for layer in model.layers)
             and getattr(model, "q_temp", None) is None
         )

@@ -16,12 +16,12 @@ multiply-add the compiler may fuse or split; fusion is off where a compiler runs
 are the C kernels' on any device: the integer sums are where devices differ in speed, and they
 cannot differ in value.
 
-Two paths compute it: `_tile_kernel` (prefill: `tl.dot` on int8 tiles of BLOCK_M rows, int32
-accumulation) and `_rows_kernel` (decode: one row a program, elementwise integer products
-summed with `tl.sum`, no row padding). They share every float step (`_accumulate`), and their
-integer sums are equal because they are exact, so a row's bits cannot depend on which path ran;
-`matmul` picks by row count. Every runtime integer is unspecialised: one binary per kernel,
-type and limb count.
+Two paths compute it, both with integer `tl.dot` (int8 x int8 into int32): `_tile_kernel`
+(prefill: tiles of BLOCK_M rows by BLOCK_N outputs) and mmadecode.py's kernel (decode, up to
+ROWS_MAX rows: the weights as the MMA's wide operand, each row's limbs as columns of the small
+one). They share every float step (`_value`, `_accumulate`), and their integer sums are equal
+because they are exact, so a row's bits cannot depend on which path ran; `matmul` picks by row
+count. Every runtime integer is unspecialised: one binary per kernel, type and limb count.
 """
 
 from __future__ import annotations
@@ -42,13 +42,15 @@ from strata_engine.kernels.triton.packed import (
 from strata_engine.kernels.triton.quantize import Quantised, quantize
 from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
 
-# The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the row path's outputs a program:
-# speed choices only. Under the interpreter each program (and each nested jit call in it) costs
-# Python time, so there a program takes many more outputs.
+# The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the decode path's outputs a
+# program: speed choices only. Under the interpreter each program (and each nested jit call in
+# it) costs Python time, so there a program takes many more outputs. 256 decode outputs a
+# program are 4 MMAs of 64 a warpgroup, where the compiler feeds the weights to them by ldmatrix
+# (128 converts them byte by byte through shared memory: bench/gpu_static.py shows it).
 BLOCK_M, BLOCK_N = (64, 1024) if INTERPRETED else (16, 32)
-ROWS_N = 1024 if INTERPRETED else 32
-ROWS_MAX = 8  # calls of at most this many rows take the row path: a speed choice only
-PATHS = ("auto", "tile", "rows")
+MMA_N = 1024 if INTERPRETED else 256
+ROWS_MAX = 8  # calls of at most this many rows take the decode path: a speed choice only
+PATHS = ("auto", "tile", "mma")
 
 
 @triton.jit
@@ -88,15 +90,6 @@ def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, 
 
 
 @triton.jit
-def _row_sum(q_ptr, xb, k, w, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
-    """S_j for one row: elementwise int32 products [32, BN] summed over the block (exact)."""
-    x = tl.load(q_ptr + (xb * LIMBS + j) * 32 + k).to(tl.int32)
-    if WT == Q6_K:
-        x = tl.where((k >> 4) == HALF, x, 0)
-    return tl.sum(x[:, None] * w, axis=0)
-
-
-@triton.jit
 def _tile_value(q_ptr, xb, rmask, k, w8, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
     """f of a tile: the limbs' sums of one block (or Q6_K half), combined and converted once."""
     sa = _tile_sum(q_ptr, xb, rmask, k, w8, 0, WT, HALF, LIMBS)
@@ -106,19 +99,6 @@ def _tile_value(q_ptr, xb, rmask, k, w8, WT: tl.constexpr, HALF: tl.constexpr, L
         sb = _tile_sum(q_ptr, xb, rmask, k, w8, 1, WT, HALF, LIMBS)
     if LIMBS == 3:
         sc = _tile_sum(q_ptr, xb, rmask, k, w8, 2, WT, HALF, LIMBS)
-    return _value(sa, sb, sc, LIMBS)
-
-
-@triton.jit
-def _row_value(q_ptr, xb, k, w, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
-    """f of one row: as _tile_value, from _row_sum's sums (the same integers)."""
-    sa = _row_sum(q_ptr, xb, k, w, 0, WT, HALF, LIMBS)
-    sb = tl.zeros_like(sa)
-    sc = tl.zeros_like(sa)
-    if LIMBS >= 2:
-        sb = _row_sum(q_ptr, xb, k, w, 1, WT, HALF, LIMBS)
-    if LIMBS == 3:
-        sc = _row_sum(q_ptr, xb, k, w, 2, WT, HALF, LIMBS)
     return _value(sa, sb, sc, LIMBS)
 
 
@@ -157,36 +137,6 @@ def _tile_kernel(
     tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], acc, mask=rmask[:, None] & (rn < N)[None, :])
 
 
-@triton.jit(do_not_specialize=["N", "nb", "GB"])
-def _rows_kernel(
-    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, N, nb, GB,
-    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
-    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BN: tl.constexpr,
-):  # fmt: skip
-    m = tl.program_id(1).to(tl.int64)
-    rn = tl.program_id(0) * BN + tl.arange(0, BN)
-    live = rn < (N + 15) // 16 * 16
-    group = (rn // 16).to(tl.int64) * GB
-    o = rn % 16
-    k = tl.arange(0, 32)
-    acc = tl.zeros((BN,), tl.float32)
-    for b in range(0, nb):
-        blk = group + block_offset(b, KQ, BB, SB)
-        w = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT)
-        ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
-        xb = m * nb + b
-        s = tl.broadcast_to(tl.load(s_ptr + xb), (BN,))
-        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb), (BN,))
-        f0 = _row_value(q_ptr, xb, k, w, WT, 0, LIMBS)
-        f1 = f0
-        if WT == Q6_K:
-            f1 = _row_value(q_ptr, xb, k, w, WT, 1, LIMBS)
-        acc = _accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT)
-    if HAS_BIAS:
-        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)
-    tl.store(y_ptr + m * N + rn, canonical_nan(acc), mask=rn < N)
-
-
 def matmul_quantised(
     xq: Quantised, pw: PackedWeight, bias: torch.Tensor | None = None, path: str = "auto"
 ) -> torch.Tensor:
@@ -198,6 +148,8 @@ def matmul_quantised(
     m, nb = xq.s.shape
     if nb * 32 != pw.in_features:
         raise ValueError(f"activations have {nb * 32} inputs, the weight {pw.in_features}")
+    if pw.group_bytes % 16:  # every type's layout; the decode path tells the compiler so
+        raise ValueError(f"a packed group of {pw.group_bytes} bytes, not a multiple of 16")
     n = pw.out_features
     y = torch.empty(m, n, dtype=torch.float32, device=xq.q.device)
     if not m or not n:
@@ -207,9 +159,11 @@ def matmul_quantised(
     b = bias.to(torch.float32).contiguous() if bias is not None else y
     args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
     consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
-    if path == "rows" or (path == "auto" and m <= ROWS_MAX):
-        bn = fit(n, ROWS_N, 16)
-        _rows_kernel[(triton.cdiv(n, bn), m)](*args, n, nb, pw.group_bytes, BN=bn, **consts)
+    if path == "mma" or (path == "auto" and m <= ROWS_MAX):
+        from strata_engine.kernels.triton import mmadecode  # it imports this module's float steps
+
+        bn = fit(n, MMA_N, 16)
+        mmadecode._mma_kernel[mmadecode.grid(m, n, bn)](*args, m, n, nb, pw.group_bytes, BN=bn, **consts)
     else:
         bm, bn = fit(m, BLOCK_M, 16), fit(n, BLOCK_N, 16)  # tl.dot: 16 at least
         grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
