@@ -1,10 +1,11 @@
 """A decision read on a hybrid (`qwen35`) model after a long shared prefix: served from the prefix
 cache's state snapshot, against the same read computed cold (the target: at most 1/3 of it); with
-`--speed`, prefill (512 tokens, last logits) and decode against llama.cpp on the same file instead.
+`--speed`, prefill (`--prompt` tokens, default 512, last logits) and decode against llama.cpp on the same
+file instead.
 
     python bench/bench_hybrid_prefix.py [--shape small|2b] [--prefix 1000] [--question 20] [--rounds 3]
     LLAMA_CPP_LIB_PATH=$(bash bench/build_llama_cpp_avx2.sh) STRATA_KERNELS_TARGET=avx2 \
-        python bench/bench_hybrid_prefix.py --speed [--types q8_0|q4_k_m]
+        python bench/bench_hybrid_prefix.py --speed [--types q8_0|q4_k_m] [--prompt 512|2048]
 
 A generated Qwen3.5-shaped file (random weights, Q8_0 matmuls): `small` (hidden 1024, 8 layers,
 written in seconds) or `2b` (Qwen3.5-2B's shapes: hidden 2048, 24 layers, 16 DeltaNet heads of
@@ -51,12 +52,12 @@ def _read(engine: LLMEngine, ids: list[int]) -> tuple[float, int]:
 TYPES = {"q8_0": (QT.Q8_0,), "q4_k_m": (QT.Q4_K, QT.Q4_K, QT.Q6_K)}  # the matmuls' types, in turn
 
 
-def speed(path: Path, rounds: int) -> dict:
+def speed(path: Path, rounds: int, prompt: int = 512) -> dict:
     """Prefill and decode tokens/s of both engines on the file, and Strata's ratios."""
     best: dict[str, dict] = {}
     for _ in range(rounds):
         for side, bench in (("llama.cpp", bench_llama_cpp), ("strata", bench_strata)):
-            out = bench(2, 1, str(path), prompt_tokens=512, decode_tokens=64, all_logits=False)
+            out = bench(2, 1, str(path), prompt_tokens=prompt, decode_tokens=64, all_logits=False)
             out = {k: v for k, v in out.items() if k in ("prefill_last", "decode")}
             if side in best:
                 keep_best(best[side], out)
@@ -74,6 +75,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--types", choices=TYPES, default="q8_0")
     ap.add_argument("--speed", action="store_true", help="prefill and decode against llama.cpp")
+    ap.add_argument("--prompt", type=int, default=512, help="--speed: the prefill's tokens")
     ap.add_argument("--out", default="bench/results/hybrid_prefix.json")
     args = ap.parse_args()
     print(host_line())
@@ -81,9 +83,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = write_qwen35(Path(tmp) / "hybrid.gguf", SHAPES[args.shape], seed=1, types=TYPES[args.types])
         if args.speed:
-            record = {"shape": args.shape, "types": args.types, **speed(path, args.rounds)}
+            record = {"shape": args.shape, "types": args.types, "prompt": args.prompt}
+            record |= speed(path, args.rounds, args.prompt)
             print(
-                f"{args.shape} {args.types}: Strata / llama.cpp: prefill 512 {record['ratios']['prefill_last']:.2f}x, "
+                f"{args.shape} {args.types}: Strata / llama.cpp: prefill {args.prompt} "
+                f"{record['ratios']['prefill_last']:.2f}x, "
                 f"decode {record['ratios']['decode']:.2f}x; {record['sides']}"
             )
             write_results(args.out.replace(".json", "_speed.json"), record)

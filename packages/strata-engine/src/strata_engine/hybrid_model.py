@@ -34,6 +34,7 @@ from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.hybrid_moe import SharedExpertMoE
 from strata_engine.hybrid_moe import forward as moe_forward
 from strata_engine.hybrid_moe import load as load_moe
+from strata_engine.hybrid_projections import Projections
 from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
@@ -46,13 +47,14 @@ from strata_engine.tensor_parallel import SINGLE, TensorParallel
 class HybridLayer:
     attn_norm: np.ndarray
     post_norm: np.ndarray
-    ffn: tuple[Weight, Weight, Weight] | SharedExpertMoE  # SwiGLU (gate, up, down) or the experts
-    weights: dict[str, Weight]  # the mixer's matmuls (attention or DeltaNet), by tensor name
+    ffn: tuple[Projections, Weight] | SharedExpertMoE  # SwiGLU (gate / up, down) or the experts
+    inputs: Projections  # the mixer's matmuls of its input (attention or DeltaNet), fused by type
+    weights: dict[str, Weight]  # its output matmul (attn_output or ssm_out), by tensor name
     vectors: dict[str, np.ndarray]  # its norms and per-head parameters
 
 
-ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
-DELTA_NET = ("attn_qkv", "attn_gate", "ssm_out")
+ATTENTION = ("attn_q", "attn_k", "attn_v")  # the mixers' matmuls of the normed input
+DELTA_NET = ("attn_qkv", "attn_gate")
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -64,11 +66,22 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return _f32(exactmath.sigmoid(x))
 
 
-def softplus(x: np.ndarray) -> np.ndarray:
-    """log(1 + e^x) in float64 (x above 20: x, as ggml; below -20: e^x), rounded to fp32."""
+def softplus(x: np.ndarray, e: np.ndarray | None = None) -> np.ndarray:
+    """log(1 + e^x) in float64 (x above 20: x, as ggml; below -20: e^x), rounded to fp32; `e`:
+    exactmath.exp(min(x, 20)) where the caller has it."""
     x64 = np.asarray(x, dtype=np.float64)
-    e = exactmath.exp(np.minimum(x64, 20.0))
+    e = exactmath.exp(np.minimum(x64, 20.0)) if e is None else e
     return _f32(np.where(x64 > 20.0, x64, np.where(x64 < -20.0, e, exactmath.log(1.0 + e))))
+
+
+def gates(b: np.ndarray, alpha: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """beta = sigmoid(b) and the decay e^(softplus(alpha) a), as `sigmoid` and `softplus` compute
+    them, the exps of -b and of min(alpha, 20) in one exactmath call (elementwise: the same bits,
+    one pass of its steps instead of two: they are most of a decode step's numpy time)."""
+    b64, x64 = np.asarray(b, dtype=np.float64), np.asarray(alpha, dtype=np.float64)
+    e = exactmath.exp(np.concatenate((-b64, np.minimum(x64, 20.0))))
+    beta = _f32(1.0 / (1.0 + e[: b64.shape[0]]))
+    return beta, _f32(exactmath.exp(softplus(alpha, e[b64.shape[0] :]) * a))
 
 
 def _tree_sum(p: np.ndarray) -> np.ndarray:
@@ -146,6 +159,9 @@ class HybridTransformer:
         def matmul(name: str) -> Weight:
             return ops.pack(Weight.from_info(need(name)))
 
+        def fused(p: str, names: tuple[str, ...]) -> Projections:  # by short name: "attn_q"
+            return Projections.of(ops, {n: Weight.from_info(need(f"{p}{n}.weight")) for n in names})
+
         self.embedding, self.output = lm_head(ops, need, "output.weight" in t, gguf.release_pages)
         self.norm = vector(need("output_norm.weight"))
         self.layers: list[HybridLayer] = []
@@ -153,6 +169,7 @@ class HybridTransformer:
             p = f"blk.{i}."
             ba = ("ssm_ba",) if self.hybrid.fused_beta_alpha else ("ssm_beta", "ssm_alpha")
             names = DELTA_NET + ba if recurrent else ATTENTION
+            out = "ssm_out" if recurrent else "attn_output"
             vecs = (
                 ("ssm_dt.bias", "ssm_a", "ssm_norm.weight")
                 if recurrent
@@ -165,13 +182,10 @@ class HybridTransformer:
                     ffn=(
                         load_moe(ops, need, p)
                         if self.hybrid.n_experts
-                        else (
-                            matmul(p + "ffn_gate.weight"),
-                            matmul(p + "ffn_up.weight"),
-                            matmul(p + "ffn_down.weight"),
-                        )
+                        else (fused(p, ("ffn_gate", "ffn_up")), matmul(p + "ffn_down.weight"))
                     ),
-                    weights={n: matmul(f"{p}{n}.weight") for n in names},
+                    inputs=fused(p, names),
+                    weights={out: matmul(f"{p}{out}.weight")},
                     vectors={n: vector(need(p + n)) for n in vecs},
                 )
             )
@@ -181,6 +195,9 @@ class HybridTransformer:
             gguf.release_pages()
         self.rope, _ = rope_tables(cfg, t)
         self.states: RecurrentStates | None = None
+        heads = self.hybrid.key_heads()  # None where value head h reads key head h (no gather)
+        self.key_heads = None if np.array_equal(heads, np.arange(heads.shape[0])) else heads
+        self.scale = np.float32(1.0 / np.sqrt(np.float32(self.hybrid.d_state)))
 
     def make_states(self, n_slots: int, n_snapshots: int = 0) -> RecurrentStates:
         """The recurrent states of up to `n_slots` running sequences (the engine's `parallel`)
@@ -196,10 +213,18 @@ class HybridTransformer:
         states of `meta.state_slots` by the step's tokens."""
         cfg, ops = self.cfg, self.ops
         x = ops.embed(self.embedding, ids)
+        rows = None  # each sequence's tokens, starts[r] .. starts[r] + counts[r] - 1 of the step
+        if meta.state_slots is not None:
+            n_rows = len(meta.state_slots)
+            rows = (
+                np.searchsorted(meta.token_seq, np.arange(n_rows)),
+                np.bincount(meta.token_seq, minlength=n_rows),
+            )
         for i, layer in enumerate(self.layers):
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
             if self.hybrid.recurrent[i]:
-                o = self._delta_net(i, layer, h, meta)
+                assert rows is not None
+                o = self._delta_net(i, layer, h, meta, rows)
             else:
                 o = self._attention(layer, h, meta, kv[i])
             x = x + o
@@ -207,8 +232,9 @@ class HybridTransformer:
             if isinstance(layer.ffn, SharedExpertMoE):
                 x = x + moe_forward(ops, h, layer.ffn, cfg.n_experts_used)
             else:
-                gate, up, down = layer.ffn
-                x = x + ops.linear(ops.silu_mul(ops.linear(h, gate), ops.linear(h, up)), down)
+                gate_up, down = layer.ffn
+                y = gate_up.apply(ops, h)
+                x = x + ops.linear(ops.silu_mul(y["ffn_gate"], y["ffn_up"]), down)
         return ops.rmsnorm(x, self.norm, cfg.rms_eps)
 
     def _attention(
@@ -216,11 +242,12 @@ class HybridTransformer:
     ) -> Array:
         cfg, ops, w = self.cfg, self.ops, layer.weights
         n, d = h.shape[0], cfg.head_dim
-        qg = to_numpy(ops.linear(h, w["attn_q"])).reshape(n, cfg.n_heads, 2, d)
+        y = layer.inputs.apply(ops, h)
+        qg = to_numpy(y["attn_q"]).reshape(n, cfg.n_heads, 2, d)
         q = like(h, np.ascontiguousarray(qg[:, :, 0]))
         gate = sigmoid(qg[:, :, 1].reshape(n, -1))
-        k = ops.linear(h, w["attn_k"]).reshape(n, cfg.n_kv_heads, d)
-        v = ops.linear(h, w["attn_v"]).reshape(n, cfg.n_kv_heads, d)
+        k = y["attn_k"].reshape(n, cfg.n_kv_heads, d)
+        v = y["attn_v"].reshape(n, cfg.n_kv_heads, d)
         q = ops.rope(
             ops.rmsnorm(q, layer.vectors["attn_q_norm.weight"], cfg.rms_eps), meta.positions, self.rope
         )
@@ -231,43 +258,45 @@ class HybridTransformer:
         a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1) * gate
         return ops.linear(like(h, a), w["attn_output"])
 
-    def _delta_net(self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta) -> Array:
+    def _delta_net(
+        self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta, rows: tuple[np.ndarray, np.ndarray]
+    ) -> Array:
         hy, ops, w, vec = self.hybrid, self.ops, layer.weights, layer.vectors
         assert self.states is not None and meta.state_slots is not None
         n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
-        qkv = to_numpy(ops.linear(h, w["attn_qkv"]))
+        y = layer.inputs.apply(ops, h)
+        qkv = to_numpy(y["attn_qkv"])
         if hy.fused_beta_alpha:  # per key head: [beta | alpha] of its n_v / n_k value heads
-            ba = to_numpy(ops.linear(h, w["ssm_ba"])).reshape(n, hy.n_k_heads, 2, -1)
-            beta, alpha = sigmoid(ba[:, :, 0].reshape(n, hv)), ba[:, :, 1].reshape(n, hv)
+            ba = to_numpy(y["ssm_ba"]).reshape(n, hy.n_k_heads, 2, -1)
+            b, alpha = ba[:, :, 0].reshape(n, hv), ba[:, :, 1].reshape(n, hv)
         else:
-            beta = sigmoid(to_numpy(ops.linear(h, w["ssm_beta"])))
-            alpha = to_numpy(ops.linear(h, w["ssm_alpha"]))
-        alpha = alpha + vec["ssm_dt.bias"]
-        decay = _f32(exactmath.exp(softplus(alpha) * vec["ssm_a"]))  # e^g, g < 0
+            b, alpha = to_numpy(y["ssm_beta"]), to_numpy(y["ssm_alpha"])
+        beta, decay = gates(b, alpha + vec["ssm_dt.bias"], vec["ssm_a"])  # decay e^g, g < 0
         # the short convolution per sequence, its window carried in the state: each token's taps
         # multiplied and added in tap order (one fixed order per element, whatever the chunk)
         conv = np.empty_like(qkv)
         windows, kernel, keep = self.states.conv[i], vec["conv"], hy.d_conv - 1
-        for row, slot in enumerate(meta.state_slots.tolist()):
-            tokens = np.flatnonzero(meta.token_seq == row)
-            rows, m = np.concatenate((windows[slot], qkv[tokens])), tokens.shape[0]
-            acc = rows[0:m] * kernel[:, 0]
+        starts, counts = rows
+        for row, (slot, start, m) in enumerate(
+            zip(meta.state_slots.tolist(), starts.tolist(), counts.tolist(), strict=True)
+        ):
+            tokens = slice(start, start + m)  # a sequence's tokens are consecutive in the step
+            window = np.concatenate((windows[slot], qkv[tokens]))
+            acc = window[0:m] * kernel[:, 0]
             for j in range(1, hy.d_conv):
-                acc = acc + rows[j : j + m] * kernel[:, j]
+                acc = acc + window[j : j + m] * kernel[:, j]
             conv[tokens] = acc
             for _, done, snapshot in (c for c in meta.state_captures if c[0] == row):
-                windows[snapshot] = rows[done : done + keep]  # the window after `done` tokens
-            windows[slot] = rows[rows.shape[0] - keep :]
+                windows[snapshot] = window[done : done + keep]  # the window after `done` tokens
+            windows[slot] = window[window.shape[0] - keep :]
         conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
         eps, kd = self.cfg.rms_eps, hy.key_dim
-        heads = hy.key_heads()
-        q = l2_normalize(conv[:, :kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
-        k = l2_normalize(conv[:, kd : 2 * kd].reshape(n, hy.n_k_heads, ds), eps)[:, heads]
+        qk = l2_normalize(conv[:, : 2 * kd].reshape(n, 2, hy.n_k_heads, ds), eps)  # per head: one call
+        q, k = qk[:, 0], qk[:, 1]
+        if self.key_heads is not None:  # each value head's key head
+            q, k = q[:, self.key_heads], k[:, self.key_heads]
         v = conv[:, 2 * kd :].reshape(n, hv, ds)
-        scale = np.float32(1.0 / np.sqrt(np.float32(ds)))
-        starts = np.searchsorted(meta.token_seq, np.arange(len(meta.state_slots)))
-        counts = np.bincount(meta.token_seq, minlength=len(meta.state_slots))
-        states = self.states.ssm[i]
+        scale, states = self.scale, self.states.ssm[i]
         rule = getattr(ops, "delta_rule", None)  # the native kernels' C loop: these same bits
         if rule is not None:
             core = rule(
@@ -286,7 +315,7 @@ class HybridTransformer:
                 states, meta.state_slots, starts, counts, (q, k, v), decay, beta, scale, meta.state_captures
             )
         normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
-        z = ops.linear(h, w["attn_gate"]).reshape(n, hv, ds)
+        z = y["attn_gate"].reshape(n, hv, ds)
         return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])
 
     def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
