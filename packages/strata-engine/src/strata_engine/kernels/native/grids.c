@@ -284,6 +284,113 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
         }
     }
 }
+#elif defined(STRATA_TARGET_AVX2)
+/* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
+ * and scale vector): dword gathers, the sign masks as bytes (0xFF: negated). */
+
+/* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
+static inline __m256i quad_signs(__m256i s, int r) {
+    __m256i at = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * (r >> 1)),
+                                 _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
+    __m256i bit = _mm256_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(s, at), bit), bit);
+}
+
+/* Quad r's half: v negated where m, plus 128; rows with a zero scale (z: their 32-bit lanes
+ * all ones) +-1 by that sign. */
+static inline void quad_store(uint8_t *out, int r, int h, __m256i v, __m256i m, __m256i z) {
+    __m256i c128 = _mm256_set1_epi8((char)0x80);
+    __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v, c128), _mm256_sub_epi8(c128, v), m);
+    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
+    _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+}
+
+/* The half's scales stored; the rows whose scale is zero, as all-ones 32-bit lanes. */
+static inline __m256i scales_store(uint8_t *out, int h, __m256 scale) {
+    _mm256_storeu_ps((float *)out + 8 * h, scale);
+    return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
+}
+
+/* The 4 bytes at p of each of 8 rows (at: their offsets). */
+static inline __m256i rows4(const uint8_t *p, __m256i at) { return _mm256_i32gather_epi32((const int *)p, at, 1); }
+
+/* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
+static inline __m256i signs7_bytes(__m256i x) {
+    __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 1), _mm256_set1_epi32(0x7F00)));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 2), _mm256_set1_epi32(0x7F0000)));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 3), _mm256_set1_epi32(0x7F000000)));
+    __m256i odd = _mm256_setr_epi32(0x00808000, (int)0x80000080, (int)0x80000080, 0x00808000, 0x00808000, (int)0x80000080,
+                                    (int)0x80000080, 0x00808000);
+    __m256i nib = _mm256_set1_epi8(15);
+    __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(odd, _mm256_and_si256(s, nib)),
+                                 _mm256_shuffle_epi8(odd, _mm256_and_si256(_mm256_srli_epi16(s, 4), nib)));
+    return _mm256_or_si256(s, p);
+}
+
+static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
+
+/* One type's group, half h (rows 8h .. 8h + 7), block b (d: the rows' fp16 scales as fp32). */
+static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h, const float *d, uint8_t *dst) {
+    const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
+    int j = (int)(b & 7);
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+    __m256 dv = _mm256_loadu_ps(d + 8 * h);
+    if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
+        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), at), s8 = signs7_bytes(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
+        if (t == WT_IQ2_XXS) {
+            __m256i idx = rows4(blk + 2 + 8 * j, at);
+            for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
+                __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
+                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq2xxs_bytes, i, 4), quad_signs(s8, r), z);
+            }
+        } else {
+            __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
+            for (int r = 0; r < 8; r++)
+                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3xxs_bytes, byte_of(idx[r >> 2], r & 3), 4), quad_signs(s8, r), z);
+        }
+    } else if (t == WT_IQ3_S) {
+        __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
+        __m256i qh = rows4(blk + 66 + j, at), signs = rows4(blk + 74 + 4 * j, at);
+        /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
+        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, at), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(dv, part));
+        for (int r = 0; r < 8; r++) {
+            __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
+            quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3s_bytes, i, 4), quad_signs(signs, r), z);
+        }
+    } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
+        __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, at), 16);
+        __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
+        __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
+        __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+        __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
+        for (int r = 0; r < 8; r++) {
+            int k = r >> 1;
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
+            __m256i v = _mm256_i32gather_epi32((const int *)iq1s_bytes, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
+            __m256i q = _mm256_add_epi8(v, offset); /* q + 128 */
+            __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
+            q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
+            _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+        }
+    }
+}
+
+static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        if ((b & 7) == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(grp + (b >> 3) * block_bytes(t) + o * rb);
+        expand_half(t, grp, rb, b, 0, d, dst);
+        expand_half(t, grp, rb, b, 1, d, dst);
+    }
+}
 #endif
 
 /* See internal.h. */
@@ -298,6 +405,11 @@ int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
     case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
     case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;
+    }
+#elif defined(STRATA_TARGET_AVX2)
+    if (wtype_grid(wtype)) {
+        expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
+        return 1;
     }
 #endif
     (void)wtype, (void)grp, (void)nb, (void)dst;
