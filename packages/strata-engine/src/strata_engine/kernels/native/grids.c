@@ -2,10 +2,11 @@
  * decoded to the Q8_0 block the loader once rewrote them as (transcode.py): the scale of the 32
  * and their integers, value = scale * q exactly (gguf-py's values). Every arithmetic reads them
  * through grid_group: the fp32 matmul multiplies out the products, the integer kernels expand a
- * group of rows into Q8_0's packed bytes per call (q8.c's expand_group), so every arithmetic
- * gives the bits of those Q8_0 blocks, with the file's own 1.56 to 3.44 bits a weight held. */
-#include "internal.h"
+ * group of rows into Q8_0's packed bytes per call (q8.c's expand_group; on AVX-512 grid_expand
+ * below decodes the group's 16 rows together, to the same bytes), so every arithmetic gives the
+ * bits of those Q8_0 blocks, with the file's own 1.56 to 3.44 bits a weight held. */
 #include "iq_grids.h"
+#include "q8.h"
 
 #define BYTES(v) (0x0101010101010101ull * (v)) /* v in every byte of a word */
 
@@ -112,4 +113,305 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
     if (scale == 0.0f)
         for (int i = 0; i < 32; i++) q[i] = (int8_t)(q[i] < 0 ? -1 : 1);
     return scale;
+}
+
+#if defined(STRATA_TARGET_AVX512)
+/* ---- AVX-512: a group of 16 rows decoded together, a block of 32 at a time ---------------------
+ * One vector a quad r of the Q8_0 group (byte 4o + c: value 4r + c of row o, plus 128): the rows'
+ * bytes by gathers, the grid entries' value bytes by gathers from the tables above, the signs
+ * spread to a byte mask by a shuffle and a bit test, the scales in one vector by the scalar
+ * sequence's own operations. The same bytes and scales as grid_group's, without its per-row work. */
+
+/* The mask of bytes whose value is negated in quad r: bit 4 (r & 1) + c of byte r / 2 of each
+ * 32-bit lane of s (byte k of lane o: the 8 signs of values 8k .. 8k + 7 of row o). */
+static inline __mmask64 quad_signs(__m512i s, int r) {
+    __m512i at = _mm512_add_epi8(_mm512_set1_epi32(0x01010101 * (r >> 1)), _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0));
+    return _mm512_test_epi8_mask(_mm512_shuffle_epi8(s, at), _mm512_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201));
+}
+
+/* Quad r's Q8_0 bytes: v (values 1..127) negated where m, plus 128; a zero scale's rows (z) keep
+ * only the signs, as +-1 (grid_group). */
+static inline void quad_store(uint8_t *out, int r, __m512i v, __mmask64 m, __mmask64 z) {
+    __m512i c128 = _mm512_set1_epi8((char)0x80);
+    __m512i q = _mm512_mask_sub_epi8(_mm512_add_epi8(v, c128), m, c128, v);
+    if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(m, _mm512_set1_epi8((char)129), _mm512_set1_epi8(127)));
+    _mm512_storeu_si512((void *)(out + 64 + 64 * r), q);
+}
+
+/* The scales stored, and the byte mask of the rows whose scale is zero. */
+static inline __mmask64 scales_store(uint8_t *out, __m512 scale) {
+    _mm512_storeu_ps((float *)out, scale);
+    __mmask16 z = _mm512_cmp_ps_mask(scale, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    return z ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(z, -1)) : 0;
+}
+
+static inline __m512i evens(void) { return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); }
+
+/* The 8 bytes at p of each of 16 rows (at: rows 0-7's offsets; rows 8-15 half a group further):
+ * lane o of lo their bytes 0-3, of hi their bytes 4-7. */
+static inline void rows8(const uint8_t *p, __m512i at, int64_t half, __m512i *lo, __m512i *hi) {
+    __m512i a = _mm512_i64gather_epi64(at, (const void *)p, 1);
+    __m512i b = _mm512_i64gather_epi64(at, (const void *)(p + half), 1);
+    *lo = _mm512_permutex2var_epi32(a, evens(), b);
+    *hi = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), b);
+}
+
+/* Byte k of each lane = the 7 bits (x >> 7k) & 127 and their parity as bit 7 (parity_signs). */
+static inline __m512i signs7_bytes(__m512i x) {
+    __m512i s = _mm512_ternarylogic_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7F)), _mm512_slli_epi32(x, 1),
+                                          _mm512_set1_epi32(0x7F00), 0xF8); /* a | (b & c) */
+    s = _mm512_ternarylogic_epi32(s, _mm512_slli_epi32(x, 2), _mm512_set1_epi32(0x7F0000), 0xF8);
+    s = _mm512_ternarylogic_epi32(s, _mm512_slli_epi32(x, 3), _mm512_set1_epi32(0x7F000000), 0xF8);
+    __m512i odd = _mm512_set4_epi32(0x00808000, (int)0x80000080, (int)0x80000080, 0x00808000); /* byte n: 0x80 where n's parity is odd */
+    __m512i nib = _mm512_set1_epi8(15);
+    __m512i p = _mm512_xor_si512(_mm512_shuffle_epi8(odd, _mm512_and_si512(s, nib)),
+                                 _mm512_shuffle_epi8(odd, _mm512_and_si512(_mm512_srli_epi16(s, 4), nib)));
+    return _mm512_or_si512(s, p);
+}
+
+/* IQ2_XXS: per 32 of a row 4 grid indices and a u32 of 4 x 7 sign bits and the 4-bit scale. */
+static void expand_iq2xxs(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb), even = evens();
+    __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ2_XXS);
+        int j = (int)(b & 7);
+        if (j == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+        __m512i idx, aux;
+        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx, &aux);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+        __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.25f));
+        __mmask64 z = scales_store(out, scale);
+        __m512i s8 = signs7_bytes(aux);
+        for (int k = 0; k < 4; k++) {
+            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx, 8 * k), _mm512_set1_epi32(255));
+            __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq2xxs_bytes, 8);
+            __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq2xxs_bytes, 8);
+            quad_store(out, 2 * k, _mm512_permutex2var_epi32(a, even, c), quad_signs(s8, 2 * k), z);
+            quad_store(out, 2 * k + 1, _mm512_permutex2var_epi32(a, odd, c), quad_signs(s8, 2 * k + 1), z);
+        }
+    }
+}
+
+/* IQ3_S: per 32 of a row 8 low index bytes, a byte of ninth bits, 4 sign bytes, a 4-bit scale. */
+static void expand_iq3s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
+    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ3_S);
+        int j = (int)(b & 7);
+        if (j == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+        __m512i idx[2];
+        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
+        __m512i qh = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + j), 1);
+        __m512i signs = _mm512_i32gather_epi32(at16, (const void *)(blk + 74 + 4 * j), 1);
+        /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
+        __m512i sc = _mm512_i32gather_epi32(at16, (const void *)(blk + 103 + j / 2), 1);
+        sc = _mm512_and_si512(_mm512_srli_epi32(sc, 24 + 4 * (j & 1)), _mm512_set1_epi32(15));
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        __m512 scale = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sc)));
+        __mmask64 z = scales_store(out, _mm512_mul_ps(_mm512_loadu_ps(d), scale));
+        for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+            i = _mm512_or_si512(i, _mm512_and_si512(_mm512_slli_epi32(qh, 8 - r), _mm512_set1_epi32(256)));
+            quad_store(out, r, _mm512_i32gather_epi32(i, (const void *)iq3s_bytes, 4), quad_signs(signs, r), z);
+        }
+    }
+}
+
+/* IQ3_XXS: per 32 of a row 8 grid indices, and a u32 of 4 x 7 sign bits and the 4-bit scale. */
+static void expand_iq3xxs(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
+    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ3_XXS);
+        int j = (int)(b & 7);
+        if (j == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+        __m512i idx[2];
+        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
+        __m512i aux = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + 4 * j), 1);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+        __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
+        __mmask64 z = scales_store(out, scale);
+        __m512i s8 = signs7_bytes(aux);
+        for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+            quad_store(out, r, _mm512_i32gather_epi32(i, (const void *)iq3xxs_bytes, 4), quad_signs(s8, r), z);
+        }
+    }
+}
+
+/* IQ1_S: per 32 of a row 4 low index bytes, and a u16 of 4 x 3 high bits, the scale and the
+ * delta's sign. Quad bytes: 8 code + 119 or 121, q + 128 (grid_group); no sign bits. */
+static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+    __m512i even = evens(), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ1_S);
+        int j = (int)(b & 7);
+        if (j == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+        __m512i lo = _mm512_i32gather_epi32(at16, (const void *)(blk + 2 + 4 * j), 1);
+        /* the u16 as the top of the 4 bytes ending there (the 4 from it would pass the block's end) */
+        __m512i qh = _mm512_srli_epi32(_mm512_i32gather_epi32(at16, (const void *)(blk + 32 + 2 * j), 1), 16);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        __m512i sub = _mm512_and_si512(_mm512_srli_epi32(qh, 12), _mm512_set1_epi32(7));
+        __m512 part = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sub)), _mm512_set1_ps(1.0f));
+        __mmask64 z = scales_store(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), part), _mm512_set1_ps(0.125f)));
+        __mmask16 minus = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(0x8000));
+        __m512i offset = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(121), _mm512_set1_epi8(119));
+        for (int k = 0; k < 4; k++) { /* entry k: quads 2k, 2k + 1 */
+            __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+            i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 3 * k), _mm512_set1_epi32(7)), 8));
+            __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq1s_bytes, 8);
+            __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq1s_bytes, 8);
+            for (int h = 0; h < 2; h++) {
+                __m512i q = _mm512_add_epi8(_mm512_permutex2var_epi32(a, h ? odd : even, c), offset);
+                if (z) /* a zero scale: +-1 by q's sign (q < 0: the byte below 128) */
+                    q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(q, _mm512_set1_epi8((char)0x80)),
+                                                                             _mm512_set1_epi8((char)129), _mm512_set1_epi8(127)));
+                _mm512_storeu_si512((void *)(out + 64 + 64 * (2 * k + h)), q);
+            }
+        }
+    }
+}
+#elif defined(STRATA_TARGET_AVX2)
+/* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
+ * and scale vector): dword gathers, the sign masks as bytes (0xFF: negated). */
+
+/* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
+static inline __m256i quad_signs(__m256i s, int r) {
+    __m256i at = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * (r >> 1)),
+                                 _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
+    __m256i bit = _mm256_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(s, at), bit), bit);
+}
+
+/* Quad r's half: v negated where m, plus 128; rows with a zero scale (z: their 32-bit lanes
+ * all ones) +-1 by that sign. */
+static inline void quad_store(uint8_t *out, int r, int h, __m256i v, __m256i m, __m256i z) {
+    __m256i c128 = _mm256_set1_epi8((char)0x80);
+    __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v, c128), _mm256_sub_epi8(c128, v), m);
+    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
+    _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+}
+
+/* The half's scales stored; the rows whose scale is zero, as all-ones 32-bit lanes. */
+static inline __m256i scales_store(uint8_t *out, int h, __m256 scale) {
+    _mm256_storeu_ps((float *)out + 8 * h, scale);
+    return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
+}
+
+/* The 4 bytes at p of each of 8 rows (at: their offsets). */
+static inline __m256i rows4(const uint8_t *p, __m256i at) { return _mm256_i32gather_epi32((const int *)p, at, 1); }
+
+/* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
+static inline __m256i signs7_bytes(__m256i x) {
+    __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 1), _mm256_set1_epi32(0x7F00)));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 2), _mm256_set1_epi32(0x7F0000)));
+    s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 3), _mm256_set1_epi32(0x7F000000)));
+    __m256i odd = _mm256_setr_epi32(0x00808000, (int)0x80000080, (int)0x80000080, 0x00808000, 0x00808000, (int)0x80000080,
+                                    (int)0x80000080, 0x00808000);
+    __m256i nib = _mm256_set1_epi8(15);
+    __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(odd, _mm256_and_si256(s, nib)),
+                                 _mm256_shuffle_epi8(odd, _mm256_and_si256(_mm256_srli_epi16(s, 4), nib)));
+    return _mm256_or_si256(s, p);
+}
+
+static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
+
+/* One type's group, half h (rows 8h .. 8h + 7), block b (d: the rows' fp16 scales as fp32). */
+static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h, const float *d, uint8_t *dst) {
+    const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
+    int j = (int)(b & 7);
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+    __m256 dv = _mm256_loadu_ps(d + 8 * h);
+    if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
+        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), at), s8 = signs7_bytes(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
+        if (t == WT_IQ2_XXS) {
+            __m256i idx = rows4(blk + 2 + 8 * j, at);
+            for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
+                __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
+                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq2xxs_bytes, i, 4), quad_signs(s8, r), z);
+            }
+        } else {
+            __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
+            for (int r = 0; r < 8; r++)
+                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3xxs_bytes, byte_of(idx[r >> 2], r & 3), 4), quad_signs(s8, r), z);
+        }
+    } else if (t == WT_IQ3_S) {
+        __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
+        __m256i qh = rows4(blk + 66 + j, at), signs = rows4(blk + 74 + 4 * j, at);
+        /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
+        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, at), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(dv, part));
+        for (int r = 0; r < 8; r++) {
+            __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
+            quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3s_bytes, i, 4), quad_signs(signs, r), z);
+        }
+    } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
+        __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, at), 16);
+        __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
+        __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
+        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
+        __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+        __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
+        for (int r = 0; r < 8; r++) {
+            int k = r >> 1;
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
+            __m256i v = _mm256_i32gather_epi32((const int *)iq1s_bytes, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
+            __m256i q = _mm256_add_epi8(v, offset); /* q + 128 */
+            __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
+            q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
+            _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+        }
+    }
+}
+
+static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        if ((b & 7) == 0)
+            for (int o = 0; o < 16; o++) d[o] = f16_at(grp + (b >> 3) * block_bytes(t) + o * rb);
+        expand_half(t, grp, rb, b, 0, d, dst);
+        expand_half(t, grp, rb, b, 1, d, dst);
+    }
+}
+#endif
+
+/* See internal.h. */
+int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+#if defined(STRATA_TARGET_AVX512)
+    if (wtype == WT_IQ2_XXS) {
+        expand_iq2xxs(grp, row_bytes(wtype, 32 * nb), nb, dst);
+        return 1;
+    }
+    int64_t rb = row_bytes(wtype, 32 * nb);
+    switch (wtype) {
+    case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
+    case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
+    case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;
+    }
+#elif defined(STRATA_TARGET_AVX2)
+    if (wtype_grid(wtype)) {
+        expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
+        return 1;
+    }
+#endif
+    (void)wtype, (void)grp, (void)nb, (void)dst;
+    return 0;
 }

@@ -133,6 +133,10 @@ static inline int wtype_grid(int wtype) {
     return wtype == WT_IQ2_XXS || wtype == WT_IQ3_XXS || wtype == WT_IQ3_S || wtype == WT_IQ1_S;
 }
 STRATA_HIDDEN float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]); /* grids.c */
+/* A group of 16 rows (nb blocks of 32 each) decoded at once into the Q8_0 group of its values
+ * (q8.h's layout, as q8.c's expand_group makes row by row from grid_group): the same bytes,
+ * where the target and type have such a path; returns 0 where they have none. */
+STRATA_HIDDEN int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst); /* grids.c */
 
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {

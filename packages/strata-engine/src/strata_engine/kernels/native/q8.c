@@ -283,6 +283,7 @@ void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
         lookup_group(t, grp, nb, dst);
         return;
     }
+    if (grid_expand(t, grp, nb, dst)) return; /* the target's own decoding of 16 rows at once */
     int64_t rb = row_bytes(t, 32 * nb);
     for (int o = 0; o < Q8_GROUP; o++)
         for (int64_t b = 0; b < nb; b++) {
