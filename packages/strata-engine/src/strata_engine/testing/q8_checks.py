@@ -93,3 +93,34 @@ def extreme_activations(m: int, k: int, seed: int) -> np.ndarray:
     if m > 2:
         x[1, 300] = np.nan
     return x
+
+
+# Every arithmetic as NativeOps' (q8, limbs): the fp32 matmul, q8's 8-bit rule, two and three limbs
+MODES = {"fp32": (False, 0), "q8": (True, 0), "limb2": (True, 2), "limb3": (True, 3)}
+HELD_ROWS = (1, 2, 3, 4, 5, 9, 17, 33)  # every row-tile remainder of every target
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def assert_held_gives_the_q8_0_bits(
+    held: Weight, q8: Weight, values: np.ndarray, target: str, mode: str
+) -> None:
+    """A type held in its own form (codebook or grid) gives, in `mode` on `target`, the bits of the
+    Q8_0 blocks with its values (`q8`) at every row count, with and without a bias; and its
+    packed copy's rows (embed) are `values`' own."""
+    from strata_engine.kernels.native.backend import NativeOps
+
+    q8_mode, limbs = MODES[mode]
+    ops = NativeOps(2, target, q8=q8_mode, limbs=limbs)
+    a, b = ops.pack(held), ops.pack(q8)
+    k = held.in_features
+    bias = np.random.default_rng(1).normal(0, 1, held.out_features).astype(np.float32)
+    for m in HELD_ROWS:
+        x = extreme_activations(m, k, seed=m)
+        for bb in (None, bias):
+            got, want = ops.linear(x, a, bb), ops.linear(x, b, bb)
+            np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{m} rows")
+    ids = np.array([36, 0, 5, 16, 15, 20])
+    np.testing.assert_array_equal(bits(ops.embed(a, ids)), bits(values[ids]))

@@ -22,16 +22,10 @@ from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
-from strata_engine.testing.q8_checks import extreme_activations
+from strata_engine.testing.q8_checks import MODES, assert_held_gives_the_q8_0_bits, bits
 
 N, K = 37, 512  # 37 outputs: a part group of 16 in the packing
 CODEBOOK = (QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4)
-MODES = {"fp32": (False, 0), "q8": (True, 0), "limb2": (True, 2), "limb3": (True, 3)}
-ROWS = (1, 2, 3, 4, 5, 9, 17, 33)  # every row-tile remainder of every target
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
 
 
 def weights(qtype: QT) -> tuple[Weight, Weight, np.ndarray]:
@@ -60,15 +54,4 @@ def test_held_at_five_bits_a_weight_with_gguf_pys_values(qtype: QT) -> None:
 @pytest.mark.parametrize("target", targets_to_test())
 @pytest.mark.parametrize("qtype", CODEBOOK, ids=lambda q: q.name)
 def test_every_arithmetic_gives_the_q8_0_blocks_bits(qtype: QT, target: str, mode: str) -> None:
-    held, q8, values = weights(qtype)
-    q8_mode, limbs = MODES[mode]
-    ops = NativeOps(2, target, q8=q8_mode, limbs=limbs)
-    a, b = ops.pack(held), ops.pack(q8)
-    bias = np.random.default_rng(1).normal(0, 1, N).astype(np.float32)
-    for m in ROWS:
-        x = extreme_activations(m, K, seed=m)
-        for bb in (None, bias):
-            got, want = ops.linear(x, a, bb), ops.linear(x, b, bb)
-            np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{m} rows")
-    ids = np.array([36, 0, 5, 16, 15, 20])
-    np.testing.assert_array_equal(bits(ops.embed(a, ids)), bits(values[ids]))  # the packed copy too
+    assert_held_gives_the_q8_0_bits(*weights(qtype), target, mode)
