@@ -57,12 +57,18 @@ def _hard_values() -> np.ndarray:
 
 @pytest.mark.parametrize("name", KINDS)
 def test_rounding_is_c(name: str) -> None:
+    """kv.write, as the backend writes K and V (both caches in one launch, to scattered slots),
+    stores each value as C's kv_write rounds it."""
     np_type, torch_type, _ = KINDS[name]
     x = _hard_values().reshape(-1, 1, 1)
-    c = np.zeros((x.shape[0], 1, 1), np_type)
-    NativeOps(1).kv_write(x, x, c, np.zeros_like(c), np.arange(x.shape[0], dtype=np.int64))
-    got = kv.to_cache_type(on(x), torch_type).view(torch.int16).cpu().numpy().view(np.uint16)
-    assert np.array_equal(got, c.view(np.uint16))
+    c, cv = np.zeros((x.shape[0], 1, 1), np_type), np.zeros((x.shape[0], 1, 1), np_type)
+    slots = np.random.default_rng(5).permutation(x.shape[0])
+    NativeOps(1).kv_write(x, -x, c, cv, slots)
+    dk, dv = (torch.zeros(c.shape, dtype=torch_type, device=triton_setup.DEVICE) for _ in "kv")
+    kv.write(on(x), on(-x), dk, dv, on(slots))
+    for got, want in ((dk, c), (dv, cv)):
+        assert np.array_equal(got.view(torch.int16).cpu().numpy().view(np.uint16), want.view(np.uint16))
+    c = c[slots]  # x's values in x's order, for the check below
     if name == "fp16":  # and both are IEEE's round to nearest even (numpy's conversion), NaN aside
         finite = ~np.isnan(x)
         with np.errstate(over="ignore"):  # to inf, as C rounds them
@@ -98,15 +104,14 @@ def test_attention_over_a_2_byte_cache_is_c(name: str, h: int, kvh: int, d: int)
     k, v, tables = paged_cache(LENGTHS, kvh, d, bs, seed=h + d)
     native = NativeOps(1)
     kc, vc = np.zeros(k.shape, np_type), np.zeros(v.shape, np_type)
-    slots = np.arange(k.shape[0] * bs, dtype=np.int64)
+    slots = np.random.default_rng(d).permutation(k.shape[0] * bs)  # a scatter
     native.kv_write(k.reshape(-1, kvh, d), v.reshape(-1, kvh, d), kc, vc, slots)
     q = np.random.default_rng(d).standard_normal((len(POSITIONS), h, d)).astype(np.float32)
     meta = attention_meta(tables, TOKEN_SEQ, POSITIONS, bs)
     # the device cache as the Triton backend writes it
     kd = torch.zeros(k.shape, dtype=torch_type, device=triton_setup.DEVICE)
     vd = torch.zeros_like(kd)
-    kd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(k.reshape(-1, kvh, d)), torch_type)
-    vd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(v.reshape(-1, kvh, d)), torch_type)
+    kv.write(on(k.reshape(-1, kvh, d)), on(v.reshape(-1, kvh, d)), kd, vd, on(slots))
     assert torch.equal(kd.cpu().view(torch.int16), kv_tensor(kc).view(torch.int16))
     mp = int(meta.positions.max())
     got = attention.attention(

@@ -230,9 +230,8 @@ class TritonOps:
         s = self._step(slots)
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         k, v = tensor(k).to(self.device), tensor(v).to(self.device)
-        # a scatter to distinct slots: no arithmetic (a 2-byte cache's values rounded first: kv.py)
-        kc.view(-1, *k.shape[1:])[s] = kv.to_cache_type(k, kc.dtype)
-        vc.view(-1, *v.shape[1:])[s] = kv.to_cache_type(v, vc.dtype)
+        # K and V to distinct slots in one launch: no arithmetic (a 2-byte cache's values rounded: kv.py)
+        kv.write(k, v, kc, vc, s)
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
