@@ -41,6 +41,7 @@ from strata_engine.kernels.triton import (
     select,
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
+from strata_engine.kernels.triton.quantize import Quantised
 from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
@@ -88,6 +89,9 @@ class TritonOps:
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
         self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
+        # the last activation a kernel quantised as it made it (RMSNorm): the
+        # integer matmuls that take that very tensor read its digits instead of quantising again
+        self._made: tuple[torch.Tensor, Quantised] | None = None
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
         self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
@@ -191,9 +195,12 @@ class TritonOps:
         self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
     ) -> torch.Tensor:
         b = self._model(bias) if bias is not None else None
-        x = tensor(x).to(self.device, torch.float32)
         if w.kernel_type & Q8_PACKED:
-            return intmatmul.matmul(x, self._packed_weight(w), b)
+            pw, made = self._packed_weight(w), self._made
+            if made is not None and made[0] is x and made[1].limbs == pw.limbs:  # quantised already
+                return intmatmul.matmul_quantised(made[1], pw, b)
+            return intmatmul.matmul(tensor(x).to(self.device, torch.float32), pw, b)
+        x = tensor(x).to(self.device, torch.float32)
         sw = self._weight(w)
         if sw.kt == F32:  # fp32 weights: the C kernels' dot_1 order in every mode (fmatmul.py)
             return fmatmul.matmul(x, sw.wf.view(sw.out_features, sw.in_features), b)
@@ -207,8 +214,18 @@ class TritonOps:
             tensor(ids).to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes
         )
 
+    def _quantises(self, x: torch.Tensor) -> bool:
+        """Whether an activation x is made with its quantisation (the integer modes, rows of
+        whole blocks): what a matmul's input usually is, so its own quantise launch is saved."""
+        return self.limbs is not None and x.dim() == 2 and x.shape[0] > 0 and x.shape[1] % 32 == 0
+
     def rmsnorm(self, x: Array, weight: Array, eps: float) -> torch.Tensor:
-        return norm.rmsnorm(tensor(x).to(self.device), self._model(weight), eps)
+        x = tensor(x).to(self.device)
+        if self.limbs is not None and self._quantises(x):
+            y, xq = norm.rmsnorm_quantize(x, self._model(weight), eps, self.limbs)
+            self._made = (y, xq)
+            return y
+        return norm.rmsnorm(x, self._model(weight), eps)
 
     def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return activation.silu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
