@@ -89,7 +89,7 @@ class TritonOps:
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
         self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
-        # the last activation a kernel quantised as it made it (RMSNorm): the
+        # the last activation a kernel quantised as it made it (RMSNorm, the gated FFN): the
         # integer matmuls that take that very tensor read its digits instead of quantising again
         self._made: tuple[torch.Tensor, Quantised] | None = None
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
@@ -228,7 +228,15 @@ class TritonOps:
         return norm.rmsnorm(x, self._model(weight), eps)
 
     def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        return activation.silu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
+        return self._gated(gate, up, gelu=False)
+
+    def _gated(self, gate: Array, up: Array, gelu: bool) -> torch.Tensor:
+        g, u = tensor(gate).to(self.device), tensor(up).to(self.device)
+        if self.limbs is not None and self._quantises(g) and g.shape == u.shape:
+            y, xq = activation.gated_quantize(g, u, gelu, self.limbs)
+            self._made = (y, xq)
+            return y
+        return activation.gelu_mul(g, u) if gelu else activation.silu_mul(g, u)
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
         pos = self._step(positions)
@@ -251,7 +259,7 @@ class TritonOps:
         kv.write(k, v, kc, vc, s)
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
+        return self._gated(gate, up, gelu=True)
 
     def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> torch.Tensor:
         """gpt-oss's clamped SwiGLU (gpt_oss.SwigluOps), C's bits."""
