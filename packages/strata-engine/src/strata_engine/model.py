@@ -24,7 +24,7 @@ from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, linear_add
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.rope import read_factors, rope_table
 from strata_engine.row_packing import lm_head
@@ -412,10 +412,14 @@ class Transformer:
             else:
                 sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
                 a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
-            o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo, layer.oai and layer.oai.bo))
-            if layer.post_attn_norm is not None:
-                o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
-            x = x + o
+            bo = layer.oai and layer.oai.bo
+            if layer.post_attn_norm is None and not self.tp.active:  # x + o, one op (base.linear_add)
+                x = linear_add(ops, a.reshape(n, -1), layer.wo, x, bo)
+            else:
+                o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo, bo))
+                if layer.post_attn_norm is not None:
+                    o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
+                x = x + o
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.oai is not None:
                 f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
@@ -428,6 +432,9 @@ class Transformer:
                     gate, up = fused_linear(ops, h, layer.gate_up)
                 else:
                     gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
+                if layer.g4 is None and layer.post_ffn_norm is None and not self.tp.active:
+                    x = linear_add(ops, act(gate, up), layer.w_down, x)  # x + f, one op
+                    continue
                 f = ops.linear(act(gate, up), layer.w_down)
             f = self.tp.all_reduce(f) if layer.g4 is None else gemma4.ffn_out(ops, x, f, layer, cfg)
             if layer.post_ffn_norm is not None:

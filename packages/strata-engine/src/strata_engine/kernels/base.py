@@ -62,7 +62,9 @@ class Ops(Protocol):
     that holds the rows on a device may set `selects_on_device = True` and offer
     `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
     `row_reads.read_for` says its request reads (triton/select.py). A backend that runs gpt-oss
-    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps)."""
+    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps). One may offer
+    `linear_add(x, w, residual, bias)`, residual + linear(x, w, bias) in one launch (`linear_add`
+    below)."""
 
     name: str
     invariant: bool
@@ -119,6 +121,16 @@ class Ops(Protocol):
         """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail); with
         `inplace` the backend may write them over `logits` (which the caller gives up)."""
         ...
+
+
+def linear_add(ops: Ops, x: Array, w: Weight, residual: Array, bias: Array | None = None) -> Array:
+    """residual + linear(x, w, bias), the residual stream's update: the backend's own
+    `linear_add` where it has one (the add in the matmul's epilogue: one launch, not two; the
+    same fp32 addition), else the model's two steps."""
+    fused = getattr(ops, "linear_add", None)
+    if fused is not None:
+        return fused(x, w, residual, bias)
+    return residual + ops.linear(x, w, bias)
 
 
 def address(a: np.ndarray | None) -> int | None:

@@ -41,7 +41,7 @@ from strata_engine.kernels.triton import (
     select,
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
-from strata_engine.kernels.triton.quantize import Quantised
+from strata_engine.kernels.triton.quantize import Quantised, quantize
 from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
@@ -205,6 +205,20 @@ class TritonOps:
         if sw.kt == F32:  # fp32 weights: the C kernels' dot_1 order in every mode (fmatmul.py)
             return fmatmul.matmul(x, sw.wf.view(sw.out_features, sw.in_features), b)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
+
+    def linear_add(self, x: Array, w: Weight, residual: Array, bias: Array | None = None) -> torch.Tensor:
+        """residual + linear(x, w, bias) (base.linear_add): the integer matmuls add the residual
+        in their epilogue (one launch, the same fp32 addition); the other kernels leave it to torch."""
+        r = tensor(residual).to(self.device, torch.float32)
+        if not w.kernel_type & Q8_PACKED:
+            return r + self.linear(x, w, bias)
+        b = self._model(bias) if bias is not None else None
+        pw, made = self._packed_weight(w), self._made
+        if made is not None and made[0] is x and made[1].limbs == pw.limbs:
+            xq = made[1]
+        else:
+            xq = quantize(tensor(x).to(self.device, torch.float32), pw.limbs)
+        return intmatmul.matmul_quantised(xq, pw, b, residual=r)
 
     def embed(self, w: Weight, ids: Array) -> torch.Tensor:
         if w.kernel_type & Q8_PACKED:  # a tied LM head's packed copy, standing in for the embedding
