@@ -24,7 +24,7 @@ from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, linear_add
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, linear_add, rope_kv_write
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.rope import read_factors, rope_table
 from strata_engine.row_packing import lm_head
@@ -458,10 +458,11 @@ class Transformer:
         if layer.q_norm is not None and layer.k_norm is not None:
             q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
             k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
+        if self.q_temp is None:  # RoPE and the cache write, one op (base.rope_kv_write)
+            return rope_kv_write(ops, q, k, v, meta, rope, k_cache, v_cache)
         q = ops.rope(q, meta.positions, rope)
         k = ops.rope(k, meta.positions, rope)
-        if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
-            q = attention_temperature.apply(q, meta.positions, self.q_temp)
+        q = attention_temperature.apply(q, meta.positions, self.q_temp)  # mistral3: after RoPE, as llama.cpp
         ops.kv_write(k, v, k_cache, v_cache, meta.slots)
         return q
 

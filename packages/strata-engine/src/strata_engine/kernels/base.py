@@ -63,8 +63,8 @@ class Ops(Protocol):
     `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
     `row_reads.read_for` says its request reads (triton/select.py). A backend that runs gpt-oss
     also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps). One may offer
-    `linear_add(x, w, residual, bias)`, residual + linear(x, w, bias) in one launch (`linear_add`
-    below)."""
+    `linear_add(x, w, residual, bias)`, residual + linear(x, w, bias) in one launch, and
+    `rope_kv_write` (`linear_add` and `rope_kv_write` below)."""
 
     name: str
     invariant: bool
@@ -131,6 +131,26 @@ def linear_add(ops: Ops, x: Array, w: Weight, residual: Array, bias: Array | Non
     if fused is not None:
         return fused(x, w, residual, bias)
     return residual + ops.linear(x, w, bias)
+
+
+def rope_kv_write(
+    ops: Ops,
+    q: Array,
+    k: Array,
+    v: Array,
+    meta: AttentionMeta,
+    table: RopeTable,
+    k_cache: Array,
+    v_cache: Array,
+) -> Array:
+    """The rotated queries, K rotated and written with V to the caches: the backend's own
+    `rope_kv_write` where it has one (one launch, the same operations), else the model's steps."""
+    fused = getattr(ops, "rope_kv_write", None)
+    if fused is not None:
+        return fused(q, k, v, meta.positions, table, k_cache, v_cache, meta.slots)
+    q, k = ops.rope(q, meta.positions, table), ops.rope(k, meta.positions, table)
+    ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+    return q
 
 
 def address(a: np.ndarray | None) -> int | None:

@@ -118,3 +118,29 @@ def test_attention_over_a_2_byte_cache_is_c(name: str, h: int, kvh: int, d: int)
         on(q), kd, vd, meta, on(meta.positions), on(meta.token_seq), on(meta.block_tables), mp
     ).cpu()
     assert_c_bits(got, native.attention(q, kc, vc, meta))
+
+
+@pytest.mark.parametrize("name", ["fp32", *KINDS])
+@pytest.mark.parametrize(("dim", "d"), [(16, 24), (8, 8)], ids=["partial", "whole"])
+def test_rope_and_the_cache_write_in_one_launch(name: str, dim: int, d: int) -> None:
+    """rope.rope_write (q and k rotated, k and v to their caches' slots) gives rope's queries and
+    the caches rope and kv.write give, as separate launches, bit for bit."""
+    from strata_engine.kernels.base import RopeTable
+    from strata_engine.kernels.triton import rope
+
+    torch_type = torch.float32 if name == "fp32" else KINDS[name][1]
+    rng = np.random.default_rng(dim + d)
+    t, hq, hk, slots_n = 3, 6, 2, 8
+    ang = np.arange(16)[:, None] * 10000.0 ** (-np.arange(dim // 2) * 2.0 / dim)[None, :]
+    table = RopeTable(np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), dim, True)
+    q, k, v = (on(rng.normal(0, 30, (t, h, d)).astype(np.float32)) for h in (hq, hk, hk))
+    pos, slots = on(np.array([3, 15, 0], np.int32)), on(np.array([5, 0, 7], np.int64))
+    cos, sin = on(table.cos), on(table.sin)
+    caches = [torch.zeros((slots_n, hk, d), dtype=torch_type, device=triton_setup.DEVICE) for _ in range(4)]
+    got = rope.rope_write(q, k, v, pos, slots, table, cos, sin, caches[0], caches[1])
+    kv.write(rope.rope(k, pos, table, cos, sin), v, caches[2], caches[3], slots)
+    want = rope.rope(q, pos, table, cos, sin)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    bits = torch.int32 if name == "fp32" else torch.int16
+    assert torch.equal(caches[0].view(bits), caches[2].view(bits)) and caches[2].view(bits).any()
+    assert torch.equal(caches[1].view(bits), caches[3].view(bits))

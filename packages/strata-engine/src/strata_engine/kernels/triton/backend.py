@@ -272,6 +272,17 @@ class TritonOps:
         # K and V to distinct slots in one launch: no arithmetic (a 2-byte cache's values rounded: kv.py)
         kv.write(k, v, kc, vc, s)
 
+    def rope_kv_write(
+        self, q: Array, k: Array, v: Array, positions: Array, table: RopeTable, k_cache: Array, v_cache: Array,
+        slots: Array,
+    ) -> torch.Tensor:  # fmt: skip
+        """base.rope_kv_write: q and k rotated, k and v written to the caches, in one launch."""
+        dev = self.device
+        return rope.rope_write(
+            tensor(q).to(dev), tensor(k).to(dev), tensor(v).to(dev), self._step(positions), self._step(slots),
+            table, self._model(table.cos), self._model(table.sin), self._cache(k_cache), self._cache(v_cache),
+        )  # fmt: skip
+
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return self._gated(gate, up, gelu=True)
 

@@ -69,13 +69,14 @@ def _write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slots_ptr, WK, WV, KV: tl.conste
     slot = tl.load(slots_ptr + t).to(tl.int64)
     offs = tl.program_id(2).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     if tl.program_id(1) == 0:
-        _store_row(k_ptr + t * WK, kc_ptr + slot * WK, offs, WK, KV)
+        store_row(k_ptr + t * WK, kc_ptr + slot * WK, offs, WK, KV)
     else:
-        _store_row(v_ptr + t * WV, vc_ptr + slot * WV, offs, WV, KV)
+        store_row(v_ptr + t * WV, vc_ptr + slot * WV, offs, WV, KV)
 
 
 @triton.jit
-def _store_row(src, dst, offs, W, KV: tl.constexpr):
+def store_row(src, dst, offs, W, KV: tl.constexpr):
+    """The row's values at offs (< W) from src into dst, a 2-byte cache's rounded (`narrow`)."""
     mask = offs < W
     x = tl.load(src + offs, mask=mask, other=0.0)
     if KV == 0:
