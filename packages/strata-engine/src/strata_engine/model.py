@@ -390,7 +390,7 @@ class Transformer:
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
         """Hidden states after the final norm, [T, hidden], for the step's flat tokens."""
-        cfg, ops = self.cfg, self.ops
+        cfg, ops, eps = self.cfg, self.ops, self.cfg.rms_eps
         n = ids.shape[0]
         x = ops.embed(self.embedding, ids)
         if self.embed_scale is not None:
@@ -412,14 +412,12 @@ class Transformer:
             else:
                 sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
                 a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
-            bo = layer.oai and layer.oai.bo
+            o, bo = a.reshape(n, -1), layer.oai and layer.oai.bo
             if layer.post_attn_norm is None and not self.tp.active:  # x + o, one op (base.linear_add)
-                x = linear_add(ops, a.reshape(n, -1), layer.wo, x, bo)
+                x = linear_add(ops, o, layer.wo, x, bo)
             else:
-                o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo, bo))
-                if layer.post_attn_norm is not None:
-                    o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
-                x = x + o
+                o = self.tp.all_reduce(ops.linear(o, layer.wo, bo))
+                x = x + (o if layer.post_attn_norm is None else ops.rmsnorm(o, layer.post_attn_norm, eps))
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.oai is not None:
                 f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
@@ -458,13 +456,9 @@ class Transformer:
         if layer.q_norm is not None and layer.k_norm is not None:
             q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
             k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-        if self.q_temp is None:  # RoPE and the cache write, one op (base.rope_kv_write)
-            return rope_kv_write(ops, q, k, v, meta, rope, k_cache, v_cache)
-        q = ops.rope(q, meta.positions, rope)
-        k = ops.rope(k, meta.positions, rope)
-        q = attention_temperature.apply(q, meta.positions, self.q_temp)  # mistral3: after RoPE, as llama.cpp
-        ops.kv_write(k, v, k_cache, v_cache, meta.slots)
-        return q
+        temp = self.q_temp  # mistral3: the queries scaled after RoPE, as llama.cpp
+        after = None if temp is None else lambda q: attention_temperature.apply(q, meta.positions, temp)
+        return rope_kv_write(ops, q, k, v, meta, rope, k_cache, v_cache, after)  # RoPE and the cache write
 
     def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that

@@ -9,6 +9,7 @@ over as tensors themselves, and `to_numpy` brings their results back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -134,21 +135,17 @@ def linear_add(ops: Ops, x: Array, w: Weight, residual: Array, bias: Array | Non
 
 
 def rope_kv_write(
-    ops: Ops,
-    q: Array,
-    k: Array,
-    v: Array,
-    meta: AttentionMeta,
-    table: RopeTable,
-    k_cache: Array,
-    v_cache: Array,
-) -> Array:
-    """The rotated queries, K rotated and written with V to the caches: the backend's own
-    `rope_kv_write` where it has one (one launch, the same operations), else the model's steps."""
+    ops: Ops, q: Array, k: Array, v: Array, meta: AttentionMeta, table: RopeTable, k_cache: Array, v_cache: Array,
+    after: Callable[[Array], Array] | None = None,
+) -> Array:  # fmt: skip
+    """The rotated queries (then `after` of them, where given), K rotated and written with V to the
+    caches: the backend's own `rope_kv_write` where it has one and nothing comes after (one launch,
+    the same operations), else the model's steps."""
     fused = getattr(ops, "rope_kv_write", None)
-    if fused is not None:
+    if fused is not None and after is None:
         return fused(q, k, v, meta.positions, table, k_cache, v_cache, meta.slots)
     q, k = ops.rope(q, meta.positions, table), ops.rope(k, meta.positions, table)
+    q = q if after is None else after(q)
     ops.kv_write(k, v, k_cache, v_cache, meta.slots)
     return q
 
