@@ -24,7 +24,7 @@ from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, linear_add, rope_kv_write
 from strata_engine.kernels.weights import Weight, packed_experts, split_rows, vector
 from strata_engine.rope import read_factors, rope_table
 from strata_engine.row_packing import lm_head
@@ -357,7 +357,7 @@ class Transformer:
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[np.ndarray, np.ndarray]]) -> Array:
         """Hidden states after the final norm, [T, hidden], for the step's flat tokens."""
-        cfg, ops = self.cfg, self.ops
+        cfg, ops, eps = self.cfg, self.ops, self.cfg.rms_eps
         n = ids.shape[0]
         x = ops.embed(self.embedding, ids)
         if self.embed_scale is not None:
@@ -379,10 +379,12 @@ class Transformer:
             else:
                 sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
                 a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
-            o = self.tp.all_reduce(ops.linear(a.reshape(n, -1), layer.wo, layer.oai and layer.oai.bo))
-            if layer.post_attn_norm is not None:
-                o = ops.rmsnorm(o, layer.post_attn_norm, cfg.rms_eps)
-            x = x + o
+            o, bo = a.reshape(n, -1), layer.oai and layer.oai.bo
+            if layer.post_attn_norm is None and not self.tp.active:  # x + o, one op (base.linear_add)
+                x = linear_add(ops, o, layer.wo, x, bo)
+            else:
+                o = self.tp.all_reduce(ops.linear(o, layer.wo, bo))
+                x = x + (o if layer.post_attn_norm is None else ops.rmsnorm(o, layer.post_attn_norm, eps))
             h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.oai is not None:
                 f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
@@ -395,6 +397,9 @@ class Transformer:
                     gate, up = fused_linear(ops, h, layer.gate_up)
                 else:
                     gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
+                if layer.g4 is None and layer.post_ffn_norm is None and not self.tp.active:
+                    x = linear_add(ops, act(gate, up), layer.w_down, x)  # x + f, one op
+                    continue
                 f = ops.linear(act(gate, up), layer.w_down)
             f = self.tp.all_reduce(f) if layer.g4 is None else gemma4.ffn_out(ops, x, f, layer, cfg)
             if layer.post_ffn_norm is not None:
@@ -418,12 +423,9 @@ class Transformer:
         if layer.q_norm is not None and layer.k_norm is not None:
             q = ops.rmsnorm(q, layer.q_norm, cfg.rms_eps)
             k = ops.rmsnorm(k, layer.k_norm, cfg.rms_eps)
-        q = ops.rope(q, meta.positions, rope)
-        k = ops.rope(k, meta.positions, rope)
-        if self.q_temp is not None:  # mistral3: after RoPE, as llama.cpp
-            q = attention_temperature.apply(q, meta.positions, self.q_temp)
-        ops.kv_write(k, v, k_cache, v_cache, meta.slots)
-        return q
+        temp = self.q_temp  # mistral3: the queries scaled after RoPE, as llama.cpp
+        after = None if temp is None else lambda q: attention_temperature.apply(q, meta.positions, temp)
+        return rope_kv_write(ops, q, k, v, meta, rope, k_cache, v_cache, after)  # RoPE and the cache write
 
     def _moe(self, h: Array, layer: Layer) -> Array:
         """Mixture of experts, batch-invariant: a row's experts, weights and sum depend on that

@@ -9,6 +9,7 @@ over as tensors themselves, and `to_numpy` brings their results back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -62,7 +63,9 @@ class Ops(Protocol):
     that holds the rows on a device may set `selects_on_device = True` and offer
     `read_rows(logits, reads)`: log-softmax there, and copy back of each row only what
     `row_reads.read_for` says its request reads (triton/select.py). A backend that runs gpt-oss
-    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps)."""
+    also offers `swiglu_oai` and takes `sinks` in `attention` (gpt_oss.SwigluOps). One may offer
+    `linear_add(x, w, residual, bias)`, residual + linear(x, w, bias) in one launch, and
+    `rope_kv_write` (`linear_add` and `rope_kv_write` below)."""
 
     name: str
     invariant: bool
@@ -119,6 +122,32 @@ class Ops(Protocol):
         """fp32 log-probabilities of each row of [R, vocab] logits (the logprob tail); with
         `inplace` the backend may write them over `logits` (which the caller gives up)."""
         ...
+
+
+def linear_add(ops: Ops, x: Array, w: Weight, residual: Array, bias: Array | None = None) -> Array:
+    """residual + linear(x, w, bias), the residual stream's update: the backend's own
+    `linear_add` where it has one (the add in the matmul's epilogue: one launch, not two; the
+    same fp32 addition), else the model's two steps."""
+    fused = getattr(ops, "linear_add", None)
+    if fused is not None:
+        return fused(x, w, residual, bias)
+    return residual + ops.linear(x, w, bias)
+
+
+def rope_kv_write(
+    ops: Ops, q: Array, k: Array, v: Array, meta: AttentionMeta, table: RopeTable, k_cache: Array, v_cache: Array,
+    after: Callable[[Array], Array] | None = None,
+) -> Array:  # fmt: skip
+    """The rotated queries (then `after` of them, where given), K rotated and written with V to the
+    caches: the backend's own `rope_kv_write` where it has one and nothing comes after (one launch,
+    the same operations), else the model's steps."""
+    fused = getattr(ops, "rope_kv_write", None)
+    if fused is not None and after is None:
+        return fused(q, k, v, meta.positions, table, k_cache, v_cache, meta.slots)
+    q, k = ops.rope(q, meta.positions, table), ops.rope(k, meta.positions, table)
+    q = q if after is None else after(q)
+    ops.kv_write(k, v, k_cache, v_cache, meta.slots)
+    return q
 
 
 def address(a: np.ndarray | None) -> int | None:

@@ -128,7 +128,9 @@ def _table(ctx: int, dim: int, interleaved: bool, base: float = 10000.0) -> Rope
 
 
 @pytest.mark.parametrize("interleaved", [True, False], ids=["llama", "neox"])
-@pytest.mark.parametrize(("t", "h", "d", "dim"), [(1, 1, 8, 8), (5, 3, 64, 64), (4, 2, 24, 16)])
+@pytest.mark.parametrize(
+    ("t", "h", "d", "dim"), [(1, 1, 8, 8), (5, 3, 64, 64), (4, 2, 24, 16), (2, 2, 40, 8)]
+)
 def test_rope_is_c(native, interleaved, t, h, d, dim):
     table = _table(64, dim, interleaved)
     rng = np.random.default_rng(t * h + d)

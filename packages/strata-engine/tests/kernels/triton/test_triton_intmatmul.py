@@ -150,6 +150,25 @@ def test_equals_the_c_kernels(qtype: QT, limbs: int) -> None:
         assert same_bits(got, want), f"{m} rows, K {k}, bias {bias is not None}"
 
 
+@pytest.mark.parametrize("qtype", (QT.Q4_K, QT.Q6_K), ids=lambda t: t.name)
+def test_the_residual_is_added_as_the_cpu_engine_adds_it(qtype: QT) -> None:
+    """`residual` (linear_add, the epilogue of both paths) gives residual + y, the CPU engine's
+    fp32 x + o on C's y, NaN and infinity in the residual included."""
+    rng = np.random.default_rng(int(qtype) + 300)
+    k = _ks(qtype)[1]
+    c, w = _c_ops(3), _weight(qtype, N, k, rng)
+    pw = c.pack(w)
+    for m in (3, 17):
+        x = _activations(m, k, rng)
+        r = rng.normal(0, 1, size=(m, N)).astype(np.float32)
+        r[0, :3] = (np.nan, np.inf, -3e38)
+        want = r + c.linear(x, pw, None)
+        for path in ("mma", "tile"):
+            xq = quantize.quantize(on(x), 3)
+            got = intmatmul.matmul_quantised(xq, packed.from_packed(pw, DEVICE), None, path, residual=on(r))
+            assert same_bits(got, want), f"{m} rows, {path} path"
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_two_limbs_equal_the_c_kernels(qtype: QT) -> None:
     rng = np.random.default_rng(int(qtype) + 200)

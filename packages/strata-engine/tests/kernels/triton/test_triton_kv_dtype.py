@@ -57,12 +57,18 @@ def _hard_values() -> np.ndarray:
 
 @pytest.mark.parametrize("name", KINDS)
 def test_rounding_is_c(name: str) -> None:
+    """kv.write, as the backend writes K and V (both caches in one launch, to scattered slots),
+    stores each value as C's kv_write rounds it."""
     np_type, torch_type, _ = KINDS[name]
     x = _hard_values().reshape(-1, 1, 1)
-    c = np.zeros((x.shape[0], 1, 1), np_type)
-    NativeOps(1).kv_write(x, x, c, np.zeros_like(c), np.arange(x.shape[0], dtype=np.int64))
-    got = kv.to_cache_type(on(x), torch_type).view(torch.int16).cpu().numpy().view(np.uint16)
-    assert np.array_equal(got, c.view(np.uint16))
+    c, cv = np.zeros((x.shape[0], 1, 1), np_type), np.zeros((x.shape[0], 1, 1), np_type)
+    slots = np.random.default_rng(5).permutation(x.shape[0])
+    NativeOps(1).kv_write(x, -x, c, cv, slots)
+    dk, dv = (torch.zeros(c.shape, dtype=torch_type, device=triton_setup.DEVICE) for _ in "kv")
+    kv.write(on(x), on(-x), dk, dv, on(slots))
+    for got, want in ((dk, c), (dv, cv)):
+        assert np.array_equal(got.view(torch.int16).cpu().numpy().view(np.uint16), want.view(np.uint16))
+    c = c[slots]  # x's values in x's order, for the check below
     if name == "fp16":  # and both are IEEE's round to nearest even (numpy's conversion), NaN aside
         finite = ~np.isnan(x)
         with np.errstate(over="ignore"):  # to inf, as C rounds them
@@ -98,18 +104,43 @@ def test_attention_over_a_2_byte_cache_is_c(name: str, h: int, kvh: int, d: int)
     k, v, tables = paged_cache(LENGTHS, kvh, d, bs, seed=h + d)
     native = NativeOps(1)
     kc, vc = np.zeros(k.shape, np_type), np.zeros(v.shape, np_type)
-    slots = np.arange(k.shape[0] * bs, dtype=np.int64)
+    slots = np.random.default_rng(d).permutation(k.shape[0] * bs)  # a scatter
     native.kv_write(k.reshape(-1, kvh, d), v.reshape(-1, kvh, d), kc, vc, slots)
     q = np.random.default_rng(d).standard_normal((len(POSITIONS), h, d)).astype(np.float32)
     meta = attention_meta(tables, TOKEN_SEQ, POSITIONS, bs)
     # the device cache as the Triton backend writes it
     kd = torch.zeros(k.shape, dtype=torch_type, device=triton_setup.DEVICE)
     vd = torch.zeros_like(kd)
-    kd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(k.reshape(-1, kvh, d)), torch_type)
-    vd.view(-1, kvh, d)[on(slots)] = kv.to_cache_type(on(v.reshape(-1, kvh, d)), torch_type)
+    kv.write(on(k.reshape(-1, kvh, d)), on(v.reshape(-1, kvh, d)), kd, vd, on(slots))
     assert torch.equal(kd.cpu().view(torch.int16), kv_tensor(kc).view(torch.int16))
     mp = int(meta.positions.max())
     got = attention.attention(
         on(q), kd, vd, meta, on(meta.positions), on(meta.token_seq), on(meta.block_tables), mp
     ).cpu()
     assert_c_bits(got, native.attention(q, kc, vc, meta))
+
+
+@pytest.mark.parametrize("name", ["fp32", *KINDS])
+@pytest.mark.parametrize(("dim", "d"), [(16, 24), (8, 8)], ids=["partial", "whole"])
+def test_rope_and_the_cache_write_in_one_launch(name: str, dim: int, d: int) -> None:
+    """rope.rope_write (q and k rotated, k and v to their caches' slots) gives rope's queries and
+    the caches rope and kv.write give, as separate launches, bit for bit."""
+    from strata_engine.kernels.base import RopeTable
+    from strata_engine.kernels.triton import rope
+
+    torch_type = torch.float32 if name == "fp32" else KINDS[name][1]
+    rng = np.random.default_rng(dim + d)
+    t, hq, hk, slots_n = 3, 6, 2, 8
+    ang = np.arange(16)[:, None] * 10000.0 ** (-np.arange(dim // 2) * 2.0 / dim)[None, :]
+    table = RopeTable(np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), dim, True)
+    q, k, v = (on(rng.normal(0, 30, (t, h, d)).astype(np.float32)) for h in (hq, hk, hk))
+    pos, slots = on(np.array([3, 15, 0], np.int32)), on(np.array([5, 0, 7], np.int64))
+    cos, sin = on(table.cos), on(table.sin)
+    caches = [torch.zeros((slots_n, hk, d), dtype=torch_type, device=triton_setup.DEVICE) for _ in range(4)]
+    got = rope.rope_write(q, k, v, pos, slots, table, cos, sin, caches[0], caches[1])
+    kv.write(rope.rope(k, pos, table, cos, sin), v, caches[2], caches[3], slots)
+    want = rope.rope(q, pos, table, cos, sin)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    bits = torch.int32 if name == "fp32" else torch.int16
+    assert torch.equal(caches[0].view(bits), caches[2].view(bits)) and caches[2].view(bits).any()
+    assert torch.equal(caches[1].view(bits), caches[3].view(bits))

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton import ieee
+from strata_engine.kernels.triton.quantize import BLOCKS, Quantised, allocate, constants, store_blocks
 
 BLOCK = 1024
 
@@ -19,13 +20,37 @@ def _gated_kernel(g_ptr, u_ptr, out_ptr, n, GELU: tl.constexpr, BLOCK: tl.conste
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, _gated_value(g, u, GELU), mask=mask)
+
+
+@triton.jit
+def _gated_value(g, u, GELU: tl.constexpr):
+    """act(g) * u elementwise: the one sequence both gated kernels run."""
     if GELU:  # g / (1 + e^(-2u)), -2u = (g * (1 + 0.044715 g^2)) * -2 sqrt(2/pi)
         inner = tl.fma(g * g, 0.044714998453855515, 1.0)
         z = (g * inner) * -1.5957691669464111
         act = tl.div_rn(g, 1.0 + ieee.exp(z))
     else:  # silu: g / (1 + e^(0 - g))
         act = tl.div_rn(g, 1.0 + ieee.exp(0.0 - g))
-    tl.store(out_ptr + offs, act * u, mask=mask)
+    return act * u
+
+
+@triton.jit(do_not_specialize=["total"])
+def _gated_quantize_kernel(
+    g_ptr, u_ptr, out_ptr, q_ptr, s_ptr, dsum_ptr, total, GELU: tl.constexpr,
+    LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr, MIN_EXP: tl.constexpr,
+    BB: tl.constexpr,
+):  # fmt: skip
+    """BB blocks of 32 of the gated product a program, each quantised where it is made
+    (quantize.store_blocks): the down projection's input with no launch of its own."""
+    blocks = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)
+    ok = blocks < total
+    offs = blocks[:, None] * 32 + tl.arange(0, 32)[None, :]
+    g = tl.load(g_ptr + offs, mask=ok[:, None], other=0.0)
+    u = tl.load(u_ptr + offs, mask=ok[:, None], other=0.0)
+    y = _gated_value(g, u, GELU)
+    tl.store(out_ptr + offs, y, mask=ok[:, None])
+    store_blocks(y, blocks, ok, q_ptr, s_ptr, dsum_ptr, LIMBS, SHIFT, XMAX, MIN_EXP)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -54,6 +79,26 @@ def _gated(gate: torch.Tensor, up: torch.Tensor, gelu: bool) -> torch.Tensor:
     if n:
         _gated_kernel[(triton.cdiv(n, BLOCK),)](gate, up, out, n, GELU=gelu, BLOCK=BLOCK, **ieee.LAUNCH)
     return out
+
+
+def gated_quantize(
+    gate: torch.Tensor, up: torch.Tensor, gelu: bool, limbs: int
+) -> tuple[torch.Tensor, Quantised]:
+    """`gelu_mul` (gelu) or `silu_mul` of gate, up [M, N] (N a multiple of 32) and, from the
+    same launch, the product quantised in `limbs` digits: the bits of `quantize(product, limbs)`."""
+    consts = constants(limbs)
+    gate, up = gate.float().contiguous(), up.float().contiguous()
+    m, n = gate.shape
+    if n % 32:
+        raise ValueError(f"the integer matmul takes whole blocks of 32 inputs, not K = {n}")
+    out = torch.empty_like(gate)
+    xq = allocate(m, n // 32, limbs, gate.device)
+    if total := m * n // 32:
+        bb = ieee.fit(total, BLOCKS)
+        _gated_quantize_kernel[(triton.cdiv(total, bb),)](
+            gate, up, out, xq.q, xq.s, xq.dsum, total, GELU=gelu, BB=bb, **consts, **ieee.LAUNCH
+        )
+    return out, xq
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

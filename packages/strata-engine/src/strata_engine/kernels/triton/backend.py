@@ -41,6 +41,7 @@ from strata_engine.kernels.triton import (
     select,
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
+from strata_engine.kernels.triton.quantize import Quantised, quantize
 from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
@@ -88,6 +89,9 @@ class TritonOps:
             DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
         )
         self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
+        # the last activation a kernel quantised as it made it (RMSNorm, the gated FFN): the
+        # integer matmuls that take that very tensor read its digits instead of quantising again
+        self._made: tuple[torch.Tensor, Quantised] | None = None
         self.bytes_read = 0  # bytes of log-probabilities copied back to the host so far
         self.device_draws = 0  # tokens drawn on the device so far (draw.py)
 
@@ -191,13 +195,30 @@ class TritonOps:
         self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
     ) -> torch.Tensor:
         b = self._model(bias) if bias is not None else None
-        x = tensor(x).to(self.device, torch.float32)
         if w.kernel_type & Q8_PACKED:
-            return intmatmul.matmul(x, self._packed_weight(w), b)
+            pw, made = self._packed_weight(w), self._made
+            if made is not None and made[0] is x and made[1].limbs == pw.limbs:  # quantised already
+                return intmatmul.matmul_quantised(made[1], pw, b)
+            return intmatmul.matmul(tensor(x).to(self.device, torch.float32), pw, b)
+        x = tensor(x).to(self.device, torch.float32)
         sw = self._weight(w)
         if sw.kt == F32:  # fp32 weights: the C kernels' dot_1 order in every mode (fmatmul.py)
             return fmatmul.matmul(x, sw.wf.view(sw.out_features, sw.in_features), b)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
+
+    def linear_add(self, x: Array, w: Weight, residual: Array, bias: Array | None = None) -> torch.Tensor:
+        """residual + linear(x, w, bias) (base.linear_add): the integer matmuls add the residual
+        in their epilogue (one launch, the same fp32 addition); the other kernels leave it to torch."""
+        r = tensor(residual).to(self.device, torch.float32)
+        if not w.kernel_type & Q8_PACKED:
+            return r + self.linear(x, w, bias)
+        b = self._model(bias) if bias is not None else None
+        pw, made = self._packed_weight(w), self._made
+        if made is not None and made[0] is x and made[1].limbs == pw.limbs:
+            xq = made[1]
+        else:
+            xq = quantize(tensor(x).to(self.device, torch.float32), pw.limbs)
+        return intmatmul.matmul_quantised(xq, pw, b, residual=r)
 
     def embed(self, w: Weight, ids: Array) -> torch.Tensor:
         if w.kernel_type & Q8_PACKED:  # a tied LM head's packed copy, standing in for the embedding
@@ -207,11 +228,29 @@ class TritonOps:
             tensor(ids).to(self.device), sw.wq, sw.wf, sw.kt, sw.in_features, sw.row_bytes
         )
 
+    def _quantises(self, x: torch.Tensor) -> bool:
+        """Whether an activation x is made with its quantisation (the integer modes, rows of
+        whole blocks): what a matmul's input usually is, so its own quantise launch is saved."""
+        return self.limbs is not None and x.dim() == 2 and x.shape[0] > 0 and x.shape[1] % 32 == 0
+
     def rmsnorm(self, x: Array, weight: Array, eps: float) -> torch.Tensor:
-        return norm.rmsnorm(tensor(x).to(self.device), self._model(weight), eps)
+        x = tensor(x).to(self.device)
+        if self.limbs is not None and self._quantises(x):
+            y, xq = norm.rmsnorm_quantize(x, self._model(weight), eps, self.limbs)
+            self._made = (y, xq)
+            return y
+        return norm.rmsnorm(x, self._model(weight), eps)
 
     def silu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        return activation.silu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
+        return self._gated(gate, up, gelu=False)
+
+    def _gated(self, gate: Array, up: Array, gelu: bool) -> torch.Tensor:
+        g, u = tensor(gate).to(self.device), tensor(up).to(self.device)
+        if self.limbs is not None and self._quantises(g) and g.shape == u.shape:
+            y, xq = activation.gated_quantize(g, u, gelu, self.limbs)
+            self._made = (y, xq)
+            return y
+        return activation.gelu_mul(g, u) if gelu else activation.silu_mul(g, u)
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
         pos = self._step(positions)
@@ -230,12 +269,22 @@ class TritonOps:
         s = self._step(slots)
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         k, v = tensor(k).to(self.device), tensor(v).to(self.device)
-        # a scatter to distinct slots: no arithmetic (a 2-byte cache's values rounded first: kv.py)
-        kc.view(-1, *k.shape[1:])[s] = kv.to_cache_type(k, kc.dtype)
-        vc.view(-1, *v.shape[1:])[s] = kv.to_cache_type(v, vc.dtype)
+        # K and V to distinct slots in one launch: no arithmetic (a 2-byte cache's values rounded: kv.py)
+        kv.write(k, v, kc, vc, s)
+
+    def rope_kv_write(
+        self, q: Array, k: Array, v: Array, positions: Array, table: RopeTable, k_cache: Array, v_cache: Array,
+        slots: Array,
+    ) -> torch.Tensor:  # fmt: skip
+        """base.rope_kv_write: q and k rotated, k and v written to the caches, in one launch."""
+        dev = self.device
+        return rope.rope_write(
+            tensor(q).to(dev), tensor(k).to(dev), tensor(v).to(dev), self._step(positions), self._step(slots),
+            table, self._model(table.cos), self._model(table.sin), self._cache(k_cache), self._cache(v_cache),
+        )  # fmt: skip
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
-        return activation.gelu_mul(tensor(gate).to(self.device), tensor(up).to(self.device))
+        return self._gated(gate, up, gelu=True)
 
     def swiglu_oai(self, gate: Array, up: Array, alpha: float, limit: float) -> torch.Tensor:
         """gpt-oss's clamped SwiGLU (gpt_oss.SwigluOps), C's bits."""

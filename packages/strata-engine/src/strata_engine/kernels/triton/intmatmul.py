@@ -80,9 +80,9 @@ def _tile_value(q_ptr, xb, rmask, k, w8, WT: tl.constexpr, HALF: tl.constexpr, L
 
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
 def _tile_kernel(
-    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, M, N, nb, GB,
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, M, N, nb, GB,
     WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
-    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     rm = tl.program_id(1) * BM + tl.arange(0, BM)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -110,13 +110,21 @@ def _tile_kernel(
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
     acc = canonical_nan(acc)
-    tl.store(y_ptr + rm.to(tl.int64)[:, None] * N + rn[None, :], acc, mask=rmask[:, None] & (rn < N)[None, :])
+    at = rm.to(tl.int64)[:, None] * N + rn[None, :]
+    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
+        acc = tl.load(r_ptr + at, mask=rmask[:, None] & (rn < N)[None, :], other=0.0) + acc
+    tl.store(y_ptr + at, acc, mask=rmask[:, None] & (rn < N)[None, :])
 
 
 def matmul_quantised(
-    xq: Quantised, pw: PackedWeight, bias: torch.Tensor | None = None, path: str = "auto"
+    xq: Quantised,
+    pw: PackedWeight,
+    bias: torch.Tensor | None = None,
+    path: str = "auto",
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """y [M, N] from activations already quantised (`quantize(x, pw.limbs)`)."""
+    """y [M, N] from activations already quantised (`quantize(x, pw.limbs)`); with `residual`
+    [M, N], residual + y, added in the kernel's epilogue (the same fp32 addition as torch's)."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
     if xq.limbs != pw.limbs:
@@ -130,11 +138,21 @@ def matmul_quantised(
     y = torch.empty(m, n, dtype=torch.float32, device=xq.q.device)
     if not m or not n:
         return y
+    if residual is not None and residual.shape != (m, n):
+        raise ValueError(f"a residual of shape {tuple(residual.shape)} for a [{m}, {n}] result")
     if not nb:
-        return y.zero_() + (bias if bias is not None else 0.0)
+        y = y.zero_() + (bias if bias is not None else 0.0)
+        return y if residual is None else residual + y
     b = bias.to(torch.float32).contiguous() if bias is not None else y
-    args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, y)
-    consts = {**layout(pw.wtype), "LIMBS": pw.limbs, "HAS_BIAS": bias is not None, **LAUNCH}
+    r = residual.to(torch.float32).contiguous() if residual is not None else y
+    args = (xq.q, xq.s, xq.dsum, pw.wq, pw.wf, b, r, y)
+    consts = {
+        **layout(pw.wtype),
+        "LIMBS": pw.limbs,
+        "HAS_BIAS": bias is not None,
+        "HAS_RES": residual is not None,
+    }
+    consts |= LAUNCH
     if path == "mma" or (path == "auto" and m <= ROWS_MAX):
         bn = fit(n, MMA_N, 16)
         mmadecode._mma_kernel[mmadecode.grid(m, n, bn)](*args, m, n, nb, pw.group_bytes, BN=bn, **consts)

@@ -61,19 +61,44 @@ def widen(raw, KV: tl.constexpr):
     return u.to(tl.float32, bitcast=True)
 
 
-@triton.jit(do_not_specialize=["n"])
-def _narrow_kernel(x_ptr, out_ptr, n, KV: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, narrow(tl.load(x_ptr + offs, mask=mask, other=0.0), KV), mask=mask)
+@triton.jit(do_not_specialize=["WK", "WV"])
+def _write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slots_ptr, WK, WV, KV: tl.constexpr, BLOCK: tl.constexpr):
+    """Token t's K row (program 0 on axis 1) or V row (1) into its cache's slot: a copy, no
+    arithmetic (a 2-byte cache's values rounded by `narrow`, as attention.c rounds them)."""
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slots_ptr + t).to(tl.int64)
+    offs = tl.program_id(2).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if tl.program_id(1) == 0:
+        store_row(k_ptr + t * WK, kc_ptr + slot * WK, offs, WK, KV)
+    else:
+        store_row(v_ptr + t * WV, vc_ptr + slot * WV, offs, WV, KV)
 
 
-def to_cache_type(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`x` as a cache of `dtype` stores it: itself for fp32, else each value rounded (C's bits)."""
-    if dtype == torch.float32:
-        return x  # stored as it is: no copy, no launch
-    x = x.float().contiguous()
-    out = torch.empty(x.shape, dtype=torch.int16, device=x.device)
-    if n := x.numel():
-        _narrow_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, KV=KV_CODES[dtype], BLOCK=BLOCK, **ieee.LAUNCH)
-    return out.view(dtype)
+@triton.jit
+def store_row(src, dst, offs, W, KV: tl.constexpr):
+    """The row's values at offs (< W) from src into dst, a 2-byte cache's rounded (`narrow`)."""
+    mask = offs < W
+    x = tl.load(src + offs, mask=mask, other=0.0)
+    if KV == 0:
+        tl.store(dst + offs, x, mask=mask)
+    else:
+        tl.store(dst + offs, narrow(x, KV), mask=mask)
+
+
+def write(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """Rows k [T, ...] and v [T, ...] into the caches' slots (distinct, in range: flat indices
+    into [slots, ...]), both in one launch, each value as the cache's type stores it (C's bits)."""
+    if k_cache.dtype != v_cache.dtype:
+        raise ValueError(f"K cache {k_cache.dtype}, V cache {v_cache.dtype}: one type for both")
+    t = k.shape[0]
+    if not t:
+        return
+    k, v = k.float().contiguous(), v.float().contiguous()
+    wk, wv = k.numel() // t, v.numel() // t
+    code = KV_CODES[k_cache.dtype]
+    kc, vc = (c if code == 0 else c.view(torch.int16) for c in (k_cache, v_cache))
+    block = min(BLOCK, triton.next_power_of_2(max(wk, wv)))
+    grid = (t, 2, triton.cdiv(max(wk, wv), block))
+    _write_kernel[grid](k, v, kc, vc, slots.contiguous(), wk, wv, KV=code, BLOCK=block, **ieee.LAUNCH)

@@ -135,9 +135,9 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
 def _mma_kernel(
-    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, M, N, nb, GB,
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, M, N, nb, GB,
     WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
-    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BN: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
@@ -178,8 +178,10 @@ def _mma_kernel(
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
     acc = canonical_nan(acc)
-    y = y_ptr + rows.to(tl.int64)[None, :] * N + rn[:, None]
-    tl.store(y, acc, mask=rmask[None, :] & (rn < N)[:, None])
+    at = rows.to(tl.int64)[None, :] * N + rn[:, None]
+    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
+        acc = tl.load(r_ptr + at, mask=rmask[None, :] & (rn < N)[:, None], other=0.0) + acc
+    tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])
 
 
 def grid(m: int, n: int, bn: int) -> tuple[int, int]:

@@ -13,9 +13,11 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton import ieee
+from strata_engine.kernels.triton.quantize import Quantised, allocate, constants, store_blocks
 
 OUT_BLOCK = 1024  # columns written per step (elementwise: no effect on the bits)
 ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
+CHUNK = 32  # blocks of 32 normed and quantised a step by _rmsnorm_quantize_kernel (a speed choice)
 
 
 @triton.jit(do_not_specialize=["M", "K"])
@@ -23,19 +25,70 @@ def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, K, eps, ROWS: tl.constexpr, OUT: tl.
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     rmask = (r < M)[:, None]
     base = (r.to(tl.int64) * K)[:, None]
-    lanes = tl.arange(0, 16)[None, :]
-    acc = tl.zeros([ROWS, 16], dtype=tl.float32)
-    for k0 in range(0, K, 16):
-        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0)
-        acc = tl.fma(x, x, acc)
-    mean = tl.div_rn(ieee.hsum16(acc, ROWS), K.to(tl.float32))
-    inv = tl.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.sqrt_rn(mean + eps))[:, None]
+    inv = _inverse_rms(x_ptr, base, rmask, K, eps, ROWS)[:, None]
     cols = tl.arange(0, OUT)[None, :]
     for k0 in range(0, K, OUT):
         m = rmask & (k0 + cols < K)
         x = tl.load(x_ptr + base + k0 + cols, mask=m, other=0.0)
         w = tl.load(w_ptr + k0 + cols, mask=k0 + cols < K, other=0.0)
         tl.store(y_ptr + base + k0 + cols, (x * inv) * w, mask=m)
+
+
+@triton.jit
+def _inverse_rms(x_ptr, base, rmask, K, eps, ROWS: tl.constexpr):
+    """1 / sqrt(dot_1(x, x) / K + eps) of each row, [ROWS]: the one sequence both kernels run."""
+    lanes = tl.arange(0, 16)[None, :]
+    acc = tl.zeros([ROWS, 16], dtype=tl.float32)
+    for k0 in range(0, K, 16):
+        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0)
+        acc = tl.fma(x, x, acc)
+    mean = tl.div_rn(ieee.hsum16(acc, ROWS), K.to(tl.float32))
+    return tl.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.sqrt_rn(mean + eps))
+
+
+@triton.jit(do_not_specialize=["K"])
+def _rmsnorm_quantize_kernel(
+    x_ptr, w_ptr, y_ptr, q_ptr, s_ptr, dsum_ptr, K, eps,
+    LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr, MIN_EXP: tl.constexpr,
+    CB: tl.constexpr,
+):  # fmt: skip
+    """One row a program: its RMSNorm (the operations of _rmsnorm_kernel), and each block of
+    32 of the normed row quantised as quantize.py's kernel quantises it (store_blocks)."""
+    r = tl.program_id(0).to(tl.int64)
+    inv = _inverse_rms(
+        x_ptr, (r * K + tl.zeros([1], tl.int64))[:, None], tl.full([1, 1], 1, tl.int1), K, eps, 1
+    )
+    nb = K // 32
+    k = tl.arange(0, 32)[None, :]
+    for b0 in range(0, nb, CB):
+        b = b0 + tl.arange(0, CB)
+        ok = b < nb
+        cols = b[:, None] * 32 + k
+        x = tl.load(x_ptr + r * K + cols, mask=ok[:, None], other=0.0)
+        w = tl.load(w_ptr + cols, mask=ok[:, None], other=0.0)
+        y = (x * inv[:, None]) * w
+        tl.store(y_ptr + r * K + cols, y, mask=ok[:, None])
+        store_blocks(y, r * nb + b, ok, q_ptr, s_ptr, dsum_ptr, LIMBS, SHIFT, XMAX, MIN_EXP)
+
+
+def rmsnorm_quantize(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, limbs: int
+) -> tuple[torch.Tensor, Quantised]:
+    """`rmsnorm(x, weight, eps)` of x [M, K] (K a multiple of 32) and, from the same launch, the
+    normed rows quantised in `limbs` digits: the bits of `quantize(rmsnorm(...), limbs)`."""
+    consts = constants(limbs)
+    x = x.float().contiguous()
+    m, d = x.shape
+    if d % 32:
+        raise ValueError(f"the integer matmul takes whole blocks of 32 inputs, not K = {d}")
+    y = torch.empty_like(x)
+    xq = allocate(m, d // 32, limbs, x.device)
+    if m and d:
+        cb = min(CHUNK, triton.next_power_of_2(d // 32))
+        _rmsnorm_quantize_kernel[(m,)](
+            x, weight.float().contiguous(), y, xq.q, xq.s, xq.dsum, d, eps, CB=cb, **consts, **ieee.LAUNCH
+        )
+    return y, xq
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -56,8 +56,20 @@ def _quantize_kernel(
     blocks = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)  # indices in the row-major grid
     ok = blocks < total
     k = tl.arange(0, 32)
+    x = tl.load(x_ptr + blocks[:, None] * 32 + k[None, :], mask=ok[:, None], other=0.0)
+    store_blocks(x, blocks, ok, q_ptr, s_ptr, dsum_ptr, LIMBS, SHIFT, XMAX, MIN_EXP)
+
+
+@triton.jit
+def store_blocks(
+    x, blocks, ok, q_ptr, s_ptr, dsum_ptr,
+    LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr, MIN_EXP: tl.constexpr,
+):  # fmt: skip
+    """Blocks x [BB, 32] (the grid's blocks `blocks`, stored where `ok`) quantised: their digits,
+    scales and dsums. Kernels that compute an activation call it on their own output tile, so
+    the row is quantised where it is made (norm.py, activation.py) with these same operations."""
+    k = tl.arange(0, 32)
     at = blocks[:, None]  # [BB, 1]
-    x = tl.load(x_ptr + at * 32 + k[None, :], mask=ok[:, None], other=0.0)
     a = tl.abs(x)
     if LIMBS == 1:
         amax = tl.max(tl.where(a > 0.0, a, 0.0), axis=1)  # a NaN never wins, as in q8_quantize
@@ -100,22 +112,33 @@ def _pow2d(e):
     return ((e + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
 
 
-def quantize(x: torch.Tensor, limbs: int) -> Quantised:
-    """Each block of 32 of x [M, K] (K a multiple of 32) as `limbs` int8 digits and a scale."""
+def constants(limbs: int) -> dict[str, int]:
+    """The quantisation's constexprs for `limbs` (store_blocks' LIMBS, SHIFT, XMAX, MIN_EXP)."""
     if limbs not in (1, 2, 3):
         raise ValueError(f"limbs must be 1 (q8), 2 or 3, not {limbs}")
+    return {"LIMBS": limbs, "SHIFT": 8 * limbs - 2, "XMAX": XMAX.get(limbs, 0), "MIN_EXP": LIMB_MIN_EXP}
+
+
+def allocate(m: int, nb: int, limbs: int, device: torch.device) -> Quantised:
+    """Room for m rows of nb blocks in `limbs` digits, as a kernel calling store_blocks fills it."""
+    s = torch.empty(m, nb, dtype=torch.float32, device=device)
+    return Quantised(
+        torch.empty(m, nb, limbs, 32, dtype=torch.int8, device=device), s, torch.empty_like(s), limbs
+    )
+
+
+def quantize(x: torch.Tensor, limbs: int) -> Quantised:
+    """Each block of 32 of x [M, K] (K a multiple of 32) as `limbs` int8 digits and a scale."""
+    consts = constants(limbs)
     x = x.to(torch.float32).contiguous()
     m, k = x.shape
     if k % 32:
         raise ValueError(f"the integer matmul takes whole blocks of 32 inputs, not K = {k}")
     nb = k // 32
-    q = torch.empty(m, nb, limbs, 32, dtype=torch.int8, device=x.device)
-    s = torch.empty(m, nb, dtype=torch.float32, device=x.device)
-    dsum = torch.empty_like(s)
+    out = allocate(m, nb, limbs, x.device)
     if m and nb:
         bb = fit(m * nb, BLOCKS)
         _quantize_kernel[(triton.cdiv(m * nb, bb),)](
-            x, q, s, dsum, m * nb, LIMBS=limbs, SHIFT=8 * limbs - 2, XMAX=XMAX.get(limbs, 0),
-            MIN_EXP=LIMB_MIN_EXP, BB=bb, **LAUNCH,
+            x, out.q, out.s, out.dsum, m * nb, BB=bb, **consts, **LAUNCH
         )  # fmt: skip
-    return Quantised(q, s, dsum, limbs)
+    return out

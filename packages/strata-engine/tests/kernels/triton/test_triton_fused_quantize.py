@@ -1,0 +1,67 @@
+"""The kernels that quantise the activation they make (RMSNorm's and the gated FFN's, for the
+integer matmul's input) give the bits of the two kernels they replace: the normed or gated rows
+of norm.py / activation.py, and quantize.py's digits, scales and dsums of those rows, which the
+other Triton tests hold to the C kernels. Edge blocks (zero, NaN, overflow, subnormal, a row
+longer than one step of the fused kernel) are reached here, where an engine's rows do not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from strata_engine.kernels.triton import activation, norm, quantize
+from strata_engine.kernels.triton.quantize import Quantised
+from strata_engine.testing.triton_setup import on
+
+
+def _rows(k: int, seed: int) -> np.ndarray:
+    """Rows whose blocks reach the quantisation's edges once normed or gated: a zero block, a
+    NaN, an infinity, values near fp32's largest and below limb.c's 2^-100, plain rows."""
+    x = np.random.default_rng(seed).normal(0, 1, size=(7, k)).astype(np.float32)
+    x[0, :32] = 0.0
+    x[1, 40] = np.nan
+    x[2, 3] = np.inf
+    x[3, 32:64] = 3e38
+    x[4, :] *= np.float32(2.0**-60)
+    x[4, :32] = 1e-40
+    return x
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+def _same_quantised(got: Quantised, want: Quantised) -> None:
+    assert torch.equal(got.q, want.q), "digits"
+    assert _same(got.s, want.s) and _same(got.dsum, want.dsum), "scales or dsums"
+
+
+@pytest.mark.parametrize("limbs", (1, 2, 3))
+@pytest.mark.parametrize("k", (96, 1280))  # 1280: more blocks than one step of the fused kernel
+def test_rmsnorm_quantised_is_rmsnorm_then_quantize(limbs: int, k: int) -> None:
+    x = on(_rows(k, k + limbs))
+    w = np.random.default_rng(1).normal(0, 1, k).astype(np.float32)
+    w[64:96] = 0.0  # a block the weight zeroes
+    w[:8] = 1e-38  # tiny products: subnormal and zero blocks
+    y, xq = norm.rmsnorm_quantize(x, on(w), 1e-5, limbs)
+    want = norm.rmsnorm(x, on(w), 1e-5)
+    assert _same(y, want)
+    _same_quantised(xq, quantize.quantize(want, limbs))
+    assert torch.isnan(xq.s).any() == (limbs > 1)  # the NaN row reached (q8 ignores NaN)
+
+
+@pytest.mark.parametrize("limbs", (1, 3))
+@pytest.mark.parametrize("gelu", (False, True), ids=("silu", "gelu"))
+def test_gated_quantised_is_gated_then_quantize(limbs: int, gelu: bool) -> None:
+    g, u = on(_rows(160, 2) * 30), on(_rows(160, 3))  # gates past e^x's range both ways
+    y, xq = activation.gated_quantize(g, u, gelu, limbs)
+    want = activation.gelu_mul(g, u) if gelu else activation.silu_mul(g, u)
+    assert _same(y, want)
+    _same_quantised(xq, quantize.quantize(want, limbs))
