@@ -196,10 +196,8 @@ class TritonOps:
     ) -> torch.Tensor:
         b = self._model(bias) if bias is not None else None
         if w.kernel_type & Q8_PACKED:
-            pw, made = self._packed_weight(w), self._made
-            if made is not None and made[0] is x and made[1].limbs == pw.limbs:  # quantised already
-                return intmatmul.matmul_quantised(made[1], pw, b)
-            return intmatmul.matmul(tensor(x).to(self.device, torch.float32), pw, b)
+            pw = self._packed_weight(w)
+            return intmatmul.matmul_quantised(self._quantised(x, pw.limbs), pw, b)
         x = tensor(x).to(self.device, torch.float32)
         sw = self._weight(w)
         if sw.kt == F32:  # fp32 weights: the C kernels' dot_1 order in every mode (fmatmul.py)
@@ -213,12 +211,16 @@ class TritonOps:
         if not w.kernel_type & Q8_PACKED:
             return r + self.linear(x, w, bias)
         b = self._model(bias) if bias is not None else None
-        pw, made = self._packed_weight(w), self._made
-        if made is not None and made[0] is x and made[1].limbs == pw.limbs:
-            xq = made[1]
-        else:
-            xq = quantize(tensor(x).to(self.device, torch.float32), pw.limbs)
-        return intmatmul.matmul_quantised(xq, pw, b, residual=r)
+        pw = self._packed_weight(w)
+        return intmatmul.matmul_quantised(self._quantised(x, pw.limbs), pw, b, residual=r)
+
+    def _quantised(self, x: Array, limbs: int) -> Quantised:
+        """x's digits in `limbs` limbs: those its kernel made with it when x is that very tensor
+        (RMSNorm, the gated FFN: no launch of their own), else quantised now."""
+        made = self._made
+        if made is not None and made[0] is x and made[1].limbs == limbs:
+            return made[1]
+        return quantize(tensor(x).to(self.device, torch.float32), limbs)
 
     def embed(self, w: Weight, ids: Array) -> torch.Tensor:
         if w.kernel_type & Q8_PACKED:  # a tied LM head's packed copy, standing in for the embedding
