@@ -421,7 +421,7 @@ static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
-    int bytes = t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+    int bytes = q8_bytes(t);
     int large = q8_nibbles(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
     int vr = large ? LIMB_VR_LARGE : q8_five(t) || bytes ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
@@ -574,6 +574,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
         case WT_Q4_1: LIMB_CASE(WT_Q4_1); break;
         case WT_Q5_0: LIMB_CASE(WT_Q5_0); break;
+        case WT_Q5_1: LIMB_CASE(WT_Q5_1); break;
 #if LIMB_WIDE
         case WT_Q8_0: limb_wide_tile(grp, w16, nb, xr, limbs, m0, rows, acc); break;
 #else
@@ -584,6 +585,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
         case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
         case WT_Q5_0_BYTES: LIMB_CASE(WT_Q5_0_BYTES); break;
+        case WT_Q5_1_BYTES: LIMB_CASE(WT_Q5_1_BYTES); break;
         default: LIMB_CASE(WT_Q6_K_BYTES); break;
         }
 #undef LIMB_CASE

@@ -31,10 +31,12 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (q8_five(t)) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
                        * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i;
-                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16) */
+                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16;
+                       * Q5_1's: d f32, m f32, that word, its nibbles, q unsigned) */
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
         const uint8_t *nib = blk + 24 + (b & 7) * 16;
         if (t == WT_Q5_0) blk = row + b * block_bytes(WT_Q5_0), h = blk + 4, nib = blk + 8;
+        if (t == WT_Q5_1) blk = row + b * block_bytes(WT_Q5_1), h = blk + 8, nib = blk + 12;
         uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, nib + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
@@ -159,7 +161,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                     *y = (float)(v - 16) * f32_at(blk + 4 * o);
                 else if (t == WT_Q4_0)
                     *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
-                else if (t == WT_Q4_1)
+                else if (t == WT_Q4_1 || t == WT_Q5_1)
                     *y = f32_at(blk + 4 * o) * (float)v + f32_at(blk + 64 + 4 * o);
                 else if (t == WT_Q6_K)
                     *y = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)(v - 32);
@@ -338,6 +340,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             case WT_Q4_0: q8_tile(WT_Q4_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_1: q8_tile(WT_Q4_1, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q5_0: q8_tile(WT_Q5_0, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q5_1: q8_tile(WT_Q5_1, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;

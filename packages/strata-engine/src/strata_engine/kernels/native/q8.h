@@ -47,14 +47,17 @@
 #define WT_Q5_0_BYTES 112
 #define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
+#define WT_Q5_1_BYTES 115
 #define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
 /* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
 static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t); }
-static inline int q8_has_min(int t) { return t == WT_Q4_1 || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES; }
+static inline int q8_has_min(int t) {
+    return t == WT_Q4_1 || t == WT_Q5_1 || t == WT_Q5_1_BYTES || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES;
+}
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
 /* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
-static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0; }
+static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0 || t == WT_Q5_1; }
 static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) {
     return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
@@ -64,7 +67,16 @@ static inline int q8_kquant(int t) {
 }
 /* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
 static inline int q8_unpacked(int t) {
-    return t == WT_Q5_0 ? WT_Q5_0_BYTES : t == WT_Q5_K ? WT_Q5_K_BYTES : t == WT_Q6_K ? WT_Q6_K_BYTES : 0;
+    return t == WT_Q5_0   ? WT_Q5_0_BYTES
+           : t == WT_Q5_1 ? WT_Q5_1_BYTES
+           : t == WT_Q5_K ? WT_Q5_K_BYTES
+           : t == WT_Q6_K ? WT_Q6_K_BYTES
+                          : 0;
+}
+
+/* The byte types q8_unpacked gives (never stored). */
+static inline int q8_bytes(int t) {
+    return t == WT_Q5_0_BYTES || t == WT_Q5_1_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
 }
 
 /* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
@@ -306,7 +318,7 @@ static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s
 /* Rows a tile of type t takes: a speed choice only (each row's sums are its own), sized to the
  * registers its steps leave. */
 static inline int q8_tile_rows(int t) {
-    return q8_five(t) || t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ? Q8_MR_WIDE : Q8_MR;
+    return q8_five(t) || q8_bytes(t) ? Q8_MR_WIDE : Q8_MR;
 }
 #ifndef Q8_NIBBLE_CHAINS /* chains a row's 4-bit block is summed in (VNNI: two, to overlap its latency) */
 #define Q8_NIBBLE_CHAINS 2
