@@ -12,7 +12,7 @@ from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.tiny_models import encode_tensor
 
-TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 
 
 ROWS = (1, 3, 8, 9, 17)  # every row-tile remainder: avx512 tiles 8 rows, avx2 4 (Q5_K, bytes: 3), portable 4
@@ -66,7 +66,13 @@ def activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 # Types whose value is scale * q + min: the stored bytes of the quants, in gguf-py's block layout
-QUANT_BYTES = {QT.Q4_1: (20, 4, 20), QT.Q5_1: (24, 4, 24), QT.Q4_K: (144, 16, 144), QT.Q5_K: (176, 16, 176)}
+QUANT_BYTES = {
+    QT.Q4_1: (20, 4, 20),
+    QT.Q5_1: (24, 4, 24),
+    QT.Q4_K: (144, 16, 144),
+    QT.Q5_K: (176, 16, 176),
+    QT.Q2_K: (84, 16, 80),
+}
 
 
 # Every type's quant bytes (block size, start, end) and the byte that gives each weight the
@@ -77,6 +83,7 @@ EXTREME_BYTES = {
     QT.Q5_0: (22, 2, 22, 0xFF),
     QT.Q5_1: (24, 4, 24, 0xFF),
     QT.Q8_0: (34, 2, 34, 0x80),
+    QT.Q2_K: (84, 16, 80, 0xFF),
     QT.Q4_K: (144, 16, 144, 0xFF),
     QT.Q5_K: (176, 16, 176, 0xFF),
     QT.Q6_K: (210, 0, 192, 0xFF),

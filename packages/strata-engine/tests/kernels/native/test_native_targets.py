@@ -40,9 +40,9 @@ DRIVER = Path(__file__).parent / "driver" / "native_driver.c"
 # Change only with a deliberate change of the kernels' arithmetic, and say why in the commit.
 DRIVER_SHA256 = "a0a7ce5c6c8e05ddfdfcc3768e019eb630edeccd450261c738aaa02705cd3924"
 # sha256 of `driver q8`: the 8-bit-activation kernels (q8.c) alone, the same on every build.
-DRIVER_Q8_SHA256 = "926ca3af7b8a0c6ea21dc7f6617340930f34d43f9b05638511c684bf1b4f5c48"
+DRIVER_Q8_SHA256 = "5a9ccd901f921ccf9baf9795b0cc50e4a37629dd8e7ad8fa821daf58c2663543"
 # sha256 of `driver limb`: the integer-limb kernels (limb.c), 3 and 2 limbs, the same on every build.
-DRIVER_LIMB_SHA256 = "891b7187f3b3d9a4e2682d9685fe13543d30868146996c67d2fad61f7d6ed022"
+DRIVER_LIMB_SHA256 = "d4ca4ed37838a2886180b0d069b11d0aa5134f9f3c4d11c816b16d5b44adf0d1"
 # sha256 of `driver tiles`: grouped attention over runs of consecutive tokens (attention.c's token
 # tiles), the same on every build and the same as before the tiles (each token and head alone).
 DRIVER_TILES_SHA256 = "8e216e7c30c742e64115c72eecb7f760fcf8ab03025bb8116faed3f7ae1744bb"

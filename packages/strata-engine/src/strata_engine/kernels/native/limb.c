@@ -42,7 +42,7 @@ static inline int32_t limb_xmax(int limbs) { return limbs == 3 ? 8355711 : 32639
 typedef struct {
     int8_t *q;     /* [M, nb, limbs, 32]: limb j of element k of block b */
     float *s;      /* [M, nb]: the block's scale (0: a zero block, NaN: a NaN or infinity in it) */
-    float *dsum;   /* [M, nb]: s * (float)(sum of the block's X) */
+    float *dsum;   /* [M, nb, 2]: s * (float)(sum of the block's X), or (Q2_K) of each half's X */
     int32_t *start; /* [M, nb, limbs, 2]: where limb j's integer sums start, so that they end with the
                      * weights' offset taken back: -offset * the limb's sum over half h (types with
                      * one scale a block: slot 0, over the block) */
@@ -151,8 +151,8 @@ static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q,
 
 /* One block of 32 into limbs (see the top): the scale from the block's largest |x| by scalar
  * integer and double steps, then the digits (the rounding is exact: |x / s| < 2^23, x / s exact). */
-static void limb_quantize_block(const float *x, int limbs, int off, int halves, int8_t *q, int32_t *start, float *s,
-                                float *dsum) {
+static void limb_quantize_block(const float *x, int limbs, int off, int halves, int two, int8_t *q, int32_t *start,
+                                float *s, float *dsum) {
     uint32_t bits = limb_top_bits(x);
     int bad = bits >= 0x7f800000u; /* NaN or an infinity */
     float amax;
@@ -162,28 +162,31 @@ static void limb_quantize_block(const float *x, int limbs, int off, int halves, 
         memset(q, 0, (size_t)(32 * limbs));          /* then propagates; dsum 0 adds no second NaN */
         memset(start, 0, sizeof(int32_t) * (size_t)(2 * limbs));
         *s = bad ? NAN : 0.0f;
-        *dsum = 0.0f;
+        dsum[0] = dsum[1] = 0.0f;
         return;
     }
     int sh = e - (8 * limbs - 2); /* s = 2^sh: amax / s in [2^(8k-2), 2^(8k-1)) */
     if (((double)amax * limb_pow2d(-sh) + LIMB_ROUND) - LIMB_ROUND > (double)limb_xmax(limbs)) sh++;
-    int32_t total = limb_digits(x, -sh, limbs, q, start);
+    int32_t total = limb_digits(x, -sh, limbs, q, start), half[2] = {0, 0};
+    for (int j = 0; j < limbs; j++) /* each half's sum of X from its limbs' (exact: |sum| < 2^27) */
+        for (int h = 0; h < 2; h++) half[h] += start[2 * j + h] * (1 << (8 * j));
     for (int j = 0; j < limbs; j++) { /* |offset * sum| <= 128 * 32 * 128: exact in int32 */
         if (halves == 1) start[2 * j] += start[2 * j + 1];
         start[2 * j] *= -off, start[2 * j + 1] *= -off;
     }
     *s = limb_pow2(sh);
-    *dsum = *s * (float)total;
+    dsum[0] = *s * (float)(two ? half[0] : total);
+    dsum[1] = *s * (float)half[1];
 }
 
 /* x into limbs for weights of type t (its offset and scales a block set where the sums start). */
 static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t, limb_rows *r, int nthreads) {
     int64_t nb = K / 32;
-    int off = q8_offset(t), halves = q8_halves(t);
+    int off = q8_offset(t), halves = q8_halves(t), two = q8_two(t);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
     for (int64_t i = 0; i < M * nb; i++)
-        limb_quantize_block(x + i * 32, limbs, off, halves, r->q + i * limbs * 32, r->start + i * limbs * 2, r->s + i,
-                            r->dsum + i);
+        limb_quantize_block(x + i * 32, limbs, off, halves, two, r->q + i * limbs * 32, r->start + i * limbs * 2,
+                            r->s + i, r->dsum + 2 * i);
 }
 
 /* ---- per target: the exact per-output value of a block's limb sums (see the top) -------------
@@ -501,14 +504,14 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
             for (int u = 0; u < vr; u++)
                 s[u] = q8_nibbles(t) ? vi_add_vh(s[u], vh_add(p[u], p2[u])) : vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]);
 #endif
-            vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+            vf ws = q8_scale(t, blk, head, h);
             vf f[LIMB_ROWS];
             if (limbs == 3) limb_values3(s, rows, f);
             else
                 for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
             for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
         }
-        q8_add_min(t, blk, head, xr->dsum + m0 * nb + b, nb, rows, acc);
+        q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
     }
 }
 #undef LIMB_P
@@ -582,6 +585,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
 #endif
         case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
         case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
+        case WT_Q2_K: LIMB_CASE(WT_Q2_K); break;
         case WT_Q5_K: LIMB_CASE(WT_Q5_K); break;
         case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
         case WT_Q5_0_BYTES: LIMB_CASE(WT_Q5_0_BYTES); break;
@@ -606,13 +610,13 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int t = q8_expanded(wtype) ? WT_Q8_0 : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     int64_t wide = LIMB_WIDE && t == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
-    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 8) + (size_t)(M * K * (limbs + 2 * wide)));
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 12) + (size_t)(M * K * (limbs + 2 * wide)));
     if (!block) return; /* out of memory: counted */
     xr.start = (int32_t *)block;
     xr.s = (float *)(block + M * nb * 8 * limbs);
     xr.dsum = (float *)(block + M * nb * (8 * limbs + 4));
-    xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
-    xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
+    xr.q = (int8_t *)(block + M * nb * (8 * limbs + 12));
+    xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 12) + M * K * limbs);
     limb_quantize(x, M, K, limbs, t, &xr, nthreads); /* t's offset: the unpacked bytes' (a type's own else) */
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);

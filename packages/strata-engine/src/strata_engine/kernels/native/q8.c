@@ -14,6 +14,18 @@ int64_t strata_q8_packed_bytes(int wtype, int64_t N, int64_t K) {
  * the others 8. A 4-bit block's byte k already holds w(k) | w(16 + k) << 4 in the kernels'
  * layout (Q4_0's offset 8 is its own stored nibble), so those bytes are copied as they are. */
 static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8_t *qs) {
+    if (t == WT_Q2_K) { /* block b % 8 is 2-bit field b % 4 of the stored bytes 32 ((b % 8) / 4) .. + 31:
+                         * element 16h + 4r + c into bits 2r, 2r + 1 of byte 4o + c of half h's 64 */
+        int j = (int)(b & 7), shift = 2 * (j & 3);
+        const uint8_t *src = row + (b >> 3) * block_bytes(WT_Q2_K) + 16 + 32 * (j >> 2);
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 4; c++) {
+                int byte = 0;
+                for (int r = 0; r < 4; r++) byte |= ((src[16 * h + 4 * r + c] >> shift) & 3) << (2 * r);
+                qs[64 * h + 4 * o + c] = (uint8_t)byte;
+            }
+        return;
+    }
     if (q8_nibbles(t)) {
         const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
                                           : row + b * group32_bytes(t) + (t == WT_Q4_1 ? 8 : 4);
@@ -63,8 +75,7 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
 void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int nthreads) {
     int64_t rb = row_bytes(wtype, K), nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP;
     int64_t bb = q8_block_bytes(wtype), gbytes = q8_group_bytes(wtype, nb);
-    int halves = q8_halves(wtype), kq = q8_kquant(wtype);
-    int64_t scale_bytes = kq ? 16 : 64;
+    int kq = q8_kquant(wtype);
     if (N % Q8_GROUP) memset(out + (groups - 1) * gbytes, 0, (size_t)gbytes); /* the missing outputs */
     if (wtype_grid(wtype)) { /* the rows as stored: each call expands them (expand_group) */
         memcpy(out, w, (size_t)(N * rb));
@@ -74,18 +85,22 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
     for (int64_t g = 0; g < groups; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *dst = out + g * gbytes + q8_block_at(wtype, b);
-            uint8_t *qs = dst + scale_bytes * (halves + q8_has_min(wtype));
+            uint8_t *qs = (uint8_t *)q8_quants(wtype, dst);
             for (int o = 0; o < Q8_GROUP && g * Q8_GROUP + o < N; o++) {
                 const uint8_t *row = w + (g * Q8_GROUP + o) * rb;
                 if (kq) { /* the super-block's d (and dmin), and the block's 6-bit scale(s) (and min) */
                     const uint8_t *sblk = row + (b >> 3) * row_bytes(wtype, 256);
                     float *head = (float *)(dst - (b & 7) * bb - q8_super_bytes(wtype));
                     int j = (int)(b & 7);
-                    head[o] = f32_at(sblk);
-                    if (wtype == WT_Q6_K) {
+                    if (wtype == WT_Q2_K) { /* as stored: d, dmin f16 after the quants (widened: exact),
+                                             * a byte sc | m << 4 a half */
+                        head[o] = f16_at(sblk + 80), head[16 + o] = f16_at(sblk + 82);
+                        dst[o] = sblk[2 * j], dst[16 + o] = sblk[2 * j + 1];
+                    } else if (wtype == WT_Q6_K) {
+                        head[o] = f32_at(sblk);
                         dst[o] = sblk[4 + 2 * j], dst[16 + o] = sblk[5 + 2 * j];
                     } else {
-                        head[16 + o] = f32_at(sblk + 4);
+                        head[o] = f32_at(sblk), head[16 + o] = f32_at(sblk + 4);
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
                 } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
@@ -103,11 +118,11 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
 typedef struct {
     int8_t *q;      /* [M, K] */
     float *d;       /* [M, nb] */
-    float *dsum;    /* [M, nb]: d * (float)(sum of the block's q) */
+    float *dsum;    /* [M, nb, 2]: d * (float)(sum of the block's q), or (Q2_K) of each half's q */
     int32_t *sums;  /* [M, nb, 2]: sums of q over each half */
 } q8_rows;
 
-static void q8_quantize(const float *x, int64_t M, int64_t K, q8_rows *r, int nthreads) {
+static void q8_quantize(const float *x, int64_t M, int64_t K, int t, q8_rows *r, int nthreads) {
     int64_t nb = K / 32;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (M * K >= SMALL_WORK)
     for (int64_t i = 0; i < M * nb; i++) {
@@ -124,7 +139,8 @@ static void q8_quantize(const float *x, int64_t M, int64_t K, q8_rows *r, int nt
         int32_t s[2];
         q8_round_block(xb, amax > 0.0f ? 127.0f / amax : 0.0f, r->q + i * 32, s);
         r->d[i] = amax / 127.0f;
-        r->dsum[i] = r->d[i] * (float)(s[0] + s[1]);
+        r->dsum[2 * i] = r->d[i] * (float)(q8_two(t) ? s[0] : s[0] + s[1]);
+        r->dsum[2 * i + 1] = r->d[i] * (float)s[1];
         r->sums[2 * i] = s[0];
         r->sums[2 * i + 1] = s[1];
     }
@@ -145,7 +161,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
     int o = (int)(n % Q8_GROUP);
     const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(t, b), *qs = blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+        const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
         const float *head = (const float *)(blk - (b & 7) * bb - q8_super_bytes(t)); /* K-quants only */
         for (int R = 0; R < 8; R++) {
             uint8_t bytes[64];
@@ -165,6 +181,10 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                     *y = f32_at(blk + 4 * o) * (float)v + f32_at(blk + 64 + 4 * o);
                 else if (t == WT_Q6_K)
                     *y = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)(v - 32);
+                else if (t == WT_Q2_K) { /* (d * sc) * q - (dmin * m), sc and m half k / 16's */
+                    int sm = blk[16 * (k >> 4) + o];
+                    *y = head[o] * (float)(sm & 15) * (float)v - head[16 + o] * (float)(sm >> 4);
+                }
                 else /* Q4_K, Q5_K: (d * sc) * q - (dmin * m) */
                     *y = head[o] * (float)(int8_t)blk[o] * (float)v - head[16 + o] * (float)(int8_t)blk[16 + o];
             }
@@ -225,7 +245,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
             for (int i = 0; i < rows; i++) /* 4-bit weights: both chains fit one int16 sum (8 steps) */
                 s[i] = q8_nibbles(t) ? vi_add_vh(s[i], vh_add(p[i], p2[i])) : vi_add_vh(vi_add_vh(s[i], p[i]), p2[i]);
             /* K-quants: d * scale, the load's own fp32 product (as dequant_kblock forms it) */
-            vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+            vf ws = q8_scale(t, blk, head, h);
             for (int i = 0; i < rows; i++) {
                 int64_t xb = (m0 + i) * nb + b;
                 const int32_t *sums = xr->sums + 2 * xb;
@@ -233,7 +253,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                 acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->d[xb])), vf_from_vi(s[i]), acc[i]);
             }
         }
-        q8_add_min(t, blk, head, xr->dsum + m0 * nb + b, nb, rows, acc);
+        q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
     }
 }
 
@@ -309,13 +329,13 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
     int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS, lookup = q8_expanded(wtype);
     int t = lookup ? WT_Q8_0 : unpack ? q8_unpacked(wtype) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
-    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 16 + (size_t)(M * K));
+    uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 20 + (size_t)(M * K));
     if (!block) return; /* out of memory: counted */
     xr.sums = (int32_t *)block;
     xr.d = (float *)(block + M * nb * 8);
     xr.dsum = (float *)(block + M * nb * 12);
-    xr.q = (int8_t *)(block + M * nb * 16);
-    q8_quantize(x, M, K, &xr, nthreads);
+    xr.q = (int8_t *)(block + M * nb * 20);
+    q8_quantize(x, M, K, t, &xr, nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (groups > 1 && M * K * N >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
@@ -344,6 +364,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;
+            case WT_Q2_K: q8_tile(WT_Q2_K, grp, nb, &xr, K, m0, rows, acc); break;
             default: q8_tile(t, grp, nb, &xr, K, m0, rows, acc); break; /* Q5_K (faster so at 2-15 rows), the unpacked bytes */
             }
             q8_store_rows(acc, rows, m0, g, outs, bias, y, N);

@@ -53,17 +53,20 @@
 /* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
 static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t); }
 static inline int q8_has_min(int t) {
-    return t == WT_Q4_1 || t == WT_Q5_1 || t == WT_Q5_1_BYTES || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES;
+    return t == WT_Q4_1 || t == WT_Q5_1 || t == WT_Q5_1_BYTES || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES ||
+           t == WT_Q2_K;
 }
+/* Q2_K: 2-bit quants, a scale and a min per half of 16, both 4-bit (a byte: sc | m << 4) */
+static inline int q8_two(int t) { return t == WT_Q2_K; }
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
 /* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
 static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0 || t == WT_Q5_1; }
-static inline int q8_halves(int t) { return q8_six(t) ? 2 : 1; } /* scales per block */
+static inline int q8_halves(int t) { return q8_six(t) || q8_two(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) {
     return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
 }
 static inline int q8_kquant(int t) {
-    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES || q8_two(t);
 }
 /* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
 static inline int q8_unpacked(int t) {
@@ -79,10 +82,16 @@ static inline int q8_bytes(int t) {
     return t == WT_Q5_0_BYTES || t == WT_Q5_1_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
 }
 
-/* Bytes of one packed (group, block): its scales (f32, or int8 for K-quants) and quants. */
+/* Bytes of a packed (group, block)'s scales and mins: f32[16] each, int8[16] each for K-quants,
+ * Q2_K's scale-and-min bytes [16] for each half. */
+static inline int64_t q8_scale_bytes(int t) {
+    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+}
+
+/* Bytes of one packed (group, block): its scales and quants. */
 static inline int64_t q8_block_bytes(int t) {
-    int64_t scale = q8_kquant(t) ? 16 : 64;
-    return scale * (q8_halves(t) + q8_has_min(t)) + (q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : q8_five(t) ? 320 : 512);
+    return q8_scale_bytes(t) +
+           (q8_two(t) ? 128 : q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : q8_five(t) ? 320 : 512);
 }
 
 /* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
@@ -103,9 +112,7 @@ static inline int64_t q8_group_bytes(int t, int64_t nb) {
 static inline int q8_expanded(int t) { return wtype_codebook(t) || wtype_grid(t); }
 
 /* Where a packed block's quants start: after its scales (and mins), see the top. */
-static inline const uint8_t *q8_quants(int t, const uint8_t *blk) {
-    return blk + (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
-}
+static inline const uint8_t *q8_quants(int t, const uint8_t *blk) { return blk + q8_scale_bytes(t); }
 
 /* q[k] = x[k] * id rounded to the nearest integer (ties to even) where that is within +-127 (it
  * always is: |x| <= amax, id = 127 / amax, though x * id may round to just above 127), else 0
@@ -121,6 +128,7 @@ static inline vq vq_load(const uint8_t *p) { return _mm512_loadu_si512((const vo
 static inline void vq_store(uint8_t *p, vq v) { _mm512_storeu_si512((void *)p, v); }
 static inline vq vq_lo(vq v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
 static inline vq vq_hi(vq v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+static inline vq vq_pair(vq v, int r) { return _mm512_and_si512(_mm512_srli_epi16(v, 2 * r), _mm512_set1_epi8(3)); }
 static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     /* x's 4 bytes broadcast by the step's own memory operand: one fused instruction, where the
      * intrinsics' separate broadcast load costs the front end an instruction a step */
@@ -168,6 +176,10 @@ static inline vq vq_lo(vq v) {
 static inline vq vq_hi(vq v) {
     __m256i m = _mm256_set1_epi8(15);
     return (vq){_mm256_and_si256(_mm256_srli_epi16(v.lo, 4), m), _mm256_and_si256(_mm256_srli_epi16(v.hi, 4), m)};
+}
+static inline vq vq_pair(vq v, int r) { /* bits 2r, 2r + 1 of every byte */
+    __m256i m = _mm256_set1_epi8(3);
+    return (vq){_mm256_and_si256(_mm256_srli_epi16(v.lo, 2 * r), m), _mm256_and_si256(_mm256_srli_epi16(v.hi, 2 * r), m)};
 }
 /* vpmaddubsw adds two u8 * s8 products into a saturating int16: exact while w <= 128 (|x| <= 127);
  * Q8_0's bytes (w + 128, up to 255) are split into w' = byte - 128 (signed) by the sign trick. */
@@ -281,6 +293,7 @@ static inline vi vi_zero(void) { vi r; memset(&r, 0, sizeof r); return r; }
 static inline vq vq_load(const uint8_t *p) { vq r; memcpy(r.b, p, 64); return r; }
 static inline void vq_store(uint8_t *p, vq v) { memcpy(p, v.b, 64); }
 static inline vq vq_lo(vq v) { for (int i = 0; i < 64; i++) v.b[i] &= 15; return v; }
+static inline vq vq_pair(vq v, int r) { for (int i = 0; i < 64; i++) v.b[i] = (uint8_t)((v.b[i] >> (2 * r)) & 3); return v; }
 static inline vq vq_hi(vq v) { for (int i = 0; i < 64; i++) v.b[i] >>= 4; return v; }
 static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
     for (int o = 0; o < 16; o++)
@@ -345,6 +358,7 @@ static inline vq q8_high(int t, vq nib, vq plane, int R) {
  * them: 4-bit types in the low (R < 4) or high nibbles, Q5_K, Q5_0 and Q6_K in nibbles plus a
  * plane of high bits, the byte types (and the unpacked Q5_K/Q6_K) a byte a weight. */
 static inline vq q8_row(int t, const uint8_t *qs, int R) {
+    if (q8_two(t)) return vq_pair(vq_load(qs + 64 * (R >> 2)), R & 3);
     if (!q8_nibbles(t) && !q8_five(t) && t != WT_Q6_K) return vq_load(qs + 64 * R);
     vq v = vq_load(qs + 64 * (R & 3)), nib = R >> 2 ? vq_hi(v) : vq_lo(v);
     if (q8_nibbles(t)) return nib;
@@ -360,14 +374,27 @@ static inline void q8_prefetch_ahead(int t, const uint8_t *blk) {
     for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + Q8_AHEAD + l);
 }
 
-/* A block's min term (types with a min: Q4_1, Q4_K, Q5_K) added to each of `rows` accumulators;
- * `dsum` is the first row's s * (sum of its block's activations), the next rows `stride` apart.
+/* Half h's scale of a packed block, per output: the stored fp32 scale, or for K-quants d * sc, the
+ * load's own fp32 product (as dequant_kblock and gguf-py form it). Shared by the q8 and limb kernels. */
+static inline vf q8_scale(int t, const uint8_t *blk, const float *head, int h) {
+    if (q8_two(t)) return vf_mul(vf_load(head), vf_from_u4(blk + 16 * h, 0));
+    return q8_kquant(t) ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+}
+
+/* A block's min term (types with a min: Q4_1, Q5_1, Q4_K, Q5_K; Q2_K: one a half) added to each of
+ * `rows` accumulators; `dsum` is the first row's s * (sum of its block's activations) (Q2_K: the
+ * pair of its halves' sums), the next rows `stride` apart.
  * K-quants: fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc), the same product. Shared by
  * the q8 and limb kernels, whose per-block sequences end alike. */
 static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_t *blk, const float *head,
                                                             const float *dsum, int64_t stride, int rows, vf *acc) {
     if (!q8_has_min(t)) return;
-    if (q8_kquant(t)) {
+    if (q8_two(t)) { /* each half's min, in order: fma(dmin * m_h, -dsum_h, acc) */
+        for (int h = 0; h < 2; h++) {
+            vf mn = vf_mul(vf_load(head + 16), vf_from_u4(blk + 16 * h, 1));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride + h]), acc[i]);
+        }
+    } else if (q8_kquant(t)) {
         vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride]), acc[i]);
     } else {

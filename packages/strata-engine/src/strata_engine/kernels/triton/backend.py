@@ -189,7 +189,12 @@ class TritonOps:
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
-        return w if self._packer is None else self._packer.pack(as_q8_0(w))
+        """Packed by the C code for the integer matmuls, where the device decodes the type
+        (packed.SUPPORTED); otherwise as loaded, for the fp32 matmul."""
+        if self._packer is None:
+            return w
+        w = as_q8_0(w)
+        return self._packer.pack(w) if w.kernel_type in packed.SUPPORTED else w
 
     def linear(
         self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None

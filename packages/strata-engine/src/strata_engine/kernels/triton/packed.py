@@ -29,11 +29,14 @@ from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
-from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8)  # strata_q8_supported
+# strata_q8_supported's types, less those whose integer decoding is the CPU's alone (Q5_1, Q2_K):
+# TritonOps leaves those unpacked, for the device's fp32 matmul
+CPU_ONLY = (Q5_1, Q2_K)
+SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code not in CPU_ONLY)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
 

@@ -40,12 +40,12 @@ static void emit(const float *p, int64_t n) { fwrite(p, 4, (size_t)n, stdout); }
 static uint8_t *blocks(int wtype, int64_t N, int64_t K) {
     int64_t rb = row_bytes(wtype, K), nb = N * (K / 32);
     uint8_t *w = malloc((size_t)(rb * N));
-    int size = (int)(rb / (K / 32)), head = wtype == WT_Q4_1 ? 8 : 4;
+    int size = (int)(rb / (K / 32)), head = wtype == WT_Q4_1 || wtype == WT_Q5_1 ? 8 : 4;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = w + b * size;
         float d = uniform(0.001f, 0.05f), m = uniform(-0.2f, 0.0f);
         memcpy(blk, &d, 4);
-        if (wtype == WT_Q4_1) memcpy(blk + 4, &m, 4);
+        if (wtype == WT_Q4_1 || wtype == WT_Q5_1) memcpy(blk + 4, &m, 4);
         for (int i = head; i < size; i++) blk[i] = (uint8_t)(next_u64() >> 56);
     }
     return w;
@@ -156,6 +156,19 @@ static uint8_t *kquant_blocks(int wtype, int64_t N, int64_t K) {
     return w;
 }
 
+/* Q2_K blocks as stored (84 bytes: scales, quants, d and dmin f16): random bytes, d and dmin
+ * random halves near 2^-10. */
+static uint8_t *q2k_blocks(int64_t N, int64_t K) {
+    int64_t sb = N * K / 256;
+    uint8_t *w = malloc((size_t)(sb * 84));
+    for (int64_t i = 0; i < sb * 84; i++) w[i] = (uint8_t)(next_u64() >> 56);
+    for (int64_t b = 0; b < sb; b++) {
+        w[b * 84 + 81] = (uint8_t)(0x14 | (w[b * 84 + 81] & 3)); /* exponent field 5: [2^-10, 2^-9) */
+        w[b * 84 + 83] = (uint8_t)(0x14 | (w[b * 84 + 83] & 3));
+    }
+    return w;
+}
+
 static void kquants(void) {
     const int types[] = {WT_Q4_K, WT_Q5_K, WT_Q6_K};
     for (int t = 0; t < 3; t++) {
@@ -179,30 +192,32 @@ static void kquants(void) {
  * N odd (a partial group of 16 outputs), every row-tile remainder; only these outputs. Blocks of
  * very different magnitudes, a zero block, and a block whose maximum times 127 / maximum rounds
  * above 127 in fp32 (7.296825: 127.00001), which must still quantise to 127. */
-static void q8(void) {
-    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K};
+static void q8_type(int type) {
     const int64_t rows[] = {1, 3, 9, 17};
-    for (int t = 0; t < 6; t++) {
-        int64_t K = 512, N = 37;
-        uint8_t *w = types[t] >= WT_Q4_K ? kquant_blocks(types[t], N, K) : blocks(types[t], N, K);
-        uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(types[t], N, K));
-        strata_q8_pack(types[t], w, N, K, packed, 1);
-        float *bias = floats(N, -0.5f, 0.5f);
-        for (int r = 0; r < 4; r++) {
-            int64_t M = rows[r];
-            float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
-            for (int64_t b = 0; b < M * K / 32; b++) {
-                float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
-                for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
-            }
-            memset(x + 32, 0, 32 * 4);
-            x[64] = 7.296825f;
-            strata_matmul(x, M, K, packed, types[t] | WT_Q8_PACKED, N, r % 2 ? bias : NULL, y, 1);
-            emit(y, M * N);
-            free(x), free(y);
+    int64_t K = 512, N = 37;
+    uint8_t *w = type == WT_Q2_K ? q2k_blocks(N, K) : type >= WT_Q4_K ? kquant_blocks(type, N, K) : blocks(type, N, K);
+    uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(type, N, K));
+    strata_q8_pack(type, w, N, K, packed, 1);
+    float *bias = floats(N, -0.5f, 0.5f);
+    for (int r = 0; r < 4; r++) {
+        int64_t M = rows[r];
+        float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+        for (int64_t b = 0; b < M * K / 32; b++) {
+            float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+            for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
         }
-        free(w), free(packed), free(bias);
+        memset(x + 32, 0, 32 * 4);
+        x[64] = 7.296825f;
+        strata_matmul(x, M, K, packed, type | WT_Q8_PACKED, N, r % 2 ? bias : NULL, y, 1);
+        emit(y, M * N);
+        free(x), free(y);
     }
+    free(w), free(packed), free(bias);
+}
+
+static void q8(void) { /* Q5_1 and Q2_K last: the earlier types' output as it was */
+    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K, WT_Q5_1, WT_Q2_K};
+    for (int t = 0; t < 8; t++) q8_type(types[t]);
 }
 
 /* `driver limb`: the integer-limb kernels (limb.c) with 3 and 2 limbs on q8's packed weights, every
@@ -210,37 +225,42 @@ static void q8(void) {
  * magnitudes, a zero block, a block with a NaN, a tiny block (flushed to zero), and blocks of
  * the largest limbs (+127 everywhere; -128, -128, +127) so that the int16 partial sums meet their
  * bounds. */
-static void limb(void) {
-    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K};
+static void limb_type(int limbs, int type) {
     const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
-    for (int limbs = 3; limbs >= 2; limbs--)
-        for (int t = 0; t < 6; t++) {
-            int64_t K = 512, N = 37;
-            uint8_t *w = types[t] >= WT_Q4_K ? kquant_blocks(types[t], N, K) : blocks(types[t], N, K);
-            uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(types[t], N, K));
-            strata_q8_pack(types[t], w, N, K, packed, 1);
-            float *bias = floats(N, -0.5f, 0.5f);
-            for (int r = 0; r < 7; r++) {
-                int64_t M = rows[r];
-                float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
-                for (int64_t b = 0; b < M * K / 32; b++) {
-                    float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
-                    for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
-                }
-                memset(x + 32, 0, 32 * 4);
-                for (int i = 0; i < 32; i++) {
-                    x[64 + i] = (limbs == 3 ? 8355711.0f : 32639.0f) * 0x1p-20f; /* every limb +127 */
-                    x[96 + i] = limbs == 3 ? 8290176.0f * 0x1p-18f : 32384.0f * 0x1p-10f; /* -128, (-128,) 127 */
-                    x[128 + i] *= 1e-33f;
-                }
-                if (M > 2) x[K + 200] = NAN;
-                strata_matmul(x, M, K, packed, types[t] | WT_Q8_PACKED | limbs << 9, N, r % 2 ? bias : NULL, y,
-                              M > 4 ? 2 : 1);
-                emit(y, M * N);
-                free(x), free(y);
-            }
-            free(w), free(packed), free(bias);
+    int64_t K = 512, N = 37;
+    uint8_t *w = type == WT_Q2_K ? q2k_blocks(N, K) : type >= WT_Q4_K ? kquant_blocks(type, N, K) : blocks(type, N, K);
+    uint8_t *packed = malloc((size_t)strata_q8_packed_bytes(type, N, K));
+    strata_q8_pack(type, w, N, K, packed, 1);
+    float *bias = floats(N, -0.5f, 0.5f);
+    for (int r = 0; r < 7; r++) {
+        int64_t M = rows[r];
+        float *x = floats(M * K, -1.0f, 1.0f), *y = malloc((size_t)(M * N) * 4);
+        for (int64_t b = 0; b < M * K / 32; b++) {
+            float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+            for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
         }
+        memset(x + 32, 0, 32 * 4);
+        for (int i = 0; i < 32; i++) {
+            x[64 + i] = (limbs == 3 ? 8355711.0f : 32639.0f) * 0x1p-20f; /* every limb +127 */
+            x[96 + i] = limbs == 3 ? 8290176.0f * 0x1p-18f : 32384.0f * 0x1p-10f; /* -128, (-128,) 127 */
+            x[128 + i] *= 1e-33f;
+        }
+        if (M > 2) x[K + 200] = NAN;
+        strata_matmul(x, M, K, packed, type | WT_Q8_PACKED | limbs << 9, N, r % 2 ? bias : NULL, y, M > 4 ? 2 : 1);
+        emit(y, M * N);
+        free(x), free(y);
+    }
+    free(w), free(packed), free(bias);
+}
+
+static void limb(void) { /* Q5_1 and Q2_K after the rest: the earlier types' output as it was */
+    const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q4_K, WT_Q5_K, WT_Q6_K};
+    for (int limbs = 3; limbs >= 2; limbs--)
+        for (int t = 0; t < 6; t++) limb_type(limbs, types[t]);
+    for (int limbs = 3; limbs >= 2; limbs--) {
+        limb_type(limbs, WT_Q5_1);
+        limb_type(limbs, WT_Q2_K);
+    }
 }
 
 /* Grouped attention over runs of consecutive tokens (attention.c's token tiles): two sequences in
