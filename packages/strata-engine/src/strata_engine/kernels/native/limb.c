@@ -25,8 +25,10 @@
  * limb_wide_rows). The float work per output is
  * then q8's fixed sequence over the blocks in order, with f = (float)S (one correctly rounded
  * conversion of the exact sum):
- *     acc = fma(wscale * s, f, acc)             (Q6_K: once per half, its own scale)
- *     acc = fma(wmin, s * (float)sum_k X_k, acc)   (types with a min: Q4_1, Q4_K, Q5_K)
+ *     acc = fma(wscale * s, f, acc)             (Q6_K, Q2_K: once per half, its own scale)
+ *     acc = fma(wmin, s * (float)sum_k X_k, acc)   (types with a min: Q4_1, Q5_1, Q4_K, Q5_K;
+ *                                                   Q2_K: after both halves' scales, each half's
+ *                                                   min on that half's sum, as q8.h states)
  * and y = acc (+ bias). wscale * s is exact (s is a power of two), so each block adds its exact
  * product rounded twice (the conversion, the fma): at least as close to the exact dot product
  * as the fp32 kernels, whose per-element fmas round once per weight.

@@ -10,24 +10,32 @@
  *   - a row is quantised alone, by the scalar sequence of q8_quantize (the same on every target);
  *   - each block's integer sum S = sum_k w_k * x_k is exact (any order, any instruction);
  *   - the float work is a fixed scalar sequence per output, over the blocks in order:
- *       acc = fma(wscale * dx, (float)S, acc)        (Q6_K: once per half of 16, its own scale)
- *       acc = fma(wmin, dx * (float)sum_k x_k, acc)  (types with a min: Q4_1, Q4_K, Q5_K)
- *     and y = acc (+ bias). Vector lanes hold different outputs, never parts of one sum.
+ *       acc = fma(wscale * dx, (float)S, acc)        (Q6_K, Q2_K: once per half of 16, its own scale)
+ *       acc = fma(wmin, dx * (float)sum_k x_k, acc)  (types with a min: Q4_1, Q5_1, Q4_K, Q5_K)
+ *     and y = acc (+ bias). Q2_K, with a scale and a min per half h of 16, takes per block
+ *       acc = fma((d * sc_0) * dx, (float)S_0, acc), then the same for half 1, then
+ *       acc = fma(dmin * m_0, -(dx * (float)sum_{k in half 0} x_k), acc), then half 1's
+ *     (its quants q in [0, 3], offset 0: |S_h| <= 16 * 3 * 127). Vector lanes hold different
+ *     outputs, never parts of one sum.
  *
  * Weights are repacked once at load (strata_q8_pack) into groups of 16 outputs, so that one
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
- *   Q4_0, Q4_1, Q5_0, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16], mins
- *     f32[16] (Q4_1); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16],
+ *     mins f32[16] (Q4_1, Q5_1); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
  *     is its 16 rows as stored, each call expanding it to Q8_0's layout (expand_group);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
- *     Q5_K); the kernel forms d * scale and dmin * min with the load's own fp32 products;
+ *     Q5_K); Q2_K (d and dmin widened from the file's fp16) per block its scale-and-min bytes [16]
+ *     for each half (the file's: sc | m << 4); the kernel forms d * scale and dmin * min with the
+ *     load's own fp32 products (gguf-py's);
  *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4 (the
  *           codebook types: their indices, which each call looks up into Q8_0's bytes: lookup_group);
  *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
  *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
- *           Q5_K and Q5_0 (5 bits; Q5_0: w + 16): the low nibbles so, then 64 bytes of fifth bits:
+ *           Q2_K (2 bits): 2 x 64 bytes, one a half h: bits 2r, 2r + 1 of byte 4o+c are
+ *           w(o, 16h+4r+c) (2.75 bits a weight with its scales and header, the file's 2.625);
+ *           Q5_K, Q5_0 and Q5_1 (5 bits; Q5_0: w + 16): the low nibbles so, then 64 bytes of fifth bits:
  *           bit r of byte 4o+c is w(o, 4r+c)'s, bit 4 + r is w(o, 16+4r+c)'s (6 bits a weight
  *           for Q5_0 with its scales, against 9 for the Q8_0 blocks it was once rewritten as);
  *           other types 8 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset, as unsigned bytes.
@@ -42,8 +50,8 @@
 #include "internal.h"
 
 #define Q8_GROUP 16
-/* Internal: Q5_0, Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls of
- * many rows (see strata_q8_matmul); never stored. */
+/* Internal: Q5_0, Q5_1, Q5_K and Q6_K unpacked to one byte per weight, a group at a time, for calls
+ * of many rows (see strata_q8_matmul); never stored. */
 #define WT_Q5_0_BYTES 112
 #define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
