@@ -427,7 +427,7 @@ static inline int limb_tile_rows(int t, int limbs) {
     if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
     int bytes = q8_bytes(t);
-    int large = q8_nibbles(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
+    int large = q8_nibbles(t) || q8_two(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
     int vr = large ? LIMB_VR_LARGE : q8_five(t) || bytes ? (LIMB_VR > 4 ? 6 : 3) : LIMB_VR;
     int rows = vr / limbs;
     return rows < 1 ? 1 : rows > LIMB_ROWS ? LIMB_ROWS : rows;
