@@ -41,7 +41,7 @@ from strata_engine.testing.triton_setup import DEVICE, on
 # below do that on purpose (a GPU is silent).
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
-TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
 KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 ROWS = (1, 2, 5, 8, 17, 33)  # 1-8: the decode path (mmadecode.py); 17, 33: the tile path
 N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
@@ -50,6 +50,7 @@ EXTREME_BYTES = {
     QT.Q4_0: (18, 2, 18, 0xFF),  # 15 - 8 = 7, and 0x00 for -8 below
     QT.Q4_1: (20, 4, 20, 0xFF),
     QT.Q5_0: (22, 2, 22, 0xFF),  # 31 - 16 = 15, and 0x00 for -16
+    QT.Q5_1: (24, 4, 24, 0xFF),  # q = 31
     QT.Q8_0: (34, 2, 34, 0x80),  # -128
     QT.Q4_K: (144, 16, 144, 0xFF),
     QT.Q5_K: (176, 16, 176, 0xFF),
@@ -331,6 +332,20 @@ def test_integer_modes_run_on_the_gpu_backend(kernels: str, limbs: int) -> None:
     assert same_bits(ops.embed(pw, np.array([3, 36])), c.embed(pw, np.array([3, 36])))
     dense = Weight.from_info(TensorInfo("f", (N, 64), QT.F32, rng.normal(size=(N, 64)).astype(np.float32)))
     assert ops.pack(dense) is dense  # types without integer kernels stay as loaded
+
+
+def test_q2_k_stays_with_the_devices_fp32_matmul() -> None:
+    """Q2_K has integer kernels on the CPU but no integer decoding on the device: the GPU backend
+    leaves it as loaded, and reads it with its fp32 matmul (the C fp32 kernels' bits)."""
+    ops = make_ops("native", device="cuda")
+    rng = np.random.default_rng(7)
+    w = Weight.from_info(
+        TensorInfo("w", (N, 256), QT.Q2_K, encode_tensor(np.zeros((N, 256)), QT.Q2_K, rng).reshape(-1))
+    )
+    assert _c_ops(3).lib.strata_q8_supported(int(QT.Q2_K)) and int(QT.Q2_K) not in packed.SUPPORTED
+    assert ops.pack(w) is w
+    x = _activations(3, 256, rng)
+    assert same_bits(ops.linear(x, w), NativeOps(1).linear(x, w))
 
 
 def _kernels():

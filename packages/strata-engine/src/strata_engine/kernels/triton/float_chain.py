@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_K, Q6_K
+from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
 
 
 @triton.jit
@@ -27,7 +27,7 @@ def accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
     acc = tl.fma(ws0 * s, f0, acc)
     if WT == Q6_K:  # the second half, its own scale
         acc = tl.fma(ws1 * s, f1, acc)
-    if WT == Q4_1:  # + min * dsum
+    if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (+ min * dsum)
         acc = tl.fma(mn, dsum, acc)
     elif WT == Q4_K or WT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
         # - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)

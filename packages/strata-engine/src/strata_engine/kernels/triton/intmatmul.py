@@ -9,7 +9,7 @@ activations quantised per block of 32 (quantize.py), weights as packed by strata
           (float)(S_1 * 256 + S_0)                k = 2 (exact in int32)
           (float)((double)S_2 * 65536 + (S_1 * 256 + S_0))   k = 3 (exact in fp64, one rounding)
     acc = fma(wscale * s, f, acc)
-    acc = fma(wmin, dsum, acc)                    Q4_1;  fma(dmin * m, -dsum, acc) Q4_K, Q5_K
+    acc = fma(wmin, dsum, acc)                    Q4_1, Q5_1;  fma(dmin * m, -dsum, acc) Q4_K, Q5_K
 
 from acc = 0, then y = acc (+ bias). Each line is one IEEE operation (`tl.fma`, never a
 multiply-add the compiler may fuse or split; fusion is off where a compiler runs), so the bits

@@ -26,7 +26,7 @@ import triton.language as tl
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import canonical_nan
 from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
-from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
 TOKENS = tl.constexpr(4)  # rows a program: 4 rows x 4 limb slots, the 16 columns of the activations
@@ -73,7 +73,7 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
         if WT == Q4_1 or WT == Q4_K:  # noqa: SIM109 (no further step hides hi's top nibble)
             hi = hi | zero
         r = tl.arange(0, 4)[None, :]
-        if WT == Q5_K or WT == Q5_0:  # noqa: SIM109 (constexpr tests)
+        if WT == Q5_K or WT == Q5_0 or WT == Q5_1:  # noqa: SIM109 (constexpr tests)
             # bit r (low half) or 4 + r (high half) of the plane's byte is the fifth bit
             hb = _plane(wf_ptr, qw + 64, live)
             lo = lo | (((hb >> r) & 0x01010101) << 4)

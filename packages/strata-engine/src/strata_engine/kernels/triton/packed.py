@@ -4,11 +4,11 @@ The C code packs each weight once at load; the GPU receives those same bytes, so
 read one layout and there is one packer to trust. Per group of 16 outputs and block of 32
 inputs (q8.h's top comment is the specification; the sizes below mirror its q8_* helpers):
 
-- scales: Q4_0, Q4_1, Q5_0, Q8_0 an fp32 scale per output (and Q4_1's fp32 min); K-quants, before
+- scales: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 an fp32 scale per output (and Q4_1's, Q5_1's fp32 min); K-quants, before
   every 8th block, the super-block's fp32 d (and dmin) per output, and per block int8 6-bit
   scales (Q6_K: one per half of 16) and mins;
 - quants: byte 4o+c of quad row r holds output o's elements 4r+c (low nibble) and 16+4r+c (high
-  nibble) for 4-bit types, Q5_K and Q5_0 (offset 16) add a plane of fifth bits, Q6_K two
+  nibble) for 4-bit types, Q5_K, Q5_1 and Q5_0 (offset 16) add a plane of fifth bits, Q6_K two
   planes of high bit pairs, Q8_0 a byte per weight (w + 128).
 
 `quants` and `scales` decode one whole block for a set of outputs, each scale once; the kernels
@@ -33,9 +33,9 @@ from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5
 from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-# strata_q8_supported's types, less those whose integer decoding is the CPU's alone (Q5_1, Q2_K):
-# TritonOps leaves those unpacked, for the device's fp32 matmul
-CPU_ONLY = (Q5_1, Q2_K)
+# strata_q8_supported's types, less the one whose integer decoding is the CPU's alone (Q2_K):
+# TritonOps leaves it unpacked, for the device's fp32 matmul
+CPU_ONLY = (Q2_K,)
 SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code not in CPU_ONLY)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
@@ -47,7 +47,7 @@ def kquant(t: int) -> bool:
 
 
 def has_min(t: int) -> bool:
-    return t in (Q4_1, Q4_K, Q5_K)
+    return t in (Q4_1, Q5_1, Q4_K, Q5_K)
 
 
 def halves(t: int) -> int:
@@ -61,7 +61,7 @@ def scale_bytes(t: int) -> int:
 
 
 def block_bytes(t: int) -> int:
-    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t in (Q5_K, Q5_0) else 512
+    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t in (Q5_K, Q5_0, Q5_1) else 512
     return scale_bytes(t) + quants
 
 
@@ -175,7 +175,7 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
         w = (byte >> ((k >> 4) * 4)) & 15
         if WT == Q4_0:  # offset 8
             w = w - 8
-        elif WT == Q5_K or WT == Q5_0:  # noqa: SIM109 (constexpr tests)
+        elif WT == Q5_K or WT == Q5_0 or WT == Q5_1:  # noqa: SIM109 (constexpr tests)
             # bit r (k < 16) or 4 + r of the plane's byte is the fifth bit; Q5_0: offset 16
             hb = tl.load(wq_ptr + qs + 256 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = w | (((hb >> ((k >> 4) * 4 + ((k & 15) >> 2))) & 1) << 4)
@@ -197,7 +197,7 @@ def _int8(wq_ptr, at, live):
 def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexpr):
     """(scale of half 0, scale of half 1, min factor) of one block per output, each the C code's
     one fp32 value: K-quants d * sc and dmin * m (the load's own products), the others the stored
-    fp32 scale and Q4_1's min. Unused ones are 0."""
+    fp32 scale and Q4_1's (Q5_1's) min. Unused ones are 0."""
     zero = tl.zeros((blk + o).shape, tl.float32)
     ws1 = zero
     mn = zero
@@ -211,7 +211,7 @@ def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexp
             mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
     else:
         ws0 = tl.load(wf_ptr + blk // 4 + o, mask=live, other=0.0)
-        if WT == Q4_1:
+        if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (constexpr tests)
             mn = tl.load(wf_ptr + blk // 4 + 16 + o, mask=live, other=0.0)
     return ws0, ws1, mn
 
@@ -237,7 +237,7 @@ def _gather_kernel(
     ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
     if WT == Q6_K:  # (d * sc_h) * q
         val = tl.where(k < 16, ws0, ws1) * w
-    elif WT == Q4_1:  # d * q + m
+    elif WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (d * q + m)
         val = ws0 * w + mn
     elif KQ:  # (d * sc) * q - dmin * m
         val = ws0 * w - mn
