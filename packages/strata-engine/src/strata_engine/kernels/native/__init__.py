@@ -44,6 +44,7 @@ SOURCES = tuple(
         "kquant_pack.c",  # K-quant blocks rearranged at load
         "q8.c",  # 8-bit activations, integer dot products
         "limb.c",  # activations as exact integer limbs, on q8's packed weights
+        "amx.c",  # whether limb.c may take its integer sums on AMX tiles
         "recurrence.c",  # the gated delta rule of hybrid models' DeltaNet layers
         "fpmode.c",  # the IEEE default float modes around each step
     )
@@ -55,6 +56,7 @@ HEADERS = (
     HERE / "vector.h",  # the 16-lane virtual vector
     HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.c)
     HERE / "iq_grids.h",  # the IQ types' grids (matmul.c, grids.c)
+    HERE / "amx.h",  # limb.c's integer sums on AMX tiles (the avx512 build)
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's

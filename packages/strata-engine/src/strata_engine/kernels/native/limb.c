@@ -544,6 +544,10 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
     }
 }
 
+#if defined(STRATA_TARGET_AVX512)
+#include "amx.h" /* the integer sums of many rows on AMX tiles, where the CPU has them */
+#endif
+
 /* Group g of one weight for rows 0 .. M (xr: the rows' limbs): y[:, 16g .. 16g+16) (+ bias). */
 static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t, int64_t wide,
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
@@ -560,6 +564,12 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         unpack_group(wtype, grp, nb, bytes);
         grp = bytes;
     }
+#if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on tiles (amx.h), the same bits */
+    if (M >= AMX_MIN_ROWS && amx_on()) {
+        amx_group(t, grp, nb, xr, limbs, M, g, outs, bias, y, N);
+        return;
+    }
+#endif
 #if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
     const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
 #else
