@@ -47,6 +47,7 @@ typedef struct {
                      * weights' offset taken back: -offset * the limb's sum over half h (types with
                      * one scale a block: slot 0, over the block) */
     int16_t *wide; /* AVX2, Q8_0: [M, nb, planes, 32], X as int16 limbs (see limb_wide_block) */
+    const uint8_t *tiles; /* AVX-512, many rows: the same as AMX tiles (amx.h's amx_pack), else NULL */
 } limb_rows;
 
 static inline float limb_pow2(int e) { /* 2^e as a float, -126 <= e <= 127 */
@@ -565,8 +566,8 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         grp = bytes;
     }
 #if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on tiles (amx.h), the same bits */
-    if (M >= AMX_MIN_ROWS && amx_on()) {
-        amx_group(t, grp, nb, xr, limbs, M, g, outs, bias, y, N);
+    if (xr->tiles) {
+        amx_group(t, grp, nb, xr->tiles, limbs, M, g, outs, bias, y, N);
         return;
     }
 #endif
@@ -622,6 +623,11 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
     xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
     limb_quantize(x, M, K, limbs, t, &xr, nthreads); /* t's offset: the unpacked bytes' (a type's own else) */
+#if defined(STRATA_TARGET_AVX512)
+    xr.tiles = amx_pack(&xr, M, nb, limbs, nthreads); /* NULL: the vector steps (the same bits) */
+#else
+    xr.tiles = NULL;
+#endif
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
 #endif
