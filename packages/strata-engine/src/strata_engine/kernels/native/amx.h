@@ -46,74 +46,81 @@ static inline AMX_TARGET void amx_configure(int halves) {
 
 /* ---- the rows' limbs as tiles ---------------------------------------------------------------
  * Once a call, before its groups: per tile of 16 rows (the last: the call's last 16) and block,
- * AMX_STEP(limbs) bytes holding the A tile of each limb (512 bytes: 16 rows x 32), then the rows'
- * offset shares start[limb][half][16] (int32), s[16] and dsum[16]: what a group's step reads, one
- * run of memory (the rows' own limbs lie nb * limbs * 32 bytes apart, their scales nb * 4). */
-static inline int64_t amx_step_bytes(int limbs) { return limbs * (512 + 128) + 128; }
+ * AMX_STEP bytes holding the A tile of each limb (512 bytes: 16 rows x 32), then the rows' s[16]
+ * and dsum[16]: what a group's step reads, in one run of memory (a row's own limbs lie
+ * nb * limbs * 32 bytes from the next row's, its scales nb * 4). */
+static inline int64_t amx_step_bytes(int limbs) { return 512 * limbs + 128; }
 static inline int64_t amx_tiles(int64_t M) { return (M + AMX_ROWS - 1) / AMX_ROWS; }
 static inline int64_t amx_row0(int64_t tile, int64_t M) { /* a tile's first row */
     return tile * AMX_ROWS + AMX_ROWS <= M ? tile * AMX_ROWS : M - AMX_ROWS;
 }
 
-/* The tiles' bytes for M >= AMX_MIN_ROWS rows (a buffer kept between calls, per calling thread),
- * or NULL where tiles do not run or the memory is not there (the vector steps then run). */
+/* A buffer of at least `bytes` (64-byte aligned), kept between calls per thread and slot; NULL
+ * where the memory is not there (the vector steps then run: the same bits, never an error). */
+static uint8_t *amx_buffer(int slot, size_t bytes) {
+    static _Thread_local uint8_t *buf[2];
+    static _Thread_local size_t cap[2];
+    if (bytes > cap[slot]) {
+        free(buf[slot]);
+        cap[slot] = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
+        buf[slot] = aligned_alloc(64, cap[slot]);
+        if (!buf[slot]) cap[slot] = 0;
+    }
+    return buf[slot];
+}
+
+/* The rows' tiles for M >= AMX_MIN_ROWS rows, or NULL where tiles do not run. */
 static const uint8_t *amx_pack(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int nthreads) {
-    static _Thread_local uint8_t *buf;
-    static _Thread_local size_t cap;
     if (M < AMX_MIN_ROWS || !amx_on()) return NULL;
     int64_t per = amx_step_bytes(limbs);
-    size_t bytes = (size_t)(amx_tiles(M) * nb * per);
-    if (bytes > cap) {
-        free(buf);
-        cap = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
-        buf = aligned_alloc(64, cap);
-        if (!buf) cap = 0;
-    }
-    if (!buf) return NULL;
-    uint8_t *dst = buf;
+    uint8_t *dst = amx_buffer(0, (size_t)(amx_tiles(M) * nb * per));
+    if (!dst) return NULL;
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (M * nb * limbs >= SMALL_WORK / 32)
     for (int64_t i = 0; i < amx_tiles(M) * nb; i++) {
         int64_t b = i % nb, m0 = amx_row0(i / nb, M);
         uint8_t *step = dst + i * per;
-        int32_t *start = (int32_t *)(step + 512 * limbs);
-        float *s = (float *)(step + 640 * limbs), *dsum = s + 16;
+        float *s = (float *)(step + 512 * limbs), *dsum = s + 16;
         for (int r = 0; r < AMX_ROWS; r++) {
             int64_t at = (m0 + r) * nb + b;
-            for (int j = 0; j < limbs; j++) {
-                memcpy(step + 512 * j + 32 * r, xr->q + (at * limbs + j) * 32, 32);
-                start[32 * j + r] = xr->start[(at * limbs + j) * 2];
-                start[32 * j + 16 + r] = xr->start[(at * limbs + j) * 2 + 1];
-            }
+            for (int j = 0; j < limbs; j++) memcpy(step + 512 * j + 32 * r, xr->q + (at * limbs + j) * 32, 32);
             s[r] = xr->s[at], dsum[r] = xr->dsum[at];
         }
     }
     return dst;
 }
 
-/* The integer sums of step (b, h) begun on tiles: C_j = A_j x B (amx_store puts them in memory). */
-static inline __attribute__((always_inline)) AMX_TARGET void amx_sums(int t, int limbs, const uint8_t *grp,
-                                                                      const uint8_t *step, int64_t b, int h,
-                                                                      uint8_t *wb) {
-    int bytes = t == WT_Q8_0 || t == WT_Q5_0_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
-    const uint8_t *qs = q8_quants(t, grp + q8_block_at(t, b));
-    if (!bytes && h == 0) /* the 4- and 5-bit types a byte a weight (Q6_K: both halves at once) */
-        for (int r = 0; r < 8; r++) vq_store(wb + 64 * r, q8_row(t, qs, r));
-    _tile_loadd(6, (bytes ? qs : wb) + 256 * h, 64);
+/* ---- a group's weights as B tiles --------------------------------------------------------------
+ * Once a group, for all its row tiles: per block 8 rows x 64 bytes, byte 4o+c of row r = w(o, 4r+c)
+ * itself, signed (q8_row's bytes less the type's offset: Q8_0's -128 .. 127, the others' within
+ * -32 .. 63). TDPBSSD (signed x signed) then gives S_j = sum_k w_k l_j,k at once, with no offset
+ * share to take back. */
+static inline __attribute__((always_inline)) void amx_weights(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
+    vq off = _mm512_set1_epi8((char)q8_offset(t));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *qs = q8_quants(t, grp + q8_block_at(t, b));
+        for (int r = 0; r < 8; r++) vq_store(dst + 512 * b + 64 * r, _mm512_sub_epi8(q8_row(t, qs, r), off));
+    }
+}
+
+/* Step (b, h)'s integer sums begun on tiles: C_j = A_j x B (amx_store puts them in memory). */
+static inline __attribute__((always_inline)) AMX_TARGET void amx_sums(int limbs, const uint8_t *w, const uint8_t *step,
+                                                                      int h) {
+    _tile_loadd(6, w + 256 * h, 64);
     _tile_zero(0);
     _tile_loadd(3, step + 16 * h, 32);
-    _tile_dpbsud(0, 3, 6);
+    _tile_dpbssd(0, 3, 6);
     _tile_zero(1);
     _tile_loadd(4, step + 512 + 16 * h, 32);
-    _tile_dpbsud(1, 4, 6);
+    _tile_dpbssd(1, 4, 6);
     if (limbs == 3) {
         _tile_zero(2);
         _tile_loadd(5, step + 1024 + 16 * h, 32);
-        _tile_dpbsud(2, 5, 6);
+        _tile_dpbssd(2, 5, 6);
     }
 }
 
 /* The sums amx_sums began, into c[limbs][16 rows x 16 outputs]: a step later, so that the
- * products are done by then and the stores do not wait for them. */
+ * products are done by then and the stores do not wait on them. */
 static inline __attribute__((always_inline)) AMX_TARGET void amx_store(int limbs, int32_t (*c)[256]) {
     _tile_stored(0, c[0], 64);
     _tile_stored(1, c[1], 64);
@@ -122,47 +129,32 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_store(int limbs
 
 #define AMX_CHUNK 4 /* rows whose float steps run together (limb_values3's one test) */
 
-/* One tile of 16 rows of one group: the integer sums of each step (block, half) on tiles, a step
- * ahead of limb_group_rows's float sequence on them (so that the two overlap). */
+/* One tile of 16 rows of one group (w: its B tiles): the integer sums of each step (block, half)
+ * on tiles, a step ahead of limb_group_rows's float sequence on them, so that the two overlap. */
 static inline __attribute__((always_inline)) AMX_TARGET void amx_group_rows(int t, const uint8_t *grp, int64_t nb,
-                                                                            const uint8_t *tiles, int limbs,
-                                                                            vf *acc) {
+                                                                            const uint8_t *w, const uint8_t *tiles,
+                                                                            int limbs, vf *acc) {
     int halves = q8_halves(t), kq = q8_kquant(t);
     int64_t per = amx_step_bytes(limbs), steps = nb * halves;
     _Alignas(64) int32_t c[2][3][256];
-    _Alignas(64) uint8_t wb[2][512]; /* a block of a 4- or 5-bit type, a byte a weight */
     for (int i = 0; i < AMX_ROWS; i++) acc[i] = vf_zero();
-    amx_sums(t, limbs, grp, tiles, 0, 0, wb[0]);
+    amx_sums(limbs, w, tiles, 0);
     amx_store(limbs, c[0]);
     for (int64_t n = 0; n < steps; n++) {
-        int64_t b = n / halves;
+        int64_t b = n / halves, next = (n + 1) / halves;
         int h = (int)(n % halves);
-#ifdef AMX_SKIP_TILES
-        if (0)
-#else
-        if (n + 1 < steps)
-#endif
-            amx_sums(t, limbs, grp, tiles + (n + 1) / halves * per, (n + 1) / halves, (int)((n + 1) % halves),
-                     wb[((n + 1) / halves) & 1]);
-        const uint8_t *blk = grp + q8_block_at(t, b), *step = tiles + b * per;
+        if (n + 1 < steps) amx_sums(limbs, w + 512 * next, tiles + next * per, (int)((n + 1) % halves));
+        const uint8_t *blk = grp + q8_block_at(t, b);
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-        const int32_t *start = (const int32_t *)(step + 512 * limbs) + 16 * h;
-        const float *s = (const float *)(step + 640 * limbs);
+        const float *s = (const float *)(tiles + b * per + 512 * limbs);
         if (h == 0) q8_prefetch_ahead(t, blk);
         vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
         int32_t (*cn)[256] = c[n & 1];
-#ifdef AMX_SKIP_FLOAT
-        acc[0] = vf_add(acc[0], vf_from_vi(_mm512_load_si512(cn[0])));
-        continue;
-#endif
         for (int i0 = 0; i0 < AMX_ROWS; i0 += AMX_CHUNK) {
             vi sums[3 * AMX_CHUNK];
             vf f[AMX_CHUNK];
             for (int i = 0; i < AMX_CHUNK; i++)
-                for (int j = 0; j < limbs; j++) {
-                    vi v = _mm512_load_si512((const void *)(cn[j] + 16 * (i0 + i)));
-                    sums[limbs * i + j] = q8_offset(t) ? vi_add(v, vi_set1(start[32 * j + i0 + i])) : v;
-                }
+                for (int j = 0; j < limbs; j++) sums[limbs * i + j] = _mm512_load_si512((const void *)(cn[j] + 16 * (i0 + i)));
             if (limbs == 3) limb_values3(sums, AMX_CHUNK, f);
             else
                 for (int i = 0; i < AMX_CHUNK; i++) f[i] = vf_from_vi(limb_low(sums[2 * i], sums[2 * i + 1]));
@@ -174,36 +166,44 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_group_rows(int 
     }
 }
 
-/* Group g's outputs for the call's M >= AMX_MIN_ROWS rows (tiles: amx_pack's) on AMX tiles:
- * y[:, 16g .. 16g + outs) (+ bias). */
-static AMX_TARGET void amx_group(int t, const uint8_t *grp, int64_t nb, const uint8_t *tiles, int limbs, int64_t M,
-                                 int64_t g, int outs, const float *bias, float *y, int64_t N) {
-    amx_configure(q8_halves(t));
+/* A group of type t (a constant) for every row tile. */
+static inline __attribute__((always_inline)) AMX_TARGET void amx_type(int t, const uint8_t *grp, int64_t nb,
+                                                                      const uint8_t *tiles, int limbs, int64_t M,
+                                                                      uint8_t *w, int64_t g, int outs,
+                                                                      const float *bias, float *y, int64_t N) {
+    amx_weights(t, grp, nb, w);
     for (int64_t tile = 0; tile < amx_tiles(M); tile++) {
         const uint8_t *at = tiles + tile * nb * amx_step_bytes(limbs);
         vf acc[AMX_ROWS];
-#define AMX_CASE(T)                                                                                                    \
-    case T:                                                                                                            \
-        if (limbs == 3) amx_group_rows(T, grp, nb, at, 3, acc);                                                        \
-        else amx_group_rows(T, grp, nb, at, 2, acc);                                                                   \
-        break
-        switch (t) { /* a constant type and limb count in the inner loops */
-            AMX_CASE(WT_Q4_0);
-            AMX_CASE(WT_Q4_1);
-            AMX_CASE(WT_Q5_0);
-            AMX_CASE(WT_Q8_0);
-            AMX_CASE(WT_Q4_K);
-            AMX_CASE(WT_Q5_K);
-            AMX_CASE(WT_Q6_K);
-            AMX_CASE(WT_Q5_K_BYTES);
-            AMX_CASE(WT_Q5_0_BYTES);
-        default:
-            AMX_CASE(WT_Q6_K_BYTES);
-        }
-#undef AMX_CASE
+        if (limbs == 3) amx_group_rows(t, grp, nb, w, at, 3, acc);
+        else amx_group_rows(t, grp, nb, w, at, 2, acc);
         q8_store_rows(acc, AMX_ROWS, amx_row0(tile, M), g, outs, bias, y, N);
     }
+}
+
+/* Group g's outputs y[:, 16g .. 16g + outs) (+ bias) for the call's M >= AMX_MIN_ROWS rows
+ * (tiles: amx_pack's) on AMX tiles; 0 (nothing done) where the memory for its B tiles is not there. */
+static AMX_TARGET int amx_group(int t, const uint8_t *grp, int64_t nb, const uint8_t *tiles, int limbs, int64_t M,
+                                int64_t g, int outs, const float *bias, float *y, int64_t N) {
+    uint8_t *w = amx_buffer(1, (size_t)(512 * nb));
+    if (!w) return 0;
+    amx_configure(q8_halves(t));
+#define AMX_CASE(T) amx_type(T, grp, nb, tiles, limbs, M, w, g, outs, bias, y, N)
+    switch (t) { /* a constant type in the inner loops */
+    case WT_Q4_0: AMX_CASE(WT_Q4_0); break;
+    case WT_Q4_1: AMX_CASE(WT_Q4_1); break;
+    case WT_Q5_0: AMX_CASE(WT_Q5_0); break;
+    case WT_Q8_0: AMX_CASE(WT_Q8_0); break;
+    case WT_Q4_K: AMX_CASE(WT_Q4_K); break;
+    case WT_Q5_K: AMX_CASE(WT_Q5_K); break;
+    case WT_Q6_K: AMX_CASE(WT_Q6_K); break;
+    case WT_Q5_K_BYTES: AMX_CASE(WT_Q5_K_BYTES); break;
+    case WT_Q5_0_BYTES: AMX_CASE(WT_Q5_0_BYTES); break;
+    default: AMX_CASE(WT_Q6_K_BYTES); break;
+    }
+#undef AMX_CASE
     _tile_release();
+    return 1;
 }
 
 #endif

@@ -566,10 +566,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         grp = bytes;
     }
 #if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on tiles (amx.h), the same bits */
-    if (xr->tiles) {
-        amx_group(t, grp, nb, xr->tiles, limbs, M, g, outs, bias, y, N);
-        return;
-    }
+    if (xr->tiles && amx_group(t, grp, nb, xr->tiles, limbs, M, g, outs, bias, y, N)) return;
 #endif
 #if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
     const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
