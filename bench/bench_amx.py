@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
     ap.add_argument("--decode", type=int, default=16, help="decode length at batch 1 (tokens)")
-    ap.add_argument("--repeat", type=int, default=1, help="measurements per side and round")
+    ap.add_argument("--repeat", type=int, default=2, help="measurements per side and round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds in which the sides take turns")
     ap.add_argument("--llama", action="store_true", help="llama.cpp too")
     ap.add_argument("--out", help="where the GGUFs are (written there if missing)")

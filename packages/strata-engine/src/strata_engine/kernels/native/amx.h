@@ -1,19 +1,18 @@
 /*
  * The integer-limb kernels' integer sums on AMX tiles (AVX-512 build, where amx.c allows them),
- * for calls of many rows: included by limb.c, whose limb_group hands a group of 16 outputs here.
+ * for calls of AMX_MIN_ROWS rows or more: included by limb.c, whose limb_matmul_many hands its
+ * call here (amx_matmul) once the rows are split into limbs.
  *
- * A tile step TDPBSUD multiplies signed bytes (A: 16 rows x 32, or 16 for a half of Q6_K) by
- * unsigned bytes (B) into 16 x 16 int32 sums. q8's packed byte layout (q8.h: per group and block,
- * 8 rows of 64 bytes, byte 4o+c of row r = w(o, 4r+c) + offset) is B's layout as it is, and
- * limb j of a block for 16 consecutive rows is an A tile (xr->q: [M, nb, limbs, 32], so rows
- * nb * limbs * 32 bytes apart). So C[m][o] = sum_k l_j(m, k) (w(o, k) + offset), the sum the
- * vector step forms, and with the offset's share taken back (xr->start) exactly S_j: integer
- * sums are exact in any order. Each row then runs limb_group_rows's float sequence on those
- * S_j, block by block in order, so the outputs have the same bits as without tiles.
+ * A tile step TDPBSSD multiplies signed bytes A (16 rows x 32, or 16 for a half of Q6_K) by signed
+ * bytes B (8 rows x 64: byte 4o+c of row r = w(o, 4r+c)) into 16 x 16 int32 sums. q8's packed
+ * layout (q8.h) is B's, less each type's offset (amx_weights), and limb j of a block for 16 rows
+ * is an A tile (amx_pack). So C[m][o] = S_j = sum_k w_k l_j,k, the sum the vector steps form:
+ * integer sums are exact in any order. Each row then runs limb_group_rows's float sequence on
+ * those S_j, block by block in order, so the outputs have the same bits as without tiles.
  *
- * Rows go 16 at a time; a last partial tile is the call's last 16 rows (M >= 16), so a few
- * rows are computed twice, to the same bits, by the same thread. The 4- and 5-bit types are
- * put one byte a weight (q8_row) into a block of B per block; Q6_K and Q5_K arrive unpacked.
+ * Rows go 16 at a time; a last partial tile is the call's last 16 rows (M >= 16), so a few rows
+ * are computed twice, to the same bits, by the same thread. Groups of 16 outputs go a few at a
+ * time (a chunk), each row tile's limbs read once for all of them from cache.
  */
 #ifndef STRATA_AMX_H
 #define STRATA_AMX_H
@@ -22,6 +21,8 @@ STRATA_HIDDEN int amx_on(void); /* amx.c: whether tiles may run (asked once) */
 
 #define AMX_ROWS 16     /* rows of an A (and C) tile */
 #define AMX_MIN_ROWS 16 /* rows from which a call takes its sums on tiles */
+#define AMX_CHUNK 8     /* groups a chunk takes at most */
+#define AMX_CHUNK_BYTES (512 * 1024) /* a chunk's B tiles at most (so that they stay in L2 with a row tile's A) */
 #define AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
 
 typedef struct { /* ldtilecfg's 64 bytes, palette 1 */
@@ -127,7 +128,7 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_store(int limbs
     if (limbs == 3) _tile_stored(2, c[2], 64);
 }
 
-#define AMX_CHUNK 4 /* rows whose float steps run together (limb_values3's one test) */
+#define AMX_ROW_CHUNK 4 /* rows whose float steps run together (limb_values3's one test) */
 
 /* One tile of 16 rows of one group (w: its B tiles): the integer sums of each step (block, half)
  * on tiles, a step ahead of limb_group_rows's float sequence on them, so that the two overlap. */
@@ -150,15 +151,15 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_group_rows(int 
         if (h == 0) q8_prefetch_ahead(t, blk);
         vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
         int32_t (*cn)[256] = c[n & 1];
-        for (int i0 = 0; i0 < AMX_ROWS; i0 += AMX_CHUNK) {
-            vi sums[3 * AMX_CHUNK];
-            vf f[AMX_CHUNK];
-            for (int i = 0; i < AMX_CHUNK; i++)
+        for (int i0 = 0; i0 < AMX_ROWS; i0 += AMX_ROW_CHUNK) {
+            vi sums[3 * AMX_ROW_CHUNK];
+            vf f[AMX_ROW_CHUNK];
+            for (int i = 0; i < AMX_ROW_CHUNK; i++)
                 for (int j = 0; j < limbs; j++) sums[limbs * i + j] = _mm512_load_si512((const void *)(cn[j] + 16 * (i0 + i)));
-            if (limbs == 3) limb_values3(sums, AMX_CHUNK, f);
+            if (limbs == 3) limb_values3(sums, AMX_ROW_CHUNK, f);
             else
-                for (int i = 0; i < AMX_CHUNK; i++) f[i] = vf_from_vi(limb_low(sums[2 * i], sums[2 * i + 1]));
-            for (int i = 0; i < AMX_CHUNK; i++)
+                for (int i = 0; i < AMX_ROW_CHUNK; i++) f[i] = vf_from_vi(limb_low(sums[2 * i], sums[2 * i + 1]));
+            for (int i = 0; i < AMX_ROW_CHUNK; i++)
                 acc[i0 + i] = vf_fma(vf_mul(ws, vf_set1(s[i0 + i])), f[i], acc[i0 + i]);
         }
         if (h == halves - 1) q8_add_min(t, blk, head, s + 16, 1, AMX_ROWS, acc);
@@ -166,43 +167,81 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_group_rows(int 
     }
 }
 
-/* A group of type t (a constant) for every row tile. */
-static inline __attribute__((always_inline)) AMX_TARGET void amx_type(int t, const uint8_t *grp, int64_t nb,
-                                                                      const uint8_t *tiles, int limbs, int64_t M,
-                                                                      uint8_t *w, int64_t g, int outs,
-                                                                      const float *bias, float *y, int64_t N) {
-    amx_weights(t, grp, nb, w);
-    for (int64_t tile = 0; tile < amx_tiles(M); tile++) {
-        const uint8_t *at = tiles + tile * nb * amx_step_bytes(limbs);
-        vf acc[AMX_ROWS];
-        if (limbs == 3) amx_group_rows(t, grp, nb, w, at, 3, acc);
-        else amx_group_rows(t, grp, nb, w, at, 2, acc);
-        q8_store_rows(acc, AMX_ROWS, amx_row0(tile, M), g, outs, bias, y, N);
+/* Groups c0 .. c1 of the call (counted over its n weights: first[i] is weight i's first) for
+ * every row tile; t a constant (the groups' type as tiles take it). 0 where the memory is not there. */
+static inline __attribute__((always_inline)) AMX_TARGET int amx_chunk_type(
+    int t, int wtype, const uint8_t *tiles, int64_t M, int64_t nb, int limbs, int64_t c0, int64_t c1,
+    const uint8_t *const *packed, const int64_t *N, const int64_t *first, const float *const *bias, float *const *y) {
+    int count = (int)(c1 - c0);
+    uint8_t *w = amx_buffer(1, (size_t)(count * nb * 512));
+    uint8_t *expanded = q8_expanded(wtype) ? amx_buffer(2, (size_t)(count * q8_group_bytes(t, nb))) : NULL;
+    if (!w || (q8_expanded(wtype) && !expanded)) return 0;
+    const uint8_t *grp[AMX_CHUNK];
+    int64_t at[AMX_CHUNK], of[AMX_CHUNK]; /* the group within its weight, the weight */
+    for (int k = 0; k < count; k++) {
+        int64_t i = 0;
+        while (c0 + k >= first[i + 1]) i++;
+        of[k] = i, at[k] = c0 + k - first[i];
+        grp[k] = packed[i] + at[k] * q8_group_bytes(wtype, nb);
+        if (expanded) { /* looked up as the Q8_0 group of the same values (q8.h) */
+            expand_group(wtype, grp[k], nb, expanded + k * q8_group_bytes(t, nb));
+            grp[k] = expanded + k * q8_group_bytes(t, nb);
+        }
+        amx_weights(t, grp[k], nb, w + k * nb * 512);
     }
+    amx_configure(q8_halves(t));
+    for (int64_t tile = 0; tile < amx_tiles(M); tile++) {
+        const uint8_t *rows = tiles + tile * nb * amx_step_bytes(limbs);
+        for (int k = 0; k < count; k++) {
+            vf acc[AMX_ROWS];
+            if (limbs == 3) amx_group_rows(t, grp[k], nb, w + k * nb * 512, rows, 3, acc);
+            else amx_group_rows(t, grp[k], nb, w + k * nb * 512, rows, 2, acc);
+            int64_t n = N[of[k]];
+            int outs = n - at[k] * Q8_GROUP < Q8_GROUP ? (int)(n - at[k] * Q8_GROUP) : Q8_GROUP;
+            q8_store_rows(acc, AMX_ROWS, amx_row0(tile, M), at[k], outs, bias[of[k]], y[of[k]], n);
+        }
+    }
+    _tile_release();
+    return 1;
 }
 
-/* Group g's outputs y[:, 16g .. 16g + outs) (+ bias) for the call's M >= AMX_MIN_ROWS rows
- * (tiles: amx_pack's) on AMX tiles; 0 (nothing done) where the memory for its B tiles is not there. */
-static AMX_TARGET int amx_group(int t, const uint8_t *grp, int64_t nb, const uint8_t *tiles, int limbs, int64_t M,
-                                int64_t g, int outs, const float *bias, float *y, int64_t N) {
-    uint8_t *w = amx_buffer(1, (size_t)(512 * nb));
-    if (!w) return 0;
-    amx_configure(q8_halves(t));
-#define AMX_CASE(T) amx_type(T, grp, nb, tiles, limbs, M, w, g, outs, bias, y, N)
-    switch (t) { /* a constant type in the inner loops */
-    case WT_Q4_0: AMX_CASE(WT_Q4_0); break;
-    case WT_Q4_1: AMX_CASE(WT_Q4_1); break;
-    case WT_Q5_0: AMX_CASE(WT_Q5_0); break;
-    case WT_Q8_0: AMX_CASE(WT_Q8_0); break;
-    case WT_Q4_K: AMX_CASE(WT_Q4_K); break;
-    case WT_Q5_K: AMX_CASE(WT_Q5_K); break;
-    case WT_Q6_K: AMX_CASE(WT_Q6_K); break;
-    case WT_Q5_K_BYTES: AMX_CASE(WT_Q5_K_BYTES); break;
-    case WT_Q5_0_BYTES: AMX_CASE(WT_Q5_0_BYTES); break;
-    default: AMX_CASE(WT_Q6_K_BYTES); break;
+static AMX_TARGET int amx_chunk(int wtype, const uint8_t *tiles, int64_t M, int64_t nb, int limbs, int64_t c0,
+                                int64_t c1, const uint8_t *const *packed, const int64_t *N, const int64_t *first,
+                                const float *const *bias, float *const *y) {
+#define AMX_CASE(T) return amx_chunk_type(T, wtype, tiles, M, nb, limbs, c0, c1, packed, N, first, bias, y)
+    switch (wtype) { /* a constant type in the inner loops; the codebook and grid types as Q8_0 */
+    case WT_Q4_0: AMX_CASE(WT_Q4_0);
+    case WT_Q4_1: AMX_CASE(WT_Q4_1);
+    case WT_Q5_0: AMX_CASE(WT_Q5_0);
+    case WT_Q4_K: AMX_CASE(WT_Q4_K);
+    case WT_Q5_K: AMX_CASE(WT_Q5_K);
+    case WT_Q6_K: AMX_CASE(WT_Q6_K);
+    default: AMX_CASE(WT_Q8_0);
     }
 #undef AMX_CASE
-    _tile_release();
+}
+
+/* limb_matmul_many's groups (xr: the rows' limbs) on tiles where the CPU has AMX and M is large
+ * enough: 1 when done, 0 when the call is the vector steps' (few rows, no AMX, no memory for the
+ * rows' tiles). A chunk whose buffers cannot be had is done by the vector steps (the same bits). */
+static int amx_matmul(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t, int n,
+                      const uint8_t *const *packed, const int64_t *N, const int64_t *first, const float *const *bias,
+                      float *const *y, int nthreads) {
+    const uint8_t *tiles = amx_pack(xr, M, nb, limbs, nthreads);
+    if (!tiles) return 0;
+    int64_t groups = first[n], size = (AMX_CHUNK_BYTES / 512) / nb; /* a chunk's B tiles in AMX_CHUNK_BYTES */
+    size = size < 1 ? 1 : size > AMX_CHUNK ? AMX_CHUNK : size;
+    int64_t chunks = (groups + size - 1) / size;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t c0 = c * size, c1 = c0 + size < groups ? c0 + size : groups;
+        if (!amx_chunk(wtype, tiles, M, nb, limbs, c0, c1, packed, N, first, bias, y))
+            for (int64_t g = c0; g < c1; g++) {
+                int i = 0;
+                while (g >= first[i + 1]) i++;
+                limb_group(xr, M, nb, limbs, wtype, t, 0, packed[i], g - first[i], N[i], bias[i], y[i]);
+            }
+    }
     return 1;
 }
 

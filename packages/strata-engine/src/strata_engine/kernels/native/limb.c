@@ -47,7 +47,6 @@ typedef struct {
                      * weights' offset taken back: -offset * the limb's sum over half h (types with
                      * one scale a block: slot 0, over the block) */
     int16_t *wide; /* AVX2, Q8_0: [M, nb, planes, 32], X as int16 limbs (see limb_wide_block) */
-    const uint8_t *tiles; /* AVX-512, many rows: the same as AMX tiles (amx.h's amx_pack), else NULL */
 } limb_rows;
 
 static inline float limb_pow2(int e) { /* 2^e as a float, -126 <= e <= 127 */
@@ -545,10 +544,6 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
     }
 }
 
-#if defined(STRATA_TARGET_AVX512)
-#include "amx.h" /* the integer sums of many rows on AMX tiles, where the CPU has them */
-#endif
-
 /* Group g of one weight for rows 0 .. M (xr: the rows' limbs): y[:, 16g .. 16g+16) (+ bias). */
 static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t, int64_t wide,
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
@@ -565,9 +560,6 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         unpack_group(wtype, grp, nb, bytes);
         grp = bytes;
     }
-#if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on tiles (amx.h), the same bits */
-    if (xr->tiles && amx_group(t, grp, nb, xr->tiles, limbs, M, g, outs, bias, y, N)) return;
-#endif
 #if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
     const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
 #else
@@ -599,6 +591,10 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     }
 }
 
+#if defined(STRATA_TARGET_AVX512)
+#include "amx.h" /* the integer sums of many rows on AMX tiles, where the CPU has them */
+#endif
+
 /* y_i[M, N_i] = x[M, K] @ W_i^T (+ bias_i) for n weights of one packed type, all read in one
  * parallel region from one split of x into `limbs` (2 or 3): projections that share their input
  * (q/k/v, gate/up) pay for one fork and join of the threads and one split instead of n. Each
@@ -620,10 +616,11 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 8));
     xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 8) + M * K * limbs);
     limb_quantize(x, M, K, limbs, t, &xr, nthreads); /* t's offset: the unpacked bytes' (a type's own else) */
-#if defined(STRATA_TARGET_AVX512)
-    xr.tiles = amx_pack(&xr, M, nb, limbs, nthreads); /* NULL: the vector steps (the same bits) */
-#else
-    xr.tiles = NULL;
+#if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on AMX tiles where the CPU has them */
+    if (amx_matmul(&xr, M, nb, limbs, wtype, t, n, packed, N, first, bias, y, nthreads)) {
+        for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
+        return;
+    }
 #endif
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
