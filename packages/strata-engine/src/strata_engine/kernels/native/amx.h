@@ -59,8 +59,8 @@ static inline int64_t amx_row0(int64_t tile, int64_t M) { /* a tile's first row 
 /* A buffer of at least `bytes` (64-byte aligned), kept between calls per thread and slot; NULL
  * where the memory is not there (the vector steps then run: the same bits, never an error). */
 static uint8_t *amx_buffer(int slot, size_t bytes) {
-    static _Thread_local uint8_t *buf[2];
-    static _Thread_local size_t cap[2];
+    static _Thread_local uint8_t *buf[3]; /* the rows' tiles, a chunk's B tiles, its expanded groups */
+    static _Thread_local size_t cap[3];
     if (bytes > cap[slot]) {
         free(buf[slot]);
         cap[slot] = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
