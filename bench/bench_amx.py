@@ -23,6 +23,7 @@ from pathlib import Path
 import bench_kquants
 from _common import PLAIN_BUFFERS_ENV, host_line, keep_best, run_side, write_results
 
+from strata_engine.kernels.native import in_use, load
 from strata_engine.testing.qwen3_shaped import model_path, write_model
 
 RESULTS = Path(__file__).parent / "results"
@@ -56,6 +57,8 @@ def main() -> None:
     args = ap.parse_args()
     labels = [*SIDES, *(["llama.cpp"] if args.llama else [])]
     print(host_line())
+    lib, target = load()
+    print(f"kernels: {in_use(lib, target)} (the amx side; the vnni side runs with STRATA_AMX=0)")
     print(f"load before: {os.getloadavg()[0]:.1f}")
     record: dict[str, dict] = {}
     for mix in args.mixes.split(","):
@@ -83,9 +86,13 @@ def main() -> None:
         )
         print(f"{mix:8} prefill {args.prompt} (tok/s): {cells}   {ratio}", flush=True)
     print(f"load after: {os.getloadavg()[0]:.1f}")
-    write_results(
-        args.json, {"layers": args.layers, "prompt": args.prompt, "threads": args.threads, "results": record}
-    )
+    meta = {
+        "kernels": in_use(lib, target),
+        "layers": args.layers,
+        "prompt": args.prompt,
+        "threads": args.threads,
+    }
+    write_results(args.json, {**meta, "results": record})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels.native import NativeUnavailable, runnable_targets
+from strata_engine.kernels.native import NativeUnavailable, in_use, runnable_targets
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
@@ -138,3 +138,10 @@ def test_tiny_model_logprobs_are_the_same_with_tiles(lib: ctypes.CDLL, tmp_path:
         got.append(vocab_logprobs(engine, prompt))
     lib.strata_amx_use(1)
     np.testing.assert_array_equal(bits(got[0]), bits(got[1]))
+
+
+def test_the_kernels_say_when_tiles_run(lib: ctypes.CDLL) -> None:
+    lib.strata_amx_use(0)
+    assert in_use(lib, "avx512") == "avx512"
+    lib.strata_amx_use(1)
+    assert in_use(lib, "avx512") == "avx512+amx"

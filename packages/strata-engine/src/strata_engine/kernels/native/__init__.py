@@ -27,7 +27,15 @@ from strata_engine.kernels.native.build import (
 )
 from strata_engine.kernels.native.header import INTERFACE
 
-__all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targets", "targets_to_test"]
+__all__ = [
+    "BASE_FLAGS",
+    "NativeUnavailable",
+    "compiler",
+    "in_use",
+    "load",
+    "runnable_targets",
+    "targets_to_test",
+]
 
 HERE = Path(__file__).parent
 # The kernel library's C files, one job each (strata_kernels.h says which defines what).
@@ -114,6 +122,7 @@ def _load_target(target: str) -> ctypes.CDLL:
     built = lib.strata_target().decode()
     if built != target:
         raise NativeUnavailable(f"the {target} build reports target {built}")
+    logger.info("native kernels: %s", in_use(lib, target))
     return lib
 
 
@@ -134,3 +143,10 @@ def load(target: str | None = None) -> tuple[ctypes.CDLL, str]:
     elif target not in runnable:
         raise NativeUnavailable(f"this CPU cannot run the {target} kernels (it runs: {', '.join(runnable)})")
     return _load_target(target), target
+
+
+def in_use(lib: ctypes.CDLL, target: str) -> str:
+    """What the kernels run on: the target, with "+amx" where the integer-limb kernels take calls
+    of many rows on AMX tiles (amx.c: the avx512 build on a CPU with AMX-INT8, unless
+    STRATA_AMX=0), e.g. "avx512+amx". The bits are the target's either way."""
+    return target + ("+amx" if lib.strata_amx_use(-1) else "")

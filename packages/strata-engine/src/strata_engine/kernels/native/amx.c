@@ -37,11 +37,6 @@ static int amx_available(void) { return 0; }
 static atomic_int amx_state = -1;
 static atomic_int amx_hardware = -1;
 
-STRATA_HIDDEN int amx_on(void) {
-    int state = atomic_load_explicit(&amx_state, memory_order_relaxed);
-    return state >= 0 ? state : strata_amx_use(-1);
-}
-
 int strata_amx_use(int want) {
     int hw = atomic_load(&amx_hardware);
     if (hw < 0) {

@@ -17,8 +17,6 @@
 #ifndef STRATA_AMX_H
 #define STRATA_AMX_H
 
-STRATA_HIDDEN int amx_on(void); /* amx.c: whether tiles may run (asked once) */
-
 #define AMX_ROWS 16     /* rows of an A (and C) tile */
 #define AMX_MIN_ROWS 16 /* rows from which a call takes its sums on tiles */
 #define AMX_CHUNK 8     /* groups a chunk takes at most */
@@ -56,23 +54,23 @@ static inline int64_t amx_row0(int64_t tile, int64_t M) { /* a tile's first row 
     return tile * AMX_ROWS + AMX_ROWS <= M ? tile * AMX_ROWS : M - AMX_ROWS;
 }
 
-/* A buffer of at least `bytes` (64-byte aligned), kept between calls per thread and slot; NULL
+/* A buffer of at least `bytes` (starting on a cache line), kept between calls per thread and slot; NULL
  * where the memory is not there (the vector steps then run: the same bits, never an error). */
 static uint8_t *amx_buffer(int slot, size_t bytes) {
     static _Thread_local uint8_t *buf[3]; /* the rows' tiles, a chunk's B tiles, its expanded groups */
     static _Thread_local size_t cap[3];
     if (bytes > cap[slot]) {
         free(buf[slot]);
-        cap[slot] = (bytes + bytes / 4 + 4095) & ~(size_t)4095;
-        buf[slot] = aligned_alloc(64, cap[slot]);
+        cap[slot] = bytes + bytes / 4 + 4096;
+        buf[slot] = malloc(cap[slot] + 64);
         if (!buf[slot]) cap[slot] = 0;
     }
-    return buf[slot];
+    return buf[slot] ? buf[slot] + (64 - (uintptr_t)buf[slot] % 64) : NULL; /* rows on cache lines */
 }
 
 /* The rows' tiles for M >= AMX_MIN_ROWS rows, or NULL where tiles do not run. */
 static const uint8_t *amx_pack(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int nthreads) {
-    if (M < AMX_MIN_ROWS || !amx_on()) return NULL;
+    if (M < AMX_MIN_ROWS || !strata_amx_use(-1)) return NULL; /* amx.c: asked once */
     int64_t per = amx_step_bytes(limbs);
     uint8_t *dst = amx_buffer(0, (size_t)(amx_tiles(M) * nb * per));
     if (!dst) return NULL;
