@@ -45,7 +45,7 @@ static inline AMX_TARGET void amx_configure(int halves) {
 
 /* ---- the rows' limbs as tiles ---------------------------------------------------------------
  * Once a call, before its groups: per tile of 16 rows (the last: the call's last 16) and block,
- * AMX_STEP bytes holding the A tile of each limb (512 bytes: 16 rows x 32), then the rows' s[16]
+ * amx_step_bytes(limbs) bytes holding the A tile of each limb (512 bytes: 16 rows x 32), then the rows' s[16]
  * and dsum[16]: what a group's step reads, in one run of memory (a row's own limbs lie
  * nb * limbs * 32 bytes from the next row's, its scales nb * 4). */
 static inline int64_t amx_step_bytes(int limbs) { return 512 * limbs + 128; }
@@ -91,7 +91,7 @@ static const uint8_t *amx_pack(const limb_rows *xr, int64_t M, int64_t nb, int l
 /* ---- a group's weights as B tiles --------------------------------------------------------------
  * Once a group, for all its row tiles: per block 8 rows x 64 bytes, byte 4o+c of row r = w(o, 4r+c)
  * itself, signed (q8_row's bytes less the type's offset: Q8_0's -128 .. 127, the others' within
- * -32 .. 63). TDPBSSD (signed x signed) then gives S_j = sum_k w_k l_j,k at once, with no offset
+ * -32 .. 31). TDPBSSD (signed x signed) then gives S_j = sum_k w_k l_j,k at once, with no offset
  * share to take back. */
 static inline __attribute__((always_inline)) void amx_weights(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     vq off = _mm512_set1_epi8((char)q8_offset(t));
