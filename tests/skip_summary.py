@@ -21,7 +21,7 @@ import pytest
 # with a line saying why no CI step can make that test run.
 ALLOWED_SKIPS: dict[str, str] = {
     r"needs a GPU|CUDA is not available|no GPU": "the CI machines have no GPU",
-    r"one target only on this CPU|no vector target on this host": "the host CPU decides",
+    r"one target only on this CPU|no vector target on this host|no AMX": "the host CPU decides",
     r"needs a clang without libomp": "Apple clang only; CI's clang has libomp",
     r"needs Linux|reads /proc/<pid>/maps": "the host OS decides",
     r"no GELU|dense model: covered by test_invariance": "a parametrization that does not apply",

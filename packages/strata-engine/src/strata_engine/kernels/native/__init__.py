@@ -27,7 +27,15 @@ from strata_engine.kernels.native.build import (
 )
 from strata_engine.kernels.native.header import INTERFACE
 
-__all__ = ["BASE_FLAGS", "NativeUnavailable", "compiler", "load", "runnable_targets", "targets_to_test"]
+__all__ = [
+    "BASE_FLAGS",
+    "NativeUnavailable",
+    "compiler",
+    "in_use",
+    "load",
+    "runnable_targets",
+    "targets_to_test",
+]
 
 HERE = Path(__file__).parent
 # The kernel library's C files, one job each (strata_kernels.h says which defines what).
@@ -44,6 +52,7 @@ SOURCES = tuple(
         "kquant_pack.c",  # K-quant blocks rearranged at load
         "q8.c",  # 8-bit activations, integer dot products
         "limb.c",  # activations as exact integer limbs, on q8's packed weights
+        "amx.c",  # whether limb.c may take its integer sums on AMX tiles
         "recurrence.c",  # the gated delta rule of hybrid models' DeltaNet layers
         "fpmode.c",  # the IEEE default float modes around each step
     )
@@ -55,6 +64,7 @@ HEADERS = (
     HERE / "vector.h",  # the 16-lane virtual vector
     HERE / "q8.h",  # q8's packed layout and integer steps (q8.c, limb.c)
     HERE / "iq_grids.h",  # the IQ types' grids (matmul.c, grids.c)
+    HERE / "amx.h",  # limb.c's integer sums on AMX tiles (the avx512 build)
 )
 PROBE = HERE / "cpu_features.c"
 PROBE_FUNCTIONS = ["strata_cpu_features"]  # the probe's library; every other function is SOURCES's
@@ -112,6 +122,7 @@ def _load_target(target: str) -> ctypes.CDLL:
     built = lib.strata_target().decode()
     if built != target:
         raise NativeUnavailable(f"the {target} build reports target {built}")
+    logger.info("native kernels: %s", in_use(lib, target))
     return lib
 
 
@@ -132,3 +143,10 @@ def load(target: str | None = None) -> tuple[ctypes.CDLL, str]:
     elif target not in runnable:
         raise NativeUnavailable(f"this CPU cannot run the {target} kernels (it runs: {', '.join(runnable)})")
     return _load_target(target), target
+
+
+def in_use(lib: ctypes.CDLL, target: str) -> str:
+    """What the kernels run on: the target, with "+amx" where the integer-limb kernels take calls
+    of many rows on AMX tiles (amx.c: the avx512 build on a CPU with AMX-INT8, unless
+    STRATA_AMX=0), e.g. "avx512+amx". The bits are the target's either way."""
+    return target + ("+amx" if lib.strata_amx_use(-1) else "")

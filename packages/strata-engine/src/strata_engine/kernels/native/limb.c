@@ -599,6 +599,10 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     }
 }
 
+#if defined(STRATA_TARGET_AVX512)
+#include "amx.h" /* the integer sums of many rows on AMX tiles, where the CPU has them */
+#endif
+
 /* y_i[M, N_i] = x[M, K] @ W_i^T (+ bias_i) for n weights of one packed type, all read in one
  * parallel region from one split of x into `limbs` (2 or 3): projections that share their input
  * (q/k/v, gate/up) pay for one fork and join of the threads and one split instead of n. Each
@@ -620,6 +624,12 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     xr.q = (int8_t *)(block + M * nb * (8 * limbs + 12));
     xr.wide = (int16_t *)(block + M * nb * (8 * limbs + 12) + M * K * limbs);
     limb_quantize(x, M, K, limbs, t, &xr, nthreads); /* t's offset: the unpacked bytes' (a type's own else) */
+#if defined(STRATA_TARGET_AVX512) /* many rows: the same integer sums on AMX tiles where the CPU has them */
+    if (amx_matmul(&xr, M, nb, limbs, wtype, t, n, packed, N, first, bias, y, nthreads)) {
+        for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
+        return;
+    }
+#endif
 #if LIMB_WIDE
     if (wide) limb_widen(M * nb, limbs, &xr, nthreads);
 #endif

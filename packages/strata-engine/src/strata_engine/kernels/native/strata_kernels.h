@@ -103,6 +103,12 @@ int strata_cpu_features(void);
 const char *strata_target(void);
 int strata_alloc_failures(void);
 
+/* amx.c: whether the limb kernels take many rows' integer sums on AMX tiles (AVX-512 build, a CPU
+ * with AMX-INT8, the OS's permission; $STRATA_AMX=0: never). want -1: ask (the first call
+ * decides from the CPU and $STRATA_AMX), 0: off, 1: on where the CPU allows; returns the state.
+ * The bits are the same either way. */
+int strata_amx_use(int want);
+
 /* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads);
