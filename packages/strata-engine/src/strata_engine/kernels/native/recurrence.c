@@ -36,35 +36,50 @@ static void delta_step(float *st, const float *q, const float *k, const float *v
     }
 }
 
-/* A halving tree over nv (a power of two) vectors, then vf_hsum's own halving over the 16 lanes:
- * element i pairs with i + half at every level, tree_sum's order for D = 16 nv. */
-static inline float vf_tree(vf *p, int nv) {
+/* A halving tree over nv (a power of two) vectors to one: element i pairs with i + half at every
+ * level; vf_hsum (or vf_hsum4: the same pairs) then halves the 16 lanes, tree_sum's order for
+ * D = 16 nv. */
+static inline vf vf_tree(vf *p, int nv) {
     for (int half = nv / 2; half >= 1; half /= 2)
         for (int a = 0; a < half; a++) p[a] = vf_add(p[a], p[a + half]);
-    return vf_hsum(p[0]);
+    return p[0];
 }
 
-#define MAX_VECTORS 16 /* D up to 256 in registers */
+#define MAX_VECTORS 16 /* D up to 256 */
 
 /* delta_step for D = 16 nv, nv a power of two: the same operations on the same operand pairs,
- * each row held in registers between its two passes (one load and one store a row). */
+ * four rows at a time (four independent chains for the core to overlap, their lanes summed by
+ * one vf_hsum4), k and q held in registers. */
 static void delta_step_vf(float *st, const float *q, const float *k, const float *v, float decay, float beta,
                           float scale, int nv, float *o) {
-    vf kv[MAX_VECTORS], qv[MAX_VECTORS], r[MAX_VECTORS], p[MAX_VECTORS], dec = vf_set1(decay);
+    vf kv[MAX_VECTORS], qv[MAX_VECTORS], p[MAX_VECTORS], dec = vf_set1(decay), part[4];
+    int64_t D = (int64_t)nv * VL;
+    float sum[4], d[4];
     for (int a = 0; a < nv; a++) kv[a] = vf_load(k + a * VL), qv[a] = vf_load(q + a * VL);
-    for (int j = 0; j < nv * VL; j++) {
-        float *row = st + (int64_t)j * nv * VL;
-        for (int a = 0; a < nv; a++) {
-            r[a] = vf_mul(vf_load(row + a * VL), dec);
-            p[a] = vf_mul(r[a], kv[a]);
+    for (int64_t j = 0; j < D; j += 4) {
+        for (int x = 0; x < 4; x++) {
+            float *row = st + (j + x) * D;
+            for (int a = 0; a < nv; a++) {
+                vf r = vf_mul(vf_load(row + a * VL), dec);
+                vf_store(row + a * VL, r);
+                p[a] = vf_mul(r, kv[a]);
+            }
+            part[x] = vf_tree(p, nv);
         }
-        vf d = vf_set1((v[j] - vf_tree(p, nv)) * beta);
-        for (int a = 0; a < nv; a++) {
-            r[a] = vf_add(r[a], vf_mul(d, kv[a]));
-            vf_store(row + a * VL, r[a]);
-            p[a] = vf_mul(r[a], qv[a]);
+        vf_hsum4(part[0], part[1], part[2], part[3], sum);
+        for (int x = 0; x < 4; x++) d[x] = (v[j + x] - sum[x]) * beta;
+        for (int x = 0; x < 4; x++) {
+            float *row = st + (j + x) * D;
+            vf dx = vf_set1(d[x]);
+            for (int a = 0; a < nv; a++) {
+                vf r = vf_add(vf_load(row + a * VL), vf_mul(dx, kv[a]));
+                vf_store(row + a * VL, r);
+                p[a] = vf_mul(r, qv[a]);
+            }
+            part[x] = vf_tree(p, nv);
         }
-        o[j] = vf_tree(p, nv) * scale;
+        vf_hsum4(part[0], part[1], part[2], part[3], sum);
+        for (int x = 0; x < 4; x++) o[j + x] = sum[x] * scale;
     }
 }
 
