@@ -256,8 +256,8 @@ class HybridTransformer:
         if meta.state_slots is not None:
             n_rows = len(meta.state_slots)
             rows = (
-                np.searchsorted(meta.token_seq, np.arange(n_rows)),
-                np.bincount(meta.token_seq, minlength=n_rows),
+                np.searchsorted(meta.token_seq, np.arange(n_rows)).astype(np.int32),
+                np.bincount(meta.token_seq, minlength=n_rows).astype(np.int32),
             )
         for i, layer in enumerate(self.layers):
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
@@ -284,7 +284,7 @@ class HybridTransformer:
         y = layer.inputs.apply(ops, h)
         qg = to_numpy(y["attn_q"]).reshape(n, cfg.n_heads, 2, d)
         q = like(h, np.ascontiguousarray(qg[:, :, 0]))
-        gate = sigmoid(qg[:, :, 1].reshape(n, -1))
+        gate = qg[:, :, 1].reshape(n, -1)
         k = y["attn_k"].reshape(n, cfg.n_kv_heads, d)
         v = y["attn_v"].reshape(n, cfg.n_kv_heads, d)
         q = ops.rope(
@@ -294,7 +294,9 @@ class HybridTransformer:
             ops.rmsnorm(k, layer.vectors["attn_k_norm.weight"], cfg.rms_eps), meta.positions, self.rope
         )
         ops.kv_write(k, v, cache[0], cache[1], meta.slots)
-        a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1) * gate
+        a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1)
+        gated = getattr(ops, "sigmoid_gate", None)  # the native kernels' one pass: these same bits
+        a = gated(a, gate) if gated is not None else a * sigmoid(gate)
         return ops.linear(like(h, a), w["attn_output"])
 
     def _delta_net(

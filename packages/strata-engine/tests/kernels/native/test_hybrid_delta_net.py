@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strata_engine.hybrid_model import delta_net_steps
+from strata_engine.hybrid_model import delta_net_steps, sigmoid
 from strata_engine.kernels.base import DeltaNetStep
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
@@ -121,3 +121,37 @@ def test_a_chunk_split_is_the_whole_step() -> None:
     assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
     assert np.array_equal(_bits(s.windows), _bits(whole_step.windows))
     assert np.array_equal(_bits(s.states), _bits(whole_step.states))
+
+
+def test_the_attention_gate_is_the_numpy_sigmoid() -> None:
+    """x * sigmoid(gate) in one C pass (strata_sigmoid_gate) against hybrid_model.sigmoid's float64
+    steps: NaN, infinities, zeros, subnormals, the exp's clamps at -745 and 709.7 and beyond."""
+    rng = np.random.default_rng(3)
+    edges = [
+        np.nan,
+        -np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        1e-45,
+        -1e-45,
+        1e30,
+        -1e30,
+        745.0,
+        -745.0,
+        709.7,
+        -709.7,
+    ]
+    edges += [710.0, -746.0, 88.7, -103.9, 20.0, -20.0, 1.0, -1.0]
+    gate = np.concatenate(
+        (np.array(edges, dtype=np.float32), rng.standard_normal(70_000).astype(np.float32) * 30)
+    )
+    x = rng.standard_normal(gate.shape[0]).astype(np.float32)
+    x[:4] = [1e38, -0.0, np.inf, np.nan]
+    with np.errstate(all="ignore"):
+        want = x * sigmoid(gate)
+    for target in targets_to_test():
+        for threads in (1, 3):  # 70,000 values: the threaded loop
+            got = NativeOps(threads, target).sigmoid_gate(x, gate)
+            assert np.array_equal(_bits(got), _bits(want)), (target, threads)

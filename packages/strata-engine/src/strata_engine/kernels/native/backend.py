@@ -178,7 +178,9 @@ class NativeOps:
         slots, starts, counts, heads = (
             ints(a, np.int32) for a in (s.state_slots, s.starts, s.counts, s.key_heads)
         )
-        rows, after, to = (np.array([c[i] for c in s.captures], dtype=np.int32) for i in range(3))
+        rows, after, to = (
+            np.array([c[i] for c in s.captures], dtype=np.int32) if s.captures else None for i in range(3)
+        )  # no captures (most steps): NULL, never read
         eps_bits = np.array([s.eps], dtype=np.float64).view(np.int64)  # l2_normalize's float64 eps
         out = np.empty((qkv.shape[0], hv * d), dtype=np.float32)
         n_k = (qkv.shape[1] // d - hv) // 2
@@ -189,6 +191,14 @@ class NativeOps:
             address(norm), address(heads), n_k, hv, d, address(eps_bits), s.eps, s.scale, address(out),
             self.threads,
         )  # fmt: skip
+        return out
+
+    def sigmoid_gate(self, x: np.ndarray, gate: np.ndarray) -> np.ndarray:
+        """x * sigmoid(gate), the sigmoid in float64 as hybrid_model.sigmoid (exactmath's exp)
+        rounded to fp32 (recurrence.c strata_sigmoid_gate): the gated attention's output."""
+        x, gate = f32(x), f32(gate)
+        out = np.empty_like(x)
+        self.lib.strata_sigmoid_gate(address(x), address(gate), x.size, address(out), self.threads)
         return out
 
     def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:

@@ -167,14 +167,34 @@ static double exact_log(double x) {
     return ed * LN2_HI + (ed * LN2_LO + 2.0 * f * series);
 }
 
+/* exactmath.sigmoid: 1 / (1 + e^-g). A NaN gives -g, as numpy's steps do (a negated NaN through
+ * exp, the add and the divide), written out: the compiler may turn 1 + (-x) into 1 - x, whose
+ * NaN keeps x's sign. */
+static double exact_sigmoid(double g) {
+    if (g != g) {
+        uint64_t bits;
+        memcpy(&bits, &g, 8);
+        bits ^= (uint64_t)1 << 63;
+        memcpy(&g, &bits, 8);
+        return g;
+    }
+    return 1.0 / (1.0 + exact_exp(-g));
+}
+
 /* hybrid_model.gates for one value head: beta = sigmoid(b), decay = e^(softplus(alpha) a), each
  * float64 step of the numpy code, rounded to fp32 where it rounds. */
 static void gate_pair(float b, float alpha, float a, float *beta, float *decay) {
     double b64 = (double)b, x64 = (double)alpha;
-    double eb = exact_exp(-b64), ex = exact_exp(x64 != x64 ? x64 : x64 < 20.0 ? x64 : 20.0);
-    *beta = (float)(1.0 / (1.0 + eb));
+    double ex = exact_exp(x64 != x64 ? x64 : x64 < 20.0 ? x64 : 20.0);
+    *beta = (float)exact_sigmoid(b64);
     float sp = (float)(x64 > 20.0 ? x64 : x64 < -20.0 ? ex : exact_log(1.0 + ex));
     *decay = (float)exact_exp((double)(sp * a));
+}
+
+/* hybrid_model's gated attention: x * fp32(1 / (1 + e^-gate)), the sigmoid in float64. */
+void strata_sigmoid_gate(const float *x, const float *gate, int64_t n, float *out, int nthreads) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (n >= SMALL_WORK)
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * (float)exact_sigmoid((double)gate[i]);
 }
 
 /* hybrid_model._tree_sum in float64: a halving tree, a zero appended to an odd length. */

@@ -166,6 +166,8 @@ void strata_delta_net(const float *qkv, const float *z, const float *b, const fl
                       const int32_t *cap_slot, int n_caps, const float *dt_bias, const float *ssm_a,
                       const float *norm_w, const int32_t *kh, int NK, int HV, int D, const int64_t *l2_eps_bits,
                       float eps, float scale, float *out, int nthreads);
+/* recurrence.c: x * sigmoid(gate), the sigmoid in float64 (exactmath's steps): a hybrid model's gated attention */
+void strata_sigmoid_gate(const float *x, const float *gate, int64_t n, float *out, int nthreads);
 
 /* fpmode.c: the IEEE default floating-point modes the kernels assume, set around each step */
 int strata_fp_mode(void);
