@@ -19,6 +19,9 @@ exp and log are exactmath's (float64, the same bits everywhere); the recurrence 
 token per sequence in one fixed order, its sums over a head's keys as a fixed halving tree of
 IEEE fp32 adds (`_tree_sum`). So a prompt's rows are the same bits prefilled whole, in chunks of
 any size, token by token, or beside any other sequences: a chunk of one is the same arithmetic.
+On the native kernels a DeltaNet layer's steps between its matmuls run as one C call
+(recurrence.c strata_delta_net: these operations in this order, exactmath's float64 steps
+included); `delta_net_steps` is that sequence one call at a time, the other backends' path.
 """
 
 from __future__ import annotations

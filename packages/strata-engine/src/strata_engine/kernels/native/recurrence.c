@@ -5,7 +5,9 @@
  *   o_j = tree(S[j,:] * q) * scale
  * where tree sums over the key index as a halving tree of adds, a zero appended to an odd length:
  * hybrid_model._tree_sum's order, so these are the bits of its numpy sequence (a test compares
- * them), whatever the target, the thread count or the chunk. */
+ * them), whatever the target, the thread count or the chunk. strata_delta_net runs a whole
+ * DeltaNet layer between its matmuls around it (hybrid_model.delta_net_steps' operations: the
+ * convolution, SiLU, the L2 norms, exactmath's float64 gates, the gated RMSNorm). */
 #include "internal.h"
 
 static float tree_sum(float *p, int n) {
