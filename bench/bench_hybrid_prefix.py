@@ -5,7 +5,7 @@ file instead.
 
     python bench/bench_hybrid_prefix.py [--shape small|2b] [--prefix 1000] [--question 20] [--rounds 3]
     LLAMA_CPP_LIB_PATH=$(bash bench/build_llama_cpp_avx2.sh) STRATA_KERNELS_TARGET=avx2 \
-        python bench/bench_hybrid_prefix.py --speed [--types q8_0|q4_k_m] [--prompt 512|2048]
+        python bench/bench_hybrid_prefix.py --speed [--types q8_0|q4_k_m] [--prompt 512|2048] [--cpu-time]
 
 A generated Qwen3.5-shaped file (random weights, Q8_0 matmuls): `small` (hidden 1024, 8 layers,
 written in seconds) or `2b` (Qwen3.5-2B's shapes: hidden 2048, 24 layers, 16 DeltaNet heads of
@@ -13,7 +13,8 @@ written in seconds) or `2b` (Qwen3.5-2B's shapes: hidden 2048, 24 layers, 16 Del
 prefix + question with nothing of it cached; warm is prefix + another question right after, which
 starts from the deepest state snapshot the cold read left in the prefix. Reported: each side's
 median seconds, the cached tokens and warm / cold. `--speed` measures both engines as
-bench_engine.py does (2 threads, the sides taking turns `--rounds` times, the best of each kept).
+bench_engine.py does (2 threads, the sides taking turns `--rounds` times, the best of each kept);
+`--cpu-time` measures each side's CPU seconds on one thread instead (a loaded host's queue left out).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import host_line, keep_best, write_results
-from bench_engine import bench_llama_cpp, bench_strata
+from _common import host_line, import_llama_cpp, keep_best, write_results
+from bench_engine import _prompt_ids, bench_llama_cpp, bench_strata
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
@@ -67,6 +68,64 @@ def speed(path: Path, rounds: int, prompt: int = 512) -> dict:
     return {"sides": best, "ratios": ratios}
 
 
+def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32) -> dict:
+    """Prefill and decode in CPU seconds (time.process_time) of each engine on one thread, the
+    best of `rounds`: on a host shared with other work, where wall time measures the queue as
+    much as the engine, a process's own CPU time still measures its work."""
+    llama_cpp = import_llama_cpp()
+    engine = LLMEngine(path, num_threads=1, parallel=1)
+    ids = _prompt_ids(engine.vocab_size, prompt)
+    llm = llama_cpp.Llama(
+        str(path), n_ctx=max(1024, prompt + 8), n_threads=1, n_threads_batch=1, n_batch=512, verbose=False
+    )
+
+    def strata(r: int) -> tuple[float, float]:
+        out = engine.add(
+            Request(((ids[0] + r + 1) % engine.vocab_size, *ids[1:]), SamplingParams(max_tokens=1))
+        )
+        start = time.process_time()
+        while not out.drained:
+            engine.step()
+            out.take()
+        prefill = time.process_time() - start
+        short = ((ids[0] + r + 201) % engine.vocab_size, *ids[1:16])
+        out = engine.add(
+            Request(short, SamplingParams(max_tokens=decode + 1, temperature=0, ignore_eos=True))
+        )
+        stamps: list[float] = []
+        while not out.drained:
+            engine.step()
+            stamps.extend(time.process_time() for e in out.take() if isinstance(e, Step))
+        return prefill, (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+    def llama(r: int) -> tuple[float, float]:
+        p = [ids[0] + r + 1, *ids[1:]]
+        llm.reset()
+        start = time.process_time()
+        llm.eval(p)
+        prefill = time.process_time() - start
+        llm.reset()
+        llm.eval(p[:16])
+        tok, start = ids[20], time.process_time()
+        for _ in range(decode):
+            llm.eval([tok])
+            tok = int(llm.scores[llm.n_tokens - 1].argmax())
+        return prefill, (time.process_time() - start) / decode
+
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(rounds):
+        for side, run in (("llama.cpp", llama), ("strata", strata)):
+            pre, dec = run(r)
+            old = best.get(side, (pre, dec))
+            best[side] = (min(old[0], pre), min(old[1], dec))
+    sides = {s: {"prefill_cpu_s": p, "decode_cpu_ms": d * 1e3} for s, (p, d) in best.items()}
+    ratios = {
+        "prefill": best["llama.cpp"][0] / best["strata"][0],
+        "decode": best["llama.cpp"][1] / best["strata"][1],
+    }
+    return {"threads": 1, "sides": sides, "ratios": ratios}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, default="small")
@@ -76,21 +135,31 @@ def main() -> None:
     ap.add_argument("--types", choices=TYPES, default="q8_0")
     ap.add_argument("--speed", action="store_true", help="prefill and decode against llama.cpp")
     ap.add_argument("--prompt", type=int, default=512, help="--speed: the prefill's tokens")
+    ap.add_argument(
+        "--file", help="write the generated file here once and reuse it (the 2b file takes minutes)"
+    )
+    ap.add_argument("--cpu-time", action="store_true", help="--speed as CPU seconds, one thread each")
     ap.add_argument("--out", default="bench/results/hybrid_prefix.json")
     args = ap.parse_args()
     print(host_line())
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_qwen35(Path(tmp) / "hybrid.gguf", SHAPES[args.shape], seed=1, types=TYPES[args.types])
+        path = Path(args.file or Path(tmp) / "hybrid.gguf")
+        if not path.exists():  # (a kept --file is the same file: the same shape, seed and types)
+            write_qwen35(path, SHAPES[args.shape], seed=1, types=TYPES[args.types])
         if args.speed:
             record = {"shape": args.shape, "types": args.types, "prompt": args.prompt}
-            record |= speed(path, args.rounds, args.prompt)
+            if args.cpu_time:
+                record |= cpu_time(path, args.rounds, args.prompt)
+                ratios, suffix = (record["ratios"]["prefill"], record["ratios"]["decode"]), "_cpu.json"
+            else:
+                record |= speed(path, args.rounds, args.prompt)
+                ratios, suffix = (record["ratios"]["prefill_last"], record["ratios"]["decode"]), "_speed.json"
             print(
-                f"{args.shape} {args.types}: Strata / llama.cpp: prefill {args.prompt} "
-                f"{record['ratios']['prefill_last']:.2f}x, "
-                f"decode {record['ratios']['decode']:.2f}x; {record['sides']}"
+                f"{args.shape} {args.types}: Strata / llama.cpp: prefill {args.prompt} {ratios[0]:.2f}x, "
+                f"decode {ratios[1]:.2f}x; {record['sides']}"
             )
-            write_results(args.out.replace(".json", "_speed.json"), record)
+            write_results(args.out.replace(".json", suffix), record)
             return
         engine = LLMEngine(path, num_threads=2, kv_cache_mb=256)
         _read(engine, rng.integers(7, VOCAB_SIZE - 3, size=64).tolist())  # warm the process

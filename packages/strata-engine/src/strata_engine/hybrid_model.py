@@ -19,6 +19,9 @@ exp and log are exactmath's (float64, the same bits everywhere); the recurrence 
 token per sequence in one fixed order, its sums over a head's keys as a fixed halving tree of
 IEEE fp32 adds (`_tree_sum`). So a prompt's rows are the same bits prefilled whole, in chunks of
 any size, token by token, or beside any other sequences: a chunk of one is the same arithmetic.
+On the native kernels a DeltaNet layer's steps between its matmuls run as one C call
+(recurrence.c strata_delta_net: these operations in this order, exactmath's float64 steps
+included); `delta_net_steps` is that sequence one call at a time, the other backends' path.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from strata_engine.hybrid_moe import SharedExpertMoE
 from strata_engine.hybrid_moe import forward as moe_forward
 from strata_engine.hybrid_moe import load as load_moe
 from strata_engine.hybrid_projections import Projections
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, like, to_numpy
+from strata_engine.kernels.base import Array, AttentionMeta, DeltaNetStep, Ops, like, to_numpy
 from strata_engine.kernels.weights import Weight, vector
 from strata_engine.model import rope_tables
 from strata_engine.recurrent_state import RecurrentStates
@@ -139,6 +142,45 @@ def delta_rule(
     return core
 
 
+def delta_net_steps(ops: Ops, s: DeltaNetStep, ref: Array) -> Array:
+    """A DeltaNet layer's steps from its matmuls' outputs to ssm_out's input [T, HV * D], one
+    `Ops` or numpy call at a time (the native kernels' strata_delta_net runs these same operations
+    in one call; `ref`: an array of the backend's, for `like`)."""
+    n, ds, hv = s.qkv.shape[0], s.norm.shape[0], s.ssm_a.shape[0]
+    kd = (s.qkv.shape[1] - hv * ds) // 2
+    beta, decay = gates(s.b, s.alpha + s.dt_bias, s.ssm_a)  # decay e^g, g < 0
+    # the short convolution per sequence, its window carried in the state: each token's taps
+    # multiplied and added in tap order (one fixed order per element, whatever the chunk)
+    conv = np.empty_like(s.qkv)
+    keep = s.taps.shape[0] - 1
+    for row, (slot, start, m) in enumerate(
+        zip(s.state_slots.tolist(), s.starts.tolist(), s.counts.tolist(), strict=True)
+    ):
+        tokens = slice(start, start + m)  # a sequence's tokens are consecutive in the step
+        window = np.concatenate((s.windows[slot], s.qkv[tokens]))
+        acc = window[0:m] * s.taps[0]
+        for j in range(1, keep + 1):
+            acc = acc + window[j : j + m] * s.taps[j]
+        conv[tokens] = acc
+        for _, done, snapshot in (c for c in s.captures if c[0] == row):
+            s.windows[snapshot] = window[done : done + keep]  # the window after `done` tokens
+        s.windows[slot] = window[window.shape[0] - keep :]
+    conv = to_numpy(ops.silu_mul(like(ref, conv), like(ref, np.ones_like(conv))))
+    qk = l2_normalize(conv[:, : 2 * kd].reshape(n, 2, kd // ds, ds), s.eps)  # per head: one call
+    q, k = qk[:, 0], qk[:, 1]
+    if not np.array_equal(s.key_heads, np.arange(hv)):  # each value head's key head
+        q, k = q[:, s.key_heads], k[:, s.key_heads]
+    v = conv[:, 2 * kd :].reshape(n, hv, ds)
+    args = (s.states, s.state_slots, s.starts, s.counts, (q, k, v), decay, beta)
+    rule = getattr(ops, "delta_rule", None)  # the native kernels' C loop: these same bits
+    if rule is not None:
+        core = rule(*args, s.scale, s.captures)
+    else:
+        core = delta_rule(*args, np.float32(s.scale), s.captures)
+    normed = ops.rmsnorm(like(ref, core), s.norm, s.eps)
+    return ops.silu_mul(s.z.reshape(n, hv, ds), normed).reshape(n, -1)
+
+
 class HybridTransformer:
     """The qwen35 / qwen35moe forward with the interface `Transformer` offers the model runner."""
 
@@ -189,14 +231,14 @@ class HybridTransformer:
                     vectors={n: vector(need(p + n)) for n in vecs},
                 )
             )
-            if recurrent:  # [channels, d_conv]: column j is tap j for every channel
+            if recurrent:  # stored [channels, d_conv]: kept [d_conv, channels], tap j a row
                 conv = need(p + "ssm_conv1d.weight")
-                self.layers[-1].vectors["conv"] = vector(conv).reshape(conv.shape)
+                taps = np.ascontiguousarray(vector(conv).reshape(conv.shape).T)
+                self.layers[-1].vectors["conv_taps"] = taps
             gguf.release_pages()
         self.rope, _ = rope_tables(cfg, t)
         self.states: RecurrentStates | None = None
-        heads = self.hybrid.key_heads()  # None where value head h reads key head h (no gather)
-        self.key_heads = None if np.array_equal(heads, np.arange(heads.shape[0])) else heads
+        self.key_heads = self.hybrid.key_heads().astype(np.int32)
         self.scale = np.float32(1.0 / np.sqrt(np.float32(self.hybrid.d_state)))
 
     def make_states(self, n_slots: int, n_snapshots: int = 0) -> RecurrentStates:
@@ -217,8 +259,8 @@ class HybridTransformer:
         if meta.state_slots is not None:
             n_rows = len(meta.state_slots)
             rows = (
-                np.searchsorted(meta.token_seq, np.arange(n_rows)),
-                np.bincount(meta.token_seq, minlength=n_rows),
+                np.searchsorted(meta.token_seq, np.arange(n_rows)).astype(np.int32),
+                np.bincount(meta.token_seq, minlength=n_rows).astype(np.int32),
             )
         for i, layer in enumerate(self.layers):
             h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
@@ -245,7 +287,7 @@ class HybridTransformer:
         y = layer.inputs.apply(ops, h)
         qg = to_numpy(y["attn_q"]).reshape(n, cfg.n_heads, 2, d)
         q = like(h, np.ascontiguousarray(qg[:, :, 0]))
-        gate = sigmoid(qg[:, :, 1].reshape(n, -1))
+        gate = qg[:, :, 1].reshape(n, -1)
         k = y["attn_k"].reshape(n, cfg.n_kv_heads, d)
         v = y["attn_v"].reshape(n, cfg.n_kv_heads, d)
         q = ops.rope(
@@ -255,68 +297,45 @@ class HybridTransformer:
             ops.rmsnorm(k, layer.vectors["attn_k_norm.weight"], cfg.rms_eps), meta.positions, self.rope
         )
         ops.kv_write(k, v, cache[0], cache[1], meta.slots)
-        a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1) * gate
+        a = to_numpy(ops.attention(q, cache[0], cache[1], meta)).reshape(n, -1)
+        gated = getattr(ops, "sigmoid_gate", None)  # the native kernels' one pass: these same bits
+        a = gated(a, gate) if gated is not None else a * sigmoid(gate)
         return ops.linear(like(h, a), w["attn_output"])
 
     def _delta_net(
         self, i: int, layer: HybridLayer, h: Array, meta: AttentionMeta, rows: tuple[np.ndarray, np.ndarray]
     ) -> Array:
-        hy, ops, w, vec = self.hybrid, self.ops, layer.weights, layer.vectors
+        hy, ops, vec = self.hybrid, self.ops, layer.vectors
         assert self.states is not None and meta.state_slots is not None
-        n, ds, hv = h.shape[0], hy.d_state, hy.n_v_heads
+        n, hv = h.shape[0], hy.n_v_heads
         y = layer.inputs.apply(ops, h)
-        qkv = to_numpy(y["attn_qkv"])
         if hy.fused_beta_alpha:  # per key head: [beta | alpha] of its n_v / n_k value heads
             ba = to_numpy(y["ssm_ba"]).reshape(n, hy.n_k_heads, 2, -1)
             b, alpha = ba[:, :, 0].reshape(n, hv), ba[:, :, 1].reshape(n, hv)
         else:
             b, alpha = to_numpy(y["ssm_beta"]), to_numpy(y["ssm_alpha"])
-        beta, decay = gates(b, alpha + vec["ssm_dt.bias"], vec["ssm_a"])  # decay e^g, g < 0
-        # the short convolution per sequence, its window carried in the state: each token's taps
-        # multiplied and added in tap order (one fixed order per element, whatever the chunk)
-        conv = np.empty_like(qkv)
-        windows, kernel, keep = self.states.conv[i], vec["conv"], hy.d_conv - 1
-        starts, counts = rows
-        for row, (slot, start, m) in enumerate(
-            zip(meta.state_slots.tolist(), starts.tolist(), counts.tolist(), strict=True)
-        ):
-            tokens = slice(start, start + m)  # a sequence's tokens are consecutive in the step
-            window = np.concatenate((windows[slot], qkv[tokens]))
-            acc = window[0:m] * kernel[:, 0]
-            for j in range(1, hy.d_conv):
-                acc = acc + window[j : j + m] * kernel[:, j]
-            conv[tokens] = acc
-            for _, done, snapshot in (c for c in meta.state_captures if c[0] == row):
-                windows[snapshot] = window[done : done + keep]  # the window after `done` tokens
-            windows[slot] = window[window.shape[0] - keep :]
-        conv = to_numpy(ops.silu_mul(like(h, conv), like(h, np.ones_like(conv))))
-        eps, kd = self.cfg.rms_eps, hy.key_dim
-        qk = l2_normalize(conv[:, : 2 * kd].reshape(n, 2, hy.n_k_heads, ds), eps)  # per head: one call
-        q, k = qk[:, 0], qk[:, 1]
-        if self.key_heads is not None:  # each value head's key head
-            q, k = q[:, self.key_heads], k[:, self.key_heads]
-        v = conv[:, 2 * kd :].reshape(n, hv, ds)
-        scale, states = self.scale, self.states.ssm[i]
-        rule = getattr(ops, "delta_rule", None)  # the native kernels' C loop: these same bits
-        if rule is not None:
-            core = rule(
-                states,
-                meta.state_slots,
-                starts,
-                counts,
-                (q, k, v),
-                decay,
-                beta,
-                float(scale),
-                meta.state_captures,
-            )
-        else:
-            core = delta_rule(
-                states, meta.state_slots, starts, counts, (q, k, v), decay, beta, scale, meta.state_captures
-            )
-        normed = ops.rmsnorm(like(h, core), vec["ssm_norm.weight"], eps)
-        z = y["attn_gate"].reshape(n, hv, ds)
-        return ops.linear(ops.silu_mul(z, normed).reshape(n, -1), w["ssm_out"])
+        step = DeltaNetStep(
+            qkv=to_numpy(y["attn_qkv"]),
+            z=y["attn_gate"],
+            b=b,
+            alpha=alpha,
+            taps=vec["conv_taps"],
+            windows=self.states.conv[i],
+            states=self.states.ssm[i],
+            state_slots=meta.state_slots,
+            starts=rows[0],
+            counts=rows[1],
+            captures=meta.state_captures,
+            dt_bias=vec["ssm_dt.bias"],
+            ssm_a=vec["ssm_a"],
+            norm=vec["ssm_norm.weight"],
+            key_heads=self.key_heads,
+            eps=self.cfg.rms_eps,
+            scale=float(self.scale),
+        )
+        fused = getattr(ops, "delta_net", None)  # the native kernels' one call: these same bits
+        gated = like(h, fused(step)) if fused is not None else delta_net_steps(ops, step, h)
+        return ops.linear(gated, layer.weights["ssm_out"])
 
     def logits(self, hidden: Array, out: np.ndarray | None = None) -> Array:
         """fp32 logits [R, vocab] for the selected rows (see `Transformer.logits`)."""

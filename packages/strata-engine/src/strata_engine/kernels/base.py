@@ -52,6 +52,30 @@ class RopeTable:
     interleaved: bool  # pairs (2i, 2i+1) as in llama GGUFs, else (i, i + dim/2)
 
 
+@dataclass(frozen=True)
+class DeltaNetStep:
+    """One DeltaNet layer's step between its input matmuls and ssm_out (hybrid_model.py): what
+    its host steps read, handed whole to a backend that runs them in one call (`delta_net`)."""
+
+    qkv: np.ndarray  # [T, C] attn_qkv's output, C = [q | k | v] channels
+    z: np.ndarray  # [T, HV * D] attn_gate's output
+    b: np.ndarray  # [T, HV] beta's logits
+    alpha: np.ndarray  # [T, HV] alpha (before dt_bias)
+    taps: np.ndarray  # [d_conv, C] the convolution's taps, tap j a row
+    windows: np.ndarray  # [slots, d_conv - 1, C] the convolutions' windows, advanced in place
+    states: np.ndarray  # [slots, HV, D, D] the DeltaNet states, advanced in place
+    state_slots: np.ndarray  # [S] each sequence's slot
+    starts: np.ndarray  # [S] each sequence's first token in the step
+    counts: np.ndarray  # [S] its tokens
+    captures: tuple[tuple[int, int, int], ...]  # (row, tokens done, snapshot slot)
+    dt_bias: np.ndarray  # [HV]
+    ssm_a: np.ndarray  # [HV]
+    norm: np.ndarray  # [D] ssm_norm
+    key_heads: np.ndarray  # [HV] the key head each value head reads
+    eps: float
+    scale: float
+
+
 Array = Any  # a backend's own array: numpy for NativeOps, a torch tensor for TorchOps and TritonOps
 
 

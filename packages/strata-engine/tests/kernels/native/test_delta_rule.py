@@ -1,6 +1,7 @@
 """The DeltaNet recurrence in C (recurrence.c) against hybrid_model's numpy sequence, bit for bit:
-rows of different lengths and states, odd head sizes (the halving tree's appended zero), state
-snapshots copied mid-chunk, every target the host runs and 1 or 3 threads."""
+rows of different lengths and states, odd head sizes (the halving tree's appended zero), the
+register path's sizes (16 times a power of two), state snapshots copied mid-chunk, every target
+the host runs and 1 or 3 threads."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _inputs(d: int, hv: int = 3, counts: tuple[int, ...] = (5, 1, 9)):
     )
 
 
-@pytest.mark.parametrize("d", [16, 7, 12])
+@pytest.mark.parametrize("d", [16, 7, 12, 64, 128])
 def test_the_c_recurrence_is_the_numpy_sequence(d: int) -> None:
     states, slots, starts, counts, qkv, decay, beta, scale, captures = _inputs(d)
     want_states = states.copy()

@@ -13,7 +13,16 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, AttentionMeta, RopeTable, address, f32, ints
+from strata_engine.kernels.base import (
+    LIMB_SHIFT,
+    Q8_PACKED,
+    AttentionMeta,
+    DeltaNetStep,
+    RopeTable,
+    address,
+    f32,
+    ints,
+)
 from strata_engine.kernels.kv_types import kv_type
 from strata_engine.kernels.native import load
 from strata_engine.kernels.weights import Weight
@@ -156,6 +165,41 @@ class NativeOps:
             address(core), address(rows), address(after), address(to), len(captures), self.threads,
         )  # fmt: skip
         return core
+
+    def delta_net(self, s: DeltaNetStep) -> np.ndarray:
+        """A DeltaNet layer's host steps and recurrence in one call (recurrence.c strata_delta_net;
+        hybrid_model.delta_net_steps states them): ssm_out's input [T, HV * D]."""
+        hv, d = s.states.shape[1], s.states.shape[2]
+        assert s.states.dtype == np.float32 and s.states.flags.c_contiguous
+        assert s.windows.dtype == np.float32 and s.windows.flags.c_contiguous
+        # every array the call reads held here: an address of a temporary would dangle
+        qkv, z, b, alpha, taps = (f32(a) for a in (s.qkv, s.z, s.b, s.alpha, s.taps))
+        dt_bias, ssm_a, norm = f32(s.dt_bias), f32(s.ssm_a), f32(s.norm)
+        slots, starts, counts, heads = (
+            ints(a, np.int32) for a in (s.state_slots, s.starts, s.counts, s.key_heads)
+        )
+        rows, after, to = (
+            np.array([c[i] for c in s.captures], dtype=np.int32) if s.captures else None for i in range(3)
+        )  # no captures (most steps): NULL, never read
+        eps_bits = np.array([s.eps], dtype=np.float64).view(np.int64)  # l2_normalize's float64 eps
+        out = np.empty((qkv.shape[0], hv * d), dtype=np.float32)
+        n_k = (qkv.shape[1] // d - hv) // 2
+        self.lib.strata_delta_net(
+            address(qkv), address(z), address(b), address(alpha), qkv.shape[0], address(taps), taps.shape[0],
+            address(s.windows), address(s.states), address(slots), len(slots), address(starts), address(counts),
+            address(rows), address(after), address(to), len(s.captures), address(dt_bias), address(ssm_a),
+            address(norm), address(heads), n_k, hv, d, address(eps_bits), s.eps, s.scale, address(out),
+            self.threads,
+        )  # fmt: skip
+        return out
+
+    def sigmoid_gate(self, x: np.ndarray, gate: np.ndarray) -> np.ndarray:
+        """x * sigmoid(gate), the sigmoid in float64 as hybrid_model.sigmoid (exactmath's exp)
+        rounded to fp32 (recurrence.c strata_sigmoid_gate): the gated attention's output."""
+        x, gate = f32(x), f32(gate)
+        out = np.empty_like(x)
+        self.lib.strata_sigmoid_gate(address(x), address(gate), x.size, address(out), self.threads)
+        return out
 
     def swiglu_oai(self, gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
         gate, up = f32(gate), f32(up)

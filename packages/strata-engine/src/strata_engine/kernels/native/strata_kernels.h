@@ -165,6 +165,15 @@ void strata_delta_rule(float *states, const int32_t *slots, int64_t S, const int
                        const float *q, const float *k, const float *v, const float *decay, const float *beta,
                        int HV, int D, float scale, float *core, const int32_t *cap_row, const int32_t *cap_after,
                        const int32_t *cap_slot, int n_caps, int nthreads);
+/* recurrence.c: one DeltaNet layer from its input matmuls' outputs to ssm_out's input */
+void strata_delta_net(const float *qkv, const float *z, const float *b, const float *alpha, int64_t T,
+                      const float *taps, int d_conv, float *windows, float *states, const int32_t *slots, int64_t S,
+                      const int32_t *starts, const int32_t *counts, const int32_t *cap_row, const int32_t *cap_after,
+                      const int32_t *cap_slot, int n_caps, const float *dt_bias, const float *ssm_a,
+                      const float *norm_w, const int32_t *kh, int NK, int HV, int D, const int64_t *l2_eps_bits,
+                      float eps, float scale, float *out, int nthreads);
+/* recurrence.c: x * sigmoid(gate), the sigmoid in float64 (exactmath's steps): a hybrid model's gated attention */
+void strata_sigmoid_gate(const float *x, const float *gate, int64_t n, float *out, int nthreads);
 
 /* fpmode.c: the IEEE default floating-point modes the kernels assume, set around each step */
 int strata_fp_mode(void);
