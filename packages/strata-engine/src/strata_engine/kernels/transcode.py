@@ -161,9 +161,16 @@ def grid_blocks(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     native/grids.c decodes into the Q8_0 blocks `to_q8_0` makes; None where some scale is not
     finite (no such block: the caller widens the tensor to fp32, as `to_q8_0` refuses it)."""
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if qtype in Q6_K_TYPES:  # held where the Q6_K rewrite is exact: the bits it gave, no others
+        return None if to_q6_k(blocks, qtype) is None else np.array(blocks).reshape(-1)
     if not bool(np.isfinite(_f16(blocks, 0)).all()):  # every scale is d times a finite factor
         return None
     return np.array(blocks).reshape(-1)
+
+
+# The K-grid types: each 16 values a small integer scale times one fp16-derived d a super-block
+# (native/grids.c's kgrid_block), held as stored (`grid_blocks`)
+KGRID_TYPES = frozenset({QT.IQ2_XS, QT.IQ2_S, QT.Q3_K, QT.IQ1_M})
 
 
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:

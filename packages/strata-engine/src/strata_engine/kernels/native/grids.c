@@ -115,6 +115,61 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
     return scale;
 }
 
+/* The 8 integers of IQ2_XS / IQ2_S grid entry `entry` (codes 0, 1, 2: 8, 25, 43) with `sign`'s bits. */
+static inline void iq2_eight(uint32_t entry, uint32_t sign, int8_t *q) {
+    for (int i = 0; i < 8; i++) {
+        int c = (int)(entry >> (2 * i)) & 3, g = 8 + 17 * c + (c >> 1);
+        q[i] = (int8_t)((sign >> i) & 1 ? -g : g);
+    }
+}
+
+/* See internal.h. Q3_K (hmask[32], qs[64], scales[12], d f16): q = 2-bit field - 4 unless its hmask
+ * bit, sc = its 6-bit scale - 32; IQ1_M (qs[32], qh[16], 4 u16 of 3-bit scales with d's nibbles
+ * on top): eighths of d, q = 8 grid +- 1, sc = 2 s + 1; IQ2_XS (d f16, u16[32]: 9-bit index, 7
+ * sign bits and their parity; scales[8]) and IQ2_S (d f16, qs[32] index low bytes, signs[32],
+ * qh[8] index high bits, scales[8]): eighths of d, q = +-grid, sc = 2 s + 1. */
+void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *d, int8_t sc[2], int8_t q[32]) {
+    const uint8_t *blk = row + (b >> 3) * block_bytes(wtype);
+    int j = (int)(b & 7);
+    if (wtype == WT_Q3_K) {
+        *d = f16_at(blk + 108);
+        for (int h = 0; h < 2; h++) {
+            int i = 2 * j + h, low = (blk[96 + (i & 7)] >> (4 * (i >> 3))) & 15, high = (blk[104 + (i & 3)] >> (2 * (i >> 2))) & 3;
+            sc[h] = (int8_t)((low | high << 4) - 32);
+        }
+        for (int k = 0; k < 32; k++) /* value 32 j + k: field j & 3 of qs[32 (j >> 2) + k], bit j of hmask[k] */
+            q[k] = (int8_t)(((blk[32 + 32 * (j >> 2) + k] >> (2 * (j & 3))) & 3) - ((blk[k] >> j) & 1 ? 0 : 4));
+    } else if (wtype == WT_IQ1_M) {
+        uint16_t w[4];
+        memcpy(w, blk + 48, 8);
+        uint16_t bits = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0xF0) | ((w[2] >> 4) & 0xF00) | (w[3] & 0xF000));
+        uint8_t half[2] = {(uint8_t)bits, (uint8_t)(bits >> 8)};
+        *d = f16_at(half) * 0.125f;
+        for (int h = 0; h < 2; h++) sc[h] = (int8_t)(2 * ((w[j >> 1] >> (3 * (2 * (j & 1) + h))) & 7) + 1);
+        for (int k = 0; k < 4; k++) { /* group of 8 g: index qs[g] | 3 bits of qh's nibble, its bit 3 the delta's sign */
+            int g = 4 * j + k, nib = (blk[32 + (g >> 1)] >> (4 * (g & 1))) & 15;
+            uint32_t entry = iq1s_grid[blk[g] | (nib & 7) << 8];
+            for (int i = 0; i < 8; i++) q[8 * k + i] = (int8_t)(8 * ((int)((entry >> (2 * i)) & 3) - 1) + (nib & 8 ? -1 : 1));
+        }
+    } else { /* IQ2_XS, IQ2_S */
+        const uint8_t *scales = blk + (wtype == WT_IQ2_XS ? 66 : 74);
+        *d = f16_at(blk) * 0.125f;
+        for (int h = 0; h < 2; h++) sc[h] = (int8_t)(2 * ((scales[j] >> (4 * h)) & 15) + 1);
+        for (int k = 0; k < 4; k++) {
+            int g = 4 * j + k;
+            if (wtype == WT_IQ2_XS) {
+                uint32_t v = (uint32_t)blk[2 + 2 * g] | (uint32_t)blk[3 + 2 * g] << 8;
+                iq2_eight(iq2xs_grid[v & 511], parity_signs(v >> 9), q + 8 * k);
+            } else {
+                iq2_eight(iq2s_grid[blk[2 + g] | ((blk[66 + g / 4] >> (2 * (g % 4))) & 3) << 8], blk[34 + g], q + 8 * k);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) /* a zero scale's products are zeros signed by q: kept as q = +-1 */
+        if (*d * (float)sc[h] == 0.0f)
+            for (int i = 16 * h; i < 16 * h + 16; i++) q[i] = (int8_t)(q[i] < 0 ? -1 : 1);
+}
+
 #if defined(STRATA_TARGET_AVX512)
 /* ---- AVX-512: a group of 16 rows decoded together, a block of 32 at a time ---------------------
  * One vector a quad r of the Q8_0 group (byte 4o + c: value 4r + c of row o, plus 128): the rows'

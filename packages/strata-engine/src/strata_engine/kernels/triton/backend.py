@@ -42,7 +42,7 @@ from strata_engine.kernels.triton import (
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
+from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, device_packs, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
 
@@ -189,7 +189,7 @@ class TritonOps:
 
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
-        return w if self._packer is None else self._packer.pack(as_q8_0(w))
+        return w if self._packer is None or not device_packs(w) else self._packer.pack(as_q8_0(w))
 
     def linear(
         self, x: Array, w: Weight, bias: Array | None = None, out: Array | None = None
