@@ -55,7 +55,7 @@ static inline uint64_t iq3_values(int wtype, uint32_t entry) {
 /* Each grid entry's values as bytes (IQ3: 4, in the low half) and each sign set as its byte mask
  * (IQ2_XXS / IQ3_XXS: 7 bits and their parity; IQ3_S: 8 bits), made from the codes above once,
  * when the library loads: a word of 8 values is then one load, its signs another. */
-static uint64_t iq2xxs_bytes[256], iq1s_bytes[2048], signs7[128], signs8[256];
+static uint64_t iq2xxs_bytes[256], iq1s_bytes[2048], signs7[128], signs8[256], iq2xs_bytes[512], iq2s_bytes[1024];
 static uint32_t iq3xxs_bytes[256], iq3s_bytes[512];
 
 __attribute__((constructor)) static void grid_bytes(void) {
@@ -66,6 +66,11 @@ __attribute__((constructor)) static void grid_bytes(void) {
         signs8[i] = sign_mask((uint32_t)i);
     }
     for (int i = 0; i < 512; i++) iq3s_bytes[i] = (uint32_t)iq3_values(WT_IQ3_S, iq3s_grid[i]);
+    for (int i = 0; i < 1024; i++) { /* IQ2_XS, IQ2_S: 8, 25, 43 as IQ2_XXS's */
+        uint64_t c = spread2(iq2s_grid[i]), x = i < 512 ? spread2(iq2xs_grid[i]) : 0;
+        iq2s_bytes[i] = BYTES(8) + (c << 4) + c + ((c >> 1) & BYTES(1));
+        if (i < 512) iq2xs_bytes[i] = BYTES(8) + (x << 4) + x + ((x >> 1) & BYTES(1));
+    }
     for (int i = 0; i < 2048; i++) iq1s_bytes[i] = spread2(iq1s_grid[i]) << 3; /* 8 code: 0, 8, 16 */
     for (int i = 0; i < 128; i++) signs7[i] = sign_mask(parity_signs((uint32_t)i));
 }
@@ -128,33 +133,43 @@ static inline void iq2_eight(uint32_t entry, uint32_t sign, int8_t *q) {
  * on top): eighths of d, q = 8 grid +- 1, sc = 2 s + 1; IQ2_XS (d f16, u16[32]: 9-bit index, 7
  * sign bits and their parity; scales[8]) and IQ2_S (d f16, qs[32] index low bytes, signs[32],
  * qh[8] index high bits, scales[8]): eighths of d, q = +-grid, sc = 2 s + 1. */
+static inline float kgrid_d(int wtype, const uint8_t *blk) { /* a super-block's d (see kgrid_block) */
+    if (wtype == WT_Q3_K) return f16_at(blk + 108);
+    if (wtype != WT_IQ1_M) return f16_at(blk) * 0.125f;
+    uint16_t w[4];
+    memcpy(w, blk + 48, 8);
+    uint16_t bits = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0xF0) | ((w[2] >> 4) & 0xF00) | (w[3] & 0xF000));
+    uint8_t half[2] = {(uint8_t)bits, (uint8_t)(bits >> 8)};
+    return f16_at(half) * 0.125f;
+}
+
+static inline void kgrid_scales(int wtype, const uint8_t *blk, int j, int8_t sc[2]) { /* block j's halves' */
+    for (int h = 0; h < 2; h++) {
+        int i = 2 * j + h; /* the super-block's 16 */
+        if (wtype == WT_Q3_K)
+            sc[h] = (int8_t)((((blk[96 + (i & 7)] >> (4 * (i >> 3))) & 15) | ((blk[104 + (i & 3)] >> (2 * (i >> 2))) & 3) << 4) - 32);
+        else if (wtype == WT_IQ1_M)
+            sc[h] = (int8_t)(2 * (((blk[48 + 2 * (i >> 2)] | blk[49 + 2 * (i >> 2)] << 8) >> (3 * (i & 3))) & 7) + 1);
+        else
+            sc[h] = (int8_t)(2 * ((blk[(wtype == WT_IQ2_XS ? 66 : 74) + j] >> (4 * h)) & 15) + 1);
+    }
+}
+
 void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *d, int8_t sc[2], int8_t q[32]) {
     const uint8_t *blk = row + (b >> 3) * block_bytes(wtype);
     int j = (int)(b & 7);
+    *d = kgrid_d(wtype, blk);
+    kgrid_scales(wtype, blk, j, sc);
     if (wtype == WT_Q3_K) {
-        *d = f16_at(blk + 108);
-        for (int h = 0; h < 2; h++) {
-            int i = 2 * j + h, low = (blk[96 + (i & 7)] >> (4 * (i >> 3))) & 15, high = (blk[104 + (i & 3)] >> (2 * (i >> 2))) & 3;
-            sc[h] = (int8_t)((low | high << 4) - 32);
-        }
         for (int k = 0; k < 32; k++) /* value 32 j + k: field j & 3 of qs[32 (j >> 2) + k], bit j of hmask[k] */
             q[k] = (int8_t)(((blk[32 + 32 * (j >> 2) + k] >> (2 * (j & 3))) & 3) - ((blk[k] >> j) & 1 ? 0 : 4));
     } else if (wtype == WT_IQ1_M) {
-        uint16_t w[4];
-        memcpy(w, blk + 48, 8);
-        uint16_t bits = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0xF0) | ((w[2] >> 4) & 0xF00) | (w[3] & 0xF000));
-        uint8_t half[2] = {(uint8_t)bits, (uint8_t)(bits >> 8)};
-        *d = f16_at(half) * 0.125f;
-        for (int h = 0; h < 2; h++) sc[h] = (int8_t)(2 * ((w[j >> 1] >> (3 * (2 * (j & 1) + h))) & 7) + 1);
         for (int k = 0; k < 4; k++) { /* group of 8 g: index qs[g] | 3 bits of qh's nibble, its bit 3 the delta's sign */
             int g = 4 * j + k, nib = (blk[32 + (g >> 1)] >> (4 * (g & 1))) & 15;
             uint32_t entry = iq1s_grid[blk[g] | (nib & 7) << 8];
             for (int i = 0; i < 8; i++) q[8 * k + i] = (int8_t)(8 * ((int)((entry >> (2 * i)) & 3) - 1) + (nib & 8 ? -1 : 1));
         }
     } else { /* IQ2_XS, IQ2_S */
-        const uint8_t *scales = blk + (wtype == WT_IQ2_XS ? 66 : 74);
-        *d = f16_at(blk) * 0.125f;
-        for (int h = 0; h < 2; h++) sc[h] = (int8_t)(2 * ((scales[j] >> (4 * h)) & 15) + 1);
         for (int k = 0; k < 4; k++) {
             int g = 4 * j + k;
             if (wtype == WT_IQ2_XS) {
@@ -339,6 +354,107 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
         }
     }
 }
+
+/* ---- AVX-512, the K-grid types: a group of 16 rows decoded together into q8_expanded_type's
+ * group (q8.h: each super-block's d f32[16], each block's int8 scales [16] a half, quad r's byte
+ * 4o + c = q(o, 4r + c) + offset), the same bytes as q8.c's expand_group makes from kgrid_block
+ * row by row. The d and scales a row at a time (a few per 32 values); the q as 16 rows' vectors,
+ * a quad (4 values of each row) at a time: gathers of the rows' bytes and of the grid entries'
+ * value bytes, the signs as quad_signs' masks. */
+
+/* The 4 bytes at p of each of 16 rows, rb apart (p + 3 within each row's block). */
+static inline __m512i rows16(const uint8_t *p, __m512i at16) { return _mm512_i32gather_epi32(at16, (const void *)p, 1); }
+
+/* Quads 2k and 2k + 1 of 16 rows from the 8 value bytes of each row's grid entry (i: the entries'
+ * indices, a lane a row; table: their bytes), as two 32-bit lanes a row. */
+static inline void entry_quads(const uint64_t *table, __m512i i, __m512i *q0, __m512i *q1) {
+    __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)table, 8);
+    __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)table, 8);
+    *q0 = _mm512_permutex2var_epi32(a, evens(), c);
+    *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
+}
+
+/* Quad r's bytes stored: q (signed) + offset; rows with a zero d * sc (z) keep q's sign as +-1. */
+static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int off) {
+    if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(1), _mm512_set1_epi8(-1)));
+    _mm512_storeu_si512((void *)(qs + 64 * r), _mm512_add_epi8(q, _mm512_set1_epi8((char)off)));
+}
+
+static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    int bt = q8_expanded_type(t), off = q8_offset(bt);
+    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        int j = (int)(b & 7);
+        uint8_t *out = dst + q8_block_at(bt, b), *qs = out + 32;
+        if (j == 0) {
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            memcpy(out - q8_super_bytes(bt), d, 64);
+        }
+        uint32_t zero[2] = {0, 0};
+        for (int o = 0; o < 16; o++) {
+            int8_t sc[2];
+            kgrid_scales(t, blk + o * rb, j, sc);
+            out[o] = (uint8_t)sc[0], out[16 + o] = (uint8_t)sc[1];
+            for (int h = 0; h < 2; h++) zero[h] |= (uint32_t)(d[o] * (float)sc[h] == 0.0f) << o;
+        }
+        __mmask64 z[2]; /* the byte mask of the rows whose half h has a zero d * sc */
+        for (int h = 0; h < 2; h++) z[h] = zero[h] ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32((__mmask16)zero[h], -1)) : 0;
+        if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
+            for (int r = 0; r < 8; r++) {
+                __m512i lo = _mm512_srli_epi16(rows16(blk + 32 + 32 * (j >> 2) + 4 * r, at16), 2 * (j & 3));
+                __m512i hi = _mm512_srli_epi16(rows16(blk + 4 * r, at16), j);
+                __m512i q = _mm512_and_si512(lo, _mm512_set1_epi8(3));
+                q = _mm512_add_epi8(q, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(1)), 2)); /* 0 or 4: no carry */
+                kquad_store(qs, r, _mm512_sub_epi8(q, _mm512_set1_epi8(4)), z[r >> 2], off);
+            }
+        } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble, bit 3 the delta's sign */
+            __m512i lo = rows16(blk + 4 * j, at16), qh = rows16(blk + 32 + 2 * j, at16); /* qh: groups 4j .. 4j + 3's nibbles */
+            for (int k = 0; k < 4; k++) {
+                __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+                __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), _mm512_set1_epi32(15));
+                i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(nib, _mm512_set1_epi32(7)), 8));
+                __mmask16 minus = _mm512_test_epi32_mask(nib, _mm512_set1_epi32(8));
+                __m512i delta = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(-7), _mm512_set1_epi8(-9)); /* 8 code - 8 +- 1 */
+                __m512i q0, q1;
+                entry_quads(iq1s_bytes, i, &q0, &q1);
+                kquad_store(qs, 2 * k, _mm512_add_epi8(q0, delta), z[k >> 1], off);
+                kquad_store(qs, 2 * k + 1, _mm512_add_epi8(q1, delta), z[k >> 1], off);
+            }
+        } else { /* IQ2_XS, IQ2_S: group k's entry (8, 25, 43 a value) and its 8 sign bits */
+            __m512i idx[4], signs;
+            if (t == WT_IQ2_XS) { /* u16 a group: 9 bits of index, 7 of signs (and their parity: signs7_bytes) */
+                __m512i w01 = rows16(blk + 2 + 8 * j, at16), w23 = rows16(blk + 6 + 8 * j, at16);
+                __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
+                idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
+                idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
+                __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
+                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
+                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
+                signs = signs7_bytes(s7); /* byte k: group k's 7 bits and their parity */
+            } else { /* qs: the indices' low bytes, qh: 2 high bits a group, signs: a byte a group */
+                __m512i lo = rows16(blk + 2 + 4 * j, at16);
+                /* the qh byte as the top of the 4 ending there (the 4 from it could pass the block's end) */
+                __m512i qh = _mm512_srli_epi32(rows16(blk + 63 + j, at16), 24);
+                signs = rows16(blk + 34 + 4 * j, at16);
+                for (int k = 0; k < 4; k++)
+                    idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
+            }
+            const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
+            for (int k = 0; k < 4; k++) {
+                __m512i q[2];
+                entry_quads(table, idx[k], &q[0], &q[1]);
+                for (int h = 0; h < 2; h++) {
+                    int r = 2 * k + h;
+                    kquad_store(qs, r, _mm512_mask_sub_epi8(q[h], quad_signs(signs, r), _mm512_setzero_si512(), q[h]), z[r >> 2], off);
+                }
+            }
+        }
+    }
+}
 #elif defined(STRATA_TARGET_AVX2)
 /* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
  * and scale vector): dword gathers, the sign masks as bytes (0xFF: negated). */
@@ -456,6 +572,10 @@ int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
         return 1;
     }
     int64_t rb = row_bytes(wtype, 32 * nb);
+    if (wtype_kgrid(wtype)) {
+        kgrid_expand16(wtype, grp, rb, nb, dst);
+        return 1;
+    }
     switch (wtype) {
     case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
     case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
