@@ -380,6 +380,25 @@ static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int o
     _mm512_storeu_si512((void *)(qs + 64 * r), _mm512_add_epi8(q, _mm512_set1_epi8((char)off)));
 }
 
+/* Half h of block j's scales (kgrid_scales), 16 rows' as int32 lanes: each from the 4 bytes ending
+ * at its byte (or u16), where the 4 from it could pass the block's end. */
+static inline __m512i kscales16(int t, const uint8_t *blk, int j, int h, __m512i at16) {
+    int i = 2 * j + h; /* the super-block's 16 */
+    if (t == WT_Q3_K) {
+        __m512i low = _mm512_srli_epi32(rows16(blk + 96 + (i & 7), at16), 4 * (i >> 3));
+        __m512i high = _mm512_srli_epi32(rows16(blk + 101 + (i & 3), at16), 24 + 2 * (i >> 2));
+        __m512i sc = _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(15)), _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(3)), 4));
+        return _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
+    }
+    __m512i s;
+    if (t == WT_IQ1_M)
+        s = _mm512_srli_epi32(rows16(blk + 46 + 2 * (i >> 2), at16), 16 + 3 * (i & 3));
+    else
+        s = _mm512_srli_epi32(rows16(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at16), 24 + 4 * h);
+    s = _mm512_and_si512(s, _mm512_set1_epi32(t == WT_IQ1_M ? 7 : 15));
+    return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+}
+
 static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
@@ -392,15 +411,13 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
         }
-        uint32_t zero[2] = {0, 0};
-        for (int o = 0; o < 16; o++) {
-            int8_t sc[2];
-            kgrid_scales(t, blk + o * rb, j, sc);
-            out[o] = (uint8_t)sc[0], out[16 + o] = (uint8_t)sc[1];
-            for (int h = 0; h < 2; h++) zero[h] |= (uint32_t)(d[o] * (float)sc[h] == 0.0f) << o;
-        }
         __mmask64 z[2]; /* the byte mask of the rows whose half h has a zero d * sc */
-        for (int h = 0; h < 2; h++) z[h] = zero[h] ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32((__mmask16)zero[h], -1)) : 0;
+        for (int h = 0; h < 2; h++) {
+            __m512i sc = kscales16(t, blk, j, h, at16);
+            _mm_storeu_si128((__m128i *)(out + 16 * h), _mm512_cvtepi32_epi8(sc));
+            __mmask16 zero = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_cvtepi32_ps(sc)), _mm512_setzero_ps(), _CMP_EQ_OQ);
+            z[h] = zero ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(zero, -1)) : 0;
+        }
         if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
             for (int r = 0; r < 8; r++) {
                 __m512i lo = _mm512_srli_epi16(rows16(blk + 32 + 32 * (j >> 2) + 4 * r, at16), 2 * (j & 3));
