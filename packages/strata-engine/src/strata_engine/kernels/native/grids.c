@@ -579,6 +579,109 @@ static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8
         expand_half(t, grp, rb, b, 1, d, dst);
     }
 }
+
+/* ---- AVX2, the K-grid types: as AVX-512's kgrid_expand16, in halves of 8 rows (bytes 32 h8 ..
+ * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16). */
+
+/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes (see AVX-512's kscales16). */
+static inline __m256i kscales8(int t, const uint8_t *blk, int j, int hh, __m256i at) {
+    int i = 2 * j + hh;
+    if (t == WT_Q3_K) {
+        __m256i low = _mm256_srli_epi32(rows4(blk + 96 + (i & 7), at), 4 * (i >> 3));
+        __m256i high = _mm256_srli_epi32(rows4(blk + 101 + (i & 3), at), 24 + 2 * (i >> 2));
+        __m256i sc = _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4));
+        return _mm256_sub_epi32(sc, _mm256_set1_epi32(32));
+    }
+    __m256i s;
+    if (t == WT_IQ1_M)
+        s = _mm256_srli_epi32(rows4(blk + 46 + 2 * (i >> 2), at), 16 + 3 * (i & 3));
+    else
+        s = _mm256_srli_epi32(rows4(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at), 24 + 4 * hh);
+    s = _mm256_and_si256(s, _mm256_set1_epi32(t == WT_IQ1_M ? 7 : 15));
+    return _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+}
+
+/* Quad r's half h8 stored: q (signed) + offset; rows with a zero d * sc (z: all-ones lanes) +-1 by q's sign. */
+static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int off) {
+    __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+    _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
+}
+
+/* Dword half (r & 1) of the 8 value bytes of each row's grid entry i (table: the entries' bytes). */
+static inline __m256i entry_half(const uint64_t *table, __m256i i, int r) {
+    return _mm256_i32gather_epi32((const int *)table, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
+}
+
+/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d). */
+static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off) {
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    uint8_t *qs = out + 32;
+    __m256i z[2];
+    for (int hh = 0; hh < 2; hh++) {
+        __m256i sc = kscales8(t, blk, j, hh, at);
+        int32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, sc);
+        for (int o = 0; o < 8; o++) out[16 * hh + 8 * h8 + o] = (uint8_t)lanes[o];
+        z[hh] = _mm256_castps_si256(_mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(sc)), _mm256_setzero_ps(), _CMP_EQ_OQ));
+    }
+    if (t == WT_Q3_K) {
+        for (int r = 0; r < 8; r++) {
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(rows4(blk + 32 + 32 * (j >> 2) + 4 * r, at), 2 * (j & 3)), _mm256_set1_epi8(3));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(rows4(blk + 4 * r, at), j), _mm256_set1_epi8(1));
+            __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
+            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
+        }
+    } else if (t == WT_IQ1_M) {
+        __m256i lo = rows4(blk + 4 * j, at), qh = rows4(blk + 32 + 2 * j, at);
+        for (int k = 0; k < 4; k++) {
+            __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
+            __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
+            __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
+            for (int e = 0; e < 2; e++)
+                kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(entry_half(iq1s_bytes, i, e), delta), z[k >> 1], off);
+        }
+    } else {
+        __m256i idx[4], signs;
+        if (t == WT_IQ2_XS) {
+            __m256i w01 = rows4(blk + 2 + 8 * j, at), w23 = rows4(blk + 6 + 8 * j, at);
+            __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
+            idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
+            idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
+            __m256i s7 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w01, 9), m7),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w01, 25), m7), 7));
+            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
+            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
+            signs = signs7_bytes(s7);
+        } else {
+            __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 63 + j, at), 24);
+            signs = rows4(blk + 34 + 4 * j, at);
+            for (int k = 0; k < 4; k++)
+                idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
+        }
+        const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
+        for (int r = 0; r < 8; r++) {
+            __m256i v = entry_half(table, idx[r >> 1], r);
+            kquad_store(qs, r, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, r)), z[r >> 2], off);
+        }
+    }
+}
+
+static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    int bt = q8_expanded_type(t), off = q8_offset(bt);
+    float d[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        uint8_t *out = dst + q8_block_at(bt, b);
+        if ((b & 7) == 0) {
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            memcpy(out - q8_super_bytes(bt), d, 64);
+        }
+        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off);
+        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off);
+    }
+}
 #endif
 
 /* See internal.h. */
@@ -599,6 +702,10 @@ int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;
     }
 #elif defined(STRATA_TARGET_AVX2)
+    if (wtype_kgrid(wtype)) {
+        kgrid_expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
+        return 1;
+    }
     if (wtype_grid(wtype)) {
         expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
         return 1;
