@@ -185,6 +185,18 @@ void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *d, int8_t sc[2
             for (int i = 16 * h; i < 16 * h + 16; i++) q[i] = (int8_t)(q[i] < 0 ? -1 : 1);
 }
 
+/* The 16 rows' super-blocks KGRID_AHEAD after the one at blk asked for: each row is a stream of
+ * its own, which the hardware prefetcher left to miss on its first byte (a hint: no value changes). */
+#define KGRID_AHEAD 2
+static inline void kgrid_prefetch(int t, const uint8_t *blk, int64_t rb) {
+    const uint8_t *next = blk + KGRID_AHEAD * block_bytes(t);
+    for (int o = 0; o < 16; o++) {
+        __builtin_prefetch(next + o * rb);
+        __builtin_prefetch(next + o * rb + 64);
+        __builtin_prefetch(next + o * rb + block_bytes(t) - 1);
+    }
+}
+
 #if defined(STRATA_TARGET_AVX512)
 /* ---- AVX-512: a group of 16 rows decoded together, a block of 32 at a time ---------------------
  * One vector a quad r of the Q8_0 group (byte 4o + c: value 4r + c of row o, plus 128): the rows'
@@ -403,13 +415,18 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
     float d[16];
+    __m512i hmask[8], low[2][8]; /* Q3_K: a super-block's hmask and qs dwords, gathered once for its 8 blocks */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         int j = (int)(b & 7);
         uint8_t *out = dst + q8_block_at(bt, b), *qs = out + 32;
         if (j == 0) {
+            kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
+            if (t == WT_Q3_K)
+                for (int r = 0; r < 8; r++)
+                    hmask[r] = rows16(blk + 4 * r, at16), low[0][r] = rows16(blk + 32 + 4 * r, at16), low[1][r] = rows16(blk + 64 + 4 * r, at16);
         }
         __mmask64 z[2]; /* the byte mask of the rows whose half h has a zero d * sc */
         for (int h = 0; h < 2; h++) {
@@ -420,8 +437,7 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
         }
         if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
             for (int r = 0; r < 8; r++) {
-                __m512i lo = _mm512_srli_epi16(rows16(blk + 32 + 32 * (j >> 2) + 4 * r, at16), 2 * (j & 3));
-                __m512i hi = _mm512_srli_epi16(rows16(blk + 4 * r, at16), j);
+                __m512i lo = _mm512_srli_epi16(low[j >> 2][r], 2 * (j & 3)), hi = _mm512_srli_epi16(hmask[r], j);
                 __m512i q = _mm512_and_si512(lo, _mm512_set1_epi8(3));
                 q = _mm512_add_epi8(q, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(1)), 2)); /* 0 or 4: no carry */
                 kquad_store(qs, r, _mm512_sub_epi8(q, _mm512_set1_epi8(4)), z[r >> 2], off);
@@ -675,6 +691,7 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         uint8_t *out = dst + q8_block_at(bt, b);
         if ((b & 7) == 0) {
+            kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
         }
