@@ -629,8 +629,10 @@ static inline __m256i entry_half(const uint64_t *table, __m256i i, int r) {
     return _mm256_i32gather_epi32((const int *)table, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
 }
 
-/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d). */
-static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off) {
+/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d; Q3_K: their
+ * super-block's hmask and qs dwords, hm[8] and low[2][8], gathered at its first block). */
+static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off,
+                       const __m256i *hm, const __m256i *low) {
     __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
     uint8_t *qs = out + 32;
     __m256i z[2];
@@ -643,8 +645,8 @@ static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, con
     }
     if (t == WT_Q3_K) {
         for (int r = 0; r < 8; r++) {
-            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(rows4(blk + 32 + 32 * (j >> 2) + 4 * r, at), 2 * (j & 3)), _mm256_set1_epi8(3));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(rows4(blk + 4 * r, at), j), _mm256_set1_epi8(1));
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(low[8 * (j >> 2) + r], 2 * (j & 3)), _mm256_set1_epi8(3));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm[r], j), _mm256_set1_epi8(1));
             __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
             kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
         }
@@ -687,6 +689,8 @@ static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, con
 static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     float d[16];
+    __m256i hm[2][8], low[2][16]; /* Q3_K, each half of 8 rows: see kgrid_half */
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         uint8_t *out = dst + q8_block_at(bt, b);
@@ -694,9 +698,14 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
             kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
+            for (int h8 = 0; h8 < 2 && t == WT_Q3_K; h8++)
+                for (int r = 0; r < 8; r++) {
+                    const uint8_t *rows = blk + 8 * h8 * rb;
+                    hm[h8][r] = rows4(rows + 4 * r, at), low[h8][r] = rows4(rows + 32 + 4 * r, at), low[h8][8 + r] = rows4(rows + 64 + 4 * r, at);
+                }
         }
-        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off);
-        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off);
+        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off, hm[0], low[0]);
+        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off, hm[1], low[1]);
     }
 }
 #endif
