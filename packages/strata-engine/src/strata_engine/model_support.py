@@ -43,7 +43,7 @@ def _names(items: object) -> str:
 def markdown() -> str:
     """The section's text, from the lists the loader itself checks against."""
     packed = [t.name for t in NATIVE_TYPES]
-    rewritten = [t.name for t in GGMLQuantizationType if t in transcode.TYPES | transcode.Q6_K_TYPES]
+    rewritten = [t.name for t in GGMLQuantizationType if t in transcode.TYPES and t not in NATIVE_TYPES]
     others = [t for t in GGMLQuantizationType if t in GGML_QUANT_SIZES and t not in NATIVE_TYPES]
     widened = [t.name for t in others if _dequantisable(t) and t.name not in rewritten]
     refused = [t.name for t in others if not _dequantisable(t)]
@@ -78,7 +78,7 @@ def markdown() -> str:
         + "; ".join(f"`{arch}`: {_names(names)}" for arch, names in YARN_KEYS_READ.items())
         + ".",
         f"- **Weight types kept packed in the kernels:** {_names(packed)}.",
-        f"- **Weight types rewritten at load as Q8_0 or Q6_K blocks with the same values:** {_names(rewritten)}.",
+        f"- **Weight types rewritten at load as Q8_0 blocks with the same values:** {_names(rewritten)}.",
         f"- **Weight types widened to fp32 at load:** {_names(widened)}.",
         f"- **Weight types refused (gguf-py cannot read them):** {_names(refused)}.",
         "- **Tensors:** a tensor the architecture's model does not read refuses the load, naming it "

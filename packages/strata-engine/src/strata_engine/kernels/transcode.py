@@ -1,26 +1,28 @@
-"""Weight types the kernels have no unpacking of, rewritten exactly as Q8_0 or Q6_K blocks at load.
+"""Weight types the kernels have no unpacking of, rewritten exactly as Q8_0 blocks at load; the
+checks and reference blocks of the types the kernels read as held.
 
-IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S, TQ1_0 and TQ2_0 all store,
-for every 32 values, one float scale s and small integers q, with value = s * q exactly: the
-products are exact in fp32 (an fp16 or power-of-two scale times a few-bit integer and a grid
-entry of at most 7 bits), so no rounding happens in gguf-py's dequantisation. Each 32 values
-therefore become one block of the kernels' Q8_0 layout (fp32 scale, 32 int8), which every
-arithmetic reads exactly (fp32, q8, integer limbs; CPU and Triton): 9 bits a weight instead of
-the 32 an fp32 copy takes. (Q5_0 and the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4 were
-rewritten so too; the kernels now read them as held, Q5_0 at 6 bits a weight and the codebook
-types as each 32 values' scale and 4-bit indices (`codebook_blocks`: 5 bits), with the bits of the
-Q8_0 blocks they were rewritten as: strata_kernels.h's table. The grid types IQ2_XXS, IQ3_XXS,
-IQ3_S and IQ1_S are held as stored (`grid_blocks`), native/grids.c decoding each 32 values into
-their Q8_0 block. `to_q8_0` still makes those blocks, for the GPU's integer kernels.)
+TQ1_0 and TQ2_0 store, for every 32 values, one float scale s and small integers q, with value =
+s * q exactly (an fp16 scale times a few-bit integer: no rounding in gguf-py's dequantisation).
+Each 32 values therefore become one block of the kernels' Q8_0 layout (fp32 scale, 32 int8),
+which every arithmetic reads exactly (fp32, q8, integer limbs; CPU and Triton): 9 bits a weight
+instead of the 32 an fp32 copy takes (`to_q8_0`).
 
-Q3_K and IQ1_M scale each 16 values by a small integer times one fp16 scale a super-block, as
-Q6_K does, with integers within Q6_K's 6 bits: they become GGUF Q6_K blocks (`to_q6_k`), which
-the C packer then lays out as for any Q6_K file (and the GPU reads as they are).
+The types the kernels read as held, with the bits of the blocks this module makes of them
+(strata_kernels.h's table):
+- the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4, as each 32 values' scale and 4-bit indices
+  (`codebook_blocks`: 5 bits a weight), the bits of their Q8_0 blocks (`to_q8_0`);
+- the grid types IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S as stored (`grid_blocks`), native/grids.c
+  decoding each 32 values into their Q8_0 block (`to_q8_0`, also the GPU's form of them);
+- the K-grid types IQ2_XS, IQ2_S, Q3_K and IQ1_M as stored (`grid_blocks`: 1.75 to 3.44 bits a
+  weight): each 16 values are a small integer scale times one fp16-derived d a super-block, with
+  small integer quants, as Q6_K's are. grids.c decodes them into a one-byte-a-weight K-quant
+  group; Q3_K and IQ1_M, whose integers fit Q6_K's 6 bits, give the bits of the GGUF Q6_K blocks
+  `to_q6_k` makes (the GPU's form of them), and are held only where those blocks are exact.
 
-The scale comes from the block's own bits (`_SCALES`); the integers are gguf-py's values divided
-by it, and the block is kept only if scale * q gives gguf-py's fp32 values bit for bit (signed
-zeros included): a tensor with any other block (a non-finite scale, an integer out of int8)
-is widened to fp32 as before, never approximated.
+A scale comes from the block's own bits (`_SCALES`); the integers are gguf-py's values divided
+by it, and a block is kept only if scale * q gives gguf-py's fp32 values bit for bit (signed
+zeros included): a tensor with any other block (a non-finite scale, an integer out of range)
+is widened to fp32, never approximated.
 """
 
 from __future__ import annotations
@@ -161,9 +163,16 @@ def grid_blocks(data: np.ndarray, qtype: QT) -> np.ndarray | None:
     native/grids.c decodes into the Q8_0 blocks `to_q8_0` makes; None where some scale is not
     finite (no such block: the caller widens the tensor to fp32, as `to_q8_0` refuses it)."""
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if qtype in Q6_K_TYPES:  # held where the Q6_K rewrite is exact: the bits it gave, no others
+        return None if to_q6_k(blocks, qtype) is None else np.array(blocks).reshape(-1)
     if not bool(np.isfinite(_f16(blocks, 0)).all()):  # every scale is d times a finite factor
         return None
     return np.array(blocks).reshape(-1)
+
+
+# The K-grid types: each 16 values a small integer scale times one fp16-derived d a super-block
+# (native/grids.c's kgrid_block), held as stored (`grid_blocks`)
+KGRID_TYPES = frozenset({QT.IQ2_XS, QT.IQ2_S, QT.Q3_K, QT.IQ1_M})
 
 
 def to_q8_0(data: np.ndarray, qtype: QT) -> np.ndarray | None:

@@ -1,13 +1,12 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
-weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XS, IQ2_S,
-the grid types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S as stored, and the 4-bit codebook types IQ4_NL,
-IQ4_XS, MXFP4 as a scale and indices a 32) stay in block form and are dequantised inside the
-matmul. Types whose values are exactly a scale times small integers (Q3_K, IQ1_M, TQ1_0,
-TQ2_0) are rewritten at load as
-Q8_0 or Q6_K blocks with the same values (transcode.py). Every other type gguf-py can dequantise
-is dequantised to fp32 at load time.
+weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, the grid
+types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and the K-grid types IQ2_XS, IQ2_S, Q3_K, IQ1_M as stored,
+and the 4-bit codebook types IQ4_NL, IQ4_XS, MXFP4 as a scale and indices a 32) stay in block
+form and are dequantised inside the matmul. TQ1_0 and TQ2_0, whose values are exactly a scale
+times small integers, are rewritten at load as Q8_0 blocks with the same values (transcode.py).
+Every other type gguf-py can dequantise is dequantised to fp32 at load time.
 """
 
 from __future__ import annotations
@@ -103,16 +102,11 @@ class Weight:
 
 
 def _transcoded(info: TensorInfo) -> tuple[int, np.ndarray] | None:
-    """A type the kernels have no unpacking of, as the kernels' Q8_0 or Q6_K blocks with the same
-    values (transcode.py), or None (the caller widens it to fp32)."""
+    """A type the kernels have no unpacking of, as the kernels' Q8_0 blocks with the same values
+    (transcode.py), or None (the caller widens it to fp32)."""
     if info.qtype in transcode.TYPES and info.shape[1] % 32 == 0:
         data = transcode.to_q8_0(info.data, info.qtype)
         return None if data is None else (TYPES[QT.Q8_0].code, data)
-    if info.qtype in transcode.Q6_K_TYPES:
-        blocks = transcode.to_q6_k(info.data, info.qtype)
-        if blocks is not None:
-            with suppress(NativeUnavailable):  # no kernels to read the layout: fp32
-                return TYPES[QT.Q6_K].code, kquants.pack(blocks, QT.Q6_K)
     return None
 
 

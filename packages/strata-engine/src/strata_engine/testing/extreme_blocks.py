@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType as QT
 # where each type keeps its fp16 scale: byte offset in the block (IQ1_M spreads it: below)
 SCALE_AT = {
     QT.Q5_0: 0, QT.IQ4_NL: 0, QT.IQ4_XS: 0, QT.IQ3_XXS: 0, QT.IQ3_S: 0, QT.IQ2_XXS: 0, QT.IQ1_S: 0,
-    QT.TQ1_0: 52, QT.TQ2_0: 64, QT.Q3_K: 108,
+    QT.TQ1_0: 52, QT.TQ2_0: 64, QT.Q3_K: 108, QT.IQ2_XS: 0, QT.IQ2_S: 0,
 }  # fmt: skip
 
 

@@ -7,6 +7,13 @@ and native/grids.c decodes each 32 into the Q8_0 block that `transcode.to_q8_0` 
 held), whose results every arithmetic must give bit for bit, on every target this host runs, at
 extreme scales (fp16's largest, subnormals, +-0), every grid entry and every sign pattern. Their
 values are gguf-py's; a non-finite scale widens the tensor to gguf-py's fp32 values.
+
+The K-grid types (IQ2_XS, IQ2_S, Q3_K, IQ1_M) scale each 16 values by a small integer times the
+super-block's d: held as stored too, they are read as a one-byte-a-weight K-quant group. Q3_K and
+IQ1_M must give the bits of the Q6_K blocks they were rewritten as (transcode.to_q6_k); IQ2_XS
+and IQ2_S those of explicit Q6_K blocks of their values where their integers fit Q6_K (no grid
+value 43), and everywhere the same bits on every host target within each arithmetic's float64
+bound.
 """
 
 from __future__ import annotations
@@ -17,13 +24,19 @@ from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels import transcode
+from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import PACK_GRID, TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
-from strata_engine.testing.q8_checks import MODES, assert_held_gives_the_q8_0_bits, bits
+from strata_engine.testing.q8_checks import (
+    HELD_ROWS,
+    MODES,
+    assert_held_gives_the_q8_0_bits,
+    bits,
+    extreme_activations,
+)
 
 N, K = 37, 512  # 37 outputs: a part group of 16 in the packing; 74 blocks of 256
 GRID = (QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S)
@@ -111,5 +124,171 @@ def test_a_non_finite_scale_widens_the_tensor_to_gguf_pys_fp32(qtype: QT) -> Non
         stored.reshape(4, -1)[2, 0:2] = np.array([bad], np.uint16).view(np.uint8)
         weight = Weight.from_info(TensorInfo("w", (4, 256), qtype, stored))
         assert weight.kernel_type == 0 and transcode.to_q8_0(stored, qtype) is None
+        want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(4, 256)
+        np.testing.assert_array_equal(bits(weight.dense()), bits(want))
+
+
+# ---- the K-grid types (IQ2_XS, IQ2_S, Q3_K, IQ1_M): each 16 values a small integer scale times the
+# super-block's d, held as stored (grids.c's kgrid_block) and read as a one-byte-a-weight K-quant group
+
+KGRID = (QT.IQ2_XS, QT.IQ2_S, QT.Q3_K, QT.IQ1_M)
+KGRID_ENTRIES = {QT.IQ2_XS: 512, QT.IQ2_S: 1024, QT.IQ1_M: 2048}
+
+
+def _grid(qtype: QT) -> np.ndarray:
+    """gguf-py's grid of the type ([entries, 8] values)."""
+    q = {QT.IQ2_XS: quants.IQ2_XS, QT.IQ2_S: quants.IQ2_S, QT.IQ1_M: quants.IQ1_M}[qtype]
+    q.init_grid()
+    return np.asarray(q.grid).reshape(-1, 8)
+
+
+def _set_indices(qtype: QT, blocks: np.ndarray, index: np.ndarray) -> None:
+    """Grid index of group of 8 g of each block ([n, 32]), the other bits kept."""
+    if qtype == QT.IQ2_XS:  # u16 a group: 9 bits of index under 7 sign bits
+        words = blocks[:, 2:66].copy().view(np.uint16)
+        blocks[:, 2:66] = ((words & np.uint16(0xFE00)) | index.astype(np.uint16)).view(np.uint8)
+    elif qtype == QT.IQ2_S:  # the low bytes, then 2 high bits a group in qh (4 groups a byte)
+        blocks[:, 2:34] = index & 255
+        blocks[:, 66:74] = ((index >> 8).reshape(-1, 8, 4) << np.array([0, 2, 4, 6])).sum(axis=-1)
+    else:  # IQ1_M: the low bytes, then 3 high bits in each nibble of qh (its bit 3 the delta's sign)
+        blocks[:, 0:32] = index & 255
+        nib = (blocks[:, 32:48].reshape(-1, 16, 1) >> np.array([0, 4], dtype=np.uint8)) & 8
+        nib = nib.reshape(-1, 32) | (index >> 8)
+        blocks[:, 32:48] = (nib[:, 0::2] | nib[:, 1::2] << 4).astype(np.uint8)
+
+
+def kgrid_stored(qtype: QT, seed: int) -> np.ndarray:
+    """extreme_blocks whose grid indices (the grid types) name every entry, in order, again and
+    again (the signs, scales and fp16 d as extreme_blocks draws them)."""
+    blocks = extreme_blocks(qtype, N, K, seed=seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if qtype in KGRID_ENTRIES:
+        _set_indices(qtype, blocks, (np.arange(blocks.shape[0] * 32) % KGRID_ENTRIES[qtype]).reshape(-1, 32))
+    return blocks.reshape(-1)
+
+
+def as_q6_k(stored: np.ndarray, qtype: QT) -> Weight:
+    """The Q6_K weight (the C kernels' layout) of `stored`'s values: Q3_K and IQ1_M's rewrite
+    (transcode.to_q6_k); an IQ2 type's as explicit Q6_K blocks, d / 8, scale 2 s + 1 and q =
+    value / (d / 8 (2 s + 1)), where every q is within Q6_K's 6 bits (no grid value 43)."""
+    if qtype in transcode.Q6_K_TYPES:
+        q6 = transcode.to_q6_k(stored, qtype)
+    else:
+        blocks = stored.reshape(-1, GGML_QUANT_SIZES[qtype][1])
+        d = transcode._f16(blocks, 0).reshape(-1) * np.float32(0.125)
+        at = 66 if qtype == QT.IQ2_XS else 74
+        s = (blocks[:, at : at + 8].reshape(-1, 8, 1) >> np.array([0, 4], dtype=np.uint8)).reshape(
+            -1, 16
+        ) & 15
+        scales = (2 * s + 1).astype(np.int8)
+        values = np.asarray(quants.dequantize(stored, qtype), np.float32).reshape(-1, 16)
+        q = transcode._integers(values, (d.reshape(-1, 1) * scales.astype(np.float32)).reshape(-1, 1))
+        assert q is not None and np.abs(q).max() <= 31
+        q6 = transcode._q6_k_blocks(d.astype(np.float16), scales, q.reshape(-1, 256)).reshape(-1)
+        assert np.array_equal(bits(quants.dequantize(q6, QT.Q6_K)), bits(values.reshape(-1)))
+    assert q6 is not None
+    return Weight("w6", N, K, TYPES[QT.Q6_K].code, kquants.pack(q6, QT.Q6_K))
+
+
+def small_grid_stored(qtype: QT, seed: int) -> np.ndarray:
+    """An IQ2 type's blocks whose entries hold no 43 (their q fit Q6_K), with d whose eighth fp16
+    holds (the reference's d)."""
+    blocks = kgrid_stored(qtype, seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    small = np.flatnonzero((_grid(qtype) < 40).all(axis=1))
+    _set_indices(qtype, blocks, small[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(small)])
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+    bad = (d * np.float32(0.125)).astype(np.float16).astype(np.float32) * 8 != d
+    blocks[bad.reshape(-1), 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
+    return blocks.reshape(-1)
+
+
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
+def test_k_grid_types_are_held_as_stored_with_gguf_pys_values(qtype: QT) -> None:
+    stored = kgrid_stored(qtype, seed=int(qtype))
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    assert TYPES[qtype].pack == PACK_GRID and held.kernel_type == TYPES[qtype].code
+    np.testing.assert_array_equal(held.raw, stored)  # the file's own bits a weight
+    if qtype in KGRID_ENTRIES:  # every entry named
+        assert KGRID_ENTRIES[qtype] <= N * K // 256 * 32
+    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    for target in targets_to_test():
+        for q8, limbs in MODES.values():
+            ops = NativeOps(1, target, q8=q8, limbs=limbs)
+            got = ops.embed(ops.pack(held), np.arange(N))
+            np.testing.assert_array_equal(bits(got), bits(values), err_msg=target)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("target", targets_to_test())
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
+def test_every_arithmetic_gives_the_q6_k_blocks_bits(qtype: QT, target: str, mode: str) -> None:
+    """Q3_K, IQ1_M: the bits of their former Q6_K rewrite; IQ2_XS, IQ2_S: of the Q6_K blocks of
+    their values, where those fit Q6_K (no grid value 43)."""
+    stored = (
+        small_grid_stored(qtype, int(qtype))
+        if qtype in (QT.IQ2_XS, QT.IQ2_S)
+        else kgrid_stored(qtype, int(qtype))
+    )
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    assert_held_gives_the_q8_0_bits(held, as_q6_k(stored, qtype), values, target, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("qtype", (QT.IQ2_XS, QT.IQ2_S), ids=lambda q: q.name)
+def test_iq2_gives_the_same_bits_on_every_target_within_the_float64_bound(qtype: QT, mode: str) -> None:
+    """Every grid entry (43 too, past Q6_K's 6 bits): the same bits on every host target, and
+    within the arithmetic's own bound of the float64 product of gguf-py's values."""
+    stored = kgrid_stored(qtype, seed=7)
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
+    q8, limbs = MODES[mode]
+    first = None
+    for target in targets_to_test():
+        ops = NativeOps(2, target, q8=q8, limbs=limbs)
+        packed = ops.pack(held)
+        got = [ops.linear(extreme_activations(m, K, seed=m), packed) for m in HELD_ROWS]
+        if first is None:
+            first = got
+        for a, b in zip(got, first, strict=True):
+            np.testing.assert_array_equal(bits(a), bits(b), err_msg=target)
+    assert first is not None
+    for m, y in zip(HELD_ROWS, first, strict=True):
+        x = extreme_activations(m, K, seed=m).astype(np.float64)
+        ok = np.isfinite(x).all(axis=1)
+        scale = np.abs(x[ok]) @ np.abs(w64).T
+        rel = {"fp32": 1e-6, "q8": 2e-2, "limb2": 1e-4, "limb3": 1e-6}[mode]
+        assert np.all(np.abs(y[ok] - x[ok] @ w64.T) <= rel * scale + 1e-30), (mode, m)
+
+
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
+def test_a_broken_grid_entry_or_scale_fails_the_comparison(qtype: QT) -> None:
+    """The comparison can fail: a reference with one value off in each super-block (one q, as a
+    wrong grid entry or field would give) is told apart in every arithmetic."""
+    stored = small_grid_stored(qtype, 3) if qtype in (QT.IQ2_XS, QT.IQ2_S) else kgrid_stored(qtype, 3)
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    ref = as_q6_k(stored, qtype)
+    broken = ref.raw.copy()
+    broken.reshape(-1, TYPES[QT.Q6_K].kernel_bytes)[:, 20 + 5] ^= 1  # q 5 of each (d f32, 16 scales, int8 q)
+    ref = Weight("w6", N, K, ref.kernel_type, broken)
+    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    for mode in MODES:
+        with pytest.raises(AssertionError):
+            assert_held_gives_the_q8_0_bits(held, ref, values, "portable", mode)
+
+
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
+def test_a_non_finite_d_widens_a_k_grid_tensor_to_gguf_pys_fp32(qtype: QT) -> None:
+    for bad in (0x7C00, 0xFE01):  # inf, a NaN
+        stored = extreme_blocks(qtype, 4, 256)
+        block = stored.reshape(4, -1)
+        if qtype == QT.IQ1_M:  # d's nibbles on top of the four scale words
+            words = block[2, 48:56].copy().view(np.uint16) & np.uint16(0x0FFF)
+            nibbles = (np.uint16(bad) >> np.arange(0, 16, 4, dtype=np.uint16)) & np.uint16(15)
+            block[2, 48:56] = (words | nibbles << np.uint16(12)).view(np.uint8)
+        else:
+            at = 108 if qtype == QT.Q3_K else 0
+            block[2, at : at + 2] = np.array([bad], np.uint16).view(np.uint8)
+        weight = Weight.from_info(TensorInfo("w", (4, 256), qtype, stored))
+        assert weight.kernel_type == 0
         want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(4, 256)
         np.testing.assert_array_equal(bits(weight.dense()), bits(want))

@@ -105,7 +105,7 @@ def test_type_codes_are_the_ggml_ids_and_the_packed_flag_is_apart() -> None:
     assert {qt: code for qt, code in NATIVE_TYPES.items()} == {qt: int(qt) for qt in NATIVE_TYPES}
     assert set(NATIVE_TYPES) == {
         QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q2_K, QT.Q4_K, QT.Q5_K,
-        QT.Q6_K, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.IQ4_NL, QT.IQ4_XS,
+        QT.Q3_K, QT.Q6_K, QT.IQ1_M, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.IQ4_NL, QT.IQ4_XS,
         QT.MXFP4,
     }  # fmt: skip
     assert Q8_PACKED == 256 and all(code < Q8_PACKED for code in NATIVE_TYPES.values())

@@ -60,8 +60,9 @@ DRIVER_DELTA_SHA256 = "bbc64060c5fde6065c37d51f5414864930eac2a02a9a64541edf0c350
 DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc00bbddd1"
 # sha256 of `driver held`: Q5_0, the codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types
 # (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) in every arithmetic (the driver itself fails where one is not the
-# Q8_0 blocks of the same values bit for bit), the same on every build.
-DRIVER_HELD_SHA256 = "3c518a18341eef1e5bbb225d969c7d22b9278bb31eebee2fb2ca6e24f420e334"
+# Q8_0 blocks of the same values bit for bit), then the K-grid types Q3_K and IQ1_M (against their
+# Q6_K blocks), IQ2_XS and IQ2_S, the same on every build.
+DRIVER_HELD_SHA256 = "2b4f0d6ca33f32946b0130806d732f11c58985d9c86fbc096c4f7cb2f6083af3"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",

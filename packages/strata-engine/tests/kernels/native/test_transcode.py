@@ -1,6 +1,7 @@
-"""Weight types rewritten at load as Q8_0 or Q6_K blocks (kernels/transcode.py): the values the
-kernels read are gguf-py's bit for bit at extreme scales, every arithmetic reads them, and the
-memory held is a byte and a bit a weight instead of fp32's four bytes."""
+"""Weight types rewritten at load as Q8_0 blocks, or held where their Q6_K rewrite is exact (Q3_K,
+IQ1_M; kernels/transcode.py): the values the kernels read are gguf-py's bit for bit at extreme
+scales, every arithmetic reads them, and the memory held is at most a byte and a bit a weight
+instead of fp32's four bytes."""
 
 from __future__ import annotations
 
@@ -40,8 +41,13 @@ def test_the_kernels_read_gguf_pys_values_at_extreme_scales(qtype: QT, native: N
     stored = extreme_blocks(qtype, ROWS, COLS, seed=int(qtype))
     want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(ROWS, COLS)
     weight = Weight.from_info(TensorInfo("w", (ROWS, COLS), qtype, stored))
-    target = QT.Q6_K if qtype in transcode.Q6_K_TYPES else QT.Q8_0
+    # Q3_K, IQ1_M: held as stored where their Q6_K rewrite is exact (test_grid_types)
+    target = qtype if qtype in transcode.Q6_K_TYPES else QT.Q8_0
     assert weight.kernel_type == TYPES[target].code, "kept as fp32: some block did not transcode"
+    if qtype in transcode.Q6_K_TYPES:
+        q6 = transcode.to_q6_k(stored, qtype)
+        assert q6 is not None
+        np.testing.assert_array_equal(bits(quants.dequantize(q6, QT.Q6_K)), bits(want.reshape(-1)))
     assert weight.raw.nbytes <= ROWS * COLS * 9 // 8  # 9 bits a weight at most, not fp32's 32
     np.testing.assert_array_equal(bits(native.embed(weight, np.arange(ROWS))), bits(want))
     np.testing.assert_array_equal(bits(weight.dense()), bits(want))

@@ -88,7 +88,16 @@ def _weight(t: WeightType) -> tuple[Weight, np.ndarray]:
     """A [N, K] weight of type t as the loader keeps it, and gguf-py's values of it."""
     rng = np.random.default_rng(t.code)
     values = rng.standard_normal((N, K)).astype(np.float32) * 0.05
-    data = values if t.qtype == QT.F32 else encode_tensor(values, t.qtype, rng)
+    if t.qtype in (QT.Q3_K, QT.IQ1_M):  # no quantiser in gguf-py: random quants, d = 2^-9 (0x1800)
+        data = rng.integers(0, 256, (N * K // 256, t.stored_bytes), dtype=np.uint8)
+        if t.qtype == QT.Q3_K:
+            data[:, 108:110] = np.array([0x1800], np.uint16).view(np.uint8)
+        else:  # d's nibbles on top of the four scale words, low nibble first
+            words = data[:, 48:56].copy().view(np.uint16) & np.uint16(0x0FFF)
+            nibbles = (np.uint16(0x1800) >> np.arange(0, 16, 4, dtype=np.uint16)) & np.uint16(15)
+            data[:, 48:56] = (words | nibbles << np.uint16(12)).view(np.uint8)
+    else:
+        data = values if t.qtype == QT.F32 else encode_tensor(values, t.qtype, rng)
     stored = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     w = Weight.from_info(TensorInfo("w", (N, K), t.qtype, stored))
     assert w.kernel_type == t.code and w.raw.size == N * t.row_bytes(K)  # kept in block form
@@ -199,8 +208,12 @@ def test_every_row_has_a_triton_dequantisation_named_by_the_table() -> None:
         for side in _type_tests(_function(TRITON / "dequant.py", "block"), "KT")
         if isinstance(side, ast.Name)
     }
-    # the codebook and grid types go to the device as the Q8_0 blocks of their values (stored.as_q8_0)
-    assert named == {t.qtype.name for t in TYPES.values() if t.pack not in (PACK_CODEBOOK, PACK_GRID)}
+    # the codebook and grid types go to the device as the Q8_0 blocks of their values (stored.as_q8_0),
+    # Q3_K and IQ1_M as Q6_K's; IQ2_XS and IQ2_S as stored (stored.DEVICE_FP32_ONLY)
+    device = {QT.IQ2_XS, QT.IQ2_S}
+    assert named == {
+        t.qtype.name for t in TYPES.values() if t.pack not in (PACK_CODEBOOK, PACK_GRID) or t.qtype in device
+    }
     for path in sorted(TRITON.glob("*.py")):
         for param in ("KT", "WT"):
             literals = [

@@ -55,7 +55,7 @@ static inline uint64_t iq3_values(int wtype, uint32_t entry) {
 /* Each grid entry's values as bytes (IQ3: 4, in the low half) and each sign set as its byte mask
  * (IQ2_XXS / IQ3_XXS: 7 bits and their parity; IQ3_S: 8 bits), made from the codes above once,
  * when the library loads: a word of 8 values is then one load, its signs another. */
-static uint64_t iq2xxs_bytes[256], iq1s_bytes[2048], signs7[128], signs8[256];
+static uint64_t iq2xxs_bytes[256], iq1s_bytes[2048], signs7[128], signs8[256], iq2xs_bytes[512], iq2s_bytes[1024];
 static uint32_t iq3xxs_bytes[256], iq3s_bytes[512];
 
 __attribute__((constructor)) static void grid_bytes(void) {
@@ -66,6 +66,11 @@ __attribute__((constructor)) static void grid_bytes(void) {
         signs8[i] = sign_mask((uint32_t)i);
     }
     for (int i = 0; i < 512; i++) iq3s_bytes[i] = (uint32_t)iq3_values(WT_IQ3_S, iq3s_grid[i]);
+    for (int i = 0; i < 1024; i++) { /* IQ2_XS, IQ2_S: 8, 25, 43 as IQ2_XXS's */
+        uint64_t c = spread2(iq2s_grid[i]), x = i < 512 ? spread2(iq2xs_grid[i]) : 0;
+        iq2s_bytes[i] = BYTES(8) + (c << 4) + c + ((c >> 1) & BYTES(1));
+        if (i < 512) iq2xs_bytes[i] = BYTES(8) + (x << 4) + x + ((x >> 1) & BYTES(1));
+    }
     for (int i = 0; i < 2048; i++) iq1s_bytes[i] = spread2(iq1s_grid[i]) << 3; /* 8 code: 0, 8, 16 */
     for (int i = 0; i < 128; i++) signs7[i] = sign_mask(parity_signs((uint32_t)i));
 }
@@ -113,6 +118,83 @@ float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t q[32]) {
     if (scale == 0.0f)
         for (int i = 0; i < 32; i++) q[i] = (int8_t)(q[i] < 0 ? -1 : 1);
     return scale;
+}
+
+/* The 8 integers of IQ2_XS / IQ2_S grid entry `entry` (codes 0, 1, 2: 8, 25, 43) with `sign`'s bits. */
+static inline void iq2_eight(uint32_t entry, uint32_t sign, int8_t *q) {
+    for (int i = 0; i < 8; i++) {
+        int c = (int)(entry >> (2 * i)) & 3, g = 8 + 17 * c + (c >> 1);
+        q[i] = (int8_t)((sign >> i) & 1 ? -g : g);
+    }
+}
+
+/* See internal.h. Q3_K (hmask[32], qs[64], scales[12], d f16): q = 2-bit field - 4 unless its hmask
+ * bit, sc = its 6-bit scale - 32; IQ1_M (qs[32], qh[16], 4 u16 of 3-bit scales with d's nibbles
+ * on top): eighths of d, q = 8 grid +- 1, sc = 2 s + 1; IQ2_XS (d f16, u16[32]: 9-bit index, 7
+ * sign bits and their parity; scales[8]) and IQ2_S (d f16, qs[32] index low bytes, signs[32],
+ * qh[8] index high bits, scales[8]): eighths of d, q = +-grid, sc = 2 s + 1. */
+static inline float kgrid_d(int wtype, const uint8_t *blk) { /* a super-block's d (see kgrid_block) */
+    if (wtype == WT_Q3_K) return f16_at(blk + 108);
+    if (wtype != WT_IQ1_M) return f16_at(blk) * 0.125f;
+    uint16_t w[4];
+    memcpy(w, blk + 48, 8);
+    uint16_t bits = (uint16_t)((w[0] >> 12) | ((w[1] >> 8) & 0xF0) | ((w[2] >> 4) & 0xF00) | (w[3] & 0xF000));
+    uint8_t half[2] = {(uint8_t)bits, (uint8_t)(bits >> 8)};
+    return f16_at(half) * 0.125f;
+}
+
+static inline void kgrid_scales(int wtype, const uint8_t *blk, int j, int8_t sc[2]) { /* block j's halves' */
+    for (int h = 0; h < 2; h++) {
+        int i = 2 * j + h; /* the super-block's 16 */
+        if (wtype == WT_Q3_K)
+            sc[h] = (int8_t)((((blk[96 + (i & 7)] >> (4 * (i >> 3))) & 15) | ((blk[104 + (i & 3)] >> (2 * (i >> 2))) & 3) << 4) - 32);
+        else if (wtype == WT_IQ1_M)
+            sc[h] = (int8_t)(2 * (((blk[48 + 2 * (i >> 2)] | blk[49 + 2 * (i >> 2)] << 8) >> (3 * (i & 3))) & 7) + 1);
+        else
+            sc[h] = (int8_t)(2 * ((blk[(wtype == WT_IQ2_XS ? 66 : 74) + j] >> (4 * h)) & 15) + 1);
+    }
+}
+
+void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *d, int8_t sc[2], int8_t q[32]) {
+    const uint8_t *blk = row + (b >> 3) * block_bytes(wtype);
+    int j = (int)(b & 7);
+    *d = kgrid_d(wtype, blk);
+    kgrid_scales(wtype, blk, j, sc);
+    if (wtype == WT_Q3_K) {
+        for (int k = 0; k < 32; k++) /* value 32 j + k: field j & 3 of qs[32 (j >> 2) + k], bit j of hmask[k] */
+            q[k] = (int8_t)(((blk[32 + 32 * (j >> 2) + k] >> (2 * (j & 3))) & 3) - ((blk[k] >> j) & 1 ? 0 : 4));
+    } else if (wtype == WT_IQ1_M) {
+        for (int k = 0; k < 4; k++) { /* group of 8 g: index qs[g] | 3 bits of qh's nibble, its bit 3 the delta's sign */
+            int g = 4 * j + k, nib = (blk[32 + (g >> 1)] >> (4 * (g & 1))) & 15;
+            uint32_t entry = iq1s_grid[blk[g] | (nib & 7) << 8];
+            for (int i = 0; i < 8; i++) q[8 * k + i] = (int8_t)(8 * ((int)((entry >> (2 * i)) & 3) - 1) + (nib & 8 ? -1 : 1));
+        }
+    } else { /* IQ2_XS, IQ2_S */
+        for (int k = 0; k < 4; k++) {
+            int g = 4 * j + k;
+            if (wtype == WT_IQ2_XS) {
+                uint32_t v = (uint32_t)blk[2 + 2 * g] | (uint32_t)blk[3 + 2 * g] << 8;
+                iq2_eight(iq2xs_grid[v & 511], parity_signs(v >> 9), q + 8 * k);
+            } else {
+                iq2_eight(iq2s_grid[blk[2 + g] | ((blk[66 + g / 4] >> (2 * (g % 4))) & 3) << 8], blk[34 + g], q + 8 * k);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) /* a zero scale's products are zeros signed by q: kept as q = +-1 */
+        if (*d * (float)sc[h] == 0.0f)
+            for (int i = 16 * h; i < 16 * h + 16; i++) q[i] = (int8_t)(q[i] < 0 ? -1 : 1);
+}
+
+/* The 16 rows' super-blocks KGRID_AHEAD after the one at blk asked for: each row is a stream of
+ * its own, which the hardware prefetcher left to miss on its first byte (a hint: no value changes). */
+#define KGRID_AHEAD 2
+static inline void kgrid_prefetch(int t, const uint8_t *blk, int64_t rb) {
+    const uint8_t *next = blk + KGRID_AHEAD * block_bytes(t);
+    for (int o = 0; o < 16; o++) {
+        __builtin_prefetch(next + o * rb);
+        __builtin_prefetch(next + o * rb + 64);
+        __builtin_prefetch(next + o * rb + block_bytes(t) - 1);
+    }
 }
 
 #if defined(STRATA_TARGET_AVX512)
@@ -284,6 +366,128 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
         }
     }
 }
+
+/* ---- AVX-512, the K-grid types: a group of 16 rows decoded together into q8_expanded_type's
+ * group (q8.h: each super-block's d f32[16], each block's int8 scales [16] a half, quad r's byte
+ * 4o + c = q(o, 4r + c) + offset), the same bytes as q8.c's expand_group makes from kgrid_block
+ * row by row. The d and scales a row at a time (a few per 32 values); the q as 16 rows' vectors,
+ * a quad (4 values of each row) at a time: gathers of the rows' bytes and of the grid entries'
+ * value bytes, the signs as quad_signs' masks. */
+
+/* The 4 bytes at p of each of 16 rows, rb apart (p + 3 within each row's block). */
+static inline __m512i rows16(const uint8_t *p, __m512i at16) { return _mm512_i32gather_epi32(at16, (const void *)p, 1); }
+
+/* Quads 2k and 2k + 1 of 16 rows from the 8 value bytes of each row's grid entry (i: the entries'
+ * indices, a lane a row; table: their bytes), as two 32-bit lanes a row. */
+static inline void entry_quads(const uint64_t *table, __m512i i, __m512i *q0, __m512i *q1) {
+    __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)table, 8);
+    __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)table, 8);
+    *q0 = _mm512_permutex2var_epi32(a, evens(), c);
+    *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
+}
+
+/* Quad r's bytes stored: q (signed) + offset; rows with a zero d * sc (z) keep q's sign as +-1. */
+static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int off) {
+    if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(1), _mm512_set1_epi8(-1)));
+    _mm512_storeu_si512((void *)(qs + 64 * r), _mm512_add_epi8(q, _mm512_set1_epi8((char)off)));
+}
+
+/* Half h of block j's scales (kgrid_scales), 16 rows' as int32 lanes: each from the 4 bytes ending
+ * at its byte (or u16), where the 4 from it could pass the block's end. */
+static inline __m512i kscales16(int t, const uint8_t *blk, int j, int h, __m512i at16) {
+    int i = 2 * j + h; /* the super-block's 16 */
+    if (t == WT_Q3_K) {
+        __m512i low = _mm512_srli_epi32(rows16(blk + 96 + (i & 7), at16), 4 * (i >> 3));
+        __m512i high = _mm512_srli_epi32(rows16(blk + 101 + (i & 3), at16), 24 + 2 * (i >> 2));
+        __m512i sc = _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(15)), _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(3)), 4));
+        return _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
+    }
+    __m512i s;
+    if (t == WT_IQ1_M)
+        s = _mm512_srli_epi32(rows16(blk + 46 + 2 * (i >> 2), at16), 16 + 3 * (i & 3));
+    else
+        s = _mm512_srli_epi32(rows16(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at16), 24 + 4 * h);
+    s = _mm512_and_si512(s, _mm512_set1_epi32(t == WT_IQ1_M ? 7 : 15));
+    return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+}
+
+static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    int bt = q8_expanded_type(t), off = q8_offset(bt);
+    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+    float d[16];
+    __m512i hmask[8], low[2][8]; /* Q3_K: a super-block's hmask and qs dwords, gathered once for its 8 blocks */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        int j = (int)(b & 7);
+        uint8_t *out = dst + q8_block_at(bt, b), *qs = out + 32;
+        if (j == 0) {
+            kgrid_prefetch(t, blk, rb);
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            memcpy(out - q8_super_bytes(bt), d, 64);
+            if (t == WT_Q3_K)
+                for (int r = 0; r < 8; r++)
+                    hmask[r] = rows16(blk + 4 * r, at16), low[0][r] = rows16(blk + 32 + 4 * r, at16), low[1][r] = rows16(blk + 64 + 4 * r, at16);
+        }
+        __mmask64 z[2]; /* the byte mask of the rows whose half h has a zero d * sc */
+        for (int h = 0; h < 2; h++) {
+            __m512i sc = kscales16(t, blk, j, h, at16);
+            _mm_storeu_si128((__m128i *)(out + 16 * h), _mm512_cvtepi32_epi8(sc));
+            __mmask16 zero = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_cvtepi32_ps(sc)), _mm512_setzero_ps(), _CMP_EQ_OQ);
+            z[h] = zero ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(zero, -1)) : 0;
+        }
+        if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
+            for (int r = 0; r < 8; r++) {
+                __m512i lo = _mm512_srli_epi16(low[j >> 2][r], 2 * (j & 3)), hi = _mm512_srli_epi16(hmask[r], j);
+                __m512i q = _mm512_and_si512(lo, _mm512_set1_epi8(3));
+                q = _mm512_add_epi8(q, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(1)), 2)); /* 0 or 4: no carry */
+                kquad_store(qs, r, _mm512_sub_epi8(q, _mm512_set1_epi8(4)), z[r >> 2], off);
+            }
+        } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble, bit 3 the delta's sign */
+            __m512i lo = rows16(blk + 4 * j, at16), qh = rows16(blk + 32 + 2 * j, at16); /* qh: groups 4j .. 4j + 3's nibbles */
+            for (int k = 0; k < 4; k++) {
+                __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+                __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), _mm512_set1_epi32(15));
+                i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(nib, _mm512_set1_epi32(7)), 8));
+                __mmask16 minus = _mm512_test_epi32_mask(nib, _mm512_set1_epi32(8));
+                __m512i delta = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(-7), _mm512_set1_epi8(-9)); /* 8 code - 8 +- 1 */
+                __m512i q0, q1;
+                entry_quads(iq1s_bytes, i, &q0, &q1);
+                kquad_store(qs, 2 * k, _mm512_add_epi8(q0, delta), z[k >> 1], off);
+                kquad_store(qs, 2 * k + 1, _mm512_add_epi8(q1, delta), z[k >> 1], off);
+            }
+        } else { /* IQ2_XS, IQ2_S: group k's entry (8, 25, 43 a value) and its 8 sign bits */
+            __m512i idx[4], signs;
+            if (t == WT_IQ2_XS) { /* u16 a group: 9 bits of index, 7 of signs (and their parity: signs7_bytes) */
+                __m512i w01 = rows16(blk + 2 + 8 * j, at16), w23 = rows16(blk + 6 + 8 * j, at16);
+                __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
+                idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
+                idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
+                __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
+                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
+                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
+                signs = signs7_bytes(s7); /* byte k: group k's 7 bits and their parity */
+            } else { /* qs: the indices' low bytes, qh: 2 high bits a group, signs: a byte a group */
+                __m512i lo = rows16(blk + 2 + 4 * j, at16);
+                /* the qh byte as the top of the 4 ending there (the 4 from it could pass the block's end) */
+                __m512i qh = _mm512_srli_epi32(rows16(blk + 63 + j, at16), 24);
+                signs = rows16(blk + 34 + 4 * j, at16);
+                for (int k = 0; k < 4; k++)
+                    idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
+                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
+            }
+            const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
+            for (int k = 0; k < 4; k++) {
+                __m512i q[2];
+                entry_quads(table, idx[k], &q[0], &q[1]);
+                for (int h = 0; h < 2; h++) {
+                    int r = 2 * k + h;
+                    kquad_store(qs, r, _mm512_mask_sub_epi8(q[h], quad_signs(signs, r), _mm512_setzero_si512(), q[h]), z[r >> 2], off);
+                }
+            }
+        }
+    }
+}
 #elif defined(STRATA_TARGET_AVX2)
 /* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
  * and scale vector): dword gathers, the sign masks as bytes (0xFF: negated). */
@@ -391,6 +595,119 @@ static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8
         expand_half(t, grp, rb, b, 1, d, dst);
     }
 }
+
+/* ---- AVX2, the K-grid types: as AVX-512's kgrid_expand16, in halves of 8 rows (bytes 32 h8 ..
+ * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16). */
+
+/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes (see AVX-512's kscales16). */
+static inline __m256i kscales8(int t, const uint8_t *blk, int j, int hh, __m256i at) {
+    int i = 2 * j + hh;
+    if (t == WT_Q3_K) {
+        __m256i low = _mm256_srli_epi32(rows4(blk + 96 + (i & 7), at), 4 * (i >> 3));
+        __m256i high = _mm256_srli_epi32(rows4(blk + 101 + (i & 3), at), 24 + 2 * (i >> 2));
+        __m256i sc = _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4));
+        return _mm256_sub_epi32(sc, _mm256_set1_epi32(32));
+    }
+    __m256i s;
+    if (t == WT_IQ1_M)
+        s = _mm256_srli_epi32(rows4(blk + 46 + 2 * (i >> 2), at), 16 + 3 * (i & 3));
+    else
+        s = _mm256_srli_epi32(rows4(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at), 24 + 4 * hh);
+    s = _mm256_and_si256(s, _mm256_set1_epi32(t == WT_IQ1_M ? 7 : 15));
+    return _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+}
+
+/* Quad r's half h8 stored: q (signed) + offset; rows with a zero d * sc (z: all-ones lanes) +-1 by q's sign. */
+static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int off) {
+    __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+    _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
+}
+
+/* Dword half (r & 1) of the 8 value bytes of each row's grid entry i (table: the entries' bytes). */
+static inline __m256i entry_half(const uint64_t *table, __m256i i, int r) {
+    return _mm256_i32gather_epi32((const int *)table, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
+}
+
+/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d; Q3_K: their
+ * super-block's hmask and qs dwords, hm[8] and low[2][8], gathered at its first block). */
+static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off,
+                       const __m256i *hm, const __m256i *low) {
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    uint8_t *qs = out + 32;
+    __m256i z[2];
+    for (int hh = 0; hh < 2; hh++) {
+        __m256i sc = kscales8(t, blk, j, hh, at);
+        int32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, sc);
+        for (int o = 0; o < 8; o++) out[16 * hh + 8 * h8 + o] = (uint8_t)lanes[o];
+        z[hh] = _mm256_castps_si256(_mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(sc)), _mm256_setzero_ps(), _CMP_EQ_OQ));
+    }
+    if (t == WT_Q3_K) {
+        for (int r = 0; r < 8; r++) {
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(low[8 * (j >> 2) + r], 2 * (j & 3)), _mm256_set1_epi8(3));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm[r], j), _mm256_set1_epi8(1));
+            __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
+            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
+        }
+    } else if (t == WT_IQ1_M) {
+        __m256i lo = rows4(blk + 4 * j, at), qh = rows4(blk + 32 + 2 * j, at);
+        for (int k = 0; k < 4; k++) {
+            __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
+            __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
+            __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
+            for (int e = 0; e < 2; e++)
+                kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(entry_half(iq1s_bytes, i, e), delta), z[k >> 1], off);
+        }
+    } else {
+        __m256i idx[4], signs;
+        if (t == WT_IQ2_XS) {
+            __m256i w01 = rows4(blk + 2 + 8 * j, at), w23 = rows4(blk + 6 + 8 * j, at);
+            __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
+            idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
+            idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
+            __m256i s7 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w01, 9), m7),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w01, 25), m7), 7));
+            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
+            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
+            signs = signs7_bytes(s7);
+        } else {
+            __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 63 + j, at), 24);
+            signs = rows4(blk + 34 + 4 * j, at);
+            for (int k = 0; k < 4; k++)
+                idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
+        }
+        const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
+        for (int r = 0; r < 8; r++) {
+            __m256i v = entry_half(table, idx[r >> 1], r);
+            kquad_store(qs, r, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, r)), z[r >> 2], off);
+        }
+    }
+}
+
+static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    int bt = q8_expanded_type(t), off = q8_offset(bt);
+    float d[16];
+    __m256i hm[2][8], low[2][16]; /* Q3_K, each half of 8 rows: see kgrid_half */
+    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        uint8_t *out = dst + q8_block_at(bt, b);
+        if ((b & 7) == 0) {
+            kgrid_prefetch(t, blk, rb);
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            memcpy(out - q8_super_bytes(bt), d, 64);
+            for (int h8 = 0; h8 < 2 && t == WT_Q3_K; h8++)
+                for (int r = 0; r < 8; r++) {
+                    const uint8_t *rows = blk + 8 * h8 * rb;
+                    hm[h8][r] = rows4(rows + 4 * r, at), low[h8][r] = rows4(rows + 32 + 4 * r, at), low[h8][8 + r] = rows4(rows + 64 + 4 * r, at);
+                }
+        }
+        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off, hm[0], low[0]);
+        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off, hm[1], low[1]);
+    }
+}
 #endif
 
 /* See internal.h. */
@@ -401,12 +718,20 @@ int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
         return 1;
     }
     int64_t rb = row_bytes(wtype, 32 * nb);
+    if (wtype_kgrid(wtype)) {
+        kgrid_expand16(wtype, grp, rb, nb, dst);
+        return 1;
+    }
     switch (wtype) {
     case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
     case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
     case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;
     }
 #elif defined(STRATA_TARGET_AVX2)
+    if (wtype_kgrid(wtype)) {
+        kgrid_expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
+        return 1;
+    }
     if (wtype_grid(wtype)) {
         expand_avx2(wtype, grp, row_bytes(wtype, 32 * nb), nb, dst);
         return 1;

@@ -137,6 +137,15 @@ STRATA_HIDDEN float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t 
  * (q8.h's layout, as q8.c's expand_group makes row by row from grid_group): the same bytes,
  * where the target and type have such a path; returns 0 where they have none. */
 STRATA_HIDDEN int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst); /* grids.c */
+/* The K-grid types (WP_GRID too: held as stored, grids.c): each 16 values' scale a small integer
+ * sc times the super-block's d, its values small integers q: value = (d * sc) * q exactly, the
+ * products of the Q6_K-shaped block (d f32, int8 sc a 16, int8 q) every arithmetic reads them as
+ * (Q3_K, IQ1_M: the Q6_K blocks transcode.to_q6_k once rewrote them as). kgrid_block: block b of
+ * 32 of a row as d, sc[2] (its halves') and q[32] (a zero d * sc with q = +-1, as the rewrite). */
+static inline int wtype_kgrid(int wtype) {
+    return wtype == WT_IQ2_XS || wtype == WT_IQ2_S || wtype == WT_Q3_K || wtype == WT_IQ1_M;
+}
+STRATA_HIDDEN void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *d, int8_t sc[2], int8_t q[32]); /* grids.c */
 
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {

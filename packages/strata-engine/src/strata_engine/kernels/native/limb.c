@@ -500,6 +500,10 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                         LIMB_P[u] = vh_dot4(LIMB_P[u], v, limb_plane(xq, u, limbs) + 4 * r);
                         LIMB_P2[u] = vh_dot4(LIMB_P2[u], v2, limb_plane(xq, u, limbs) + 4 * r + 4);
                     }
+#ifdef Q8_INT16_SUMS
+                    if (q8_int16_steps(t) == 1) /* the IQ2 bytes: each step widened before the next */
+                        for (int u = 0; u < vr; u++) s[u] = vi_add_vh(vi_add_vh(s[u], p[u]), p2[u]), p[u] = p2[u] = vh_zero();
+#endif
                 }
             }
 #ifdef Q8_INT16_SUMS
@@ -555,7 +559,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
     if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
-        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
+        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */
         expand_group(wtype, grp, nb, bytes);
         grp = bytes;
@@ -592,6 +596,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q5_K_BYTES: LIMB_CASE(WT_Q5_K_BYTES); break;
         case WT_Q5_0_BYTES: LIMB_CASE(WT_Q5_0_BYTES); break;
         case WT_Q5_1_BYTES: LIMB_CASE(WT_Q5_1_BYTES); break;
+        case WT_IQ2_BYTES: LIMB_CASE(WT_IQ2_BYTES); break;
         default: LIMB_CASE(WT_Q6_K_BYTES); break;
         }
 #undef LIMB_CASE
@@ -613,7 +618,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
     int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
-    int t = q8_expanded(wtype) ? WT_Q8_0 : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
+    int t = q8_expanded(wtype) ? q8_expanded_type(wtype) : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     int64_t wide = LIMB_WIDE && t == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 12) + (size_t)(M * K * (limbs + 2 * wide)));

@@ -10,7 +10,7 @@
  *   Q5_1: d f32, m f32, qh u32, qs[16]
  *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
  * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
- * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S: as stored, each 32 values decoded by grids.c.
+ * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S, Q3_K, IQ1_M: as stored, each 32 values decoded by grids.c.
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
  * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
  * goes to q8.c or limb.c.
@@ -178,6 +178,12 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         dequant_kblock(wtype, row, b, lo, hi);
     } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
+    } else if (wtype_kgrid(wtype)) { /* Q3_K, IQ1_M: (d * sc) * q, the Q6_K-shaped block's products (grids.c) */
+        int8_t q[32], sc[2];
+        float d;
+        kgrid_block(wtype, row, b, &d, sc, q);
+        *lo = vf_mul(vf_set1(d * (float)sc[0]), vf_from_i8(q));
+        *hi = vf_mul(vf_set1(d * (float)sc[1]), vf_from_i8(q + 16));
     } else if (wtype_grid(wtype)) { /* scale * q: the Q8_0 block's product (grids.c) */
         int8_t q[32];
         vf d = vf_set1(grid_group(wtype, row, b, q));

@@ -77,7 +77,7 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
     int64_t bb = q8_block_bytes(wtype), gbytes = q8_group_bytes(wtype, nb);
     int kq = q8_kquant(wtype);
     if (N % Q8_GROUP) memset(out + (groups - 1) * gbytes, 0, (size_t)gbytes); /* the missing outputs */
-    if (wtype_grid(wtype)) { /* the rows as stored: each call expands them (expand_group) */
+    if (wtype_grid(wtype) || wtype_kgrid(wtype)) { /* the rows as stored: each call expands them (expand_group) */
         memcpy(out, w, (size_t)(N * rb));
         return;
     }
@@ -155,6 +155,15 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
             int8_t q[32];
             float d = grid_group(t, packed + n * row_bytes(t, K), b, q);
             for (int k = 0; k < 32; k++) out[b * 32 + k] = (float)q[k] * d;
+        }
+        return;
+    }
+    if (wtype_kgrid(t)) { /* the row as stored: (d * sc) * q, the Q6_K-shaped block's products */
+        for (int64_t b = 0; b < nb; b++) {
+            int8_t q[32], sc[2];
+            float d;
+            kgrid_block(t, packed + n * row_bytes(t, K), b, &d, sc, q);
+            for (int k = 0; k < 32; k++) out[b * 32 + k] = d * (float)sc[k >> 4] * (float)q[k];
         }
         return;
     }
@@ -240,6 +249,10 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                         p[i] = vh_dot4(p[i], v, x);
                         p2[i] = vh_dot4(p2[i], v2, x + 4);
                     }
+#ifdef Q8_INT16_SUMS
+                    if (q8_int16_steps(t) == 1) /* the IQ2 bytes: each step widened before the next */
+                        for (int i = 0; i < rows; i++) s[i] = vi_add_vh(vi_add_vh(s[i], p[i]), p2[i]), p[i] = p2[i] = vh_zero();
+#endif
                 }
             }
             for (int i = 0; i < rows; i++) /* 4-bit weights: both chains fit one int16 sum (8 steps) */
@@ -307,6 +320,21 @@ void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     }
     if (grid_expand(t, grp, nb, dst)) return; /* the target's own decoding of 16 rows at once */
     int64_t rb = row_bytes(t, 32 * nb);
+    if (wtype_kgrid(t)) { /* row by row: d, the int8 scales, q + offset (see q8.h) */
+        int bt = q8_expanded_type(t), off = q8_offset(bt);
+        for (int o = 0; o < Q8_GROUP; o++)
+            for (int64_t b = 0; b < nb; b++) {
+                int8_t q[32], sc[2];
+                float d;
+                kgrid_block(t, grp + o * rb, b, &d, sc, q);
+                uint8_t *out = dst + q8_block_at(bt, b);
+                if ((b & 7) == 0) memcpy(out - q8_super_bytes(bt) + 4 * o, &d, 4);
+                out[o] = (uint8_t)sc[0], out[16 + o] = (uint8_t)sc[1];
+                for (int r = 0; r < 8; r++)
+                    for (int c = 0; c < 4; c++) out[32 + 64 * r + 4 * o + c] = (uint8_t)(q[4 * r + c] + off);
+            }
+        return;
+    }
     for (int o = 0; o < Q8_GROUP; o++)
         for (int64_t b = 0; b < nb; b++) {
             int8_t q[32];
@@ -327,7 +355,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
                       const float *bias, float *y, int nthreads) {
     int64_t nb = K / 32, groups = (N + Q8_GROUP - 1) / Q8_GROUP, gbytes = q8_group_bytes(wtype, nb);
     int unpack = q8_unpacked(wtype) && M >= UNPACK_ROWS, lookup = q8_expanded(wtype);
-    int t = lookup ? WT_Q8_0 : unpack ? q8_unpacked(wtype) : wtype;
+    int t = lookup ? q8_expanded_type(wtype) : unpack ? q8_unpacked(wtype) : wtype;
     q8_rows xr; /* in one scratch block kept between calls (internal.h): sums, d, dsum, then q */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * 20 + (size_t)(M * K));
     if (!block) return; /* out of memory: counted */
@@ -341,7 +369,7 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
         int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
         const uint8_t *grp = packed + g * gbytes;
         if (lookup) { /* into this thread's scratch, kept between calls */
-            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(WT_Q8_0, nb));
+            uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(t, nb));
             if (!bytes) continue; /* out of memory: counted */
             expand_group(wtype, grp, nb, bytes);
             grp = bytes;

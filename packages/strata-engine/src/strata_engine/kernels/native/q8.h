@@ -56,6 +56,9 @@
 #define WT_Q5_K_BYTES 113
 #define WT_Q6_K_BYTES 114
 #define WT_Q5_1_BYTES 115
+/* Internal: IQ2_XS and IQ2_S expanded (expand_group) as WT_Q6_K_BYTES's layout with offset 64, not
+ * 32: their |q| <= 43 (w + 64 in [21, 107]); never stored. */
+#define WT_IQ2_BYTES 116
 #define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
 /* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
@@ -66,15 +69,17 @@ static inline int q8_has_min(int t) {
 }
 /* Q2_K: 2-bit quants, a scale and a min per half of 16, both 4-bit (a byte: sc | m << 4) */
 static inline int q8_two(int t) { return t == WT_Q2_K; }
-static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES; }
+static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES || t == WT_IQ2_BYTES; }
 /* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
 static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0 || t == WT_Q5_1; }
 static inline int q8_halves(int t) { return q8_six(t) || q8_two(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) {
+    if (t == WT_IQ2_BYTES) return 64;
     return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
 }
 static inline int q8_kquant(int t) {
-    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES || q8_two(t);
+    return t == WT_Q4_K || t == WT_Q5_K || t == WT_Q6_K || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES ||
+           t == WT_IQ2_BYTES || q8_two(t);
 }
 /* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
 static inline int q8_unpacked(int t) {
@@ -85,9 +90,10 @@ static inline int q8_unpacked(int t) {
                           : 0;
 }
 
-/* The byte types q8_unpacked gives (never stored). */
+/* The byte types (one byte a weight) that calls make: q8_unpacked's and the IQ2 types' expansion
+ * (never stored). */
 static inline int q8_bytes(int t) {
-    return t == WT_Q5_0_BYTES || t == WT_Q5_1_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES;
+    return t == WT_Q5_0_BYTES || t == WT_Q5_1_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES || t == WT_IQ2_BYTES;
 }
 
 /* Bytes of a packed (group, block)'s scales and mins: f32[16] each, int8[16] each for K-quants,
@@ -111,13 +117,17 @@ static inline int64_t q8_block_at(int t, int64_t b) {
     return (b >> 3) * (q8_super_bytes(t) + 8 * q8_block_bytes(t)) + q8_super_bytes(t) + (b & 7) * q8_block_bytes(t);
 }
 
-/* A group's bytes (the grid types: its 16 rows as stored, see expand_group). */
+/* A group's bytes (the grid and K-grid types: its 16 rows as stored, see expand_group). */
 static inline int64_t q8_group_bytes(int t, int64_t nb) {
-    return wtype_grid(t) ? Q8_GROUP * row_bytes(t, 32 * nb) : q8_block_at(t, nb);
+    return wtype_grid(t) || wtype_kgrid(t) ? Q8_GROUP * row_bytes(t, 32 * nb) : q8_block_at(t, nb);
 }
 
-/* Types each call expands, a group at a time, into the Q8_0 group of the same values (expand_group). */
-static inline int q8_expanded(int t) { return wtype_codebook(t) || wtype_grid(t); }
+/* Types each call expands, a group at a time, into a group of the same values (expand_group), and
+ * the type of that group: Q8_0's, or (the K-grid types) one byte a weight with a scale a 16. */
+static inline int q8_expanded(int t) { return wtype_codebook(t) || wtype_grid(t) || wtype_kgrid(t); }
+static inline int q8_expanded_type(int t) {
+    return !wtype_kgrid(t) ? WT_Q8_0 : t == WT_IQ2_XS || t == WT_IQ2_S ? WT_IQ2_BYTES : WT_Q6_K_BYTES;
+}
 
 /* Where a packed block's quants start: after its scales (and mins), see the top. */
 static inline const uint8_t *q8_quants(int t, const uint8_t *blk) { return blk + q8_scale_bytes(t); }
@@ -221,7 +231,8 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
 /* Partial sums kept in int16 (vpmaddubsw's own lanes) over several steps, widened to int32 once
  * (vpmaddwd): exact while no int16 sum can pass 32,767 in magnitude. A step adds at most
  * 2 * wmax * 127: 3,810 for nibbles (0-15), 7,874 for Q5_K and Q5_0 (0-31), 16,002 for Q6_K (0-63), so
- * q8_group_rows keeps at most 8, 4 and 2 steps in one int16 sum respectively. */
+ * q8_group_rows keeps at most 8, 4 and 2 steps in one int16 sum respectively; 27,178 for the
+ * expanded IQ2 bytes (21-107; limbs down to -128: 27,392), one step (q8_int16_steps). */
 typedef struct { __m256i lo, hi; } vh;
 static inline vh vh_zero(void) { return (vh){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
 static inline vh vh_dot4(vh acc, vq w, const int8_t *x) {
@@ -246,6 +257,7 @@ static inline vi vi_dot4_signed(vi acc, vq w, const int8_t *x) {
     __m256i xv = _mm256_set1_epi32(x4);
     return (vi){dot4_8(acc.lo, w.lo, xv, 1), dot4_8(acc.hi, w.hi, xv, 1)};
 }
+static inline int q8_int16_steps(int t) { return t == WT_IQ2_BYTES ? 1 : 2; } /* steps an int16 sum of a byte type takes */
 #define Q8_INT16_SUMS 1 /* vh: int16 partial sums (vpmaddubsw), widened into the block's sums after */
 #define Q8_SIGNED_DOT 1
 #define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
@@ -437,7 +449,9 @@ STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *
 
 /* One group of a q8_expanded type as the Q8_0 group of the same values: each block's scale and
  * byte 4o+c of row r = q + 128 (a codebook type's: codebook[index] + 128, one byte shuffle a row;
- * a grid type's, packed as its 16 rows as stored: grids.c's grid_group). Every call expands its
+ * a grid type's, packed as its 16 rows as stored: grids.c's grid_group); a K-grid type's as
+ * q8_expanded_type's group: each super-block's d, each block's int8 scales a half, q + offset
+ * (grids.c's kgrid_block: Q3_K and IQ1_M give the bytes their Q6_K rewrite unpacks to). Every call expands its
  * groups so: the integer steps, and so the bits, are then Q8_0's, with 5 bits a weight held
  * instead of 9 (the grid types: the file's own 1.56 to 3.44). */
 STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */

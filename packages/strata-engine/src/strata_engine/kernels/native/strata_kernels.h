@@ -20,14 +20,15 @@
 /* A weight's kernel type: the GGML type id of the stored type (weights.py's NATIVE_TYPES). */
 enum strata_wtype {
     WT_F32 = 0, WT_F16 = 1, WT_Q4_0 = 2, WT_Q4_1 = 3, WT_Q5_0 = 6, WT_Q5_1 = 7, WT_Q8_0 = 8, WT_Q2_K = 10,
-    WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14, WT_IQ2_XXS = 16, WT_IQ2_XS = 17, WT_IQ3_XXS = 18, WT_IQ1_S = 19,
-    WT_IQ4_NL = 20, WT_IQ3_S = 21, WT_IQ2_S = 22, WT_IQ4_XS = 23, WT_BF16 = 30, WT_MXFP4 = 39
+    WT_Q3_K = 11, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14, WT_IQ2_XXS = 16, WT_IQ2_XS = 17, WT_IQ3_XXS = 18, WT_IQ1_S = 19,
+    WT_IQ4_NL = 20, WT_IQ3_S = 21, WT_IQ2_S = 22, WT_IQ4_XS = 23, WT_IQ1_M = 29, WT_BF16 = 30, WT_MXFP4 = 39
 };
 /* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
  * they are, their leading fp16 scale fields widened to fp32, rearranged by strata_kquant_pack,
  * (4-bit codebook types) each 32 values as their fp32 scale and their 16 bytes of 4-bit
  * codebook indices (transcode.py's codebook_blocks; 20 bytes), or (grid types) kept as they are
- * where every block's scale is finite, else widened to fp32 (transcode.py's grid_blocks). */
+ * where every block's scale is finite, else widened to fp32 (transcode.py's grid_blocks; IQ2_XS,
+ * IQ2_S, Q3_K and IQ1_M too, each 16 values' scale a small integer times the super-block's d). */
 enum strata_wpack { WP_STORED = 0, WP_WIDEN = 1, WP_KQUANT = 2, WP_CODEBOOK = 3, WP_GRID = 4 };
 /* The arithmetics that read a type: the fp32 matmul (matmul.c), 8-bit activations (q8.c), integer
  * limbs (limb.c); the last two on q8.c's repacking (strata_q8_pack). */
@@ -63,8 +64,6 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_Q4_K] = {256, 144, 152, 2, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q5_K] = {256, 176, 184, 2, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_Q6_K] = {256, 210, 276, 1, WP_KQUANT, READS_FP32 | READS_Q8 | READS_LIMB},
-    [WT_IQ2_XS] = {256, 74, 74, 0, WP_STORED, READS_FP32},
-    [WT_IQ2_S] = {256, 82, 82, 0, WP_STORED, READS_FP32},
     [WT_IQ4_NL] = {32, 18, 20, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_IQ4_XS] = {256, 136, 160, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_MXFP4] = {32, 17, 20, 0, WP_CODEBOOK, READS_FP32 | READS_Q8 | READS_LIMB},
@@ -72,6 +71,10 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_IQ3_XXS] = {256, 98, 98, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_IQ3_S] = {256, 110, 110, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
     [WT_IQ1_S] = {256, 50, 50, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_IQ2_XS] = {256, 74, 74, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_IQ2_S] = {256, 82, 82, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_Q3_K] = {256, 110, 110, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
+    [WT_IQ1_M] = {256, 56, 56, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
 };
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
  * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */

@@ -29,13 +29,13 @@ from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
 from strata_engine.kernels.triton.ieee import LAUNCH
-from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-# strata_q8_supported's types, less the one whose integer decoding is the CPU's alone (Q2_K):
-# TritonOps leaves it unpacked, for the device's fp32 matmul
-CPU_ONLY = (Q2_K,)
+# strata_q8_supported's types, less those whose integer decoding is the CPU's alone (Q2_K, and
+# IQ2_XS and IQ2_S held as stored): TritonOps leaves them unpacked, for the device's fp32 matmul
+CPU_ONLY = (Q2_K, IQ2_XS, IQ2_S)
 SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code not in CPU_ONLY)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows

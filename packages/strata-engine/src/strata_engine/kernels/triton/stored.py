@@ -2,11 +2,12 @@
 
 The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S as stored and the engine-layout
 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
-before them, dequant.py); K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
+before them, dequant.py; the device has no integer kernels of the IQ2 types: `device_packs`);
+K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
-(4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. A Q3_K or IQ1_M weight
-the loader rewrote as Q6_K (transcode.py) is rewritten the same way for the device, from its
-GGUF bytes. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types (IQ2_XXS,
+(4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. Q3_K and IQ1_M, which the CPU
+holds as stored, go to the device as the GGUF Q6_K blocks of the same values (transcode.to_q6_k,
+`as_q8_0` for the integer kernels). The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types (IQ2_XXS,
 IQ3_XXS, IQ3_S, IQ1_S), which the CPU reads as held, go to the device as the Q8_0 blocks of the
 same values (`as_q8_0`): the device has no codebook lookup or grid decoding of them.
 """
@@ -20,7 +21,7 @@ import torch
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels import transcode
+from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
@@ -30,6 +31,10 @@ from strata_engine.kernels.weights import Weight, widen_scales
 RAW_TYPES = {qtype: t.code for qtype, t in TYPES.items() if t.pack == PACK_KQUANT}
 # the types the CPU holds in a form of their own, sent to the device as Q8_0 blocks (as_q8_0)
 HELD_AS_Q8_0 = transcode.CODEBOOK_TYPES | transcode.GRID_TYPES
+# the K-grid types the CPU holds as stored that the device reads as their Q6_K rewrite (to_q6_k)
+HELD_AS_Q6_K = transcode.Q6_K_TYPES
+# the K-grid types the device reads as stored, with its fp32 arithmetic only (dequant.py)
+DEVICE_FP32_ONLY = frozenset({QT.IQ2_XS, QT.IQ2_S})
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,13 @@ def from_gguf(
     device = torch.device(device)
     blocks = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     wt = TYPES.get(qtype)
+    if qtype in HELD_AS_Q6_K:
+        q6 = transcode.to_q6_k(blocks, qtype)
+        if q6 is None:  # the loader widens such a tensor: no kernel reads these blocks
+            raise ValueError(f"{qtype.name} blocks that no Q6_K block equals: no Triton kernel reads them")
+        return from_gguf(q6, QT.Q6_K, shape, device)
+    if qtype in DEVICE_FP32_ONLY:
+        return _pack(TYPES[qtype].code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
     if qtype in HELD_AS_Q8_0:
         q8 = transcode.to_q8_0(blocks, qtype)
         if q8 is None:  # a grid type's non-finite scale: no kernel reads these blocks
@@ -75,10 +87,28 @@ def from_gguf(
     raise ValueError(f"no Triton kernel reads {qtype.name} blocks")
 
 
-def as_q8_0(w: Weight) -> Weight:
-    """A codebook- or grid-type weight as the Q8_0 blocks of the same values (the device's form);
-    any other weight as it is."""
+def device_packs(w: Weight) -> bool:
+    """Whether the device's integer kernels read this weight (packed by the C packer, as_q8_0's
+    form): not the IQ2 types held as stored, which it reads in fp32."""
     src = w.source
+    return not (
+        isinstance(src, TensorInfo)
+        and src.qtype in DEVICE_FP32_ONLY
+        and w.kernel_type == TYPES[src.qtype].code
+    )
+
+
+def as_q8_0(w: Weight) -> Weight:
+    """A codebook- or grid-type weight as the Q8_0 blocks of the same values (the device's form),
+    a held Q3_K or IQ1_M one as its Q6_K rewrite (in the C kernels' layout, for the packer); any
+    other weight as it is."""
+    src = w.source
+    if isinstance(src, TensorInfo) and src.qtype in HELD_AS_Q6_K and w.kernel_type == TYPES[src.qtype].code:
+        q6 = transcode.to_q6_k(src.data, src.qtype)
+        assert q6 is not None  # the loader held these blocks: their rewrite is exact
+        return Weight(
+            w.name, w.out_features, w.in_features, TYPES[QT.Q6_K].code, kquants.pack(q6, QT.Q6_K), src
+        )
     if (
         not isinstance(src, TensorInfo)
         or src.qtype not in HELD_AS_Q8_0
@@ -92,16 +122,15 @@ def as_q8_0(w: Weight) -> Weight:
 
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
     """The engine's weight on `device`: packed K-quant bytes when it has them, else its `raw`."""
-    w = as_q8_0(w)
     src = w.source
-    if (
-        isinstance(src, TensorInfo)
-        and src.qtype in transcode.Q6_K_TYPES
-        and w.kernel_type == RAW_TYPES[QT.Q6_K]
-    ):
-        blocks = transcode.to_q6_k(src.data, src.qtype)  # as at load, where it succeeded
-        assert blocks is not None
-        return from_gguf(blocks, QT.Q6_K, (w.out_features, w.in_features), device)
+    q6_codes = (
+        (TYPES[QT.Q6_K].code, TYPES[src.qtype].code)
+        if isinstance(src, TensorInfo) and src.qtype in TYPES
+        else ()
+    )
+    if isinstance(src, TensorInfo) and src.qtype in HELD_AS_Q6_K and w.kernel_type in q6_codes:
+        return from_gguf(src.data, src.qtype, (w.out_features, w.in_features), device)  # its Q6_K rewrite
+    w = as_q8_0(w)
     if (
         isinstance(src, TensorInfo)
         and src.qtype in RAW_TYPES

@@ -432,28 +432,33 @@ static void delta(void) {
 /* One [N, K] product (or, with M = 0, rows N-1 .. 0 of the table gathered) on a weight of type t
  * and on the Q8_0 weight of its values, in arithmetic `mode` (0: fp32, 1: q8, 2 and 3: limbs); the
  * first result is written out, and must be the Q8_0 one bit for bit. */
-static int held_same(int t, const uint8_t *w5, const uint8_t *w8, int64_t N, int64_t K, int mode, const float *x,
-                     int64_t M, const float *bias) {
+static int held_same_as(int t, int rt, const uint8_t *w5, const uint8_t *w8, int64_t N, int64_t K, int mode,
+                        const float *x, int64_t M, const float *bias) {
     int64_t n = M ? M * N : N * K;
     float *y5 = malloc((size_t)n * 4), *y8 = malloc((size_t)n * 4);
-    uint8_t *p5 = malloc((size_t)strata_q8_packed_bytes(t, N, K)), *p8 = malloc((size_t)strata_q8_packed_bytes(WT_Q8_0, N, K));
+    uint8_t *p5 = malloc((size_t)strata_q8_packed_bytes(t, N, K)), *p8 = malloc((size_t)strata_q8_packed_bytes(rt, N, K));
     int64_t *ids = malloc((size_t)N * 8);
     for (int64_t i = 0; i < N; i++) ids[i] = N - 1 - i;
     int flags = mode ? WT_Q8_PACKED | (mode > 1 ? mode << WT_LIMB_SHIFT : 0) : 0;
-    if (mode) strata_q8_pack(t, w5, N, K, p5, 1), strata_q8_pack(WT_Q8_0, w8, N, K, p8, 1);
+    if (mode) strata_q8_pack(t, w5, N, K, p5, 1), strata_q8_pack(rt, w8, N, K, p8, 1);
     const uint8_t *a = mode ? p5 : w5, *b = mode ? p8 : w8;
     if (M) {
         strata_matmul(x, M, K, a, t | flags, N, bias, y5, M > 4 ? 2 : 1);
-        strata_matmul(x, M, K, b, WT_Q8_0 | flags, N, bias, y8, M > 4 ? 2 : 1);
+        strata_matmul(x, M, K, b, rt | flags, N, bias, y8, M > 4 ? 2 : 1);
     } else {
         strata_gather_rows(a, t | flags, K, ids, N, y5);
-        strata_gather_rows(b, WT_Q8_0 | flags, K, ids, N, y8);
+        strata_gather_rows(b, rt | flags, K, ids, N, y8);
     }
     int same = memcmp(y5, y8, (size_t)n * 4) == 0;
-    if (!same) fprintf(stderr, "held type %d: mode %d, %lld rows: not the Q8_0 bits\n", t, mode, (long long)M);
+    if (!same) fprintf(stderr, "held type %d: mode %d, %lld rows: not the type %d bits\n", t, mode, (long long)M, rt);
     emit(y5, n);
     free(y5), free(y8), free(p5), free(p8), free(ids);
     return same;
+}
+
+static int held_same(int t, const uint8_t *w5, const uint8_t *w8, int64_t N, int64_t K, int mode, const float *x,
+                     int64_t M, const float *bias) {
+    return held_same_as(t, WT_Q8_0, w5, w8, N, K, mode, x, M, bias);
 }
 
 /* A grid type's [N, K] blocks as stored (w) and the Q8_0 blocks grids.c decodes them to (w8):
@@ -526,6 +531,70 @@ static int held(int t) {
     return ok ? 0 : 1;
 }
 
+/* A K-grid type's [N, K] blocks as stored (w; d at fp16's extremes as grid_blocks', every other
+ * byte random, all zero or all one) and the Q6_K blocks, in the kernels' layout (d f32, int8
+ * scales, int8 q), of the values grids.c decodes them to (w6; IQ2_XS and IQ2_S: their own, whose
+ * q pass Q6_K's 6 bits: w6 is then the held blocks again). */
+static void kgrid_blocks(int t, int64_t N, int64_t K, uint8_t *w, uint8_t *w6) {
+    const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0xFBFF};
+    int64_t size = strata_wtypes[t].stored_bytes, blocks = N * K / 256;
+    for (int64_t s = 0; s < blocks; s++) {
+        uint8_t *blk = w + s * size;
+        for (int64_t i = 0; i < size; i++) blk[i] = s % 11 == 4 ? 0 : s % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        uint16_t d = s < 6 ? extremes[s] : s % 7 == 3 ? extremes[s % 6] : (uint16_t)(0x1800 + (next_u64() >> 54));
+        if (t == WT_Q3_K) memcpy(blk + 108, &d, 2);
+        else if (t != WT_IQ1_M) memcpy(blk, &d, 2);
+        else /* IQ1_M: d's nibbles on top of its four scale words */
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((d >> (4 * k)) & 15) << 4);
+    }
+    if (t == WT_IQ2_XS || t == WT_IQ2_S) {
+        memcpy(w6, w, (size_t)(blocks * size));
+        return;
+    }
+    for (int64_t b = 0; b < N * K / 32; b++) {
+        int8_t q[32], sc[2];
+        float d;
+        kgrid_block(t, w + b / (K / 32) * row_bytes(t, K), b % (K / 32), &d, sc, q);
+        uint8_t *blk = w6 + b / 8 * 276;
+        int j = (int)(b % 8);
+        memcpy(blk, &d, 4), memcpy(blk + 4 + 2 * j, sc, 2), memcpy(blk + 20 + 32 * j, q, 32);
+    }
+}
+
+/* `driver held` for a K-grid type: Q3_K and IQ1_M against the Q6_K blocks of their values (the
+ * rewrite they were once held as), IQ2_XS and IQ2_S against themselves (their bits, by the
+ * digest); `held`'s activations and row counts. */
+static int held_kgrid(int t) {
+    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
+    int64_t K = 512, N = 37;
+    int rt = t == WT_IQ2_XS || t == WT_IQ2_S ? t : WT_Q6_K;
+    uint8_t *w = malloc((size_t)(N * row_bytes(t, K))), *w6 = malloc((size_t)(N * row_bytes(rt, K)));
+    kgrid_blocks(t, N, K, w, w6);
+    float *bias = floats(N, -0.5f, 0.5f);
+    int ok = 1;
+    for (int mode = 0; mode < 4; mode++) {
+        ok &= held_same_as(t, rt, w, w6, N, K, mode, NULL, 0, NULL);
+        for (int r = 0; r < 7; r++) {
+            int64_t M = rows[r];
+            float *x = floats(M * K, -1.0f, 1.0f);
+            for (int64_t b = 0; b < M * K / 32; b++) {
+                float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+                for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
+            }
+            memset(x + 32, 0, 32 * 4);
+            for (int i = 0; i < 32; i++) {
+                x[64 + i] = 8355711.0f * 0x1p-20f, x[96 + i] = 32639.0f * 0x1p-10f; /* the largest limbs */
+                x[128 + i] *= 1e-33f;
+            }
+            if (M > 2) x[K + 200] = NAN;
+            ok &= held_same_as(t, rt, w, w6, N, K, mode, x, M, r % 2 ? bias : NULL);
+            free(x);
+        }
+    }
+    free(w), free(w6), free(bias);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "delta") == 0) {
         delta();
@@ -539,6 +608,8 @@ int main(int argc, char **argv) {
         const int types[] = {WT_Q5_0, WT_IQ4_NL, WT_IQ4_XS, WT_MXFP4, WT_IQ2_XXS, WT_IQ3_XXS, WT_IQ3_S, WT_IQ1_S};
         int failed = 0;
         for (int i = 0; i < 8; i++) failed |= held(types[i]);
+        const int kgrid[] = {WT_Q3_K, WT_IQ1_M, WT_IQ2_XS, WT_IQ2_S}; /* at the end: the digest before them is kept */
+        for (int i = 0; i < 4; i++) failed |= held_kgrid(kgrid[i]);
         return failed;
     }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
