@@ -142,7 +142,7 @@ static inline void dequant_iq2(int wtype, const uint8_t *row, int64_t b, vf *lo,
 
 /*
  * The types unpacked a value at a time into memory, then loaded as two vectors: F16 and BF16
- * (each value widened by its bits alone: internal.h), Q2_K as stored (256 values: scales[16],
+ * (each value widened by its bits alone: internal.h; on x86 in registers instead, dequant_halves), Q2_K as stored (256 values: scales[16],
  * qs[64], d f16, dmin f16): sub-block j of 32 is 2-bit field j % 4 of bytes 32 (j / 4) .. +31,
  * each half of 16 with its own scale byte sc: (d * (sc & 15)) * q - (dmin * (sc >> 4)), gguf-py's
  * float32 operations in its order.
@@ -172,11 +172,32 @@ static inline void dequant_scalar(int wtype, const uint8_t *row, int64_t b, vf *
     *hi = vf_load(t + 16);
 }
 
+/* F16 and BF16 widened in registers where the target can (vector.h's VF_HALVES: the same values);
+ * an F16 block holding a NaN goes dequant_scalar's way, which keeps its payload. */
+static inline __attribute__((always_inline)) void dequant_halves(int wtype, const uint8_t *row, int64_t b, vf *lo,
+                                                                 vf *hi) {
+#ifdef VF_HALVES
+    const uint8_t *p = row + b * 64;
+    if (wtype == WT_BF16) {
+        *lo = vf_from_bf16(p);
+        *hi = vf_from_bf16(p + 32);
+        return;
+    }
+    *lo = vf_from_f16(p);
+    *hi = vf_from_f16(p + 32);
+    if (!vf_any_nan(vf_add(*lo, *hi)))
+        return;
+#endif
+    dequant_scalar(wtype, row, b, lo, hi);
+}
+
 /* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
 static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     if (wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q6_K) {
         dequant_kblock(wtype, row, b, lo, hi);
-    } else if (wtype == WT_F16 || wtype == WT_BF16 || wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
+    } else if (wtype == WT_F16 || wtype == WT_BF16) {
+        dequant_halves(wtype, row, b, lo, hi);
+    } else if (wtype == WT_Q2_K || wtype == WT_IQ2_XS || wtype == WT_IQ2_S) {
         dequant_scalar(wtype, row, b, lo, hi);
     } else if (wtype_kgrid(wtype)) { /* Q3_K, IQ1_M: (d * sc) * q, the Q6_K-shaped block's products (grids.c) */
         int8_t q[32], sc[2];

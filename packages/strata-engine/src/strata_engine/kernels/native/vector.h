@@ -92,6 +92,18 @@ static inline vf vf_pow2i(vf k) {
     __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(k.v), _mm512_set1_epi32(127));
     return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
 }
+/* 16 halves (32 bytes) widened by F16C: exact for every finite half, subnormals included; a NaN
+ * may come back quietened, so a caller that keeps payloads checks vf_any_nan. 16 bfloat16 widened
+ * by a shift. (VF_HALVES: the x86 targets; elsewhere internal.h's f16_at / bf16_at a value at a time.) */
+#define VF_HALVES 1
+static inline vf vf_from_f16(const uint8_t *p) {
+    return (vf){_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))};
+}
+static inline vf vf_from_bf16(const uint8_t *p) { /* its bits are fp32's upper half */
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(h, 16))};
+}
+static inline int vf_any_nan(vf a) { return _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q) != 0; }
 
 #elif defined(STRATA_TARGET_AVX2)
 #include <immintrin.h>
@@ -154,6 +166,17 @@ static inline __m256 pow2i8(__m256 k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 static inline vf vf_pow2i(vf k) { return (vf){pow2i8(k.lo), pow2i8(k.hi)}; }
+#define VF_HALVES 1 /* as on AVX-512 */
+static inline vf vf_from_f16(const uint8_t *p) {
+    return (vf){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+}
+static inline __m256 bf16x8(const uint8_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline vf vf_from_bf16(const uint8_t *p) { return (vf){bf16x8(p), bf16x8(p + 16)}; }
+static inline int vf_any_nan(vf a) {
+    return _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a.lo, a.lo, _CMP_UNORD_Q), _mm256_cmp_ps(a.hi, a.hi, _CMP_UNORD_Q))) != 0;
+}
 
 #elif defined(STRATA_TARGET_NEON)
 #include <arm_neon.h>
