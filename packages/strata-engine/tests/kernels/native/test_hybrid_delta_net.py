@@ -87,6 +87,9 @@ def test_the_c_layer_is_the_numpy_steps(case: str, d: int, qwen3next: bool) -> N
     want_step = _copy(step)
     with np.errstate(all="ignore"):  # the extreme cases overflow and meet NaNs on purpose
         want = delta_net_steps(NativeOps(1), want_step, step.qkv)
+    # the layer's NaNs leave it as C's NAN: where a NaN gate meets a NaN row the reference's
+    # product keeps whichever NaN its compiled operand order takes (x86 differs by target)
+    want = np.where(np.isnan(want), np.float32(np.nan), want)
     assert not np.array_equal(want_step.windows[5], step.windows[5])  # the snapshots were written
     assert not np.array_equal(want_step.states[7], step.states[7])
     assert np.isnan(want).any() == (case == "nonfinite")

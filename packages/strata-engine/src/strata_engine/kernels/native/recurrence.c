@@ -310,5 +310,8 @@ void strata_delta_net(const float *qkv, const float *z, const float *b, const fl
             vf normed = vf_mul(vf_mul(vf_load_n(o + i, len), rs), vf_load_n(norm_w + i, len));
             vf_store_n(o + i, vf_mul(silu_vf(vf_load_n(g + i, len)), normed), len);
         }
+        /* where a NaN gate meets a NaN row, x86 keeps one operand's NaN and the compiler picks
+         * which (a product commutes for it): C's NAN instead, the same bits on every target */
+        canonical_nans(o, D);
     }
 }
