@@ -597,73 +597,104 @@ static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8
 }
 
 /* ---- AVX2, the K-grid types: as AVX-512's kgrid_expand16, in halves of 8 rows (bytes 32 h8 ..
- * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16). */
+ * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16). Each super-block's bytes
+ * are read once, as 32-byte runs of each of the 8 rows transposed (kgrid_raw): vector k of a run
+ * holds dword k of each row, what a gather at that dword would give, at a few shuffles a vector
+ * instead of a gather's per-lane loads. */
 
-/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes (see AVX-512's kscales16). */
-static inline __m256i kscales8(int t, const uint8_t *blk, int j, int hh, __m256i at) {
+/* Where a type's runs start in its super-block (each within it: bytes at + 0 .. at + 31), and how
+ * many: Q3_K hmask, qs, qs, the scales (dwords 5-7 of the run at 76); IQ1_M qs, then qh (dwords
+ * 2-5) and the scale words (6-7); IQ2_XS qs, qs, the scales (6-7); IQ2_S qs, signs, qh (4-5) and
+ * the scales (6-7). */
+static inline int kgrid_run_at(int t, int c) {
+    static const int8_t at[4][4] = {{0, 32, 64, 76}, {0, 24, 0, 0}, {2, 34, 42, 0}, {2, 34, 50, 0}};
+    return at[t == WT_Q3_K ? 0 : t == WT_IQ1_M ? 1 : t == WT_IQ2_XS ? 2 : 3][c];
+}
+static inline int kgrid_runs(int t) { return t == WT_Q3_K ? 4 : t == WT_IQ1_M ? 2 : 3; }
+
+/* The 8 dwords at p of each of 8 rows rb apart, transposed: t[k] lane o = dword k of row o. */
+static inline void kgrid_raw(const uint8_t *p, int64_t rb, __m256i t[8]) {
+    __m256i r[8], u[8];
+    for (int o = 0; o < 8; o++) r[o] = _mm256_loadu_si256((const __m256i *)(p + o * rb));
+    for (int o = 0; o < 8; o += 2) /* rows o, o + 1 interleaved: dwords 0 1 (4 5), 2 3 (6 7) */
+        u[o] = _mm256_unpacklo_epi32(r[o], r[o + 1]), u[o + 1] = _mm256_unpackhi_epi32(r[o], r[o + 1]);
+    for (int q = 0; q < 8; q += 4) /* rows q .. q + 3: dword k (k + 4 in the high lane) of each */
+        for (int h = 0; h < 2; h++)
+            r[q + 2 * h] = _mm256_unpacklo_epi64(u[q + h], u[q + 2 + h]), r[q + 2 * h + 1] = _mm256_unpackhi_epi64(u[q + h], u[q + 2 + h]);
+    for (int k = 0; k < 4; k++) /* rows 0-3 and 4-7 of dword k, of dword k + 4 */
+        t[k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x20), t[k + 4] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x31);
+}
+
+/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes, from their runs. */
+static inline __m256i kscales8(int t, const __m256i raw[4][8], int j, int hh) {
     int i = 2 * j + hh;
-    if (t == WT_Q3_K) {
-        __m256i low = _mm256_srli_epi32(rows4(blk + 96 + (i & 7), at), 4 * (i >> 3));
-        __m256i high = _mm256_srli_epi32(rows4(blk + 101 + (i & 3), at), 24 + 2 * (i >> 2));
+    if (t == WT_Q3_K) { /* low 4 bits: byte 96 + (i & 7), nibble i >> 3; high 2: byte 104 + (i & 3), pair i >> 2 */
+        __m256i low = _mm256_srli_epi32(raw[3][5 + ((i & 7) >> 2)], 8 * (i & 3) + 4 * (i >> 3));
+        __m256i high = _mm256_srli_epi32(raw[3][7], 8 * (i & 3) + 2 * (i >> 2));
         __m256i sc = _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4));
         return _mm256_sub_epi32(sc, _mm256_set1_epi32(32));
     }
     __m256i s;
-    if (t == WT_IQ1_M)
-        s = _mm256_srli_epi32(rows4(blk + 46 + 2 * (i >> 2), at), 16 + 3 * (i & 3));
-    else
-        s = _mm256_srli_epi32(rows4(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at), 24 + 4 * hh);
+    if (t == WT_IQ1_M) /* 3 bits i & 3 of scale word i >> 2 (bytes 48 + 2 (i >> 2)) */
+        s = _mm256_srli_epi32(raw[1][6 + (i >> 3)], 16 * ((i >> 2) & 1) + 3 * (i & 3));
+    else /* nibble hh of byte 66 + j (IQ2_S: 74 + j) */
+        s = _mm256_srli_epi32(raw[2][6 + (j >> 2)], 8 * (j & 3) + 4 * hh);
     s = _mm256_and_si256(s, _mm256_set1_epi32(t == WT_IQ1_M ? 7 : 15));
     return _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
 }
 
 /* Quad r's half h8 stored: q (signed) + offset; rows with a zero d * sc (z: all-ones lanes) +-1 by q's sign. */
 static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int off) {
-    __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
-    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+    if (!_mm256_testz_si256(z, z)) {
+        __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+        q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+    }
     _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
 }
 
-/* Dword half (r & 1) of the 8 value bytes of each row's grid entry i (table: the entries' bytes). */
-static inline __m256i entry_half(const uint64_t *table, __m256i i, int r) {
-    return _mm256_i32gather_epi32((const int *)table, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
+/* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
+ * (table: the entries' bytes), from two gathers of the entries' 8 bytes. */
+static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
+    __m256i a = _mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8);
+    __m256i c = _mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8);
+    __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* each half: the entries' low dwords, then their high */
+    a = _mm256_permutevar8x32_epi32(a, split), c = _mm256_permutevar8x32_epi32(c, split);
+    q[0] = _mm256_permute2x128_si256(a, c, 0x20), q[1] = _mm256_permute2x128_si256(a, c, 0x31);
 }
 
-/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d; Q3_K: their
- * super-block's hmask and qs dwords, hm[8] and low[2][8], gathered at its first block). */
-static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off,
-                       const __m256i *hm, const __m256i *low) {
-    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+/* Block j of rows 8 h8 .. 8 h8 + 7 from their super-block's runs (raw; d: their d). */
+static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256i raw[4][8], int j, int h8, const float *d,
+                                                             uint8_t *out, int off) {
     uint8_t *qs = out + 32;
     __m256i z[2];
     for (int hh = 0; hh < 2; hh++) {
-        __m256i sc = kscales8(t, blk, j, hh, at);
-        int32_t lanes[8];
-        _mm256_storeu_si256((__m256i *)lanes, sc);
-        for (int o = 0; o < 8; o++) out[16 * hh + 8 * h8 + o] = (uint8_t)lanes[o];
+        __m256i sc = kscales8(t, raw, j, hh);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1)); /* |sc| < 128 */
+        _mm_storel_epi64((__m128i *)(out + 16 * hh + 8 * h8), _mm_packs_epi16(w, w));
         z[hh] = _mm256_castps_si256(_mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(sc)), _mm256_setzero_ps(), _CMP_EQ_OQ));
     }
-    if (t == WT_Q3_K) {
+    if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
         for (int r = 0; r < 8; r++) {
-            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(low[8 * (j >> 2) + r], 2 * (j & 3)), _mm256_set1_epi8(3));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm[r], j), _mm256_set1_epi8(1));
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), _mm256_set1_epi8(3));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw[0][r], j), _mm256_set1_epi8(1));
             __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
             kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
         }
-    } else if (t == WT_IQ1_M) {
-        __m256i lo = rows4(blk + 4 * j, at), qh = rows4(blk + 32 + 2 * j, at);
+    } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble (the u16 at 32 + 2j), bit 3 the delta's sign */
+        __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
         for (int k = 0; k < 4; k++) {
             __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
-            for (int e = 0; e < 2; e++)
-                kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(entry_half(iq1s_bytes, i, e), delta), z[k >> 1], off);
+            __m256i q[2];
+            entry_quads8(iq1s_bytes, i, q);
+            for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], off);
         }
     } else {
         __m256i idx[4], signs;
-        if (t == WT_IQ2_XS) {
-            __m256i w01 = rows4(blk + 2 + 8 * j, at), w23 = rows4(blk + 6 + 8 * j, at);
+        if (t == WT_IQ2_XS) { /* u16 a group (bytes 2 + 8j ..): 9 bits of index, 7 of signs */
+            __m256i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
             __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
             idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
             idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
@@ -672,25 +703,29 @@ static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, con
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
             signs = signs7_bytes(s7);
-        } else {
-            __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 63 + j, at), 24);
-            signs = rows4(blk + 34 + 4 * j, at);
+        } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits, signs[34 + 4j ..] */
+            __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+            signs = raw[1][j];
             for (int k = 0; k < 4; k++)
                 idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
         }
         const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
-        for (int r = 0; r < 8; r++) {
-            __m256i v = entry_half(table, idx[r >> 1], r);
-            kquad_store(qs, r, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, r)), z[r >> 2], off);
+        for (int k = 0; k < 4; k++) {
+            __m256i q[2];
+            entry_quads8(table, idx[k], q);
+            for (int e = 0; e < 2; e++) {
+                __m256i v = q[e];
+                kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], off);
+            }
         }
     }
 }
 
-static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                               uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     float d[16];
-    __m256i hm[2][8], low[2][16]; /* Q3_K, each half of 8 rows: see kgrid_half */
-    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    __m256i raw[2][4][8]; /* each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         uint8_t *out = dst + q8_block_at(bt, b);
@@ -698,14 +733,20 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
             kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
-            for (int h8 = 0; h8 < 2 && t == WT_Q3_K; h8++)
-                for (int r = 0; r < 8; r++) {
-                    const uint8_t *rows = blk + 8 * h8 * rb;
-                    hm[h8][r] = rows4(rows + 4 * r, at), low[h8][r] = rows4(rows + 32 + 4 * r, at), low[h8][8 + r] = rows4(rows + 64 + 4 * r, at);
-                }
+            for (int h8 = 0; h8 < 2; h8++)
+                for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
         }
-        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off, hm[0], low[0]);
-        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off, hm[1], low[1]);
+        kgrid_half(t, (const __m256i(*)[8])raw[0], (int)(b & 7), 0, d, out, off);
+        kgrid_half(t, (const __m256i(*)[8])raw[1], (int)(b & 7), 1, d + 8, out, off);
+    }
+}
+
+static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_Q3_K: kgrid_groups(WT_Q3_K, grp, rb, nb, dst); break;
+    case WT_IQ1_M: kgrid_groups(WT_IQ1_M, grp, rb, nb, dst); break;
+    case WT_IQ2_XS: kgrid_groups(WT_IQ2_XS, grp, rb, nb, dst); break;
+    default: kgrid_groups(WT_IQ2_S, grp, rb, nb, dst); break;
     }
 }
 #endif
