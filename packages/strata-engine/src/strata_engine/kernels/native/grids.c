@@ -654,9 +654,10 @@ static inline __m256i kscales8(int t, const __m256i raw[4][8], int j, int hh) {
     return _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
 }
 
-/* Quad r's half h8 stored: q (signed) + offset; rows with a zero d * sc (z: all-ones lanes) +-1 by q's sign. */
-static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int off) {
-    if (!_mm256_testz_si256(z, z)) {
+/* Quad r's half h8 stored: q (signed) + offset; where some row has a zero d * sc (zany), those
+ * rows (z: all-ones lanes) +-1 by q's sign. */
+static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int zany, int off) {
+    if (zany) {
         __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
         q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
     }
@@ -684,12 +685,14 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
         _mm_storel_epi64((__m128i *)(out + 16 * hh + 8 * h8), _mm_packs_epi16(w, w));
         z[hh] = _mm256_castps_si256(_mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(sc)), _mm256_setzero_ps(), _CMP_EQ_OQ));
     }
+    int zany = !_mm256_testz_si256(_mm256_or_si256(z[0], z[1]), _mm256_set1_epi32(-1)); /* rare: one test a block */
     if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
         for (int r = 0; r < 8; r++) {
             __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), _mm256_set1_epi8(3));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw[0][r], j), _mm256_set1_epi8(1));
-            __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
-            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
+            /* bit j of each hmask byte moved to its bit 2 (4 where set; the 16-bit shifts' carries between bytes masked off) */
+            __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[0][r], j - 2) : _mm256_slli_epi16(raw[0][r], 2 - j);
+            __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hm, _mm256_set1_epi8(4)));
+            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], zany, off);
         }
     } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble (the u16 at 32 + 2j), bit 3 the delta's sign */
         __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
@@ -700,7 +703,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
             __m256i q[2];
             entry_quads8(iq1s_bytes, i, q);
-            for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], off);
+            for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
         __m256i idx[4], signs;
@@ -726,7 +729,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             entry_quads8(table, idx[k], q);
             for (int e = 0; e < 2; e++) {
                 __m256i v = q[e];
-                kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], off);
+                kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], zany, off);
             }
         }
     }
