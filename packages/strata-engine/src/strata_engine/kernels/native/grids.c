@@ -665,13 +665,13 @@ static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z,
 }
 
 /* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
- * (table: the entries' bytes), from two gathers of the entries' 8 bytes. */
+ * (table: the entries' bytes), from two gathers of the entries' 8 bytes, rows 0, 1, 4, 5 and
+ * 2, 3, 6, 7, which one in-lane shuffle of the pair puts in order, low dwords and high. */
 static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
-    __m256i a = _mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8);
-    __m256i c = _mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8);
-    __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* each half: the entries' low dwords, then their high */
-    a = _mm256_permutevar8x32_epi32(a, split), c = _mm256_permutevar8x32_epi32(c, split);
-    q[0] = _mm256_permute2x128_si256(a, c, 0x20), q[1] = _mm256_permute2x128_si256(a, c, 0x31);
+    i = _mm256_permutevar8x32_epi32(i, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8));
+    __m256 c = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8));
+    q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
 }
 
 /* Block j of rows 8 h8 .. 8 h8 + 7 from their super-block's runs (raw; d: their d). */
