@@ -23,10 +23,24 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
-from strata_engine.testing.tiny_models import encode_tensor
 
 TYPES = (QT.Q3_K, QT.IQ1_M, QT.IQ2_XS, QT.IQ2_S, QT.IQ2_XXS, QT.Q6_K, QT.Q8_0)
 N, K = 6144, 2048  # Qwen3-1.7B's FFN up / gate
+D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the others: at 0; IQ1_M: below)
+
+
+def blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
+    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    data = rng.integers(0, 256, size=(N * K // block, size), dtype=np.uint8)
+    d = rng.uniform(0.001, 0.01, size=data.shape[0]).astype(np.float16).view(np.uint16)
+    if qtype == QT.IQ1_M:  # d's four nibbles on top of the four scale words (bytes 49, 51, 53, 55)
+        for k in range(4):
+            data[:, 49 + 2 * k] = (data[:, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 15) << 4).astype(np.uint8)
+    else:
+        at = D_AT.get(qtype, 0)
+        data[:, at : at + 2] = d.view(np.uint8).reshape(-1, 2)
+    return data.reshape(-1)
 
 
 def main() -> None:
@@ -41,8 +55,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     packed = {}
     for qtype in TYPES:
-        data = encode_tensor(rng.normal(0, 0.05, (N, K)), qtype, rng).reshape(-1)
-        packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, data)))
+        packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
     print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
     for m in (int(r) for r in args.rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
@@ -55,9 +68,7 @@ def main() -> None:
         for qtype in TYPES:
             block, size = GGML_QUANT_SIZES[qtype]
             gbs = N * K // block * size / best[qtype] / 1e9  # the file's bytes of the weight
-            print(
-                f"{qtype.name:9}{m:5d}{best[qtype] * 1e3:9.3f}{best[qtype] / best[QT.Q6_K]:8.2f}{gbs:7.1f}"
-            )
+            print(f"{qtype.name:9}{m:5d}{best[qtype] * 1e3:9.3f}{best[qtype] / best[QT.Q6_K]:8.2f}{gbs:7.1f}")
 
 
 if __name__ == "__main__":
