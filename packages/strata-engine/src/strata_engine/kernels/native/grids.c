@@ -571,8 +571,19 @@ static inline __m256i signs7_bytes(__m256i x) {
 
 static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
 
+/* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
+ * (table: the entries' bytes), from two gathers of the entries' 8 bytes, rows 0, 1, 4, 5 and
+ * 2, 3, 6, 7, which one in-lane shuffle of the pair puts in order, low dwords and high. */
+static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
+    i = _mm256_permutevar8x32_epi32(i, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8));
+    __m256 c = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8));
+    q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
+}
+
 /* One type's group, half h (rows 8h .. 8h + 7), block b (d: the rows' fp16 scales as fp32). */
-static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h, const float *d, uint8_t *dst) {
+static inline __attribute__((always_inline)) void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
+                                                              const float *d, uint8_t *dst) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
     __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
@@ -623,13 +634,43 @@ static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
     }
 }
 
-static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) void expand_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                uint8_t *dst) {
     float d[16];
+    __m256i raw[2][2][8]; /* IQ2_XXS, each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
-        if ((b & 7) == 0)
-            for (int o = 0; o < 16; o++) d[o] = f16_at(grp + (b >> 3) * block_bytes(t) + o * rb);
-        expand_half(t, grp, rb, b, 0, d, dst);
-        expand_half(t, grp, rb, b, 1, d, dst);
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        if ((b & 7) == 0) {
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+            for (int h = 0; h < 2 && t == WT_IQ2_XXS; h++)
+                for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 32 * c, rb, raw[h][c]);
+        }
+        if (t != WT_IQ2_XXS) {
+            expand_half(t, grp, rb, b, 0, d, dst);
+            expand_half(t, grp, rb, b, 1, d, dst);
+            continue;
+        }
+        int j = (int)(b & 7); /* per 32: 4 grid indices (dword 2j of the runs), a u32 of 4 x 7 sign bits and the scale (2j + 1) */
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        for (int h = 0; h < 2; h++) {
+            __m256i idx = raw[h][j >> 2][2 * (j & 3)], aux = raw[h][j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes(aux);
+            __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+            __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
+            for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
+                __m256i q[2];
+                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q);
+                for (int e = 0; e < 2; e++) quad_store(out, 2 * k + e, h, q[e], quad_signs(s8, 2 * k + e), z);
+            }
+        }
+    }
+}
+
+static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_IQ2_XXS: expand_groups(WT_IQ2_XXS, grp, rb, nb, dst); break;
+    case WT_IQ3_XXS: expand_groups(WT_IQ3_XXS, grp, rb, nb, dst); break;
+    case WT_IQ3_S: expand_groups(WT_IQ3_S, grp, rb, nb, dst); break;
+    default: expand_groups(WT_IQ1_S, grp, rb, nb, dst); break;
     }
 }
 
@@ -662,16 +703,6 @@ static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z,
         q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
     }
     _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
-}
-
-/* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
- * (table: the entries' bytes), from two gathers of the entries' 8 bytes, rows 0, 1, 4, 5 and
- * 2, 3, 6, 7, which one in-lane shuffle of the pair puts in order, low dwords and high. */
-static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
-    i = _mm256_permutevar8x32_epi32(i, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-    __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8));
-    __m256 c = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8));
-    q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
 }
 
 /* Block j of rows 8 h8 .. 8 h8 + 7 from their super-block's runs (raw; d: their d). */
