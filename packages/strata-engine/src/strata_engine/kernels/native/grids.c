@@ -197,6 +197,37 @@ static inline void kgrid_prefetch(int t, const uint8_t *blk, int64_t rb) {
     }
 }
 
+#if defined(STRATA_TARGET_AVX512) || defined(STRATA_TARGET_AVX2)
+/* ---- AVX-512 and AVX2, the K-grid types: each super-block's bytes of a group's rows read once,
+ * as 32-byte runs of 8 rows transposed (kgrid_raw): vector k of a run holds dword k of each row,
+ * what a gather at that dword would give, at a few shuffles a vector instead of a gather's
+ * per-lane loads. */
+
+/* Where a type's runs start in its super-block (each within it: bytes at + 0 .. at + 31), and how
+ * many: Q3_K hmask, qs, qs, the scales (dwords 5-7 of the run at 76); IQ1_M qs, then qh (dwords
+ * 2-5) and the scale words (6-7); IQ2_XS qs, qs, the scales (6-7); IQ2_S qs, signs, qh (4-5) and
+ * the scales (6-7). */
+static inline int kgrid_run_at(int t, int c) {
+    static const int8_t at[4][4] = {{0, 32, 64, 76}, {0, 24, 0, 0}, {2, 34, 42, 0}, {2, 34, 50, 0}};
+    return at[t == WT_Q3_K ? 0 : t == WT_IQ1_M ? 1 : t == WT_IQ2_XS ? 2 : 3][c];
+}
+static inline int kgrid_runs(int t) { return t == WT_Q3_K ? 4 : t == WT_IQ1_M ? 2 : 3; }
+
+/* The 8 dwords at p of each of 8 rows rb apart, transposed: t[k] lane o = dword k of row o. */
+static inline void kgrid_raw(const uint8_t *p, int64_t rb, __m256i t[8]) {
+    __m256i r[8], u[8];
+    for (int o = 0; o < 8; o++) r[o] = _mm256_loadu_si256((const __m256i *)(p + o * rb));
+    for (int o = 0; o < 8; o += 2) /* rows o, o + 1 interleaved: dwords 0 1 (4 5), 2 3 (6 7) */
+        u[o] = _mm256_unpacklo_epi32(r[o], r[o + 1]), u[o + 1] = _mm256_unpackhi_epi32(r[o], r[o + 1]);
+    for (int q = 0; q < 8; q += 4) /* rows q .. q + 3: dword k (k + 4 in the high lane) of each */
+        for (int h = 0; h < 2; h++)
+            r[q + 2 * h] = _mm256_unpacklo_epi64(u[q + h], u[q + 2 + h]), r[q + 2 * h + 1] = _mm256_unpackhi_epi64(u[q + h], u[q + 2 + h]);
+    for (int k = 0; k < 4; k++) /* rows 0-3 and 4-7 of dword k, of dword k + 4 */
+        t[k] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x20), t[k + 4] = _mm256_permute2x128_si256(r[k], r[4 + k], 0x31);
+}
+
+#endif
+
 #if defined(STRATA_TARGET_AVX512)
 /* ---- AVX-512: a group of 16 rows decoded together, a block of 32 at a time ---------------------
  * One vector a quad r of the Q8_0 group (byte 4o + c: value 4r + c of row o, plus 128): the rows'
@@ -370,12 +401,9 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
 /* ---- AVX-512, the K-grid types: a group of 16 rows decoded together into q8_expanded_type's
  * group (q8.h: each super-block's d f32[16], each block's int8 scales [16] a half, quad r's byte
  * 4o + c = q(o, 4r + c) + offset), the same bytes as q8.c's expand_group makes from kgrid_block
- * row by row. The d and scales a row at a time (a few per 32 values); the q as 16 rows' vectors,
- * a quad (4 values of each row) at a time: gathers of the rows' bytes and of the grid entries'
- * value bytes, the signs as quad_signs' masks. */
-
-/* The 4 bytes at p of each of 16 rows, rb apart (p + 3 within each row's block). */
-static inline __m512i rows16(const uint8_t *p, __m512i at16) { return _mm512_i32gather_epi32(at16, (const void *)p, 1); }
+ * row by row. The d a row at a time (one a super-block); the scales and q as 16 rows' vectors,
+ * from the super-block's runs (kgrid_raw, rows 0-7 and 8-15 put together), a quad (4 values of
+ * each row) at a time; grid entries' value bytes by gathers, the signs as quad_signs' masks. */
 
 /* Quads 2k and 2k + 1 of 16 rows from the 8 value bytes of each row's grid entry (i: the entries'
  * indices, a lane a row; table: their bytes), as two 32-bit lanes a row. */
@@ -392,30 +420,29 @@ static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int o
     _mm512_storeu_si512((void *)(qs + 64 * r), _mm512_add_epi8(q, _mm512_set1_epi8((char)off)));
 }
 
-/* Half h of block j's scales (kgrid_scales), 16 rows' as int32 lanes: each from the 4 bytes ending
- * at its byte (or u16), where the 4 from it could pass the block's end. */
-static inline __m512i kscales16(int t, const uint8_t *blk, int j, int h, __m512i at16) {
+/* Half h of block j's scales (kgrid_scales), 16 rows' as int32 lanes, from their runs (as kscales8). */
+static inline __m512i kscales16(int t, const __m512i raw[4][8], int j, int h) {
     int i = 2 * j + h; /* the super-block's 16 */
-    if (t == WT_Q3_K) {
-        __m512i low = _mm512_srli_epi32(rows16(blk + 96 + (i & 7), at16), 4 * (i >> 3));
-        __m512i high = _mm512_srli_epi32(rows16(blk + 101 + (i & 3), at16), 24 + 2 * (i >> 2));
+    if (t == WT_Q3_K) { /* low 4 bits: byte 96 + (i & 7), nibble i >> 3; high 2: byte 104 + (i & 3), pair i >> 2 */
+        __m512i low = _mm512_srli_epi32(raw[3][5 + ((i & 7) >> 2)], 8 * (i & 3) + 4 * (i >> 3));
+        __m512i high = _mm512_srli_epi32(raw[3][7], 8 * (i & 3) + 2 * (i >> 2));
         __m512i sc = _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(15)), _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(3)), 4));
         return _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
     }
     __m512i s;
-    if (t == WT_IQ1_M)
-        s = _mm512_srli_epi32(rows16(blk + 46 + 2 * (i >> 2), at16), 16 + 3 * (i & 3));
-    else
-        s = _mm512_srli_epi32(rows16(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at16), 24 + 4 * h);
+    if (t == WT_IQ1_M) /* 3 bits i & 3 of scale word i >> 2 (bytes 48 + 2 (i >> 2)) */
+        s = _mm512_srli_epi32(raw[1][6 + (i >> 3)], 16 * ((i >> 2) & 1) + 3 * (i & 3));
+    else /* nibble h of byte 66 + j (IQ2_S: 74 + j) */
+        s = _mm512_srli_epi32(raw[2][6 + (j >> 2)], 8 * (j & 3) + 4 * h);
     s = _mm512_and_si512(s, _mm512_set1_epi32(t == WT_IQ1_M ? 7 : 15));
     return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
 }
 
-static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) void kgrid_groups16(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                 uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
-    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
     float d[16];
-    __m512i hmask[8], low[2][8]; /* Q3_K: a super-block's hmask and qs dwords, gathered once for its 8 blocks */
+    __m512i raw[4][8]; /* the super-block's runs, 16 rows a vector */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         int j = (int)(b & 7);
@@ -424,26 +451,29 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
             kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
-            if (t == WT_Q3_K)
-                for (int r = 0; r < 8; r++)
-                    hmask[r] = rows16(blk + 4 * r, at16), low[0][r] = rows16(blk + 32 + 4 * r, at16), low[1][r] = rows16(blk + 64 + 4 * r, at16);
+            for (int c = 0; c < kgrid_runs(t); c++) {
+                __m256i lo[8], hi[8];
+                kgrid_raw(blk + kgrid_run_at(t, c), rb, lo);
+                kgrid_raw(blk + 8 * rb + kgrid_run_at(t, c), rb, hi);
+                for (int k = 0; k < 8; k++) raw[c][k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1);
+            }
         }
         __mmask64 z[2]; /* the byte mask of the rows whose half h has a zero d * sc */
         for (int h = 0; h < 2; h++) {
-            __m512i sc = kscales16(t, blk, j, h, at16);
+            __m512i sc = kscales16(t, (const __m512i(*)[8])raw, j, h);
             _mm_storeu_si128((__m128i *)(out + 16 * h), _mm512_cvtepi32_epi8(sc));
             __mmask16 zero = _mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_cvtepi32_ps(sc)), _mm512_setzero_ps(), _CMP_EQ_OQ);
             z[h] = zero ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(zero, -1)) : 0;
         }
         if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
             for (int r = 0; r < 8; r++) {
-                __m512i lo = _mm512_srli_epi16(low[j >> 2][r], 2 * (j & 3)), hi = _mm512_srli_epi16(hmask[r], j);
+                __m512i lo = _mm512_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), hi = _mm512_srli_epi16(raw[0][r], j);
                 __m512i q = _mm512_and_si512(lo, _mm512_set1_epi8(3));
                 q = _mm512_add_epi8(q, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(1)), 2)); /* 0 or 4: no carry */
                 kquad_store(qs, r, _mm512_sub_epi8(q, _mm512_set1_epi8(4)), z[r >> 2], off);
             }
-        } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble, bit 3 the delta's sign */
-            __m512i lo = rows16(blk + 4 * j, at16), qh = rows16(blk + 32 + 2 * j, at16); /* qh: groups 4j .. 4j + 3's nibbles */
+        } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble (the u16 at 32 + 2j), bit 3 the delta's sign */
+            __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
             for (int k = 0; k < 4; k++) {
                 __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
                 __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), _mm512_set1_epi32(15));
@@ -457,8 +487,8 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
             }
         } else { /* IQ2_XS, IQ2_S: group k's entry (8, 25, 43 a value) and its 8 sign bits */
             __m512i idx[4], signs;
-            if (t == WT_IQ2_XS) { /* u16 a group: 9 bits of index, 7 of signs (and their parity: signs7_bytes) */
-                __m512i w01 = rows16(blk + 2 + 8 * j, at16), w23 = rows16(blk + 6 + 8 * j, at16);
+            if (t == WT_IQ2_XS) { /* u16 a group (bytes 2 + 8j ..): 9 bits of index, 7 of signs (and their parity: signs7_bytes) */
+                __m512i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
                 __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
                 idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
                 idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
@@ -467,11 +497,9 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
                 s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
                 s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
                 signs = signs7_bytes(s7); /* byte k: group k's 7 bits and their parity */
-            } else { /* qs: the indices' low bytes, qh: 2 high bits a group, signs: a byte a group */
-                __m512i lo = rows16(blk + 2 + 4 * j, at16);
-                /* the qh byte as the top of the 4 ending there (the 4 from it could pass the block's end) */
-                __m512i qh = _mm512_srli_epi32(rows16(blk + 63 + j, at16), 24);
-                signs = rows16(blk + 34 + 4 * j, at16);
+            } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits (2 a group), signs[34 + 4j ..] a byte a group */
+                __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+                signs = raw[1][j];
                 for (int k = 0; k < 4; k++)
                     idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
@@ -486,6 +514,15 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
                 }
             }
         }
+    }
+}
+
+static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_Q3_K: kgrid_groups16(WT_Q3_K, grp, rb, nb, dst); break;
+    case WT_IQ1_M: kgrid_groups16(WT_IQ1_M, grp, rb, nb, dst); break;
+    case WT_IQ2_XS: kgrid_groups16(WT_IQ2_XS, grp, rb, nb, dst); break;
+    default: kgrid_groups16(WT_IQ2_S, grp, rb, nb, dst); break;
     }
 }
 #elif defined(STRATA_TARGET_AVX2)
@@ -534,8 +571,19 @@ static inline __m256i signs7_bytes(__m256i x) {
 
 static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
 
+/* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
+ * (table: the entries' bytes), from two gathers of the entries' 8 bytes, rows 0, 1, 4, 5 and
+ * 2, 3, 6, 7, which one in-lane shuffle of the pair puts in order, low dwords and high. */
+static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
+    i = _mm256_permutevar8x32_epi32(i, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8));
+    __m256 c = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8));
+    q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
+}
+
 /* One type's group, half h (rows 8h .. 8h + 7), block b (d: the rows' fp16 scales as fp32). */
-static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h, const float *d, uint8_t *dst) {
+static inline __attribute__((always_inline)) void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
+                                                              const float *d, uint8_t *dst) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
     __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
@@ -586,84 +634,112 @@ static void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
     }
 }
 
-static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) void expand_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                uint8_t *dst) {
     float d[16];
+    __m256i raw[2][2][8]; /* IQ2_XXS, each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
-        if ((b & 7) == 0)
-            for (int o = 0; o < 16; o++) d[o] = f16_at(grp + (b >> 3) * block_bytes(t) + o * rb);
-        expand_half(t, grp, rb, b, 0, d, dst);
-        expand_half(t, grp, rb, b, 1, d, dst);
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        if ((b & 7) == 0) {
+            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+            for (int h = 0; h < 2 && t == WT_IQ2_XXS; h++)
+                for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 32 * c, rb, raw[h][c]);
+        }
+        if (t != WT_IQ2_XXS) {
+            expand_half(t, grp, rb, b, 0, d, dst);
+            expand_half(t, grp, rb, b, 1, d, dst);
+            continue;
+        }
+        int j = (int)(b & 7); /* per 32: 4 grid indices (dword 2j of the runs), a u32 of 4 x 7 sign bits and the scale (2j + 1) */
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        for (int h = 0; h < 2; h++) {
+            __m256i idx = raw[h][j >> 2][2 * (j & 3)], aux = raw[h][j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes(aux);
+            __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+            __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
+            for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
+                __m256i q[2];
+                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q);
+                for (int e = 0; e < 2; e++) quad_store(out, 2 * k + e, h, q[e], quad_signs(s8, 2 * k + e), z);
+            }
+        }
+    }
+}
+
+static void expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_IQ2_XXS: expand_groups(WT_IQ2_XXS, grp, rb, nb, dst); break;
+    case WT_IQ3_XXS: expand_groups(WT_IQ3_XXS, grp, rb, nb, dst); break;
+    case WT_IQ3_S: expand_groups(WT_IQ3_S, grp, rb, nb, dst); break;
+    default: expand_groups(WT_IQ1_S, grp, rb, nb, dst); break;
     }
 }
 
 /* ---- AVX2, the K-grid types: as AVX-512's kgrid_expand16, in halves of 8 rows (bytes 32 h8 ..
- * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16). */
+ * 32 h8 + 31 of each quad, scales 8 h8 .. 8 h8 + 7 of each half of 16), from kgrid_raw's runs. */
 
-/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes (see AVX-512's kscales16). */
-static inline __m256i kscales8(int t, const uint8_t *blk, int j, int hh, __m256i at) {
+/* Half hh of block j's scales (kgrid_scales) of 8 rows, as int32 lanes, from their runs. */
+static inline __m256i kscales8(int t, const __m256i raw[4][8], int j, int hh) {
     int i = 2 * j + hh;
-    if (t == WT_Q3_K) {
-        __m256i low = _mm256_srli_epi32(rows4(blk + 96 + (i & 7), at), 4 * (i >> 3));
-        __m256i high = _mm256_srli_epi32(rows4(blk + 101 + (i & 3), at), 24 + 2 * (i >> 2));
+    if (t == WT_Q3_K) { /* low 4 bits: byte 96 + (i & 7), nibble i >> 3; high 2: byte 104 + (i & 3), pair i >> 2 */
+        __m256i low = _mm256_srli_epi32(raw[3][5 + ((i & 7) >> 2)], 8 * (i & 3) + 4 * (i >> 3));
+        __m256i high = _mm256_srli_epi32(raw[3][7], 8 * (i & 3) + 2 * (i >> 2));
         __m256i sc = _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(15)), _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4));
         return _mm256_sub_epi32(sc, _mm256_set1_epi32(32));
     }
     __m256i s;
-    if (t == WT_IQ1_M)
-        s = _mm256_srli_epi32(rows4(blk + 46 + 2 * (i >> 2), at), 16 + 3 * (i & 3));
-    else
-        s = _mm256_srli_epi32(rows4(blk + (t == WT_IQ2_XS ? 63 : 71) + j, at), 24 + 4 * hh);
+    if (t == WT_IQ1_M) /* 3 bits i & 3 of scale word i >> 2 (bytes 48 + 2 (i >> 2)) */
+        s = _mm256_srli_epi32(raw[1][6 + (i >> 3)], 16 * ((i >> 2) & 1) + 3 * (i & 3));
+    else /* nibble hh of byte 66 + j (IQ2_S: 74 + j) */
+        s = _mm256_srli_epi32(raw[2][6 + (j >> 2)], 8 * (j & 3) + 4 * hh);
     s = _mm256_and_si256(s, _mm256_set1_epi32(t == WT_IQ1_M ? 7 : 15));
     return _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
 }
 
-/* Quad r's half h8 stored: q (signed) + offset; rows with a zero d * sc (z: all-ones lanes) +-1 by q's sign. */
-static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int off) {
-    __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
-    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+/* Quad r's half h8 stored: q (signed) + offset; where some row has a zero d * sc (zany), those
+ * rows (z: all-ones lanes) +-1 by q's sign. */
+static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int zany, int off) {
+    if (zany) {
+        __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+        q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
+    }
     _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
 }
 
-/* Dword half (r & 1) of the 8 value bytes of each row's grid entry i (table: the entries' bytes). */
-static inline __m256i entry_half(const uint64_t *table, __m256i i, int r) {
-    return _mm256_i32gather_epi32((const int *)table, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
-}
-
-/* Block j of rows 8 h8 .. 8 h8 + 7 (blk: their first row's super-block; d: their d; Q3_K: their
- * super-block's hmask and qs dwords, hm[8] and low[2][8], gathered at its first block). */
-static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, const float *d, uint8_t *out, int off,
-                       const __m256i *hm, const __m256i *low) {
-    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+/* Block j of rows 8 h8 .. 8 h8 + 7 from their super-block's runs (raw; d: their d). */
+static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256i raw[4][8], int j, int h8, const float *d,
+                                                             uint8_t *out, int off) {
     uint8_t *qs = out + 32;
     __m256i z[2];
     for (int hh = 0; hh < 2; hh++) {
-        __m256i sc = kscales8(t, blk, j, hh, at);
-        int32_t lanes[8];
-        _mm256_storeu_si256((__m256i *)lanes, sc);
-        for (int o = 0; o < 8; o++) out[16 * hh + 8 * h8 + o] = (uint8_t)lanes[o];
+        __m256i sc = kscales8(t, raw, j, hh);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(sc), _mm256_extracti128_si256(sc, 1)); /* |sc| < 128 */
+        _mm_storel_epi64((__m128i *)(out + 16 * hh + 8 * h8), _mm_packs_epi16(w, w));
         z[hh] = _mm256_castps_si256(_mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(sc)), _mm256_setzero_ps(), _CMP_EQ_OQ));
     }
-    if (t == WT_Q3_K) {
+    int zany = !_mm256_testz_si256(_mm256_or_si256(z[0], z[1]), _mm256_set1_epi32(-1)); /* rare: one test a block */
+    if (t == WT_Q3_K) { /* q = 2-bit field j & 3 of qs[32 (j >> 2) + k] - 4 unless bit j of hmask[k] */
         for (int r = 0; r < 8; r++) {
-            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(low[8 * (j >> 2) + r], 2 * (j & 3)), _mm256_set1_epi8(3));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hm[r], j), _mm256_set1_epi8(1));
-            __m256i q = _mm256_add_epi8(lo, _mm256_slli_epi16(hi, 2)); /* 0 or 4: no carry */
-            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], off);
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), _mm256_set1_epi8(3));
+            /* bit j of each hmask byte moved to its bit 2 (4 where set; the 16-bit shifts' carries between bytes masked off) */
+            __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[0][r], j - 2) : _mm256_slli_epi16(raw[0][r], 2 - j);
+            __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hm, _mm256_set1_epi8(4)));
+            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], zany, off);
         }
-    } else if (t == WT_IQ1_M) {
-        __m256i lo = rows4(blk + 4 * j, at), qh = rows4(blk + 32 + 2 * j, at);
+    } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble (the u16 at 32 + 2j), bit 3 the delta's sign */
+        __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
         for (int k = 0; k < 4; k++) {
             __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
-            for (int e = 0; e < 2; e++)
-                kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(entry_half(iq1s_bytes, i, e), delta), z[k >> 1], off);
+            __m256i q[2];
+            entry_quads8(iq1s_bytes, i, q);
+            for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
         __m256i idx[4], signs;
-        if (t == WT_IQ2_XS) {
-            __m256i w01 = rows4(blk + 2 + 8 * j, at), w23 = rows4(blk + 6 + 8 * j, at);
+        if (t == WT_IQ2_XS) { /* u16 a group (bytes 2 + 8j ..): 9 bits of index, 7 of signs */
+            __m256i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
             __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
             idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
             idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
@@ -672,25 +748,29 @@ static void kgrid_half(int t, const uint8_t *blk, int64_t rb, int j, int h8, con
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
             signs = signs7_bytes(s7);
-        } else {
-            __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 63 + j, at), 24);
-            signs = rows4(blk + 34 + 4 * j, at);
+        } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits, signs[34 + 4j ..] */
+            __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+            signs = raw[1][j];
             for (int k = 0; k < 4; k++)
                 idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
         }
         const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
-        for (int r = 0; r < 8; r++) {
-            __m256i v = entry_half(table, idx[r >> 1], r);
-            kquad_store(qs, r, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, r)), z[r >> 2], off);
+        for (int k = 0; k < 4; k++) {
+            __m256i q[2];
+            entry_quads8(table, idx[k], q);
+            for (int e = 0; e < 2; e++) {
+                __m256i v = q[e];
+                kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], zany, off);
+            }
         }
     }
 }
 
-static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                               uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     float d[16];
-    __m256i hm[2][8], low[2][16]; /* Q3_K, each half of 8 rows: see kgrid_half */
-    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    __m256i raw[2][4][8]; /* each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         uint8_t *out = dst + q8_block_at(bt, b);
@@ -698,14 +778,20 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
             kgrid_prefetch(t, blk, rb);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
-            for (int h8 = 0; h8 < 2 && t == WT_Q3_K; h8++)
-                for (int r = 0; r < 8; r++) {
-                    const uint8_t *rows = blk + 8 * h8 * rb;
-                    hm[h8][r] = rows4(rows + 4 * r, at), low[h8][r] = rows4(rows + 32 + 4 * r, at), low[h8][8 + r] = rows4(rows + 64 + 4 * r, at);
-                }
+            for (int h8 = 0; h8 < 2; h8++)
+                for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
         }
-        kgrid_half(t, blk, rb, (int)(b & 7), 0, d, out, off, hm[0], low[0]);
-        kgrid_half(t, blk + 8 * rb, rb, (int)(b & 7), 1, d + 8, out, off, hm[1], low[1]);
+        kgrid_half(t, (const __m256i(*)[8])raw[0], (int)(b & 7), 0, d, out, off);
+        kgrid_half(t, (const __m256i(*)[8])raw[1], (int)(b & 7), 1, d + 8, out, off);
+    }
+}
+
+static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_Q3_K: kgrid_groups(WT_Q3_K, grp, rb, nb, dst); break;
+    case WT_IQ1_M: kgrid_groups(WT_IQ1_M, grp, rb, nb, dst); break;
+    case WT_IQ2_XS: kgrid_groups(WT_IQ2_XS, grp, rb, nb, dst); break;
+    default: kgrid_groups(WT_IQ2_S, grp, rb, nb, dst); break;
     }
 }
 #endif

@@ -1,0 +1,75 @@
+"""The K-grid types' one-row matmul (decode): each held as stored against the Q6_K and Q8_0 blocks.
+
+    python bench/bench_kgrid.py [--threads 1] [--repeat 30] [--rows 1,4,8] [--target avx2]
+
+Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
+time, on every call (native/grids.c); IQ2_XXS (a grid type, decoded the same way to Q8_0) and a
+Q6_K and a Q8_0 weight of the same shape, whose packed blocks need no decoding, are the yardsticks.
+One Qwen3-1.7B FFN-shaped weight (6144 x 2048, random blocks) per type, the default three-limb
+kernels (`native`), the best of `--repeat` timings of `strata_matmul` per row count, the types
+taking turns so that a noisy machine disturbs all alike. Prints each type's milliseconds, its time
+against Q6_K's, and its weight bytes read per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as QT
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weights import Weight
+
+TYPES = (QT.Q3_K, QT.IQ1_M, QT.IQ2_XS, QT.IQ2_S, QT.IQ2_XXS, QT.Q6_K, QT.Q8_0)
+N, K = 6144, 2048  # Qwen3-1.7B's FFN up / gate
+D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the others: at 0; IQ1_M: below)
+
+
+def blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
+    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    data = rng.integers(0, 256, size=(N * K // block, size), dtype=np.uint8)
+    d = rng.uniform(0.001, 0.01, size=data.shape[0]).astype(np.float16).view(np.uint16)
+    if qtype == QT.IQ1_M:  # d's four nibbles on top of the four scale words (bytes 49, 51, 53, 55)
+        for k in range(4):
+            data[:, 49 + 2 * k] = (data[:, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 15) << 4).astype(np.uint8)
+    else:
+        at = D_AT.get(qtype, 0)
+        data[:, at : at + 2] = d.view(np.uint8).reshape(-1, 2)
+    return data.reshape(-1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--rows", default="1,4,8", help="activation rows (comma list)")
+    ap.add_argument("--target", default=None, help="kernel target (default: the best this CPU runs)")
+    args = ap.parse_args()
+    ops = NativeOps(args.threads, args.target, limbs=3)
+    print(f"kernels {ops.name}, {args.threads} threads, {N}x{K}, best of {args.repeat}")
+    rng = np.random.default_rng(0)
+    packed = {}
+    for qtype in TYPES:
+        packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
+    print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
+    for m in (int(r) for r in args.rows.split(",")):
+        x = rng.normal(0, 1, (m, K)).astype(np.float32)
+        best = dict.fromkeys(TYPES, float("inf"))
+        for _ in range(args.repeat):
+            for qtype in TYPES:  # in turns
+                start = time.perf_counter()
+                ops.linear(x, packed[qtype])
+                best[qtype] = min(best[qtype], time.perf_counter() - start)
+        for qtype in TYPES:
+            block, size = GGML_QUANT_SIZES[qtype]
+            gbs = N * K // block * size / best[qtype] / 1e9  # the file's bytes of the weight
+            print(f"{qtype.name:9}{m:5d}{best[qtype] * 1e3:9.3f}{best[qtype] / best[QT.Q6_K]:8.2f}{gbs:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
