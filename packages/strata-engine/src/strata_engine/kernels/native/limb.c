@@ -390,6 +390,9 @@ static inline void limb_wide_tile(const uint8_t *grp, const int16_t *w16, int64_
     }
 }
 #define LIMB_VR 4
+#if defined(Q8_INT16_SUMS)
+#define LIMB_UNPACK_Q4_K 16 /* Q4_K's nibbles split once a group, not once a row tile (limb_bytes_rows) */
+#endif
 #else
 static inline vi limb_low(vi s0, vi s1) {
     for (int o = 0; o < 16; o++) s0.l[o] += s1.l[o] * 256;
@@ -523,6 +526,74 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
 #undef LIMB_P
 #undef LIMB_P2
 
+/* ---- AVX2, the K-quants' bytes for many rows -------------------------------------------------
+ * A call of many rows unpacks Q5_K and Q6_K groups (and here Q4_K's, as Q5_K's bytes) to a byte a
+ * weight. limb_group_rows then takes one row a tile with two int16 chains a limb (q8.h's bounds:
+ * 4 steps of Q5_K's bytes, 2 of Q6_K's); here the chains run one after the other, each widened
+ * into its int32 sums before the next starts, so that a tile holds LIMB_BYTES_ROWS rows: each
+ * weight register then serves every row of the tile. Q4_K's bytes (at most 15) take one chain of
+ * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do. The integer sums are the
+ * same exact S_j and the float sequence is limb_group_rows's: the same bits. */
+#if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
+#define LIMB_BYTES 1
+#define LIMB_BYTES_ROWS 2
+
+static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int chain, const uint8_t *grp, int64_t nb,
+                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                  vf *acc) {
+    int halves = q8_halves(t), vr = rows * limbs, steps = 8 / halves;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
+        const uint8_t *qs = q8_quants(t, blk);
+        q8_prefetch_ahead(t, blk);
+        const int8_t *xq[LIMB_ROWS];
+        const int32_t *start[LIMB_ROWS];
+        for (int i = 0; i < rows; i++) {
+            int64_t at = ((m0 + i) * nb + b) * limbs;
+            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+        }
+        for (int h = 0; h < halves; h++) {
+            vi s[3 * LIMB_ROWS];
+            for (int u = 0; u < vr; u++) s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero();
+#pragma GCC unroll 4
+            for (int c = steps * h; c < steps * h + steps; c += chain) {
+                vh p[3 * LIMB_ROWS];
+                for (int u = 0; u < vr; u++) p[u] = vh_zero();
+#pragma GCC unroll 8
+                for (int r = c; r < c + chain; r++) {
+                    vq v = vq_load(qs + 64 * r);
+                    for (int u = 0; u < vr; u++) p[u] = vh_dot4(p[u], v, limb_plane(xq, u, limbs) + 4 * r);
+                }
+                for (int u = 0; u < vr; u++) s[u] = vi_add_vh(s[u], p[u]);
+            }
+            vf ws = q8_scale(t, blk, head, h), f[LIMB_ROWS];
+            if (limbs == 3) limb_values3(s, rows, f);
+            else
+                for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
+        }
+        q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
+    }
+}
+
+/* One tile of byte type t (a constant) with constant chain, limbs and rows. */
+static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int chain, const uint8_t *grp, int64_t nb,
+                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                  vf *acc) {
+    if (limbs == 3) {
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 1, acc);
+    } else {
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 1, acc);
+    }
+}
+#else
+#define LIMB_BYTES 0
+#endif
+
 /* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
 static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                             int limbs, int64_t m0, int rows, vf *acc) {
@@ -574,10 +645,24 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
 #else
     (void)wide;
 #endif
-    int mr = limb_tile_rows(t, limbs);
+#if LIMB_BYTES
+    int bytes = t != wtype && (t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES); /* unpacked for many rows */
+#else
+    int bytes = 0;
+#endif
+    int mr = bytes ? (wtype != WT_Q4_K ? 1 : LIMB_BYTES_ROWS) : limb_tile_rows(t, limbs);
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
+#if LIMB_BYTES
+        if (bytes) {
+            if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
+            else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
+            else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
+            q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+            continue;
+        }
+#endif
 #define LIMB_CASE(T) limb_tile(T, grp, nb, xr, limbs, m0, rows, acc)
         switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
