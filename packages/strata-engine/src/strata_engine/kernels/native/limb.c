@@ -592,6 +592,7 @@ static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int cha
 }
 #else
 #define LIMB_BYTES 0
+#define LIMB_BYTES_ROWS 1
 #endif
 
 /* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
