@@ -528,12 +528,13 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
 
 /* ---- AVX2, the K-quants' bytes for many rows -------------------------------------------------
  * A call of many rows unpacks Q5_K and Q6_K groups (and here Q4_K's, as Q5_K's bytes) to a byte a
- * weight. limb_group_rows then takes one row a tile with two int16 chains a limb (q8.h's bounds:
- * 4 steps of Q5_K's bytes, 2 of Q6_K's); here the chains run one after the other, each widened
- * into its int32 sums before the next starts, so that a tile holds LIMB_BYTES_ROWS rows: each
- * weight register then serves every row of the tile. Q4_K's bytes (at most 15) take one chain of
- * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do. The integer sums are the
- * same exact S_j and the float sequence is limb_group_rows's: the same bits. */
+ * weight. limb_group_rows takes them one row a tile in two interleaved int16 chains a limb (q8.h's
+ * bounds: 4 steps of Q5_K's bytes, 2 of Q6_K's); here the chains run one after the other, each
+ * widened into the int32 sums before the next starts. Q4_K's bytes (at most 15) take one chain of
+ * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do, and a tile of
+ * LIMB_BYTES_ROWS rows, each weight register serving both; Q5_K and Q6_K keep one row a tile (two
+ * spill their int32 sums: measured no faster). The integer sums are the same exact S_j and the
+ * float sequence is limb_group_rows's: the same bits (bench/avx2_prefill_bound.py: the speed). */
 #if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
 #define LIMB_BYTES 1
 #define LIMB_BYTES_ROWS 2
