@@ -591,9 +591,24 @@ static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int cha
         else limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 1, acc);
     }
 }
+
+/* Group g's rows 0 .. M on its unpacked bytes (t: Q5_K's, also Q4_K's, or Q6_K's); a function of its
+ * own, so that limb_group's other tiles compile as they did. */
+static __attribute__((noinline)) void limb_bytes_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                       int t, const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                       const float *bias, float *y) {
+    int mr = wtype == WT_Q4_K ? LIMB_BYTES_ROWS : 1;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_ROWS];
+        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
+        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
+        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+    }
+}
 #else
 #define LIMB_BYTES 0
-#define LIMB_BYTES_ROWS 1
 #endif
 
 /* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
@@ -648,23 +663,15 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     (void)wide;
 #endif
 #if LIMB_BYTES
-    int bytes = t != wtype && (t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES); /* unpacked for many rows */
-#else
-    int bytes = 0;
+    if (t != wtype && (t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES)) { /* unpacked for many rows */
+        limb_bytes_group(xr, M, nb, limbs, wtype, t, grp, g, outs, N, bias, y);
+        return;
+    }
 #endif
-    int mr = bytes ? (wtype != WT_Q4_K ? 1 : LIMB_BYTES_ROWS) : limb_tile_rows(t, limbs);
+    int mr = limb_tile_rows(t, limbs);
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
-#if LIMB_BYTES
-        if (bytes) {
-            if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
-            else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
-            else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
-            q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
-            continue;
-        }
-#endif
 #define LIMB_CASE(T) limb_tile(T, grp, nb, xr, limbs, m0, rows, acc)
         switch (t) { /* a constant type and limb count: no per-block tests of them in the inner loops */
         case WT_Q4_0: LIMB_CASE(WT_Q4_0); break;
