@@ -390,6 +390,9 @@ static inline void limb_wide_tile(const uint8_t *grp, const int16_t *w16, int64_
     }
 }
 #define LIMB_VR 4
+#if defined(Q8_INT16_SUMS)
+#define LIMB_UNPACK_Q4_K 16 /* Q4_K's nibbles split once a group, not once a row tile (limb_bytes_rows) */
+#endif
 #else
 static inline vi limb_low(vi s0, vi s1) {
     for (int o = 0; o < 16; o++) s0.l[o] += s1.l[o] * 256;
@@ -523,6 +526,91 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
 #undef LIMB_P
 #undef LIMB_P2
 
+/* ---- AVX2, the K-quants' bytes for many rows -------------------------------------------------
+ * A call of many rows unpacks Q5_K and Q6_K groups (and here Q4_K's, as Q5_K's bytes) to a byte a
+ * weight. limb_group_rows takes them one row a tile in two interleaved int16 chains a limb (q8.h's
+ * bounds: 4 steps of Q5_K's bytes, 2 of Q6_K's); here the chains run one after the other, each
+ * widened into the int32 sums before the next starts. Q4_K's bytes (at most 15) take one chain of
+ * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do, and a tile of
+ * LIMB_BYTES_ROWS rows, each weight register serving both; Q5_K and Q6_K keep one row a tile (two
+ * spill their int32 sums: measured no faster). The integer sums are the same exact S_j and the
+ * float sequence is limb_group_rows's: the same bits (bench/avx2_prefill_bound.py: the speed). */
+#if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
+#define LIMB_BYTES 1
+#define LIMB_BYTES_ROWS 2
+
+static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int chain, const uint8_t *grp, int64_t nb,
+                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                  vf *acc) {
+    int halves = q8_halves(t), vr = rows * limbs, steps = 8 / halves;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(t, b);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
+        const uint8_t *qs = q8_quants(t, blk);
+        q8_prefetch_ahead(t, blk);
+        const int8_t *xq[LIMB_ROWS];
+        const int32_t *start[LIMB_ROWS];
+        for (int i = 0; i < rows; i++) {
+            int64_t at = ((m0 + i) * nb + b) * limbs;
+            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+        }
+        for (int h = 0; h < halves; h++) {
+            vi s[3 * LIMB_ROWS];
+            for (int u = 0; u < vr; u++) s[u] = q8_offset(t) ? vi_set1(start[u / limbs][2 * (u % limbs) + h]) : vi_zero();
+#pragma GCC unroll 4
+            for (int c = steps * h; c < steps * h + steps; c += chain) {
+                vh p[3 * LIMB_ROWS];
+                for (int u = 0; u < vr; u++) p[u] = vh_zero();
+#pragma GCC unroll 8
+                for (int r = c; r < c + chain; r++) {
+                    vq v = vq_load(qs + 64 * r);
+                    for (int u = 0; u < vr; u++) p[u] = vh_dot4(p[u], v, limb_plane(xq, u, limbs) + 4 * r);
+                }
+                for (int u = 0; u < vr; u++) s[u] = vi_add_vh(s[u], p[u]);
+            }
+            vf ws = q8_scale(t, blk, head, h), f[LIMB_ROWS];
+            if (limbs == 3) limb_values3(s, rows, f);
+            else
+                for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
+        }
+        q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
+    }
+}
+
+/* One tile of byte type t (a constant) with constant chain, limbs and rows. */
+static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int chain, const uint8_t *grp, int64_t nb,
+                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                  vf *acc) {
+    if (limbs == 3) {
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 1, acc);
+    } else {
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 1, acc);
+    }
+}
+
+/* Group g's rows 0 .. M on its unpacked bytes (t: Q5_K's, also Q4_K's, or Q6_K's); a function of its
+ * own, so that limb_group's other tiles compile as they did. */
+static __attribute__((noinline)) void limb_bytes_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                       int t, const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                       const float *bias, float *y) {
+    int mr = wtype == WT_Q4_K ? LIMB_BYTES_ROWS : 1;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_ROWS];
+        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
+        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
+        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+    }
+}
+#else
+#define LIMB_BYTES 0
+#endif
+
 /* One row tile with constant limbs and rows: the compiler keeps the tile in registers. */
 static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                             int limbs, int64_t m0, int rows, vf *acc) {
@@ -573,6 +661,12 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
 #else
     (void)wide;
+#endif
+#if LIMB_BYTES
+    if (t != wtype && (t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES)) { /* unpacked for many rows */
+        limb_bytes_group(xr, M, nb, limbs, wtype, t, grp, g, outs, N, bias, y);
+        return;
+    }
 #endif
     int mr = limb_tile_rows(t, limbs);
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
