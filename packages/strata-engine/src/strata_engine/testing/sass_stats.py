@@ -6,7 +6,8 @@ builds one per recorded launch) is disassembled with the cuobjdump Triton bundle
 
 - the main loop is the innermost loop, found by its backward branch (a branch to an address at
   or before its own; the self-branch that pads the code after the last EXIT is not a loop); when
-  several loops are innermost (none inside another), the longest, where the time goes;
+  several loops are innermost (none inside another), the longest, where the time goes (the
+  decode matmul split along K: its two loops, each run once a block, together);
 - each warp runs the loop body once per iteration, so warp-instructions a weight is the body's
   length times the launch's warps over the weights one iteration of a program consumes, taken
   from the kernel's tile constexprs (WEIGHTS_PER_ITERATION);
@@ -99,14 +100,18 @@ def loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
     return found
 
 
-def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
-    """The main loop's body: of the loops with no other loop inside, the longest; [] if none."""
+def innermost_loops(instructions: list[Instruction]) -> list[list[Instruction]]:
+    """The bodies of the loops with no other loop inside, longest first."""
     found = loops(instructions)
     inner = [(a, b) for a, b in found if not any((a, b) != (c, d) and a <= c and d <= b for c, d in found)]
-    if not inner:
-        return []
-    a, b = max(inner, key=lambda loop: loop[1] - loop[0])
-    return instructions[a : b + 1]
+    inner.sort(key=lambda loop: loop[0] - loop[1])
+    return [instructions[a : b + 1] for a, b in inner]
+
+
+def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
+    """The main loop's body: of the loops with no other loop inside, the longest; [] if none."""
+    bodies = innermost_loops(instructions)
+    return bodies[0] if bodies else []
 
 
 def count(instructions: list[Instruction], prefixes: tuple[str, ...]) -> int:
@@ -179,6 +184,11 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     code = parse_sass(cuobjdump(cubin, "-sass"))
     res = resources(cuobjdump(cubin, "-res-usage"))
     body = innermost_loop(code)
+    if spec["constexprs"].get("SPLIT"):
+        # the decode matmul split along K: the programs' loop over their blocks (integer sums)
+        # and the tile's last program's loop over every block (the float steps) each run once
+        # a block, so both count
+        body = [ins for loop in innermost_loops(code)[:2] for ins in loop]
     name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
     per_iteration = WEIGHTS_PER_ITERATION.get(name)
     return KernelStats(
