@@ -148,7 +148,20 @@ def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, kp, c
     """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums."""
     w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, zero, WT)
     xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
-    x = tl.load(q_ptr + xrow[None, :] * 32 + kp[:, None], mask=cmask, other=0)
+    # the activations as 4-byte words (q_ptr is the int8 limbs seen as int32), split into bytes
+    # in registers: word kw of a column holds its inputs 4 kw .. 4 kw + 3
+    kw = tl.arange(0, 8)
+    if HALVES == 2:  # column 2 t + h (of every 8) takes half h's 16 inputs
+        wmask = cmask[None, :] & ((kw >> 2)[:, None] == (tl.arange(0, 32) & 1)[None, :])
+    else:
+        wmask = tl.broadcast_to(cmask[None, :], (8, 16))
+    xw = tl.load(q_ptr + xrow[None, :] * 8 + kw[:, None], mask=wmask, other=0)  # [8, C] int32
+    e0 = xw.to(tl.int8)
+    e1 = (xw >> 8).to(tl.int8)
+    e2 = (xw >> 16).to(tl.int8)
+    e3 = (xw >> 24).to(tl.int8)
+    x4 = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [8, C, 2, 2]: byte 2 p + q at [., ., p, q]
+    x = tl.permute(x4, (0, 2, 3, 1)).reshape(32, 16 * HALVES)
     return _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, HALVES, WT)
 
 
@@ -163,10 +176,13 @@ def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, r
     xb = rows.to(tl.int64) * nb + b
     s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
     dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
-    return accumulate(
-        acc, f0, f1, tl.broadcast_to(ws0[:, None], (bn, nt)), tl.broadcast_to(ws1[:, None], (bn, nt)),
-        tl.broadcast_to(mn[:, None], (bn, nt)), s, dsum, WT,
-    )  # fmt: skip
+    if WT == Q6_K:  # both halves' scales moved into the accumulator's layout as one pair
+        w01 = tl.broadcast_to(tl.join(ws0, ws1)[:, None, :], (bn, nt, 2))
+        w0, w1 = tl.split(w01)
+    else:
+        w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
+        w1 = w0
+    return accumulate(acc, f0, f1, w0, w1, tl.broadcast_to(mn[:, None], (bn, nt)), s, dsum, WT)
 
 
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB", "PER"])
@@ -189,11 +205,11 @@ def _mma_kernel(
     if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
         j = col >> 3
         tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
-        cmask = ((tok < M) & (j < LIMBS))[None, :] & ((kp >> 4)[:, None] == (col & 1)[None, :])
+        cmask = (tok < M) & (j < LIMBS)  # the column's (half h's inputs: _block_values)
     else:  # column 8 jh + 2 t + jl: limb 2 jh + jl of row t
         j = (col >> 3) * 2 + (col & 1)
         tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
-        cmask = ((tok < M) & (j < LIMBS))[None, :]
+        cmask = (tok < M) & (j < LIMBS)
     # 0 (N is not negative), which the compiler cannot know: the high nibbles' word then keeps
     # its top byte as a byte of that word, and each 4 bytes pass to the MMA as the one register
     zero = N >> 31
@@ -303,4 +319,5 @@ def launch(args: tuple, m: int, n: int, nb: int, gb: int, bn: int, halves: int, 
     else:
         scratch, cnt, per = y, y, nb
     cr = 1 if m == 1 else 2 if m == 2 else TOKENS.value  # rows a group's float steps take
+    args = (args[0].view(torch.int32), *args[1:])  # the limbs as words (32 bytes a block)
     _mma_kernel[grid](*args, scratch, cnt, m, n, nb, gb, per, BN=bn, SPLIT=split, CR=cr if split else TOKENS.value, **consts)
