@@ -285,6 +285,10 @@ def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constex
 # run over every block in order, so the bits never depend on it.
 PROGRAMS = 4 if INTERPRETED else 132
 MIN_PER = 4  # blocks a K range takes at least
+# the K loop's software pipeline: the next block's weights and activations copied (cp.async)
+# while this one is computed; 2 stages keep the loop at 0.147 warp-instructions a weight for
+# Q6_K (3: 0.157), and the split along K gives each SM programs enough to hide the rest
+STAGES = 2
 _counts: dict[str, torch.Tensor] = {}
 
 
@@ -320,4 +324,7 @@ def launch(args: tuple, m: int, n: int, nb: int, gb: int, bn: int, halves: int, 
         scratch, cnt, per = y, y, nb
     cr = 1 if m == 1 else 2 if m == 2 else TOKENS.value  # rows a group's float steps take
     args = (args[0].view(torch.int32), *args[1:])  # the limbs as words (32 bytes a block)
-    _mma_kernel[grid](*args, scratch, cnt, m, n, nb, gb, per, BN=bn, SPLIT=split, CR=cr if split else TOKENS.value, **consts)
+    _mma_kernel[grid](
+        *args, scratch, cnt, m, n, nb, gb, per,
+        BN=bn, SPLIT=split, CR=cr if split else TOKENS.value, num_stages=STAGES, **consts,
+    )  # fmt: skip
