@@ -35,6 +35,7 @@ from typing import Any
 
 from _common import write_results
 
+from strata_engine.testing.sass_stats import decode_forms
 from strata_engine.testing.triton_compile import RUNS
 
 TARGET_INSTRUCTIONS = 0.15  # warp-instructions a weight in the decode loop body (Q4_K, Q6_K)
@@ -78,10 +79,12 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         seconds["launches"] = time.perf_counter() - t
         t = time.perf_counter()
         stats = Path(tmp) / "stats.json"
+        forms = Path(tmp) / "forms.json"  # each decode matmul in its three forms (sass_stats.decode_forms)
+        forms.write_text(json.dumps(decode_forms(json.loads(specs.read_text()))))
         _module(
             "triton_compile",
             "analyse",
-            str(specs),
+            str(forms),
             str(stats),
             *(["--matmuls"] if fast else []),
             interpret=False,
@@ -157,7 +160,7 @@ def table(record: dict[str, Any]) -> str:
             if is_decode(r) and r["wtype"] == wtype:
                 limbs = f"limbs {r['constexprs']['LIMBS']}" if "LIMBS" in r["constexprs"] else "fp32 mode"
                 if r["constexprs"].get("SPLIT"):
-                    limbs += ", split along K: both loops"
+                    limbs += f", split along K, float steps for {r['constexprs']['CR']} rows: both loops"
                 lines.append(
                     f"| {wtype} decode loop, {r['kernel']} ({limbs}): warp-instructions a weight "
                     f"| {r['warp_instructions_per_weight']:.3f} | <= {TARGET_INSTRUCTIONS} |"

@@ -23,6 +23,7 @@ a test rather than printing zeros.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -204,3 +205,25 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
         loop_mma=count(body, MMA),
         weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
     )
+
+
+def decode_forms(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded launches, each decode matmul (mmadecode._mma_kernel) in the three forms a
+    GPU runs whatever widths the tiny models had: one program a tile (SPLIT False: an 8B's LM
+    head), and split along K with the float steps for 1 row (CR 1: batch 1) and for 4 (CR 4)."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for spec in specs:
+        forms = [spec]
+        if spec["name"] == "_mma_kernel":
+            forms = []
+            for split, cr in ((False, 4), (True, 1), (True, 4)):
+                sig = spec["signature"] | {"cnt_ptr": "*i32" if split else spec["signature"]["y_ptr"]}
+                constexprs = spec["constexprs"] | {"SPLIT": split, "CR": cr}
+                forms.append(spec | {"signature": sig, "constexprs": constexprs})
+        for form in forms:
+            key = json.dumps(form, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(form)
+    return out

@@ -238,7 +238,7 @@ def test_three_limb_sum_by_fma_is_rounded_once() -> None:
     for _ in range(3):
         digits.append(((rest & 255) ^ 128) - 128)
         rest = (rest - digits[-1]) >> 8
-    s0, s1, s2 = (d @ w.T for d in digits)
+    _, s1, s2 = (d @ w.T for d in digits)
     t = np.abs(s2 * 256 + s1)
     assert t.max() < 2**24 and np.abs(digits[0]).max() == 128
     # rows whose sums round (not fp32 integers) with T past 2^22

@@ -142,7 +142,7 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr, WT: tl.constexpr):
 
 
 @triton.jit
-def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, kp, cmask, nb, b,
+def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                   WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr,
                   SCB: tl.constexpr, LIMBS: tl.constexpr, HALVES: tl.constexpr):  # fmt: skip
     """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums."""
@@ -185,6 +185,17 @@ def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, r
     return accumulate(acc, f0, f1, w0, w1, tl.broadcast_to(mn[:, None], (bn, nt)), s, dsum, WT)
 
 
+@triton.jit
+def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
+    acc = canonical_nan(acc)
+    at = rows.to(tl.int64)[None, :] * N + rn[:, None]
+    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
+        acc = tl.load(r_ptr + at, mask=rmask[None, :] & (rn < N)[:, None], other=0.0) + acc
+    tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])
+
+
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB", "PER"])
 def _mma_kernel(
     q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
@@ -201,7 +212,6 @@ def _mma_kernel(
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
     col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
-    kp = tl.arange(0, 32)
     if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
         j = col >> 3
         tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
@@ -226,7 +236,7 @@ def _mma_kernel(
         fmask = rmask[None, :] & live[:, None]
         for b in range(first, tl.minimum(first + PER, nb)):
             f0, f1 = _block_values(
-                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, kp, cmask, nb, b,
+                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                 WT, KQ, BB, SB, SCB, LIMBS, HALVES,
             )  # fmt: skip
             at = fat + b * ntiles * (HALVES * TOKENS * BN)
@@ -251,7 +261,9 @@ def _mma_kernel(
                 f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
                 f1 = f0
                 if HALVES == 2:
-                    f1 = tl.load(f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg")
+                    f1 = tl.load(
+                        f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg"
+                    )
                 cacc = _chain(cacc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
                              WT, KQ, BB, SB)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
@@ -260,7 +272,7 @@ def _mma_kernel(
         acc = tl.zeros((BN, TOKENS), tl.float32)
         for b in range(0, nb):  # the blocks in order: the float sequence is C's
             f0, f1 = _block_values(
-                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, kp, cmask, nb, b,
+                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                 WT, KQ, BB, SB, SCB, LIMBS, HALVES,
             )  # fmt: skip
             acc = _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
@@ -268,23 +280,12 @@ def _mma_kernel(
         _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS, HAS_RES)
 
 
-@triton.jit
-def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
-    if HAS_BIAS:
-        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
-    acc = canonical_nan(acc)
-    at = rows.to(tl.int64)[None, :] * N + rn[:, None]
-    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
-        acc = tl.load(r_ptr + at, mask=rmask[None, :] & (rn < N)[:, None], other=0.0) + acc
-    tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])
-
-
 # Programs a decode launch should give a GPU at least: an H100's or H200's 132 SMs (under the
 # interpreter a few, so that the tests' small shapes take the split path too). A speed choice
 # only: a K range's blocks give the same f wherever they are formed, and the float steps always
 # run over every block in order, so the bits never depend on it.
 PROGRAMS = 4 if INTERPRETED else 132
-MIN_PER = 4  # blocks a K range takes at least
+MIN_PER = 2  # blocks a K range takes at least
 # the K loop's software pipeline: the next block's weights and activations copied (cp.async)
 # while this one is computed; 2 stages keep the loop at 0.147 warp-instructions a weight for
 # Q6_K (3: 0.157), and the split along K gives each SM programs enough to hide the rest
@@ -297,9 +298,11 @@ def plan(m: int, n: int, nb: int, bn: int) -> tuple[tuple[int, int, int], int]:
     the K split (each range's integer sums formed by its own program, the float steps run by
     the tile's last) only when the tiles alone give fewer than PROGRAMS programs."""
     tiles, groups = triton.cdiv(n, bn), triton.cdiv(m, TOKENS.value)
-    ranges = max(1, min(triton.cdiv(PROGRAMS, tiles * groups), nb // MIN_PER))
-    per = triton.cdiv(nb, ranges) if nb else 0
-    return (tiles, groups, triton.cdiv(nb, per) if per else 1), per
+    ranges = min(triton.cdiv(PROGRAMS, tiles * groups), nb // MIN_PER)
+    if ranges <= 1:
+        return (tiles, groups, 1), nb
+    per = nb // ranges  # at least `ranges` ranges, the last one shorter
+    return (tiles, groups, triton.cdiv(nb, per)), per
 
 
 def counts(device: torch.device, size: int) -> torch.Tensor:
@@ -318,7 +321,9 @@ def launch(args: tuple, m: int, n: int, nb: int, gb: int, bn: int, halves: int, 
     y = args[-1]
     split = grid[2] > 1
     if split:
-        scratch = torch.empty(grid[1] * nb * halves * TOKENS.value * grid[0] * bn, dtype=torch.float32, device=y.device)
+        scratch = torch.empty(
+            grid[1] * nb * halves * TOKENS.value * grid[0] * bn, dtype=torch.float32, device=y.device
+        )
         cnt = counts(y.device, grid[0] * grid[1])
     else:
         scratch, cnt, per = y, y, nb
