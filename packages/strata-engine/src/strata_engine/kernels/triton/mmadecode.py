@@ -15,7 +15,16 @@ packed layout are the low (or high) nibbles of one 4-byte word: the word masked 
 taken from one word value (`_bytes`). The columns are placed so that each thread's accumulator
 fragment (columns 2q, 2q + 1 of every 8) holds a row's every limb: column 8 jh + 2 t + jl for row
 t and limb j = 2 jh + jl (limb 3 always zero), and Q6_K's 32 columns 8 j + 2 t + h (h its half),
-which `tl.split`s take apart in registers.
+which `tl.split`s take apart in registers. The activations arrive as 4-byte words (copied
+asynchronously, as the weights are) and are split into bytes in registers.
+
+A GPU needs more programs than a decode's output tiles give (16 for a 4,096-output projection at
+batch 1, on 132 SMs), so a launch with fewer than PROGRAMS is split along K (`plan`): each
+program forms the block values f of its range of blocks (exact integer sums rounded once: the
+same values whichever program forms them) and writes them to a scratch; the tile's last
+program to finish, counted by an int32 atomic, runs the float steps over every block in block
+order and resets the count. No float is ever summed across programs, so the bits are those of
+one program a tile.
 """
 
 from __future__ import annotations
