@@ -35,11 +35,13 @@ from typing import Any
 
 from _common import write_results
 
+from strata_engine.testing.sass_stats import decode_forms
 from strata_engine.testing.triton_compile import RUNS
 
 TARGET_INSTRUCTIONS = 0.15  # warp-instructions a weight in the decode loop body (Q4_K, Q6_K)
 TARGET_LAUNCHES = 4  # launches a layer in a decode step
 TARGET_TYPES = ("Q4_K", "Q6_K")
+TARGET_PROGRAMS = 132  # an H100's or H200's SMs
 DECODE = ("mmadecode._mma_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
 
 
@@ -77,10 +79,12 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         seconds["launches"] = time.perf_counter() - t
         t = time.perf_counter()
         stats = Path(tmp) / "stats.json"
+        forms = Path(tmp) / "forms.json"  # each decode matmul in its three forms (sass_stats.decode_forms)
+        forms.write_text(json.dumps(decode_forms(json.loads(specs.read_text()))))
         _module(
             "triton_compile",
             "analyse",
-            str(specs),
+            str(forms),
             str(stats),
             *(["--matmuls"] if fast else []),
             interpret=False,
@@ -88,10 +92,43 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         seconds["compile"] = time.perf_counter() - t
         return {
             "kernels": json.loads(stats.read_text()),
+            "programs": programs(),
             "launches": json.loads(launches.read_text()),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "fast": fast,
         }
+
+
+# Llama-3.1-8B's decode matmuls (outputs, inputs), q/k/v and gate/up fused where they share a
+# type (Q4_K_M: in half the layers attn_v is Q6_K, so q/k fuse and v runs alone)
+PROJECTIONS_8B = {
+    "q/k/v fused (Q4_K)": (6144, 4096),
+    "q/k fused (v Q6_K)": (5120, 4096),
+    "v alone (Q6_K)": (1024, 4096),
+    "attn_output 4096x4096": (4096, 4096),
+    "gate/up fused 4096->2x14336": (28672, 4096),
+    "ffn_down 14336->4096": (4096, 14336),
+    "LM head (128256 outputs)": (128256, 4096),
+}
+BATCHES = (1, 8)
+
+
+def programs() -> list[dict[str, Any]]:
+    """Programs a decode launch gets for each 8B projection at batch 1 and 8: before the K split
+    (one program a tile of 256 outputs and 4 rows) and now (mmadecode.plan)."""
+    from strata_engine.kernels.triton import mmadecode
+
+    rows = []
+    for name, (n, k) in PROJECTIONS_8B.items():
+        for m in BATCHES:
+            grid, per = mmadecode.plan(m, n, k // 32, 256)
+            rows.append(
+                {
+                    "projection": name, "rows": m, "tiles": grid[0] * grid[1], "k_ranges": grid[2],
+                    "blocks_a_range": per, "programs": grid[0] * grid[1] * grid[2],
+                }
+            )  # fmt: skip
+    return rows
 
 
 def _tile(constexprs: dict[str, Any]) -> str:
@@ -122,6 +159,8 @@ def table(record: dict[str, Any]) -> str:
         for r in rows:
             if is_decode(r) and r["wtype"] == wtype:
                 limbs = f"limbs {r['constexprs']['LIMBS']}" if "LIMBS" in r["constexprs"] else "fp32 mode"
+                if r["constexprs"].get("SPLIT"):
+                    limbs += f", split along K, float steps for {r['constexprs']['CR']} rows: both loops"
                 lines.append(
                     f"| {wtype} decode loop, {r['kernel']} ({limbs}): warp-instructions a weight "
                     f"| {r['warp_instructions_per_weight']:.3f} | <= {TARGET_INSTRUCTIONS} |"
@@ -138,6 +177,16 @@ def table(record: dict[str, Any]) -> str:
         f"| launches a decode step, Llama-3.1-8B (32 layers; fixed part {launches['fixed']}) "
         f"| {launches['step_8b']} | <= {32 * TARGET_LAUNCHES} + fixed |"
     )
+    lines += [
+        "",
+        "| 8B decode matmul (batch) | programs before (tiles) | K ranges | programs | target |",
+        "|---|---|---|---|---|",
+    ]
+    for p in record.get("programs", []):
+        lines.append(
+            f"| {p['projection']} ({p['rows']}) | {p['tiles']} | {p['k_ranges']} x {p['blocks_a_range']} blocks "
+            f"| {p['programs']} | >= {TARGET_PROGRAMS} |"
+        )
     return "\n".join(lines)
 
 

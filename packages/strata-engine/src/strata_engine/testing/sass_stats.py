@@ -6,7 +6,8 @@ builds one per recorded launch) is disassembled with the cuobjdump Triton bundle
 
 - the main loop is the innermost loop, found by its backward branch (a branch to an address at
   or before its own; the self-branch that pads the code after the last EXIT is not a loop); when
-  several loops are innermost (none inside another), the longest, where the time goes;
+  several loops are innermost (none inside another), the longest, where the time goes (the
+  decode matmul split along K: its two loops, each run once a block, together);
 - each warp runs the loop body once per iteration, so warp-instructions a weight is the body's
   length times the launch's warps over the weights one iteration of a program consumes, taken
   from the kernel's tile constexprs (WEIGHTS_PER_ITERATION);
@@ -22,6 +23,7 @@ a test rather than printing zeros.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -99,14 +101,18 @@ def loops(instructions: list[Instruction]) -> list[tuple[int, int]]:
     return found
 
 
-def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
-    """The main loop's body: of the loops with no other loop inside, the longest; [] if none."""
+def innermost_loops(instructions: list[Instruction]) -> list[list[Instruction]]:
+    """The bodies of the loops with no other loop inside, longest first."""
     found = loops(instructions)
     inner = [(a, b) for a, b in found if not any((a, b) != (c, d) and a <= c and d <= b for c, d in found)]
-    if not inner:
-        return []
-    a, b = max(inner, key=lambda loop: loop[1] - loop[0])
-    return instructions[a : b + 1]
+    inner.sort(key=lambda loop: loop[0] - loop[1])
+    return [instructions[a : b + 1] for a, b in inner]
+
+
+def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
+    """The main loop's body: of the loops with no other loop inside, the longest; [] if none."""
+    bodies = innermost_loops(instructions)
+    return bodies[0] if bodies else []
 
 
 def count(instructions: list[Instruction], prefixes: tuple[str, ...]) -> int:
@@ -179,6 +185,11 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     code = parse_sass(cuobjdump(cubin, "-sass"))
     res = resources(cuobjdump(cubin, "-res-usage"))
     body = innermost_loop(code)
+    if spec["constexprs"].get("SPLIT"):
+        # the decode matmul split along K: the programs' loop over their blocks (integer sums)
+        # and the tile's last program's loop over every block (the float steps) each run once
+        # a block, so both count
+        body = [ins for loop in innermost_loops(code)[:2] for ins in loop]
     name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
     per_iteration = WEIGHTS_PER_ITERATION.get(name)
     return KernelStats(
@@ -194,3 +205,25 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
         loop_mma=count(body, MMA),
         weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
     )
+
+
+def decode_forms(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded launches, each decode matmul (mmadecode._mma_kernel) in the three forms a
+    GPU runs whatever widths the tiny models had: one program a tile (SPLIT False: an 8B's LM
+    head), and split along K with the float steps for 1 row (CR 1: batch 1) and for 4 (CR 4)."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for spec in specs:
+        forms = [spec]
+        if spec["name"] == "_mma_kernel":
+            forms = []
+            for split, cr in ((False, 4), (True, 1), (True, 4)):
+                sig = spec["signature"] | {"cnt_ptr": "*i32" if split else spec["signature"]["y_ptr"]}
+                constexprs = spec["constexprs"] | {"SPLIT": split, "CR": cr}
+                forms.append(spec | {"signature": sig, "constexprs": constexprs})
+        for form in forms:
+            key = json.dumps(form, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(form)
+    return out

@@ -222,6 +222,59 @@ def test_three_limb_sum_is_rounded_once() -> None:
     assert same_bits(got, want) and same_bits(got, exact[rows].astype(np.float32))
 
 
+def test_three_limb_sum_by_fma_is_rounded_once() -> None:
+    """The decode path's k = 3 sum for the narrow types (Q4_0 here: |w| <= 8): fma(S_2 256 + S_1,
+    256, S_0), exact only while S_2 256 + S_1 stays below 2^24 (mmadecode._limbs). Weights at
+    -8 and 7, activations at scale 1 whose digits push S_1 and S_2 to their bounds, and rows
+    whose sum rounds with T past 2^22: the C kernels' bits, which are the exact sum's."""
+    rng = np.random.default_rng(12)
+    w = rng.choice(np.array([-8, 7]), size=(N, 32), p=(0.9, 0.1))
+    x = rng.integers(quantize.XMAX[3] // 2, quantize.XMAX[3] + 1, size=(4000, 32))
+    x *= rng.choice(np.array([-1, 1]), size=(4000, 1))  # large sums of one sign: T near its bound
+    x[:, 1:8] = -(126 * 65536 + 128 * 256 + 128)  # digits -128, -128, -126: S_0, S_1 at their bounds
+    x[:, 0] = quantize.XMAX[3]
+    exact = x @ w.T
+    digits, rest = [], x
+    for _ in range(3):
+        digits.append(((rest & 255) ^ 128) - 128)
+        rest = (rest - digits[-1]) >> 8
+    _, s1, s2 = (d @ w.T for d in digits)
+    t = np.abs(s2 * 256 + s1)
+    assert t.max() < 2**24 and np.abs(digits[0]).max() == 128
+    # rows whose sums round (not fp32 integers) with T past 2^22
+    rounds = exact.astype(np.float32).astype(np.int64) != exact
+    rows = np.nonzero((rounds & (t >= 2**22)).any(axis=1))[0][:6]
+    assert len(rows) == 6
+    data = np.zeros((N, 18), dtype=np.uint8)
+    data[:, :2] = np.array([1.0], dtype=np.float16).view(np.uint8)
+    nib = (w + 8).astype(np.uint8)
+    data[:, 2:] = nib[:, :16] | (nib[:, 16:] << 4)  # Q4_0: byte i holds elements i and 16 + i
+    weight = Weight.from_info(TensorInfo("w", (N, 32), QT.Q4_0, data.reshape(-1)))
+    got, want = _both(QT.Q4_0, 3, x[rows].astype(np.float32), weight, path="mma")
+    assert same_bits(got, want) and same_bits(got, exact[rows].astype(np.float32))
+
+
+def test_split_k_equals_one_program_a_tile(monkeypatch) -> None:
+    """The decode path split along K (each range's block sums formed by its own program, the
+    float steps over every block in order by the tile's last) gives the bits of one program a
+    tile, and the C kernels': Q4_K and Q6_K, 1 and 5 rows, 2 to 4 ranges and a short last one."""
+    rng = np.random.default_rng(13)
+    for qtype in (QT.Q4_K, QT.Q6_K):
+        w = _weight(qtype, N, 768, rng)  # 24 blocks
+        for m in (1, 5):
+            x = _activations(m, 768, rng)
+            monkeypatch.setattr(mmadecode, "PROGRAMS", 1)
+            one, want = _both(qtype, 3, x, w, path="mma")
+            assert mmadecode.plan(m, N, 24, intmatmul.fit(N, intmatmul.MMA_N, 16))[0][2] == 1
+            for programs in (2, 3, 4):
+                monkeypatch.setattr(mmadecode, "PROGRAMS", programs * (1 if m == 1 else 2))
+                assert mmadecode.plan(m, N, 24, intmatmul.fit(N, intmatmul.MMA_N, 16))[0][2] == programs
+                got, _ = _both(qtype, 3, x, w, path="mma")
+                assert same_bits(got, want) and torch.equal(got.view(torch.int32), one.view(torch.int32))
+    counts = mmadecode.counts(torch.device(DEVICE), 1)
+    assert not counts.any(), "every tile's count is back to zero"
+
+
 @pytest.mark.parametrize(("qtype", "limbs"), [(QT.Q4_1, 1), (QT.Q6_K, 3)], ids=["Q4_1-1", "Q6_K-3"])
 def test_decode_path_equals_tile_path(qtype: QT, limbs: int) -> None:
     """The decode path's integer sums (weights as the MMA's wide operand, rows' limbs as

@@ -155,7 +155,7 @@ def matmul_quantised(
     consts |= LAUNCH
     if path == "mma" or (path == "auto" and m <= ROWS_MAX):
         bn = fit(n, MMA_N, 16)
-        mmadecode._mma_kernel[mmadecode.grid(m, n, bn)](*args, m, n, nb, pw.group_bytes, BN=bn, **consts)
+        mmadecode.launch(args, m, n, nb, pw.group_bytes, bn, 2 if pw.wtype == Q6_K else 1, consts)
     else:
         bm, bn = fit(m, BLOCK_M, 16), fit(n, BLOCK_N, 16)  # tl.dot: 16 at least
         grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))

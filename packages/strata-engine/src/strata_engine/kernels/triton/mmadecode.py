@@ -15,16 +15,26 @@ packed layout are the low (or high) nibbles of one 4-byte word: the word masked 
 taken from one word value (`_bytes`). The columns are placed so that each thread's accumulator
 fragment (columns 2q, 2q + 1 of every 8) holds a row's every limb: column 8 jh + 2 t + jl for row
 t and limb j = 2 jh + jl (limb 3 always zero), and Q6_K's 32 columns 8 j + 2 t + h (h its half),
-which `tl.split`s take apart in registers.
+which `tl.split`s take apart in registers. The activations arrive as 4-byte words (copied
+asynchronously, as the weights are) and are split into bytes in registers.
+
+A GPU needs more programs than a decode's output tiles give (16 for a 4,096-output projection at
+batch 1, on 132 SMs), so a launch with fewer than PROGRAMS is split along K (`plan`): each
+program forms the block values f of its range of blocks (exact integer sums rounded once: the
+same values whichever program forms them) and writes them to a scratch; the tile's last
+program to finish, counted by an int32 atomic, runs the float steps over every block in block
+order and resets the count. No float is ever summed across programs, so the bits are those of
+one program a tile.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton.float_chain import accumulate, value
-from strata_engine.kernels.triton.ieee import canonical_nan
+from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
 from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
 from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
@@ -97,18 +107,25 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
 
 
 @triton.jit
-def _limbs(s0, s1, s2, LIMBS: tl.constexpr):
-    """f of one block from its limbs' sums: value's number (k = 3: the exact sum formed in
-    int64 and converted once, the value value's fp64 steps give)."""
+def _limbs(s0, s1, s2, LIMBS: tl.constexpr, WT: tl.constexpr):
+    """f of one block from its limbs' sums: value's number, V = S_2 65536 + S_1 256 + S_0 rounded
+    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0; Q6_K's halves of
+    16 inputs with |w| <= 32), T = S_2 256 + S_1 stays below 2^24 in magnitude (|S_2| <= 32 x 16
+    x 127, the top digit of |X| <= 8355711; |S_1| <= 32 x 16 x 128), so T and S_0 are exact
+    fp32 values and fma(T, 256, S_0) is V with one rounding: 4 instructions where the int64 sum
+    and its conversion take 5. The wider types form V in int64 and convert it once."""
     if LIMBS == 3:
-        f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
+        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K:  # noqa: SIM109
+            f = tl.fma((s2 * 256 + s1).to(tl.float32), 256.0, s0.to(tl.float32))
+        else:
+            f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
     else:
         f = value(s0, s1, s2, LIMBS)
     return f
 
 
 @triton.jit
-def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
+def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr, WT: tl.constexpr):
     """f per (output, row) of each half from the dot's int32 sums: two [BN, TOKENS]. One half:
     [BN, 16], column 8 jh + 2 t + jl holds limb 2 jh + jl of row t; two: [BN, 32], column
     8 j + 2 t + h holds limb j of row t, half h. Either way each thread's accumulator fragment
@@ -122,59 +139,63 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr):
         s1, _ = tl.split(odd0)
         t0, t2 = tl.split(even1)
         t1, _ = tl.split(odd1)
-        f0 = _limbs(s0, s1, s2, LIMBS)
-        f1 = _limbs(t0, t1, t2, LIMBS)
+        f0 = _limbs(s0, s1, s2, LIMBS, WT)
+        f1 = _limbs(t0, t1, t2, LIMBS, WT)
     else:
         even, odd = tl.split(tl.reshape(acc, (bn, 2, 4, 2)))  # jl = 0, 1: [BN, jh, t]
         s0, s2 = tl.split(tl.permute(even, (0, 2, 1)))
         s1, _ = tl.split(tl.permute(odd, (0, 2, 1)))
-        f0 = _limbs(s0, s1, s2, LIMBS)
+        f0 = _limbs(s0, s1, s2, LIMBS, WT)
         f1 = f0
     return f0, f1
 
 
-@triton.jit(do_not_specialize=["M", "N", "nb", "GB"])
-def _mma_kernel(
-    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, M, N, nb, GB,
-    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
-    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr,
-):  # fmt: skip
-    rn = tl.program_id(0) * BN + tl.arange(0, BN)
-    live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
-    group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
-    gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
-    o = rn % 16
-    HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
-    col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
-    kp = tl.arange(0, 32)
-    if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
-        j = col >> 3
-        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
-        cmask = ((tok < M) & (j < LIMBS))[None, :] & ((kp >> 4)[:, None] == (col & 1)[None, :])
-    else:  # column 8 jh + 2 t + jl: limb 2 jh + jl of row t
-        j = (col >> 3) * 2 + (col & 1)
-        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
-        cmask = ((tok < M) & (j < LIMBS))[None, :]
-    # 0 (N is not negative), which the compiler cannot know: the high nibbles' word then keeps
-    # its top byte as a byte of that word, and each 4 bytes pass to the MMA as the one register
-    zero = N >> 31
-    rows = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
-    rmask = rows < M
-    acc = tl.zeros((BN, TOKENS), tl.float32)
-    for b in range(0, nb):  # the blocks in order: the float sequence is C's
-        blk = group + block_offset(b, KQ, BB, SB)
-        w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, zero, WT)
-        ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
-        xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
-        x = tl.load(q_ptr + xrow[None, :] * 32 + kp[:, None], mask=cmask, other=0)
-        f0, f1 = _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, HALVES)
-        xb = rows.to(tl.int64) * nb + b
-        s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
-        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (BN, TOKENS))
-        acc = accumulate(
-            acc, f0, f1, tl.broadcast_to(ws0[:, None], (BN, TOKENS)), tl.broadcast_to(ws1[:, None], (BN, TOKENS)),
-            tl.broadcast_to(mn[:, None], (BN, TOKENS)), s, dsum, WT,
-        )  # fmt: skip
+@triton.jit
+def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
+                  WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr,
+                  SCB: tl.constexpr, LIMBS: tl.constexpr, HALVES: tl.constexpr):  # fmt: skip
+    """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums."""
+    w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, zero, WT)
+    xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
+    # the activations as 4-byte words (q_ptr is the int8 limbs seen as int32), split into bytes
+    # in registers: word kw of a column holds its inputs 4 kw .. 4 kw + 3
+    kw = tl.arange(0, 8)
+    if HALVES == 2:  # column 2 t + h (of every 8) takes half h's 16 inputs
+        wmask = cmask[None, :] & ((kw >> 2)[:, None] == (tl.arange(0, 32) & 1)[None, :])
+    else:
+        wmask = tl.broadcast_to(cmask[None, :], (8, 16))
+    xw = tl.load(q_ptr + xrow[None, :] * 8 + kw[:, None], mask=wmask, other=0)  # [8, C] int32
+    e0 = xw.to(tl.int8)
+    e1 = (xw >> 8).to(tl.int8)
+    e2 = (xw >> 16).to(tl.int8)
+    e3 = (xw >> 24).to(tl.int8)
+    x4 = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [8, C, 2, 2]: byte 2 p + q at [., ., p, q]
+    x = tl.permute(x4, (0, 2, 3, 1)).reshape(32, 16 * HALVES)
+    return _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, HALVES, WT)
+
+
+@triton.jit
+def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
+           WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+    """Block b's float steps on acc (float_chain.accumulate, the C kernels' sequence)."""
+    bn: tl.constexpr = acc.shape[0]
+    nt: tl.constexpr = acc.shape[1]
+    blk = group + block_offset(b, KQ, BB, SB)
+    ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+    xb = rows.to(tl.int64) * nb + b
+    s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+    dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+    if WT == Q6_K:  # both halves' scales moved into the accumulator's layout as one pair
+        w01 = tl.broadcast_to(tl.join(ws0, ws1)[:, None, :], (bn, nt, 2))
+        w0, w1 = tl.split(w01)
+    else:
+        w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
+        w1 = w0
+    return accumulate(acc, f0, f1, w0, w1, tl.broadcast_to(mn[:, None], (bn, nt)), s, dsum, WT)
+
+
+@triton.jit
+def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
     acc = canonical_nan(acc)
@@ -184,5 +205,140 @@ def _mma_kernel(
     tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])
 
 
-def grid(m: int, n: int, bn: int) -> tuple[int, int]:
-    return (triton.cdiv(n, bn), triton.cdiv(m, TOKENS.value))
+@triton.jit(do_not_specialize=["M", "N", "nb", "GB", "PER"])
+def _mma_kernel(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr,
+    SPLIT: tl.constexpr, CR: tl.constexpr,
+):  # fmt: skip
+    """Program (i, g, r): outputs i BN .. of rows 4 g .., blocks r PER .. (SPLIT: each program's
+    K range; else PER is nb and r 0)."""
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
+    group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
+    gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
+    o = rn % 16
+    HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
+    col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
+    if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
+        j = col >> 3
+        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
+        cmask = (tok < M) & (j < LIMBS)  # the column's (half h's inputs: _block_values)
+    else:  # column 8 jh + 2 t + jl: limb 2 jh + jl of row t
+        j = (col >> 3) * 2 + (col & 1)
+        tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
+        cmask = (tok < M) & (j < LIMBS)
+    # 0 (N is not negative), which the compiler cannot know: the high nibbles' word then keeps
+    # its top byte as a byte of that word, and each 4 bytes pass to the MMA as the one register
+    zero = N >> 31
+    rows = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
+    rmask = rows < M
+    if SPLIT:
+        # this program's K range: each block's f (exact integers rounded once, so the same
+        # values whichever program forms them) to the scratch, [group of rows, block, half,
+        # row, output], only the live rows' (a row's outputs contiguous)
+        ntiles = tl.num_programs(0).to(tl.int64)
+        first = tl.program_id(2) * PER
+        fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS
+        fat = (fat * ntiles + (tl.arange(0, TOKENS) * ntiles)[None, :]) * BN + rn[:, None]
+        fmask = rmask[None, :] & live[:, None]
+        for b in range(first, tl.minimum(first + PER, nb)):
+            f0, f1 = _block_values(
+                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
+                WT, KQ, BB, SB, SCB, LIMBS, HALVES,
+            )  # fmt: skip
+            at = fat + b * ntiles * (HALVES * TOKENS * BN)
+            tl.store(f_ptr + at, f0, mask=fmask)
+            if HALVES == 2:
+                tl.store(f_ptr + at + TOKENS * ntiles * BN, f1, mask=fmask)
+        # the last program of this tile to finish (an integer count: no float atomics) runs
+        # the float steps over every block, in block order, and resets the count
+        tl.debug_barrier()
+        tile = tl.program_id(1) * ntiles + tl.program_id(0)
+        done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == tl.num_programs(2) - 1:
+            # the float steps for the rows a group can have live (CR: 1, 2 or 4; at batch 1 one)
+            crows = tl.program_id(1) * TOKENS + tl.arange(0, CR)
+            cmask_ = crows < M
+            cat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS
+            cat = (cat * ntiles + (tl.arange(0, CR) * ntiles)[None, :]) * BN + rn[:, None]
+            cfmask = cmask_[None, :] & live[:, None]
+            cacc = tl.zeros((BN, CR), tl.float32)
+            for b in range(0, nb):
+                at = cat + b * ntiles * (HALVES * TOKENS * BN)
+                f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+                f1 = f0
+                if HALVES == 2:
+                    f1 = tl.load(
+                        f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg"
+                    )
+                cacc = _chain(cacc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
+                             WT, KQ, BB, SB)  # fmt: skip
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+            _epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
+    else:
+        acc = tl.zeros((BN, TOKENS), tl.float32)
+        for b in range(0, nb):  # the blocks in order: the float sequence is C's
+            f0, f1 = _block_values(
+                q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
+                WT, KQ, BB, SB, SCB, LIMBS, HALVES,
+            )  # fmt: skip
+            acc = _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
+                         WT, KQ, BB, SB)  # fmt: skip
+        _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS, HAS_RES)
+
+
+# Programs a decode launch should give a GPU at least: an H100's or H200's 132 SMs (under the
+# interpreter a few, so that the tests' small shapes take the split path too). A speed choice
+# only: a K range's blocks give the same f wherever they are formed, and the float steps always
+# run over every block in order, so the bits never depend on it.
+PROGRAMS = 4 if INTERPRETED else 132
+MIN_PER = 2  # blocks a K range takes at least
+# the K loop's software pipeline: the next block's weights and activations copied (cp.async)
+# while this one is computed; 2 stages keep the loop at 0.147 warp-instructions a weight for
+# Q6_K (3: 0.157), and the split along K gives each SM programs enough to hide the rest
+STAGES = 2
+_counts: dict[str, torch.Tensor] = {}
+
+
+def plan(m: int, n: int, nb: int, bn: int) -> tuple[tuple[int, int, int], int]:
+    """(grid, blocks a K range) of a decode launch: (output tiles, groups of 4 rows, K ranges),
+    the K split (each range's integer sums formed by its own program, the float steps run by
+    the tile's last) only when the tiles alone give fewer than PROGRAMS programs."""
+    tiles, groups = triton.cdiv(n, bn), triton.cdiv(m, TOKENS.value)
+    ranges = min(triton.cdiv(PROGRAMS, tiles * groups), nb // MIN_PER)
+    if ranges <= 1:
+        return (tiles, groups, 1), nb
+    per = nb // ranges  # at least `ranges` ranges, the last one shorter
+    return (tiles, groups, triton.cdiv(nb, per)), per
+
+
+def counts(device: torch.device, size: int) -> torch.Tensor:
+    """The split path's arrival counts (int32, zero between launches: the last program of a
+    tile resets its own), one buffer per device, allocated once (grown when a launch needs
+    more)."""
+    key = str(device)
+    if key not in _counts or _counts[key].numel() < size:
+        _counts[key] = torch.zeros(max(size, 4096), dtype=torch.int32, device=device)
+    return _counts[key]
+
+
+def launch(args: tuple, m: int, n: int, nb: int, gb: int, bn: int, halves: int, consts: dict) -> None:
+    """_mma_kernel over `args` (q, s, dsum, wq, wf, bias, residual, y), split along K by `plan`."""
+    grid, per = plan(m, n, nb, bn)
+    y = args[-1]
+    split = grid[2] > 1
+    if split:
+        scratch = torch.empty(
+            grid[1] * nb * halves * TOKENS.value * grid[0] * bn, dtype=torch.float32, device=y.device
+        )
+        cnt = counts(y.device, grid[0] * grid[1])
+    else:
+        scratch, cnt, per = y, y, nb
+    cr = 1 if m == 1 else 2 if m == 2 else TOKENS.value  # rows a group's float steps take
+    args = (args[0].view(torch.int32), *args[1:])  # the limbs as words (32 bytes a block)
+    _mma_kernel[grid](
+        *args, scratch, cnt, m, n, nb, gb, per,
+        BN=bn, SPLIT=split, CR=cr if split else TOKENS.value, num_stages=STAGES, **consts,
+    )  # fmt: skip
