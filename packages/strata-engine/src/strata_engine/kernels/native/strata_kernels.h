@@ -77,8 +77,12 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_IQ1_M] = {256, 56, 56, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
 };
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
- * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */
-enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
+ * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT.
+ * WT_HALF_SCALES added to a WP_WIDEN type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): its blocks as the file
+ * stores them (stored_bytes a block, fp16 scale fields), each fp16 field converted to fp32 (an
+ * exact conversion) where a kernel reads it, so every arithmetic gives the widened layout's bits;
+ * the loader holds them so (weights.py), packed too (q8.c: fp16 scales in the packed groups). */
+enum strata_wflag { WT_HALF_SCALES = 128, WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
 enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4, HAS_AVX_VNNI = 8 };
 

@@ -75,6 +75,8 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
 static inline vf vf_from_bits16(uint32_t bits) {
     return (vf){_mm512_maskz_mov_ps((__mmask16)bits, _mm512_set1_ps(1.0f))};
 }
+#define VF_FROM_F16 1 /* 16 halves widened by vcvtph2ps (internal.h states the contract) */
+static inline vf vf_from_f16(const uint8_t *p) { return (vf){_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))}; }
 /* Table lookup of 32 nibbles (16 bytes, low nibbles then high): lane i of *lo is table lane
  * (p[i] & 15), of *hi table lane (p[i] >> 4). Only this target has it (VF_LUT16): a dequantiser
  * that builds the table from the same float operations gets the same bits as computing each
@@ -148,6 +150,10 @@ static inline __m256 bits8(uint32_t bits, __m256i lanes) {
 static inline vf vf_from_bits16(uint32_t bits) {
     return (vf){bits8(bits, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
                 bits8(bits, _mm256_setr_epi32(256, 512, 1024, 2048, 4096, 8192, 16384, 32768))};
+}
+#define VF_FROM_F16 1 /* 16 halves widened by F16C's vcvtph2ps (internal.h states the contract) */
+static inline vf vf_from_f16(const uint8_t *p) {
+    return (vf){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
 }
 static inline __m256 pow2i8(__m256 k) {
     __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(k), _mm256_set1_epi32(127));
