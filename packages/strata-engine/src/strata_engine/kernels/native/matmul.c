@@ -3,12 +3,13 @@
  * contract every kernel keeps).
  *
  * Weights stay in their GGUF block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K), fp32, fp16 or bf16,
- * and are dequantised just before use with the same arithmetic as gguf-py. At load time each
- * block's leading fp16 scale (and Q4_1 / Q5_1 min) is widened to fp32 in place of the half (an
- * exact conversion):
- *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_0: d f32, qh u32, qs[16]
- *   Q5_1: d f32, m f32, qh u32, qs[16]
- *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
+ * and are dequantised just before use with the same arithmetic as gguf-py. The loader holds
+ * Q4_0 ... Q8_0 as the file stores them (WT_HALF_SCALES): each block's leading fp16 scale (and
+ * Q4_1 / Q5_1 min) is converted to fp32 where it is read (scale_field: exact); the same blocks
+ * with those fields widened to fp32 in place of the halves (the type's code alone, the GPU's
+ * layout) give the same values:
+ *   Q4_0: d, qs[16]   Q4_1: d, m, qs[16]   Q5_0: d, qh u32, qs[16]   Q5_1: d, m, qh u32, qs[16]
+ *   Q8_0: d, qs[32]   (d, m: f16 as stored, or f32 widened; sizes: strata_wtypes)
  * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
  * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S, Q3_K, IQ1_M: as stored, each 32 values decoded by grids.c.
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,

@@ -43,8 +43,8 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (q8_five(t)) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
                        * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i;
-                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16;
-                       * Q5_1's: d f32, m f32, that word, its nibbles, q unsigned) */
+                       * Q5_0's block: d (f32 widened, f16 as stored), that word, then its nibbles,
+                       * the stored q = w + 16; Q5_1's: d, m, that word, its nibbles, q unsigned) */
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
         const uint8_t *nib = blk + 24 + (b & 7) * 16;
         if (wtype_code(t) == WT_Q5_0 || wtype_code(t) == WT_Q5_1) /* after d (m): scale_head's bytes */

@@ -24,7 +24,9 @@ enum strata_wtype {
     WT_IQ4_NL = 20, WT_IQ3_S = 21, WT_IQ2_S = 22, WT_IQ4_XS = 23, WT_IQ1_M = 29, WT_BF16 = 30, WT_MXFP4 = 39
 };
 /* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
- * they are, their leading fp16 scale fields widened to fp32, rearranged by strata_kquant_pack,
+ * they are, kept as they are with their leading fp16 scale fields read as fp32 where read
+ * (WP_WIDEN: the loader's weights carry WT_HALF_SCALES; kernel_bytes is the layout with those
+ * fields widened to fp32, which the kernels read too and the GPU reads), rearranged by strata_kquant_pack,
  * (4-bit codebook types) each 32 values as their fp32 scale and their 16 bytes of 4-bit
  * codebook indices (transcode.py's codebook_blocks; 20 bytes), or (grid types) kept as they are
  * where every block's scale is finite, else widened to fp32 (transcode.py's grid_blocks; IQ2_XS,
@@ -39,7 +41,7 @@ typedef struct {
     int32_t values;       /* weights a block */
     int32_t stored_bytes; /* bytes a block in the GGUF file (gguf-py's GGML_QUANT_SIZES) */
     int32_t kernel_bytes; /* bytes a block in the layout matmul.c reads, after `pack` at load */
-    int32_t scale_fields; /* fp16 scale (and min) fields a block, widened to fp32 at load */
+    int32_t scale_fields; /* fp16 scale (and min) fields a block (WP_WIDEN: read as stored or widened) */
     int32_t pack;         /* enum strata_wpack */
     int32_t reads;        /* enum strata_wreads, or'ed */
 } strata_wtype_row;
