@@ -132,7 +132,9 @@ def widened(w: Weight) -> Weight:
     if w.kernel_type & ~0xFF or not w.kernel_type & HALF_SCALES:  # repacked, or not held so
         return w
     qtype = next(q for q, t in TYPES.items() if t.code == w.kernel_type & ~HALF_SCALES)
-    return Weight(w.name, w.out_features, w.in_features, TYPES[qtype].code, widen_scales(w.raw, qtype), w.source)
+    return Weight(
+        w.name, w.out_features, w.in_features, TYPES[qtype].code, widen_scales(w.raw, qtype), w.source
+    )
 
 
 def vector(info: TensorInfo) -> np.ndarray:
