@@ -16,7 +16,10 @@ from strata_engine.kernels.native.header import INTERFACE
 
 # How a type's blocks become the kernels' layout at load (enum strata_wpack)
 PACK_STORED = INTERFACE.constant("WP_STORED")  # as stored (F32)
-PACK_WIDEN = INTERFACE.constant("WP_WIDEN")  # leading fp16 scale fields widened (weights.widen_scales)
+# the file's blocks, held as stored with HALF_SCALES (weights.held) or widened (weights.widen_scales)
+PACK_WIDEN = INTERFACE.constant("WP_WIDEN")
+# added to a WP_WIDEN type's code: its blocks as stored, fp16 scale fields (strata_kernels.h)
+HALF_SCALES = INTERFACE.constant("WT_HALF_SCALES")
 PACK_KQUANT = INTERFACE.constant("WP_KQUANT")  # rearranged by strata_kquant_pack (kquants.py)
 PACK_CODEBOOK = INTERFACE.constant(
     "WP_CODEBOOK"

@@ -1,7 +1,8 @@
 """Weights as stored in the GGUF file, and their exact fp32 dequantisation.
 
 Types the native kernels read directly (a row of strata_kernels.h's strata_wtypes, read by
-weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, the grid
+weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (these five as the file's own bytes,
+fp16 scales and all: `held`), Q2_K, Q4_K, Q5_K, Q6_K, the grid
 types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and the K-grid types IQ2_XS, IQ2_S, Q3_K, IQ1_M as stored,
 and the 4-bit codebook types IQ4_NL, IQ4_XS, MXFP4 as a scale and indices a 32) stay in block
 form and are dequantised inside the matmul. TQ1_0 and TQ2_0, whose values are exactly a scale
@@ -22,15 +23,30 @@ from strata_engine.api import ModelLoadError
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.native import NativeUnavailable
-from strata_engine.kernels.weight_types import PACK_CODEBOOK, PACK_GRID, PACK_KQUANT, PACK_STORED, TYPES
+from strata_engine.kernels.weight_types import (
+    HALF_SCALES,
+    PACK_CODEBOOK,
+    PACK_GRID,
+    PACK_KQUANT,
+    PACK_STORED,
+    TYPES,
+)
 
 # GGML type -> kernel type code (strata_kernels.h's enum strata_wtype: WT_<GGML name> = its GGML id)
 NATIVE_TYPES = {qtype: t.code for qtype, t in TYPES.items()}
 
 
+def held(data: np.ndarray) -> np.ndarray:
+    """A WP_WIDEN type's blocks as the kernels hold them (kernel type code | HALF_SCALES): the
+    file's bytes themselves, uint8 and 1-D, a view where they are contiguous (no copy: a mapped
+    file's pages stay the file's, which the OS may drop and read again)."""
+    return np.asarray(data).view(np.uint8).reshape(-1)
+
+
 def widen_scales(blocks: np.ndarray, qtype: QT) -> np.ndarray:
-    """The kernels' block layout: each leading fp16 field (scale d, Q4_1's min m) widened to
-    fp32, quants unchanged. fp16 -> fp32 is exact, so the values are gguf-py's."""
+    """The widened block layout (the kernel type code without HALF_SCALES; the GPU's): each
+    leading fp16 field (scale d, Q4_1's min m) widened to fp32, quants unchanged. fp16 -> fp32 is
+    exact, so the values are gguf-py's."""
     type_size, n_half = TYPES[qtype].stored_bytes, TYPES[qtype].scale_fields
     blocks = blocks.reshape(-1, type_size)
     out = np.empty((blocks.shape[0], type_size + 2 * n_half), dtype=np.uint8)
@@ -58,7 +74,7 @@ class Weight:
     out_features: int
     in_features: int
     kernel_type: int  # native kernel type code
-    raw: np.ndarray  # uint8 blocks in the kernels' layout (see widen_scales), or fp32 bytes
+    raw: np.ndarray  # uint8 blocks in the kernels' layout (see held), or fp32 bytes
     source: TensorInfo | None = None  # the tensor as stored, for the torch fallback's dequantisation
     _dense: np.ndarray | None = None
 
@@ -79,8 +95,8 @@ class Weight:
             elif wt.pack == PACK_KQUANT:
                 with suppress(NativeUnavailable):  # no kernels to read the layout: fp32 below
                     data = kquants.pack(info.data, info.qtype)
-            else:
-                data = widen_scales(info.data, info.qtype)
+            else:  # the file's own blocks, fp16 scales read where read
+                return cls(info.name, out_f, in_f, wt.code | HALF_SCALES, held(info.data), info)
             if data is not None:
                 return cls(info.name, out_f, in_f, wt.code, data, info)
         rewritten = _transcoded(info) if in_f % GGML_QUANT_SIZES[info.qtype][0] == 0 else None
@@ -108,6 +124,17 @@ def _transcoded(info: TensorInfo) -> tuple[int, np.ndarray] | None:
         data = transcode.to_q8_0(info.data, info.qtype)
         return None if data is None else (TYPES[QT.Q8_0].code, data)
     return None
+
+
+def widened(w: Weight) -> Weight:
+    """A weight held as stored (HALF_SCALES) in the widened layout of the same values (for the
+    GPU, whose kernels read that layout); any other weight as it is."""
+    if w.kernel_type & ~0xFF or not w.kernel_type & HALF_SCALES:  # repacked, or not held so
+        return w
+    qtype = next(q for q, t in TYPES.items() if t.code == w.kernel_type & ~HALF_SCALES)
+    return Weight(
+        w.name, w.out_features, w.in_features, TYPES[qtype].code, widen_scales(w.raw, qtype), w.source
+    )
 
 
 def vector(info: TensorInfo) -> np.ndarray:

@@ -25,6 +25,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.weight_types import HALF_SCALES
 from strata_engine.kernels.weights import Weight
 
 N, K = 37, 512
@@ -206,11 +207,12 @@ def test_every_target_computes_the_contract_exactly(qtype: QT, limbs: int) -> No
 
 
 def test_packed_bytes_are_held_at_about_the_files_size() -> None:
-    """Q5_1: 7 bits a weight (d and m widened); Q2_K: 2.75 (the file's 2.625, d and dmin widened),
-    plus the one super-block header the K-quant layout leaves after a group's last (q8_block_at)."""
+    """Q5_1: 6 bits a weight (the file's: d and m kept fp16); Q2_K: 2.75 (the file's 2.625, d and
+    dmin widened), plus the one super-block header the K-quant layout leaves after a group's last
+    (q8_block_at)."""
     groups = -(-N // 16)
-    for qtype, group_bytes in ((QT.Q5_1, 7 * 16 * K // 8), (QT.Q2_K, 2.75 * 16 * K // 8 + 128)):
+    for qtype, group_bytes in ((QT.Q5_1, 6 * 16 * K // 8), (QT.Q2_K, 2.75 * 16 * K // 8 + 128)):
         w, _ = weight(qtype, stored_blocks(qtype, seed=1, finite=True))
         packed = NativeOps(1, limbs=3).pack(w)
         assert packed.raw.nbytes == groups * group_bytes
-        assert packed.kernel_type & 255 == int(qtype)
+        assert packed.kernel_type & 255 & ~HALF_SCALES == int(qtype)

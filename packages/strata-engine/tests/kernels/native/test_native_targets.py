@@ -63,6 +63,9 @@ DRIVER_GPTOSS_SHA256 = "4edbd07f779f341ed0e5fc1562787bec4d3dc4108da9428d64aa64bc
 # Q8_0 blocks of the same values bit for bit), then the K-grid types Q3_K and IQ1_M (against their
 # Q6_K blocks), IQ2_XS and IQ2_S, the same on every build.
 DRIVER_HELD_SHA256 = "2b4f0d6ca33f32946b0130806d732f11c58985d9c86fbc096c4f7cb2f6083af3"
+# sha256 of `driver half`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 held as stored (fp16 scales, WT_HALF_SCALES) in
+# every arithmetic (the driver itself fails where one output is not their widened blocks' bit for bit)
+DRIVER_HALF_SHA256 = "d1ecda7e758b946410c931df0f982b427224c7c019772c925b456a5ad5b8eb89"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -90,7 +93,8 @@ def _driver_digest(
 # the driver's modes and their digests: every kernel (the default output), the q8 kernels ("q8"),
 # the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
 # the q8_0 KV cache ("kvq8"), the DeltaNet recurrence ("delta"), gpt-oss's sink attention and
-# clamped SwiGLU ("gptoss"), Q5_0, the codebook and grid types against their Q8_0 blocks ("held")
+# clamped SwiGLU ("gptoss"), Q5_0, the codebook and grid types against their Q8_0 blocks ("held"),
+# Q4_0 ... Q8_0 with the file's fp16 scales against their widened blocks ("half")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),
@@ -101,6 +105,7 @@ MODES = {
     "delta": (("delta",), DRIVER_DELTA_SHA256),
     "gptoss": (("gptoss",), DRIVER_GPTOSS_SHA256),
     "held": (("held",), DRIVER_HELD_SHA256),
+    "half": (("half",), DRIVER_HALF_SHA256),
 }
 
 

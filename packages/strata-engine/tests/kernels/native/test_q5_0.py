@@ -19,7 +19,7 @@ from gguf import quants
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.weight_types import TYPES
+from strata_engine.kernels.weight_types import HALF_SCALES, TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
 from strata_engine.testing.q8_checks import extreme_activations
@@ -81,12 +81,12 @@ def test_the_reference_blocks_are_gguf_pys_values(weights: tuple[Weight, Weight,
     np.testing.assert_array_equal(bits(d * blocks[:, 4:].view(np.int8)), bits(values.reshape(-1, 32)))
 
 
-def test_q5_0_is_held_at_six_bits_a_weight_not_as_q8_0(weights: tuple[Weight, Weight, np.ndarray]) -> None:
+def test_q5_0_is_held_as_the_files_blocks_not_as_q8_0(weights: tuple[Weight, Weight, np.ndarray]) -> None:
     q5, _, _ = weights
-    assert q5.kernel_type == TYPES[QT.Q5_0].code
-    assert q5.raw.nbytes * 8 == 6 * N * K  # d widened to fp32: 24 bytes a block of 32
+    assert q5.kernel_type == TYPES[QT.Q5_0].code | HALF_SCALES
+    assert q5.raw.nbytes * 32 == 22 * N * K  # the file's 22 bytes a block of 32 (d fp16): 5.5 bits
     packed = NativeOps(1, limbs=3).pack(q5)
-    assert packed.raw.nbytes * 8 == 6 * -(-N // 16) * 16 * K  # whole groups of 16 outputs
+    assert packed.raw.nbytes * 32 == 22 * -(-N // 16) * 16 * K  # whole groups of 16 outputs, d fp16
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -25,6 +25,7 @@ from strata_engine.kernels import native
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.native.header import HEADER, INTERFACE
 from strata_engine.kernels.weight_types import (
+    HALF_SCALES,
     PACK_CODEBOOK,
     PACK_GRID,
     PACK_KQUANT,
@@ -100,7 +101,11 @@ def _weight(t: WeightType) -> tuple[Weight, np.ndarray]:
         data = values if t.qtype == QT.F32 else encode_tensor(values, t.qtype, rng)
     stored = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     w = Weight.from_info(TensorInfo("w", (N, K), t.qtype, stored))
-    assert w.kernel_type == t.code and w.raw.size == N * t.row_bytes(K)  # kept in block form
+    if t.pack == PACK_WIDEN:  # the file's blocks themselves, fp16 scales and all
+        assert w.kernel_type == t.code | HALF_SCALES and np.shares_memory(w.raw, stored)
+        assert w.raw.size == N * K // t.values * t.stored_bytes
+    else:
+        assert w.kernel_type == t.code and w.raw.size == N * t.row_bytes(K)  # kept in block form
     expected = stored.view(np.float32) if t.qtype == QT.F32 else quants.dequantize(stored, t.qtype)
     return w, np.asarray(expected, dtype=np.float32).reshape(N, K)
 

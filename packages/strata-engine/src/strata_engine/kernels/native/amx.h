@@ -147,7 +147,7 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_group_rows(int 
         const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
         const float *s = (const float *)(tiles + b * per + 512 * limbs);
         if (h == 0) q8_prefetch_ahead(t, blk);
-        vf ws = kq ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+        vf ws = q8_scale(t, blk, head, h); /* fp16 scales (WT_HALF_SCALES) converted exactly */
         int32_t (*cn)[256] = c[n & 1];
         for (int i0 = 0; i0 < AMX_ROWS; i0 += AMX_ROW_CHUNK) {
             vi sums[3 * AMX_ROW_CHUNK];
@@ -214,6 +214,10 @@ static AMX_TARGET int amx_chunk(int wtype, const uint8_t *tiles, int64_t M, int6
     case WT_Q4_K: AMX_CASE(WT_Q4_K);
     case WT_Q5_K: AMX_CASE(WT_Q5_K);
     case WT_Q6_K: AMX_CASE(WT_Q6_K);
+    case WT_Q4_0 | WT_HALF_SCALES: AMX_CASE(WT_Q4_0 | WT_HALF_SCALES);
+    case WT_Q4_1 | WT_HALF_SCALES: AMX_CASE(WT_Q4_1 | WT_HALF_SCALES);
+    case WT_Q5_0 | WT_HALF_SCALES: AMX_CASE(WT_Q5_0 | WT_HALF_SCALES);
+    case WT_Q8_0 | WT_HALF_SCALES: AMX_CASE(WT_Q8_0 | WT_HALF_SCALES);
     default: AMX_CASE(WT_Q8_0);
     }
 #undef AMX_CASE
@@ -225,6 +229,7 @@ static AMX_TARGET int amx_chunk(int wtype, const uint8_t *tiles, int64_t M, int6
 /* The types whose groups amx_chunk takes (the codebook and grid types as the Q8_0 groups they
  * expand to); the others' calls stay with the vector steps. */
 static inline int amx_takes(int wtype) {
+    wtype = wtype_half(wtype) && wtype_code(wtype) != WT_Q5_1 ? wtype_code(wtype) : wtype; /* fp16 scales too */
     return wtype == WT_Q4_0 || wtype == WT_Q4_1 || wtype == WT_Q5_0 || wtype == WT_Q8_0 || wtype == WT_Q4_K ||
            wtype == WT_Q5_K || wtype == WT_Q6_K || wtype_codebook(wtype) || wtype_grid(wtype);
 }

@@ -107,13 +107,42 @@ STRATA_HIDDEN void limb_matmul_many(const float *x, int64_t M, int64_t K, int n,
 /* strata_wtypes' rows (a code past its end has none). */
 #define WTYPE_CODES ((int)(sizeof strata_wtypes / sizeof strata_wtypes[0]))
 
-/* Bytes of one block of a type in the kernels' layout (strata_wtypes). */
-static inline int64_t block_bytes(int wtype) { return strata_wtypes[wtype].kernel_bytes; }
+/* A type with its fp16 scale fields as stored (WT_HALF_SCALES on a WP_WIDEN type), and its code
+ * without that bit (the table's row). */
+static inline int wtype_half(int wtype) { return (wtype & WT_HALF_SCALES) != 0; }
+static inline int wtype_code(int wtype) { return wtype & ~WT_HALF_SCALES; }
+
+/* Bytes of one block of a type in the kernels' layout (strata_wtypes; WT_HALF_SCALES: as stored). */
+static inline int64_t block_bytes(int wtype) {
+    const strata_wtype_row *r = &strata_wtypes[wtype_code(wtype)];
+    return wtype_half(wtype) ? r->stored_bytes : r->kernel_bytes;
+}
 
 /* Bytes of 32 values of a type whose blocks are whole groups of 32 (IQ4_XS: 8 of its 160). */
 static inline int64_t group32_bytes(int wtype) {
-    return (int64_t)strata_wtypes[wtype].kernel_bytes * 32 / strata_wtypes[wtype].values;
+    return block_bytes(wtype) * 32 / strata_wtypes[wtype_code(wtype)].values;
 }
+
+/* Bytes of a WP_WIDEN block's scale fields before its quants: 4 a field widened, 2 as stored
+ * (WT_HALF_SCALES), and the fp32 value of field i (d, then Q4_1's and Q5_1's min m). */
+static inline int scale_head(int wtype) {
+    return strata_wtypes[wtype_code(wtype)].scale_fields * (wtype_half(wtype) ? 2 : 4);
+}
+static inline float scale_field(int wtype, const uint8_t *blk, int i) {
+    return wtype_half(wtype) ? f16_at(blk + 2 * i) : f32_at(blk + 4 * i);
+}
+
+/* 16 consecutive fp16 values at p as fp32, each f16_at's exact value: F16C's vcvtph2ps where
+ * the target has it (vector.h; exact for every finite half, subnormals included; a NaN keeps its
+ * sign and payload but comes out quiet, which no output shows: every NaN a kernel returns is
+ * canonical_nans's), f16_at lane by lane elsewhere. */
+#ifndef VF_FROM_F16
+static inline vf vf_from_f16(const uint8_t *p) {
+    float t[VL];
+    for (int i = 0; i < VL; i++) t[i] = f16_at(p + 2 * i);
+    return vf_load(t);
+}
+#endif
 
 /* The 4-bit codebook types (WP_CODEBOOK: an fp32 scale and 16 bytes of indices a block of 32,
  * index k low nibble of byte k, index 16 + k its high nibble) and their codebooks, gguf-py's:
@@ -149,14 +178,17 @@ STRATA_HIDDEN void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *
 
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {
-    return wtype >= 0 && wtype < WTYPE_CODES && (strata_wtypes[wtype].reads & reads) == reads;
+    int code = wtype_code(wtype);
+    if (wtype_half(wtype) && (code >= WTYPE_CODES || strata_wtypes[code].pack != WP_WIDEN)) return 0;
+    return code >= 0 && code < WTYPE_CODES && (strata_wtypes[code].reads & reads) == reads;
 }
 
 /* Bytes of one weight row of K values in a given type, in the kernels' layout (a type without a
  * row: K fp32 values). */
 static inline int64_t row_bytes(int wtype, int64_t K) {
-    if (wtype < 0 || wtype >= WTYPE_CODES || strata_wtypes[wtype].values == 0) return K * 4;
-    return K / strata_wtypes[wtype].values * strata_wtypes[wtype].kernel_bytes;
+    int code = wtype_code(wtype);
+    if (code < 0 || code >= WTYPE_CODES || strata_wtypes[code].values == 0) return K * 4;
+    return K / strata_wtypes[code].values * block_bytes(wtype);
 }
 
 /*

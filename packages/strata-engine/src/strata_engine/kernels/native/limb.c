@@ -325,26 +325,26 @@ static inline __m256 limb_wide_value(__m256i hi, __m256i lo) {
 
 /* One group's weights as limb_wide_w's int16s, 512 a block, for calls of many rows: their tiles
  * then load them as they are instead of widening each again (in the calling thread's scratch). */
-static const int16_t *limb_wide_unpack(const uint8_t *grp, int64_t nb) {
+static const int16_t *limb_wide_unpack(int t, const uint8_t *grp, int64_t nb) {
     int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * 1024);
     if (!w16) return NULL; /* out of memory: counted */
     for (int64_t b = 0; b < nb; b++)
         for (int i = 0; i < 32; i++)
-            _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(q8_quants(WT_Q8_0, grp + q8_block_at(WT_Q8_0, b)) + 16 * i));
+            _mm256_storeu_si256((__m256i *)(w16 + b * 512 + 16 * i), limb_wide_w(q8_quants(t, grp + q8_block_at(t, b)) + 16 * i));
     return w16;
 }
 
-/* Rows m0 .. m0+rows of one group of 16 Q8_0 outputs: each block's wide sums, then the float
- * sequence at the top (as limb_group_rows). The weights from the packed bytes, or (w16 not NULL)
- * from limb_wide_unpack's int16s. */
-static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *grp, const int16_t *w16, int64_t nb,
+/* Rows m0 .. m0+rows of one group of 16 Q8_0 outputs (t: WT_Q8_0, or with WT_HALF_SCALES): each
+ * block's wide sums, then the float sequence at the top (as limb_group_rows). The weights from the
+ * packed bytes, or (w16 not NULL) from limb_wide_unpack's int16s. */
+static inline __attribute__((always_inline)) void limb_wide_rows(int t, const uint8_t *grp, const int16_t *w16, int64_t nb,
                                                                  const limb_rows *xr, int planes, int64_t m0, int rows,
                                                                  vf *acc) {
     int vr = rows * planes;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(WT_Q8_0, b), *qs = q8_quants(WT_Q8_0, blk);
-        if (!w16) q8_prefetch_ahead(WT_Q8_0, blk);
+        const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
+        if (!w16) q8_prefetch_ahead(t, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
         __m256i s[LIMB_WIDE_VR][4];
@@ -359,7 +359,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *
                 for (int u = 0; u < vr; u++) s[u][g] = limb_wide_madd(s[u][g], w, xv[u]);
             }
         }
-        vf ws = vf_load((const float *)blk);
+        vf ws = q8_scale(t, blk, NULL, 0);
         for (int i = 0; i < rows; i++) {
             int64_t xb = (m0 + i) * nb + b;
             __m256i (*S)[4] = s + i * planes;
@@ -377,17 +377,23 @@ static inline __attribute__((always_inline)) void limb_wide_rows(const uint8_t *
 }
 
 /* One row tile of Q8_0 with constant wide limbs and rows: the compiler keeps it in registers. */
-static inline void limb_wide_tile(const uint8_t *grp, const int16_t *w16, int64_t nb, const limb_rows *xr, int limbs,
-                                  int64_t m0, int rows, vf *acc) {
+static inline __attribute__((always_inline)) void limb_wide_tile_t(int t, const uint8_t *grp, const int16_t *w16,
+                                                                   int64_t nb, const limb_rows *xr, int limbs,
+                                                                   int64_t m0, int rows, vf *acc) {
     if (w16) {
-        if (limbs == 3) limb_wide_rows(grp, w16, nb, xr, 2, m0, 1, acc);
-        else if (rows == 2) limb_wide_rows(grp, w16, nb, xr, 1, m0, 2, acc);
-        else limb_wide_rows(grp, w16, nb, xr, 1, m0, 1, acc);
+        if (limbs == 3) limb_wide_rows(t, grp, w16, nb, xr, 2, m0, 1, acc);
+        else if (rows == 2) limb_wide_rows(t, grp, w16, nb, xr, 1, m0, 2, acc);
+        else limb_wide_rows(t, grp, w16, nb, xr, 1, m0, 1, acc);
     } else {
-        if (limbs == 3) limb_wide_rows(grp, NULL, nb, xr, 2, m0, 1, acc);
-        else if (rows == 2) limb_wide_rows(grp, NULL, nb, xr, 1, m0, 2, acc);
-        else limb_wide_rows(grp, NULL, nb, xr, 1, m0, 1, acc);
+        if (limbs == 3) limb_wide_rows(t, grp, NULL, nb, xr, 2, m0, 1, acc);
+        else if (rows == 2) limb_wide_rows(t, grp, NULL, nb, xr, 1, m0, 2, acc);
+        else limb_wide_rows(t, grp, NULL, nb, xr, 1, m0, 1, acc);
     }
+}
+static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_t nb, const limb_rows *xr, int limbs,
+                           int64_t m0, int rows, vf *acc) {
+    if (wtype_half(t)) limb_wide_tile_t(WT_Q8_0 | WT_HALF_SCALES, grp, w16, nb, xr, limbs, m0, rows, acc);
+    else limb_wide_tile_t(WT_Q8_0, grp, w16, nb, xr, limbs, m0, rows, acc);
 }
 #define LIMB_VR 4
 #if defined(Q8_INT16_SUMS)
@@ -427,7 +433,7 @@ static inline void limb_values3(const vi *s, int rows, vf *f) {
 /* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
 static inline int limb_tile_rows(int t, int limbs) {
 #if LIMB_WIDE
-    if (t == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
+    if (wtype_code(t) == WT_Q8_0) return LIMB_WIDE_VR / limb_wide_planes(limbs);
 #endif
     int bytes = q8_bytes(t);
     int large = q8_nibbles(t) || q8_two(t) || (bytes && LIMB_VR_LARGE > LIMB_VR);
@@ -488,7 +494,7 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
                         else LIMB_P2[u] = vh_dot4(LIMB_P2[u], hi, x_hi);
                     }
                 }
-            } else if (t == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once (not AVX2's) */
+            } else if (wtype_code(t) == WT_Q8_0) { /* bytes up to 255: the step that sums into int32 at once (not AVX2's) */
 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
                     vq v = q8_row(t, qs, r);
@@ -658,7 +664,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         grp = bytes;
     }
 #if LIMB_WIDE /* Q8_0: the group widened once for many rows (as unpack above) */
-    const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(grp, nb) : NULL;
+    const int16_t *w16 = wide && M * limbs >= UNPACK_ROWS ? limb_wide_unpack(t, grp, nb) : NULL;
 #else
     (void)wide;
 #endif
@@ -679,10 +685,18 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         case WT_Q5_0: LIMB_CASE(WT_Q5_0); break;
         case WT_Q5_1: LIMB_CASE(WT_Q5_1); break;
 #if LIMB_WIDE
-        case WT_Q8_0: limb_wide_tile(grp, w16, nb, xr, limbs, m0, rows, acc); break;
+        case WT_Q8_0:
+        case WT_Q8_0 | WT_HALF_SCALES: limb_wide_tile(t, grp, w16, nb, xr, limbs, m0, rows, acc); break;
 #else
         case WT_Q8_0: LIMB_CASE(WT_Q8_0); break;
+        case WT_Q8_0 | WT_HALF_SCALES: LIMB_CASE(WT_Q8_0 | WT_HALF_SCALES); break;
 #endif
+        case WT_Q4_0 | WT_HALF_SCALES: LIMB_CASE(WT_Q4_0 | WT_HALF_SCALES); break;
+        case WT_Q4_1 | WT_HALF_SCALES: LIMB_CASE(WT_Q4_1 | WT_HALF_SCALES); break;
+        case WT_Q5_0 | WT_HALF_SCALES: LIMB_CASE(WT_Q5_0 | WT_HALF_SCALES); break;
+        case WT_Q5_1 | WT_HALF_SCALES: LIMB_CASE(WT_Q5_1 | WT_HALF_SCALES); break;
+        case WT_Q5_0_BYTES | WT_HALF_SCALES: LIMB_CASE(WT_Q5_0_BYTES | WT_HALF_SCALES); break;
+        case WT_Q5_1_BYTES | WT_HALF_SCALES: LIMB_CASE(WT_Q5_1_BYTES | WT_HALF_SCALES); break;
         case WT_Q4_K: LIMB_CASE(WT_Q4_K); break;
         case WT_Q6_K: LIMB_CASE(WT_Q6_K); break;
         case WT_Q2_K: LIMB_CASE(WT_Q2_K); break;
@@ -713,7 +727,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t groups = first[n];
     int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
     int t = q8_expanded(wtype) ? q8_expanded_type(wtype) : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
-    int64_t wide = LIMB_WIDE && t == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
+    int64_t wide = LIMB_WIDE && wtype_code(t) == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 12) + (size_t)(M * K * (limbs + 2 * wide)));
     if (!block) return; /* out of memory: counted */

@@ -3,12 +3,13 @@
  * contract every kernel keeps).
  *
  * Weights stay in their GGUF block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K), fp32, fp16 or bf16,
- * and are dequantised just before use with the same arithmetic as gguf-py. At load time each
- * block's leading fp16 scale (and Q4_1 / Q5_1 min) is widened to fp32 in place of the half (an
- * exact conversion):
- *   Q4_0: d f32, qs[16]   Q4_1: d f32, m f32, qs[16]   Q5_0: d f32, qh u32, qs[16]
- *   Q5_1: d f32, m f32, qh u32, qs[16]
- *   Q8_0: d f32, qs[32]   (sizes: strata_wtypes)
+ * and are dequantised just before use with the same arithmetic as gguf-py. The loader holds
+ * Q4_0 ... Q8_0 as the file stores them (WT_HALF_SCALES): each block's leading fp16 scale (and
+ * Q4_1 / Q5_1 min) is converted to fp32 where it is read (scale_field: exact); the same blocks
+ * with those fields widened to fp32 in place of the halves (the type's code alone, the GPU's
+ * layout) give the same values:
+ *   Q4_0: d, qs[16]   Q4_1: d, m, qs[16]   Q5_0: d, qh u32, qs[16]   Q5_1: d, m, qh u32, qs[16]
+ *   Q8_0: d, qs[32]   (d, m: f16 as stored, or f32 widened; sizes: strata_wtypes)
  * IQ4_NL, IQ4_XS, MXFP4: scale f32, 16 bytes of codebook indices a block of 32 (internal.h).
  * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S, Q3_K, IQ1_M: as stored, each 32 values decoded by grids.c.
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
@@ -191,6 +192,50 @@ static inline __attribute__((always_inline)) void dequant_halves(int wtype, cons
     dequant_scalar(wtype, row, b, lo, hi);
 }
 
+/* 32 weights of a WP_WIDEN block at blk (its scale fields widened, or as stored: scale_head's
+ * bytes, then the quants). */
+static inline void dequant_widen(int wtype, const uint8_t *blk, vf *lo, vf *hi) {
+    int c = wtype_code(wtype), at = scale_head(wtype); /* where the quants (Q5_0, Q5_1: qh) start */
+    vf d = vf_set1(scale_field(wtype, blk, 0));
+    if (c == WT_Q5_0) { /* d * (q - 16), q = nibble | 16 * bit i of qh: one rounding, as numpy
+                         * (q - 16 is exact in float: the Q8_0 block it equals, the same product) */
+        vf sixteen = vf_set1(16.0f);
+        uint32_t qh;
+        memcpy(&qh, blk + at, 4);
+        vf ql = vf_add(vf_from_u4(blk + at + 4, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
+        vf qu = vf_add(vf_from_u4(blk + at + 4, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
+        *lo = vf_mul(vf_sub(ql, sixteen), d);
+        *hi = vf_mul(vf_sub(qu, sixteen), d);
+    } else if (c == WT_Q5_1) { /* d * (q | 16 * bit i of qh) + m, two roundings, as numpy */
+        vf m = vf_set1(scale_field(wtype, blk, 1)), sixteen = vf_set1(16.0f);
+        uint32_t qh;
+        memcpy(&qh, blk + at, 4);
+        vf ql = vf_add(vf_from_u4(blk + at + 4, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
+        vf qu = vf_add(vf_from_u4(blk + at + 4, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
+        *lo = vf_add(vf_mul(d, ql), m);
+        *hi = vf_add(vf_mul(d, qu), m);
+    } else if (c == WT_Q8_0) {
+        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + at)), d);
+        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + at + 16)), d);
+    } else if (c == WT_Q4_0) {
+        vf eight = vf_set1(8.0f);
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + at, lo, hi);
+        return;
+#endif
+        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + at, 0), eight)); /* (q - 8) is exact in float */
+        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + at, 1), eight));
+    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
+        vf m = vf_set1(scale_field(wtype, blk, 1));
+#ifdef VF_LUT16
+        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + at, lo, hi);
+        return;
+#endif
+        *lo = vf_add(vf_mul(d, vf_from_u4(blk + at, 0)), m);
+        *hi = vf_add(vf_mul(d, vf_from_u4(blk + at, 1)), m);
+    }
+}
+
 /* Dequantise 32 weights of block b of a quantised row (gguf-py's values, bit for bit). */
 static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *lo, vf *hi) {
     if (wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q6_K) {
@@ -222,48 +267,9 @@ static inline void dequant_block(int wtype, const uint8_t *row, int64_t b, vf *l
         for (int i = 0; i < 16; i++) q[i] = cb[blk[4 + i] & 15], q[16 + i] = cb[blk[4 + i] >> 4];
         *lo = vf_mul(vf_from_i8(q), d);
         *hi = vf_mul(vf_from_i8(q + 16), d);
-    } else if (wtype == WT_Q5_0) { /* d * (q - 16), q = nibble | 16 * bit i of qh: one rounding, as numpy
-                                    * (q - 16 is exact in float: the Q8_0 block it equals, the same product) */
-        const uint8_t *blk = row + b * block_bytes(WT_Q5_0);
-        vf d = vf_set1(f32_at(blk)), sixteen = vf_set1(16.0f);
-        uint32_t qh;
-        memcpy(&qh, blk + 4, 4);
-        vf ql = vf_add(vf_from_u4(blk + 8, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
-        vf qu = vf_add(vf_from_u4(blk + 8, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
-        *lo = vf_mul(vf_sub(ql, sixteen), d);
-        *hi = vf_mul(vf_sub(qu, sixteen), d);
-    } else if (wtype == WT_Q5_1) { /* d * (q | 16 * bit i of qh) + m, two roundings, as numpy */
-        const uint8_t *blk = row + b * block_bytes(WT_Q5_1);
-        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4)), sixteen = vf_set1(16.0f);
-        uint32_t qh;
-        memcpy(&qh, blk + 8, 4);
-        vf ql = vf_add(vf_from_u4(blk + 12, 0), vf_mul(vf_from_bits16(qh & 0xFFFFu), sixteen)); /* exact */
-        vf qu = vf_add(vf_from_u4(blk + 12, 1), vf_mul(vf_from_bits16(qh >> 16), sixteen));
-        *lo = vf_add(vf_mul(d, ql), m);
-        *hi = vf_add(vf_mul(d, qu), m);
-    } else if (wtype == WT_Q8_0) {
-        const uint8_t *blk = row + b * block_bytes(WT_Q8_0);
-        vf d = vf_set1(f32_at(blk));
-        *lo = vf_mul(vf_from_i8((const int8_t *)(blk + 4)), d);
-        *hi = vf_mul(vf_from_i8((const int8_t *)(blk + 20)), d);
-    } else if (wtype == WT_Q4_0) {
-        const uint8_t *blk = row + b * block_bytes(WT_Q4_0);
-        vf d = vf_set1(f32_at(blk)), eight = vf_set1(8.0f);
-#ifdef VF_LUT16
-        vf_lut16_u4(vf_mul(d, vf_sub(vf_iota(), eight)), blk + 4, lo, hi);
-        return;
-#endif
-        *lo = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 0), eight)); /* (q - 8) is exact in float */
-        *hi = vf_mul(d, vf_sub(vf_from_u4(blk + 4, 1), eight));
-    } else { /* Q4_1: d * q + m, two roundings, as numpy does */
-        const uint8_t *blk = row + b * block_bytes(WT_Q4_1);
-        vf d = vf_set1(f32_at(blk)), m = vf_set1(f32_at(blk + 4));
-#ifdef VF_LUT16
-        vf_lut16_u4(vf_add(vf_mul(d, vf_iota()), m), blk + 8, lo, hi);
-        return;
-#endif
-        *lo = vf_add(vf_mul(d, vf_from_u4(blk + 8, 0)), m);
-        *hi = vf_add(vf_mul(d, vf_from_u4(blk + 8, 1)), m);
+    } else { /* the WP_WIDEN types: d (and m) fp32 fields, or (WT_HALF_SCALES) the file's fp16 ones,
+              * each converted exactly where read (scale_field): the same values either way */
+        dequant_widen(wtype, row + b * block_bytes(wtype), lo, hi);
     }
 }
 

@@ -26,16 +26,16 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
             }
         return;
     }
-    if (q8_nibbles(t)) {
+    if (q8_nibbles(t)) { /* Q4_0, Q4_1: after their scale fields (scale_head: widened or as stored) */
         const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
-                                          : row + b * group32_bytes(t) + (t == WT_Q4_1 ? 8 : 4);
+                                          : row + b * group32_bytes(t) + (wtype_codebook(t) ? 4 : scale_head(t));
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
-    if (t == WT_Q8_0) { /* q + 128 is the stored byte with its top bit flipped */
+    if (wtype_code(t) == WT_Q8_0) { /* q + 128 is the stored byte with its top bit flipped */
         for (int r = 0; r < 8; r++) {
             uint32_t word;
-            memcpy(&word, row + b * block_bytes(WT_Q8_0) + 4 + 4 * r, 4);
+            memcpy(&word, row + b * block_bytes(t) + scale_head(t) + 4 * r, 4);
             word ^= 0x80808080u;
             memcpy(qs + r * 64 + 4 * o, &word, 4);
         }
@@ -43,12 +43,12 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (q8_five(t)) { /* 5 bits: the nibbles as they are, then the fifth bits: bit r of byte 4o+c is
                        * w(o, 4r+c)'s, bit 4 + r w(o, 16+4r+c)'s (the kernels' word: bit i, element i;
-                       * Q5_0's block: d f32, that word, then its nibbles, the stored q = w + 16;
-                       * Q5_1's: d f32, m f32, that word, its nibbles, q unsigned) */
+                       * Q5_0's block: d (f32 widened, f16 as stored), that word, then its nibbles,
+                       * the stored q = w + 16; Q5_1's: d, m, that word, its nibbles, q unsigned) */
         const uint8_t *blk = row + (b >> 3) * block_bytes(WT_Q5_K), *h = blk + block_bytes(WT_Q4_K) + (b & 7) * 4;
         const uint8_t *nib = blk + 24 + (b & 7) * 16;
-        if (t == WT_Q5_0) blk = row + b * block_bytes(WT_Q5_0), h = blk + 4, nib = blk + 8;
-        if (t == WT_Q5_1) blk = row + b * block_bytes(WT_Q5_1), h = blk + 8, nib = blk + 12;
+        if (wtype_code(t) == WT_Q5_0 || wtype_code(t) == WT_Q5_1) /* after d (m): scale_head's bytes */
+            blk = row + b * block_bytes(t), h = blk + scale_head(t), nib = h + 4;
         uint32_t bits = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, nib + 4 * r, 4);
         for (int c = 0; c < 4; c++) {
@@ -103,10 +103,12 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         head[o] = f32_at(sblk), head[16 + o] = f32_at(sblk + 4);
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
-                } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them */
+                } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them
+                          * (WT_HALF_SCALES: the fp16 fields as the file stores them, 2 bytes each) */
                     const uint8_t *blk = row + b * group32_bytes(wtype);
-                    memcpy(dst + 4 * o, blk, 4);
-                    if (q8_has_min(wtype)) memcpy(dst + 64 + 4 * o, blk + 4, 4);
+                    int f = wtype_half(wtype) ? 2 : 4;
+                    memcpy(dst + f * o, blk, (size_t)f);
+                    if (q8_has_min(wtype)) memcpy(dst + 16 * f + f * o, blk + f, (size_t)f);
                 }
                 q8_block_bytes_of(wtype, row, b, o, qs);
             }
@@ -146,6 +148,12 @@ static void q8_quantize(const float *x, int64_t M, int64_t K, int t, q8_rows *r,
     }
 }
 
+/* Output o's scale (i = 0) or min (i = 1) of a packed WP_WIDEN block: fp32, or (WT_HALF_SCALES)
+ * the file's fp16 converted exactly (f16_at: a NaN keeps its payload, as gguf-py's). */
+static inline float scale_of(int t, const uint8_t *blk, int o, int i) {
+    return wtype_half(t) ? f16_at(blk + 32 * i + 2 * o) : f32_at(blk + 64 * i + 4 * o);
+}
+
 /* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
  * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
 void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
@@ -167,7 +175,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
         }
         return;
     }
-    int o = (int)(n % Q8_GROUP);
+    int o = (int)(n % Q8_GROUP), c8 = wtype_code(t);
     const uint8_t *grp = packed + n / Q8_GROUP * q8_group_bytes(t, nb);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
@@ -178,16 +186,16 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
             for (int c = 0; c < 4; c++) {
                 int k = 4 * R + c, v = bytes[4 * o + c]; /* w(o, k) plus the type's offset */
                 float *y = out + b * 32 + k;
-                if (t == WT_Q8_0)
-                    *y = (float)(v - 128) * f32_at(blk + 4 * o);
+                if (c8 == WT_Q8_0)
+                    *y = (float)(v - 128) * scale_of(t, blk, o, 0);
                 else if (wtype_codebook(t)) /* the Q8_0 block's product (lookup_group) */
                     *y = (float)codebook_of(t)[v] * f32_at(blk + 4 * o);
-                else if (t == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
-                    *y = (float)(v - 16) * f32_at(blk + 4 * o);
-                else if (t == WT_Q4_0)
-                    *y = f32_at(blk + 4 * o) * ((float)v - 8.0f);
-                else if (t == WT_Q4_1 || t == WT_Q5_1)
-                    *y = f32_at(blk + 4 * o) * (float)v + f32_at(blk + 64 + 4 * o);
+                else if (c8 == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
+                    *y = (float)(v - 16) * scale_of(t, blk, o, 0);
+                else if (c8 == WT_Q4_0)
+                    *y = scale_of(t, blk, o, 0) * ((float)v - 8.0f);
+                else if (c8 == WT_Q4_1 || c8 == WT_Q5_1)
+                    *y = scale_of(t, blk, o, 0) * (float)v + scale_of(t, blk, o, 1);
                 else if (t == WT_Q6_K)
                     *y = head[o] * (float)(int8_t)blk[16 * (k >> 4) + o] * (float)(v - 32);
                 else if (t == WT_Q2_K) { /* (d * sc) * q - (dmin * m), sc and m half k / 16's */
@@ -207,7 +215,7 @@ static inline __attribute__((always_inline)) void q8_group_rows(int t, const uin
                                  int rows, vf *acc) {
     int halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
 #ifdef Q8_SIGNED_DOT
-    int signed_dot = t == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
+    int signed_dot = wtype_code(t) == WT_Q8_0; /* this target multiplies Q8_0's signed weights as they are */
     if (signed_dot) off = 0;
 #else
     int signed_dot = 0;
@@ -390,6 +398,9 @@ void strata_q8_matmul(const float *x, int64_t M, int64_t K, const uint8_t *packe
             case WT_Q5_0: q8_tile(WT_Q5_0, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q5_1: q8_tile(WT_Q5_1, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q8_0: q8_tile(WT_Q8_0, grp, nb, &xr, K, m0, rows, acc); break;
+#define Q8_HALF(T) case T | WT_HALF_SCALES: q8_tile(T | WT_HALF_SCALES, grp, nb, &xr, K, m0, rows, acc); break;
+            Q8_HALF(WT_Q4_0) Q8_HALF(WT_Q4_1) Q8_HALF(WT_Q5_0) Q8_HALF(WT_Q5_1) Q8_HALF(WT_Q8_0)
+#undef Q8_HALF
             case WT_Q4_K: q8_tile(WT_Q4_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q6_K: q8_tile(WT_Q6_K, grp, nb, &xr, K, m0, rows, acc); break;
             case WT_Q2_K: q8_tile(WT_Q2_K, grp, nb, &xr, K, m0, rows, acc); break;

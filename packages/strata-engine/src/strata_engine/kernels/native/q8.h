@@ -22,7 +22,9 @@
  * 64-byte vector holds 4 consecutive quants of 16 outputs (one integer dot-product step for 16
  * outputs at once). Per group and block of 32 inputs:
  *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16],
- *     mins f32[16] (Q4_1, Q5_1); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
+ *     mins f32[16] (Q4_1, Q5_1); the first five as the loader holds them (WT_HALF_SCALES) the
+ *     file's fp16 fields instead, f16[16] each (q8_scale converts them exactly where read), so
+ *     that the packed weight is the file's size; the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
  *     is its 16 rows as stored, each call expanding it to Q8_0's layout (expand_group);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
@@ -61,9 +63,17 @@
 #define WT_IQ2_BYTES 116
 #define UNPACK_ROWS 16 /* rows from which a call unpacks Q5_0/Q5_K/Q6_K groups once instead of per row tile */
 
+/* A type's predicates below hold for it with or without WT_HALF_SCALES (the WP_WIDEN types and
+ * the byte types Q5_0 and Q5_1 unpack to, which keep the bit): only where their scales lie and
+ * how wide they are differ (q8_scale_bytes, q8_scale, q8_add_min). */
+
 /* 4-bit quants as Q4_0's (the codebook types: their indices, looked up by lookup_group) */
-static inline int q8_nibbles(int t) { return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t); }
+static inline int q8_nibbles(int t) {
+    t = wtype_code(t);
+    return t == WT_Q4_0 || t == WT_Q4_1 || t == WT_Q4_K || wtype_codebook(t);
+}
 static inline int q8_has_min(int t) {
+    t = wtype_code(t);
     return t == WT_Q4_1 || t == WT_Q5_1 || t == WT_Q5_1_BYTES || t == WT_Q4_K || t == WT_Q5_K || t == WT_Q5_K_BYTES ||
            t == WT_Q2_K;
 }
@@ -71,9 +81,13 @@ static inline int q8_has_min(int t) {
 static inline int q8_two(int t) { return t == WT_Q2_K; }
 static inline int q8_six(int t) { return t == WT_Q6_K || t == WT_Q6_K_BYTES || t == WT_IQ2_BYTES; }
 /* 5-bit types held as nibbles plus a plane of fifth bits (see the top) */
-static inline int q8_five(int t) { return t == WT_Q5_K || t == WT_Q5_0 || t == WT_Q5_1; }
+static inline int q8_five(int t) {
+    t = wtype_code(t);
+    return t == WT_Q5_K || t == WT_Q5_0 || t == WT_Q5_1;
+}
 static inline int q8_halves(int t) { return q8_six(t) || q8_two(t) ? 2 : 1; } /* scales per block */
 static inline int q8_offset(int t) {
+    t = wtype_code(t);
     if (t == WT_IQ2_BYTES) return 64;
     return t == WT_Q4_0 ? 8 : t == WT_Q5_0 || t == WT_Q5_0_BYTES ? 16 : q8_six(t) ? 32 : t == WT_Q8_0 ? 128 : 0;
 }
@@ -83,8 +97,10 @@ static inline int q8_kquant(int t) {
 }
 /* The byte type a call of many rows unpacks a 5- or 6-bit type to (see unpack_group); 0: none. */
 static inline int q8_unpacked(int t) {
-    return t == WT_Q5_0   ? WT_Q5_0_BYTES
-           : t == WT_Q5_1 ? WT_Q5_1_BYTES
+    int half = t & WT_HALF_SCALES; /* kept: the unpacked group keeps the scales as they are */
+    t = wtype_code(t);
+    return t == WT_Q5_0   ? WT_Q5_0_BYTES | half
+           : t == WT_Q5_1 ? WT_Q5_1_BYTES | half
            : t == WT_Q5_K ? WT_Q5_K_BYTES
            : t == WT_Q6_K ? WT_Q6_K_BYTES
                           : 0;
@@ -93,13 +109,14 @@ static inline int q8_unpacked(int t) {
 /* The byte types (one byte a weight) that calls make: q8_unpacked's and the IQ2 types' expansion
  * (never stored). */
 static inline int q8_bytes(int t) {
+    t = wtype_code(t);
     return t == WT_Q5_0_BYTES || t == WT_Q5_1_BYTES || t == WT_Q5_K_BYTES || t == WT_Q6_K_BYTES || t == WT_IQ2_BYTES;
 }
 
-/* Bytes of a packed (group, block)'s scales and mins: f32[16] each, int8[16] each for K-quants,
- * Q2_K's scale-and-min bytes [16] for each half. */
+/* Bytes of a packed (group, block)'s scales and mins: f32[16] each (WT_HALF_SCALES: the file's
+ * f16[16] each), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
 static inline int64_t q8_scale_bytes(int t) {
-    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : 64) * (q8_halves(t) + q8_has_min(t));
+    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : wtype_half(t) ? 32 : 64) * (q8_halves(t) + q8_has_min(t));
 }
 
 /* Bytes of one packed (group, block): its scales and quants. */
@@ -394,11 +411,13 @@ static inline void q8_prefetch_ahead(int t, const uint8_t *blk) {
     for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + Q8_AHEAD + l);
 }
 
-/* Half h's scale of a packed block, per output: the stored fp32 scale, or for K-quants d * sc, the
+/* Half h's scale of a packed block, per output: the stored fp32 scale (WT_HALF_SCALES: its fp16
+ * value, vf_from_f16's exact conversion), or for K-quants d * sc, the
  * load's own fp32 product (as dequant_kblock and gguf-py form it). Shared by the q8 and limb kernels. */
 static inline vf q8_scale(int t, const uint8_t *blk, const float *head, int h) {
     if (q8_two(t)) return vf_mul(vf_load(head), vf_from_u4(blk + 16 * h, 0));
-    return q8_kquant(t) ? vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h)) : vf_load((const float *)blk);
+    if (q8_kquant(t)) return vf_mul(vf_load(head), vf_from_i8((const int8_t *)blk + 16 * h));
+    return wtype_half(t) ? vf_from_f16(blk) : vf_load((const float *)blk); /* fp16: converted exactly */
 }
 
 /* A block's min term (types with a min: Q4_1, Q5_1, Q4_K, Q5_K; Q2_K: one a half) added to each of
@@ -418,7 +437,7 @@ static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_
         vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride]), acc[i]);
     } else {
-        vf mn = vf_load((const float *)blk + 16);
+        vf mn = wtype_half(t) ? vf_from_f16(blk + 32) : vf_load((const float *)blk + 16);
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(dsum[i * stride]), acc[i]);
     }
 }

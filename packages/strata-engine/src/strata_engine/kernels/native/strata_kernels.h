@@ -24,7 +24,9 @@ enum strata_wtype {
     WT_IQ4_NL = 20, WT_IQ3_S = 21, WT_IQ2_S = 22, WT_IQ4_XS = 23, WT_IQ1_M = 29, WT_BF16 = 30, WT_MXFP4 = 39
 };
 /* How a type's blocks as stored become the layout matmul.c reads, at load (weights.py): kept as
- * they are, their leading fp16 scale fields widened to fp32, rearranged by strata_kquant_pack,
+ * they are, kept as they are with their leading fp16 scale fields read as fp32 where read
+ * (WP_WIDEN: the loader's weights carry WT_HALF_SCALES; kernel_bytes is the layout with those
+ * fields widened to fp32, which the kernels read too and the GPU reads), rearranged by strata_kquant_pack,
  * (4-bit codebook types) each 32 values as their fp32 scale and their 16 bytes of 4-bit
  * codebook indices (transcode.py's codebook_blocks; 20 bytes), or (grid types) kept as they are
  * where every block's scale is finite, else widened to fp32 (transcode.py's grid_blocks; IQ2_XS,
@@ -39,7 +41,7 @@ typedef struct {
     int32_t values;       /* weights a block */
     int32_t stored_bytes; /* bytes a block in the GGUF file (gguf-py's GGML_QUANT_SIZES) */
     int32_t kernel_bytes; /* bytes a block in the layout matmul.c reads, after `pack` at load */
-    int32_t scale_fields; /* fp16 scale (and min) fields a block, widened to fp32 at load */
+    int32_t scale_fields; /* fp16 scale (and min) fields a block (WP_WIDEN: read as stored or widened) */
     int32_t pack;         /* enum strata_wpack */
     int32_t reads;        /* enum strata_wreads, or'ed */
 } strata_wtype_row;
@@ -77,8 +79,12 @@ static const strata_wtype_row strata_wtypes[] = {
     [WT_IQ1_M] = {256, 56, 56, 0, WP_GRID, READS_FP32 | READS_Q8 | READS_LIMB},
 };
 /* A weight repacked for 8-bit activations (q8.c) has this bit added to its type; with its
- * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT. */
-enum strata_wflag { WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
+ * activations as integer limbs (limb.c), also the limb count shifted left by WT_LIMB_SHIFT.
+ * WT_HALF_SCALES added to a WP_WIDEN type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): its blocks as the file
+ * stores them (stored_bytes a block, fp16 scale fields), each fp16 field converted to fp32 (an
+ * exact conversion) where a kernel reads it, so every arithmetic gives the widened layout's bits;
+ * the loader holds them so (weights.py), packed too (q8.c: fp16 scales in the packed groups). */
+enum strata_wflag { WT_HALF_SCALES = 128, WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
 enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4, HAS_AVX_VNNI = 8 };
 

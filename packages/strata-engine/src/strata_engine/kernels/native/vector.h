@@ -75,6 +75,8 @@ static inline vf vf_from_u4(const uint8_t *p, int high) {
 static inline vf vf_from_bits16(uint32_t bits) {
     return (vf){_mm512_maskz_mov_ps((__mmask16)bits, _mm512_set1_ps(1.0f))};
 }
+#define VF_FROM_F16 1 /* 16 halves widened by vcvtph2ps (internal.h states the contract) */
+static inline vf vf_from_f16(const uint8_t *p) { return (vf){_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))}; }
 /* Table lookup of 32 nibbles (16 bytes, low nibbles then high): lane i of *lo is table lane
  * (p[i] & 15), of *hi table lane (p[i] >> 4). Only this target has it (VF_LUT16): a dequantiser
  * that builds the table from the same float operations gets the same bits as computing each
@@ -92,13 +94,10 @@ static inline vf vf_pow2i(vf k) {
     __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(k.v), _mm512_set1_epi32(127));
     return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(e, 23))};
 }
-/* 16 halves (32 bytes) widened by F16C: exact for every finite half, subnormals included; a NaN
- * may come back quietened, so a caller that keeps payloads checks vf_any_nan. 16 bfloat16 widened
- * by a shift. (VF_HALVES: the x86 targets; elsewhere internal.h's f16_at / bf16_at a value at a time.) */
+/* vf_from_f16 (above) is exact for every finite half, subnormals included, but a NaN may come back
+ * quietened: a caller that keeps payloads checks vf_any_nan. 16 bfloat16 widened by a shift.
+ * (VF_HALVES: the x86 targets; elsewhere internal.h's f16_at / bf16_at a value at a time.) */
 #define VF_HALVES 1
-static inline vf vf_from_f16(const uint8_t *p) {
-    return (vf){_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))};
-}
 static inline vf vf_from_bf16(const uint8_t *p) { /* its bits are fp32's upper half */
     __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return (vf){_mm512_castsi512_ps(_mm512_slli_epi32(h, 16))};
@@ -161,15 +160,16 @@ static inline vf vf_from_bits16(uint32_t bits) {
     return (vf){bits8(bits, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
                 bits8(bits, _mm256_setr_epi32(256, 512, 1024, 2048, 4096, 8192, 16384, 32768))};
 }
+#define VF_FROM_F16 1 /* 16 halves widened by F16C's vcvtph2ps (internal.h states the contract) */
+static inline vf vf_from_f16(const uint8_t *p) {
+    return (vf){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
+}
 static inline __m256 pow2i8(__m256 k) {
     __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(k), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 static inline vf vf_pow2i(vf k) { return (vf){pow2i8(k.lo), pow2i8(k.hi)}; }
 #define VF_HALVES 1 /* as on AVX-512 */
-static inline vf vf_from_f16(const uint8_t *p) {
-    return (vf){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)))};
-}
 static inline __m256 bf16x8(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -42,7 +43,7 @@ from strata_engine.kernels.triton.wtypes import (
     Q6_K,
     Q8_0,
 )
-from strata_engine.kernels.weight_types import BY_CODE, PACK_KQUANT, READS_Q8, TYPES
+from strata_engine.kernels.weight_types import BY_CODE, HALF_SCALES, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
 # strata_q8_supported's types, less those whose integer decoding is the CPU's alone (Q2_K, and
@@ -138,17 +139,32 @@ def limbs_of(kernel_type: int) -> int:
     return (kernel_type >> LIMB_SHIFT) & 3 or 1
 
 
+def widened_packed(raw: np.ndarray, t: int) -> np.ndarray:
+    """The C packing of a weight held with the file's fp16 scales (HALF_SCALES: 16 fp16 scales, and
+    mins, a group and block) in the layout the device reads: each field widened to fp32 (exact)."""
+    fields = 1 + has_min(t)
+    blocks = raw.reshape(-1, block_bytes(t) - 32 * fields)
+    out = np.empty((len(blocks), block_bytes(t)), np.uint8)
+    out[:, 64 * fields :] = blocks[:, 32 * fields :]
+    out[:, : 64 * fields].view(np.float32)[:] = blocks[:, : 32 * fields].copy().view(np.float16)
+    return out.reshape(-1)
+
+
 def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
-    """A weight packed on the CPU (NativeOps(q8=True).pack), its bytes copied to `device`."""
+    """A weight packed on the CPU (NativeOps(q8=True).pack), its bytes copied to `device` (the
+    file's fp16 scales, HALF_SCALES, widened to fp32 first: `widened_packed`)."""
     if not w.kernel_type & Q8_PACKED:
         raise ValueError(f"weight {w.name} is not packed for integer dot products")
-    t = stored_type(w.kernel_type)
+    t, raw = stored_type(w.kernel_type), w.raw.reshape(-1)
+    if t & HALF_SCALES and t & ~HALF_SCALES in SUPPORTED and not kquant(t & ~HALF_SCALES):
+        t &= ~HALF_SCALES
+        raw = widened_packed(raw, t)
     if t not in SUPPORTED:
         raise ValueError(f"weight {w.name}: type {t} has no integer kernels")
     size = packed_bytes(t, w.out_features, w.in_features)
-    if w.raw.size != size:
-        raise ValueError(f"weight {w.name}: {w.raw.size} packed bytes, the layout says {size}")
-    wq = torch.from_numpy(w.raw.reshape(-1)).to(device=device, dtype=torch.uint8).contiguous()
+    if raw.size != size:
+        raise ValueError(f"weight {w.name}: {raw.size} packed bytes, the layout says {size}")
+    wq = torch.from_numpy(raw).to(device=device, dtype=torch.uint8).contiguous()
     gb = group_bytes(t, w.in_features // 32)
     return PackedWeight(
         t, limbs_of(w.kernel_type), w.out_features, w.in_features, gb, wq, wq.view(torch.float32)

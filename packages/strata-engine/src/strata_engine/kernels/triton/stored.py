@@ -1,7 +1,8 @@
 """Weights on the kernels' device, in the block layout the Triton kernels read.
 
-The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S as stored and the engine-layout
-Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks in `raw` (the device reads those bytes; an IQ2 type's grid is put
+The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 as
+stored in `raw` (the device reads those bytes, the last five with their fp16 scales widened to fp32
+first: `as_q8_0`, weights.widened; an IQ2 type's grid is put
 before them, dequant.py; the device has no integer kernels of the IQ2 types: `device_packs`);
 K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
@@ -25,7 +26,7 @@ from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
 from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
-from strata_engine.kernels.weights import Weight, widen_scales
+from strata_engine.kernels.weights import Weight, widen_scales, widened
 
 # the types C repacks at load (strata_wtypes' WP_KQUANT) are kept as GGUF bytes on the device
 RAW_TYPES = {qtype: t.code for qtype, t in TYPES.items() if t.pack == PACK_KQUANT}
@@ -100,8 +101,10 @@ def device_packs(w: Weight) -> bool:
 
 def as_q8_0(w: Weight) -> Weight:
     """A codebook- or grid-type weight as the Q8_0 blocks of the same values (the device's form),
-    a held Q3_K or IQ1_M one as its Q6_K rewrite (in the C kernels' layout, for the packer); any
-    other weight as it is."""
+    a held Q3_K or IQ1_M one as its Q6_K rewrite (in the C kernels' layout, for the packer), a
+    Q4_0 ... Q8_0 one held as stored (fp16 scales) widened (`weights.widened`: the layout the
+    device reads, and the packer then packs with fp32 scales); any other weight as it is."""
+    w = widened(w)
     src = w.source
     if isinstance(src, TensorInfo) and src.qtype in HELD_AS_Q6_K and w.kernel_type == TYPES[src.qtype].code:
         q6 = transcode.to_q6_k(src.data, src.qtype)

@@ -7,7 +7,8 @@
  * integer-limb kernels (limb.c) for 3 and 2 limbs, `driver tiles` grouped attention over
  * runs of consecutive tokens, `driver gptoss` attention with sinks (single-head, grouped, token
  * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0, the 4-bit codebook types and
- * the grid types in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values). Built with the library's C files
+ * the grid types in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values),
+ * `driver half` Q4_0 ... Q8_0 held as stored (fp16 scales) against their widened blocks likewise. Built with the library's C files
  * (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
@@ -595,6 +596,54 @@ static int held_kgrid(int t) {
     return ok ? 0 : 1;
 }
 
+/* `driver half`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 as the file stores them (WT_HALF_SCALES: fp16 d and
+ * m, converted where read) against the same blocks with those fields widened to fp32 (the type's
+ * code alone), in every arithmetic, every row-tile remainder, and the rows gathered (the driver
+ * fails where one output differs); every other block's fields at fp16's finite extremes (+-0,
+ * the smallest and largest subnormals, the smallest normal, +-the largest), the others small,
+ * quant bytes random, all zero or all one; `held`'s activations. */
+static int half(int t) {
+    const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF};
+    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
+    int64_t K = 512, N = 37, nb = N * K / 32;
+    int f = strata_wtypes[t].scale_fields, sb = strata_wtypes[t].stored_bytes, kb = strata_wtypes[t].kernel_bytes;
+    uint8_t *ws = malloc((size_t)(nb * sb)), *ww = malloc((size_t)(nb * kb));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *s = ws + b * sb, *w = ww + b * kb;
+        for (int i = 2 * f; i < sb; i++) s[i] = b % 11 == 4 ? 0 : b % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        for (int j = 0; j < f; j++) {
+            uint16_t h = b % 2 == 0 ? extremes[(b / 2 + 3 * j) % 8] : (uint16_t)(0x1800 + (next_u64() >> 54));
+            if (b % 4 == 3) h ^= 0x8000; /* negative small scales and mins too */
+            float v = f16_at((const uint8_t *)&h);
+            memcpy(s + 2 * j, &h, 2), memcpy(w + 4 * j, &v, 4);
+        }
+        memcpy(w + 4 * f, s + 2 * f, (size_t)(sb - 2 * f));
+    }
+    float *bias = floats(N, -0.5f, 0.5f);
+    int ok = 1;
+    for (int mode = 0; mode < 4; mode++) {
+        ok &= held_same_as(t | WT_HALF_SCALES, t, ws, ww, N, K, mode, NULL, 0, NULL);
+        for (int r = 0; r < 7; r++) {
+            int64_t M = rows[r];
+            float *x = floats(M * K, -1.0f, 1.0f);
+            for (int64_t b = 0; b < M * K / 32; b++) {
+                float scale = b % 5 == 1 ? 40.0f : b % 5 == 3 ? 0.001f : 1.0f;
+                for (int i = 0; i < 32; i++) x[b * 32 + i] *= scale;
+            }
+            memset(x + 32, 0, 32 * 4);
+            for (int i = 0; i < 32; i++) {
+                x[64 + i] = 8355711.0f * 0x1p-20f, x[96 + i] = 32639.0f * 0x1p-10f; /* the largest limbs */
+                x[128 + i] *= 1e-33f;
+            }
+            if (M > 2) x[K + 200] = NAN;
+            ok &= held_same_as(t | WT_HALF_SCALES, t, ws, ww, N, K, mode, x, M, r % 2 ? bias : NULL);
+            free(x);
+        }
+    }
+    free(ws), free(ww), free(bias);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "delta") == 0) {
         delta();
@@ -610,6 +659,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 8; i++) failed |= held(types[i]);
         const int kgrid[] = {WT_Q3_K, WT_IQ1_M, WT_IQ2_XS, WT_IQ2_S}; /* at the end: the digest before them is kept */
         for (int i = 0; i < 4; i++) failed |= held_kgrid(kgrid[i]);
+        return failed;
+    }
+    if (argc > 1 && strcmp(argv[1], "half") == 0) {
+        const int types[] = {WT_Q4_0, WT_Q4_1, WT_Q5_0, WT_Q5_1, WT_Q8_0};
+        int failed = 0;
+        for (int i = 0; i < 5; i++) failed |= half(types[i]);
         return failed;
     }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
