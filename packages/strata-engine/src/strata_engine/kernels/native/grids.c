@@ -861,8 +861,7 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
                 continue;
             }
         }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++) { /* the other types (and a Q3_K super-block with a zero or non-finite d) */
             uint8_t *out = first + j * q8_block_bytes(bt);
             kgrid_half(t, (const __m256i(*)[8])raw[0], j, 0, d, out, off);
             kgrid_half(t, (const __m256i(*)[8])raw[1], j, 1, d + 8, out, off);
