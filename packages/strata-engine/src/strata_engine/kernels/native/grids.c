@@ -766,23 +766,106 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
     }
 }
 
+/* Q3_K's 16 scales of 8 rows as 4 vectors of bytes, once a super-block (sg[G]: lane o's byte c the
+ * scale 4G + c of row o, kgrid_scales's sc), from the scale bytes' runs. */
+static inline void q3k_scales8(const __m256i raw[4][8], __m256i sg[4]) {
+    __m256i l0 = raw[3][5], l1 = raw[3][6], h = raw[3][7], m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+    __m256i low[4] = {_mm256_and_si256(l0, m15), _mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_srli_epi16(l0, 4), m15),
+                      _mm256_and_si256(_mm256_srli_epi16(l1, 4), m15)};
+    __m256i high[4] = {_mm256_slli_epi16(h, 4), _mm256_slli_epi16(h, 2), h, _mm256_srli_epi16(h, 2)}; /* bits 2G, 2G + 1 to 4, 5 */
+    for (int g = 0; g < 4; g++) sg[g] = _mm256_sub_epi8(_mm256_or_si256(low[g], _mm256_and_si256(high[g], m48)), _mm256_set1_epi8(32));
+}
+
+/* Whether every one of 16 d is finite and non-zero: then d * sc is zero exactly where sc is
+ * (|d| >= 2^-24, |sc| >= 1), which q3k_block tests on the scale bytes. */
+static inline int q3k_d_normal(const float *d) {
+    __m256 inf = _mm256_set1_ps(INFINITY), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), bad = _mm256_setzero_ps();
+    for (int h8 = 0; h8 < 2; h8++) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(d + 8 * h8), absm);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ), _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)));
+    }
+    return _mm256_testz_ps(bad, bad);
+}
+
+/* The rows of a zero scale in block j of a Q3_K super-block (q3k_block's bytes): q's sign as +-1,
+ * + offset (q < 0: its byte below the offset). Rare, and out of line. */
+static __attribute__((noinline)) void q3k_zero_rows(const __m256i sg[2][4], int j, uint8_t *out, int off) {
+    int c = 2 * (j & 1);
+    __m256i zero = _mm256_setzero_si256(), base = _mm256_set1_epi8((char)off);
+    for (int h8 = 0; h8 < 2; h8++) {
+        __m256i zb = _mm256_cmpeq_epi8(sg[h8][j >> 1], zero);
+        for (int r = 0; r < 8; r++) { /* dword o: row o's byte c + (r >> 2) of zb, over its 4 bytes */
+            int k = c + (r >> 2);
+            __m256i z = _mm256_shuffle_epi8(zb, _mm256_setr_epi8(k, k, k, k, k + 4, k + 4, k + 4, k + 4, k + 8, k + 8, k + 8, k + 8, k + 12,
+                                                                 k + 12, k + 12, k + 12, k, k, k, k, k + 4, k + 4, k + 4, k + 4, k + 8,
+                                                                 k + 8, k + 8, k + 8, k + 12, k + 12, k + 12, k + 12));
+            __m256i *p = (__m256i *)(out + 32 + 64 * r + 32 * h8), u = _mm256_loadu_si256(p);
+            __m256i neg = _mm256_cmpgt_epi8(base, u); /* u < off: the bytes are small and positive */
+            __m256i pm1 = _mm256_add_epi8(base, _mm256_or_si256(neg, _mm256_set1_epi8(1))); /* off - 1 or off + 1 */
+            _mm256_storeu_si256(p, _mm256_blendv_epi8(u, pm1, z));
+        }
+    }
+}
+
+/* Block j (a constant) of a Q3_K super-block's 16 rows whose d are all q3k_d_normal: the scales
+ * by byte shuffles of sg, the quads as kgrid_half's, q + offset = (2-bit field | 4 hmask bit) +
+ * offset - 4, then a zero scale's rows (rare: one test a block) mended by q3k_zero_rows. */
+static inline __attribute__((always_inline)) void q3k_block(const __m256i raw[2][4][8], const __m256i sg[2][4], int j,
+                                                            uint8_t *out, int off) {
+    int c = 2 * (j & 1); /* scales 2j, 2j + 1: bytes c, c + 1 of sg[j >> 1]'s lanes */
+    __m256i pick = _mm256_setr_epi8(c, c + 4, c + 8, c + 12, c + 1, c + 5, c + 9, c + 13, -1, -1, -1, -1, -1, -1, -1, -1, c, c + 4,
+                                    c + 8, c + 12, c + 1, c + 5, c + 9, c + 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m128i half[2];
+    __m256i zero = _mm256_setzero_si256(), any = zero;
+    for (int h8 = 0; h8 < 2; h8++) { /* [half 0 rows 0-3, half 1 rows 0-3 | half 0 rows 4-7, half 1 rows 4-7] */
+        __m256i v = _mm256_shuffle_epi8(sg[h8][j >> 1], pick);
+        half[h8] = _mm_unpacklo_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)); /* half 0 rows 0-7, half 1 */
+        any = _mm256_or_si256(any, _mm256_cmpeq_epi8(v, zero));
+    }
+    _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi64(half[0], half[1]));
+    _mm_storeu_si128((__m128i *)(out + 16), _mm_unpackhi_epi64(half[0], half[1]));
+    __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4), base = _mm256_set1_epi8((char)(off - 4));
+    for (int h8 = 0; h8 < 2; h8++)
+        for (int r = 0; r < 8; r++) { /* q = 2-bit field + 4 times the hmask bit - 4 (kgrid_half) */
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[h8][1 + (j >> 2)][r], 2 * (j & 3)), m3);
+            __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[h8][0][r], j - 2) : _mm256_slli_epi16(raw[h8][0][r], 2 - j);
+            __m256i q = _mm256_add_epi8(_mm256_or_si256(lo, _mm256_and_si256(hm, m4)), base);
+            _mm256_storeu_si256((__m256i *)(out + 32 + 64 * r + 32 * h8), q);
+        }
+    if (!_mm256_testz_si256(any, _mm256_setr_epi64x(-1, 0, -1, 0))) q3k_zero_rows(sg, j, out, off); /* the picked 8 bytes a lane */
+}
+
 static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
                                                                uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     float d[16];
     __m256i raw[2][4][8]; /* each half of 8 rows: its super-block's runs (kgrid_raw) */
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
-        uint8_t *out = dst + q8_block_at(bt, b);
-        if ((b & 7) == 0) {
-            kgrid_prefetch(t, blk, rb);
-            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
-            memcpy(out - q8_super_bytes(bt), d, 64);
-            for (int h8 = 0; h8 < 2; h8++)
-                for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
+    for (int64_t sb = 0; sb < nb; sb += 8) { /* a super-block's 8 blocks, j a constant in each */
+        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+        uint8_t *first = dst + q8_block_at(bt, sb);
+        /* the next group's bytes (the 16 rows follow each other), a super-block's share a step: one
+         * stream in order, ahead of the 16 rows' streams here (a hint: no value changes) */
+        const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t);
+        for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
+        for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+        memcpy(first - q8_super_bytes(bt), d, 64);
+        for (int h8 = 0; h8 < 2; h8++)
+            for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
+        if (t == WT_Q3_K) {
+            __m256i sg[2][4];
+            for (int h8 = 0; h8 < 2; h8++) q3k_scales8((const __m256i(*)[8])raw[h8], sg[h8]);
+            if (q3k_d_normal(d)) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    q3k_block((const __m256i(*)[4][8])raw, (const __m256i(*)[4])sg, j, first + j * q8_block_bytes(bt), off);
+                continue;
+            }
         }
-        kgrid_half(t, (const __m256i(*)[8])raw[0], (int)(b & 7), 0, d, out, off);
-        kgrid_half(t, (const __m256i(*)[8])raw[1], (int)(b & 7), 1, d + 8, out, off);
+        for (int j = 0; j < 8; j++) { /* the other types (and a Q3_K super-block with a zero or non-finite d) */
+            uint8_t *out = first + j * q8_block_bytes(bt);
+            kgrid_half(t, (const __m256i(*)[8])raw[0], j, 0, d, out, off);
+            kgrid_half(t, (const __m256i(*)[8])raw[1], j, 1, d + 8, out, off);
+        }
     }
 }
 
