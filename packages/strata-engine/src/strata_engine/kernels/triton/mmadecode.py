@@ -35,7 +35,7 @@ import triton.language as tl
 
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
-from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
+from strata_engine.kernels.triton.packed import _int8, block_offset, head_offset, scales
 from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
@@ -195,6 +195,46 @@ def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, r
 
 
 @triton.jit
+def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live, rows, rmask, nb, ntiles,
+                sb, WT: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, HALVES: tl.constexpr,
+                BN: tl.constexpr, TAIL: tl.constexpr):  # fmt: skip
+    """The split path's float steps over blocks sb TAIL .. sb TAIL + TAIL - 1 (TAIL 4 or 8: one
+    K-quant super-block's, or half of it), in block order, unrolled: the operations of _chain on
+    the scratch's f, with the header (d, dmin) read once for them and each block's scale bytes
+    at a constant offset from the super-block's."""
+    bn: tl.constexpr = acc.shape[0]
+    nt: tl.constexpr = acc.shape[1]
+    head = group + head_offset(sb * TAIL, BB, SB)
+    d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
+    dmin = d
+    if WT != Q6_K:
+        dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+    zero = tl.zeros((bn, nt), tl.float32)
+    for i in tl.static_range(TAIL):
+        b = sb * TAIL + i
+        at = cat + b * ntiles * (HALVES * TOKENS * BN)
+        f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+        f1 = f0
+        if HALVES == 2:
+            f1 = tl.load(f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg")
+        blk = head + SB + (b & 7) * BB
+        ws0 = d * _int8(wq_ptr, blk + o, live)  # packed.scales' K-quant products
+        ws1 = ws0
+        mn = zero
+        if WT == Q6_K:
+            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
+        else:
+            mn = tl.broadcast_to((dmin * _int8(wq_ptr, blk + 16 + o, live))[:, None], (bn, nt))
+        xb = rows.to(tl.int64) * nb + b
+        s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+        w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
+        w1 = tl.broadcast_to(ws1[:, None], (bn, nt))
+        acc = accumulate(acc, f0, f1, w0, w1, mn, s, dsum, WT)
+    return acc
+
+
+@triton.jit
 def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
@@ -265,16 +305,19 @@ def _mma_kernel(
             cat = (cat * ntiles + (tl.arange(0, CR) * ntiles)[None, :]) * BN + rn[:, None]
             cfmask = cmask_[None, :] & live[:, None]
             cacc = tl.zeros((BN, CR), tl.float32)
-            for b in range(0, nb):
-                at = cat + b * ntiles * (HALVES * TOKENS * BN)
-                f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
-                f1 = f0
-                if HALVES == 2:
-                    f1 = tl.load(
-                        f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg"
-                    )
-                cacc = _chain(cacc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
-                             WT, KQ, BB, SB)  # fmt: skip
+            if KQ:  # a super-block an iteration: its header read once, its 8 blocks unrolled
+                # blocks an iteration (a K-quant's nb is a multiple of 8): the fewest instructions
+                # a block in the compiled loop (sm_90, Triton 3.9.0's ptxas), per `tail_blocks`
+                TB: tl.constexpr = 8 if WT == Q6_K else 4
+                for sb in range(0, nb // TB):
+                    cacc = _superblock(cacc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live,
+                                       crows, cmask_, nb, ntiles, sb, WT, BB, SB, HALVES, BN, TB)  # fmt: skip
+            else:
+                for b in range(0, nb):
+                    at = cat + b * ntiles * (HALVES * TOKENS * BN)
+                    f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+                    cacc = _chain(cacc, f0, f0, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
+                                  WT, KQ, BB, SB)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
             _epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
     else:
@@ -312,6 +355,12 @@ def plan(m: int, n: int, nb: int, bn: int) -> tuple[tuple[int, int, int], int]:
         return (tiles, groups, 1), nb
     per = nb // ranges  # at least `ranges` ranges, the last one shorter
     return (tiles, groups, triton.cdiv(nb, per)), per
+
+
+def tail_blocks(wt: int, kq: bool) -> int:
+    """Blocks an iteration of the split path's float-steps loop (the kernel's TB): a K-quant's
+    4 (Q6_K: 8), the others' 1."""
+    return (8 if wt == Q6_K.value else 4) if kq else 1
 
 
 def counts(device: torch.device, size: int) -> torch.Tensor:
