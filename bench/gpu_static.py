@@ -138,6 +138,17 @@ def _tile(constexprs: dict[str, Any]) -> str:
     return " ".join(f"{k}={int(v)}" for k, v in constexprs.items() if k not in layout)
 
 
+def _loop(row: dict[str, Any]) -> str:
+    """The loop's instructions; split along K, the programs' loop + the float steps' loop over
+    the blocks one iteration of it takes (sass_stats.KernelStats)."""
+    tail = row.get("tail_instructions", 0)
+    return (
+        f"{row['loop_instructions']} + {tail}/{row.get('tail_blocks', 1)}"
+        if tail
+        else str(row["loop_instructions"])
+    )
+
+
 def table(record: dict[str, Any]) -> str:
     """The kernels' rows (one per distinct compiled launch, matmuls by weight type), then the
     decode targets beside the measured figures."""
@@ -151,7 +162,7 @@ def table(record: dict[str, Any]) -> str:
         per = r["warp_instructions_per_weight"]
         lines.append(
             f"| {r['kernel']} | {r['wtype'] or ''} | {_tile(r['constexprs'])} | {r['warps']} | {r['registers']} | "
-            f"{r['shared_bytes']} | {r['local_bytes']} | {r['spill_instructions']} | {r['loop_instructions']} | "
+            f"{r['shared_bytes']} | {r['local_bytes']} | {r['spill_instructions']} | {_loop(r)} | "
             f"{r['loop_mma']} | {r['weights_per_iteration'] or ''} | {'' if per is None else f'{per:.3f}'} |"
         )
     lines += ["", "| figure | measured | target (a bandwidth-bound decode) |", "|---|---|---|"]

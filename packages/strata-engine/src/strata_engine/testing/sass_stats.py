@@ -7,7 +7,8 @@ builds one per recorded launch) is disassembled with the cuobjdump Triton bundle
 - the main loop is the innermost loop, found by its backward branch (a branch to an address at
   or before its own; the self-branch that pads the code after the last EXIT is not a loop); when
   several loops are innermost (none inside another), the longest, where the time goes (the
-  decode matmul split along K: its two loops, each run once a block, together);
+  decode matmul split along K: its two loops together, the programs' loop once a block and the
+  last program's float steps, unrolled, once every `mmadecode.tail_blocks` blocks);
 - each warp runs the loop body once per iteration, so warp-instructions a weight is the body's
   length times the launch's warps over the weights one iteration of a program consumes, taken
   from the kernel's tile constexprs (WEIGHTS_PER_ITERATION);
@@ -159,13 +160,17 @@ class KernelStats:
     loop_instructions: int  # 0: no loop
     loop_mma: int
     weights_per_iteration: int | None
+    tail_instructions: int = 0  # split along K: the float steps' loop (0: none)
+    tail_blocks: int = 1  # blocks one iteration of that loop takes
 
     @property
     def warp_instructions_per_weight(self) -> float | None:
-        """The main loop's warp-instructions a weight (None where the kernel reads no weights)."""
+        """The main loop's warp-instructions a weight (None where the kernel reads no weights);
+        split along K, with the float steps' loop's share of a block added."""
         if not self.weights_per_iteration or not self.loop_instructions:
             return None
-        return self.loop_instructions * self.warps / self.weights_per_iteration
+        per_block = self.loop_instructions + self.tail_instructions / self.tail_blocks
+        return per_block * self.warps / self.weights_per_iteration
 
 
 def weight_type(name: str, constexprs: dict[str, Any]) -> str | None:
@@ -185,11 +190,16 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     code = parse_sass(cuobjdump(cubin, "-sass"))
     res = resources(cuobjdump(cubin, "-res-usage"))
     body = innermost_loop(code)
+    tail: list[Instruction] = []
+    tail_blocks = 1
     if spec["constexprs"].get("SPLIT"):
-        # the decode matmul split along K: the programs' loop over their blocks (integer sums)
-        # and the tile's last program's loop over every block (the float steps) each run once
-        # a block, so both count
-        body = [ins for loop in innermost_loops(code)[:2] for ins in loop]
+        # the decode matmul split along K: the programs' loop over their blocks (integer sums,
+        # first in the code) and the tile's last program's loop over every block (the float
+        # steps, after it; `tail_blocks` blocks an iteration) both count, each a block
+        from strata_engine.kernels.triton.mmadecode import tail_blocks as blocks
+
+        body, tail = sorted(innermost_loops(code)[:2], key=lambda loop: loop[0].address)
+        tail_blocks = blocks(spec["constexprs"]["WT"], bool(spec["constexprs"]["KQ"]))
     name = f"{spec['module'].rsplit('.', 1)[-1]}.{spec['name']}"
     per_iteration = WEIGHTS_PER_ITERATION.get(name)
     return KernelStats(
@@ -202,7 +212,9 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
         local_bytes=res.get("LOCAL", 0),
         spill_instructions=count(code, SPILLS),
         loop_instructions=len(body),
-        loop_mma=count(body, MMA),
+        loop_mma=count(body + tail, MMA),
+        tail_instructions=len(tail),
+        tail_blocks=tail_blocks,
         weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
     )
 

@@ -65,3 +65,25 @@ def test_gated_quantised_is_gated_then_quantize(limbs: int, gelu: bool) -> None:
     want = activation.gelu_mul(g, u) if gelu else activation.silu_mul(g, u)
     assert _same(y, want)
     _same_quantised(xq, quantize.quantize(want, limbs))
+
+
+@pytest.mark.parametrize("limbs", (1, 3))
+@pytest.mark.parametrize(("h", "kvh", "d"), [(6, 2, 64), (4, 4, 32)], ids=["gqa3", "mha"])
+def test_attention_quantised_is_attention_then_quantize(limbs: int, h: int, kvh: int, d: int) -> None:
+    """The attention kernel's output rows [T, H D] quantised in its epilogue (for the attention
+    output's matmul) are quantize.py's of its output; the output itself is unchanged (the edge
+    blocks are the other fused kernels' cases here: the same store_blocks)."""
+    from strata_engine.kernels.triton import attention
+    from strata_engine.testing.triton_checks import LENGTHS, POSITIONS, TOKEN_SEQ, attention_meta, paged_cache
+
+    bs = 16
+    k, v, tables = paged_cache(LENGTHS, kvh, d, bs, seed=h + d)
+    q = np.random.default_rng(d + limbs).standard_normal((len(POSITIONS), h, d)).astype(np.float32)
+    q[3, 1] *= np.float32(2.0**-120)  # a head whose scores are all tiny: a uniform softmax
+    meta = attention_meta(tables, TOKEN_SEQ, POSITIONS, bs)
+    args = (on(q), on(k), on(v), meta, on(meta.positions), on(meta.token_seq), on(meta.block_tables))
+    mp = int(meta.positions.max())
+    want = attention.attention(*args, mp)
+    got, xq = attention.attention_quantize(*args, mp, None, 0, 0.0, None, limbs)
+    assert _same(got, want) and xq is not None
+    _same_quantised(xq, quantize.quantize(want.reshape(len(POSITIONS), -1), limbs))

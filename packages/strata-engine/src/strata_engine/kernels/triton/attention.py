@@ -44,7 +44,7 @@ import triton.language as tl
 
 from strata_engine.kernels.base import AttentionMeta
 from strata_engine.kernels.torch_backend import tensor
-from strata_engine.kernels.triton import ieee, kv
+from strata_engine.kernels.triton import ieee, kv, quantize
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
 UNROLL = 4  # positions per step of the sum and the V chain (no effect on the bits)
@@ -54,10 +54,12 @@ TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ie
 @triton.jit(do_not_specialize=["T", "H", "KVH", "max_blocks", "block_size", "s_stride", "window"])
 def _attention_kernel(
     q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, sink_ptr, out_ptr,
+    xq_ptr, xs_ptr, xdsum_ptr,
     T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
     D: tl.constexpr, KV: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
-    SINKS: tl.constexpr,
+    SINKS: tl.constexpr, LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
 ):  # fmt: skip
     # TOK tokens a program (1 on a GPU), each with its own positions: [TOK, ...] tensors
     tt = tl.program_id(0).to(tl.int64) * TOK + tl.arange(0, TOK)
@@ -165,6 +167,21 @@ def _attention_kernel(
             o = tl.fma(w[:, :, None], v[:, None, :], o)
     out = out_ptr + head[:, :, None] * D + d[None, None, :]
     tl.store(out, o, mask=tg[:, :, None] & (d < D)[None, None, :])
+    if LIMBS > 0:
+        # the integer modes: the output rows [T, H D] quantised here for the attention output's
+        # matmul (quantize.store_blocks' operations, as RMSNorm and SwiGLU do theirs), each block
+        # of 32 lanes inside one head (D a multiple of 32 and BLOCK_D == D: attention() checks)
+        DB: tl.constexpr = BLOCK_D // 32  # blocks a head
+        NBLK: tl.constexpr = TOK * BLOCK_G * DB
+        bi = tl.arange(0, NBLK)  # o's blocks in its row-major order (token, head, block)
+        bt = bi // (BLOCK_G * DB)
+        bg = (bi // DB) % BLOCK_G
+        btt = tl.program_id(0).to(tl.int64) * TOK + bt
+        blocks = (btt * H + kvh * GROUP + bg) * DB + bi % DB  # in the [T, H D / 32] grid
+        ok = (btt < T) & (bg < GROUP)
+        quantize.store_blocks(
+            tl.reshape(o, (NBLK, 32)), blocks, ok, xq_ptr, xs_ptr, xdsum_ptr, LIMBS, SHIFT, XMAX, MIN_EXP
+        )
 
 
 def attention(
@@ -177,30 +194,56 @@ def attention(
     `scale` defaults to 1/sqrt(D); `window` > 0 attends to the last `window` positions only;
     `softcap` > 0 caps the scores; `sinks` [H] fp32 on q's device (gpt-oss) adds one logit per
     head to the max and the denominator, with no value."""
+    return attention_quantize(
+        q, k_cache, v_cache, meta, positions, token_seq, block_tables, max_position, scale, window, softcap,
+        sinks, None,
+    )[0]  # fmt: skip
+
+
+def quantizes(head_size: int) -> bool:
+    """Whether the attention kernel can quantise its output rows: each block of 32 inside one
+    head (a power of two of at least 32 lanes, every lane of the program's tile live)."""
+    return head_size >= 32 and triton.next_power_of_2(head_size) == head_size
+
+
+def attention_quantize(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta,
+    positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
+    scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None, limbs: int | None,
+) -> tuple[torch.Tensor, quantize.Quantised | None]:  # fmt: skip
+    """attention()'s output and, with `limbs`, its rows [T, H D] quantised in the same launch
+    (quantize.quantize's bits; the head size must pass `quantizes`)."""
     q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
     out = torch.empty_like(q)
+    xq = None
+    if limbs is not None:
+        if not quantizes(d):
+            raise ValueError(f"the attention kernel quantises heads of a power of two >= 32 lanes, not {d}")
+        xq = quantize.allocate(t, h * d // 32, limbs, q.device)
     if not t:
-        return out
+        return out, xq
     stride = triton.cdiv(max_position + 1, BLOCK_N) * BLOCK_N  # whole blocks: see step 2
     scores = torch.empty(t * h * stride, dtype=torch.float32, device=q.device)
     rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
     group = h // kvh
     tok = ieee.fit(t, TOK)
+    quant = {"LIMBS": 0, "SHIFT": 0, "XMAX": 0, "MIN_EXP": 0} if xq is None else quantize.constants(xq.limbs)
     code = kv.KV_CODES[k_cache.dtype]  # a 2-byte cache's bits read through an int16 view
     if code:
         k_cache, v_cache = k_cache.view(torch.int16), v_cache.view(torch.int16)
     _attention_kernel[(triton.cdiv(t, tok), kvh)](
         q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows,
         q if sinks is None else sinks, out,
+        *((out, out, out) if xq is None else (xq.q, xq.s, xq.dsum)),
         t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
         D=d, KV=code, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
         BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL,
-        SINKS=sinks is not None, **ieee.LAUNCH,
+        SINKS=sinks is not None, **quant, **ieee.LAUNCH,
     )  # fmt: skip
-    return out
+    return out, xq
 
 
 def attention_reference(

@@ -59,6 +59,18 @@ def default_device() -> torch.device:
     )
 
 
+def _same_rows(y: torch.Tensor, x: Array) -> bool:
+    """Whether x is y's rows: y itself, or a contiguous view of all of its elements with as
+    many rows (the attention output [T, H, D] read as [T, H D])."""
+    if x is y:
+        return True
+    return (
+        isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0] == y.shape[0] and x.numel() == y.numel()
+        and x.is_contiguous() and y.is_contiguous() and x.dtype == y.dtype and x.device == y.device
+        and x.data_ptr() == y.data_ptr()
+    )  # fmt: skip
+
+
 class TritonOps:
     """Batch-invariant GPU ops (see the module docstring for where tensors live)."""
 
@@ -224,7 +236,7 @@ class TritonOps:
         """x's digits in `limbs` limbs: those its kernel made with it when x is that very tensor
         (RMSNorm, the gated FFN: no launch of their own), else quantised now."""
         made = self._made
-        if made is not None and made[0] is x and made[1].limbs == limbs:
+        if made is not None and made[1].limbs == limbs and _same_rows(made[0], x):
             return made[1]
         return quantize(tensor(x).to(self.device, torch.float32), limbs)
 
@@ -315,12 +327,18 @@ class TritonOps:
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1
-        return attention.attention(
-            tensor(q).to(self.device), self._cache(k_cache), self._cache(v_cache), meta,
+        q = tensor(q).to(self.device)
+        # in the integer modes the output rows are quantised in the same launch, for the
+        # attention output's matmul (which reads them through `_quantised`: no launch of its own)
+        limbs = self.limbs if self.limbs is not None and attention.quantizes(q.shape[-1]) else None
+        out, xq = attention.attention_quantize(
+            q, self._cache(k_cache), self._cache(v_cache), meta,
             self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
-            bound, scale=scale, window=window, softcap=softcap,
-            sinks=None if sinks is None else self._model(sinks).float(),
+            bound, scale, window, softcap, None if sinks is None else self._model(sinks).float(), limbs,
         )  # fmt: skip
+        if xq is not None:
+            self._made = (out, xq)
+        return out
 
     def log_softmax(self, logits: Array, inplace: bool = False) -> torch.Tensor:
         """The logprob tail on the device; the rows come back to the engine as CPU fp32."""

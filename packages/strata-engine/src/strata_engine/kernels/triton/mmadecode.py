@@ -35,7 +35,7 @@ import triton.language as tl
 
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
-from strata_engine.kernels.triton.packed import block_offset, head_offset, scales
+from strata_engine.kernels.triton.packed import _int8, block_offset, head_offset, scales
 from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
@@ -195,6 +195,52 @@ def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, r
 
 
 @triton.jit
+def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live, rows, rmask, nb, ntiles,
+                sb, WT: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, HALVES: tl.constexpr,
+                BN: tl.constexpr, TAIL: tl.constexpr, PS: tl.constexpr):  # fmt: skip
+    """The split path's float steps over blocks sb TAIL .. sb TAIL + TAIL - 1 (TAIL 4 or 8: one
+    K-quant super-block's, or half of it), in block order, unrolled: the operations of _chain on
+    the scratch's f, with the header (d, dmin) read once for them and each block's scale bytes
+    at a constant offset from the super-block's."""
+    bn: tl.constexpr = acc.shape[0]
+    nt: tl.constexpr = acc.shape[1]
+    head = group + head_offset(sb * TAIL, BB, SB)
+    d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
+    dmin = d
+    if WT != Q6_K:
+        dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+    zero = tl.zeros((bn, nt), tl.float32)
+    for i in tl.static_range(TAIL):
+        b = sb * TAIL + i
+        at = cat + b * ntiles * (HALVES * TOKENS * BN)
+        if PS == 2:  # both halves' f side by side: one load
+            h = tl.arange(0, 2)[None, None, :]
+            f0, f1 = tl.split(
+                tl.load(f_ptr + at[:, :, None] + h, mask=cfmask[:, :, None], other=0.0, cache_modifier=".cg")
+            )
+        else:
+            f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+            f1 = f0
+            if HALVES == 2:
+                f1 = tl.load(f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg")
+        blk = head + SB + (b & 7) * BB
+        ws0 = d * _int8(wq_ptr, blk + o, live)  # packed.scales' K-quant products
+        ws1 = ws0
+        mn = zero
+        if WT == Q6_K:
+            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
+        else:
+            mn = tl.broadcast_to((dmin * _int8(wq_ptr, blk + 16 + o, live))[:, None], (bn, nt))
+        xb = rows.to(tl.int64) * nb + b
+        s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
+        w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
+        w1 = tl.broadcast_to(ws1[:, None], (bn, nt))
+        acc = accumulate(acc, f0, f1, w0, w1, mn, s, dsum, WT)
+    return acc
+
+
+@triton.jit
 def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
@@ -220,6 +266,9 @@ def _mma_kernel(
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
+    # split along K, Q6_K's f in the scratch: for several rows an (output, row)'s two halves
+    # side by side (one store, one load), for 1 row a plane a half (fewer instructions there)
+    PS: tl.constexpr = 2 if HALVES == 2 and CR > 1 else 1
     col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
     if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
         j = col >> 3
@@ -240,8 +289,8 @@ def _mma_kernel(
         # row, output], only the live rows' (a row's outputs contiguous)
         ntiles = tl.num_programs(0).to(tl.int64)
         first = tl.program_id(2) * PER
-        fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS
-        fat = (fat * ntiles + (tl.arange(0, TOKENS) * ntiles)[None, :]) * BN + rn[:, None]
+        fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
+        fat = fat + ((tl.arange(0, TOKENS) * ntiles)[None, :] * BN + rn[:, None]) * PS
         fmask = rmask[None, :] & live[:, None]
         for b in range(first, tl.minimum(first + PER, nb)):
             f0, f1 = _block_values(
@@ -249,9 +298,13 @@ def _mma_kernel(
                 WT, KQ, BB, SB, SCB, LIMBS, HALVES,
             )  # fmt: skip
             at = fat + b * ntiles * (HALVES * TOKENS * BN)
-            tl.store(f_ptr + at, f0, mask=fmask)
-            if HALVES == 2:
-                tl.store(f_ptr + at + TOKENS * ntiles * BN, f1, mask=fmask)
+            if PS == 2:  # an (output, row)'s two halves side by side
+                h = tl.arange(0, 2)[None, None, :]
+                tl.store(f_ptr + at[:, :, None] + h, tl.join(f0, f1), mask=fmask[:, :, None])
+            else:
+                tl.store(f_ptr + at, f0, mask=fmask)
+                if HALVES == 2:  # the second half's plane
+                    tl.store(f_ptr + at + TOKENS * ntiles * BN, f1, mask=fmask)
         # the last program of this tile to finish (an integer count: no float atomics) runs
         # the float steps over every block, in block order, and resets the count
         tl.debug_barrier()
@@ -261,20 +314,23 @@ def _mma_kernel(
             # the float steps for the rows a group can have live (CR: 1, 2 or 4; at batch 1 one)
             crows = tl.program_id(1) * TOKENS + tl.arange(0, CR)
             cmask_ = crows < M
-            cat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS
-            cat = (cat * ntiles + (tl.arange(0, CR) * ntiles)[None, :]) * BN + rn[:, None]
+            cat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
+            cat = cat + ((tl.arange(0, CR) * ntiles)[None, :] * BN + rn[:, None]) * PS
             cfmask = cmask_[None, :] & live[:, None]
             cacc = tl.zeros((BN, CR), tl.float32)
-            for b in range(0, nb):
-                at = cat + b * ntiles * (HALVES * TOKENS * BN)
-                f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
-                f1 = f0
-                if HALVES == 2:
-                    f1 = tl.load(
-                        f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg"
-                    )
-                cacc = _chain(cacc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
-                             WT, KQ, BB, SB)  # fmt: skip
+            if KQ:  # a super-block an iteration: its header read once, its 8 blocks unrolled
+                # blocks an iteration (a K-quant's nb is a multiple of 8): the fewest instructions
+                # a block in the compiled loop (sm_90, Triton 3.9.0's ptxas), per `tail_blocks`
+                TB: tl.constexpr = 8 if WT == Q6_K else 4
+                for sb in range(0, nb // TB):
+                    cacc = _superblock(cacc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live,
+                                       crows, cmask_, nb, ntiles, sb, WT, BB, SB, HALVES, BN, TB, PS)  # fmt: skip
+            else:
+                for b in range(0, nb):
+                    at = cat + b * ntiles * (HALVES * TOKENS * BN)
+                    f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+                    cacc = _chain(cacc, f0, f0, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
+                                  WT, KQ, BB, SB)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
             _epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
     else:
@@ -312,6 +368,12 @@ def plan(m: int, n: int, nb: int, bn: int) -> tuple[tuple[int, int, int], int]:
         return (tiles, groups, 1), nb
     per = nb // ranges  # at least `ranges` ranges, the last one shorter
     return (tiles, groups, triton.cdiv(nb, per)), per
+
+
+def tail_blocks(wt: int, kq: bool) -> int:
+    """Blocks an iteration of the split path's float-steps loop (the kernel's TB): a K-quant's
+    4 (Q6_K: 8), the others' 1."""
+    return (8 if wt == Q6_K.value else 4) if kq else 1
 
 
 def counts(device: torch.device, size: int) -> torch.Tensor:
