@@ -114,9 +114,9 @@ static inline int q8_bytes(int t) {
 }
 
 /* Bytes of a packed (group, block)'s scales and mins: f32[16] each (WT_HALF_SCALES: the file's
- * f16[16] each), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
+ * f16[16] each, MXFP4's e8m0 u8[16]), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
 static inline int64_t q8_scale_bytes(int t) {
-    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : wtype_half(t) ? 32 : 64) * (q8_halves(t) + q8_has_min(t));
+    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : 16 * scale_width(t)) * (q8_halves(t) + q8_has_min(t));
 }
 
 /* Bytes of one packed (group, block): its scales and quants. */
