@@ -80,7 +80,7 @@ def strata_check(path: str, threads: int) -> dict:
     """Strata's top-1 at each prompt position, and which kernel types its weights are held in."""
     from strata_engine import LLMEngine, LogprobParams, PromptScores, Request, SamplingParams, Step
     from strata_engine.kernels.base import stored_type
-    from strata_engine.kernels.weight_types import BY_CODE
+    from strata_engine.kernels.weight_types import BY_CODE, HALF_SCALES
     from strata_engine.kernels.weights import Weight
 
     engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
@@ -88,7 +88,7 @@ def strata_check(path: str, threads: int) -> dict:
     weights = [engine.model.embedding, engine.model.output]
     weights += [v for layer in engine.model.layers for v in vars(layer).values() if isinstance(v, Weight)]
     for weight in {id(w): w for w in weights}.values():  # a tied output is the embedding
-        row = BY_CODE.get(stored_type(weight.kernel_type))
+        row = BY_CODE.get(stored_type(weight.kernel_type) & ~HALF_SCALES)  # held as stored too
         kind = f"{row.qtype.name} packed" if row is not None and weight.kernel_type else "other"
         if weight._dense is not None and weight.kernel_type:
             kind += " + fp32 copy"
