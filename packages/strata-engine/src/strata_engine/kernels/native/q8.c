@@ -310,21 +310,33 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
 
 /* A codebook type's group looked up (expand_group): Q8_0's fp32 scales (WT_HALF_SCALES: the
  * file's fields converted exactly), then codebook[index] + 128 a byte. */
+/* kind: the packed scales (0 fp32, 1 the file's fp16 d, 2 MXFP4's e8m0 bytes), a constant in the
+ * loop (one binary each: no per-block tests of the type). */
+static inline __attribute__((always_inline)) void lookup_blocks(int kind, const uint8_t *table, const uint8_t *grp,
+                                                                int64_t nb, uint8_t *dst) {
+    int64_t sb = kind == 0 ? 64 : kind == 1 ? 32 : 16; /* q8_scale_bytes of the kind */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *src = grp + b * (sb + 256);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
+        else if (kind == 1) vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
+        else { /* the file's e8m0 bytes, each 2^(E - 128) exactly (e8m0_half_at, a lane at a time) */
+            uint32_t bits[16];
+            for (int o = 0; o < 16; o++) {
+                uint32_t e = src[o];
+                bits[o] = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+            }
+            memcpy(out, bits, 64);
+        }
+        for (int R = 0; R < 8; R++) vq_store(out + 64 + 64 * R, vq_lut(q8_row(WT_IQ4_NL, src + sb, R), table));
+    }
+}
 static void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     uint8_t table[16];
     for (int i = 0; i < 16; i++) table[i] = (uint8_t)(codebook_of(t)[i] + 128);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *src = grp + q8_block_at(t, b);
-        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        if (!wtype_half(t)) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
-        else if (wtype_code(t) == WT_MXFP4) /* the file's e8m0 bytes, each 2^(E - 128) exactly */
-            for (int o = 0; o < 16; o++) {
-                float s = e8m0_half_at(src + o);
-                memcpy(out + 4 * o, &s, 4);
-            }
-        else vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
-        for (int R = 0; R < 8; R++) vq_store(out + 64 + 64 * R, vq_lut(q8_row(t, q8_quants(t, src), R), table));
-    }
+    if (!wtype_half(t)) lookup_blocks(0, table, grp, nb, dst);
+    else if (wtype_code(t) == WT_MXFP4) lookup_blocks(2, table, grp, nb, dst);
+    else lookup_blocks(1, table, grp, nb, dst);
 }
 
 /* See q8.h. */
