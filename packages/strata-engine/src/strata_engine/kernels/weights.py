@@ -4,7 +4,7 @@ Types the native kernels read directly (a row of strata_kernels.h's strata_wtype
 weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (these five as the file's own bytes,
 fp16 scales and all: `held`), Q2_K, Q4_K, Q5_K, Q6_K, the grid
 types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and the K-grid types IQ2_XS, IQ2_S, Q3_K, IQ1_M as stored,
-and the 4-bit codebook types IQ4_NL, IQ4_XS, MXFP4 as a scale and indices a 32) stay in block
+and the 4-bit codebook types IQ4_NL and MXFP4 as stored, IQ4_XS as a scale and indices a 32) stay in block
 form and are dequantised inside the matmul. TQ1_0 and TQ2_0, whose values are exactly a scale
 times small integers, are rewritten at load as Q8_0 blocks with the same values (transcode.py).
 Every other type gguf-py can dequantise is dequantised to fp32 at load time.
@@ -88,6 +88,8 @@ class Weight:
             data = None
             if wt.pack == PACK_STORED:  # its bytes (a caller may hand in typed values: F16 as float16)
                 data = np.array(info.data).view(np.uint8).reshape(-1)
+            elif wt.pack == PACK_CODEBOOK and info.qtype in transcode.HELD_CODEBOOK:  # the file's blocks
+                return cls(info.name, out_f, in_f, wt.code | HALF_SCALES, held(info.data), info)
             elif wt.pack == PACK_CODEBOOK:
                 data = transcode.codebook_blocks(info.data, info.qtype)
             elif wt.pack == PACK_GRID:  # None where a scale is not finite: fp32 below
@@ -128,13 +130,13 @@ def _transcoded(info: TensorInfo) -> tuple[int, np.ndarray] | None:
 
 def widened(w: Weight) -> Weight:
     """A weight held as stored (HALF_SCALES) in the widened layout of the same values (for the
-    GPU, whose kernels read that layout); any other weight as it is."""
+    GPU, whose kernels read that layout: fp32 scales; IQ4_NL and MXFP4 transcode.codebook_blocks);
+    any other weight as it is."""
     if w.kernel_type & ~0xFF or not w.kernel_type & HALF_SCALES:  # repacked, or not held so
         return w
     qtype = next(q for q, t in TYPES.items() if t.code == w.kernel_type & ~HALF_SCALES)
-    return Weight(
-        w.name, w.out_features, w.in_features, TYPES[qtype].code, widen_scales(w.raw, qtype), w.source
-    )
+    wide = transcode.codebook_blocks if TYPES[qtype].pack == PACK_CODEBOOK else widen_scales
+    return Weight(w.name, w.out_features, w.in_features, TYPES[qtype].code, wide(w.raw, qtype), w.source)
 
 
 def vector(info: TensorInfo) -> np.ndarray:

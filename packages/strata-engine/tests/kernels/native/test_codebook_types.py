@@ -1,8 +1,9 @@
 """The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) held as indices (issue 40) and read by every
 arithmetic with the bits of the Q8_0 blocks they were rewritten as.
 
-Each 32 values are scale * codebook[index]: the loader keeps the fp32 scale and the 16 bytes of
-4-bit indices (5 bits a weight), and every arithmetic looks the indices up to the Q8_0 block
+Each 32 values are scale * codebook[index]: the loader keeps the scale and the 16 bytes of 4-bit
+indices (IQ4_NL, MXFP4: the file's blocks, 4.5 and 4.25 bits a weight; IQ4_XS an fp32 scale, 5
+bits), and every arithmetic looks the indices up to the Q8_0 block
 (scale, codebook[index]) that `transcode.to_q8_0` makes (9 bits held), whose results it must give
 bit for bit, on every target this host runs, at extreme scales (fp16's largest, subnormals,
 +-0; MXFP4's smallest and largest exponents) and every index. Their values are gguf-py's.
@@ -19,7 +20,7 @@ from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import transcode
 from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.weight_types import TYPES
+from strata_engine.kernels.weight_types import HALF_SCALES, TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
 from strata_engine.testing.q8_checks import MODES, assert_held_gives_the_q8_0_bits, bits
@@ -41,13 +42,17 @@ def weights(qtype: QT) -> tuple[Weight, Weight, np.ndarray]:
 @pytest.mark.parametrize("qtype", CODEBOOK, ids=lambda q: q.name)
 def test_held_at_five_bits_a_weight_with_gguf_pys_values(qtype: QT) -> None:
     held, q8, values = weights(qtype)
-    assert held.kernel_type == TYPES[qtype].code
-    assert held.raw.nbytes * 8 == 5 * N * K  # an fp32 scale and 16 bytes of indices a 32
+    # IQ4_NL and MXFP4 as the file's blocks (4.5 and 4.25 bits a weight: test_codebook_scales.py),
+    # IQ4_XS as an fp32 scale and 16 bytes of indices a 32 (5 bits)
+    as_stored = qtype in transcode.HELD_CODEBOOK
+    assert held.kernel_type == TYPES[qtype].code | (HALF_SCALES if as_stored else 0)
+    bits_a_weight = TYPES[qtype].stored_bytes * 8 / TYPES[qtype].values if as_stored else 5
+    assert held.raw.nbytes * 8 == bits_a_weight * N * K
     codes = q8.raw.reshape(-1, 36)[:, 4:].view(np.int8)
     assert len(np.unique(codes)) == (15 if qtype == QT.MXFP4 else 16)  # every index (MXFP4: two zeros)
     np.testing.assert_array_equal(bits(NativeOps(1, "portable").embed(held, np.arange(N))), bits(values))
     packed = NativeOps(1, limbs=3).pack(held)
-    assert packed.raw.nbytes * 8 == 5 * -(-N // 16) * 16 * K  # whole groups of 16 outputs
+    assert packed.raw.nbytes * 8 == bits_a_weight * -(-N // 16) * 16 * K  # whole groups of 16 outputs
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as QT
 
 import strata_engine
 from strata_engine.gguf_loader import TensorInfo
-from strata_engine.kernels import native
+from strata_engine.kernels import native, transcode
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.native.header import HEADER, INTERFACE
 from strata_engine.kernels.weight_types import (
@@ -101,7 +101,7 @@ def _weight(t: WeightType) -> tuple[Weight, np.ndarray]:
         data = values if t.qtype == QT.F32 else encode_tensor(values, t.qtype, rng)
     stored = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     w = Weight.from_info(TensorInfo("w", (N, K), t.qtype, stored))
-    if t.pack == PACK_WIDEN:  # the file's blocks themselves, fp16 scales and all
+    if t.pack == PACK_WIDEN or t.qtype in transcode.HELD_CODEBOOK:  # the file's blocks, scales and all
         assert w.kernel_type == t.code | HALF_SCALES and np.shares_memory(w.raw, stored)
         assert w.raw.size == N * K // t.values * t.stored_bytes
     else:

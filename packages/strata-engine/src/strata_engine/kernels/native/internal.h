@@ -144,15 +144,41 @@ static inline vf vf_from_f16(const uint8_t *p) {
 }
 #endif
 
-/* The 4-bit codebook types (WP_CODEBOOK: an fp32 scale and 16 bytes of indices a block of 32,
- * index k low nibble of byte k, index 16 + k its high nibble) and their codebooks, gguf-py's:
+/* The 4-bit codebook types (WP_CODEBOOK: a scale and 16 bytes of indices a block of 32, index k
+ * low nibble of byte k, index 16 + k its high nibble) and their codebooks, gguf-py's:
  * value = scale * codebook[index], the product of the Q8_0 block (scale, codebook[index]) they
- * were once rewritten as. */
-static inline int wtype_codebook(int wtype) { return wtype == WT_IQ4_NL || wtype == WT_IQ4_XS || wtype == WT_MXFP4; }
+ * were once rewritten as. The scale an fp32 (the widened layout, transcode.codebook_blocks: the
+ * type's code alone, the GPU's), or (WT_HALF_SCALES: the file's own block) IQ4_NL's fp16 d or
+ * MXFP4's e8m0 byte E, converted exactly where read (codebook_scale). */
+static inline int wtype_codebook(int wtype) {
+    wtype = wtype_code(wtype);
+    return wtype == WT_IQ4_NL || wtype == WT_IQ4_XS || wtype == WT_MXFP4;
+}
 static inline const int8_t *codebook_of(int wtype) {
     static const int8_t iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     static const int8_t mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}; /* e2m1, doubled */
-    return wtype == WT_MXFP4 ? mxfp4 : iq4;
+    return wtype_code(wtype) == WT_MXFP4 ? mxfp4 : iq4;
+}
+/* Bytes of one codebook block's scale as held: 4 (fp32), 2 (IQ4_NL's fp16 d), 1 (MXFP4's E). */
+static inline int codebook_head(int wtype) { return !wtype_half(wtype) ? 4 : wtype_code(wtype) == WT_MXFP4 ? 1 : 2; }
+/* MXFP4's scale from its e8m0 byte E, halved (its codebook holds twice e2m1's values): 2^(E - 128)
+ * by its bits, gguf-py's e8m0_to_fp32_half (ggml's ggml_e8m0_to_fp32_half): E < 2 the subnormals
+ * 2^-128 and 2^-127, E = 255 2^127 (every E finite). */
+static inline float e8m0_half_at(const uint8_t *p) {
+    uint32_t e = *p, bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+/* A codebook block's scale at p (codebook_head's bytes) as fp32, each conversion exact. */
+static inline float codebook_scale(int wtype, const uint8_t *p) {
+    if (!wtype_half(wtype)) return f32_at(p);
+    return wtype_code(wtype) == WT_MXFP4 ? e8m0_half_at(p) : f16_at(p);
+}
+/* Bytes of one scale field as held (a codebook type's scale, a WP_WIDEN type's d and m): 4
+ * widened to fp32, else as the file stores it (q8.c's packed groups keep that width). */
+static inline int scale_width(int wtype) {
+    return wtype_codebook(wtype) ? codebook_head(wtype) : wtype_half(wtype) ? 2 : 4;
 }
 
 /* The grid types (WP_GRID: held as stored, grids.c). grid_group: the 32 values g of a row as the
@@ -179,7 +205,9 @@ STRATA_HIDDEN void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *
 /* Whether the arithmetic `reads` (enum strata_wreads) reads a stored type. */
 static inline int wtype_reads(int wtype, int reads) {
     int code = wtype_code(wtype);
-    if (wtype_half(wtype) && (code >= WTYPE_CODES || strata_wtypes[code].pack != WP_WIDEN)) return 0;
+    if (wtype_half(wtype) && (code >= WTYPE_CODES || (strata_wtypes[code].pack != WP_WIDEN &&
+                                                      code != WT_IQ4_NL && code != WT_MXFP4)))
+        return 0; /* held as stored: the WP_WIDEN types, IQ4_NL and MXFP4 */
     return code >= 0 && code < WTYPE_CODES && (strata_wtypes[code].reads & reads) == reads;
 }
 

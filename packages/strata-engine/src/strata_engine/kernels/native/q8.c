@@ -28,7 +28,7 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (q8_nibbles(t)) { /* Q4_0, Q4_1: after their scale fields (scale_head: widened or as stored) */
         const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
-                                          : row + b * group32_bytes(t) + (wtype_codebook(t) ? 4 : scale_head(t));
+                                          : row + b * group32_bytes(t) + (wtype_codebook(t) ? codebook_head(t) : scale_head(t));
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
@@ -104,9 +104,9 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
                 } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them
-                          * (WT_HALF_SCALES: the fp16 fields as the file stores them, 2 bytes each) */
+                          * (WT_HALF_SCALES: the fields as the file stores them, fp16, MXFP4's e8m0 byte) */
                     const uint8_t *blk = row + b * group32_bytes(wtype);
-                    int f = wtype_half(wtype) ? 2 : 4;
+                    int f = scale_width(wtype); /* 4, 2 (fp16), 1 (MXFP4's E) */
                     memcpy(dst + f * o, blk, (size_t)f);
                     if (q8_has_min(wtype)) memcpy(dst + 16 * f + f * o, blk + f, (size_t)f);
                 }
@@ -189,7 +189,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                 if (c8 == WT_Q8_0)
                     *y = (float)(v - 128) * scale_of(t, blk, o, 0);
                 else if (wtype_codebook(t)) /* the Q8_0 block's product (lookup_group) */
-                    *y = (float)codebook_of(t)[v] * f32_at(blk + 4 * o);
+                    *y = (float)codebook_of(t)[v] * codebook_scale(t, blk + scale_width(t) * o);
                 else if (c8 == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
                     *y = (float)(v - 16) * scale_of(t, blk, o, 0);
                 else if (c8 == WT_Q4_0)
@@ -308,16 +308,35 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     }
 }
 
-/* A codebook type's group looked up (expand_group). */
+/* A codebook type's group looked up (expand_group): Q8_0's fp32 scales (WT_HALF_SCALES: the
+ * file's fields converted exactly), then codebook[index] + 128 a byte. */
+/* kind: the packed scales (0 fp32, 1 the file's fp16 d, 2 MXFP4's e8m0 bytes), a constant in the
+ * loop (one binary each: no per-block tests of the type). */
+static inline __attribute__((always_inline)) void lookup_blocks(int kind, const uint8_t *table, const uint8_t *grp,
+                                                                int64_t nb, uint8_t *dst) {
+    int64_t sb = kind == 0 ? 64 : kind == 1 ? 32 : 16; /* q8_scale_bytes of the kind */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *src = grp + b * (sb + 256);
+        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
+        if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
+        else if (kind == 1) vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
+        else { /* the file's e8m0 bytes, each 2^(E - 128) exactly (e8m0_half_at, a lane at a time) */
+            uint32_t bits[16];
+            for (int o = 0; o < 16; o++) {
+                uint32_t e = src[o];
+                bits[o] = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+            }
+            memcpy(out, bits, 64);
+        }
+        for (int R = 0; R < 8; R++) vq_store(out + 64 + 64 * R, vq_lut(q8_row(WT_IQ4_NL, src + sb, R), table));
+    }
+}
 static void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     uint8_t table[16];
     for (int i = 0; i < 16; i++) table[i] = (uint8_t)(codebook_of(t)[i] + 128);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *src = grp + q8_block_at(t, b);
-        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        memcpy(out, src, 64); /* the scales */
-        for (int R = 0; R < 8; R++) vq_store(out + 64 + 64 * R, vq_lut(q8_row(t, src + 64, R), table));
-    }
+    if (!wtype_half(t)) lookup_blocks(0, table, grp, nb, dst);
+    else if (wtype_code(t) == WT_MXFP4) lookup_blocks(2, table, grp, nb, dst);
+    else lookup_blocks(1, table, grp, nb, dst);
 }
 
 /* See q8.h. */

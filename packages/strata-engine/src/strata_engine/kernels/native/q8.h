@@ -24,7 +24,8 @@
  *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the codebook types (IQ4_NL, IQ4_XS, MXFP4): scales f32[16],
  *     mins f32[16] (Q4_1, Q5_1); the first five as the loader holds them (WT_HALF_SCALES) the
  *     file's fp16 fields instead, f16[16] each (q8_scale converts them exactly where read), so
- *     that the packed weight is the file's size; the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
+ *     that the packed weight is the file's size (IQ4_NL and MXFP4 held so: f16[16] d, u8[16] e8m0,
+ *     made fp32 as the group is looked up); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
  *     is its 16 rows as stored, each call expanding it to Q8_0's layout (expand_group);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
@@ -114,9 +115,9 @@ static inline int q8_bytes(int t) {
 }
 
 /* Bytes of a packed (group, block)'s scales and mins: f32[16] each (WT_HALF_SCALES: the file's
- * f16[16] each), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
+ * f16[16] each, MXFP4's e8m0 u8[16]), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
 static inline int64_t q8_scale_bytes(int t) {
-    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : wtype_half(t) ? 32 : 64) * (q8_halves(t) + q8_has_min(t));
+    return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : 16 * scale_width(t)) * (q8_halves(t) + q8_has_min(t));
 }
 
 /* Bytes of one packed (group, block): its scales and quants. */

@@ -8,8 +8,9 @@
  * runs of consecutive tokens, `driver gptoss` attention with sinks (single-head, grouped, token
  * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0, the 4-bit codebook types and
  * the grid types in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values),
- * `driver half` Q4_0 ... Q8_0 held as stored (fp16 scales) against their widened blocks likewise. Built with the library's C files
- * (native.SOURCES), calling its exported functions.
+ * `driver half` Q4_0 ... Q8_0 held as stored (fp16 scales) against their widened blocks likewise,
+ * `driver codebook` IQ4_NL and MXFP4 held as stored (fp16 d, e8m0 E) against their fp32-scale
+ * blocks. Built with the library's C files (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
 
@@ -596,6 +597,8 @@ static int held_kgrid(int t) {
     return ok ? 0 : 1;
 }
 
+static int held_every_mode(int t, int rt, const uint8_t *ws, const uint8_t *ww, int64_t N, int64_t K);
+
 /* `driver half`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 as the file stores them (WT_HALF_SCALES: fp16 d and
  * m, converted where read) against the same blocks with those fields widened to fp32 (the type's
  * code alone), in every arithmetic, every row-tile remainder, and the rows gathered (the driver
@@ -604,7 +607,6 @@ static int held_kgrid(int t) {
  * quant bytes random, all zero or all one; `held`'s activations. */
 static int half(int t) {
     const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF};
-    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
     int64_t K = 512, N = 37, nb = N * K / 32;
     int f = strata_wtypes[t].scale_fields, sb = strata_wtypes[t].stored_bytes, kb = strata_wtypes[t].kernel_bytes;
     uint8_t *ws = malloc((size_t)(nb * sb)), *ww = malloc((size_t)(nb * kb));
@@ -619,10 +621,20 @@ static int half(int t) {
         }
         memcpy(w + 4 * f, s + 2 * f, (size_t)(sb - 2 * f));
     }
+    int ok = held_every_mode(t | WT_HALF_SCALES, t, ws, ww, N, K);
+    free(ws), free(ww);
+    return ok ? 0 : 1;
+}
+
+/* The held weight ws of type t against ww of type rt ([N, K] each) in every arithmetic, every
+ * row-tile remainder, and the rows gathered: `held`'s activations (some blocks scaled up and down,
+ * one zero, the largest limbs, tiny values, a NaN). 1 where every output is the same. */
+static int held_every_mode(int t, int rt, const uint8_t *ws, const uint8_t *ww, int64_t N, int64_t K) {
+    const int64_t rows[] = {1, 2, 3, 4, 5, 9, 17};
     float *bias = floats(N, -0.5f, 0.5f);
     int ok = 1;
     for (int mode = 0; mode < 4; mode++) {
-        ok &= held_same_as(t | WT_HALF_SCALES, t, ws, ww, N, K, mode, NULL, 0, NULL);
+        ok &= held_same_as(t, rt, ws, ww, N, K, mode, NULL, 0, NULL);
         for (int r = 0; r < 7; r++) {
             int64_t M = rows[r];
             float *x = floats(M * K, -1.0f, 1.0f);
@@ -636,11 +648,45 @@ static int half(int t) {
                 x[128 + i] *= 1e-33f;
             }
             if (M > 2) x[K + 200] = NAN;
-            ok &= held_same_as(t | WT_HALF_SCALES, t, ws, ww, N, K, mode, x, M, r % 2 ? bias : NULL);
+            ok &= held_same_as(t, rt, ws, ww, N, K, mode, x, M, r % 2 ? bias : NULL);
             free(x);
         }
     }
-    free(ws), free(ww), free(bias);
+    free(bias);
+    return ok;
+}
+
+/* `driver codebook`: IQ4_NL and MXFP4 as the file stores them (WT_HALF_SCALES: IQ4_NL's fp16 d,
+ * MXFP4's e8m0 byte E, each converted where read) against the same blocks with the scale widened
+ * to fp32 (the type's code alone: transcode.codebook_blocks' layout; E as ldexpf(1, E - 128), the
+ * halved scale of the doubled codebook), as `half` does (the driver fails where one output
+ * differs); every other block's scale at its extremes (fp16: +-0, the smallest and largest
+ * subnormals, the smallest normal, +-the largest, +-inf, a quiet and a signalling NaN; E: 0, 1, 2,
+ * 127, 128, 254, 255), the others ordinary, indices random, all zero or all one. */
+static int codebook(int t) {
+    const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400,
+                                 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01};
+    const uint8_t exps[] = {0, 1, 2, 127, 128, 254, 255};
+    int64_t K = 512, N = 37, nb = N * K / 32;
+    int head = t == WT_MXFP4 ? 1 : 2, sb = strata_wtypes[t].stored_bytes, kb = strata_wtypes[t].kernel_bytes;
+    uint8_t *ws = malloc((size_t)(nb * sb)), *ww = malloc((size_t)(nb * kb));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *s = ws + b * sb, *w = ww + b * kb;
+        for (int i = head; i < sb; i++) s[i] = b % 11 == 4 ? 0 : b % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        float v;
+        if (t == WT_MXFP4) {
+            s[0] = b % 2 == 0 ? exps[(b / 2) % 7] : (uint8_t)(120 + (next_u64() >> 61));
+            v = ldexpf(1.0f, (int)s[0] - 128);
+        } else {
+            uint16_t h = b % 2 == 0 ? extremes[(b / 2) % 12] : (uint16_t)(0x1800 + (next_u64() >> 54));
+            if (b % 4 == 3) h ^= 0x8000;
+            v = f16_at((const uint8_t *)&h);
+            memcpy(s, &h, 2);
+        }
+        memcpy(w, &v, 4), memcpy(w + 4, s + head, 16);
+    }
+    int ok = held_every_mode(t | WT_HALF_SCALES, t, ws, ww, N, K);
+    free(ws), free(ww);
     return ok ? 0 : 1;
 }
 
@@ -666,6 +712,9 @@ int main(int argc, char **argv) {
         int failed = 0;
         for (int i = 0; i < 5; i++) failed |= half(types[i]);
         return failed;
+    }
+    if (argc > 1 && strcmp(argv[1], "codebook") == 0) {
+        return codebook(WT_IQ4_NL) | codebook(WT_MXFP4);
     }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
         kvcache();
