@@ -87,3 +87,33 @@ def test_attention_quantised_is_attention_then_quantize(limbs: int, h: int, kvh:
     got, xq = attention.attention_quantize(*args, mp, None, 0, 0.0, None, limbs)
     assert _same(got, want) and xq is not None
     _same_quantised(xq, quantize.quantize(want.reshape(len(POSITIONS), -1), limbs))
+
+
+def test_a_matmul_reads_the_made_digits_only_for_the_rows_they_were_made_from() -> None:
+    """The backend pairs a fused kernel's output with its digits and hands them to an integer
+    matmul that reads those same rows (also as a contiguous view of their storage, as the
+    attention output [T, H, D] is read as [T, H D]); any other input of the matmul (another
+    tensor of the same shape, a changed copy, some of the rows) is quantised on its own. Each
+    product must equal that of a backend that made nothing (its input quantised anew)."""
+    from gguf import GGMLQuantizationType as QT
+
+    from strata_engine.gguf_loader import TensorInfo
+    from strata_engine.kernels.triton.backend import TritonOps
+    from strata_engine.kernels.weights import Weight
+
+    n, k = 37, 128
+    rng = np.random.default_rng(11)
+    blocks = rng.integers(0, 256, (n * k // 32, 34), dtype=np.uint8)  # Q8_0: fp16 d, 32 quants
+    blocks[:, :2] = np.full((len(blocks), 1), 0.01, np.float16).view(np.uint8)
+    ops, fresh = (TritonOps(on(np.zeros(1)).device, limbs=3) for _ in range(2))
+    w = ops.pack(Weight.from_info(TensorInfo("w", (n, k), QT.Q8_0, blocks.reshape(-1))))
+    y = ops.rmsnorm(on(rng.normal(0, 1, (4, k)).astype(np.float32)), on(np.ones(k, np.float32)), 1e-6)
+    inputs = {
+        "another tensor": on(rng.normal(0, 1, (4, k)).astype(np.float32)),
+        "a changed copy": y.clone().mul_(2.0),
+        "some of the rows": y[:2],
+        "the rows": y,
+        "a view of their storage": y.view(4, 2, k // 2).reshape(4, k),
+    }
+    for name, x in inputs.items():
+        assert _same(ops.linear(x, w), fresh.linear(x, w)), name
