@@ -409,8 +409,9 @@ static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_
  * correctly rounded float of the exact S = S_hi * 4096 + S_lo (k = 2: one conversion) that every
  * other path gives, then the half's fma of the sequence at the top: the same bits, with no limb
  * combination, test or branch. A block of one row is 64 vpmaddwd, 64 vpaddd and 32 broadcasts;
- * a tile of LIMB_SIX_ROWS rows shares each weight load. The weights are widened once a group
- * (limb_six_unpack); test_limb.py checks the sums at these bounds. */
+ * a tile of LIMB_SIX_ROWS rows shares each weight load. The weights are widened, and each half's
+ * scale d * sc formed (the same fp32 product q8_scale forms), once a group (limb_six_unpack);
+ * test_limb.py checks the sums at these bounds. */
 #define LIMB_SIX_ROWS 2 /* rows a tile: 3 spill (measured slower), 1 loads each weight once a row */
 #define LIMB_SIX_VR (2 * LIMB_SIX_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
 
@@ -424,12 +425,16 @@ static inline __m256i limb_six_madd(__m256i acc, __m256i w, __m256i x) {
 
 /* One group's 6-bit weights (pt: Q6_K as packed, or the K-grid types' expanded WT_Q6_K_BYTES) as
  * w = byte - 32, int16: per block and pair j of elements (2j, 2j + 1), outputs 0-7 then 8-15,
- * each output's two weights side by side: w16[512 b + 32 j + 2 o + e] = w(o, 2j + e). */
+ * each output's two weights side by side: w16[512 b + 32 j + 2 o + e] = w(o, 2j + e); then per
+ * block its two halves' scales (q8_scale), f32[16] each. */
 static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
-    int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * 1024);
+    int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * (1024 + 128));
     if (!w16) return NULL; /* out of memory: counted */
+    float *ws = (float *)(w16 + nb * 512);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *qs = q8_quants(pt, grp + q8_block_at(pt, b));
+        const uint8_t *blk = grp + q8_block_at(pt, b), *qs = q8_quants(pt, blk);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(pt) - q8_super_bytes(pt));
+        for (int h = 0; h < 2; h++) vf_store(ws + 32 * b + 16 * h, q8_scale(pt, blk, head, h));
         for (int R = 0; R < 8; R++) { /* quad row R: byte 4o + c is w(o, 4R + c) + 32 */
             uint8_t q[64];
             vq_store(q, q8_row(pt, qs, R));
@@ -447,9 +452,8 @@ static inline __attribute__((always_inline)) void limb_six_rows(int pt, const ui
                                                                 int rows, vf *acc) {
     int vr = rows * planes;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    const float *wsb = (const float *)(w16 + nb * 512);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(pt, b);
-        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(pt) - q8_super_bytes(pt));
         const int16_t *wb = w16 + b * 512, *xp[LIMB_SIX_VR];
         for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
 #pragma GCC unroll 2
@@ -472,7 +476,7 @@ static inline __attribute__((always_inline)) void limb_six_rows(int pt, const ui
                     }
                 }
             }
-            vf ws = q8_scale(pt, blk, head, h);
+            vf ws = vf_load(wsb + 32 * b + 16 * h);
             for (int i = 0; i < rows; i++) {
                 __m256i (*S)[2] = s + i * planes;
                 vf f = planes == 2 ? (vf){limb_wide_value(S[0][0], S[1][0]), limb_wide_value(S[0][1], S[1][1])}
