@@ -436,10 +436,20 @@ static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
         const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(pt) - q8_super_bytes(pt));
         for (int h = 0; h < 2; h++) vf_store(ws + 32 * b + 16 * h, q8_scale(pt, blk, head, h));
         for (int R = 0; R < 8; R++) { /* quad row R: byte 4o + c is w(o, 4R + c) + 32 */
-            uint8_t q[64];
-            vq_store(q, q8_row(pt, qs, R));
-            for (int o = 0; o < 16; o++)
-                for (int c = 0; c < 4; c++) w16[b * 512 + 32 * (2 * R + (c >> 1)) + 2 * o + (c & 1)] = (int16_t)(q[4 * o + c] - 32);
+            vq v = q8_row(pt, qs, R);
+            __m256i half[2] = {v.lo, v.hi}; /* outputs 0-7, 8-15 */
+            for (int k = 0; k < 2; k++) {
+                /* per 128-bit lane (4 outputs) the pairs (c = 0, 1) first, then (2, 3); then the lanes'
+                 * first pairs together: pair 2R of 8 outputs, then pair 2R + 1 */
+                __m256i p = _mm256_shuffle_epi8(half[k], _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                                                             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
+                p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
+                __m256i off = _mm256_set1_epi16(32);
+                int16_t *out = w16 + b * 512 + 32 * (2 * R) + 16 * k;
+                _mm256_storeu_si256((__m256i *)out, _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(p)), off));
+                _mm256_storeu_si256((__m256i *)(out + 32),
+                                    _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(p, 1)), off));
+            }
         }
     }
     return w16;
