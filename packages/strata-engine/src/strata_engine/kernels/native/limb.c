@@ -395,6 +395,131 @@ static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_
     if (wtype_half(t)) limb_wide_tile_t(WT_Q8_0 | WT_HALF_SCALES, grp, w16, nb, xr, limbs, m0, rows, acc);
     else limb_wide_tile_t(WT_Q8_0, grp, w16, nb, xr, limbs, m0, rows, acc);
 }
+
+/* ---- AVX2, Q6_K for many rows: int16 weights times the wide limbs ----------------------------
+ * On bytes, Q6_K's 6-bit weights (up to 63 with the offset) times an int8 limb allow int16 chains
+ * of only 2 steps (2 * 63 * 128 a step), so a block of one row took 48 vpmaddubsw, 24 vpmaddwd to
+ * widen the chains, 24 broadcasts and the three limbs' combination and test twice (a scale per
+ * half). Here a call of many rows takes Q6_K as Q8_0 above: X as limb_widen's two int16 wide limbs
+ * (hi in [-2040, 2040], lo in [-2048, 2047]; k = 2: X itself, |X| <= 32,639) and the signed weight
+ * w = q - 32 in [-32, 31] as int16, one vpmaddwd a pair of elements for 8 outputs. Per half of 16
+ * and output (the half's scale is its own):
+ *     |S_hi|, |S_lo| <= 16 * 32 * 2048 = 2^20 (k = 2: |S| <= 16 * 32 * 32,639 = 16,711,168 < 2^24)
+ * exact in int32 and in float, with no offset to take back, so limb_wide_value's one fma gives the
+ * correctly rounded float of the exact S = S_hi * 4096 + S_lo (k = 2: one conversion) that every
+ * other path gives, then the half's fma of the sequence at the top: the same bits, with no limb
+ * combination, test or branch. A block of one row is 64 vpmaddwd, 64 vpaddd and 32 broadcasts;
+ * a tile of LIMB_SIX_ROWS rows shares each weight load. The weights are widened, and each half's
+ * scale d * sc formed (the same fp32 product q8_scale forms), once a group (limb_six_unpack);
+ * test_limb.py checks the sums at these bounds. */
+#define LIMB_SIX_ROWS 2 /* rows a tile: 3 spill (measured slower), 1 loads each weight once a row */
+#define LIMB_SIX_VR (2 * LIMB_SIX_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
+
+/* acc + the pair sums of w times x, summed in place (one chain in a register, as limb_wide_madd,
+ * without a copy a step) */
+static inline __m256i limb_six_madd(__m256i acc, __m256i w, __m256i x) {
+    __m256i p;
+    __asm__("vpmaddwd %[w], %[x], %[p]\n\tvpaddd %[p], %[a], %[a]" : [a] "+x"(acc), [p] "=&x"(p) : [w] "x"(w), [x] "x"(x));
+    return acc;
+}
+
+/* One group's 6-bit weights (pt: Q6_K as packed, or the K-grid types' expanded WT_Q6_K_BYTES) as
+ * w = byte - 32, int16: per block and pair j of elements (2j, 2j + 1), outputs 0-7 then 8-15,
+ * each output's two weights side by side: w16[512 b + 32 j + 2 o + e] = w(o, 2j + e); then per
+ * block its two halves' scales (q8_scale), f32[16] each. */
+static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
+    int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * (1024 + 128));
+    if (!w16) return NULL; /* out of memory: counted */
+    float *ws = (float *)(w16 + nb * 512);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(pt, b), *qs = q8_quants(pt, blk);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(pt) - q8_super_bytes(pt));
+        for (int h = 0; h < 2; h++) vf_store(ws + 32 * b + 16 * h, q8_scale(pt, blk, head, h));
+        for (int R = 0; R < 8; R++) { /* quad row R: byte 4o + c is w(o, 4R + c) + 32 */
+            vq v = q8_row(pt, qs, R);
+            __m256i half[2] = {v.lo, v.hi}; /* outputs 0-7, 8-15 */
+            for (int k = 0; k < 2; k++) {
+                /* per 128-bit lane (4 outputs) the pairs (c = 0, 1) first, then (2, 3); then the lanes'
+                 * first pairs together: pair 2R of 8 outputs, then pair 2R + 1 */
+                __m256i p = _mm256_shuffle_epi8(half[k], _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                                                             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
+                p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
+                __m256i off = _mm256_set1_epi16(32);
+                int16_t *out = w16 + b * 512 + 32 * (2 * R) + 16 * k;
+                _mm256_storeu_si256((__m256i *)out, _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(p)), off));
+                _mm256_storeu_si256((__m256i *)(out + 32),
+                                    _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(p, 1)), off));
+            }
+        }
+    }
+    return w16;
+}
+
+/* Rows m0 .. m0+rows of one group of 16 Q6_K outputs on limb_six_unpack's weights: each half's
+ * wide sums, then the sequence at the top (as limb_bytes_rows; the scales from the packed group). */
+static inline __attribute__((always_inline)) void limb_six_rows(int pt, const uint8_t *grp, const int16_t *w16,
+                                                                int64_t nb, const limb_rows *xr, int planes, int64_t m0,
+                                                                int rows, vf *acc) {
+    int vr = rows * planes;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    const float *wsb = (const float *)(w16 + nb * 512);
+    for (int64_t b = 0; b < nb; b++) {
+        const int16_t *wb = w16 + b * 512, *xp[LIMB_SIX_VR];
+        for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i s[LIMB_SIX_VR][2];
+#pragma GCC unroll 8
+            for (int j = 8 * h; j < 8 * h + 8; j++) {
+                __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + 32 * j));
+                __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + 32 * j + 16));
+                __asm__("" : "+x"(wl), "+x"(wh)); /* loaded once, not once a row and plane: measured faster */
+                for (int u = 0; u < vr; u++) {
+                    int32_t x2;
+                    memcpy(&x2, xp[u] + 2 * j, 4);
+                    __m256i xv = _mm256_set1_epi32(x2);
+                    if (j == 8 * h) { /* the chains start at the first products */
+                        s[u][0] = _mm256_madd_epi16(wl, xv), s[u][1] = _mm256_madd_epi16(wh, xv);
+                    } else {
+                        s[u][0] = limb_six_madd(s[u][0], wl, xv);
+                        s[u][1] = limb_six_madd(s[u][1], wh, xv);
+                    }
+                }
+            }
+            vf ws = vf_load(wsb + 32 * b + 16 * h);
+            for (int i = 0; i < rows; i++) {
+                __m256i (*S)[2] = s + i * planes;
+                vf f = planes == 2 ? (vf){limb_wide_value(S[0][0], S[1][0]), limb_wide_value(S[0][1], S[1][1])}
+                                   : (vf){_mm256_cvtepi32_ps(S[0][0]), _mm256_cvtepi32_ps(S[0][1])};
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
+            }
+        }
+    }
+}
+
+/* Group g's rows 0 .. M (pt: the group's packed type, see limb_six_unpack). */
+static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int pt,
+                                                     const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                     const float *bias, float *y) {
+    const int16_t *w16 = limb_six_unpack(pt, grp, nb);
+    if (!w16) return; /* out of memory: counted */
+    for (int64_t m0 = 0; m0 < M; m0 += LIMB_SIX_ROWS) {
+        int rows = M - m0 < LIMB_SIX_ROWS ? (int)(M - m0) : LIMB_SIX_ROWS;
+        vf acc[LIMB_SIX_ROWS];
+#define LIMB_SIX_CASE(PT, P)                                                                                       \
+    if (rows == LIMB_SIX_ROWS) limb_six_rows(PT, grp, w16, nb, xr, P, m0, LIMB_SIX_ROWS, acc);                     \
+    else limb_six_rows(PT, grp, w16, nb, xr, P, m0, 1, acc);
+        if (pt == WT_Q6_K) {
+            if (limbs == 3) { LIMB_SIX_CASE(WT_Q6_K, 2) }
+            else { LIMB_SIX_CASE(WT_Q6_K, 1) }
+        } else {
+            if (limbs == 3) { LIMB_SIX_CASE(WT_Q6_K_BYTES, 2) }
+            else { LIMB_SIX_CASE(WT_Q6_K_BYTES, 1) }
+        }
+#undef LIMB_SIX_CASE
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+    }
+}
 #define LIMB_VR 4
 #if defined(Q8_INT16_SUMS)
 #define LIMB_UNPACK_Q4_K 16 /* Q4_K's nibbles split once a group, not once a row tile (limb_bytes_rows) */
@@ -539,7 +664,8 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
  * widened into the int32 sums before the next starts. Q4_K's bytes (at most 15) take one chain of
  * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do, and a tile of
  * LIMB_BYTES_ROWS rows, each weight register serving both; Q5_K and Q6_K keep one row a tile (two
- * spill their int32 sums: measured no faster). The integer sums are the same exact S_j and the
+ * spill their int32 sums: measured no faster). Where LIMB_WIDE, a call of many rows takes Q6_K by
+ * int16 steps instead (limb_six_group); here then only the K-grid types' bytes for few rows. The integer sums are the same exact S_j and the
  * float sequence is limb_group_rows's: the same bits (bench/avx2_prefill_bound.py: the speed). */
 #if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
 #define LIMB_BYTES 1
@@ -657,7 +783,14 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         if (!bytes) return; /* out of memory: counted */
         expand_group(wtype, grp, nb, bytes);
         grp = bytes;
-    } else if (t != wtype) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
+    }
+#if LIMB_WIDE
+    if (wide && t == WT_Q6_K_BYTES) { /* Q6_K (and the K-grid types' bytes) for many rows: int16 steps */
+        limb_six_group(xr, M, nb, limbs, q8_expanded(wtype) ? t : wtype, grp, g, outs, N, bias, y);
+        return;
+    }
+#endif
+    if (t != wtype && !q8_expanded(wtype)) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */
         unpack_group(wtype, grp, nb, bytes);
@@ -727,7 +860,8 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t groups = first[n];
     int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
     int t = q8_expanded(wtype) ? q8_expanded_type(wtype) : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
-    int64_t wide = LIMB_WIDE && wtype_code(t) == WT_Q8_0 ? limbs - 1 : 0; /* the wide step's int16 planes (limb_wide_planes) */
+    /* the wide step's int16 planes (limb_wide_planes): Q8_0's, and the 6-bit bytes' for many rows */
+    int64_t wide = LIMB_WIDE && (wtype_code(t) == WT_Q8_0 || (t == WT_Q6_K_BYTES && M * limbs >= UNPACK_ROWS)) ? limbs - 1 : 0;
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 12) + (size_t)(M * K * (limbs + 2 * wide)));
     if (!block) return; /* out of memory: counted */
