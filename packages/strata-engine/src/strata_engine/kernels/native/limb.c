@@ -457,9 +457,8 @@ static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
 
 /* Rows m0 .. m0+rows of one group of 16 Q6_K outputs on limb_six_unpack's weights: each half's
  * wide sums, then the sequence at the top (as limb_bytes_rows; the scales from the packed group). */
-static inline __attribute__((always_inline)) void limb_six_rows(int pt, const uint8_t *grp, const int16_t *w16,
-                                                                int64_t nb, const limb_rows *xr, int planes, int64_t m0,
-                                                                int rows, vf *acc) {
+static inline __attribute__((always_inline)) void limb_six_rows(const int16_t *w16, int64_t nb, const limb_rows *xr,
+                                                                int planes, int64_t m0, int rows, vf *acc) {
     int vr = rows * planes;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     const float *wsb = (const float *)(w16 + nb * 512);
@@ -506,16 +505,11 @@ static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_
     for (int64_t m0 = 0; m0 < M; m0 += LIMB_SIX_ROWS) {
         int rows = M - m0 < LIMB_SIX_ROWS ? (int)(M - m0) : LIMB_SIX_ROWS;
         vf acc[LIMB_SIX_ROWS];
-#define LIMB_SIX_CASE(PT, P)                                                                                       \
-    if (rows == LIMB_SIX_ROWS) limb_six_rows(PT, grp, w16, nb, xr, P, m0, LIMB_SIX_ROWS, acc);                     \
-    else limb_six_rows(PT, grp, w16, nb, xr, P, m0, 1, acc);
-        if (pt == WT_Q6_K) {
-            if (limbs == 3) { LIMB_SIX_CASE(WT_Q6_K, 2) }
-            else { LIMB_SIX_CASE(WT_Q6_K, 1) }
-        } else {
-            if (limbs == 3) { LIMB_SIX_CASE(WT_Q6_K_BYTES, 2) }
-            else { LIMB_SIX_CASE(WT_Q6_K_BYTES, 1) }
-        }
+#define LIMB_SIX_CASE(P)                                                                                           \
+    if (rows == LIMB_SIX_ROWS) limb_six_rows(w16, nb, xr, P, m0, LIMB_SIX_ROWS, acc);                                \
+    else limb_six_rows(w16, nb, xr, P, m0, 1, acc);
+        if (limbs == 3) { LIMB_SIX_CASE(2) } /* the two 12-bit planes */
+        else { LIMB_SIX_CASE(1) }
 #undef LIMB_SIX_CASE
         q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
     }
