@@ -100,7 +100,7 @@ _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
     QT.TQ2_0: lambda b: _repeat(_f16(b, 64), 8),
 }
 CODEBOOK_TYPES = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # read as held (codebook_blocks)
-HELD_CODEBOOK = frozenset({QT.IQ4_NL, QT.MXFP4})  # held as the file's blocks (WT_HALF_SCALES)
+HELD_CODEBOOK = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # held as the file's blocks (WT_HALF_SCALES)
 GRID_TYPES = frozenset({QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S})  # read as stored (grid_blocks)
 TYPES = frozenset(_SCALES) - CODEBOOK_TYPES - GRID_TYPES
 
