@@ -341,11 +341,13 @@ static inline __attribute__((always_inline)) void lookup_blocks(int kind, const 
         if (kind == 3) { /* d * (ls - 32) of the 16 outputs' group b % 8 (packed_codebook_scale's products) */
             const uint8_t *head = grp + (b >> 3) * (128 + 8 * 256);
             int j = (int)(b & 7);
-            uint16_t h[16];
-            uint32_t l[16];
             float ls[16];
-            memcpy(h, head + 32, 32), memcpy(l, head + 64, 64);
-            for (int o = 0; o < 16; o++) ls[o] = (float)(iq4_xs_ls(l[o], h[o], j) - 32);
+            for (int o = 0; o < 16; o++) { /* each lane's fields read in place (one vector load each) */
+                uint16_t h;
+                uint32_t l;
+                memcpy(&h, head + 32 + 2 * o, 2), memcpy(&l, head + 64 + 4 * o, 4);
+                ls[o] = (float)(iq4_xs_ls(l, h, j) - 32);
+            }
             vf_store((float *)out, vf_mul(vf_from_f16(head), vf_load(ls)));
         } else if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
         else if (kind == 1) vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
