@@ -338,17 +338,22 @@ static inline __attribute__((always_inline)) void lookup_blocks(int kind, const 
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *src = kind == 3 ? grp + q8_block_at(WT_IQ4_XS | WT_HALF_SCALES, b) : grp + b * (sb + 256);
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        if (kind == 3) { /* d * (ls - 32) of the 16 outputs' group b % 8 (packed_codebook_scale's products) */
-            const uint8_t *head = grp + (b >> 3) * (128 + 8 * 256);
-            int j = (int)(b & 7);
-            float ls[16];
-            for (int o = 0; o < 16; o++) { /* each lane's fields read in place (one vector load each) */
-                uint16_t h;
-                uint32_t l;
-                memcpy(&h, head + 32 + 2 * o, 2), memcpy(&l, head + 64 + 4 * o, 4);
-                ls[o] = (float)(iq4_xs_ls(l, h, j) - 32);
+        if (kind == 3) { /* at a super-block's first block, its 8 blocks' scales: d * (ls - 32) of the
+                          * 16 outputs (packed_codebook_scale's products), d widened once */
+            if ((b & 7) == 0) {
+                const uint8_t *head = src - 128;
+                vf d = vf_from_f16(head);
+                for (int j = 0; j < 8 && b + j < nb; j++) {
+                    float ls[16];
+                    for (int o = 0; o < 16; o++) { /* each lane's fields read in place (one vector load each) */
+                        uint16_t h;
+                        uint32_t l;
+                        memcpy(&h, head + 32 + 2 * o, 2), memcpy(&l, head + 64 + 4 * o, 4);
+                        ls[o] = (float)(iq4_xs_ls(l, h, j) - 32);
+                    }
+                    vf_store((float *)(dst + q8_block_at(WT_Q8_0, b + j)), vf_mul(d, vf_load(ls)));
+                }
             }
-            vf_store((float *)out, vf_mul(vf_from_f16(head), vf_load(ls)));
         } else if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
         else if (kind == 1) vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
         else { /* the file's e8m0 bytes, each 2^(E - 128) exactly (e8m0_half_at, a lane at a time) */
