@@ -28,12 +28,12 @@ from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 # bytes held a value at the most: the kernels' Q8_0 layout (36 bytes / 32) is the widest form a
 # quantised type is held in; fp32 would be 4
 MAX_HELD_PER_VALUE = 36 / 32
-# read as held, at most: Q5_0 6 bits a weight (fp32 d per 32 values, 5-bit quants); the codebook
-# types 5 (an fp32 scale per 32 values, 4-bit indices); the grid types the file's own bytes
+# read as held, at most: Q5_0 6 bits a weight (fp32 d per 32 values, 5-bit quants); IQ4_NL 5 (a
+# scale per 32 values, 4-bit indices); IQ4_XS and the grid types the file's own bytes
 HELD_PER_VALUE = {
     QT.Q5_0: 6 / 8,
     QT.IQ4_NL: 5 / 8,
-    QT.IQ4_XS: 5 / 8,
+    QT.IQ4_XS: 136 / 256,  # 4.25 bits a weight
     QT.IQ2_XXS: 66 / 256,  # 2.06 bits a weight
     QT.IQ3_S: 110 / 256,  # 3.44
 }

@@ -9,8 +9,9 @@ instead of the 32 an fp32 copy takes (`to_q8_0`).
 
 The types the kernels read as held, with the bits of the blocks this module makes of them
 (strata_kernels.h's table):
-- the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4, as each 32 values' scale and 4-bit indices
-  (`codebook_blocks`: 5 bits a weight), the bits of their Q8_0 blocks (`to_q8_0`);
+- the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4, held as stored (`HELD_CODEBOOK`), their
+  reference each 32 values' fp32 scale and 4-bit indices (`codebook_blocks`: 5 bits a weight, the
+  layout the GPU reads), the bits of their Q8_0 blocks (`to_q8_0`);
 - the grid types IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S as stored (`grid_blocks`), native/grids.c
   decoding each 32 values into their Q8_0 block (`to_q8_0`, also the GPU's form of them);
 - the K-grid types IQ2_XS, IQ2_S, Q3_K and IQ1_M as stored (`grid_blocks`: 1.75 to 3.44 bits a
@@ -100,7 +101,7 @@ _SCALES: dict[QT, Callable[[np.ndarray], np.ndarray]] = {
     QT.TQ2_0: lambda b: _repeat(_f16(b, 64), 8),
 }
 CODEBOOK_TYPES = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # read as held (codebook_blocks)
-HELD_CODEBOOK = frozenset({QT.IQ4_NL, QT.MXFP4})  # held as the file's blocks (WT_HALF_SCALES)
+HELD_CODEBOOK = frozenset({QT.IQ4_NL, QT.IQ4_XS, QT.MXFP4})  # held as the file's blocks (WT_HALF_SCALES)
 GRID_TYPES = frozenset({QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S})  # read as stored (grid_blocks)
 TYPES = frozenset(_SCALES) - CODEBOOK_TYPES - GRID_TYPES
 

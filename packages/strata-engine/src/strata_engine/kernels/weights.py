@@ -4,7 +4,7 @@ Types the native kernels read directly (a row of strata_kernels.h's strata_wtype
 weight_types.py: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (these five as the file's own bytes,
 fp16 scales and all: `held`), Q2_K, Q4_K, Q5_K, Q6_K, the grid
 types IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S and the K-grid types IQ2_XS, IQ2_S, Q3_K, IQ1_M as stored,
-and the 4-bit codebook types IQ4_NL and MXFP4 as stored, IQ4_XS as a scale and indices a 32) stay in block
+and the 4-bit codebook types IQ4_NL, IQ4_XS and MXFP4 as stored) stay in block
 form and are dequantised inside the matmul. TQ1_0 and TQ2_0, whose values are exactly a scale
 times small integers, are rewritten at load as Q8_0 blocks with the same values (transcode.py).
 Every other type gguf-py can dequantise is dequantised to fp32 at load time.

@@ -1,9 +1,8 @@
 """The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) held as indices (issue 40) and read by every
 arithmetic with the bits of the Q8_0 blocks they were rewritten as.
 
-Each 32 values are scale * codebook[index]: the loader keeps the scale and the 16 bytes of 4-bit
-indices (IQ4_NL, MXFP4: the file's blocks, 4.5 and 4.25 bits a weight; IQ4_XS an fp32 scale, 5
-bits), and every arithmetic looks the indices up to the Q8_0 block
+Each 32 values are scale * codebook[index]: the loader keeps the file's blocks (IQ4_NL, IQ4_XS,
+MXFP4: 4.5, 4.25 and 4.25 bits a weight), and every arithmetic looks the indices up to the Q8_0 block
 (scale, codebook[index]) that `transcode.to_q8_0` makes (9 bits held), whose results it must give
 bit for bit, on every target this host runs, at extreme scales (fp16's largest, subnormals,
 +-0; MXFP4's smallest and largest exponents) and every index. Their values are gguf-py's.
@@ -40,13 +39,11 @@ def weights(qtype: QT) -> tuple[Weight, Weight, np.ndarray]:
 
 
 @pytest.mark.parametrize("qtype", CODEBOOK, ids=lambda q: q.name)
-def test_held_at_five_bits_a_weight_with_gguf_pys_values(qtype: QT) -> None:
+def test_held_at_the_files_bits_a_weight_with_gguf_pys_values(qtype: QT) -> None:
     held, q8, values = weights(qtype)
-    # IQ4_NL and MXFP4 as the file's blocks (4.5 and 4.25 bits a weight: test_codebook_scales.py),
-    # IQ4_XS as an fp32 scale and 16 bytes of indices a 32 (5 bits)
-    as_stored = qtype in transcode.HELD_CODEBOOK
-    assert held.kernel_type == TYPES[qtype].code | (HALF_SCALES if as_stored else 0)
-    bits_a_weight = TYPES[qtype].stored_bytes * 8 / TYPES[qtype].values if as_stored else 5
+    # as the file's blocks (4.5, 4.25 and 4.25 bits a weight: test_codebook_scales.py)
+    assert held.kernel_type == TYPES[qtype].code | HALF_SCALES
+    bits_a_weight = TYPES[qtype].stored_bytes * 8 / TYPES[qtype].values
     assert held.raw.nbytes * 8 == bits_a_weight * N * K
     codes = q8.raw.reshape(-1, 36)[:, 4:].view(np.int8)
     assert len(np.unique(codes)) == (15 if qtype == QT.MXFP4 else 16)  # every index (MXFP4: two zeros)

@@ -66,10 +66,10 @@ DRIVER_HELD_SHA256 = "2b4f0d6ca33f32946b0130806d732f11c58985d9c86fbc096c4f7cb2f6
 # sha256 of `driver half`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 held as stored (fp16 scales, WT_HALF_SCALES) in
 # every arithmetic (the driver itself fails where one output is not their widened blocks' bit for bit)
 DRIVER_HALF_SHA256 = "d1ecda7e758b946410c931df0f982b427224c7c019772c925b456a5ad5b8eb89"
-# sha256 of `driver codebook`: IQ4_NL and MXFP4 held as stored (IQ4_NL's fp16 d, MXFP4's e8m0 byte,
-# WT_HALF_SCALES) in every arithmetic (the driver itself fails where one output is not their
+# sha256 of `driver codebook`: IQ4_NL, MXFP4 and IQ4_XS held as stored (IQ4_NL's fp16 d, MXFP4's e8m0
+# byte, IQ4_XS's super-blocks; WT_HALF_SCALES) in every arithmetic (the driver itself fails where one output is not their
 # fp32-scale blocks' bit for bit)
-DRIVER_CODEBOOK_SHA256 = "1223ad48b15f8a29f61c44e0c699e35fefe59c235051a5f79a64b027ccd7f35f"
+DRIVER_CODEBOOK_SHA256 = "335d35f38c3dc7155ef969f50e8d5715a10425e7e3332f6ba1b27777e1a8a0f4"
 DRIVER_FLAGS = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")] + [
     "-Wno-unknown-pragmas",
     f"-I{HERE}",
@@ -98,8 +98,8 @@ def _driver_digest(
 # the integer-limb kernels ("limb"), attention's token tiles ("tiles"), the 2-byte KV cache ("kvcache"),
 # the q8_0 KV cache ("kvq8"), the DeltaNet recurrence ("delta"), gpt-oss's sink attention and
 # clamped SwiGLU ("gptoss"), Q5_0, the codebook and grid types against their Q8_0 blocks ("held"),
-# Q4_0 ... Q8_0 with the file's fp16 scales against their widened blocks ("half"), IQ4_NL and MXFP4
-# with the file's scale bytes against their fp32-scale blocks ("codebook")
+# Q4_0 ... Q8_0 with the file's fp16 scales against their widened blocks ("half"), IQ4_NL, MXFP4
+# and IQ4_XS with the file's scale bytes against their fp32-scale blocks ("codebook")
 MODES = {
     "default": ((), DRIVER_SHA256),
     "q8": (("q8",), DRIVER_Q8_SHA256),

@@ -16,7 +16,7 @@ from strata_engine import LLMEngine
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import transcode
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.weight_types import TYPES
+from strata_engine.kernels.weight_types import HALF_SCALES, TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import SCALE_AT, extreme_blocks
 from strata_engine.testing.reference_forward import ReferenceModel
@@ -122,11 +122,12 @@ def test_native_q8_reads_them_within_its_bound(qtype: QT) -> None:
 
 
 def test_a_nibble_type_with_an_infinite_scale_keeps_gguf_pys_infinities() -> None:
-    """IQ4_XS is held as its indices and each 32 values' scale (codebook value times scale,
-    gguf-py's one product): an infinite scale gives gguf-py's infinities, not a refusal or a NaN."""
+    """IQ4_XS is held as the file's super-blocks, each 32 values' scale d * (ls - 32) computed where
+    read (codebook value times scale, gguf-py's one product): an infinite d gives gguf-py's
+    infinities, not a refusal or a NaN."""
     stored = extreme_blocks(QT.IQ4_XS, 4, 256)
     stored.reshape(4, -1)[1, 0:2] = np.array([0x7C00], np.uint16).view(np.uint8)
     weight = Weight.from_info(TensorInfo("w", (4, 256), QT.IQ4_XS, stored))
     want = np.asarray(quants.dequantize(stored, QT.IQ4_XS), dtype=np.float32).reshape(4, 256)
-    assert weight.kernel_type == TYPES[QT.IQ4_XS].code and np.isinf(want[1]).any()
+    assert weight.kernel_type == TYPES[QT.IQ4_XS].code | HALF_SCALES and np.isinf(want[1]).any()
     np.testing.assert_array_equal(bits(NativeOps(1).embed(weight, np.arange(4))), bits(want))

@@ -175,6 +175,30 @@ static inline float codebook_scale(int wtype, const uint8_t *p) {
     if (!wtype_half(wtype)) return f32_at(p);
     return wtype_code(wtype) == WT_MXFP4 ? e8m0_half_at(p) : f16_at(p);
 }
+/* IQ4_XS held as the file stores it (WT_HALF_SCALES): super-blocks of 256 values, 136 bytes each
+ * (fp16 d, u16 scales_h, 4 bytes scales_l, 128 bytes of indices, group j's 16 at 8 + 16 j); group
+ * j's scale d * (ls - 32), ls its 6-bit scale (the low nibble j % 2 of scales_l[j / 2], bits 2j and
+ * 2j + 1 of scales_h above it): gguf-py's product (an fp16 times an integer of at most 6 bits: exact
+ * in fp32; d = -0 or ls = 32 the zero of that product's sign, an inf d times 0 a NaN). */
+static inline int codebook_xs_held(int wtype) { return wtype == (WT_IQ4_XS | WT_HALF_SCALES); }
+/* ls of group j from scales_l read as a little-endian u32 (its nibble j) and scales_h (bits 2j, 2j + 1). */
+static inline int iq4_xs_ls(uint32_t scales_l, uint32_t scales_h, int j) {
+    return (int)(((scales_l >> (4 * j)) & 15) | ((scales_h >> (2 * j)) & 3) << 4);
+}
+static inline float iq4_xs_scale(const uint8_t *sblk, int j) {
+    uint32_t h = (uint32_t)sblk[2] | (uint32_t)sblk[3] << 8;
+    uint32_t l = (uint32_t)sblk[4] | (uint32_t)sblk[5] << 8 | (uint32_t)sblk[6] << 16 | (uint32_t)sblk[7] << 24;
+    return f16_at(sblk) * (float)(iq4_xs_ls(l, h, j) - 32);
+}
+/* Group b (32 values) of a codebook row: where its 16 index bytes start, and its scale as fp32. */
+static inline const uint8_t *codebook_qs(int wtype, const uint8_t *row, int64_t b) {
+    if (codebook_xs_held(wtype)) return row + (b >> 3) * 136 + 8 + 16 * (b & 7);
+    return row + b * group32_bytes(wtype) + codebook_head(wtype);
+}
+static inline float codebook_group_scale(int wtype, const uint8_t *row, int64_t b) {
+    if (codebook_xs_held(wtype)) return iq4_xs_scale(row + (b >> 3) * 136, (int)(b & 7));
+    return codebook_scale(wtype, row + b * group32_bytes(wtype));
+}
 /* Bytes of one scale field as held (a codebook type's scale, a WP_WIDEN type's d and m): 4
  * widened to fp32, else as the file stores it (q8.c's packed groups keep that width). */
 static inline int scale_width(int wtype) {
@@ -206,8 +230,8 @@ STRATA_HIDDEN void kgrid_block(int wtype, const uint8_t *row, int64_t b, float *
 static inline int wtype_reads(int wtype, int reads) {
     int code = wtype_code(wtype);
     if (wtype_half(wtype) && (code >= WTYPE_CODES || (strata_wtypes[code].pack != WP_WIDEN &&
-                                                      code != WT_IQ4_NL && code != WT_MXFP4)))
-        return 0; /* held as stored: the WP_WIDEN types, IQ4_NL and MXFP4 */
+                                                      code != WT_IQ4_NL && code != WT_IQ4_XS && code != WT_MXFP4)))
+        return 0; /* held as stored: the WP_WIDEN types and the codebook types */
     return code >= 0 && code < WTYPE_CODES && (strata_wtypes[code].reads & reads) == reads;
 }
 

@@ -10,9 +10,10 @@
  * layout) give the same values:
  *   Q4_0: d, qs[16]   Q4_1: d, m, qs[16]   Q5_0: d, qh u32, qs[16]   Q5_1: d, m, qh u32, qs[16]
  *   Q8_0: d, qs[32]   (d, m: f16 as stored, or f32 widened; sizes: strata_wtypes)
- * IQ4_NL, IQ4_XS, MXFP4: a scale, 16 bytes of codebook indices a block of 32 (internal.h): IQ4_NL
- * and MXFP4 as the file stores them (WT_HALF_SCALES: fp16 d, e8m0 E; codebook_scale converts
- * exactly where read), or the scale widened to fp32 (the type's code alone; IQ4_XS so at load).
+ * IQ4_NL, IQ4_XS, MXFP4: a scale, 16 bytes of codebook indices a block of 32 (internal.h): as the
+ * file stores them (WT_HALF_SCALES: IQ4_NL's fp16 d, MXFP4's e8m0 E, IQ4_XS's super-block of 256,
+ * fp16 d and a 6-bit scale a 32; codebook_group_scale computes the fp32 scale exactly where read),
+ * or the scale widened to fp32 (the type's code alone: transcode.codebook_blocks, the GPU's).
  * IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S, Q3_K, IQ1_M: as stored, each 32 values decoded by grids.c.
  * F16, BF16, Q2_K, IQ2_XS and IQ2_S are read as stored (the IQ2 grids: iq_grids.h); Q4_K, Q5_K,
  * Q6_K are rearranged at load (kquant_pack.c). A weight repacked for integer activations
@@ -261,9 +262,9 @@ static inline __attribute__((always_inline)) void dequant_block_inline(int wtype
         *lo = vf_mul(vf_from_i8(q), d);
         *hi = vf_mul(vf_from_i8(q + 16), d);
     } else if (wtype_codebook(wtype)) { /* scale * codebook[index]: the Q8_0 block's product (internal.h) */
-        const uint8_t *blk = row + b * group32_bytes(wtype), *qs = blk + codebook_head(wtype);
+        const uint8_t *qs = codebook_qs(wtype, row, b); /* IQ4_XS held: its super-block's group b % 8 */
         const int8_t *cb = codebook_of(wtype);
-        vf d = vf_set1(codebook_scale(wtype, blk)); /* fp32, or the file's fp16 d / e8m0 E: exact */
+        vf d = vf_set1(codebook_group_scale(wtype, row, b)); /* fp32, or from the file's fields: exact */
 #ifdef VF_LUT16
         vf_lut16_u4(vf_mul(vf_from_i8(cb), d), qs, lo, hi); /* the 16 products, then a lookup */
         return;

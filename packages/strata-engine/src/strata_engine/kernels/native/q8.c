@@ -28,7 +28,8 @@ static void q8_block_bytes_of(int t, const uint8_t *row, int64_t b, int o, uint8
     }
     if (q8_nibbles(t)) { /* Q4_0, Q4_1: after their scale fields (scale_head: widened or as stored) */
         const uint8_t *src = t == WT_Q4_K ? row + (b >> 3) * block_bytes(WT_Q4_K) + 24 + (b & 7) * 16
-                                          : row + b * group32_bytes(t) + (wtype_codebook(t) ? codebook_head(t) : scale_head(t));
+                          : wtype_codebook(t) ? codebook_qs(t, row, b) /* after its scale (IQ4_XS held: at 8 + 16 j) */
+                                              : row + b * group32_bytes(t) + scale_head(t);
         for (int r = 0; r < 4; r++) memcpy(qs + r * 64 + 4 * o, src + 4 * r, 4);
         return;
     }
@@ -103,6 +104,14 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                         head[o] = f32_at(sblk), head[16 + o] = f32_at(sblk + 4);
                         dst[o] = sblk[8 + j], dst[16 + o] = sblk[16 + j];
                     }
+                } else if (codebook_xs_held(wtype)) { /* IQ4_XS as stored: its super-block's d, scales_h
+                                                       * and scales_l before its first block (q8_super_bytes) */
+                    if ((b & 7) == 0) {
+                        const uint8_t *sblk = row + (b >> 3) * 136;
+                        uint8_t *head = dst - q8_super_bytes(wtype);
+                        memcpy(head + 2 * o, sblk, 2), memcpy(head + 32 + 2 * o, sblk + 2, 2);
+                        memcpy(head + 64 + 4 * o, sblk + 4, 4);
+                    }
                 } else { /* the block's fp32 scale (and Q4_1's min), as the kernels' layout holds them
                           * (WT_HALF_SCALES: the fields as the file stores them, fp16, MXFP4's e8m0 byte) */
                     const uint8_t *blk = row + b * group32_bytes(wtype);
@@ -154,6 +163,17 @@ static inline float scale_of(int t, const uint8_t *blk, int o, int i) {
     return wtype_half(t) ? f16_at(blk + 32 * i + 2 * o) : f32_at(blk + 64 * i + 4 * o);
 }
 
+/* Output o's scale of a packed codebook block blk (block b of its group) as fp32, exactly:
+ * codebook_scale's, or IQ4_XS held as stored d * (ls - 32) from its super-block's header. */
+static inline float packed_codebook_scale(int t, const uint8_t *blk, int64_t b, int o) {
+    if (!codebook_xs_held(t)) return codebook_scale(t, blk + scale_width(t) * o);
+    const uint8_t *head = blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t);
+    uint16_t h;
+    uint32_t l;
+    memcpy(&h, head + 32 + 2 * o, 2), memcpy(&l, head + 64 + 4 * o, 4);
+    return f16_at(head + 2 * o) * (float)(iq4_xs_ls(l, h, (int)(b & 7)) - 32);
+}
+
 /* Row n of a weight packed by strata_q8_pack, dequantised with dequant_block's float operations
  * (gguf-py's values, bit for bit): a tied LM head's packed copy serves as the embedding too. */
 void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, float *out) {
@@ -189,7 +209,7 @@ void strata_q8_dequant_row(int t, const uint8_t *packed, int64_t K, int64_t n, f
                 if (c8 == WT_Q8_0)
                     *y = (float)(v - 128) * scale_of(t, blk, o, 0);
                 else if (wtype_codebook(t)) /* the Q8_0 block's product (lookup_group) */
-                    *y = (float)codebook_of(t)[v] * codebook_scale(t, blk + scale_width(t) * o);
+                    *y = (float)codebook_of(t)[v] * packed_codebook_scale(t, blk, b, o);
                 else if (c8 == WT_Q5_0) /* the product of the Q8_0 block it equals (and gguf-py's) */
                     *y = (float)(v - 16) * scale_of(t, blk, o, 0);
                 else if (c8 == WT_Q4_0)
@@ -310,15 +330,31 @@ void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
 
 /* A codebook type's group looked up (expand_group): Q8_0's fp32 scales (WT_HALF_SCALES: the
  * file's fields converted exactly), then codebook[index] + 128 a byte. */
-/* kind: the packed scales (0 fp32, 1 the file's fp16 d, 2 MXFP4's e8m0 bytes), a constant in the
- * loop (one binary each: no per-block tests of the type). */
+/* kind: the packed scales (0 fp32, 1 the file's fp16 d, 2 MXFP4's e8m0 bytes, 3 IQ4_XS's super-block
+ * fields), a constant in the loop (one binary each: no per-block tests of the type). */
 static inline __attribute__((always_inline)) void lookup_blocks(int kind, const uint8_t *table, const uint8_t *grp,
                                                                 int64_t nb, uint8_t *dst) {
-    int64_t sb = kind == 0 ? 64 : kind == 1 ? 32 : 16; /* q8_scale_bytes of the kind */
+    int64_t sb = kind == 0 ? 64 : kind == 1 ? 32 : kind == 2 ? 16 : 0; /* q8_scale_bytes of the kind */
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *src = grp + b * (sb + 256);
+        const uint8_t *src = kind == 3 ? grp + q8_block_at(WT_IQ4_XS | WT_HALF_SCALES, b) : grp + b * (sb + 256);
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
+        if (kind == 3) { /* at a super-block's first block, its 8 blocks' scales: d * (ls - 32) of the
+                          * 16 outputs (packed_codebook_scale's products), d widened once */
+            if ((b & 7) == 0) {
+                const uint8_t *head = src - 128;
+                vf d = vf_from_f16(head);
+                for (int j = 0; j < 8 && b + j < nb; j++) {
+                    float ls[16];
+                    for (int o = 0; o < 16; o++) { /* each lane's fields read in place (one vector load each) */
+                        uint16_t h;
+                        uint32_t l;
+                        memcpy(&h, head + 32 + 2 * o, 2), memcpy(&l, head + 64 + 4 * o, 4);
+                        ls[o] = (float)(iq4_xs_ls(l, h, j) - 32);
+                    }
+                    vf_store((float *)(dst + q8_block_at(WT_Q8_0, b + j)), vf_mul(d, vf_load(ls)));
+                }
+            }
+        } else if (kind == 0) memcpy(out, src, 64); /* the scales: fp32 as Q8_0's */
         else if (kind == 1) vf_store((float *)out, vf_from_f16(src)); /* the file's fp16 d: exact (vf_from_f16) */
         else { /* the file's e8m0 bytes, each 2^(E - 128) exactly (e8m0_half_at, a lane at a time) */
             uint32_t bits[16];
@@ -336,6 +372,7 @@ static void lookup_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst) {
     for (int i = 0; i < 16; i++) table[i] = (uint8_t)(codebook_of(t)[i] + 128);
     if (!wtype_half(t)) lookup_blocks(0, table, grp, nb, dst);
     else if (wtype_code(t) == WT_MXFP4) lookup_blocks(2, table, grp, nb, dst);
+    else if (wtype_code(t) == WT_IQ4_XS) lookup_blocks(3, table, grp, nb, dst);
     else lookup_blocks(1, table, grp, nb, dst);
 }
 

@@ -25,7 +25,9 @@
  *     mins f32[16] (Q4_1, Q5_1); the first five as the loader holds them (WT_HALF_SCALES) the
  *     file's fp16 fields instead, f16[16] each (q8_scale converts them exactly where read), so
  *     that the packed weight is the file's size (IQ4_NL and MXFP4 held so: f16[16] d, u8[16] e8m0,
- *     made fp32 as the group is looked up); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
+ *     made fp32 as the group is looked up; IQ4_XS held so: no scales a block but, before every
+ *     8th, its super-block's fields d f16[16], scales_h u16[16], scales_l u32[16] as the file
+ *     stores them, each 32's scale d * (ls - 32) computed exactly as the group is looked up); the grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S) are not repacked: a group
  *     is its 16 rows as stored, each call expanding it to Q8_0's layout (expand_group);
  *   K-quants: before every 8th block, the super-block's d f32[16] and dmin f32[16] (Q4_K, Q5_K);
  *     per block the 6-bit scales int8[16] (Q6_K: [16] for each half) and mins int8[16] (Q4_K,
@@ -115,8 +117,9 @@ static inline int q8_bytes(int t) {
 }
 
 /* Bytes of a packed (group, block)'s scales and mins: f32[16] each (WT_HALF_SCALES: the file's
- * f16[16] each, MXFP4's e8m0 u8[16]), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
+ * f16[16] each, MXFP4's e8m0 u8[16], none for IQ4_XS: q8_super_bytes), int8[16] each for K-quants, Q2_K's scale-and-min bytes [16] for each half. */
 static inline int64_t q8_scale_bytes(int t) {
+    if (codebook_xs_held(t)) return 0; /* IQ4_XS held: its scales in the super-block's header */
     return q8_two(t) ? 32 : (q8_kquant(t) ? 16 : 16 * scale_width(t)) * (q8_halves(t) + q8_has_min(t));
 }
 
@@ -126,17 +129,21 @@ static inline int64_t q8_block_bytes(int t) {
            (q8_two(t) ? 128 : q8_nibbles(t) ? 256 : t == WT_Q6_K ? 384 : q8_five(t) ? 320 : 512);
 }
 
-/* Bytes of a K-quant super-block's header (d, and dmin where there are mins), 0 otherwise. */
-static inline int64_t q8_super_bytes(int t) { return q8_kquant(t) ? 64 * (1 + q8_has_min(t)) : 0; }
+/* Bytes of a K-quant super-block's header (d, and dmin where there are mins; IQ4_XS held as
+ * stored: the file's d f16[16], scales_h u16[16], scales_l u32[16]), 0 otherwise. */
+static inline int64_t q8_super_bytes(int t) {
+    return q8_kquant(t) ? 64 * (1 + q8_has_min(t)) : codebook_xs_held(t) ? 128 : 0;
+}
 
-/* Where block b of a group starts (K-quants: after its super-block's header). */
+/* Where block b of a group starts (K-quants, IQ4_XS held: after its super-block's header). */
 static inline int64_t q8_block_at(int t, int64_t b) {
-    if (!q8_kquant(t)) return b * q8_block_bytes(t);
+    if (!q8_kquant(t) && !codebook_xs_held(t)) return b * q8_block_bytes(t);
     return (b >> 3) * (q8_super_bytes(t) + 8 * q8_block_bytes(t)) + q8_super_bytes(t) + (b & 7) * q8_block_bytes(t);
 }
 
 /* A group's bytes (the grid and K-grid types: its 16 rows as stored, see expand_group). */
 static inline int64_t q8_group_bytes(int t, int64_t nb) {
+    if (codebook_xs_held(t)) return nb / 8 * (q8_super_bytes(t) + 8 * q8_block_bytes(t)); /* 16 x 136 a 256 */
     return wtype_grid(t) || wtype_kgrid(t) ? Q8_GROUP * row_bytes(t, 32 * nb) : q8_block_at(t, nb);
 }
 

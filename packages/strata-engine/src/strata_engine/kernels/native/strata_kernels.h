@@ -28,8 +28,8 @@ enum strata_wtype {
  * (WP_WIDEN: the loader's weights carry WT_HALF_SCALES; kernel_bytes is the layout with those
  * fields widened to fp32, which the kernels read too and the GPU reads), rearranged by strata_kquant_pack,
  * (4-bit codebook types) each 32 values as their fp32 scale and their 16 bytes of 4-bit
- * codebook indices (transcode.py's codebook_blocks; 20 bytes: kernel_bytes, IQ4_XS's at load and
- * the GPU's; IQ4_NL and MXFP4 are held as stored with WT_HALF_SCALES), or (grid types) kept as they are
+ * codebook indices (transcode.py's codebook_blocks; 20 bytes: kernel_bytes, the GPU's; the loader
+ * holds all three as stored with WT_HALF_SCALES), or (grid types) kept as they are
  * where every block's scale is finite, else widened to fp32 (transcode.py's grid_blocks; IQ2_XS,
  * IQ2_S, Q3_K and IQ1_M too, each 16 values' scale a small integer times the super-block's d). */
 enum strata_wpack { WP_STORED = 0, WP_WIDEN = 1, WP_KQUANT = 2, WP_CODEBOOK = 3, WP_GRID = 4 };
@@ -85,9 +85,11 @@ static const strata_wtype_row strata_wtypes[] = {
  * stores them (stored_bytes a block, fp16 scale fields), each fp16 field converted to fp32 (an
  * exact conversion) where a kernel reads it, so every arithmetic gives the widened layout's bits;
  * the loader holds them so (weights.py), packed too (q8.c: fp16 scales in the packed groups).
- * Added to IQ4_NL or MXFP4 (WP_CODEBOOK) likewise: the file's blocks, IQ4_NL's fp16 d and MXFP4's
- * e8m0 byte E (2^(E - 128), the codebook doubled) converted exactly where read (internal.h's
- * codebook_scale), the packed groups keeping those bytes; the fp32-scale layout's bits. */
+ * Added to IQ4_NL, IQ4_XS or MXFP4 (WP_CODEBOOK) likewise: the file's blocks, IQ4_NL's fp16 d,
+ * MXFP4's e8m0 byte E (2^(E - 128), the codebook doubled) and IQ4_XS's 136-byte super-blocks of
+ * 256 (fp16 d, 6-bit scales ls, each 32's scale d * (ls - 32)) made fp32 exactly where read
+ * (internal.h's codebook_group_scale), the packed groups keeping those bytes (q8.h); the
+ * fp32-scale layout's bits. */
 enum strata_wflag { WT_HALF_SCALES = 128, WT_Q8_PACKED = 256, WT_LIMB_SHIFT = 9 };
 /* What strata_cpu_features reports: the instruction sets this CPU and OS can run. */
 enum strata_cpu { HAS_AVX2_FMA = 1, HAS_AVX512 = 2 /* F, BW and VNNI */, HAS_NEON = 4, HAS_AVX_VNNI = 8 };

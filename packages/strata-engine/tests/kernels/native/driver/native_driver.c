@@ -9,8 +9,8 @@
  * tiles; a 2-byte cache) and the clamped SwiGLU, `driver held` Q5_0, the 4-bit codebook types and
  * the grid types in every arithmetic (exiting 1 where one differs from the Q8_0 blocks of the same values),
  * `driver half` Q4_0 ... Q8_0 held as stored (fp16 scales) against their widened blocks likewise,
- * `driver codebook` IQ4_NL and MXFP4 held as stored (fp16 d, e8m0 E) against their fp32-scale
- * blocks. Built with the library's C files (native.SOURCES), calling its exported functions.
+ * `driver codebook` IQ4_NL, MXFP4 and IQ4_XS held as stored (fp16 d, e8m0 E; IQ4_XS's
+ * super-blocks) against their fp32-scale blocks. Built with the library's C files (native.SOURCES), calling its exported functions.
  */
 #include <stdio.h>
 
@@ -669,6 +669,43 @@ static int codebook(int t) {
     return ok ? 0 : 1;
 }
 
+/* `driver codebook`, IQ4_XS: its super-blocks as the file stores them (WT_HALF_SCALES: fp16 d,
+ * scales_h, scales_l, the indices, each 32's scale d * (ls - 32) computed where read) against the
+ * 20-byte blocks of the same values (each scale d * (ls - 32) in double, then made fp32: exact),
+ * as `codebook` does; every other super-block's d at codebook's extremes, the others ordinary,
+ * its eight 6-bit scales ls running through 0 .. 63 (8 a super-block), its indices random, all
+ * zero or all one. */
+static int codebook_xs(void) {
+    const uint16_t extremes[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400,
+                                 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01};
+    int64_t K = 512, N = 37, ns = N * K / 256;
+    int sb = strata_wtypes[WT_IQ4_XS].stored_bytes, kb = strata_wtypes[WT_IQ4_XS].kernel_bytes / 8;
+    uint8_t *ws = malloc((size_t)(ns * sb)), *ww = malloc((size_t)(ns * 8 * kb));
+    for (int64_t s = 0; s < ns; s++) {
+        uint8_t *blk = ws + s * sb;
+        uint16_t h = s % 2 == 0 ? extremes[(s / 2) % 12] : (uint16_t)(0x1800 + (next_u64() >> 54));
+        if (s % 4 == 3) h ^= 0x8000;
+        memcpy(blk, &h, 2);
+        memset(blk + 2, 0, 6);
+        for (int j = 0; j < 8; j++) { /* ls = 8 s + j (mod 64): low nibble j of scales_l, high bits 2j of scales_h */
+            int ls = (int)((8 * s + j) % 64);
+            blk[4 + j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+            blk[2 + j / 4] |= (uint8_t)((ls >> 4) << (2 * (j % 4)));
+        }
+        for (int i = 8; i < sb; i++) blk[i] = s % 11 == 4 ? 0 : s % 11 == 6 ? 255 : (uint8_t)(next_u64() >> 56);
+        double d = (double)f16_at(blk);
+        for (int j = 0; j < 8; j++) {
+            int ls = (int)((8 * s + j) % 64);
+            float v = (float)(d * (double)(ls - 32));
+            uint8_t *w = ww + (s * 8 + j) * kb;
+            memcpy(w, &v, 4), memcpy(w + 4, blk + 8 + 16 * j, 16);
+        }
+    }
+    int ok = held_every_mode(WT_IQ4_XS | WT_HALF_SCALES, WT_IQ4_XS, ws, ww, N, K);
+    free(ws), free(ww);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "delta") == 0) {
         delta();
@@ -693,7 +730,7 @@ int main(int argc, char **argv) {
         return failed;
     }
     if (argc > 1 && strcmp(argv[1], "codebook") == 0) {
-        return codebook(WT_IQ4_NL) | codebook(WT_MXFP4);
+        return codebook(WT_IQ4_NL) | codebook(WT_MXFP4) | codebook_xs();
     }
     if (argc > 1 && strcmp(argv[1], "kvcache") == 0) {
         kvcache();
