@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
@@ -110,6 +110,19 @@ HELD_ROWS = (1, 2, 3, 4, 5, 9, 17, 33)  # every row-tile remainder of every targ
 
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def assert_layouts_give_the_same_bits(ops: Any, a: Weight, b: Weight, rng: np.random.Generator) -> None:
+    """Two layouts of one weight, each packed by `ops` (a NativeOps), give the same output bits at
+    every row-tile remainder, with and without a bias (a NaN is the one canonical NaN either way)."""
+    n, k = a.out_features, a.in_features
+    bias = rng.normal(0, 1, n).astype(np.float32)
+    for m in (1, 2, 3, 4, 5, 9, 17):
+        x = rng.normal(0, 1, (m, k)).astype(np.float32)
+        for bb in (None, bias):
+            np.testing.assert_array_equal(
+                bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m} rows"
+            )
 
 
 def assert_held_gives_the_q8_0_bits(

@@ -23,6 +23,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import HALF_SCALES, PACK_WIDEN, TYPES
 from strata_engine.kernels.weights import Weight, widen_scales, widened
+from strata_engine.testing.q8_checks import assert_layouts_give_the_same_bits
 
 HELD = tuple(q for q, t in TYPES.items() if t.pack == PACK_WIDEN)
 # fp32, q8 (8-bit activations), three and two limbs (the default and native-limb2)
@@ -79,13 +80,7 @@ def test_every_arithmetic_gives_the_widened_layouts_bits(qtype: QT, target: str,
     wide = Weight("w", N, K, TYPES[qtype].code, widen_scales(stored, qtype))
     ops = NativeOps(2, target, **MODES[mode])  # type: ignore[arg-type]
     a, b = ops.pack(held), ops.pack(wide)
-    bias = rng.normal(0, 1, N).astype(np.float32)
-    for m in (1, 2, 3, 4, 5, 9, 17):
-        x = rng.normal(0, 1, (m, K)).astype(np.float32)
-        for bb in (None, bias):
-            np.testing.assert_array_equal(
-                bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m} rows"
-            )
+    assert_layouts_give_the_same_bits(ops, a, b, rng)
     finite = np.isfinite(stored.reshape(-1, TYPES[qtype].stored_bytes)[:, :2].copy().view(np.float16)).all()
     assert not finite  # the extremes are there
     want = np.asarray(quants.dequantize(stored, qtype), np.float32).reshape(N, K)

@@ -25,6 +25,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import HALF_SCALES, TYPES
 from strata_engine.kernels.weights import Weight, widened
+from strata_engine.testing.q8_checks import assert_layouts_give_the_same_bits
 
 XS = QT.IQ4_XS
 SIZE = TYPES[XS].stored_bytes  # 136
@@ -101,13 +102,7 @@ def test_every_arithmetic_gives_the_fp32_scale_layouts_bits(target: str, mode: s
     held, wide = weights(stored, N, K)
     ops = NativeOps(2, target, **MODES[mode])  # type: ignore[arg-type]
     a, b = ops.pack(held), ops.pack(wide)
-    bias = rng.normal(0, 1, N).astype(np.float32)
-    for m in (1, 2, 3, 4, 5, 9, 17):
-        x = rng.normal(0, 1, (m, K)).astype(np.float32)
-        for bb in (None, bias):
-            np.testing.assert_array_equal(
-                bits(ops.linear(x, a, bb)), bits(ops.linear(x, b, bb)), err_msg=f"{m} rows"
-            )
+    assert_layouts_give_the_same_bits(ops, a, b, rng)
     assert_same_values(ops.embed(a, np.arange(N)), gguf_values(stored, (N, K)))
 
 
