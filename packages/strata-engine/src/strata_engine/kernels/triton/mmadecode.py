@@ -272,7 +272,22 @@ def _mma_kernel(
 ):  # fmt: skip
     """Program (i, g, r): outputs i BN .. of rows 4 g .., blocks r PER .. (SPLIT: each program's
     K range; else PER is nb and r 0)."""
-    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    program(q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
+            tl.program_id(0), tl.num_programs(0).to(tl.int64),
+            WT, KQ, BB, SB, SCB, LIMBS, HAS_BIAS, HAS_RES, BN, SPLIT, CR)  # fmt: skip
+
+
+@triton.jit
+def program(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER, t, ntiles,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr,
+    SPLIT: tl.constexpr, CR: tl.constexpr,
+):  # fmt: skip
+    """_mma_kernel's program for output tile t of the weight's ntiles (int64): the tile's
+    arrival counts at cnt_ptr (one a group of rows), its scratch at f_ptr (mmapair.py runs two
+    weights' tiles in one launch, each with its own)."""
+    rn = t * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
@@ -309,7 +324,6 @@ def _mma_kernel(
         # this program's K range: each block's f (exact integers rounded once, so the same
         # values whichever program forms them) to the scratch, [group of rows, block, half,
         # row, output], only the live rows' (a row's outputs contiguous)
-        ntiles = tl.num_programs(0).to(tl.int64)
         first = tl.program_id(2) * PER
         fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
         SLOT: tl.constexpr = TOKENS if ONE else 1  # a row slot's stride, in row planes
@@ -333,7 +347,7 @@ def _mma_kernel(
         # the last program of this tile to finish (an integer count: no float atomics) runs
         # the float steps over every block, in block order, and resets the count
         tl.debug_barrier()
-        tile = tl.program_id(1) * ntiles + tl.program_id(0)
+        tile = tl.program_id(1) * ntiles + t
         done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if done == tl.num_programs(2) - 1:
             # the float steps for the rows a group can have live (CR: 1, 2 or 4; at batch 1 one)
