@@ -192,10 +192,11 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     body = innermost_loop(code)
     tail: list[Instruction] = []
     tail_blocks = 1
-    if spec["constexprs"].get("SPLIT"):
+    if spec["constexprs"].get("SPLIT") and spec["name"] == "_mma_kernel":
         # the decode matmul split along K: the programs' loop over their blocks (integer sums,
         # first in the code) and the tile's last program's loop over every block (the float
-        # steps, after it; `tail_blocks` blocks an iteration) both count, each a block
+        # steps, after it; `tail_blocks` blocks an iteration) both count, each a block (a pair
+        # launch, mmapair.py, has two such loops a weight: its longest loop is shown)
         from strata_engine.kernels.triton.mmadecode import tail_blocks as blocks
 
         body, tail = sorted(innermost_loops(code)[:2], key=lambda loop: loop[0].address)
