@@ -100,11 +100,11 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
 
 
 # Llama-3.1-8B's decode matmuls (outputs, inputs), q/k/v and gate/up fused where they share a
-# type (Q4_K_M: in half the layers attn_v is Q6_K, so q/k fuse and v runs alone)
+# type (Q4_K_M: in half the layers attn_v is Q6_K, so q/k fuse and v's tiles join their launch,
+# mmapair.py: the same grid as q/k/v fused)
 PROJECTIONS_8B = {
     "q/k/v fused (Q4_K)": (6144, 4096),
-    "q/k fused (v Q6_K)": (5120, 4096),
-    "v alone (Q6_K)": (1024, 4096),
+    "q/k fused + v Q6_K, one launch": (6144, 4096),
     "attn_output 4096x4096": (4096, 4096),
     "gate/up fused 4096->2x14336": (28672, 4096),
     "ffn_down 14336->4096": (4096, 14336),

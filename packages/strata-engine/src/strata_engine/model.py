@@ -117,8 +117,12 @@ def stack_rows(weights: list[Weight]) -> Weight:
 def fused_linear(ops: Ops, x: Array, projections: tuple[FusedProjection, ...]) -> list[Array]:
     """Each member's output of `projections` applied to `x`, as contiguous arrays."""
     outs: list[Array] = []
-    for p in projections:
-        y = ops.linear(x, p.weight, p.bias)
+    runs = getattr(ops, "linear_runs", None)  # a backend that reads several runs in one launch
+    if runs is not None and len(projections) > 1:
+        ys = runs(x, [(p.weight, p.bias) for p in projections])
+    else:
+        ys = [ops.linear(x, p.weight, p.bias) for p in projections]
+    for p, y in zip(projections, ys, strict=True):
         if len(p.widths) == 1:
             outs.append(y)
             continue

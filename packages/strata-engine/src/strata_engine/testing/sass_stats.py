@@ -192,10 +192,11 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
     body = innermost_loop(code)
     tail: list[Instruction] = []
     tail_blocks = 1
-    if spec["constexprs"].get("SPLIT"):
+    if spec["constexprs"].get("SPLIT") and spec["name"] == "_mma_kernel":
         # the decode matmul split along K: the programs' loop over their blocks (integer sums,
         # first in the code) and the tile's last program's loop over every block (the float
-        # steps, after it; `tail_blocks` blocks an iteration) both count, each a block
+        # steps, after it; `tail_blocks` blocks an iteration) both count, each a block (a pair
+        # launch, mmapair.py, has two such loops a weight: its longest loop is shown)
         from strata_engine.kernels.triton.mmadecode import tail_blocks as blocks
 
         body, tail = sorted(innermost_loops(code)[:2], key=lambda loop: loop[0].address)
@@ -225,7 +226,7 @@ def decode_forms(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     head), and split along K with the float steps for 1 row (CR 1: batch 1) and for 4 (CR 4)."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for spec in specs:
+    for spec in [s for pair in specs for s in _pair_parts(pair)]:
         forms = [spec]
         if spec["name"] == "_mma_kernel":
             forms = []
@@ -239,3 +240,37 @@ def decode_forms(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 seen.add(key)
                 out.append(form)
     return out
+
+
+_ONE_WEIGHT = {  # mmadecode._mma_kernel's signature (a pair launch's arguments per weight)
+    "q_ptr": "*i32", "s_ptr": "*fp32", "dsum_ptr": "*fp32", "wq_ptr": "*u8", "wf_ptr": "*fp32",
+    "b_ptr": "*fp32", "r_ptr": "*fp32", "y_ptr": "*fp32", "f_ptr": "*fp32", "cnt_ptr": "*i32",
+    "M": "i32", "N": "i32", "nb": "i32", "GB": "i32", "PER": "i32",
+}  # fmt: skip
+
+
+def _pair_parts(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A recorded launch; a pair launch (mmapair._pair_kernel, two weights' tiles in one grid:
+    each runs mmadecode's one-weight program) also as each of its weights' own decode launch,
+    so that every type a decode reads keeps its figures."""
+    if spec["name"] != "_pair_kernel":
+        return [spec]
+    parts = [spec]
+    c = spec["constexprs"]
+    for suffix in ("", "2"):
+        layout = {k: c[k + suffix] for k in ("WT", "KQ", "BB", "SB", "SCB")}
+        constexprs = layout | {k: c[k] for k in ("LIMBS", "HAS_BIAS")} | {"HAS_RES": False}
+        constexprs |= {k: c[k] for k in ("BN", "SPLIT", "CR")}
+        parts.append(
+            spec
+            | {
+                "module": "strata_engine.kernels.triton.mmadecode",
+                "name": "_mma_kernel",
+                "signature": _ONE_WEIGHT
+                | {"cnt_ptr": spec["signature"]["cnt_ptr"]}
+                | dict.fromkeys(constexprs, "constexpr"),
+                "constexprs": constexprs,
+                "aligned": [k for k in _ONE_WEIGHT if k.endswith("_ptr")],
+            }
+        )
+    return parts

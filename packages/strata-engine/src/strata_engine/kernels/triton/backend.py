@@ -222,6 +222,22 @@ class TritonOps:
             return fmatmul.matmul(x, sw.wf.view(sw.out_features, sw.in_features), b)
         return matmul.matmul(x, sw.wq, sw.wf, sw.kt, sw.out_features, sw.in_features, sw.row_bytes, b)
 
+    def linear_runs(self, x: Array, runs: list[tuple[Weight, Array | None]]) -> list[torch.Tensor]:
+        """[linear(x, w, b) for w, b in runs], the same bits (model.fused_linear): each two
+        consecutive runs that the integer kernels read take one launch whatever their types
+        (intmatmul.matmul_pair)."""
+        out: list[torch.Tensor] = []
+        for i in range(0, len(runs), 2):
+            pair = runs[i : i + 2]
+            if len(pair) == 2 and all(w.kernel_type & Q8_PACKED for w, _ in pair):
+                pw1, pw2 = self._packed_weight(pair[0][0]), self._packed_weight(pair[1][0])
+                if pw1.limbs == pw2.limbs:
+                    b1, b2 = (self._model(b) if b is not None else None for _, b in pair)
+                    out += intmatmul.matmul_pair(self._quantised(x, pw1.limbs), pw1, pw2, (b1, b2))
+                    continue
+            out += [self.linear(x, w, b) for w, b in pair]
+        return out
+
     def linear_add(self, x: Array, w: Weight, residual: Array, bias: Array | None = None) -> torch.Tensor:
         """residual + linear(x, w, bias) (base.linear_add): the integer matmuls add the residual
         in their epilogue (one launch, the same fp32 addition); the other kernels leave it to torch."""

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import mmadecode
+from strata_engine.kernels.triton import mmadecode, mmapair
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, canonical_nan, fit
 from strata_engine.kernels.triton.packed import (
@@ -161,6 +161,40 @@ def matmul_quantised(
         grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
         _tile_kernel[grid](*args, m, n, nb, pw.group_bytes, BM=bm, BN=bn, **consts)
     return y
+
+
+def matmul_pair(
+    xq: Quantised,
+    first: PackedWeight,
+    second: PackedWeight,
+    biases: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(matmul_quantised(xq, first, b1), matmul_quantised(xq, second, b2)), the same bits: for up
+    to ROWS_MAX rows one launch of both weights' tiles (mmapair.py), whatever their types; more
+    rows, two launches of the tile path. Both biases present or both absent."""
+    m, nb = xq.s.shape
+    if (
+        m > ROWS_MAX
+        or not m
+        or not nb
+        or not first.out_features * second.out_features
+        or (biases[0] is None) != (biases[1] is None)
+        or first.limbs != second.limbs
+        or first.in_features != second.in_features
+    ):
+        return matmul_quantised(xq, first, biases[0]), matmul_quantised(xq, second, biases[1])
+    parts = []
+    for pw, bias in zip((first, second), biases, strict=True):
+        if xq.limbs != pw.limbs or nb * 32 != pw.in_features or pw.group_bytes % 16:
+            raise ValueError("activations and weights that matmul_quantised refuses")
+        y = torch.empty(m, pw.out_features, dtype=torch.float32, device=xq.q.device)
+        b = bias.to(torch.float32).contiguous() if bias is not None else y
+        halves = 2 if pw.wtype == Q6_K else 1
+        parts.append((pw.wq, pw.wf, b, y, pw.out_features, pw.group_bytes, halves, layout(pw.wtype)))
+    bn = fit(max(first.out_features, second.out_features), MMA_N, 16)
+    consts = {"LIMBS": first.limbs, "HAS_BIAS": biases[0] is not None} | LAUNCH
+    mmapair.launch((xq.q, xq.s, xq.dsum), parts[0], parts[1], m, nb, bn, consts)
+    return parts[0][3], parts[1][3]
 
 
 def matmul(

@@ -153,14 +153,25 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr, WT: tl.constexpr):
 @triton.jit
 def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                   WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr,
-                  SCB: tl.constexpr, LIMBS: tl.constexpr, HALVES: tl.constexpr):  # fmt: skip
-    """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums."""
-    w8 = _weights(wf_ptr, gw + (block_offset(b, KQ, BB, SB) + SCB) // 4 + o, live, zero, WT)
+                  SCB: tl.constexpr, LIMBS: tl.constexpr, HALVES: tl.constexpr,
+                  ONE: tl.constexpr = False, WIDE: tl.constexpr = True):  # fmt: skip
+    """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums.
+    ONE (Q6_K, one row): the 16 columns of one half's layout with the row slot t as the half
+    (column 8 jh + 2 h + jl), so f0's slot h is half h's f of the row (f1 unused)."""
+    # every type's block and scale sizes are multiples of 16 bytes (as the group's, GB): the
+    # block's first word a multiple of 4, so the copies of a thread's consecutive words are wide
+    # (WIDE; Q6_K's split for several rows compiles to 4 more instructions with it: left out)
+    qw = gw + (block_offset(b, KQ, BB, SB) + SCB) // 4
+    if WIDE:
+        qw = tl.multiple_of(qw, 4)
+    w8 = _weights(wf_ptr, qw + o, live, zero, WT)
     xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
     # the activations as 4-byte words (q_ptr is the int8 limbs seen as int32), split into bytes
     # in registers: word kw of a column holds its inputs 4 kw .. 4 kw + 3
     kw = tl.arange(0, 8)
-    if HALVES == 2:  # column 2 t + h (of every 8) takes half h's 16 inputs
+    if ONE:  # column 8 jh + 2 h + jl takes half h's 16 inputs
+        wmask = cmask[None, :] & ((kw >> 2)[:, None] == ((tl.arange(0, 16) >> 1) & 3)[None, :])
+    elif HALVES == 2:  # column 2 t + h (of every 8) takes half h's 16 inputs
         wmask = cmask[None, :] & ((kw >> 2)[:, None] == (tl.arange(0, 32) & 1)[None, :])
     else:
         wmask = tl.broadcast_to(cmask[None, :], (8, 16))
@@ -170,8 +181,9 @@ def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask
     e2 = (xw >> 16).to(tl.int8)
     e3 = (xw >> 24).to(tl.int8)
     x4 = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [8, C, 2, 2]: byte 2 p + q at [., ., p, q]
-    x = tl.permute(x4, (0, 2, 3, 1)).reshape(32, 16 * HALVES)
-    return _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, HALVES, WT)
+    COLS: tl.constexpr = 16 if ONE else 16 * HALVES
+    x = tl.permute(x4, (0, 2, 3, 1)).reshape(32, COLS)
+    return _values(tl.dot(w8, x, out_dtype=tl.int32), LIMBS, 1 if ONE else HALVES, WT)
 
 
 @triton.jit
@@ -260,7 +272,22 @@ def _mma_kernel(
 ):  # fmt: skip
     """Program (i, g, r): outputs i BN .. of rows 4 g .., blocks r PER .. (SPLIT: each program's
     K range; else PER is nb and r 0)."""
-    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    program(q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
+            tl.program_id(0), tl.num_programs(0).to(tl.int64),
+            WT, KQ, BB, SB, SCB, LIMBS, HAS_BIAS, HAS_RES, BN, SPLIT, CR)  # fmt: skip
+
+
+@triton.jit
+def program(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER, t, ntiles,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, BN: tl.constexpr,
+    SPLIT: tl.constexpr, CR: tl.constexpr,
+):  # fmt: skip
+    """_mma_kernel's program for output tile t of the weight's ntiles (int64): the tile's
+    arrival counts at cnt_ptr (one a group of rows), its scratch at f_ptr (mmapair.py runs two
+    weights' tiles in one launch, each with its own)."""
+    rn = t * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
@@ -269,8 +296,18 @@ def _mma_kernel(
     # split along K, Q6_K's f in the scratch: for several rows an (output, row)'s two halves
     # side by side (one store, one load), for 1 row a plane a half (fewer instructions there)
     PS: tl.constexpr = 2 if HALVES == 2 and CR > 1 else 1
+    # split along K at batch 1 (CR 1), Q6_K: one row's two halves take the 16 columns of the
+    # other types' layout, the half as the row slot (_block_values' ONE), so the MMA is 64x16
+    # and each thread forms half as many f, stored as one [BN, 4] whose slot h goes to half h's
+    # plane (slot stride TOKENS row planes: the scratch's layout is unchanged)
+    ONE: tl.constexpr = SPLIT and HALVES == 2 and CR == 1
     col = tl.arange(0, 16 * HALVES)  # the activation tile's columns: (row, limb, half)
-    if HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
+    if ONE:  # column 8 jh + 2 h + jl: limb 2 jh + jl of half h of the group's one row
+        col = tl.arange(0, 16)
+        j = (col >> 3) * 2 + (col & 1)
+        tok = tl.program_id(1) * TOKENS + (col & 0)
+        cmask = (tok < M) & (j < LIMBS) & (((col >> 1) & 3) < 2)
+    elif HALVES == 2:  # column 8 j + 2 t + h: half h's 16 inputs of limb j of row t
         j = col >> 3
         tok = tl.program_id(1) * TOKENS + ((col >> 1) & 3)
         cmask = (tok < M) & (j < LIMBS)  # the column's (half h's inputs: _block_values)
@@ -287,15 +324,17 @@ def _mma_kernel(
         # this program's K range: each block's f (exact integers rounded once, so the same
         # values whichever program forms them) to the scratch, [group of rows, block, half,
         # row, output], only the live rows' (a row's outputs contiguous)
-        ntiles = tl.num_programs(0).to(tl.int64)
         first = tl.program_id(2) * PER
         fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
-        fat = fat + ((tl.arange(0, TOKENS) * ntiles)[None, :] * BN + rn[:, None]) * PS
+        SLOT: tl.constexpr = TOKENS if ONE else 1  # a row slot's stride, in row planes
+        fat = fat + ((tl.arange(0, TOKENS) * (SLOT * ntiles))[None, :] * BN + rn[:, None]) * PS
         fmask = rmask[None, :] & live[:, None]
+        if ONE:  # row slots 0 and 1: the row's halves
+            fmask = (tl.arange(0, TOKENS) < 2)[None, :] & live[:, None]
         for b in range(first, tl.minimum(first + PER, nb)):
             f0, f1 = _block_values(
                 q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
-                WT, KQ, BB, SB, SCB, LIMBS, HALVES,
+                WT, KQ, BB, SB, SCB, LIMBS, HALVES, ONE, PS == 1,
             )  # fmt: skip
             at = fat + b * ntiles * (HALVES * TOKENS * BN)
             if PS == 2:  # an (output, row)'s two halves side by side
@@ -303,12 +342,12 @@ def _mma_kernel(
                 tl.store(f_ptr + at[:, :, None] + h, tl.join(f0, f1), mask=fmask[:, :, None])
             else:
                 tl.store(f_ptr + at, f0, mask=fmask)
-                if HALVES == 2:  # the second half's plane
+                if HALVES == 2 and not ONE:  # the second half's plane
                     tl.store(f_ptr + at + TOKENS * ntiles * BN, f1, mask=fmask)
         # the last program of this tile to finish (an integer count: no float atomics) runs
         # the float steps over every block, in block order, and resets the count
         tl.debug_barrier()
-        tile = tl.program_id(1) * ntiles + tl.program_id(0)
+        tile = tl.program_id(1) * ntiles + t
         done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if done == tl.num_programs(2) - 1:
             # the float steps for the rows a group can have live (CR: 1, 2 or 4; at batch 1 one)
