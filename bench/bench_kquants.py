@@ -49,8 +49,10 @@ CHECK_POSITIONS = 32  # prompt positions whose top-1 the two engines are compare
 # llama.cpp rounds activations to 8 bits for K-quant dot products: its top-1 log-probs differ
 # from Strata's by ~0.1 nats (median; 0.5 at most) on this file, and on a 2-layer cut of it Strata
 # is within 5e-6 of a float64 reference where llama.cpp is off by up to 0.16. A top-1 that leads
-# by less than this is a near-tie llama.cpp may flip; the others must agree.
-CLEAR_MARGIN = 0.25
+# by less than this is a near-tie llama.cpp may flip; the others must agree. (On the 4-layer Q4_K_M
+# cut llama.cpp gave one position a 0.27-nat lead where the float64 forward's is 0.006, Strata's top-1
+# and log-probabilities within 1e-5 of it at every position: 0.25 was too tight.)
+CLEAR_MARGIN = 0.5
 SPREAD_OF = ("token_embd.weight", "blk.0.attn_v.weight", "blk.3.attn_v.weight", "blk.0.ffn_up.weight")
 
 
