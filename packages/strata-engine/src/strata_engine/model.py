@@ -24,7 +24,15 @@ from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
-from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable, linear_add, rope_kv_write
+from strata_engine.kernels.base import (
+    Array,
+    AttentionMeta,
+    Ops,
+    RopeTable,
+    linear_add,
+    linear_runs,
+    rope_kv_write,
+)
 from strata_engine.kernels.weights import Weight, packed_experts, split_rows, vector
 from strata_engine.rope import read_factors, rope_table
 from strata_engine.row_packing import lm_head
@@ -117,11 +125,7 @@ def stack_rows(weights: list[Weight]) -> Weight:
 def fused_linear(ops: Ops, x: Array, projections: tuple[FusedProjection, ...]) -> list[Array]:
     """Each member's output of `projections` applied to `x`, as contiguous arrays."""
     outs: list[Array] = []
-    runs = getattr(ops, "linear_runs", None)  # a backend that reads several runs in one launch
-    if runs is not None and len(projections) > 1:
-        ys = runs(x, [(p.weight, p.bias) for p in projections])
-    else:
-        ys = [ops.linear(x, p.weight, p.bias) for p in projections]
+    ys = linear_runs(ops, x, [(p.weight, p.bias) for p in projections])
     for p, y in zip(projections, ys, strict=True):
         if len(p.widths) == 1:
             outs.append(y)

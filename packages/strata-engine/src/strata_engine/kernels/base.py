@@ -158,6 +158,15 @@ def linear_add(ops: Ops, x: Array, w: Weight, residual: Array, bias: Array | Non
     return residual + ops.linear(x, w, bias)
 
 
+def linear_runs(ops: Ops, x: Array, runs: list[tuple[Weight, Array | None]]) -> list[Array]:
+    """[linear(x, w, b) for w, b in runs]: the backend's own `linear_runs` where it has one (several
+    weights of one input in fewer launches, the same bits), else one linear each."""
+    fused = getattr(ops, "linear_runs", None)
+    if fused is not None and len(runs) > 1:
+        return list(fused(x, runs))
+    return [ops.linear(x, w, b) for w, b in runs]
+
+
 def rope_kv_write(
     ops: Ops, q: Array, k: Array, v: Array, meta: AttentionMeta, table: RopeTable, k_cache: Array, v_cache: Array,
     after: Callable[[Array], Array] | None = None,
