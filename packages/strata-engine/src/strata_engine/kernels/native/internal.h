@@ -192,11 +192,11 @@ static inline float iq4_xs_scale(const uint8_t *sblk, int j) {
 }
 /* Group b (32 values) of a codebook row: where its 16 index bytes start, and its scale as fp32. */
 static inline const uint8_t *codebook_qs(int wtype, const uint8_t *row, int64_t b) {
-    if (codebook_xs_held(wtype)) return row + (b >> 3) * 136 + 8 + 16 * (b & 7);
+    if (codebook_xs_held(wtype)) return row + (b >> 3) * block_bytes(wtype) + 8 + 16 * (b & 7);
     return row + b * group32_bytes(wtype) + codebook_head(wtype);
 }
 static inline float codebook_group_scale(int wtype, const uint8_t *row, int64_t b) {
-    if (codebook_xs_held(wtype)) return iq4_xs_scale(row + (b >> 3) * 136, (int)(b & 7));
+    if (codebook_xs_held(wtype)) return iq4_xs_scale(row + (b >> 3) * block_bytes(wtype), (int)(b & 7));
     return codebook_scale(wtype, row + b * group32_bytes(wtype));
 }
 /* Bytes of one scale field as held (a codebook type's scale, a WP_WIDEN type's d and m): 4

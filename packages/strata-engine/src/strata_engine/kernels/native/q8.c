@@ -107,7 +107,7 @@ void strata_q8_pack(int wtype, const uint8_t *w, int64_t N, int64_t K, uint8_t *
                 } else if (codebook_xs_held(wtype)) { /* IQ4_XS as stored: its super-block's d, scales_h
                                                        * and scales_l before its first block (q8_super_bytes) */
                     if ((b & 7) == 0) {
-                        const uint8_t *sblk = row + (b >> 3) * 136;
+                        const uint8_t *sblk = row + (b >> 3) * block_bytes(wtype);
                         uint8_t *head = dst - q8_super_bytes(wtype);
                         memcpy(head + 2 * o, sblk, 2), memcpy(head + 32 + 2 * o, sblk + 2, 2);
                         memcpy(head + 64 + 4 * o, sblk + 4, 4);
