@@ -88,6 +88,16 @@ def run_side(label: str, script: str, args: list[str], env: dict[str, str] | Non
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def peak_rss_bytes(pid: int | str = "self") -> int:
+    """A process's peak resident set since it started its program (VmHWM), in bytes. Not
+    `ru_maxrss`: Linux carries that across fork and exec, so a side started from a parent holding
+    300 MB would report at least 300 MB whatever it used itself."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
 def keep_best(best: dict, out: dict) -> None:
     """Fold one run's figures into `best`: the lowest load time and memory, the highest rates
     (on a shared, noisy machine the best of several runs is the least disturbed one)."""

@@ -20,10 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import time
 
-from _common import host_line, keep_best, run_side, write_results
+from _common import host_line, keep_best, peak_rss_bytes, run_side, write_results
 
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
@@ -86,7 +85,7 @@ def bench_strata(
             )
         )
         best["decode"] = max(best["decode"], (len(stamps) - 1) / (stamps[-1] - stamps[0]))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_bytes() / 2**20
     if not all_logits:
         del best["prefill_all"]
     return {"load_s": load, **best, "peak_rss_mb": rss, "kernels": engine.kernels}
@@ -140,7 +139,7 @@ def bench_llama_cpp(
         best["decode"] = max(best["decode"], decode_tokens / (time.perf_counter() - start))
     if llm_all is None:
         del best["prefill_all"]
-    return {"load_s": load, **best, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"load_s": load, **best, "peak_rss_mb": peak_rss_bytes() / 2**20}
 
 
 def decode_against_bandwidth(path: str, threads: int, results: dict[str, dict]) -> dict:

@@ -33,6 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from _common import peak_rss_bytes
+
 from strata_server.launch import free_port
 
 CTX = 1024
@@ -40,22 +42,14 @@ PROMPT_TOKENS = 512
 MB = 1e6
 MIB = 2**20
 LLAMA_CHILD = """
-import resource, sys, time
+import sys, time
 import llama_cpp
 every = sys.argv[4] == "all"
 llm = llama_cpp.Llama(sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=2, logits_all=every, verbose=False)
 print("loaded", flush=True)
 llm.eval([100 + (i * 7919) % 49000 for i in range(int(sys.argv[3]))])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, flush=True)
+print([int(x.split()[1]) / 1024 for x in open('/proc/self/status') if x.startswith('VmHWM:')][0], flush=True)
 """
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident set (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024 / MB
-    raise RuntimeError("no VmHWM in /proc status")
 
 
 def request(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
@@ -133,13 +127,13 @@ def strata_round(args: argparse.Namespace, model: Path) -> dict:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         ready = wait_ready(port, process, t0)
-        rss_ready = peak_rss_mb(process.pid)
+        rss_ready = peak_rss_bytes(process.pid) / MB
         for work_round in range(args.work_rounds):
             serve_work(port, work_round)
         return {
             "ready_s": ready,
             "rss_ready_mb": rss_ready,
-            "rss_mb": peak_rss_mb(process.pid),
+            "rss_mb": peak_rss_bytes(process.pid) / MB,
             "kv_mb": kv_budget_bytes(port, model) / MB,
         }
     finally:
