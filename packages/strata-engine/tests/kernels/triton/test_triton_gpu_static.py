@@ -37,14 +37,16 @@ MAX_PER_WEIGHT = {
     # 299 x 4 / 8192 (two halves' sums, each with its own scale; 4 IGMMAs of 32 columns), with
     # the residual add in the epilogue (ffn_down's launch, HAS_RES)
     ("Q6_K", "one program a tile"): 0.146,
-    # split along K (an 8B projection at batch 1: 188 + 185 / 4 instructions, the float steps'
-    # loop unrolled over 4 blocks; 4 rows: 171 + 342 / 4)
-    ("Q4_K", "split, 1 row"): 0.115,
-    ("Q4_K", "split, 4 rows"): 0.126,
-    # 241 + 302 / 8 (one row's two halves as the 16 columns of a 64x16 MMA; the float steps
+    # split along K (an 8B projection at batch 1: 180 + 168 / 4 instructions, the float steps'
+    # loop unrolled over 4 blocks, the scratch read unmasked; 4 rows: 174 + 309 / 4)
+    ("Q4_K", "split, 1 row"): 0.109,
+    ("Q4_K", "split, 4 rows"): 0.123,
+    # 235 + 273 / 8 (one row's two halves as the 16 columns of a 64x16 MMA; the float steps
     # unrolled over 8 blocks)
-    ("Q6_K", "split, 1 row"): 0.137,
-    ("Q6_K", "split, 4 rows"): 0.186,  # 271 + 868 / 8 (the halves' f side by side in the scratch)
+    ("Q6_K", "split, 1 row"): 0.132,
+    # 233 + 561 / 8 (an output's rows and halves side by side in the scratch, stored in the
+    # MMA accumulator's layout and read in the scales' own: no move through shared memory)
+    ("Q6_K", "split, 4 rows"): 0.149,
 }
 DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer

@@ -154,16 +154,13 @@ def _values(acc, LIMBS: tl.constexpr, HALVES: tl.constexpr, WT: tl.constexpr):
 def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                   WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr,
                   SCB: tl.constexpr, LIMBS: tl.constexpr, HALVES: tl.constexpr,
-                  ONE: tl.constexpr = False, WIDE: tl.constexpr = True):  # fmt: skip
+                  ONE: tl.constexpr = False):  # fmt: skip
     """f of block b per (output, row) of each half: the block's one MMA and its limbs' sums.
     ONE (Q6_K, one row): the 16 columns of one half's layout with the row slot t as the half
     (column 8 jh + 2 h + jl), so f0's slot h is half h's f of the row (f1 unused)."""
     # every type's block and scale sizes are multiples of 16 bytes (as the group's, GB): the
     # block's first word a multiple of 4, so the copies of a thread's consecutive words are wide
-    # (WIDE; Q6_K's split for several rows compiles to 4 more instructions with it: left out)
-    qw = gw + (block_offset(b, KQ, BB, SB) + SCB) // 4
-    if WIDE:
-        qw = tl.multiple_of(qw, 4)
+    qw = tl.multiple_of(gw + (block_offset(b, KQ, BB, SB) + SCB) // 4, 4)
     w8 = _weights(wf_ptr, qw + o, live, zero, WT)
     xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
     # the activations as 4-byte words (q_ptr is the int8 limbs seen as int32), split into bytes
@@ -207,13 +204,44 @@ def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, r
 
 
 @triton.jit
-def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live, rows, rmask, nb, ntiles,
-                sb, WT: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, HALVES: tl.constexpr,
+def _pair_writes(BN: tl.constexpr):
+    """The split path's pair scratch (PS 2: output o's rows t and halves h at (o TOKENS + t) 2
+    + h) as offsets in the MMA accumulator's order: [FA, 2, FW, 8, TOKENS, 2] (a, r, w, l, t, h)
+    for output 16 FW a + 16 w + 8 r + l (at BN 256 warpgroup fragment a, register half r, warp
+    w, lane group l). Only h is contiguous, so the stores' layout is the accumulator's own (no
+    move through shared memory), and a warp's store covers 8 outputs' 256 bytes."""
+    FA: tl.constexpr = (BN + 63) // 64
+    FW: tl.constexpr = BN // (16 * FA)
+    a = tl.arange(0, FA)[:, None, None, None, None, None]
+    r = tl.arange(0, 2)[None, :, None, None, None, None]
+    w = tl.arange(0, FW)[None, None, :, None, None, None]
+    lane = tl.arange(0, 8)[None, None, None, :, None, None]
+    t = tl.arange(0, TOKENS)[None, None, None, None, :, None]
+    h = tl.arange(0, 2)[None, None, None, None, None, :]
+    return ((((a * FW + w) * 16 + r * 8 + lane) * TOKENS + t) * 2 + h).to(tl.int32)
+
+
+@triton.jit
+def _pair_reads(BN: tl.constexpr, CR: tl.constexpr):
+    """_pair_writes' offsets for the float steps' reads: [CR, 2, BN / 2, 2] (t, e, p, h) for
+    output 2 p + e, so that each thread holds outputs 2 p and 2 p + 1 with every row, the
+    layout in which a block's scale bytes arrive (no move through shared memory for them)."""
+    t = tl.arange(0, CR)[:, None, None, None]
+    e = tl.arange(0, 2)[None, :, None, None]
+    p = tl.arange(0, BN // 2)[None, None, :, None]
+    h = tl.arange(0, 2)[None, None, None, :]
+    return (((p * 2 + e) * TOKENS + t) * 2 + h).to(tl.int32)
+
+
+@triton.jit
+def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live, rows, rmask, nb, sb,
+                WT: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, HALVES: tl.constexpr,
                 BN: tl.constexpr, TAIL: tl.constexpr, PS: tl.constexpr):  # fmt: skip
     """The split path's float steps over blocks sb TAIL .. sb TAIL + TAIL - 1 (TAIL 4 or 8: one
     K-quant super-block's, or half of it), in block order, unrolled: the operations of _chain on
     the scratch's f, with the header (d, dmin) read once for them and each block's scale bytes
-    at a constant offset from the super-block's."""
+    at a constant offset from the super-block's. The scratch's f are read unmasked (it holds
+    every row slot and output of the tile; those past the live ones are never stored)."""
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
     head = group + head_offset(sb * TAIL, BB, SB)
@@ -224,17 +252,15 @@ def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group,
     zero = tl.zeros((bn, nt), tl.float32)
     for i in tl.static_range(TAIL):
         b = sb * TAIL + i
-        at = cat + b * ntiles * (HALVES * TOKENS * BN)
-        if PS == 2:  # both halves' f side by side: one load
-            h = tl.arange(0, 2)[None, None, :]
-            f0, f1 = tl.split(
-                tl.load(f_ptr + at[:, :, None] + h, mask=cfmask[:, :, None], other=0.0, cache_modifier=".cg")
-            )
+        at = cat + b * (HALVES * TOKENS * BN)
+        if PS == 2:  # both halves' f side by side (_pair_reads' order)
+            f4 = tl.permute(tl.load(f_ptr + at, cache_modifier=".cg"), (2, 1, 0, 3))
+            f0, f1 = tl.split(tl.reshape(f4, (bn, nt, 2)))
         else:
-            f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+            f0 = tl.load(f_ptr + at, cache_modifier=".cg")
             f1 = f0
             if HALVES == 2:
-                f1 = tl.load(f_ptr + at + TOKENS * ntiles * BN, mask=cfmask, other=0.0, cache_modifier=".cg")
+                f1 = tl.load(f_ptr + at + TOKENS * BN, cache_modifier=".cg")
         blk = head + SB + (b & 7) * BB
         ws0 = d * _int8(wq_ptr, blk + o, live)  # packed.scales' K-quant products
         ws1 = ws0
@@ -293,8 +319,9 @@ def program(
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
-    # split along K, Q6_K's f in the scratch: for several rows an (output, row)'s two halves
-    # side by side (one store, one load), for 1 row a plane a half (fewer instructions there)
+    # split along K, Q6_K's f in the scratch: for several rows an output's rows and halves side
+    # by side, stored in the MMA accumulator's layout and read in the one the scales arrive in
+    # (neither moves through shared memory), for 1 row a plane a half (fewer instructions there)
     PS: tl.constexpr = 2 if HALVES == 2 and CR > 1 else 1
     # split along K at batch 1 (CR 1), Q6_K: one row's two halves take the 16 columns of the
     # other types' layout, the half as the row slot (_block_values' ONE), so the MMA is 64x16
@@ -322,28 +349,31 @@ def program(
     rmask = rows < M
     if SPLIT:
         # this program's K range: each block's f (exact integers rounded once, so the same
-        # values whichever program forms them) to the scratch, [group of rows, block, half,
-        # row, output], only the live rows' (a row's outputs contiguous)
+        # values whichever program forms them) to the scratch, [group of rows, tile, block, ...]:
+        # a block's [half, row, output] (PS 1: only the live rows', a row's outputs contiguous)
+        # or [output, row, half] (PS 2, `_pair_writes`), at constant offsets from the tile's
         first = tl.program_id(2) * PER
-        fat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
+        tbase = (tl.program_id(1).to(tl.int64) * ntiles + t) * nb * (HALVES * TOKENS * BN)
         SLOT: tl.constexpr = TOKENS if ONE else 1  # a row slot's stride, in row planes
-        fat = fat + ((tl.arange(0, TOKENS) * (SLOT * ntiles))[None, :] * BN + rn[:, None]) * PS
+        fat = (tbase - t * BN) + ((tl.arange(0, TOKENS) * SLOT)[None, :] * BN + rn[:, None])
         fmask = rmask[None, :] & live[:, None]
         if ONE:  # row slots 0 and 1: the row's halves
             fmask = (tl.arange(0, TOKENS) < 2)[None, :] & live[:, None]
         for b in range(first, tl.minimum(first + PER, nb)):
             f0, f1 = _block_values(
                 q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
-                WT, KQ, BB, SB, SCB, LIMBS, HALVES, ONE, PS == 1,
+                WT, KQ, BB, SB, SCB, LIMBS, HALVES, ONE,
             )  # fmt: skip
-            at = fat + b * ntiles * (HALVES * TOKENS * BN)
-            if PS == 2:  # an (output, row)'s two halves side by side
-                h = tl.arange(0, 2)[None, None, :]
-                tl.store(f_ptr + at[:, :, None] + h, tl.join(f0, f1), mask=fmask[:, :, None])
+            at = fat + b * (HALVES * TOKENS * BN)
+            if PS == 2:  # in the accumulator's order, every row slot (the scratch has their room)
+                FA: tl.constexpr = (BN + 63) // 64  # _pair_writes' order
+                f6 = tl.reshape(tl.join(f0, f1), (FA, BN // (16 * FA), 2, 8, TOKENS, 2))
+                fb = tbase + b * (HALVES * TOKENS * BN)
+                tl.store(f_ptr + fb + _pair_writes(BN), tl.permute(f6, (0, 2, 1, 3, 4, 5)))
             else:
                 tl.store(f_ptr + at, f0, mask=fmask)
                 if HALVES == 2 and not ONE:  # the second half's plane
-                    tl.store(f_ptr + at + TOKENS * ntiles * BN, f1, mask=fmask)
+                    tl.store(f_ptr + at + TOKENS * BN, f1, mask=fmask)
         # the last program of this tile to finish (an integer count: no float atomics) runs
         # the float steps over every block, in block order, and resets the count
         tl.debug_barrier()
@@ -353,8 +383,10 @@ def program(
             # the float steps for the rows a group can have live (CR: 1, 2 or 4; at batch 1 one)
             crows = tl.program_id(1) * TOKENS + tl.arange(0, CR)
             cmask_ = crows < M
-            cat = tl.program_id(1).to(tl.int64) * nb * HALVES * TOKENS * ntiles * BN
-            cat = cat + ((tl.arange(0, CR) * ntiles)[None, :] * BN + rn[:, None]) * PS
+            if PS == 2:  # an output's rows and halves contiguous
+                cat = tbase + _pair_reads(BN, CR)
+            else:
+                cat = tbase + (tl.arange(0, CR)[None, :] * BN + tl.arange(0, BN)[:, None])
             cfmask = cmask_[None, :] & live[:, None]
             cacc = tl.zeros((BN, CR), tl.float32)
             if KQ:  # a super-block an iteration: its header read once, its 8 blocks unrolled
@@ -362,12 +394,12 @@ def program(
                 # a block in the compiled loop (sm_90, Triton 3.9.0's ptxas), per `tail_blocks`
                 TB: tl.constexpr = 8 if WT == Q6_K else 4
                 for sb in range(0, nb // TB):
-                    cacc = _superblock(cacc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, cfmask, group, o, live,
-                                       crows, cmask_, nb, ntiles, sb, WT, BB, SB, HALVES, BN, TB, PS)  # fmt: skip
+                    cacc = _superblock(cacc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live,
+                                       crows, cmask_, nb, sb, WT, BB, SB, HALVES, BN, TB, PS)  # fmt: skip
             else:
                 for b in range(0, nb):
-                    at = cat + b * ntiles * (HALVES * TOKENS * BN)
-                    f0 = tl.load(f_ptr + at, mask=cfmask, other=0.0, cache_modifier=".cg")
+                    at = cat + b * (HALVES * TOKENS * BN)
+                    f0 = tl.load(f_ptr + at, mask=cfmask, cache_modifier=".cg")
                     cacc = _chain(cacc, f0, f0, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
                                   WT, KQ, BB, SB)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
