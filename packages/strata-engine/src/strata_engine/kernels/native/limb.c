@@ -665,6 +665,22 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
 #define LIMB_BYTES 1
 #define LIMB_BYTES_ROWS 2
 
+/* Q4_K's bytes (w in [0, 15], no offset) on three limbs, from each limb's int16 chain of all 8
+ * steps (p_j, per output two lanes of at most 16 * 15 * 128 = 30,720): S_j = the pair sums of p_j
+ * (vpmaddwd by 1), |S_j| <= 32 * 15 * 128 = 61,440. Then L = S_0 + 256 S_1 (vpmaddwd by 256 gives
+ * 256 S_1 at once) has |L| <= 257 * 61,440 = 15,790,080 < 2^24, so (float)L and (float)S_2 are
+ * exact, as is S_2 * 65536, and one fma rounds the exact S = S_2 * 65536 + L once: the correctly
+ * rounded float that limb_value3's int32 or double combine gives, without its shifts, test and
+ * branch (Q5_K's bytes, up to 31, allow |L| up to 2^25: they keep limb_value3). */
+static inline vf limb_nibble_value(vh p0, vh p1, vh p2) {
+    __m256i one = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+    __m256 big = _mm256_set1_ps(65536.0f);
+    __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(p0.lo, one), _mm256_madd_epi16(p1.lo, k256));
+    __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(p0.hi, one), _mm256_madd_epi16(p1.hi, k256));
+    return (vf){_mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p2.lo, one)), big, _mm256_cvtepi32_ps(lo)),
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p2.hi, one)), big, _mm256_cvtepi32_ps(hi))};
+}
+
 static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int chain, const uint8_t *grp, int64_t nb,
                                                                   const limb_rows *xr, int limbs, int64_t m0, int rows,
                                                                   vf *acc) {
@@ -680,6 +696,22 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
         for (int i = 0; i < rows; i++) {
             int64_t at = ((m0 + i) * nb + b) * limbs;
             xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+        }
+        if (chain == 8 && limbs == 3) { /* Q4_K's bytes, one chain of all 8 steps: limb_nibble_value */
+            vh p[3 * LIMB_ROWS];
+            for (int u = 0; u < vr; u++) p[u] = vh_zero();
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                vq v = vq_load(qs + 64 * r);
+                for (int u = 0; u < vr; u++) p[u] = vh_dot4(p[u], v, limb_plane(xq, u, limbs) + 4 * r);
+            }
+            vf ws = q8_scale(t, blk, head, 0);
+            for (int i = 0; i < rows; i++) {
+                vf f = limb_nibble_value(p[3 * i], p[3 * i + 1], p[3 * i + 2]);
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
+            }
+            q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
+            continue;
         }
         for (int h = 0; h < halves; h++) {
             vi s[3 * LIMB_ROWS];
