@@ -682,8 +682,8 @@ static inline vf limb_nibble_value(vh p0, vh p1, vh p2) {
 }
 
 static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int chain, const uint8_t *grp, int64_t nb,
-                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
-                                                                  vf *acc) {
+                                                                  const float *wsm, const limb_rows *xr, int limbs,
+                                                                  int64_t m0, int rows, vf *acc) {
     int halves = q8_halves(t), vr = rows * limbs, steps = 8 / halves;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
@@ -705,12 +705,13 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
                 vq v = vq_load(qs + 64 * r);
                 for (int u = 0; u < vr; u++) p[u] = vh_dot4(p[u], v, limb_plane(xq, u, limbs) + 4 * r);
             }
-            vf ws = q8_scale(t, blk, head, 0);
+            vf ws = vf_load(wsm + 32 * b), mn = vf_load(wsm + 32 * b + 16); /* limb_nibble_scales' */
             for (int i = 0; i < rows; i++) {
                 vf f = limb_nibble_value(p[3 * i], p[3 * i + 1], p[3 * i + 2]);
                 acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
             }
-            q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc);
+            for (int i = 0; i < rows; i++) /* q8_add_min's K-quant step on the same product */
+                acc[i] = vf_fma(mn, vf_set1(-xr->dsum[2 * ((m0 + i) * nb + b)]), acc[i]);
             continue;
         }
         for (int h = 0; h < halves; h++) {
@@ -739,15 +740,31 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
 
 /* One tile of byte type t (a constant) with constant chain, limbs and rows. */
 static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int chain, const uint8_t *grp, int64_t nb,
-                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
-                                                                  vf *acc) {
+                                                                  const float *wsm, const limb_rows *xr, int limbs,
+                                                                  int64_t m0, int rows, vf *acc) {
     if (limbs == 3) {
-        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 2, acc);
-        else limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 1, acc);
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, wsm, xr, 3, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, wsm, xr, 3, m0, 1, acc);
     } else {
-        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 2, acc);
-        else limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 1, acc);
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, wsm, xr, 2, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, wsm, xr, 2, m0, 1, acc);
     }
+}
+
+/* Q4_K's unpacked group (as Q5_K's bytes): per block its scale d * sc (q8_scale) and min
+ * dmin * m (q8_add_min's), 16 floats each, formed once a group instead of once a row tile: the
+ * same fp32 products, so the same bits. In the calling thread's scratch (SCRATCH_LOOKUP, which
+ * only the expanded types use). */
+static const float *limb_nibble_scales(const uint8_t *grp, int64_t nb) {
+    float *wsm = (float *)scratch(SCRATCH_LOOKUP, (size_t)nb * 128);
+    if (!wsm) return NULL; /* out of memory: counted */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(WT_Q5_K_BYTES, b);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(WT_Q5_K_BYTES) - q8_super_bytes(WT_Q5_K_BYTES));
+        vf_store(wsm + 32 * b, q8_scale(WT_Q5_K_BYTES, blk, head, 0));
+        vf_store(wsm + 32 * b + 16, vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16)));
+    }
+    return wsm;
 }
 
 /* Group g's rows 0 .. M on its unpacked bytes (t: Q5_K's, also Q4_K's, or Q6_K's); a function of its
@@ -756,12 +773,14 @@ static __attribute__((noinline)) void limb_bytes_group(const limb_rows *xr, int6
                                                        int t, const uint8_t *grp, int64_t g, int outs, int64_t N,
                                                        const float *bias, float *y) {
     int mr = wtype == WT_Q4_K ? LIMB_BYTES_ROWS : 1;
+    const float *wsm = NULL;
+    if (wtype == WT_Q4_K && limbs == 3 && !(wsm = limb_nibble_scales(grp, nb))) return; /* out of memory: counted */
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
-        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
-        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
-        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
+        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, NULL, xr, limbs, m0, rows, acc);
+        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, wsm, xr, limbs, m0, rows, acc);
+        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, NULL, xr, limbs, m0, rows, acc);
         q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
     }
 }
