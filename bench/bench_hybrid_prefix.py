@@ -14,12 +14,15 @@ prefix + question with nothing of it cached; warm is prefix + another question r
 starts from the deepest state snapshot the cold read left in the prefix. Reported: each side's
 median seconds, the cached tokens and warm / cold. `--speed` measures both engines as
 bench_engine.py does (2 threads, the sides taking turns `--rounds` times, the best of each kept);
-`--cpu-time` measures each side's CPU seconds on one thread instead (a loaded host's queue left out).
+`--cpu-time` measures each side's CPU seconds on one thread instead (a loaded host's queue left out);
+with `--strata-only` Strata alone (run it with two checkouts' PYTHONPATH in turn for an A/B, or under
+`perf record` for a profile), `--layers N` on the shape's first N layers.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -68,16 +71,18 @@ def speed(path: Path, rounds: int, prompt: int = 512) -> dict:
     return {"sides": best, "ratios": ratios}
 
 
-def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32) -> dict:
+def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32, strata_only: bool = False) -> dict:
     """Prefill and decode in CPU seconds (time.process_time) of each engine on one thread, the
     best of `rounds`: on a host shared with other work, where wall time measures the queue as
-    much as the engine, a process's own CPU time still measures its work."""
-    llama_cpp = import_llama_cpp()
+    much as the engine, a process's own CPU time still measures its work. `strata_only`: Strata
+    alone (two checkouts in turn, or under a profiler), no ratios."""
     engine = LLMEngine(path, num_threads=1, parallel=1)
     ids = _prompt_ids(engine.vocab_size, prompt)
-    llm = llama_cpp.Llama(
-        str(path), n_ctx=max(1024, prompt + 8), n_threads=1, n_threads_batch=1, n_batch=512, verbose=False
-    )
+    llm = None
+    if not strata_only:
+        llm = import_llama_cpp().Llama(
+            str(path), n_ctx=max(1024, prompt + 8), n_threads=1, n_threads_batch=1, n_batch=512, verbose=False
+        )
 
     def strata(r: int) -> tuple[float, float]:
         out = engine.add(
@@ -99,6 +104,7 @@ def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32) -> di
         return prefill, (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
     def llama(r: int) -> tuple[float, float]:
+        assert llm is not None
         p = [ids[0] + r + 1, *ids[1:]]
         llm.reset()
         start = time.process_time()
@@ -114,11 +120,13 @@ def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32) -> di
 
     best: dict[str, tuple[float, float]] = {}
     for r in range(rounds):
-        for side, run in (("llama.cpp", llama), ("strata", strata)):
+        for side, run in (("llama.cpp", llama), ("strata", strata))[strata_only:]:
             pre, dec = run(r)
             old = best.get(side, (pre, dec))
             best[side] = (min(old[0], pre), min(old[1], dec))
     sides = {s: {"prefill_cpu_s": p, "decode_cpu_ms": d * 1e3} for s, (p, d) in best.items()}
+    if strata_only:
+        return {"threads": 1, "sides": sides}
     ratios = {
         "prefill": best["llama.cpp"][0] / best["strata"][0],
         "decode": best["llama.cpp"][1] / best["strata"][1],
@@ -139,16 +147,31 @@ def main() -> None:
         "--file", help="write the generated file here once and reuse it (the 2b file takes minutes)"
     )
     ap.add_argument("--cpu-time", action="store_true", help="--speed as CPU seconds, one thread each")
+    ap.add_argument("--strata-only", action="store_true", help="--cpu-time: Strata alone (A/B, profiling)")
+    ap.add_argument("--layers", type=int, help="the shape's first LAYERS layers (a multiple of its interval)")
     ap.add_argument("--out", default="bench/results/hybrid_prefix.json")
     args = ap.parse_args()
     print(host_line())
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.file or Path(tmp) / "hybrid.gguf")
+        spec = SHAPES[args.shape]
+        if args.layers:
+            spec = dataclasses.replace(spec, n_layers=args.layers)
         if not path.exists():  # (a kept --file is the same file: the same shape, seed and types)
-            write_qwen35(path, SHAPES[args.shape], seed=1, types=TYPES[args.types])
+            write_qwen35(path, spec, seed=1, types=TYPES[args.types])
         if args.speed:
-            record = {"shape": args.shape, "types": args.types, "prompt": args.prompt}
+            record = {
+                "shape": args.shape,
+                "layers": spec.n_layers,
+                "types": args.types,
+                "prompt": args.prompt,
+            }
+            if args.cpu_time and args.strata_only:
+                record |= cpu_time(path, args.rounds, args.prompt, strata_only=True)
+                print(f"{args.shape} {args.types}, {spec.n_layers} layers: Strata alone {record['sides']}")
+                write_results(args.out.replace(".json", "_strata.json"), record)
+                return
             if args.cpu_time:
                 record |= cpu_time(path, args.rounds, args.prompt)
                 ratios, suffix = (record["ratios"]["prefill"], record["ratios"]["decode"]), "_cpu.json"

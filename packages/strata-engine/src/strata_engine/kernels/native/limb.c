@@ -665,9 +665,25 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
 #define LIMB_BYTES 1
 #define LIMB_BYTES_ROWS 2
 
+/* Q4_K's bytes (w in [0, 15], no offset) on three limbs, from each limb's int16 chain of all 8
+ * steps (p_j, per output two lanes of at most 16 * 15 * 128 = 30,720): S_j = the pair sums of p_j
+ * (vpmaddwd by 1), |S_j| <= 32 * 15 * 128 = 61,440. Then L = S_0 + 256 S_1 (vpmaddwd by 256 gives
+ * 256 S_1 at once) has |L| <= 257 * 61,440 = 15,790,080 < 2^24, so (float)L and (float)S_2 are
+ * exact, as is S_2 * 65536, and one fma rounds the exact S = S_2 * 65536 + L once: the correctly
+ * rounded float that limb_value3's int32 or double combine gives, without its shifts, test and
+ * branch (Q5_K's bytes, up to 31, allow |L| up to 2^25: they keep limb_value3). */
+static inline vf limb_nibble_value(vh p0, vh p1, vh p2) {
+    __m256i one = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+    __m256 big = _mm256_set1_ps(65536.0f);
+    __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(p0.lo, one), _mm256_madd_epi16(p1.lo, k256));
+    __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(p0.hi, one), _mm256_madd_epi16(p1.hi, k256));
+    return (vf){_mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p2.lo, one)), big, _mm256_cvtepi32_ps(lo)),
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p2.hi, one)), big, _mm256_cvtepi32_ps(hi))};
+}
+
 static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int chain, const uint8_t *grp, int64_t nb,
-                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
-                                                                  vf *acc) {
+                                                                  const float *wsm, const limb_rows *xr, int limbs,
+                                                                  int64_t m0, int rows, vf *acc) {
     int halves = q8_halves(t), vr = rows * limbs, steps = 8 / halves;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
@@ -680,6 +696,23 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
         for (int i = 0; i < rows; i++) {
             int64_t at = ((m0 + i) * nb + b) * limbs;
             xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+        }
+        if (chain == 8 && limbs == 3) { /* Q4_K's bytes, one chain of all 8 steps: limb_nibble_value */
+            vh p[3 * LIMB_ROWS];
+            for (int u = 0; u < vr; u++) p[u] = vh_zero();
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                vq v = vq_load(qs + 64 * r);
+                for (int u = 0; u < vr; u++) p[u] = vh_dot4(p[u], v, limb_plane(xq, u, limbs) + 4 * r);
+            }
+            vf ws = vf_load(wsm + 32 * b), mn = vf_load(wsm + 32 * b + 16); /* limb_nibble_scales' */
+            for (int i = 0; i < rows; i++) {
+                vf f = limb_nibble_value(p[3 * i], p[3 * i + 1], p[3 * i + 2]);
+                acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
+            }
+            for (int i = 0; i < rows; i++) /* q8_add_min's K-quant step on the same product */
+                acc[i] = vf_fma(mn, vf_set1(-xr->dsum[2 * ((m0 + i) * nb + b)]), acc[i]);
+            continue;
         }
         for (int h = 0; h < halves; h++) {
             vi s[3 * LIMB_ROWS];
@@ -707,15 +740,31 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
 
 /* One tile of byte type t (a constant) with constant chain, limbs and rows. */
 static inline __attribute__((always_inline)) void limb_bytes_tile(int t, int chain, const uint8_t *grp, int64_t nb,
-                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
-                                                                  vf *acc) {
+                                                                  const float *wsm, const limb_rows *xr, int limbs,
+                                                                  int64_t m0, int rows, vf *acc) {
     if (limbs == 3) {
-        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 2, acc);
-        else limb_bytes_rows(t, chain, grp, nb, xr, 3, m0, 1, acc);
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, wsm, xr, 3, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, wsm, xr, 3, m0, 1, acc);
     } else {
-        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 2, acc);
-        else limb_bytes_rows(t, chain, grp, nb, xr, 2, m0, 1, acc);
+        if (rows == 2) limb_bytes_rows(t, chain, grp, nb, wsm, xr, 2, m0, 2, acc);
+        else limb_bytes_rows(t, chain, grp, nb, wsm, xr, 2, m0, 1, acc);
     }
+}
+
+/* Q4_K's unpacked group (as Q5_K's bytes): per block its scale d * sc (q8_scale) and min
+ * dmin * m (q8_add_min's), 16 floats each, formed once a group instead of once a row tile: the
+ * same fp32 products, so the same bits. In the calling thread's scratch (SCRATCH_LOOKUP, which
+ * only the expanded types use). */
+static const float *limb_nibble_scales(const uint8_t *grp, int64_t nb) {
+    float *wsm = (float *)scratch(SCRATCH_LOOKUP, (size_t)nb * 128);
+    if (!wsm) return NULL; /* out of memory: counted */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(WT_Q5_K_BYTES, b);
+        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(WT_Q5_K_BYTES) - q8_super_bytes(WT_Q5_K_BYTES));
+        vf_store(wsm + 32 * b, q8_scale(WT_Q5_K_BYTES, blk, head, 0));
+        vf_store(wsm + 32 * b + 16, vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16)));
+    }
+    return wsm;
 }
 
 /* Group g's rows 0 .. M on its unpacked bytes (t: Q5_K's, also Q4_K's, or Q6_K's); a function of its
@@ -724,12 +773,14 @@ static __attribute__((noinline)) void limb_bytes_group(const limb_rows *xr, int6
                                                        int t, const uint8_t *grp, int64_t g, int outs, int64_t N,
                                                        const float *bias, float *y) {
     int mr = wtype == WT_Q4_K ? LIMB_BYTES_ROWS : 1;
+    const float *wsm = NULL;
+    if (wtype == WT_Q4_K && limbs == 3 && !(wsm = limb_nibble_scales(grp, nb))) return; /* out of memory: counted */
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
-        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, xr, limbs, m0, rows, acc);
-        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, xr, limbs, m0, rows, acc);
-        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, xr, limbs, m0, rows, acc);
+        if (t == WT_Q6_K_BYTES) limb_bytes_tile(WT_Q6_K_BYTES, 2, grp, nb, NULL, xr, limbs, m0, rows, acc);
+        else if (wtype == WT_Q4_K) limb_bytes_tile(WT_Q5_K_BYTES, 8, grp, nb, wsm, xr, limbs, m0, rows, acc);
+        else limb_bytes_tile(WT_Q5_K_BYTES, 4, grp, nb, NULL, xr, limbs, m0, rows, acc);
         q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
     }
 }
