@@ -946,6 +946,7 @@ static inline __attribute__((always_inline)) void q3k_fused_block(const __m256i 
     for (int hh = 0; hh < 2; hh++) {
         __m256i p[3][2];
         for (int l = 0; l < 3; l++) p[l][0] = p[l][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int r = 4 * hh; r < 4 * hh + 4; r++) {
             __m256i w[2];
             for (int h8 = 0; h8 < 2; h8++) {
