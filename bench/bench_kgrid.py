@@ -1,13 +1,15 @@
 """The K-grid types' one-row matmul (decode): each held as stored against the Q6_K and Q8_0 blocks.
 
     python bench/bench_kgrid.py [--threads 1] [--repeat 30] [--rows 1,4,8] [--target avx2]
+                                [--types Q3_K,Q6_K] [--cpu-time]
 
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
 time, on every call (native/grids.c); IQ2_XXS (a grid type, decoded the same way to Q8_0) and a
 Q6_K and a Q8_0 weight of the same shape, whose packed blocks need no decoding, are the yardsticks.
 One Qwen3-1.7B FFN-shaped weight (6144 x 2048, random blocks) per type, the default three-limb
 kernels (`native`), the best of `--repeat` timings of `strata_matmul` per row count, the types
-taking turns so that a noisy machine disturbs all alike. Prints each type's milliseconds, its time
+taking turns so that a noisy machine disturbs all alike (`--cpu-time`: the calling thread's CPU
+time, not the wall clock, for a host shared with other work; one thread). Prints each type's milliseconds, its time
 against Q6_K's, and its weight bytes read per second.
 """
 
@@ -49,23 +51,29 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--rows", default="1,4,8", help="activation rows (comma list)")
     ap.add_argument("--target", default=None, help="kernel target (default: the best this CPU runs)")
+    ap.add_argument("--types", default=None, help="types to time (comma list of names; default: all)")
+    ap.add_argument("--cpu-time", action="store_true", help="time the thread's CPU time (one thread)")
     args = ap.parse_args()
+    types = tuple(QT[t] for t in args.types.split(",")) if args.types else TYPES
+    if QT.Q6_K not in types:
+        types += (QT.Q6_K,)  # the yardstick
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     ops = NativeOps(args.threads, args.target, limbs=3)
     print(f"kernels {ops.name}, {args.threads} threads, {N}x{K}, best of {args.repeat}")
     rng = np.random.default_rng(0)
     packed = {}
-    for qtype in TYPES:
+    for qtype in types:
         packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
     print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
     for m in (int(r) for r in args.rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
-        best = dict.fromkeys(TYPES, float("inf"))
+        best = dict.fromkeys(types, float("inf"))
         for _ in range(args.repeat):
-            for qtype in TYPES:  # in turns
-                start = time.perf_counter()
+            for qtype in types:  # in turns
+                start = clock()
                 ops.linear(x, packed[qtype])
-                best[qtype] = min(best[qtype], time.perf_counter() - start)
-        for qtype in TYPES:
+                best[qtype] = min(best[qtype], clock() - start)
+        for qtype in types:
             block, size = GGML_QUANT_SIZES[qtype]
             gbs = N * K // block * size / best[qtype] / 1e9  # the file's bytes of the weight
             print(f"{qtype.name:9}{m:5d}{best[qtype] * 1e3:9.3f}{best[qtype] / best[QT.Q6_K]:8.2f}{gbs:7.1f}")

@@ -869,6 +869,161 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
     }
 }
 
+#if !defined(STRATA_AVX_VNNI)
+/* ---- AVX2, Q3_K for few activation rows: a super-block decoded, then its steps at once ----------
+ * expand_group decodes a whole group before limb.c's steps load it back: at 2048 inputs 16 rows
+ * of 36 KB, past L1, so every step's load came from L2. Here each super-block's 16 rows are
+ * decoded (kgrid_groups's q3k_block, or kgrid_half where a d is zero or not finite) into 4.3 KB
+ * that the rows' steps then read from L1, and as q + 4 in 0..7 instead of q + 32 (offset 4: the
+ * sums start at start / 8, exact as start = -32 times the limb's sum; a zero scale's rows 4 +- 1,
+ * q's sign, as with any offset). A half's four vpmaddubsw steps of each limb stay within int16
+ * (4 * 2 * 7 * 128 = 7,168), so one chain a limb; the sums S_j are the same exact integers as
+ * limb.c's, and |S_2| <= 16 * 4 * 128 = 8,192 < 2^14, so S = S_2 65536 + S_1 256 + S_0 is exact
+ * in int32 and its conversion is limb_value3's correctly rounded float. Each half's d * sc is
+ * q8_scale's fp32 product and acc = fma((d * sc) * s, f, acc) over the halves in order is
+ * limb_bytes_rows's float sequence: the same bits. One row (decode) takes each block's bytes
+ * straight from the decoding in registers into its steps instead (q3k_fused_block), nothing
+ * stored: the same bytes, so the same bits. */
+#define KGRID_ROWS 8 /* rows a call takes this way (more: limb.c's steps on the expanded group) */
+
+/* Block blk (q3k_block's bytes, offset 4; d: the super-block's 16 d) against one row's limbs. */
+static inline __attribute__((always_inline)) void q3k_dot_block(const uint8_t *blk, const float *d, const int8_t *xq,
+                                                                const int32_t *start, float xs, __m256 acc[2]) {
+    __m256i ones = _mm256_set1_epi16(1);
+    __m256 vs = _mm256_set1_ps(xs);
+    for (int hh = 0; hh < 2; hh++) {
+        __m256i p[3][2];
+#pragma GCC unroll 4
+        for (int r = 4 * hh; r < 4 * hh + 4; r++) {
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * r));
+            __m256i w1 = _mm256_loadu_si256((const __m256i *)(blk + 64 + 64 * r));
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++) {
+                int32_t x4;
+                memcpy(&x4, xq + 32 * l + 4 * r, 4);
+                __m256i xv = _mm256_set1_epi32(x4), m0 = _mm256_maddubs_epi16(w0, xv), m1 = _mm256_maddubs_epi16(w1, xv);
+                p[l][0] = r == 4 * hh ? m0 : _mm256_add_epi16(p[l][0], m0);
+                p[l][1] = r == 4 * hh ? m1 : _mm256_add_epi16(p[l][1], m1);
+            }
+        }
+        /* the offset's share of S (start / 8 of each limb, put together as S's limbs are): one constant */
+        __m256i from = _mm256_set1_epi32((start[4 + hh] >> 3) * 65536 + (start[2 + hh] >> 3) * 256 + (start[hh] >> 3));
+        for (int h8 = 0; h8 < 2; h8++) {
+            __m256i s0 = _mm256_madd_epi16(p[0][h8], ones), s1 = _mm256_madd_epi16(p[1][h8], ones);
+            __m256i s2 = _mm256_madd_epi16(p[2][h8], ones);
+            __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), _mm256_slli_epi32(s1, 8)),
+                                           _mm256_add_epi32(s0, from));
+            __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 16 * hh + 8 * h8))));
+            __m256 ws = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * h8), sc); /* q8_scale's d * sc */
+            acc[h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws, vs), _mm256_cvtepi32_ps(tot), acc[h8]);
+        }
+    }
+}
+
+/* Block j (a constant) of a Q3_K super-block's 16 rows against one row's limbs, decoded in registers
+ * (q3k_block's bytes with offset 4, a zero d * sc's rows 4 +- 1) straight into q3k_dot_block's steps. */
+static inline __attribute__((always_inline)) void q3k_fused_block(const __m256i raw[2][4][8], const __m256i sg[2][4], int j,
+                                                                  const float *d, const int8_t *xq, const int32_t *start,
+                                                                  float xs, __m256 acc[2]) {
+    int c = 2 * (j & 1); /* scales 2j, 2j + 1: bytes c, c + 1 of sg[j >> 1]'s lanes (q3k_block) */
+    __m256i pick = _mm256_setr_epi8(c, c + 4, c + 8, c + 12, c + 1, c + 5, c + 9, c + 13, -1, -1, -1, -1, -1, -1, -1, -1, c, c + 4,
+                                    c + 8, c + 12, c + 1, c + 5, c + 9, c + 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256 ws[2][2]; /* [half][h8]: d * sc of rows 8 h8 .. 8 h8 + 7 */
+    __m256i z[2][2], zor = _mm256_setzero_si256();
+    for (int h8 = 0; h8 < 2; h8++) {
+        __m256i v = _mm256_shuffle_epi8(sg[h8][j >> 1], pick);
+        __m128i b8 = _mm_unpacklo_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)); /* half 0 rows 0-7, half 1 */
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i sc = _mm256_cvtepi8_epi32(hh ? _mm_srli_si128(b8, 8) : b8);
+            ws[hh][h8] = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * h8), _mm256_cvtepi32_ps(sc));
+            z[hh][h8] = _mm256_castps_si256(_mm256_cmp_ps(ws[hh][h8], _mm256_setzero_ps(), _CMP_EQ_OQ));
+            zor = _mm256_or_si256(zor, z[hh][h8]);
+        }
+    }
+    int mend = !_mm256_testz_si256(zor, zor); /* rare in real files: one test a block */
+    __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4), ones = _mm256_set1_epi16(1);
+    __m256 vs = _mm256_set1_ps(xs);
+    for (int hh = 0; hh < 2; hh++) {
+        __m256i p[3][2];
+        for (int l = 0; l < 3; l++) p[l][0] = p[l][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int r = 4 * hh; r < 4 * hh + 4; r++) {
+            __m256i w[2];
+            for (int h8 = 0; h8 < 2; h8++) {
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[h8][1 + (j >> 2)][r], 2 * (j & 3)), m3);
+                __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[h8][0][r], j - 2) : _mm256_slli_epi16(raw[h8][0][r], 2 - j);
+                __m256i hb = _mm256_and_si256(hm, m4);
+                w[h8] = _mm256_or_si256(lo, hb);
+                if (mend) w[h8] = _mm256_blendv_epi8(w[h8], _mm256_add_epi8(m3, _mm256_srli_epi16(hb, 1)), z[hh][h8]);
+            }
+            for (int l = 0; l < 3; l++) {
+                int32_t x4;
+                memcpy(&x4, xq + 32 * l + 4 * r, 4);
+                __m256i xv = _mm256_set1_epi32(x4);
+                p[l][0] = _mm256_add_epi16(p[l][0], _mm256_maddubs_epi16(w[0], xv));
+                p[l][1] = _mm256_add_epi16(p[l][1], _mm256_maddubs_epi16(w[1], xv));
+            }
+        }
+        __m256i from = _mm256_set1_epi32((start[4 + hh] >> 3) * 65536 + (start[2 + hh] >> 3) * 256 + (start[hh] >> 3));
+        for (int h8 = 0; h8 < 2; h8++) {
+            __m256i s0 = _mm256_madd_epi16(p[0][h8], ones), s1 = _mm256_madd_epi16(p[1][h8], ones);
+            __m256i s2 = _mm256_madd_epi16(p[2][h8], ones);
+            __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), _mm256_slli_epi32(s1, 8)),
+                                           _mm256_add_epi32(s0, from));
+            acc[h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws[hh][h8], vs), _mm256_cvtepi32_ps(tot), acc[h8]);
+        }
+    }
+}
+
+/* See q8.h. */
+int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                    const float *xs, float *y) {
+    if (t != WT_Q3_K || M > KGRID_ROWS) return 0;
+    enum { BLOCK = 32 + 512 }; /* q8_block_bytes(WT_Q6_K_BYTES): the scales, the quads */
+    int64_t rb = row_bytes(t, 32 * nb);
+    __m256 acc[KGRID_ROWS][2];
+    for (int64_t i = 0; i < M; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    float d[16];
+    __m256i raw[2][4][8];
+    _Alignas(32) uint8_t out[8 * BLOCK];
+    for (int64_t sb = 0; sb < nb; sb += 8) {
+        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+        const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t); /* the next group (kgrid_groups) */
+        for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
+        for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+        for (int h8 = 0; h8 < 2; h8++)
+            for (int c = 0; c < 4; c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
+        __m256i sg[2][4];
+        for (int h8 = 0; h8 < 2; h8++) q3k_scales8((const __m256i(*)[8])raw[h8], sg[h8]);
+        if (M == 1) { /* one row: each block decoded in registers straight into its steps, nothing stored */
+            const int8_t *xr = xq + sb * 96;
+            const int32_t *st = start + sb * 6;
+#define Q3K_FUSED(j) q3k_fused_block((const __m256i(*)[4][8])raw, (const __m256i(*)[4])sg, j, d, xr + 96 * j, st + 6 * j, xs[sb + j], acc[0])
+            Q3K_FUSED(0), Q3K_FUSED(1), Q3K_FUSED(2), Q3K_FUSED(3), Q3K_FUSED(4), Q3K_FUSED(5), Q3K_FUSED(6), Q3K_FUSED(7);
+#undef Q3K_FUSED
+            continue;
+        }
+        if (q3k_d_normal(d)) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) q3k_block((const __m256i(*)[4][8])raw, (const __m256i(*)[4])sg, j, out + j * BLOCK, 4);
+        } else {
+            for (int j = 0; j < 8; j++) {
+                kgrid_half(t, (const __m256i(*)[8])raw[0], j, 0, d, out + j * BLOCK, 4);
+                kgrid_half(t, (const __m256i(*)[8])raw[1], j, 1, d + 8, out + j * BLOCK, 4);
+            }
+        }
+        for (int64_t i = 0; i < M; i++) {
+            const int8_t *xr = xq + (i * nb + sb) * 96;
+            const int32_t *st = start + (i * nb + sb) * 6;
+            const float *s = xs + i * nb + sb;
+            for (int j = 0; j < 8; j++) q3k_dot_block(out + j * BLOCK, d, xr + 96 * j, st + 6 * j, s[j], acc[i]);
+        }
+    }
+    for (int64_t i = 0; i < M; i++) _mm256_storeu_ps(y + 16 * i, acc[i][0]), _mm256_storeu_ps(y + 16 * i + 8, acc[i][1]);
+    return 1;
+}
+#endif
+
 static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
     switch (t) { /* a constant type: no tests of it in the loops */
     case WT_Q3_K: kgrid_groups(WT_Q3_K, grp, rb, nb, dst); break;
@@ -876,6 +1031,14 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
     case WT_IQ2_XS: kgrid_groups(WT_IQ2_XS, grp, rb, nb, dst); break;
     default: kgrid_groups(WT_IQ2_S, grp, rb, nb, dst); break;
     }
+}
+#endif
+
+#if !defined(STRATA_TARGET_AVX2) || defined(STRATA_AVX_VNNI)
+int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                    const float *xs, float *y) {
+    (void)t, (void)grp, (void)nb, (void)M, (void)xq, (void)start, (void)xs, (void)y;
+    return 0; /* the other targets: expand_group and limb.c's steps */
 }
 #endif
 

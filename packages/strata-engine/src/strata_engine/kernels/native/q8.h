@@ -483,4 +483,14 @@ STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *
  * instead of 9 (the grid types: the file's own 1.56 to 3.44). */
 STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
+/* Rows 0 .. M of the default (three-limb) arithmetic against group grp of a K-grid type, each
+ * super-block decoded once for them all and its steps run at once, not after expand_group's whole
+ * group: y[16 i + o] = row i's accumulator of output o (before any bias), from the rows' limbs xq
+ * [M][nb][3][32], their sums' starts [M][nb][3][2] (offset 32) and block scales xs [M][nb], by the
+ * same integer sums and float sequence as limb.c's steps on the expanded bytes (the same bits).
+ * Returns 0 where the target has no such step, or M is past its rows (then nothing is written):
+ * AVX2's Q3_K, up to 8 rows. */
+STRATA_HIDDEN int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                                  const float *xs, float *y); /* grids.c */
+
 #endif
