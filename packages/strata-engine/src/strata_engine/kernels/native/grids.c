@@ -886,10 +886,25 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
  * stored: the same bytes, so the same bits. */
 #define KGRID_ROWS 8 /* rows a call takes this way (more: limb.c's steps on the expanded group) */
 
+/* Half hh's three limb chains p (two lanes of 8 outputs each) into acc: S = S_2 65536 + S_1 256 + S_0
+ * plus the offset's share (start / 8 of each limb, one constant), exact in int32, then
+ * acc = fma((d * sc) * s, S, acc) with ws the half's d * sc: limb_bytes_rows's float sequence. */
+static inline __attribute__((always_inline)) void q3k_half_sums(__m256i p[3][2], const int32_t *start, int hh,
+                                                                const __m256 ws[2], __m256 vs, __m256 acc[2]) {
+    __m256i ones = _mm256_set1_epi16(1);
+    __m256i from = _mm256_set1_epi32((start[4 + hh] >> 3) * 65536 + (start[2 + hh] >> 3) * 256 + (start[hh] >> 3));
+    for (int h8 = 0; h8 < 2; h8++) {
+        __m256i s0 = _mm256_madd_epi16(p[0][h8], ones), s1 = _mm256_madd_epi16(p[1][h8], ones);
+        __m256i s2 = _mm256_madd_epi16(p[2][h8], ones);
+        __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), _mm256_slli_epi32(s1, 8)),
+                                       _mm256_add_epi32(s0, from));
+        acc[h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws[h8], vs), _mm256_cvtepi32_ps(tot), acc[h8]);
+    }
+}
+
 /* Block blk (q3k_block's bytes, offset 4; d: the super-block's 16 d) against one row's limbs. */
 static inline __attribute__((always_inline)) void q3k_dot_block(const uint8_t *blk, const float *d, const int8_t *xq,
                                                                 const int32_t *start, float xs, __m256 acc[2]) {
-    __m256i ones = _mm256_set1_epi16(1);
     __m256 vs = _mm256_set1_ps(xs);
     for (int hh = 0; hh < 2; hh++) {
         __m256i p[3][2];
@@ -906,17 +921,11 @@ static inline __attribute__((always_inline)) void q3k_dot_block(const uint8_t *b
                 p[l][1] = r == 4 * hh ? m1 : _mm256_add_epi16(p[l][1], m1);
             }
         }
-        /* the offset's share of S (start / 8 of each limb, put together as S's limbs are): one constant */
-        __m256i from = _mm256_set1_epi32((start[4 + hh] >> 3) * 65536 + (start[2 + hh] >> 3) * 256 + (start[hh] >> 3));
-        for (int h8 = 0; h8 < 2; h8++) {
-            __m256i s0 = _mm256_madd_epi16(p[0][h8], ones), s1 = _mm256_madd_epi16(p[1][h8], ones);
-            __m256i s2 = _mm256_madd_epi16(p[2][h8], ones);
-            __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), _mm256_slli_epi32(s1, 8)),
-                                           _mm256_add_epi32(s0, from));
-            __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 16 * hh + 8 * h8))));
-            __m256 ws = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * h8), sc); /* q8_scale's d * sc */
-            acc[h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws, vs), _mm256_cvtepi32_ps(tot), acc[h8]);
-        }
+        __m256 ws[2]; /* q8_scale's d * sc of rows 8 h8 .. 8 h8 + 7 */
+        for (int h8 = 0; h8 < 2; h8++)
+            ws[h8] = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * h8),
+                                   _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 16 * hh + 8 * h8)))));
+        q3k_half_sums(p, start, hh, ws, vs, acc);
     }
 }
 
@@ -941,7 +950,7 @@ static inline __attribute__((always_inline)) void q3k_fused_block(const __m256i 
         }
     }
     int mend = !_mm256_testz_si256(zor, zor); /* rare in real files: one test a block */
-    __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4), ones = _mm256_set1_epi16(1);
+    __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 vs = _mm256_set1_ps(xs);
     for (int hh = 0; hh < 2; hh++) {
         __m256i p[3][2];
@@ -964,14 +973,7 @@ static inline __attribute__((always_inline)) void q3k_fused_block(const __m256i 
                 p[l][1] = _mm256_add_epi16(p[l][1], _mm256_maddubs_epi16(w[1], xv));
             }
         }
-        __m256i from = _mm256_set1_epi32((start[4 + hh] >> 3) * 65536 + (start[2 + hh] >> 3) * 256 + (start[hh] >> 3));
-        for (int h8 = 0; h8 < 2; h8++) {
-            __m256i s0 = _mm256_madd_epi16(p[0][h8], ones), s1 = _mm256_madd_epi16(p[1][h8], ones);
-            __m256i s2 = _mm256_madd_epi16(p[2][h8], ones);
-            __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), _mm256_slli_epi32(s1, 8)),
-                                           _mm256_add_epi32(s0, from));
-            acc[h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws[hh][h8], vs), _mm256_cvtepi32_ps(tot), acc[h8]);
-        }
+        q3k_half_sums(p, start, hh, ws[hh], vs, acc);
     }
 }
 
