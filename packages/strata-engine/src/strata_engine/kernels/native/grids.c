@@ -835,22 +835,28 @@ static inline __attribute__((always_inline)) void q3k_block(const __m256i raw[2]
     if (!_mm256_testz_si256(any, _mm256_setr_epi64x(-1, 0, -1, 0))) q3k_zero_rows(sg, j, out, off); /* the picked 8 bytes a lane */
 }
 
+/* Super-block sb of group grp's 16 rows: each row's d and the half's transposed runs (kgrid_raw), with
+ * the next group's bytes (the 16 rows follow each other) asked for, a super-block's share a step: one
+ * stream in order, ahead of the 16 rows' streams here (a hint: no value changes). */
+static inline __attribute__((always_inline)) void kgrid_superblock(int t, const uint8_t *grp, int64_t rb, int64_t sb,
+                                                                   float d[16], __m256i raw[2][4][8]) {
+    const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+    const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t);
+    for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
+    for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+    for (int h8 = 0; h8 < 2; h8++)
+        for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
+}
+
 static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
                                                                uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
     float d[16];
     __m256i raw[2][4][8]; /* each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t sb = 0; sb < nb; sb += 8) { /* a super-block's 8 blocks, j a constant in each */
-        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
         uint8_t *first = dst + q8_block_at(bt, sb);
-        /* the next group's bytes (the 16 rows follow each other), a super-block's share a step: one
-         * stream in order, ahead of the 16 rows' streams here (a hint: no value changes) */
-        const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t);
-        for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
-        for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+        kgrid_superblock(t, grp, rb, sb, d, raw);
         memcpy(first - q8_super_bytes(bt), d, 64);
-        for (int h8 = 0; h8 < 2; h8++)
-            for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
         if (t == WT_Q3_K) {
             __m256i sg[2][4];
             for (int h8 = 0; h8 < 2; h8++) q3k_scales8((const __m256i(*)[8])raw[h8], sg[h8]);
@@ -884,7 +890,6 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
  * limb_bytes_rows's float sequence: the same bits. One row (decode) takes each block's bytes
  * straight from the decoding in registers into its steps instead (q3k_fused_block), nothing
  * stored: the same bytes, so the same bits. */
-#define KGRID_ROWS 8 /* rows a call takes this way (more: limb.c's steps on the expanded group) */
 
 /* Half hh's three limb chains p (two lanes of 8 outputs each) into acc: S = S_2 65536 + S_1 256 + S_0
  * plus the offset's share (start / 8 of each limb, one constant), exact in int32, then
@@ -989,12 +994,7 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
     __m256i raw[2][4][8];
     _Alignas(32) uint8_t out[8 * BLOCK];
     for (int64_t sb = 0; sb < nb; sb += 8) {
-        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
-        const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t); /* the next group (kgrid_groups) */
-        for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
-        for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
-        for (int h8 = 0; h8 < 2; h8++)
-            for (int c = 0; c < 4; c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
+        kgrid_superblock(WT_Q3_K, grp, rb, sb, d, raw);
         __m256i sg[2][4];
         for (int h8 = 0; h8 < 2; h8++) q3k_scales8((const __m256i(*)[8])raw[h8], sg[h8]);
         if (M == 1) { /* one row: each block decoded in registers straight into its steps, nothing stored */

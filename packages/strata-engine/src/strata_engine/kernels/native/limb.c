@@ -762,7 +762,7 @@ static const float *limb_nibble_scales(const uint8_t *grp, int64_t nb) {
         const uint8_t *blk = grp + q8_block_at(WT_Q5_K_BYTES, b);
         const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(WT_Q5_K_BYTES) - q8_super_bytes(WT_Q5_K_BYTES));
         vf_store(wsm + 32 * b, q8_scale(WT_Q5_K_BYTES, blk, head, 0));
-        vf_store(wsm + 32 * b + 16, vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16)));
+        vf_store(wsm + 32 * b + 16, q8_kquant_min(blk, head));
     }
     return wsm;
 }
@@ -822,7 +822,7 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
  * kgrid_limb_rows; 0: it cannot, nothing written). Out of line: limb_group's other types compile as before. */
 static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t M, int64_t nb, int wtype, const uint8_t *grp,
                                                     int64_t g, int outs, int64_t N, const float *bias, float *y) {
-    float few[8 * 16];
+    float few[KGRID_ROWS * 16];
     if (!kgrid_limb_rows(wtype, grp, nb, M, xr->q, xr->start, xr->s, few)) return 0;
     for (int i = 0; i < M; i++) {
         vf v = vf_load(few + 16 * i);
@@ -837,7 +837,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
     if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
-        int few = __builtin_expect(M <= 8 && limbs == 3 && wtype_kgrid(wtype), 0);
+        int few = __builtin_expect(M <= KGRID_ROWS && limbs == 3 && wtype_kgrid(wtype), 0);
         if (few && limb_kgrid_few(xr, M, nb, wtype, grp, g, outs, N, bias, y)) return;
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */

@@ -428,6 +428,11 @@ static inline vf q8_scale(int t, const uint8_t *blk, const float *head, int h) {
     return wtype_half(t) ? vf_from_f16(blk) : vf_load((const float *)blk); /* fp16: converted exactly */
 }
 
+/* A K-quant block's 16 mins dmin * m (the super-block's dmin at head + 16, m the int8 at byte 16). */
+static inline vf q8_kquant_min(const uint8_t *blk, const float *head) {
+    return vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+}
+
 /* A block's min term (types with a min: Q4_1, Q5_1, Q4_K, Q5_K; Q2_K: one a half) added to each of
  * `rows` accumulators; `dsum` is the first row's s * (sum of its block's activations) (Q2_K: the
  * pair of its halves' sums), the next rows `stride` apart.
@@ -442,7 +447,7 @@ static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_
             for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride + h]), acc[i]);
         }
     } else if (q8_kquant(t)) {
-        vf mn = vf_mul(vf_load(head + 16), vf_from_i8((const int8_t *)blk + 16));
+        vf mn = q8_kquant_min(blk, head);
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride]), acc[i]);
     } else {
         vf mn = wtype_half(t) ? vf_from_f16(blk + 32) : vf_load((const float *)blk + 16);
@@ -490,6 +495,7 @@ STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *
  * same integer sums and float sequence as limb.c's steps on the expanded bytes (the same bits).
  * Returns 0 where the target has no such step, or M is past its rows (then nothing is written):
  * AVX2's Q3_K, up to 8 rows. */
+#define KGRID_ROWS 8 /* rows kgrid_limb_rows takes (more: limb.c's steps on the expanded group) */
 STRATA_HIDDEN int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                                   const float *xs, float *y); /* grids.c */
 
