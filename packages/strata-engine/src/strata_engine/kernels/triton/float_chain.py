@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.wtypes import Q2_K, Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
+from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
 
 
 @triton.jit
@@ -24,9 +24,10 @@ def value(sa, sb, sc, LIMBS: tl.constexpr):
 @triton.jit
 def accumulate(acc, f0, f1, ws0, ws1, mn, mn1, s, dsum, dsum1, WT: tl.constexpr):
     """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape;
-    f1, ws1, mn1 and dsum1 the second half's, read by the types with two: Q6_K, Q2_K)."""
+    f1, ws1, mn1 and dsum1 the second half's, read by the types with two: Q6_K, Q2_K, IQ2_XS,
+    IQ2_S)."""
     acc = tl.fma(ws0 * s, f0, acc)
-    if WT == Q6_K or WT == Q2_K:  # noqa: SIM109 (the second half, its own scale)
+    if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (the second half's scale)
         acc = tl.fma(ws1 * s, f1, acc)
     if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (+ min * dsum)
         acc = tl.fma(mn, dsum, acc)

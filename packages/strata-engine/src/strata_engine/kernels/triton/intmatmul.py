@@ -45,7 +45,7 @@ from strata_engine.kernels.triton.packed import (
     scales,
 )
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.wtypes import Q2_K, Q6_K
+from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q6_K
 
 # The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the decode path's outputs a
 # program: speed choices only. Under the interpreter each program (and each nested jit call in
@@ -61,9 +61,9 @@ PATHS = ("auto", "tile", "mma")
 @triton.jit
 def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
     """S_j for a tile of rows: int8 limb plane [BM, 32] @ int8 quants [32, BN] into int32 (Q6_K,
-    Q2_K: half HALF's sum, the other half's activations zeroed)."""
+    Q2_K, IQ2_XS, IQ2_S: half HALF's sum, the other half's activations zeroed)."""
     x = tl.load(q_ptr + (xb * LIMBS + j)[:, None] * 32 + k[None, :], mask=rmask[:, None], other=0)
-    if WT == Q6_K or WT == Q2_K:  # noqa: SIM109 (constexpr tests)
+    if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (constexpr tests)
         x = tl.where((k[None, :] >> 4) == HALF, x, tl.zeros_like(x))
     return tl.dot(x, w8, out_dtype=tl.int32)
 
@@ -104,7 +104,7 @@ def _tile_kernel(
         dsum, dsum1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, False)
         f0 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 0, LIMBS)
         f1 = f0
-        if WT == Q6_K or WT == Q2_K:  # noqa: SIM109 (the second half's sum, for its own scale)
+        if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (the second half)
             f1 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 1, LIMBS)
         acc = accumulate(
             acc, f0, f1, tl.broadcast_to(ws0[None, :], (BM, BN)), tl.broadcast_to(ws1[None, :], (BM, BN)),

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import unpack2
+from strata_engine.kernels.triton import unpack2, wtypes
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
 from strata_engine.kernels.triton.packed import block_offset, head_offset, kscales, scales
@@ -76,9 +76,11 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
     planes added in place, the type's offset subtracted bytewise without borrows)."""
     if WT == Q2_K:  # a plane of 2-bit pairs a half (unpack2.py), offset 0
         lo, hi = unpack2.pairs(wf_ptr, qw, live)
-    elif WT == Q8_0:  # a byte a weight (w + 128): w's int8 is the byte with its top bit flipped
-        lo = _words(wf_ptr, qw, live) ^ TOPS
-        hi = _words(wf_ptr, qw + 64, live) ^ TOPS
+    elif WT == Q8_0 or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S:  # a byte a weight, w + 128: its int8
+        # is the byte with its top bit flipped (the IQ2 types' expansion, kgrid.py: w + 64, 64 added first)
+        ADD: tl.constexpr = 0 if WT == Q8_0 else 0x40404040
+        lo = (_words(wf_ptr, qw, live) + ADD) ^ TOPS
+        hi = (_words(wf_ptr, qw + 64, live) + ADD) ^ TOPS
     else:
         w = _words(wf_ptr, qw, live)
         lo = w & 0x0F0F0F0F
@@ -198,7 +200,7 @@ def _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, 
     s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
     d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)
     dsum, dsum1 = tl.broadcast_to(d0[None, :], (bn, nt)), tl.broadcast_to(d1[None, :], (bn, nt))
-    if WT == Q6_K or WT == Q2_K:  # noqa: SIM109 (both halves' scales into the accumulator's layout as a pair)
+    if WT == Q6_K or WT == Q2_K or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S:  # noqa: SIM109 (both halves' scales as a pair)
         w01 = tl.broadcast_to(tl.join(ws0, ws1)[:, None, :], (bn, nt, 2))
         w0, w1 = tl.split(w01)
     else:
@@ -317,7 +319,7 @@ def program(
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
-    HALVES: tl.constexpr = 2 if WT == Q6_K or WT == Q2_K else 1  # noqa: SIM109 (each half: its own scale)
+    HALVES: tl.constexpr = 2 if WT == Q6_K or WT == Q2_K or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S else 1  # noqa: SIM109
     # split along K, Q6_K's f in the scratch: for several rows an output's rows and halves side
     # by side, stored in the MMA accumulator's layout and read in the one the scales arrive in
     # (neither moves through shared memory), for 1 row a plane a half (fewer instructions there)

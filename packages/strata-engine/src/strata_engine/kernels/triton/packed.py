@@ -29,7 +29,7 @@ import triton.language as tl
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
-from strata_engine.kernels.triton import unpack2
+from strata_engine.kernels.triton import kgrid, unpack2
 from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.triton.wtypes import (
     IQ2_S,
@@ -47,18 +47,17 @@ from strata_engine.kernels.triton.wtypes import (
 from strata_engine.kernels.weight_types import BY_CODE, HALF_SCALES, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-# strata_q8_supported's types, less those whose integer decoding is the CPU's alone (IQ2_XS and
-# IQ2_S held as stored): TritonOps leaves them unpacked, for the device's fp32 matmul
-CPU_ONLY = (IQ2_XS, IQ2_S)
-SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code not in CPU_ONLY)
+# strata_q8_supported's types: the device's integer kernels read each of them
+SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8)
+KGRID = (IQ2_XS, IQ2_S)  # held as stored by the C packer, expanded for the device at load (kgrid.py)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
 
 
 def kquant(t: int) -> bool:
     """K-quants: super-blocks of 8 blocks, each with its header (the types kquant_pack.c repacks,
-    and Q2_K, which strata_q8_pack reads as stored: q8_kquant)."""
-    return bool(BY_CODE[t].pack == PACK_KQUANT or t == Q2_K)
+    Q2_K, which strata_q8_pack reads as stored: q8_kquant, and the IQ2 types' expansion)."""
+    return bool(BY_CODE[t].pack == PACK_KQUANT or t in (Q2_K, *KGRID))
 
 
 def has_min(t: int) -> bool:
@@ -66,8 +65,8 @@ def has_min(t: int) -> bool:
 
 
 def halves(t: int) -> int:
-    """Scales per block: Q6_K and Q2_K have one per half of 16."""
-    return 2 if t in (Q6_K, Q2_K) else 1
+    """Scales per block: Q6_K, Q2_K and the IQ2 types have one per half of 16."""
+    return 2 if t in (Q6_K, Q2_K, *KGRID) else 1
 
 
 def scale_bytes(t: int) -> int:
@@ -165,6 +164,8 @@ def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
         raw = widened_packed(raw, t)
     if t not in SUPPORTED:
         raise ValueError(f"weight {w.name}: type {t} has no integer kernels")
+    if t in KGRID:  # the C packer keeps them as stored: the device reads the groups each call makes
+        raw = kgrid.expand(raw, BY_CODE[t].qtype, w.out_features, w.in_features)
     size = packed_bytes(t, w.out_features, w.in_features)
     if raw.size != size:
         raise ValueError(f"weight {w.name}: {raw.size} packed bytes, the layout says {size}")
@@ -202,8 +203,9 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
     c = k & 3
     if WT == Q2_K:  # two bits a weight, a plane a half (unpack2.py)
         w = unpack2.quants(wq_ptr, qs, k, o, live)
-    elif WT == Q8_0:  # a byte a weight, w + 128
-        w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=128).to(tl.int32) - 128
+    elif WT == Q8_0 or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (a byte a weight, w + 128; IQ2: w + 64)
+        OFF: tl.constexpr = 128 if WT == Q8_0 else 64
+        w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=OFF).to(tl.int32) - OFF
     else:  # nibbles: element k in quad row (k mod 16) / 4, the high nibble for k >= 16
         byte = tl.load(wq_ptr + qs + ((k & 15) >> 2) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
         w = (byte >> ((k >> 4) * 4)) & 15
@@ -238,7 +240,7 @@ def kscales(wq_ptr, blk, o, live, d, dmin, WT: tl.constexpr):
         ws0 = d * _int8(wq_ptr, blk + o, live)
         ws1 = ws0
         mn = tl.zeros_like(ws0)
-        if WT == Q6_K:
+        if WT == Q6_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (a scale a half, no min)
             ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
         else:
             mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
@@ -257,7 +259,7 @@ def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexp
     if KQ:
         d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
         dmin = d
-        if WT != Q6_K:
+        if WT != Q6_K and WT != IQ2_XS and WT != IQ2_S:  # the header's dmin
             dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
         ws0, ws1, mn, mn1 = kscales(wq_ptr, blk, o, live, d, dmin, WT)
     else:
@@ -287,7 +289,7 @@ def _gather_kernel(
     k = tl.arange(0, 32)[None, :]
     w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
     ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
-    if WT == Q6_K:  # (d * sc_h) * q
+    if WT == Q6_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 ((d * sc_h) * q)
         val = tl.where(k < 16, ws0, ws1) * w
     elif WT == Q2_K:  # (d * sc_h) * q - dmin * m_h
         val = tl.where(k < 16, ws0, ws1) * w - tl.where(k < 16, mn, mn1)
