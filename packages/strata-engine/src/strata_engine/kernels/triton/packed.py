@@ -6,10 +6,15 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
 
 - scales: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 an fp32 scale per output (and Q4_1's, Q5_1's fp32 min); K-quants, before
   every 8th block, the super-block's fp32 d (and dmin) per output, and per block int8 6-bit
-  scales (Q6_K: one per half of 16) and mins;
+  scales (Q6_K: one per half of 16) and mins (Q2_K: a byte sc | m << 4 per half of 16);
 - quants: byte 4o+c of quad row r holds output o's elements 4r+c (low nibble) and 16+4r+c (high
   nibble) for 4-bit types, Q5_K, Q5_1 and Q5_0 (offset 16) add a plane of fifth bits, Q6_K two
-  planes of high bit pairs, Q8_0 a byte per weight (w + 128).
+  planes of high bit pairs, Q8_0 a byte per weight (w + 128); Q2_K a plane of 2-bit pairs per
+  half (unpack2.py).
+
+IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the
+device as that expansion, made once at load (kgrid.py): Q6_K's scales and header, a byte a weight
+(w + 64).
 
 `quants` and `scales` decode one whole block for a set of outputs, each scale once; the kernels
 multiply the signed quants (w minus the type's offset), which gives the C code's exact integer
