@@ -169,7 +169,7 @@ def both_devices(mode: str) -> tuple[Any, Any]:
 
 
 # -- (a) kernels ------------------------------------------------------------------------------------
-INTEGER_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+INTEGER_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q2_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XS", "IQ2_S")
 
 
 def check_kernels(dry: bool) -> None:
@@ -257,11 +257,12 @@ def _gpu_attention(gpu: Any, q: Any, kc: Any, vc: Any, meta: Any) -> Any:
 
 def device_bytes_per_token(path: Path, mode: str) -> int:
     """The bytes a batch-1 decode step reads from the weights as `mode`'s kernels hold them on the
-    device: packed by strata_q8_pack for the integer modes; for `native-fp32`, K-quants as GGUF bytes and
+    device: packed by strata_q8_pack for the integer modes (IQ2_XS, IQ2_S as expanded at load); for `native-fp32`, K-quants as GGUF bytes and
     Q4_0/Q4_1/Q8_0 with their scales widened to fp32 (stored.py). The tied embedding is the LM
     head, read whole."""
     from strata_engine.gguf_loader import GGUFFile
     from strata_engine.kernels.native.backend import NativeOps
+    from strata_engine.kernels.triton import packed
     from strata_engine.kernels.triton.dequant import row_bytes
     from strata_engine.kernels.triton.stored import RAW_TYPES
     from strata_engine.kernels.weights import NATIVE_TYPES
@@ -275,6 +276,8 @@ def device_bytes_per_token(path: Path, mode: str) -> int:
         n, k = info.shape
         if mode == "native-fp32":
             total += n * row_bytes(RAW_TYPES.get(info.qtype, kind), k)
+        elif kind in packed.KGRID:  # IQ2_XS, IQ2_S: the device holds the expansion (kgrid.py)
+            total += packed.packed_bytes(kind, n, k)
         elif lib.strata_q8_supported(kind):
             total += int(lib.strata_q8_packed_bytes(kind, n, k))
         else:

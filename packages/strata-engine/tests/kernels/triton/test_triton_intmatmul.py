@@ -41,8 +41,9 @@ from strata_engine.testing.triton_setup import DEVICE, on
 # below do that on purpose (a GPU is silent).
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
-TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K)
-KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
+TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S)
+KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S)
+KGRID = (QT.IQ2_XS, QT.IQ2_S)  # expanded for the device at load (kgrid.py): not the C packer's size
 ROWS = (1, 2, 5, 8, 17, 33)  # 1-8: the decode path (mmadecode.py); 17, 33: the tile path
 N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
 # stored bytes of quants (block size, start, end) and the byte giving the largest |quant|
@@ -55,6 +56,9 @@ EXTREME_BYTES = {
     QT.Q4_K: (144, 16, 144, 0xFF),
     QT.Q5_K: (176, 16, 176, 0xFF),
     QT.Q6_K: (210, 0, 192, 0xFF),
+    QT.Q2_K: (84, 0, 80, 0xFF),  # scales and mins 15, quants 3 (and 0 below)
+    QT.IQ2_XS: (74, 2, 74, 0xFF),  # grid entry 511 (every value 43, signs 127 and parity), scales 15
+    QT.IQ2_S: (82, 2, 82, 0xFF),  # grid entry 1023 (qh's high bits too), every sign, scales 15
 }
 
 
@@ -74,6 +78,8 @@ def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator, extreme: bool =
         blocks[:, start:end] = byte
         if qtype == QT.Q4_0:
             blocks[1::2, start:end] = 0  # -8 on every other block
+        if qtype == QT.Q2_K:
+            blocks[1::2, 16:80] = 0  # all-0 quants (the largest mins alone) on every other block
     elif qtype == QT.Q8_0:
         blocks[::3, 2 + rng.integers(0, 32)] = 0x80
     return Weight.from_info(TensorInfo("w", (n, k), qtype, data.reshape(-1)))
@@ -348,7 +354,8 @@ def test_packed_layout_is_the_c_codes() -> None:
     lib = _c_ops(1).lib
     for qtype in TYPES:
         for n, k in ((1, 256), (37, 512), (48, 2560)):
-            assert packed.packed_bytes(int(qtype), n, k) == lib.strata_q8_packed_bytes(int(qtype), n, k)
+            if qtype not in KGRID:
+                assert packed.packed_bytes(int(qtype), n, k) == lib.strata_q8_packed_bytes(int(qtype), n, k)
         assert lib.strata_q8_supported(int(qtype)) and int(qtype) in packed.SUPPORTED
     assert not lib.strata_q8_supported(int(QT.F32))
 
@@ -387,18 +394,19 @@ def test_integer_modes_run_on_the_gpu_backend(kernels: str, limbs: int) -> None:
     assert ops.pack(dense) is dense  # types without integer kernels stay as loaded
 
 
-def test_q2_k_stays_with_the_devices_fp32_matmul() -> None:
-    """Q2_K has integer kernels on the CPU but no integer decoding on the device: the GPU backend
-    leaves it as loaded, and reads it with its fp32 matmul (the C fp32 kernels' bits)."""
+def test_q2_k_is_packed_for_the_devices_integer_kernels() -> None:
+    """Q2_K goes through TritonOps.pack to the C packer's bytes (the device decodes them), and the
+    GPU backend's linear and embed give the C kernels' bits."""
     ops = make_ops("native", device="cuda")
+    c = _c_ops(3)
     rng = np.random.default_rng(7)
-    w = Weight.from_info(
-        TensorInfo("w", (N, 256), QT.Q2_K, encode_tensor(np.zeros((N, 256)), QT.Q2_K, rng).reshape(-1))
-    )
-    assert _c_ops(3).lib.strata_q8_supported(int(QT.Q2_K)) and int(QT.Q2_K) not in packed.SUPPORTED
-    assert ops.pack(w) is w
+    w = _weight(QT.Q2_K, N, 256, rng)
+    assert int(QT.Q2_K) in packed.SUPPORTED
+    pw = ops.pack(w)
+    assert pw.kernel_type == c.pack(w).kernel_type and pw.raw.size == c.pack(w).raw.size
     x = _activations(3, 256, rng)
-    assert same_bits(ops.linear(x, w), NativeOps(1).linear(x, w))
+    assert same_bits(ops.linear(x, pw), c.linear(x, pw))
+    assert same_bits(ops.embed(pw, np.array([3, 36])), c.embed(pw, np.array([3, 36])))
 
 
 def _kernels():
@@ -423,14 +431,15 @@ def test_one_binary_per_kernel(kernel) -> None:
     assert ints and set(ints) <= set(unspecialised), ints
 
 
-def test_tiny_model_equals_the_cpu_engine(tmp_path) -> None:
-    """A whole tiny model (tied head: its packed copy is the embedding; every weight type) in
-    "native" (three limbs) on the GPU backend gives the CPU engine's bits: prompt logprobs with the top
-    20, and greedy decode steps."""
+@pytest.mark.parametrize("weight_type", (None, QT.Q2_K, QT.IQ2_XS), ids=lambda t: t.name if t else "mixed")
+def test_tiny_model_equals_the_cpu_engine(tmp_path, weight_type: QT | None) -> None:
+    """A whole tiny model (tied head: its packed copy is the embedding; every weight type, or
+    every weight Q2_K or IQ2_XS) in "native" (three limbs) on the GPU backend gives the CPU engine's bits:
+    prompt logprobs with the top 20, and greedy decode steps."""
     from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
     from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
-    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0])
+    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], weight_type=weight_type)
     request = Request(
         (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
         SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),

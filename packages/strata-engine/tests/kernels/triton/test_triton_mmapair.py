@@ -44,14 +44,22 @@ def _same_bits(got: torch.Tensor, want: np.ndarray) -> bool:
     return g.shape == want.shape and np.array_equal(g.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize(
+    "types",
+    [(QT.Q4_K, QT.Q6_K), (QT.Q2_K, QT.Q4_K), (QT.IQ2_S, QT.Q6_K)],
+    ids=lambda t: f"{t[0].name}+{t[1].name}",
+)
 @pytest.mark.parametrize("rows", (1, 2, 5))
 @pytest.mark.parametrize("with_bias", (False, True))
-def test_a_pair_launch_gives_each_weights_c_bits(monkeypatch, rows: int, with_bias: bool) -> None:
-    """A Q4_K weight of 37 outputs (a partial group) and a Q6_K one of 20, one launch: each
-    output is the C kernels' bits, one program a tile and split along K into 2 and 3 ranges."""
+def test_a_pair_launch_gives_each_weights_c_bits(
+    monkeypatch, rows: int, with_bias: bool, types: tuple[QT, QT]
+) -> None:
+    """A weight of 37 outputs (a partial group) and one of 20 of another type (Q4_K and Q6_K,
+    Q2_K and Q4_K, IQ2_S and Q6_K), one launch: each output is the C kernels' bits, one program a
+    tile and split along K into 2 and 3 ranges."""
     rng = np.random.default_rng(rows)
     c = NativeOps(1, q8=True, limbs=3)
-    weights = [c.pack(_weight(QT.Q4_K, 37, rng)), c.pack(_weight(QT.Q6_K, 20, rng))]
+    weights = [c.pack(_weight(types[0], 37, rng)), c.pack(_weight(types[1], 20, rng))]
     biases = [
         rng.normal(0, 1, size=w.out_features).astype(np.float32) if with_bias else None for w in weights
     ]

@@ -42,7 +42,7 @@ from strata_engine.kernels.triton import (
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, device_packs, from_weight
+from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
 
@@ -202,9 +202,9 @@ class TritonOps:
     # -- the ops --------------------------------------------------------------------------
     def pack(self, w: Weight) -> Weight:
         """Packed by the C code for the integer matmuls, where the device decodes the type
-        (packed.SUPPORTED; not the IQ2 types held as stored: stored.device_packs); otherwise
+        (packed.SUPPORTED); otherwise
         as loaded, for the fp32 matmul."""
-        if self._packer is None or not device_packs(w):
+        if self._packer is None:
             return w
         w = as_q8_0(w)
         return self._packer.pack(w) if w.kernel_type in packed.SUPPORTED else w

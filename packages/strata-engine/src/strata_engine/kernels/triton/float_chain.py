@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton.wtypes import Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
+from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
 
 
 @triton.jit
@@ -22,14 +22,19 @@ def value(sa, sb, sc, LIMBS: tl.constexpr):
 
 
 @triton.jit
-def accumulate(acc, f0, f1, ws0, ws1, mn, s, dsum, WT: tl.constexpr):
-    """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape)."""
+def accumulate(acc, f0, f1, ws0, ws1, mn, mn1, s, dsum, dsum1, WT: tl.constexpr):
+    """One block's float steps, in the C kernels' order (all operands broadcast to acc's shape;
+    f1, ws1, mn1 and dsum1 the second half's, read by the types with two: Q6_K, Q2_K, IQ2_XS,
+    IQ2_S)."""
     acc = tl.fma(ws0 * s, f0, acc)
-    if WT == Q6_K:  # the second half, its own scale
+    if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (the second half's scale)
         acc = tl.fma(ws1 * s, f1, acc)
     if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (+ min * dsum)
         acc = tl.fma(mn, dsum, acc)
     elif WT == Q4_K or WT == Q5_K:  # noqa: SIM109 (a jit function: constexpr tests, no `in`)
         # - (dmin * m) * dsum, as fma(dmin * m, -dsum, acc)
         acc = tl.fma(mn, -dsum, acc)
+    elif WT == Q2_K:  # after both halves' scales, each half's min on that half's dsum
+        acc = tl.fma(mn, -dsum, acc)
+        acc = tl.fma(mn1, -dsum1, acc)
     return acc

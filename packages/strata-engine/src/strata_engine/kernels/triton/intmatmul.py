@@ -2,7 +2,7 @@
 
 The arithmetic contract is native/q8.h's and native/limb.c's (their top comments):
 activations quantised per block of 32 (quantize.py), weights as packed by strata_q8_pack
-(packed.py), and per output and block b (Q6_K: per half of 16, its own scale), in that order:
+(packed.py), and per output and block b (Q6_K, Q2_K: per half of 16, its own scale), in that order:
 
     S   = sum_k w_k * l_j,k per limb j           exact int32 sums: any order, any instruction
     f   = (float)S                                k = 1
@@ -10,6 +10,8 @@ activations quantised per block of 32 (quantize.py), weights as packed by strata
           (float)((double)S_2 * 65536 + (S_1 * 256 + S_0))   k = 3 (exact in fp64, one rounding)
     acc = fma(wscale * s, f, acc)
     acc = fma(wmin, dsum, acc)                    Q4_1, Q5_1;  fma(dmin * m, -dsum, acc) Q4_K, Q5_K
+                                                  Q2_K: after both halves' scales, each half's
+                                                  min on its own dsum (unpack2.py)
 
 from acc = 0, then y = acc (+ bias). Each line is one IEEE operation (`tl.fma`, never a
 multiply-add the compiler may fuse or split; fusion is off where a compiler runs), so the bits
@@ -30,19 +32,20 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import mmadecode, mmapair
+from strata_engine.kernels.triton import mmadecode, mmapair, unpack2
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, canonical_nan, fit
 from strata_engine.kernels.triton.packed import (
     PackedWeight,
     block_offset,
+    halves,
     head_offset,
     layout,
     quants,
     scales,
 )
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.wtypes import Q6_K
+from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q6_K
 
 # The tile path's tile (BLOCK_N: whole groups of 16 outputs) and the decode path's outputs a
 # program: speed choices only. Under the interpreter each program (and each nested jit call in
@@ -57,10 +60,10 @@ PATHS = ("auto", "tile", "mma")
 
 @triton.jit
 def _tile_sum(q_ptr, xb, rmask, k, w8, j, WT: tl.constexpr, HALF: tl.constexpr, LIMBS: tl.constexpr):
-    """S_j for a tile of rows: int8 limb plane [BM, 32] @ int8 quants [32, BN] into int32 (Q6_K:
-    half HALF's sum, the other half's activations zeroed)."""
+    """S_j for a tile of rows: int8 limb plane [BM, 32] @ int8 quants [32, BN] into int32 (Q6_K,
+    Q2_K, IQ2_XS, IQ2_S: half HALF's sum, the other half's activations zeroed)."""
     x = tl.load(q_ptr + (xb * LIMBS + j)[:, None] * 32 + k[None, :], mask=rmask[:, None], other=0)
-    if WT == Q6_K:
+    if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (constexpr tests)
         x = tl.where((k[None, :] >> 4) == HALF, x, tl.zeros_like(x))
     return tl.dot(x, w8, out_dtype=tl.int32)
 
@@ -95,17 +98,18 @@ def _tile_kernel(
     for b in range(0, nb):  # the blocks in order: the float sequence is C's
         blk = group + block_offset(b, KQ, BB, SB)
         w8 = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT).to(tl.int8)
-        ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+        ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
         xb = rm.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
-        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
+        dsum, dsum1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, False)
         f0 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 0, LIMBS)
         f1 = f0
-        if WT == Q6_K:  # the second half's sum, for its own scale
+        if WT == Q6_K or WT == Q2_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (the second half)
             f1 = _tile_value(q_ptr, xb, rmask, k, w8, WT, 1, LIMBS)
         acc = accumulate(
             acc, f0, f1, tl.broadcast_to(ws0[None, :], (BM, BN)), tl.broadcast_to(ws1[None, :], (BM, BN)),
-            tl.broadcast_to(mn[None, :], (BM, BN)), s, dsum, WT,
+            tl.broadcast_to(mn[None, :], (BM, BN)), tl.broadcast_to(mn1[None, :], (BM, BN)), s,
+            tl.broadcast_to(dsum[:, None], (BM, BN)), tl.broadcast_to(dsum1[:, None], (BM, BN)), WT,
         )  # fmt: skip
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
@@ -155,7 +159,7 @@ def matmul_quantised(
     consts |= LAUNCH
     if path == "mma" or (path == "auto" and m <= ROWS_MAX):
         bn = fit(n, MMA_N, 16)
-        mmadecode.launch(args, m, n, nb, pw.group_bytes, bn, 2 if pw.wtype == Q6_K else 1, consts)
+        mmadecode.launch(args, m, n, nb, pw.group_bytes, bn, halves(pw.wtype), consts)
     else:
         bm, bn = fit(m, BLOCK_M, 16), fit(n, BLOCK_N, 16)  # tl.dot: 16 at least
         grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
@@ -189,8 +193,9 @@ def matmul_pair(
             raise ValueError("activations and weights that matmul_quantised refuses")
         y = torch.empty(m, pw.out_features, dtype=torch.float32, device=xq.q.device)
         b = bias.to(torch.float32).contiguous() if bias is not None else y
-        halves = 2 if pw.wtype == Q6_K else 1
-        parts.append((pw.wq, pw.wf, b, y, pw.out_features, pw.group_bytes, halves, layout(pw.wtype)))
+        parts.append(
+            (pw.wq, pw.wf, b, y, pw.out_features, pw.group_bytes, halves(pw.wtype), layout(pw.wtype))
+        )
     bn = fit(max(first.out_features, second.out_features), MMA_N, 16)
     consts = {"LIMBS": first.limbs, "HAS_BIAS": biases[0] is not None} | LAUNCH
     mmapair.launch((xq.q, xq.s, xq.dsum), parts[0], parts[1], m, nb, bn, consts)

@@ -33,10 +33,11 @@ import torch
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton import unpack2, wtypes
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
-from strata_engine.kernels.triton.packed import _int8, block_offset, head_offset, scales
-from strata_engine.kernels.triton.wtypes import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+from strata_engine.kernels.triton.packed import block_offset, head_offset, kscales, scales
+from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
 TOKENS = tl.constexpr(4)  # rows a program: 4 rows x 4 limb slots, the 16 columns of the activations
@@ -73,11 +74,15 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
     element order (packed.quants' values), built from whole words: each byte of a word is one
     weight's int8 (the low or high nibble of 4 packed bytes, a fifth bit or a high pair from the
     planes added in place, the type's offset subtracted bytewise without borrows)."""
-    w = _words(wf_ptr, qw, live)
-    if WT == Q8_0:  # a byte a weight (w + 128): w's int8 is the byte with its top bit flipped
-        lo = w ^ TOPS
-        hi = _words(wf_ptr, qw + 64, live) ^ TOPS
+    if WT == Q2_K:  # a plane of 2-bit pairs a half (unpack2.py), offset 0
+        lo, hi = unpack2.pairs(wf_ptr, qw, live)
+    elif WT == Q8_0 or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S:  # a byte a weight, w + 128: its int8
+        # is the byte with its top bit flipped (the IQ2 types' expansion, kgrid.py: w + 64, 64 added first)
+        ADD: tl.constexpr = 0 if WT == Q8_0 else 0x40404040
+        lo = (_words(wf_ptr, qw, live) + ADD) ^ TOPS
+        hi = (_words(wf_ptr, qw + 64, live) + ADD) ^ TOPS
     else:
+        w = _words(wf_ptr, qw, live)
         lo = w & 0x0F0F0F0F
         hi = (w >> 4) & 0x0F0F0F0F
         if WT == Q4_1 or WT == Q4_K:  # noqa: SIM109 (no further step hides hi's top nibble)
@@ -109,13 +114,13 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
 @triton.jit
 def _limbs(s0, s1, s2, LIMBS: tl.constexpr, WT: tl.constexpr):
     """f of one block from its limbs' sums: value's number, V = S_2 65536 + S_1 256 + S_0 rounded
-    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0; Q6_K's halves of
-    16 inputs with |w| <= 32), T = S_2 256 + S_1 stays below 2^24 in magnitude (|S_2| <= 32 x 16
+    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0; Q6_K's and Q2_K's
+    halves of 16 inputs with |w| <= 32), T = S_2 256 + S_1 stays below 2^24 in magnitude (|S_2| <= 32 x 16
     x 127, the top digit of |X| <= 8355711; |S_1| <= 32 x 16 x 128), so T and S_0 are exact
     fp32 values and fma(T, 256, S_0) is V with one rounding: 4 instructions where the int64 sum
     and its conversion take 5. The wider types form V in int64 and convert it once."""
     if LIMBS == 3:
-        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K:  # noqa: SIM109
+        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K or WT == Q2_K:  # noqa: SIM109
             f = tl.fma((s2 * 256 + s1).to(tl.float32), 256.0, s0.to(tl.float32))
         else:
             f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
@@ -184,23 +189,25 @@ def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask
 
 
 @triton.jit
-def _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
-           WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr):  # fmt: skip
+def _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
+           WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, LIMBS: tl.constexpr):  # fmt: skip
     """Block b's float steps on acc (float_chain.accumulate, the C kernels' sequence)."""
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
     blk = group + block_offset(b, KQ, BB, SB)
-    ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+    ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
     xb = rows.to(tl.int64) * nb + b
     s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
-    dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
-    if WT == Q6_K:  # both halves' scales moved into the accumulator's layout as one pair
+    d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)
+    dsum, dsum1 = tl.broadcast_to(d0[None, :], (bn, nt)), tl.broadcast_to(d1[None, :], (bn, nt))
+    if WT == Q6_K or WT == Q2_K or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S:  # noqa: SIM109 (both halves' scales as a pair)
         w01 = tl.broadcast_to(tl.join(ws0, ws1)[:, None, :], (bn, nt, 2))
         w0, w1 = tl.split(w01)
     else:
         w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
         w1 = w0
-    return accumulate(acc, f0, f1, w0, w1, tl.broadcast_to(mn[:, None], (bn, nt)), s, dsum, WT)
+    mn, mn1 = tl.broadcast_to(mn[:, None], (bn, nt)), tl.broadcast_to(mn1[:, None], (bn, nt))
+    return accumulate(acc, f0, f1, w0, w1, mn, mn1, s, dsum, dsum1, WT)
 
 
 @triton.jit
@@ -234,9 +241,9 @@ def _pair_reads(BN: tl.constexpr, CR: tl.constexpr):
 
 
 @triton.jit
-def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live, rows, rmask, nb, sb,
+def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live, rows, rmask, nb, sb,
                 WT: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, HALVES: tl.constexpr,
-                BN: tl.constexpr, TAIL: tl.constexpr, PS: tl.constexpr):  # fmt: skip
+                BN: tl.constexpr, TAIL: tl.constexpr, PS: tl.constexpr, LIMBS: tl.constexpr):  # fmt: skip
     """The split path's float steps over blocks sb TAIL .. sb TAIL + TAIL - 1 (TAIL 4 or 8: one
     K-quant super-block's, or half of it), in block order, unrolled: the operations of _chain on
     the scratch's f, with the header (d, dmin) read once for them and each block's scale bytes
@@ -249,7 +256,6 @@ def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live
     dmin = d
     if WT != Q6_K:
         dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
-    zero = tl.zeros((bn, nt), tl.float32)
     for i in tl.static_range(TAIL):
         b = sb * TAIL + i
         at = cat + b * (HALVES * TOKENS * BN)
@@ -261,20 +267,15 @@ def _superblock(acc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live
             f1 = f0
             if HALVES == 2:
                 f1 = tl.load(f_ptr + at + TOKENS * BN, cache_modifier=".cg")
-        blk = head + SB + (b & 7) * BB
-        ws0 = d * _int8(wq_ptr, blk + o, live)  # packed.scales' K-quant products
-        ws1 = ws0
-        mn = zero
-        if WT == Q6_K:
-            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
-        else:
-            mn = tl.broadcast_to((dmin * _int8(wq_ptr, blk + 16 + o, live))[:, None], (bn, nt))
+        ws0, ws1, mn, mn1 = kscales(wq_ptr, head + SB + (b & 7) * BB, o, live, d, dmin, WT)  # packed.scales'
         xb = rows.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
-        dsum = tl.broadcast_to(tl.load(dsum_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
-        w0 = tl.broadcast_to(ws0[:, None], (bn, nt))
-        w1 = tl.broadcast_to(ws1[:, None], (bn, nt))
-        acc = accumulate(acc, f0, f1, w0, w1, mn, s, dsum, WT)
+        d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)
+        acc = accumulate(
+            acc, f0, f1, tl.broadcast_to(ws0[:, None], (bn, nt)), tl.broadcast_to(ws1[:, None], (bn, nt)),
+            tl.broadcast_to(mn[:, None], (bn, nt)), tl.broadcast_to(mn1[:, None], (bn, nt)), s,
+            tl.broadcast_to(d0[None, :], (bn, nt)), tl.broadcast_to(d1[None, :], (bn, nt)), WT,
+        )  # fmt: skip
     return acc
 
 
@@ -318,7 +319,7 @@ def program(
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
-    HALVES: tl.constexpr = 2 if WT == Q6_K else 1  # Q6_K: each half's sum, for its own scale
+    HALVES: tl.constexpr = 2 if WT == Q6_K or WT == Q2_K or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S else 1  # noqa: SIM109
     # split along K, Q6_K's f in the scratch: for several rows an output's rows and halves side
     # by side, stored in the MMA accumulator's layout and read in the one the scales arrive in
     # (neither moves through shared memory), for 1 row a plane a half (fewer instructions there)
@@ -394,14 +395,14 @@ def program(
                 # a block in the compiled loop (sm_90, Triton 3.9.0's ptxas), per `tail_blocks`
                 TB: tl.constexpr = 8 if WT == Q6_K else 4
                 for sb in range(0, nb // TB):
-                    cacc = _superblock(cacc, f_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live,
-                                       crows, cmask_, nb, sb, WT, BB, SB, HALVES, BN, TB, PS)  # fmt: skip
+                    cacc = _superblock(cacc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, o, live,
+                                       crows, cmask_, nb, sb, WT, BB, SB, HALVES, BN, TB, PS, LIMBS)  # fmt: skip
             else:
                 for b in range(0, nb):
                     at = cat + b * (HALVES * TOKENS * BN)
                     f0 = tl.load(f_ptr + at, mask=cfmask, cache_modifier=".cg")
-                    cacc = _chain(cacc, f0, f0, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows, cmask_, nb, b,
-                                  WT, KQ, BB, SB)  # fmt: skip
+                    cacc = _chain(cacc, f0, f0, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows,
+                                  cmask_, nb, b, WT, KQ, BB, SB, LIMBS)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
             _epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
     else:
@@ -411,8 +412,8 @@ def program(
                 q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask, nb, b,
                 WT, KQ, BB, SB, SCB, LIMBS, HALVES,
             )  # fmt: skip
-            acc = _chain(acc, f0, f1, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
-                         WT, KQ, BB, SB)  # fmt: skip
+            acc = _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
+                         WT, KQ, BB, SB, LIMBS)  # fmt: skip
         _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS, HAS_RES)
 
 

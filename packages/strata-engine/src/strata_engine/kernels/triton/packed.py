@@ -6,10 +6,15 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
 
 - scales: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 an fp32 scale per output (and Q4_1's, Q5_1's fp32 min); K-quants, before
   every 8th block, the super-block's fp32 d (and dmin) per output, and per block int8 6-bit
-  scales (Q6_K: one per half of 16) and mins;
+  scales (Q6_K: one per half of 16) and mins (Q2_K: a byte sc | m << 4 per half of 16);
 - quants: byte 4o+c of quad row r holds output o's elements 4r+c (low nibble) and 16+4r+c (high
   nibble) for 4-bit types, Q5_K, Q5_1 and Q5_0 (offset 16) add a plane of fifth bits, Q6_K two
-  planes of high bit pairs, Q8_0 a byte per weight (w + 128).
+  planes of high bit pairs, Q8_0 a byte per weight (w + 128); Q2_K a plane of 2-bit pairs per
+  half (unpack2.py).
+
+IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the
+device as that expansion, made once at load (kgrid.py): Q6_K's scales and header, a byte a weight
+(w + 64).
 
 `quants` and `scales` decode one whole block for a set of outputs, each scale once; the kernels
 multiply the signed quants (w minus the type's offset), which gives the C code's exact integer
@@ -29,6 +34,7 @@ import triton.language as tl
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
+from strata_engine.kernels.triton import kgrid, unpack2
 from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.triton.wtypes import (
     IQ2_S,
@@ -46,35 +52,37 @@ from strata_engine.kernels.triton.wtypes import (
 from strata_engine.kernels.weight_types import BY_CODE, HALF_SCALES, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-# strata_q8_supported's types, less those whose integer decoding is the CPU's alone (Q2_K, and
-# IQ2_XS and IQ2_S held as stored): TritonOps leaves them unpacked, for the device's fp32 matmul
-CPU_ONLY = (Q2_K, IQ2_XS, IQ2_S)
-SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code not in CPU_ONLY)
+# strata_q8_supported's types: the device's integer kernels read each of them
+SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8)
+KGRID = (IQ2_XS, IQ2_S)  # held as stored by the C packer, expanded for the device at load (kgrid.py)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
 
 
 def kquant(t: int) -> bool:
-    """K-quants: super-blocks of 8 blocks, each with its header (the types kquant_pack.c repacks)."""
-    return BY_CODE[t].pack == PACK_KQUANT
+    """K-quants: super-blocks of 8 blocks, each with its header (the types kquant_pack.c repacks,
+    Q2_K, which strata_q8_pack reads as stored: q8_kquant, and the IQ2 types' expansion)."""
+    return bool(BY_CODE[t].pack == PACK_KQUANT or t in (Q2_K, *KGRID))
 
 
 def has_min(t: int) -> bool:
-    return t in (Q4_1, Q5_1, Q4_K, Q5_K)
+    return t in (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K)
 
 
 def halves(t: int) -> int:
-    """Scales per block: Q6_K has one per half of 16."""
-    return 2 if t == Q6_K else 1
+    """Scales per block: Q6_K, Q2_K and the IQ2 types have one per half of 16."""
+    return 2 if t in (Q6_K, Q2_K, *KGRID) else 1
 
 
 def scale_bytes(t: int) -> int:
-    """Bytes of a block's own scales and mins, before its quants."""
-    return (16 if kquant(t) else 64) * (halves(t) + has_min(t))
+    """Bytes of a block's own scales and mins, before its quants (Q2_K: a byte sc | m << 4 a half)."""
+    return 32 if t == Q2_K else (16 if kquant(t) else 64) * (halves(t) + has_min(t))
 
 
 def block_bytes(t: int) -> int:
     quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t in (Q5_K, Q5_0, Q5_1) else 512
+    if t == Q2_K:  # a plane of 2-bit pairs a half
+        quants = 128
     return scale_bytes(t) + quants
 
 
@@ -161,6 +169,8 @@ def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
         raw = widened_packed(raw, t)
     if t not in SUPPORTED:
         raise ValueError(f"weight {w.name}: type {t} has no integer kernels")
+    if t in KGRID:  # the C packer keeps them as stored: the device reads the groups each call makes
+        raw = kgrid.expand(raw, BY_CODE[t].qtype, w.out_features, w.in_features)
     size = packed_bytes(t, w.out_features, w.in_features)
     if raw.size != size:
         raise ValueError(f"weight {w.name}: {raw.size} packed bytes, the layout says {size}")
@@ -196,8 +206,11 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
     element indices `k` and outputs `o` (broadcast against each other and `qs`, the byte where
     each output's block quants start); 0 where not `live`."""
     c = k & 3
-    if WT == Q8_0:  # a byte a weight, w + 128
-        w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=128).to(tl.int32) - 128
+    if WT == Q2_K:  # two bits a weight, a plane a half (unpack2.py)
+        w = unpack2.quants(wq_ptr, qs, k, o, live)
+    elif WT == Q8_0 or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (a byte a weight, w + 128; IQ2: w + 64)
+        OFF: tl.constexpr = 128 if WT == Q8_0 else 64
+        w = tl.load(wq_ptr + qs + (k >> 2) * 64 + 4 * o + c, mask=live, other=OFF).to(tl.int32) - OFF
     else:  # nibbles: element k in quad row (k mod 16) / 4, the high nibble for k >= 16
         byte = tl.load(wq_ptr + qs + ((k & 15) >> 2) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
         w = (byte >> ((k >> 4) * 4)) & 15
@@ -222,26 +235,44 @@ def _int8(wq_ptr, at, live):
 
 
 @triton.jit
+def kscales(wq_ptr, blk, o, live, d, dmin, WT: tl.constexpr):
+    """A K-quant block's (scale of half 0, of half 1, min of half 0, of half 1) per output, the C
+    code's fp32 values: d * sc and dmin * m, the load's own products (Q6_K: no min; Q4_K, Q5_K:
+    one scale and min a block, given for both halves; Q2_K: unpack2.scales)."""
+    if WT == Q2_K:
+        ws0, ws1, mn, mn1 = unpack2.scales(wq_ptr, blk, o, live, d, dmin)
+    else:
+        ws0 = d * _int8(wq_ptr, blk + o, live)
+        ws1 = ws0
+        mn = tl.zeros_like(ws0)
+        if WT == Q6_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 (a scale a half, no min)
+            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
+        else:
+            mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
+        mn1 = mn
+    return ws0, ws1, mn, mn1
+
+
+@triton.jit
 def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexpr):
-    """(scale of half 0, scale of half 1, min factor) of one block per output, each the C code's
-    one fp32 value: K-quants d * sc and dmin * m (the load's own products), the others the stored
-    fp32 scale and Q4_1's (Q5_1's) min. Unused ones are 0."""
+    """(scale of half 0, scale of half 1, min of half 0, min of half 1) of one block per output,
+    each the C code's one fp32 value: K-quants `kscales`, the others the stored fp32 scale and
+    Q4_1's (Q5_1's) min. Unused ones are 0."""
     zero = tl.zeros((blk + o).shape, tl.float32)
     ws1 = zero
     mn = zero
     if KQ:
         d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
-        ws0 = d * _int8(wq_ptr, blk + o, live)
-        if WT == Q6_K:
-            ws1 = d * _int8(wq_ptr, blk + 16 + o, live)
-        else:
+        dmin = d
+        if WT != Q6_K and WT != IQ2_XS and WT != IQ2_S:  # the header's dmin
             dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
-            mn = dmin * _int8(wq_ptr, blk + 16 + o, live)
+        ws0, ws1, mn, mn1 = kscales(wq_ptr, blk, o, live, d, dmin, WT)
     else:
         ws0 = tl.load(wf_ptr + blk // 4 + o, mask=live, other=0.0)
         if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (constexpr tests)
             mn = tl.load(wf_ptr + blk // 4 + 16 + o, mask=live, other=0.0)
-    return ws0, ws1, mn
+        mn1 = mn
+    return ws0, ws1, mn, mn1
 
 
 # ---- rows of a packed weight as fp32 (the tied embedding) -----------------------------------
@@ -262,9 +293,11 @@ def _gather_kernel(
     head = (n // 16) * GB + head_offset(b, BB, SB).to(tl.int64)
     k = tl.arange(0, 32)[None, :]
     w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
-    ws0, ws1, mn = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
-    if WT == Q6_K:  # (d * sc_h) * q
+    ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
+    if WT == Q6_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 ((d * sc_h) * q)
         val = tl.where(k < 16, ws0, ws1) * w
+    elif WT == Q2_K:  # (d * sc_h) * q - dmin * m_h
+        val = tl.where(k < 16, ws0, ws1) * w - tl.where(k < 16, mn, mn1)
     elif WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (d * q + m)
         val = ws0 * w + mn
     elif KQ:  # (d * sc) * q - dmin * m

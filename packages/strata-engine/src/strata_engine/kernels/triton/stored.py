@@ -3,7 +3,7 @@
 The engine's `Weight` keeps F32, F16, BF16, Q2_K, IQ2_XS, IQ2_S and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 as
 stored in `raw` (the device reads those bytes, the last five with their fp16 scales widened to fp32
 first: `as_q8_0`, weights.widened; an IQ2 type's grid is put
-before them, dequant.py; the device has no integer kernels of the IQ2 types: `device_packs`);
+before them, dequant.py, for the fp32 matmul; the integer kernels read them as packed.py expands them);
 K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. Q3_K and IQ1_M, which the CPU
@@ -34,8 +34,6 @@ RAW_TYPES = {qtype: t.code for qtype, t in TYPES.items() if t.pack == PACK_KQUAN
 HELD_AS_Q8_0 = transcode.CODEBOOK_TYPES | transcode.GRID_TYPES
 # the K-grid types the CPU holds as stored that the device reads as their Q6_K rewrite (to_q6_k)
 HELD_AS_Q6_K = transcode.Q6_K_TYPES
-# the K-grid types the device reads as stored, with its fp32 arithmetic only (dequant.py)
-DEVICE_FP32_ONLY = frozenset({QT.IQ2_XS, QT.IQ2_S})
 
 
 @dataclass(frozen=True)
@@ -74,8 +72,8 @@ def from_gguf(
         if q6 is None:  # the loader widens such a tensor: no kernel reads these blocks
             raise ValueError(f"{qtype.name} blocks that no Q6_K block equals: no Triton kernel reads them")
         return from_gguf(q6, QT.Q6_K, shape, device)
-    if qtype in DEVICE_FP32_ONLY:
-        return _pack(TYPES[qtype].code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
+    if wt is not None and wt.code in GRIDS:  # an IQ2 type, as stored after its grid (dequant.py)
+        return _pack(wt.code, torch.from_numpy(blocks.copy()), out_f, in_f, device)
     if qtype in HELD_AS_Q8_0:
         q8 = transcode.to_q8_0(blocks, qtype)
         if q8 is None:  # a grid type's non-finite scale: no kernel reads these blocks
@@ -86,17 +84,6 @@ def from_gguf(
     if wt is not None:
         return _pack(wt.code, torch.from_numpy(widen_scales(blocks, qtype)), out_f, in_f, device)
     raise ValueError(f"no Triton kernel reads {qtype.name} blocks")
-
-
-def device_packs(w: Weight) -> bool:
-    """Whether the device's integer kernels read this weight (packed by the C packer, as_q8_0's
-    form): not the IQ2 types held as stored, which it reads in fp32."""
-    src = w.source
-    return not (
-        isinstance(src, TensorInfo)
-        and src.qtype in DEVICE_FP32_ONLY
-        and w.kernel_type == TYPES[src.qtype].code
-    )
 
 
 def as_q8_0(w: Weight) -> Weight:
