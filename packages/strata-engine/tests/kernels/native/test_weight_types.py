@@ -214,7 +214,8 @@ def test_every_row_has_a_triton_dequantisation_named_by_the_table() -> None:
         if isinstance(side, ast.Name)
     }
     # the codebook and grid types go to the device as the Q8_0 blocks of their values (stored.as_q8_0),
-    # Q3_K and IQ1_M as Q6_K's; IQ2_XS and IQ2_S as stored (stored.DEVICE_FP32_ONLY)
+    # Q3_K and IQ1_M as Q6_K's; IQ2_XS and IQ2_S as stored for native-fp32 (dequant.GRIDS; the integer
+    # modes read their expanded bytes, triton/kgrid.py)
     device = {QT.IQ2_XS, QT.IQ2_S}
     assert named == {
         t.qtype.name for t in TYPES.values() if t.pack not in (PACK_CODEBOOK, PACK_GRID) or t.qtype in device
