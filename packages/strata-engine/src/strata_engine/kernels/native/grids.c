@@ -635,9 +635,12 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
                 quad_store(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs(s8, r), z);
             }
         } else {
-            __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
-            for (int r = 0; r < 8; r++)
-                quad_store(out, r, h, table8(iq3xxs_bytes, byte_of(idx[r >> 2], r & 3)), quad_signs(s8, r), z);
+            for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
+                const uint8_t *p = blk + 2 + 8 * j + r;
+                const uint32_t *g = iq3xxs_bytes;
+                __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+                quad_store(out, r, h, v, quad_signs(s8, r), z);
+            }
         }
     } else if (t == WT_IQ3_S) {
         __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
