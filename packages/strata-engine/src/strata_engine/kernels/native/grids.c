@@ -553,10 +553,19 @@ static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, co
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
+/* The 8 lanes of i (each >= 0) as scalars, through general registers: on the AMD EPYC the Q8_0
+ * decoding (IQ2_XXS, IQ3_S, IQ1_S) ran faster so, the K-grid types' with i stored and read back. */
+static inline void lanes8(__m256i i, uint32_t at[8]) {
+    __m128i lo = _mm256_castsi256_si128(i), hi = _mm256_extracti128_si256(i, 1);
+    uint64_t q[4] = {(uint64_t)_mm_cvtsi128_si64(lo), (uint64_t)_mm_extract_epi64(lo, 1), (uint64_t)_mm_cvtsi128_si64(hi),
+                     (uint64_t)_mm_extract_epi64(hi, 1)};
+    for (int k = 0; k < 4; k++) at[2 * k] = (uint32_t)q[k], at[2 * k + 1] = (uint32_t)(q[k] >> 32);
+}
+
 /* Lane o: the dword table[i lane o] (what _mm256_i32gather_epi32(table, i, 4) gives). */
 static inline __m256i table8(const uint32_t *table, __m256i i) {
-    int32_t at[8] __attribute__((aligned(32)));
-    _mm256_store_si256((__m256i *)at, i);
+    uint32_t at[8];
+    lanes8(i, at);
     return dwords8(table + at[0], table + at[1], table + at[2], table + at[3], table + at[4], table + at[5], table + at[6],
                    table + at[7]);
 }
@@ -608,9 +617,12 @@ static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256
 /* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
  * (table: the entries' bytes), from the entries of rows 0, 1, 4, 5 and 2, 3, 6, 7 (scalar loads),
  * which one in-lane shuffle of the pair puts in order, low dwords and high. */
-static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
-    int32_t at[8] __attribute__((aligned(32)));
-    _mm256_store_si256((__m256i *)at, i);
+static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
+    uint32_t at[8] __attribute__((aligned(32)));
+    if (regs) /* a constant: the faster way for the caller's mix of work (lanes8) */
+        lanes8(i, at);
+    else
+        _mm256_store_si256((__m256i *)at, i);
     __m256 a = _mm256_castsi256_ps(qwords4(table + at[0], table + at[1], table + at[4], table + at[5]));
     __m256 c = _mm256_castsi256_ps(qwords4(table + at[2], table + at[3], table + at[6], table + at[7]));
     q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
@@ -663,7 +675,7 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
             __m256i v[2];
-            entry_quads8(iq1s_bytes, i, v);
+            entry_quads8(iq1s_bytes, i, v, 1);
             for (int e = 0; e < 2; e++) {
                 __m256i q = _mm256_add_epi8(v[e], offset); /* q + 128 */
                 __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
@@ -698,7 +710,7 @@ static inline __attribute__((always_inline)) void expand_groups(int t, const uin
             __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
             for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
                 __m256i q[2];
-                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q);
+                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q, 1);
                 for (int e = 0; e < 2; e++) quad_store(out, 2 * k + e, h, q[e], quad_signs(s8, 2 * k + e), z);
             }
         }
@@ -773,7 +785,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
             __m256i q[2];
-            entry_quads8(iq1s_bytes, i, q);
+            entry_quads8(iq1s_bytes, i, q, 0);
             for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
@@ -797,7 +809,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
         const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
         for (int k = 0; k < 4; k++) {
             __m256i q[2];
-            entry_quads8(table, idx[k], q);
+            entry_quads8(table, idx[k], q, 0);
             for (int e = 0; e < 2; e++) {
                 __m256i v = q[e];
                 kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], zany, off);
