@@ -4,8 +4,9 @@
                                 [--types Q3_K,Q6_K] [--cpu-time]
 
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
-time, on every call (native/grids.c); IQ2_XXS (a grid type, decoded the same way to Q8_0) and a
-Q6_K and a Q8_0 weight of the same shape, whose packed blocks need no decoding, are the yardsticks.
+time, on every call (native/grids.c); so are IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S (the grid types,
+decoded to Q8_0 blocks). A Q6_K and a Q8_0 weight of the same shape, whose packed blocks need no
+decoding, are the yardsticks.
 One Qwen3-1.7B FFN-shaped weight (6144 x 2048, random blocks) per type, the default three-limb
 kernels (`native`), the best of `--repeat` timings of `strata_matmul` per row count, the types
 taking turns so that a noisy machine disturbs all alike (`--cpu-time`: the calling thread's CPU
@@ -26,7 +27,7 @@ from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
 
-TYPES = (QT.Q3_K, QT.IQ1_M, QT.IQ2_XS, QT.IQ2_S, QT.IQ2_XXS, QT.Q6_K, QT.Q8_0)
+TYPES = (QT.Q3_K, QT.IQ1_M, QT.IQ2_XS, QT.IQ2_S, QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.Q6_K, QT.Q8_0)
 N, K = 6144, 2048  # Qwen3-1.7B's FFN up / gate
 D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the others: at 0; IQ1_M: below)
 
@@ -35,7 +36,7 @@ def blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
     """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01)."""
     block, size = GGML_QUANT_SIZES[qtype]
     data = rng.integers(0, 256, size=(N * K // block, size), dtype=np.uint8)
-    d = rng.uniform(0.001, 0.01, size=data.shape[0]).astype(np.float16).view(np.uint16)
+    d = np.asarray(rng.uniform(0.001, 0.01, size=data.shape[0])).astype(np.float16).view(np.uint16)
     if qtype == QT.IQ1_M:  # d's four nibbles on top of the four scale words (bytes 49, 51, 53, 55)
         for k in range(4):
             data[:, 49 + 2 * k] = (data[:, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 15) << 4).astype(np.uint8)

@@ -527,7 +527,48 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
 }
 #elif defined(STRATA_TARGET_AVX2)
 /* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
- * and scale vector): dword gathers, the sign masks as bytes (0xFF: negated). */
+ * and scale vector), the sign masks as bytes (0xFF: negated). No gathers: a ymm gather is many
+ * uops at a low throughput on AMD's Zen 2-3 (and not free on Intel's client cores), where 8 scalar
+ * loads and a few unpacks take the same bytes; a lane's index is read back from a stored vector. */
+
+/* The 4 bytes at p0 .. p7, as the lanes 0 .. 7 of a vector. */
+static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
+                              const void *p6, const void *p7) {
+    __m128i l[8];
+    const void *p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
+    for (int o = 0; o < 8; o++) {
+        int32_t v;
+        memcpy(&v, p[o], 4);
+        l[o] = _mm_cvtsi32_si128(v);
+    }
+    __m128i lo = _mm_unpacklo_epi64(_mm_unpacklo_epi32(l[0], l[1]), _mm_unpacklo_epi32(l[2], l[3]));
+    __m128i hi = _mm_unpacklo_epi64(_mm_unpacklo_epi32(l[4], l[5]), _mm_unpacklo_epi32(l[6], l[7]));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* The 8 bytes at p0 .. p3, as the 64-bit lanes 0 .. 3 of a vector. */
+static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, const void *p3) {
+    __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p0), _mm_loadl_epi64((const __m128i *)p1));
+    __m128i hi = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p2), _mm_loadl_epi64((const __m128i *)p3));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* The 8 lanes of i (each >= 0) as scalars, through general registers: on the AMD EPYC the Q8_0
+ * decoding (IQ2_XXS, IQ3_S, IQ1_S) ran faster so, the K-grid types' with i stored and read back. */
+static inline void lanes8(__m256i i, uint32_t at[8]) {
+    __m128i lo = _mm256_castsi256_si128(i), hi = _mm256_extracti128_si256(i, 1);
+    uint64_t q[4] = {(uint64_t)_mm_cvtsi128_si64(lo), (uint64_t)_mm_extract_epi64(lo, 1), (uint64_t)_mm_cvtsi128_si64(hi),
+                     (uint64_t)_mm_extract_epi64(hi, 1)};
+    for (int k = 0; k < 4; k++) at[2 * k] = (uint32_t)q[k], at[2 * k + 1] = (uint32_t)(q[k] >> 32);
+}
+
+/* Lane o: the dword table[i lane o] (what _mm256_i32gather_epi32(table, i, 4) gives). */
+static inline __m256i table8(const uint32_t *table, __m256i i) {
+    uint32_t at[8];
+    lanes8(i, at);
+    return dwords8(table + at[0], table + at[1], table + at[2], table + at[3], table + at[4], table + at[5], table + at[6],
+                   table + at[7]);
+}
 
 /* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
 static inline __m256i quad_signs(__m256i s, int r) {
@@ -552,8 +593,10 @@ static inline __m256i scales_store(uint8_t *out, int h, __m256 scale) {
     return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
 }
 
-/* The 4 bytes at p of each of 8 rows (at: their offsets). */
-static inline __m256i rows4(const uint8_t *p, __m256i at) { return _mm256_i32gather_epi32((const int *)p, at, 1); }
+/* The 4 bytes at p of each of 8 rows rb apart. */
+static inline __m256i rows4(const uint8_t *p, int64_t rb) {
+    return dwords8(p, p + rb, p + 2 * rb, p + 3 * rb, p + 4 * rb, p + 5 * rb, p + 6 * rb, p + 7 * rb);
+}
 
 /* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
 static inline __m256i signs7_bytes(__m256i x) {
@@ -572,12 +615,16 @@ static inline __m256i signs7_bytes(__m256i x) {
 static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
 
 /* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
- * (table: the entries' bytes), from two gathers of the entries' 8 bytes, rows 0, 1, 4, 5 and
- * 2, 3, 6, 7, which one in-lane shuffle of the pair puts in order, low dwords and high. */
-static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2]) {
-    i = _mm256_permutevar8x32_epi32(i, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-    __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_castsi256_si128(i), 8));
-    __m256 c = _mm256_castsi256_ps(_mm256_i32gather_epi64((const long long *)table, _mm256_extracti128_si256(i, 1), 8));
+ * (table: the entries' bytes), from the entries of rows 0, 1, 4, 5 and 2, 3, 6, 7 (scalar loads),
+ * which one in-lane shuffle of the pair puts in order, low dwords and high. */
+static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
+    uint32_t at[8] __attribute__((aligned(32)));
+    if (regs) /* a constant: the faster way for the caller's mix of work (lanes8) */
+        lanes8(i, at);
+    else
+        _mm256_store_si256((__m256i *)at, i);
+    __m256 a = _mm256_castsi256_ps(qwords4(table + at[0], table + at[1], table + at[4], table + at[5]));
+    __m256 c = _mm256_castsi256_ps(qwords4(table + at[2], table + at[3], table + at[6], table + at[7]));
     q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
 }
 
@@ -586,7 +633,7 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
                                                               const float *d, uint8_t *dst) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
-    __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    int64_t at = rb;
     uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
     __m256 dv = _mm256_loadu_ps(d + 8 * h);
     if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
@@ -597,12 +644,15 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
             __m256i idx = rows4(blk + 2 + 8 * j, at);
             for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
                 __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
-                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq2xxs_bytes, i, 4), quad_signs(s8, r), z);
+                quad_store(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs(s8, r), z);
             }
         } else {
-            __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
-            for (int r = 0; r < 8; r++)
-                quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3xxs_bytes, byte_of(idx[r >> 2], r & 3), 4), quad_signs(s8, r), z);
+            for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
+                const uint8_t *p = blk + 2 + 8 * j + r;
+                const uint32_t *g = iq3xxs_bytes;
+                __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+                quad_store(out, r, h, v, quad_signs(s8, r), z);
+            }
         }
     } else if (t == WT_IQ3_S) {
         __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
@@ -613,7 +663,7 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
         __m256i z = scales_store(out, h, _mm256_mul_ps(dv, part));
         for (int r = 0; r < 8; r++) {
             __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
-            quad_store(out, r, h, _mm256_i32gather_epi32((const int *)iq3s_bytes, i, 4), quad_signs(signs, r), z);
+            quad_store(out, r, h, table8(iq3s_bytes, i), quad_signs(signs, r), z);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
         __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, at), 16);
@@ -622,14 +672,16 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
         __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
         __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
         __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
-        for (int r = 0; r < 8; r++) {
-            int k = r >> 1;
+        for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
-            __m256i v = _mm256_i32gather_epi32((const int *)iq1s_bytes, _mm256_add_epi32(_mm256_slli_epi32(i, 1), _mm256_set1_epi32(r & 1)), 4);
-            __m256i q = _mm256_add_epi8(v, offset); /* q + 128 */
-            __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
-            q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
-            _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+            __m256i v[2];
+            entry_quads8(iq1s_bytes, i, v, 1);
+            for (int e = 0; e < 2; e++) {
+                __m256i q = _mm256_add_epi8(v[e], offset); /* q + 128 */
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
+                q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
+                _mm256_storeu_si256((__m256i *)(out + 64 + 64 * (2 * k + e) + 32 * h), q);
+            }
         }
     }
 }
@@ -658,7 +710,7 @@ static inline __attribute__((always_inline)) void expand_groups(int t, const uin
             __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
             for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
                 __m256i q[2];
-                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q);
+                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q, 1);
                 for (int e = 0; e < 2; e++) quad_store(out, 2 * k + e, h, q[e], quad_signs(s8, 2 * k + e), z);
             }
         }
@@ -733,7 +785,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
             __m256i q[2];
-            entry_quads8(iq1s_bytes, i, q);
+            entry_quads8(iq1s_bytes, i, q, 0);
             for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
@@ -757,7 +809,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
         const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
         for (int k = 0; k < 4; k++) {
             __m256i q[2];
-            entry_quads8(table, idx[k], q);
+            entry_quads8(table, idx[k], q, 0);
             for (int e = 0; e < 2; e++) {
                 __m256i v = q[e];
                 kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], zany, off);
