@@ -421,7 +421,8 @@ static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_
  * once, as the bytes' int32 or double combine does: the same bits, with no int16 chains to widen,
  * no limb combination and no test (1.05 times the bytes, bench/avx2_prefill_bound.py). */
 #define LIMB_SIX_ROWS 2 /* rows a tile: 3 spill (measured slower), 1 loads each weight once a row */
-#define LIMB_SIX_VR (2 * LIMB_SIX_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
+#define LIMB_FIVE_ROWS 3 /* Q5_K's rows a tile: one sequence a block leaves registers for a third (1.09 times two) */
+#define LIMB_SIX_VR (2 * LIMB_FIVE_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
 
 /* acc + the pair sums of w times x, summed in place (one chain in a register, as limb_wide_madd,
  * without a copy a step) */
@@ -518,11 +519,13 @@ static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_
                                                      const float *bias, float *y) {
     const int16_t *w16 = limb_six_unpack(pt, grp, nb);
     if (!w16) return; /* out of memory: counted */
-    for (int64_t m0 = 0; m0 < M; m0 += LIMB_SIX_ROWS) {
-        int rows = M - m0 < LIMB_SIX_ROWS ? (int)(M - m0) : LIMB_SIX_ROWS;
-        vf acc[LIMB_SIX_ROWS];
+    int mr = pt == WT_Q5_K ? LIMB_FIVE_ROWS : LIMB_SIX_ROWS;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_FIVE_ROWS];
 #define LIMB_SIX_CASE(F, P)                                                                                        \
-    if (rows == LIMB_SIX_ROWS) limb_six_rows(F, w16, nb, xr, P, m0, LIMB_SIX_ROWS, acc);                             \
+    if (F && rows == 3) limb_six_rows(F, w16, nb, xr, P, m0, 3, acc);                                               \
+    else if (rows == 2) limb_six_rows(F, w16, nb, xr, P, m0, 2, acc);                                               \
     else limb_six_rows(F, w16, nb, xr, P, m0, 1, acc);
         if (pt == WT_Q5_K) {
             if (limbs == 3) { LIMB_SIX_CASE(1, 2) }
