@@ -419,7 +419,8 @@ static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_
  *     |S_hi|, |S_lo| <= 32 * 31 * 2048 = 2,031,616 < 2^21 (k = 2: |S| <= 32 * 31 * 32,639 < 2^25)
  * exact in int32 and in float: limb_wide_value's fma (k = 2: the conversion) rounds the exact S
  * once, as the bytes' int32 or double combine does: the same bits, with no int16 chains to widen,
- * no limb combination and no test (1.05 times the bytes, bench/avx2_prefill_bound.py). */
+ * no limb combination and no test; three rows a tile (LIMB_FIVE_ROWS: 1.12 times the bytes, two rows
+ * 0.99-1.05 times; bench/avx2_prefill_bound.py). */
 #define LIMB_SIX_ROWS 2 /* rows a tile: 3 spill (measured slower), 1 loads each weight once a row */
 #define LIMB_FIVE_ROWS 3 /* Q5_K's rows a tile: one sequence a block leaves registers for a third (1.09 times two) */
 #define LIMB_SIX_VR (2 * LIMB_FIVE_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
