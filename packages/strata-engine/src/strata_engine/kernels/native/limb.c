@@ -411,9 +411,19 @@ static void limb_wide_tile(int t, const uint8_t *grp, const int16_t *w16, int64_
  * combination, test or branch. A block of one row is 64 vpmaddwd, 64 vpaddd and 32 broadcasts;
  * a tile of LIMB_SIX_ROWS rows shares each weight load. The weights are widened, and each half's
  * scale d * sc formed (the same fp32 product q8_scale forms), once a group (limb_six_unpack);
- * test_limb.py checks the sums at these bounds. */
+ * test_limb.py checks the sums at these bounds.
+ * Q5_K for many rows takes the same steps (limb_six_rows' `five`): its weight w = q in [0, 31] (no
+ * offset), one scale and one min a block of 32, so each row's chains run all 16 pairs and the
+ * sequence comes once a block, then q8_add_min's fma(dmin * m, -dsum, acc) (dmin * m formed once a
+ * group, as the scale). Per block and output
+ *     |S_hi|, |S_lo| <= 32 * 31 * 2048 = 2,031,616 < 2^21 (k = 2: |S| <= 32 * 31 * 32,639 < 2^25)
+ * exact in int32 and in float: limb_wide_value's fma (k = 2: the conversion) rounds the exact S
+ * once, as the bytes' int32 or double combine does: the same bits, with no int16 chains to widen,
+ * no limb combination and no test; three rows a tile (LIMB_FIVE_ROWS: 1.12 times the bytes, two rows
+ * 0.99-1.05 times; bench/avx2_prefill_bound.py). */
 #define LIMB_SIX_ROWS 2 /* rows a tile: 3 spill (measured slower), 1 loads each weight once a row */
-#define LIMB_SIX_VR (2 * LIMB_SIX_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
+#define LIMB_FIVE_ROWS 3 /* Q5_K's rows a tile: one sequence a block leaves registers for a third (1.09 times two) */
+#define LIMB_SIX_VR (2 * LIMB_FIVE_ROWS) /* virtual rows (rows x wide limbs) a tile holds: 2 accumulators each */
 
 /* acc + the pair sums of w times x, summed in place (one chain in a register, as limb_wide_madd,
  * without a copy a step) */
@@ -424,9 +434,9 @@ static inline __m256i limb_six_madd(__m256i acc, __m256i w, __m256i x) {
 }
 
 /* One group's 6-bit weights (pt: Q6_K as packed, or the K-grid types' expanded WT_Q6_K_BYTES) as
- * w = byte - 32, int16: per block and pair j of elements (2j, 2j + 1), outputs 0-7 then 8-15,
- * each output's two weights side by side: w16[512 b + 32 j + 2 o + e] = w(o, 2j + e); then per
- * block its two halves' scales (q8_scale), f32[16] each. */
+ * w = byte - 32, int16 (pt = WT_Q5_K: w = q, no offset): per block and pair j of elements (2j, 2j + 1),
+ * outputs 0-7 then 8-15, each output's two weights side by side: w16[512 b + 32 j + 2 o + e] = w(o, 2j + e);
+ * then per block its two halves' scales (q8_scale), f32[16] each (Q5_K: its scale, then its min). */
 static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
     int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * (1024 + 128));
     if (!w16) return NULL; /* out of memory: counted */
@@ -434,7 +444,10 @@ static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(pt, b), *qs = q8_quants(pt, blk);
         const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(pt) - q8_super_bytes(pt));
-        for (int h = 0; h < 2; h++) vf_store(ws + 32 * b + 16 * h, q8_scale(pt, blk, head, h));
+        if (q8_halves(pt) == 2)
+            for (int h = 0; h < 2; h++) vf_store(ws + 32 * b + 16 * h, q8_scale(pt, blk, head, h));
+        else /* Q5_K: the block's scale and min (q8_add_min's dmin * m) */
+            vf_store(ws + 32 * b, q8_scale(pt, blk, head, 0)), vf_store(ws + 32 * b + 16, q8_kquant_min(blk, head));
         for (int R = 0; R < 8; R++) { /* quad row R: byte 4o + c is w(o, 4R + c) + 32 */
             vq v = q8_row(pt, qs, R);
             __m256i half[2] = {v.lo, v.hi}; /* outputs 0-7, 8-15 */
@@ -444,7 +457,7 @@ static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
                 __m256i p = _mm256_shuffle_epi8(half[k], _mm256_broadcastsi128_si256(_mm_setr_epi8(
                                                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)));
                 p = _mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0));
-                __m256i off = _mm256_set1_epi16(32);
+                __m256i off = _mm256_set1_epi16((short)q8_offset(pt));
                 int16_t *out = w16 + b * 512 + 32 * (2 * R) + 16 * k;
                 _mm256_storeu_si256((__m256i *)out, _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(p)), off));
                 _mm256_storeu_si256((__m256i *)(out + 32),
@@ -455,21 +468,22 @@ static const int16_t *limb_six_unpack(int pt, const uint8_t *grp, int64_t nb) {
     return w16;
 }
 
-/* Rows m0 .. m0+rows of one group of 16 Q6_K outputs on limb_six_unpack's weights: each half's
- * wide sums, then the sequence at the top (as limb_bytes_rows; the scales from the packed group). */
-static inline __attribute__((always_inline)) void limb_six_rows(const int16_t *w16, int64_t nb, const limb_rows *xr,
-                                                                int planes, int64_t m0, int rows, vf *acc) {
-    int vr = rows * planes;
+/* Rows m0 .. m0+rows of one group of 16 Q6_K outputs (five: Q5_K's) on limb_six_unpack's weights:
+ * each half's (Q5_K: block's) wide sums, then the sequence at the top (as limb_bytes_rows). */
+static inline __attribute__((always_inline)) void limb_six_rows(int five, const int16_t *w16, int64_t nb,
+                                                                const limb_rows *xr, int planes, int64_t m0, int rows,
+                                                                vf *acc) {
+    int vr = rows * planes, halves = five ? 1 : 2, steps = 16 / halves;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     const float *wsb = (const float *)(w16 + nb * 512);
     for (int64_t b = 0; b < nb; b++) {
         const int16_t *wb = w16 + b * 512, *xp[LIMB_SIX_VR];
         for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < halves; h++) {
             __m256i s[LIMB_SIX_VR][2];
-#pragma GCC unroll 8
-            for (int j = 8 * h; j < 8 * h + 8; j++) {
+#pragma GCC unroll 16
+            for (int j = steps * h; j < steps * h + steps; j++) {
                 __m256i wl = _mm256_loadu_si256((const __m256i *)(wb + 32 * j));
                 __m256i wh = _mm256_loadu_si256((const __m256i *)(wb + 32 * j + 16));
                 __asm__("" : "+x"(wl), "+x"(wh)); /* loaded once, not once a row and plane: measured faster */
@@ -477,7 +491,7 @@ static inline __attribute__((always_inline)) void limb_six_rows(const int16_t *w
                     int32_t x2;
                     memcpy(&x2, xp[u] + 2 * j, 4);
                     __m256i xv = _mm256_set1_epi32(x2);
-                    if (j == 8 * h) { /* the chains start at the first products */
+                    if (j == steps * h) { /* the chains start at the first products */
                         s[u][0] = _mm256_madd_epi16(wl, xv), s[u][1] = _mm256_madd_epi16(wh, xv);
                     } else {
                         s[u][0] = limb_six_madd(s[u][0], wl, xv);
@@ -493,23 +507,32 @@ static inline __attribute__((always_inline)) void limb_six_rows(const int16_t *w
                 acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
             }
         }
+        if (five) { /* q8_add_min's K-quant step, the min formed once a group (limb_six_unpack) */
+            vf mn = vf_load(wsb + 32 * b + 16);
+            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-xr->dsum[2 * ((m0 + i) * nb + b)]), acc[i]);
+        }
     }
 }
 
-/* Group g's rows 0 .. M (pt: the group's packed type, see limb_six_unpack). */
+/* Group g's rows 0 .. M (pt: the group's packed type, see limb_six_unpack; WT_Q5_K: Q5_K's). */
 static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int pt,
                                                      const uint8_t *grp, int64_t g, int outs, int64_t N,
                                                      const float *bias, float *y) {
     const int16_t *w16 = limb_six_unpack(pt, grp, nb);
     if (!w16) return; /* out of memory: counted */
-    for (int64_t m0 = 0; m0 < M; m0 += LIMB_SIX_ROWS) {
-        int rows = M - m0 < LIMB_SIX_ROWS ? (int)(M - m0) : LIMB_SIX_ROWS;
-        vf acc[LIMB_SIX_ROWS];
-#define LIMB_SIX_CASE(P)                                                                                           \
-    if (rows == LIMB_SIX_ROWS) limb_six_rows(w16, nb, xr, P, m0, LIMB_SIX_ROWS, acc);                                \
-    else limb_six_rows(w16, nb, xr, P, m0, 1, acc);
-        if (limbs == 3) { LIMB_SIX_CASE(2) } /* the two 12-bit planes */
-        else { LIMB_SIX_CASE(1) }
+    int mr = pt == WT_Q5_K ? LIMB_FIVE_ROWS : LIMB_SIX_ROWS;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_FIVE_ROWS];
+#define LIMB_SIX_CASE(F, P)                                                                                        \
+    if (F && rows == 3) limb_six_rows(F, w16, nb, xr, P, m0, 3, acc);                                               \
+    else if (rows == 2) limb_six_rows(F, w16, nb, xr, P, m0, 2, acc);                                               \
+    else limb_six_rows(F, w16, nb, xr, P, m0, 1, acc);
+        if (pt == WT_Q5_K) {
+            if (limbs == 3) { LIMB_SIX_CASE(1, 2) }
+            else { LIMB_SIX_CASE(1, 1) }
+        } else if (limbs == 3) { LIMB_SIX_CASE(0, 2) } /* the two 12-bit planes */
+        else { LIMB_SIX_CASE(0, 1) }
 #undef LIMB_SIX_CASE
         q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
     }
@@ -658,8 +681,9 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
  * widened into the int32 sums before the next starts. Q4_K's bytes (at most 15) take one chain of
  * all 8 steps (at most 8 * 2 * 15 * 128 = 30,720), as its nibbles do, and a tile of
  * LIMB_BYTES_ROWS rows, each weight register serving both; Q5_K and Q6_K keep one row a tile (two
- * spill their int32 sums: measured no faster). Where LIMB_WIDE, a call of many rows takes Q6_K by
- * int16 steps instead (limb_six_group); here then only the K-grid types' bytes for few rows. The integer sums are the same exact S_j and the
+ * spill their int32 sums: measured no faster). Where LIMB_WIDE (on these same builds), a call of many rows takes Q6_K
+ * and Q5_K by int16 steps instead (limb_six_group); here then Q4_K's bytes and the K-grid types' bytes for few
+ * rows (Q5_K's chains of 4 only where LIMB_WIDE is off). The integer sums are the same exact S_j and the
  * float sequence is limb_group_rows's: the same bits (bench/avx2_prefill_bound.py: the speed). */
 #if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
 #define LIMB_BYTES 1
@@ -849,6 +873,10 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
         limb_six_group(xr, M, nb, limbs, q8_expanded(wtype) ? t : wtype, grp, g, outs, N, bias, y);
         return;
     }
+    if (wide && wtype == WT_Q5_K) { /* Q5_K for many rows: the same int16 steps, one scale and a min a block */
+        limb_six_group(xr, M, nb, limbs, WT_Q5_K, grp, g, outs, N, bias, y);
+        return;
+    }
 #endif
     if (t != wtype && !q8_expanded(wtype)) { /* Q5_0, Q5_K, Q6_K (Q4_K) for many rows: the group unpacked once to a byte a weight */
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)q8_group_bytes(t, nb));
@@ -921,7 +949,9 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
     int t = q8_expanded(wtype) ? q8_expanded_type(wtype) : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     /* the wide step's int16 planes (limb_wide_planes): Q8_0's, and the 6-bit bytes' for many rows */
-    int64_t wide = LIMB_WIDE && (wtype_code(t) == WT_Q8_0 || (t == WT_Q6_K_BYTES && M * limbs >= UNPACK_ROWS)) ? limbs - 1 : 0;
+    int64_t wide = LIMB_WIDE && (wtype_code(t) == WT_Q8_0 || ((t == WT_Q6_K_BYTES || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS))
+                       ? limbs - 1
+                       : 0;
     limb_rows xr; /* one scratch block kept between calls: start, s, dsum, the limbs, then the wide limbs */
     uint8_t *block = (uint8_t *)scratch(SCRATCH_Q8, (size_t)(M * nb) * (8 * limbs + 12) + (size_t)(M * K * (limbs + 2 * wide)));
     if (!block) return; /* out of memory: counted */
