@@ -19,13 +19,13 @@ On the device this costs 544 bytes a block of 32 for 16 outputs and 64 a super-b
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
-from gguf import quants
 
 GROUP = 16
 OFFSET = 64  # WT_IQ2_BYTES' offset: w + 64 in [21, 107]
 SCALES_AT = {QT.IQ2_XS: 66, QT.IQ2_S: 74}  # the super-block's 8 bytes of 4-bit scales
-BLOCK_BYTES = {QT.IQ2_XS: 74, QT.IQ2_S: 82}  # a stored super-block of 256 values
+CHUNK = 64  # groups expanded at a time: the dequantised values of 1,024 rows, not of the whole weight
 
 
 def _integers(blocks: np.ndarray, qtype: QT) -> np.ndarray:
@@ -34,7 +34,7 @@ def _integers(blocks: np.ndarray, qtype: QT) -> np.ndarray:
     unit = blocks.copy()
     unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
     unit[..., SCALES_AT[qtype] : SCALES_AT[qtype] + 8] = 0
-    values = quants.dequantize(unit.reshape(-1), qtype).astype(np.float64) * 8
+    values = quants.dequantize(unit.reshape(-1), qtype) * np.float32(8)  # w / 8 * 8: exact in fp32
     w = np.rint(values).astype(np.int32)
     assert np.array_equal(w, values) and np.abs(w).max(initial=0) <= 43  # exact: grid values 8, 25, 43
     return w.reshape(*blocks.shape[:-1], 256)
@@ -45,13 +45,22 @@ def expand(raw: np.ndarray, qtype: QT, n: int, k: int) -> np.ndarray:
     blocks as stored, the last group's rows past n unused) as the groups of WT_IQ2_BYTES the
     device's kernels read (packed.py's K-quant layout for these types; rows past n zero)."""
     nsb, groups = k // 256, -(-n // GROUP)
-    blocks = raw.reshape(groups * GROUP, nsb, BLOCK_BYTES[qtype]).copy()
-    blocks[n:] = 0
+    rows = raw.reshape(groups * GROUP, nsb, GGML_QUANT_SIZES[qtype][1]).copy()
+    rows[n:] = 0
+    blocks = rows.reshape(groups, GROUP, nsb, -1)
+    return np.concatenate([_groups(blocks[g : g + CHUNK], qtype) for g in range(0, groups, CHUNK)])
+
+
+def _groups(blocks: np.ndarray, qtype: QT) -> np.ndarray:
+    """`expand` of the stored super-blocks [groups, 16 rows, nsb, bytes]: each group's bytes in turn."""
+    groups, _, nsb, _ = blocks.shape
     at = SCALES_AT[qtype]
     d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32) * np.float32(0.125)
-    s = blocks[..., at : at + 8].astype(np.int32)  # [rows, nsb, 8 blocks]: half 0 low, half 1 high nibble
-    sc = (2 * np.stack([s & 15, s >> 4], axis=-1) + 1).astype(np.int8)  # [rows, nsb, 8, 2]
-    w = (_integers(blocks, qtype) + OFFSET).astype(np.uint8)  # [rows, nsb, 256]
+    s = blocks[..., at : at + 8].astype(
+        np.int32
+    )  # [group, row, nsb, 8 blocks]: half 0 low, half 1 high nibble
+    sc = (2 * np.stack([s & 15, s >> 4], axis=-1) + 1).astype(np.int8)  # [group, row, nsb, 8, 2]
+    w = (_integers(blocks, qtype) + OFFSET).astype(np.uint8)  # [group, row, nsb, 256]
     nb = 8 * nsb
     # quants: [group, block, row r, output o, c] = w(16 group + o, 32 block + 4 r + c)
     q = w.reshape(groups, GROUP, nb, 8, 4).transpose(0, 2, 3, 1, 4).reshape(groups, nb, 512)
@@ -60,4 +69,4 @@ def expand(raw: np.ndarray, qtype: QT, n: int, k: int) -> np.ndarray:
     head = d.reshape(groups, GROUP, nsb).transpose(0, 2, 1).copy().view(np.uint8)  # [group, nsb, 64]
     out = np.concatenate([head, body], axis=2).reshape(groups, -1)
     tail = np.zeros((groups, 64), np.uint8)  # block_at(nb): the header of a super-block past the last
-    return np.ascontiguousarray(np.concatenate([out, tail], axis=1)).reshape(-1)
+    return np.concatenate([out, tail], axis=1).reshape(-1)
