@@ -30,7 +30,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.choice import make_ops
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton import intmatmul, mmadecode, packed, quantize
+from strata_engine.kernels.triton import intmatmul, kgrid, mmadecode, packed, quantize
 from strata_engine.kernels.triton.backend import TritonOps
 from strata_engine.kernels.weights import Weight
 from strata_engine.provenance import arithmetic
@@ -155,6 +155,18 @@ def test_equals_the_c_kernels(qtype: QT, limbs: int) -> None:
         bias = rng.uniform(-1, 1, N).astype(np.float32) if i % 2 else None
         got, want = _both(qtype, limbs, _activations(m, k, rng), w, bias)
         assert same_bits(got, want), f"{m} rows, K {k}, bias {bias is not None}"
+
+
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda t: t.name)
+def test_kgrid_expanded_a_group_at_a_time_equals_the_c_kernels(qtype: QT, monkeypatch) -> None:
+    """kgrid.expand works through a weight CHUNK groups at a time: with one group a chunk, the
+    seams fall between every 16 outputs, and the result is still the C kernels' (a group's bytes
+    put in another group's place, or a header lost at a seam, fails here)."""
+    monkeypatch.setattr(kgrid, "CHUNK", 1)
+    rng = np.random.default_rng(int(qtype) + 7)
+    w = _weight(qtype, N, 512, rng)
+    got, want = _both(qtype, 3, _activations(2, 512, rng), w)
+    assert same_bits(got, want)
 
 
 @pytest.mark.parametrize("qtype", (QT.Q4_K, QT.Q6_K), ids=lambda t: t.name)
