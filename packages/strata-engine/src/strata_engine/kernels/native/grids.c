@@ -633,15 +633,14 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
                                                               const float *d, uint8_t *dst) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
-    int64_t at = rb;
     uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
     __m256 dv = _mm256_loadu_ps(d + 8 * h);
     if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
-        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), at), s8 = signs7_bytes(aux);
+        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), rb), s8 = signs7_bytes(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
         __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
         if (t == WT_IQ2_XXS) {
-            __m256i idx = rows4(blk + 2 + 8 * j, at);
+            __m256i idx = rows4(blk + 2 + 8 * j, rb);
             for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
                 __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
                 quad_store(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs(s8, r), z);
@@ -655,10 +654,10 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
             }
         }
     } else if (t == WT_IQ3_S) {
-        __m256i idx[2] = {rows4(blk + 2 + 8 * j, at), rows4(blk + 6 + 8 * j, at)};
-        __m256i qh = rows4(blk + 66 + j, at), signs = rows4(blk + 74 + 4 * j, at);
+        __m256i idx[2] = {rows4(blk + 2 + 8 * j, rb), rows4(blk + 6 + 8 * j, rb)};
+        __m256i qh = rows4(blk + 66 + j, rb), signs = rows4(blk + 74 + 4 * j, rb);
         /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
-        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, at), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
         __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
         __m256i z = scales_store(out, h, _mm256_mul_ps(dv, part));
         for (int r = 0; r < 8; r++) {
@@ -666,7 +665,7 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
             quad_store(out, r, h, table8(iq3s_bytes, i), quad_signs(signs, r), z);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
-        __m256i lo = rows4(blk + 2 + 4 * j, at), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, at), 16);
+        __m256i lo = rows4(blk + 2 + 4 * j, rb), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
         __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
         __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
         __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
