@@ -92,6 +92,27 @@ def _gateup_kernel(
         )
 
 
+def members(pw: PackedWeight, widths: tuple[int, ...]) -> list[PackedWeight]:
+    """The members of a weight whose rows stack several (model.FusedProjection's widths) as
+    packed weights of their own: views of its bytes, a member's groups of 16 outputs being
+    its own where every width but the last is a multiple of 16 (else [])."""
+    if len(widths) == 1:
+        return [pw]
+    if sum(widths) != pw.out_features or any(w % 16 for w in widths[:-1]):
+        return []
+    out, start = [], 0
+    for width in widths:
+        at, end = start // 16 * pw.group_bytes, (start + width + 15) // 16 * pw.group_bytes
+        wq = pw.wq[at:end]
+        out.append(
+            PackedWeight(
+                pw.wtype, pw.limbs, width, pw.in_features, pw.group_bytes, wq, pw.wf[at // 4 : end // 4]
+            )
+        )
+        start += width
+    return out
+
+
 def fits(xq: Quantised, gate: PackedWeight, up: PackedWeight) -> bool:
     """Whether `gated` takes one launch for these (else it makes the separate launches)."""
     m, nb = xq.s.shape
