@@ -79,3 +79,22 @@ def test_one_launch_gives_the_c_kernels_bits(
         assert torch.equal(yq.q, ref.q), f"digits, {rows} rows, {ranges} K ranges"
         assert _same(yq.s, ref.s) and _same(yq.dsum, ref.dsum), f"scales, {rows} rows, {ranges} K ranges"
     assert not mmadecode.counts(torch.device(DEVICE), 1).any(), "every count is back to zero"
+
+
+def test_a_stacked_gate_up_weight_splits_into_its_members(monkeypatch) -> None:
+    """gate and up of one type stacked as one packed weight (model.fuse_projections), split by
+    gateup.members into views of its groups: the C kernels' bits of each weight on its own."""
+    rng = np.random.default_rng(7)
+    c = NativeOps(1, q8=True, limbs=3)
+    values = [rng.normal(0, 0.05, size=(N, K)).astype(np.float32) for _ in range(2)]
+    data = [np.ascontiguousarray(encode_tensor(v, QT.Q4_K, rng)).reshape(-1) for v in values]
+    gate, up = (c.pack(Weight.from_info(TensorInfo("w", (N, K), QT.Q4_K, d))) for d in data)
+    both = c.pack(Weight.from_info(TensorInfo("w", (2 * N, K), QT.Q4_K, np.concatenate(data))))
+    x = rng.normal(0, 1, size=(3, K)).astype(np.float32)
+    want = on(c.silu_mul(c.linear(x, gate), c.linear(x, up)))
+    members = gateup.members(packed.from_packed(both, DEVICE), (N, N))
+    assert [m.out_features for m in members] == [N, N]
+    assert gateup.members(packed.from_packed(both, DEVICE), (N - 8, N + 8)) == []  # not whole groups
+    monkeypatch.setattr(intmatmul, "MMA_N", 64)
+    y, _ = gateup.gated(quantize(on(x), 3), members[0], members[1], False)
+    assert _same(y, want)
