@@ -122,6 +122,18 @@ def stack_rows(weights: list[Weight]) -> Weight:
     return Weight(name, out, first.in_features, first.kernel_type, raw, source)
 
 
+def gated_linear(
+    ops: Ops, x: Array, projections: tuple[FusedProjection, ...] | None, gelu: bool
+) -> Array | None:
+    """act(gate) * up of the fused gate/up `projections` applied to `x` as one backend op where it
+    has one (`gated_linear`: the matmuls, the product and its quantisation in one launch, the
+    same bits), else None: the model's steps."""
+    fused = getattr(ops, "gated_linear", None)
+    if fused is None or projections is None or any(p.bias is not None for p in projections):
+        return None
+    return fused(x, [(p.weight, p.widths) for p in projections], gelu)
+
+
 def fused_linear(ops: Ops, x: Array, projections: tuple[FusedProjection, ...]) -> list[Array]:
     """Each member's output of `projections` applied to `x`, as contiguous arrays."""
     outs: list[Array] = []
@@ -401,14 +413,17 @@ class Transformer:
             else:
                 act = ops.gelu_mul if cfg.ffn_act == "gelu" else ops.silu_mul
                 assert layer.w_gate is not None and layer.w_up is not None and layer.w_down is not None
-                if layer.gate_up is not None:
-                    gate, up = fused_linear(ops, h, layer.gate_up)
-                else:
-                    gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
+                gated = gated_linear(ops, h, layer.gate_up, cfg.ffn_act == "gelu")
+                if gated is None:
+                    if layer.gate_up is not None:
+                        gate, up = fused_linear(ops, h, layer.gate_up)
+                    else:
+                        gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
+                    gated = act(gate, up)
                 if layer.g4 is None and layer.post_ffn_norm is None and not self.tp.active:
-                    x = linear_add(ops, act(gate, up), layer.w_down, x)  # x + f, one op
+                    x = linear_add(ops, gated, layer.w_down, x)  # x + f, one op
                     continue
-                f = ops.linear(act(gate, up), layer.w_down)
+                f = ops.linear(gated, layer.w_down)
             f = self.tp.all_reduce(f) if layer.g4 is None else gemma4.ffn_out(ops, x, f, layer, cfg)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)

@@ -52,13 +52,14 @@ DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer
 # mixes of Llama-3.1-8B's Q4_K_M, and the 8B step (the fixed part + 16 layers of each).
 MAX_PER_LAYER = {
-    # 9 Triton (q/k fused and v Q6_K in one launch: mmapair.py), no torch
-    "attn_v, ffn_down Q6_K": 9,
-    # 9 Triton (q/k/v fused, gate/up fused; the residual adds in wo's and down's epilogues; wo's
-    # input quantised by the attention kernel)
-    "all Q4_K": 9,
+    # 8 Triton (q/k fused and v Q6_K in one launch: mmapair.py; gate/up with SwiGLU and its
+    # quantisation in one: gateup.py), no torch
+    "attn_v, ffn_down Q6_K": 8,
+    # 8 Triton (q/k/v fused, gate/up + SwiGLU in one launch; the residual adds in wo's and down's
+    # epilogues; wo's input quantised by the attention kernel)
+    "all Q4_K": 8,
 }
-MAX_STEP_8B = 296  # 8 + 16 x 9 + 16 x 9
+MAX_STEP_8B = 264  # 8 + 16 x 8 + 16 x 8
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.
@@ -179,3 +180,44 @@ def test_an_8b_decode_step_launches_no_more_a_layer_than_today() -> None:
     for mix, limit in MAX_PER_LAYER.items():
         assert 0 < launches["mixes"][mix]["per_layer"] <= limit, (mix, launches["mixes"][mix])
     assert launches["step_8b"] <= MAX_STEP_8B, launches["step_8b"]
+
+
+def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
+    """The gate/up launch with SwiGLU and its quantisation in its epilogue (gateup.py), in the
+    three forms a GPU runs, with the tiny model's types and the 8B's (Q4_K gate and up; Q4_K and
+    Q6_K), compiled for sm_90: no local memory, no spills."""
+    from strata_engine.kernels.triton.packed import layout
+    from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
+
+    specs = tmp_path / "specs.json"
+    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
+    recorded = [s for s in json.loads(specs.read_text()) if s["name"] == "_gateup_kernel"]
+    assert recorded, "the tiny model's decode takes the gate/up launch"
+    forms = []
+    for types in ((), (Q4_K, Q4_K), (Q4_K, Q6_K)):
+        pair = {}
+        if types:
+            pair = layout(types[0].value) | {f"{k}2": v for k, v in layout(types[1].value).items()}
+        for split, cr in FORMS:
+            sig = recorded[0]["signature"] | {
+                "cnt_ptr": "*i32" if split else recorded[0]["signature"]["g_ptr"]
+            }
+            c = recorded[0]["constexprs"] | pair | {"SPLIT": split, "CR": cr}
+            forms.append(recorded[0] | {"signature": sig, "constexprs": c})
+    specs.write_text(json.dumps(forms))
+    out = tmp_path / "stats.json"
+    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(forms)
+    for r in rows:
+        print(
+            r["constexprs"]["WT"],
+            r["constexprs"]["WT2"],
+            r["constexprs"]["SPLIT"],
+            r["constexprs"]["CR"],
+            r["registers"],
+        )
+        assert r["constexprs"]["BN"] == 256 and r["constexprs"]["LIMBS"] == 3, (
+            "the GPU's tile, the default mode"
+        )
+        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"

@@ -30,6 +30,7 @@ from strata_engine.kernels.triton import (
     activation,
     attention,
     fmatmul,
+    gateup,
     intmatmul,
     kv,
     logprobs,
@@ -287,6 +288,26 @@ class TritonOps:
             self._made = (y, xq)
             return y
         return activation.gelu_mul(g, u) if gelu else activation.silu_mul(g, u)
+
+    def gated_linear(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], gelu: bool
+    ) -> torch.Tensor | None:
+        """act(x gate^T) * (x up^T) from gate/up stored as `runs` (weight, member widths), with
+        its quantisation, in one launch (gateup.py) where the decode path takes it; else None
+        (the model then runs linear_runs and silu_mul / gelu_mul: the same bits)."""
+        if self.limbs is None or not all(w.kernel_type & Q8_PACKED for w, _ in runs):
+            return None
+        members = [m for w, widths in runs for m in gateup.members(self._packed_weight(w), widths)]
+        if len(members) != 2 or members[0].limbs != self.limbs or len(getattr(x, "shape", ())) != 2:
+            return None
+        if not 0 < x.shape[0] <= intmatmul.ROWS_MAX:
+            return None
+        xq = self._quantised(x, self.limbs)
+        if not gateup.fits(xq, members[0], members[1]):
+            return None
+        y, yq = gateup.gated(xq, members[0], members[1], gelu)
+        self._made = (y, yq)
+        return y
 
     def rope(self, x: Array, positions: Array, table: RopeTable) -> torch.Tensor:
         pos = self._step(positions)
