@@ -36,7 +36,11 @@ K = 256  # 8 blocks, one super-block
 HQ, HK, D = 4, 2, 32  # q 128 outputs, k and v 64 each
 SLOTS = 8
 # (numpy cache type, torch cache type)
-CACHES = {"fp32": (np.float32, torch.float32), "bf16": (np.uint16, torch.bfloat16), "fp16": (np.float16, torch.float16)}
+CACHES = {
+    "fp32": (np.float32, torch.float32),
+    "bf16": (np.uint16, torch.bfloat16),
+    "fp16": (np.float16, torch.float16),
+}
 
 
 def _data(n: int, qtype: QT, rng: np.random.Generator) -> np.ndarray:
@@ -69,7 +73,10 @@ def test_one_launch_gives_the_c_kernels_bits(
     c = NativeOps(1, q8=True, limbs=3)
     types = (runs[0], runs[0], runs[-1])  # q, k, v
     data = [_data(n, t, rng) for n, t in zip((HQ * D, HK * D, HK * D), types, strict=True)]
-    members = [c.pack(Weight.from_info(TensorInfo("w", (len(d) // _row(t), K), t, d))) for d, t in zip(data, types, strict=True)]
+    members = [
+        c.pack(Weight.from_info(TensorInfo("w", (len(d) // _row(t), K), t, d)))
+        for d, t in zip(data, types, strict=True)
+    ]
     stacked = [np.concatenate(data)] if len(runs) == 1 else [np.concatenate(data[:2]), data[2]]
     weights = [
         packed.from_packed(c.pack(Weight.from_info(TensorInfo("w", (len(d) // _row(t), K), t, d))), DEVICE)
@@ -86,6 +93,9 @@ def test_one_launch_gives_the_c_kernels_bits(
     c.kv_write(want_k, v, kc, vc, slots)
     bits = torch.int32 if cache == "fp32" else torch.int16
     xq = quantize(on(x), 3)
+    # fresh buffers full of NaN: a unit rotated before its outputs are stored reads no stale values
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: _nan(empty(*a, **k)))
     for bn in (64, 16):
         monkeypatch.setattr(intmatmul, "MMA_N", bn)
         assert qkvrope.tiling([w.out_features for w in weights], D) == (bn, max(bn, D))
@@ -100,6 +110,10 @@ def test_one_launch_gives_the_c_kernels_bits(
             assert torch.equal(kd.view(bits), kv_tensor(kc).view(bits)), f"K cache, {where}"
             assert torch.equal(vd.view(bits), kv_tensor(vc).view(bits)), f"V cache, {where}"
     assert not mmadecode.counts(torch.device(DEVICE), 1).any(), "every count is back to zero"
+
+
+def _nan(t: torch.Tensor) -> torch.Tensor:
+    return t.fill_(float("nan")) if t.is_floating_point() else t
 
 
 def _row(t: QT) -> int:
@@ -119,7 +133,9 @@ def test_what_one_launch_does_not_take() -> None:
     rng = np.random.default_rng(0)
     c = NativeOps(1, q8=True, limbs=3)
     d = _data((HQ + 2 * HK) * D, QT.Q4_K, rng)
-    w = packed.from_packed(c.pack(Weight.from_info(TensorInfo("w", ((HQ + 2 * HK) * D, K), QT.Q4_K, d))), DEVICE)
+    w = packed.from_packed(
+        c.pack(Weight.from_info(TensorInfo("w", ((HQ + 2 * HK) * D, K), QT.Q4_K, d))), DEVICE
+    )
     kd = torch.zeros((SLOTS, HK, D), device=DEVICE)
     assert qkvrope.fits(1, K, [w], 3, (HQ, HK, D), _table(D, True), kd, kd)
     assert not qkvrope.fits(9, K, [w], 3, (HQ, HK, D), _table(D, True), kd, kd)

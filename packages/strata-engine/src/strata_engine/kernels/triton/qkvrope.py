@@ -61,7 +61,9 @@ def _unit(
                          v + tl.arange(0, VB), nv, KV)  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["M", "N", "N2", "nb", "GB", "GB2", "PER", "T1", "UT", "U1", "HQ", "HK", "D", "HALF"])
+@triton.jit(
+    do_not_specialize=["M", "N", "N2", "nb", "GB", "GB2", "PER", "T1", "UT", "U1", "HQ", "HK", "D", "HALF"]
+)
 def _qkv_rope_kernel(
     q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, y_ptr, f_ptr, wq2_ptr, wf2_ptr, y2_ptr, f2_ptr, cnt_ptr,
     qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr,
@@ -140,7 +142,7 @@ def fits(
         and hk > 0
         and sum(widths) == (hq + 2 * hk) * d
         and all(w.limbs == limbs and w.in_features == k and w.group_bytes % 16 == 0 for w in weights)
-        and 0 < table.dim // 2
+        and table.dim // 2 > 0
         and table.dim <= d
         and k_cache.dtype == v_cache.dtype
         and k_cache.dtype in kv.KV_CODES
