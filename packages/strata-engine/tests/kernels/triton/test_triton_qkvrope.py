@@ -8,6 +8,11 @@ under Triton's interpreter."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +147,31 @@ def test_what_one_launch_does_not_take() -> None:
     assert not qkvrope.fits(1, K, [w], 3, (HQ, HK, D), _table(2 * D, True), kd, kd)
     assert not qkvrope.fits(1, K, [w], 3, (HQ - 1, HK, D), _table(D, True), kd, kd)
     assert not qkvrope.fits(1, K, [w], 1, (HQ, HK, D), _table(D, True), kd, kd)
+
+
+def _module(name: str, *args: str, interpret: bool) -> None:
+    """`python -m strata_engine.testing.<name> args` in a fresh process (the GPU's tiles are
+    chosen when the kernels' modules are imported, which this process has done interpreted)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "STRATA_TRITON_GPU_TILES")}
+    if interpret:
+        env |= {"TRITON_INTERPRET": "1", "STRATA_TRITON_GPU_TILES": "1"}
+    done = subprocess.run([sys.executable, "-m", f"strata_engine.testing.{name}", *args], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+
+def test_the_launch_compiles_for_sm_90_without_spills(tmp_path) -> None:
+    """The launch in the forms a GPU runs (testing/qkvrope_launches.py: Q4_K_M's pair and a
+    stacked Q4_K weight; one program a tile, split along K for 1 row and for 4; BN 256, heads of
+    128, a 2-byte cache) compiled for sm_90: no local memory, no spills."""
+    specs, out = tmp_path / "specs.json", tmp_path / "stats.json"
+    _module("qkvrope_launches", str(specs), interpret=True)
+    recorded = [s for s in json.loads(specs.read_text()) if s["name"] == "_qkv_rope_kernel"]
+    assert len(recorded) == 6, [s["constexprs"] for s in recorded]
+    specs.write_text(json.dumps(recorded))
+    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(recorded)
+    for r in rows:
+        assert r["constexprs"]["BN"] == 256 and r["constexprs"]["U"] == 256, "the GPU's tile"
+        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
