@@ -7,7 +7,8 @@ types the launch does not read, or have biases):
 
 The launches are an 8B layer's (heads of 128, llama's interleaved pairs) at a narrow width, with
 the GPU's tiles (BN 256): q/k Q4_K and v Q6_K (two weights, Q4_K_M's) and q/k/v Q4_K stacked,
-one program a tile and split along K with the float steps for 1 row and for 4, a 2-byte cache.
+one program a tile and split along K with the float steps for 1 row and for 4, a 2-byte cache;
+and rope.py's RoPE + KV-write launch, whose device functions it shares.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
     from strata_engine.gguf_loader import TensorInfo
     from strata_engine.kernels.base import RopeTable
     from strata_engine.kernels.native.backend import NativeOps
-    from strata_engine.kernels.triton import mmadecode, packed, qkvrope
+    from strata_engine.kernels.triton import mmadecode, packed, qkvrope, rope
     from strata_engine.kernels.triton.quantize import quantize
     from strata_engine.kernels.weights import Weight
     from strata_engine.testing.tiny_models import encode_tensor
@@ -61,6 +62,9 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
             pos, slots = torch.arange(rows, dtype=torch.int32), torch.arange(rows, dtype=torch.int64)
             assert qkvrope.fits(rows, k, weights, 3, (hq, hk, d), table, kc, vc)
             qkvrope.qkv_rope(xq, weights, (hq, hk, d), pos, slots, table, cos, sin, kc, vc)
+    # the separate launch, whose rotation and cache stores (rope._rotate, kv.store_row) it shares
+    q, k, v = (torch.ones(1, h, d) for h in (hq, hk, hk))
+    rope.rope_write(q, k, v, pos[:1], slots[:1], table, cos, sin, kc, vc)
 
 
 if __name__ == "__main__":

@@ -53,12 +53,12 @@ def _unit(
         pos = tl.load(pos_ptr + row).to(tl.int64)
         slot = tl.load(slots_ptr + row).to(tl.int64)
         _rotate(src, qo_ptr + (row * HQ + h0) * D, pos, cos_ptr, sin_ptr, nq, D, HALF,
-                INTERLEAVED, BLOCK_H, BLOCK, TAIL, 0)  # fmt: skip
+                INTERLEAVED, BLOCK_H, BLOCK, TAIL, 0, True)  # fmt: skip
         _rotate(src + (k0 - h0) * D, kc_ptr + (slot * HK + (k0 - HQ)) * D, pos, cos_ptr, sin_ptr, nk, D, HALF,
-                INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV)  # fmt: skip
+                INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, True)  # fmt: skip
         for v in range(0, nv, VB):
             kv.store_row(src + (v0 - h0) * D, vc_ptr + (slot * HK + (v0 - HQ - HK)) * D,
-                         v + tl.arange(0, VB), nv, KV)  # fmt: skip
+                         v + tl.arange(0, VB), nv, KV, True)  # fmt: skip
 
 
 @triton.jit(
