@@ -10,16 +10,43 @@ q/k norms or a query temperature never asks it. Either way the bits are the mode
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from strata_engine.kernels.base import Array, AttentionMeta, RopeTable
+from strata_engine.config import ModelConfig
+from strata_engine.kernels.base import Array, AttentionMeta, Ops, RopeTable
+from strata_engine.kernels.weights import Weight
 
-if TYPE_CHECKING:
-    from strata_engine.model import Layer, Transformer
+
+class Projection(Protocol):  # model.FusedProjection, read here (model.py imports this module)
+    @property
+    def weight(self) -> Weight: ...
+    @property
+    def bias(self) -> object: ...
+    @property
+    def widths(self) -> tuple[int, ...]: ...
+
+
+class Layer(Protocol):  # what is read of model.Layer
+    @property
+    def qkv(self) -> Sequence[Projection] | None: ...
+    @property
+    def q_norm(self) -> object: ...
+    @property
+    def k_norm(self) -> object: ...
+
+
+class Model(Protocol):  # what is read of model.Transformer
+    @property
+    def ops(self) -> Ops: ...
+    @property
+    def cfg(self) -> ModelConfig: ...
+    @property
+    def q_temp(self) -> object: ...
 
 
 def qkv_rope(
-    model: Transformer,
+    model: Model,
     h: Array,
     layer: Layer,
     meta: AttentionMeta,

@@ -63,8 +63,8 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
             assert qkvrope.fits(rows, k, weights, 3, (hq, hk, d), table, kc, vc)
             qkvrope.qkv_rope(xq, weights, (hq, hk, d), pos, slots, table, cos, sin, kc, vc)
     # the separate launch, whose rotation and cache stores (rope._rotate, kv.store_row) it shares
-    q, k, v = (torch.ones(1, h, d) for h in (hq, hk, hk))
-    rope.rope_write(q, k, v, pos[:1], slots[:1], table, cos, sin, kc, vc)
+    q, keys, v = (torch.ones(1, h, d) for h in (hq, hk, hk))
+    rope.rope_write(q, keys, v, pos[:1], slots[:1], table, cos, sin, kc, vc)
 
 
 if __name__ == "__main__":
