@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from strata_engine import attention_temperature, gemma4, gpt_oss
+from strata_engine import attention_temperature, fused_rope, gemma4, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
@@ -435,6 +435,8 @@ class Transformer:
     ) -> Array:
         """The rotated queries [T, heads, d]; K and V (normed where the model says) written to the cache."""
         cfg, ops, n = self.cfg, self.ops, h.shape[0]
+        if (q := fused_rope.qkv_rope(self, h, layer, meta, rope, k_cache, v_cache)) is not None:
+            return q  # the projections, RoPE and the cache write as one op (fused_rope.py)
         if layer.qkv is not None:
             q, k, v = fused_linear(ops, h, layer.qkv)
         else:

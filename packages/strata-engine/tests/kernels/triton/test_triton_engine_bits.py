@@ -31,7 +31,13 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.testing.tiny_arch_models import ARCH_SPECS, vocab_size, write_arch_model
 from strata_engine.testing.tiny_gemma4 import VOCAB_SIZE as GEMMA4_VOCAB
 from strata_engine.testing.tiny_gemma4 import write_gemma4
-from strata_engine.testing.tiny_models import VOCAB_SIZE, write_quantised_model
+from strata_engine.testing.tiny_models import (
+    N_LAYERS,
+    TINY_SPECS,
+    VOCAB_SIZE,
+    write_quantised_model,
+    write_tiny_model,
+)
 from strata_engine.testing.triton_checks import GENERATE, assert_same_rows, rows
 
 
@@ -86,6 +92,30 @@ def test_quantised_models_rows_are_the_cpu_engines(quantised_model):
 def test_a_2_byte_kv_cache_gives_the_cpu_engines_rows(quantised_model, kv: str):
     """--kv-cache-dtype bf16 / fp16: the device cache rounds and widens as the C kernels do."""
     _same_on_both(*quantised_model, "native-fp32", kv)
+
+
+@pytest.mark.parametrize(
+    ("v_type", "static"),
+    [(QT.Q6_K, False), (QT.Q4_K, False), (QT.Q6_K, True)],
+    ids=["q-k-Q4_K-v-Q6_K", "q-k-v-Q4_K", "q-k-Q4_K-v-Q6_K-static-path"],
+)
+def test_the_qkv_rope_launch_gives_the_cpu_engines_rows(tmp_path, monkeypatch, v_type: QT, static: bool):
+    """The integer mode ("native") on the tiny llama (no biases, no q/k norms), q and k Q4_K and
+    v Q6_K (two weights, as Q4_K_M's layers) or all Q4_K (one stacked weight), decode steps on
+    the dynamic or the static path (CUDA graphs' buffers): decode steps and 5-token chunks take
+    the projections, RoPE and the cache write in one launch (qkvrope.py), and the rows are the
+    CPU engine's, batched and chunked."""
+    from strata_engine.kernels.triton import graphs, qkvrope
+
+    types = {f"blk.{i}.attn_{x}.weight": QT.Q4_K for i in range(N_LAYERS) for x in "qk"}
+    types |= {f"blk.{i}.attn_v.weight": v_type for i in range(N_LAYERS)}
+    path = write_tiny_model(tmp_path / "qkv.gguf", TINY_SPECS[0], seed=6, overrides=types)
+    launches, launch = [], qkvrope.qkv_rope
+    monkeypatch.setattr(qkvrope, "qkv_rope", lambda *a: launches.append(len(a[1])) or launch(*a))
+    if static:
+        monkeypatch.setenv(graphs.SWITCH, "1")
+    _same_on_both(path, _prompts(VOCAB_SIZE, 6, (9, 3)), "native")
+    assert set(launches) == {1 if v_type == QT.Q4_K else 2}, "the layers took the one launch"
 
 
 def test_gemma4_mixture_of_experts_rows_are_the_cpu_engines(tmp_path):

@@ -37,6 +37,7 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
+    qkvrope,
     recurrence,
     rope,
     select,
@@ -338,6 +339,30 @@ class TritonOps:
         return rope.rope_write(
             tensor(q).to(dev), tensor(k).to(dev), tensor(v).to(dev), self._step(positions), self._step(slots),
             table, self._model(table.cos), self._model(table.sin), self._cache(k_cache), self._cache(v_cache),
+        )  # fmt: skip
+
+    def qkv_rope(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
+        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """The rotated queries [T, HQ, D] of x's q/k/v projections stored as `runs` (weight, member
+        widths: [q | k | v], heads (HQ, HK, D)), the rotated keys and the values written to the
+        caches, in one launch (qkvrope.py) where the decode path takes it; else None (the model
+        then runs linear_runs and rope_kv_write: the same bits)."""
+        if self.limbs is None or not all(w.kernel_type & Q8_PACKED for w, _ in runs):
+            return None
+        if (
+            len(getattr(x, "shape", ())) != 2
+            or [w for _, ws in runs for w in ws] != [heads[0] * heads[2]] + [heads[1] * heads[2]] * 2
+        ):
+            return None
+        weights = [self._packed_weight(w) for w, _ in runs]
+        kc, vc = self._cache(k_cache), self._cache(v_cache)
+        if not qkvrope.fits(x.shape[0], x.shape[1], weights, self.limbs, heads, table, kc, vc):
+            return None
+        return qkvrope.qkv_rope(
+            self._quantised(x, self.limbs), weights, heads, self._step(positions), self._step(slots), table,
+            self._model(table.cos), self._model(table.sin), kc, vc,
         )  # fmt: skip
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:

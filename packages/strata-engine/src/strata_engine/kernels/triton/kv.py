@@ -75,10 +75,12 @@ def _write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slots_ptr, WK, WV, KV: tl.conste
 
 
 @triton.jit
-def store_row(src, dst, offs, W, KV: tl.constexpr):
-    """The row's values at offs (< W) from src into dst, a 2-byte cache's rounded (`narrow`)."""
+def store_row(src, dst, offs, W, KV: tl.constexpr, CG: tl.constexpr = False):
+    """The row's values at offs (< W) from src into dst, a 2-byte cache's rounded (`narrow`);
+    CG: src read past the SM's L1 (outputs other programs of the launch stored: qkvrope.py)."""
     mask = offs < W
-    x = tl.load(src + offs, mask=mask, other=0.0)
+    CACHE: tl.constexpr = ".cg" if CG else ""
+    x = tl.load(src + offs, mask=mask, other=0.0, cache_modifier=CACHE)
     if KV == 0:
         tl.store(dst + offs, x, mask=mask)
     else:

@@ -57,8 +57,11 @@ def _rope_write_kernel(
 def _rotate(
     src, dst, pos, cos_ptr, sin_ptr, H, D, HALF,
     INTERLEAVED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr, KV: tl.constexpr,
+    CG: tl.constexpr = False,
 ):  # fmt: skip
-    """A token's H heads of D from src rotated into dst (KV 1, 2: as a 2-byte cache stores them)."""
+    """A token's H heads of D from src rotated into dst (KV 1, 2: as a 2-byte cache stores them).
+    CG: src read past the SM's L1 (outputs other programs of the launch stored: qkvrope.py)."""
+    CACHE: tl.constexpr = ".cg" if CG else ""
     hs = tl.arange(0, BLOCK_H)[:, None]
     i = tl.arange(0, BLOCK)[None, :]
     mask = (hs < H) & (i < HALF)
@@ -71,15 +74,20 @@ def _rotate(
     else:
         ia = i
         ib = i + HALF
-    a = tl.load(src + row + ia, mask=mask, other=0.0)
-    b = tl.load(src + row + ib, mask=mask, other=0.0)
+    a = tl.load(src + row + ia, mask=mask, other=0.0, cache_modifier=CACHE)
+    b = tl.load(src + row + ib, mask=mask, other=0.0, cache_modifier=CACHE)
     ac, bs, as_, bc = a * c, b * s, a * s, b * c
     _put(dst + row + ia, ac - bs, mask, KV)
     _put(dst + row + ib, as_ + bc, mask, KV)
     if TAIL:  # the dims past the rotated ones, copied as they are
         for c0 in range(2 * HALF, D, BLOCK):
             m = (hs < H) & (c0 + i < D)
-            _put(dst + row + c0 + i, tl.load(src + row + c0 + i, mask=m, other=0.0), m, KV)
+            _put(
+                dst + row + c0 + i,
+                tl.load(src + row + c0 + i, mask=m, other=0.0, cache_modifier=CACHE),
+                m,
+                KV,
+            )
 
 
 @triton.jit
