@@ -1,0 +1,76 @@
+"""A residual update, its RMSNorm and the norm's quantisation in one launch (kernels/triton/addnorm.py)
+against the C kernels, bit for bit.
+
+The reference is the C code: NativeOps.linear (strata_q8_matmul / strata_limb_matmul on the bytes
+strata_q8_pack wrote), numpy's fp32 residual addition, NativeOps.rmsnorm (strata_rmsnorm); the
+digits are quantize.py's of that norm (held to the C quantisers by the other Triton tests).
+Without a GPU these run under Triton's interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
+
+pytest.importorskip(
+    "triton", reason="the Triton kernels need `pip install triton` (the engine's [gpu] extra)"
+)
+
+from gguf import GGMLQuantizationType as QT
+
+from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton import addnorm, intmatmul, mmadecode, packed
+from strata_engine.kernels.triton.quantize import quantize
+from strata_engine.kernels.weights import Weight
+from strata_engine.testing.tiny_models import encode_tensor
+from strata_engine.testing.triton_setup import DEVICE, on
+
+pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
+
+K = 768  # 24 blocks, 3 super-blocks
+N = 160  # 3 tiles of 64 outputs (MMA_N set to 64), the last half full; 5 blocks of 32 a row
+EPS = 1e-5
+
+
+def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return got.shape == want.shape and torch.equal(
+        got.contiguous().view(torch.int32), want.contiguous().view(torch.int32)
+    )
+
+
+@pytest.mark.parametrize(
+    "qtype,limbs", [(QT.Q4_K, 3), (QT.Q6_K, 3), (QT.Q8_0, 0)], ids=("Q4_K-limbs3", "Q6_K-limbs3", "Q8_0-q8")
+)
+@pytest.mark.parametrize("rows", (1, 5))
+def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, limbs: int) -> None:
+    """residual + x W^T, its RMSNorm and the norm's digits, scales and dsums: the C kernels'
+    matmul, fp32 addition and norm and quantize's digits of it, one program a tile and split
+    along K into 2 and 3 ranges, with one and two groups of rows."""
+    rng = np.random.default_rng(rows)
+    c = NativeOps(1, q8=True, limbs=limbs)
+    values = rng.normal(0, 0.05, size=(N, K)).astype(np.float32)
+    data = np.ascontiguousarray(encode_tensor(values, qtype, rng))
+    w = c.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, data.reshape(-1))))
+    x = rng.normal(0, 1, size=(rows, K)).astype(np.float32)
+    residual = rng.normal(0, 1, size=(rows, N)).astype(np.float32)
+    gain = rng.normal(1, 0.1, size=N).astype(np.float32)
+    want_y = residual + c.linear(x, w)
+    want_h = on(c.rmsnorm(want_y, gain, EPS))
+    pw = packed.from_packed(w, DEVICE)
+    xq = quantize(on(x), pw.limbs)
+    ref = quantize(want_h, pw.limbs)
+    monkeypatch.setattr(intmatmul, "MMA_N", 64)
+    groups = -(-rows // mmadecode.TOKENS.value)
+    for programs, ranges in ((1, 1), (3 * 2 * groups, 2), (3 * 3 * groups, 3)):
+        monkeypatch.setattr(mmadecode, "PROGRAMS", programs)
+        assert mmadecode.plan(rows, N, K // 32, 64)[0][2] == ranges
+        assert addnorm.fits(xq, pw, on(residual), on(gain))
+        y, h, hq = addnorm.linear_add_norm(xq, pw, on(residual), on(gain), EPS)
+        assert _same(y, on(want_y)), f"the residual, {rows} rows, {ranges} K ranges"
+        assert _same(h, want_h), f"the norm, {rows} rows, {ranges} K ranges"
+        assert torch.equal(hq.q, ref.q), f"digits, {rows} rows, {ranges} K ranges"
+        assert _same(hq.s, ref.s) and _same(hq.dsum, ref.dsum), f"scales, {rows} rows, {ranges} K ranges"
+    assert not mmadecode.counts(torch.device(DEVICE), 1).any(), "every count is back to zero"
