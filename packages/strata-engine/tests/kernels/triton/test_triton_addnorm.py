@@ -67,7 +67,7 @@ def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, 
     for programs, ranges in ((1, 1), (3 * 2 * groups, 2), (3 * 3 * groups, 3)):
         monkeypatch.setattr(mmadecode, "PROGRAMS", programs)
         assert mmadecode.plan(rows, N, K // 32, 64)[0][2] == ranges
-        assert addnorm.fits(xq, pw, on(residual), on(gain))
+        assert addnorm.fits(rows, K, pw, on(residual), on(gain))
         y, h, hq = addnorm.linear_add_norm(xq, pw, on(residual), on(gain), EPS)
         assert _same(y, on(want_y)), f"the residual, {rows} rows, {ranges} K ranges"
         assert _same(h, want_h), f"the norm, {rows} rows, {ranges} K ranges"

@@ -52,14 +52,15 @@ DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer
 # mixes of Llama-3.1-8B's Q4_K_M, and the 8B step (the fixed part + 16 layers of each).
 MAX_PER_LAYER = {
-    # 8 Triton (q/k fused and v Q6_K in one launch: mmapair.py; gate/up with SwiGLU and its
-    # quantisation in one: gateup.py), no torch
-    "attn_v, ffn_down Q6_K": 8,
-    # 8 Triton (q/k/v fused, gate/up + SwiGLU in one launch; the residual adds in wo's and down's
-    # epilogues; wo's input quantised by the attention kernel)
-    "all Q4_K": 8,
+    # 6 Triton (q/k fused and v Q6_K in one launch: mmapair.py; gate/up with SwiGLU and its
+    # quantisation in one: gateup.py; wo and down each with the residual add, the next RMSNorm
+    # and its quantisation in one: addnorm.py), no torch
+    "attn_v, ffn_down Q6_K": 6,
+    # 6 Triton (q/k/v fused, gate/up + SwiGLU in one launch; wo's and down's launches add the
+    # residual and make the next norm's digits; wo's input quantised by the attention kernel)
+    "all Q4_K": 6,
 }
-MAX_STEP_8B = 264  # 8 + 16 x 8 + 16 x 8
+MAX_STEP_8B = 200  # 8 + 16 x 6 + 16 x 6 (the first attn_norm in the fixed part, the final norm in the last down)
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.

@@ -82,17 +82,16 @@ def _addnorm_kernel(
         _norm_rows(y_ptr, nw_ptr, h_ptr, xq_ptr, xs_ptr, xd_ptr, M, N, eps, LIMBS, SHIFT, XMAX, MIN_EXP, CB)
 
 
-def fits(xq: Quantised, pw: PackedWeight, residual: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear_add_norm` takes one launch for these (else the separate launches)."""
-    m, nb = xq.s.shape
+def fits(m: int, k: int, pw: PackedWeight, residual: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear_add_norm` takes one launch for m rows of k inputs (else the separate
+    launches)."""
     n = pw.out_features
     return (
         0 < m <= intmatmul.ROWS_MAX
-        and nb > 0
+        and k > 0
         and n > 0
         and n % 32 == 0
-        and xq.limbs == pw.limbs
-        and pw.in_features == nb * 32
+        and pw.in_features == k
         and pw.group_bytes % 16 == 0
         and tuple(residual.shape) == (m, n)
         and tuple(weight.shape) == (n,)
@@ -106,7 +105,7 @@ def linear_add_norm(
     """(y, h, quantize(h, limbs)) for y = residual + xq @ pw^T (+ bias) and h = rmsnorm(y, weight,
     eps): the bits of matmul_quantised(..., residual=) then norm.rmsnorm_quantize, in one launch
     where `fits` (up to ROWS_MAX rows, an output count a multiple of 32)."""
-    if not fits(xq, pw, residual, weight):
+    if xq.limbs != pw.limbs or not fits(xq.s.shape[0], xq.s.shape[1] * 32, pw, residual, weight):
         y = intmatmul.matmul_quantised(xq, pw, bias, residual=residual)
         h, hq = norm.rmsnorm_quantize(y, weight, eps, xq.limbs)
         return y, h, hq
