@@ -183,7 +183,15 @@ def test_an_8b_decode_step_launches_no_more_a_layer_than_today() -> None:
     assert launches["step_8b"] <= MAX_STEP_8B, launches["step_8b"]
 
 
-def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> list[dict]:
+    """The launches of the record step's first run (the quantised model in the default mode)."""
+    specs = tmp_path_factory.mktemp("recorded") / "specs.json"
+    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
+    return json.loads(specs.read_text())
+
+
+def test_the_gate_up_launch_does_not_spill(tmp_path, recorded) -> None:
     """The gate/up launch with SwiGLU and its quantisation in its epilogue (gateup.py), in the
     three forms a GPU runs, with the tiny model's types and the 8B's (Q4_K gate and up; Q4_K and
     Q6_K), compiled for sm_90: no local memory, no spills."""
@@ -191,8 +199,7 @@ def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
     from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
 
     specs = tmp_path / "specs.json"
-    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
-    recorded = [s for s in json.loads(specs.read_text()) if s["name"] == "_gateup_kernel"]
+    recorded = [s for s in recorded if s["name"] == "_gateup_kernel"]
     assert recorded, "the tiny model's decode takes the gate/up launch"
     forms = []
     for types in ((), (Q4_K, Q4_K), (Q4_K, Q6_K)):
@@ -221,4 +228,33 @@ def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
         assert r["constexprs"]["BN"] == 256 and r["constexprs"]["LIMBS"] == 3, (
             "the GPU's tile, the default mode"
         )
+        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
+
+
+def test_the_add_norm_launch_does_not_spill(tmp_path, recorded) -> None:
+    """The residual matmul with the next RMSNorm and its quantisation (addnorm.py), in the three
+    forms a GPU runs, with the tiny model's type and the 8B's (Q4_K wo, Q6_K down) and the
+    tiny model's norm chunk and the 8B's (addnorm.CHUNK: 8 blocks a step), compiled for sm_90:
+    no local memory, no spills."""
+    from strata_engine.kernels.triton.packed import layout
+    from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
+
+    found = [s for s in recorded if s["name"] == "_addnorm_kernel"]
+    assert found, "the tiny model's decode takes the add-norm launch"
+    forms = []
+    for types in ((), (Q4_K,), (Q6_K,)):
+        for chunk in ({}, {"CB": 8}):  # the 8B's: addnorm.CHUNK on a GPU
+            for split, cr in FORMS:
+                c = found[0]["constexprs"] | (layout(types[0].value) if types else {}) | chunk
+                forms.append(found[0] | {"constexprs": c | {"SPLIT": split, "CR": cr}})
+    specs = tmp_path / "specs.json"
+    specs.write_text(json.dumps(forms))
+    out = tmp_path / "stats.json"
+    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(forms)
+    for r in rows:
+        c = r["constexprs"]
+        print(c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"], r["local_bytes"], r["spill_instructions"])
+        assert c["BN"] == 256 and c["LIMBS"] == 3, "the GPU's tile, the default mode"
         assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"

@@ -23,9 +23,14 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.triton import intmatmul, mmadecode, norm
-from strata_engine.kernels.triton.ieee import LAUNCH, fit
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, fit
 from strata_engine.kernels.triton.packed import PackedWeight, halves, layout
 from strata_engine.kernels.triton.quantize import Quantised, allocate, constants, store_blocks
+
+# blocks of 32 normed and quantised a step (a speed choice only): on a GPU few, so that the
+# epilogue takes no more registers than the matmul (sm_90: Q4_K's three forms 95, 86, 88, as the
+# matmul's own launch; 32 took 142 to 146); the interpreter pays a Python step a chunk
+CHUNK = 32 if INTERPRETED else 8
 
 
 @triton.jit
@@ -132,7 +137,7 @@ def linear_add_norm(
         scratch, cnt, weight.to(torch.float32).contiguous(), h, out.q, out.s, out.dsum, m, n, nb,
         pw.group_bytes, per, eps,
         HAS_BIAS=bias is not None, BN=bn, SPLIT=split, CR=cr if split else mmadecode.TOKENS.value,
-        CB=min(norm.CHUNK, triton.next_power_of_2(n // 32)), num_stages=mmadecode.STAGES,
+        CB=min(CHUNK, triton.next_power_of_2(n // 32)), num_stages=mmadecode.STAGES,
         **layout(pw.wtype), **constants(xq.limbs), **LAUNCH,
     )  # fmt: skip
     return y, h, out
