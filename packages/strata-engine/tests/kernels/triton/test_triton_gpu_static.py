@@ -60,7 +60,9 @@ MAX_PER_LAYER = {
     # residual and make the next norm's digits; wo's input quantised by the attention kernel)
     "all Q4_K": 6,
 }
-MAX_STEP_8B = 200  # 8 + 16 x 6 + 16 x 6 (the first attn_norm in the fixed part, the final norm in the last down)
+MAX_STEP_8B = (
+    200  # 8 + 16 x 6 + 16 x 6 (the first attn_norm in the fixed part, the final norm in the last down)
+)
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.
@@ -255,6 +257,8 @@ def test_the_add_norm_launch_does_not_spill(tmp_path, recorded) -> None:
     assert len(rows) == len(forms)
     for r in rows:
         c = r["constexprs"]
-        print(c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"], r["local_bytes"], r["spill_instructions"])
+        print(
+            c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"], r["local_bytes"], r["spill_instructions"]
+        )
         assert c["BN"] == 256 and c["LIMBS"] == 3, "the GPU's tile, the default mode"
         assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
