@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton import addnorm, intmatmul, mmadecode, packed
+from strata_engine.kernels.triton import addnorm, intmatmul, mmadecode, norm, packed
 from strata_engine.kernels.triton.quantize import quantize
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.tiny_models import encode_tensor
@@ -74,3 +74,36 @@ def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, 
         assert torch.equal(hq.q, ref.q), f"digits, {rows} rows, {ranges} K ranges"
         assert _same(hq.s, ref.s) and _same(hq.dsum, ref.dsum), f"scales, {rows} rows, {ranges} K ranges"
     assert not mmadecode.counts(torch.device(DEVICE), 1).any(), "every count is back to zero"
+
+
+def test_the_backend_fuses_only_where_the_decode_path_applies(monkeypatch) -> None:
+    """fused_norm.add_norm on TritonOps (the integer mode, 3 rows): the C kernels' residual and
+    norm, the norm's digits handed on to the next matmul; `linear_add_norm` None (the model's
+    separate ops) at more than ROWS_MAX rows and in the fp32 mode; the C kernels' ops have none
+    and take the separate ops, the same bits."""
+    from strata_engine.fused_norm import add_norm
+    from strata_engine.kernels.triton.backend import TritonOps
+
+    rng = np.random.default_rng(11)
+    values = rng.normal(0, 0.05, size=(N, K)).astype(np.float32)
+    data = np.ascontiguousarray(encode_tensor(values, QT.Q4_K, rng))
+    w = Weight.from_info(TensorInfo("w", (N, K), QT.Q4_K, data.reshape(-1)))
+    c, ops = NativeOps(1, q8=True, limbs=3), TritonOps(DEVICE, limbs=3)
+    x = rng.normal(0, 1, size=(3, K)).astype(np.float32)
+    residual = rng.normal(0, 1, size=(3, N)).astype(np.float32)
+    gain = rng.normal(1, 0.1, size=N).astype(np.float32)
+    want_y = residual + c.linear(x, c.pack(w))
+    want_h = c.rmsnorm(want_y, gain, EPS)
+    with monkeypatch.context() as m:  # one launch: no RMSNorm launch of its own
+        m.setattr(norm, "rmsnorm_quantize", None)
+        y, h = add_norm(ops, x, ops.pack(w), residual, gain, EPS)
+    assert _same(y, on(want_y)) and _same(h, on(want_h))
+    assert ops._made is not None and ops._made[0] is h, "the norm's digits are the next matmul's input"
+    assert torch.equal(ops._made[1].q, quantize(on(want_h), 3).q)
+    many = np.zeros((intmatmul.ROWS_MAX + 1, K), np.float32)
+    assert ops.linear_add_norm(many, ops.pack(w), np.zeros((len(many), N), np.float32), gain, EPS) is None
+    fp32 = TritonOps(DEVICE, limbs=None)
+    assert fp32.linear_add_norm(x, fp32.pack(w), residual, gain, EPS) is None
+    assert not hasattr(c, "linear_add_norm")
+    cy, ch = add_norm(c, x, c.pack(w), residual, gain, EPS)
+    assert np.array_equal(cy, want_y) and np.array_equal(ch, want_h)
