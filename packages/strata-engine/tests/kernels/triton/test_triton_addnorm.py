@@ -48,7 +48,8 @@ def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
 def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, limbs: int) -> None:
     """residual + x W^T, its RMSNorm and the norm's digits, scales and dsums: the C kernels'
     matmul, fp32 addition and norm and quantize's digits of it, one program a tile and split
-    along K into 2 and 3 ranges, with one and two groups of rows."""
+    along K into 2 and 3 ranges, with one and two groups of rows (Q8_0 with a bias, as gpt-oss's
+    attention output has)."""
     rng = np.random.default_rng(rows)
     c = NativeOps(1, q8=True, limbs=limbs)
     values = rng.normal(0, 0.05, size=(N, K)).astype(np.float32)
@@ -57,7 +58,8 @@ def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, 
     x = rng.normal(0, 1, size=(rows, K)).astype(np.float32)
     residual = rng.normal(0, 1, size=(rows, N)).astype(np.float32)
     gain = rng.normal(1, 0.1, size=N).astype(np.float32)
-    want_y = residual + c.linear(x, w)
+    bias = rng.normal(0, 1, size=N).astype(np.float32) if qtype == QT.Q8_0 else None
+    want_y = residual + c.linear(x, w, bias)
     want_h = on(c.rmsnorm(want_y, gain, EPS))
     pw = packed.from_packed(w, DEVICE)
     xq = quantize(on(x), pw.limbs)
@@ -68,7 +70,9 @@ def test_one_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, qtype: QT, 
         monkeypatch.setattr(mmadecode, "PROGRAMS", programs)
         assert mmadecode.plan(rows, N, K // 32, 64)[0][2] == ranges
         assert addnorm.fits(rows, K, pw, on(residual), on(gain))
-        y, h, hq = addnorm.linear_add_norm(xq, pw, on(residual), on(gain), EPS)
+        y, h, hq = addnorm.linear_add_norm(
+            xq, pw, on(residual), on(gain), EPS, None if bias is None else on(bias)
+        )
         assert _same(y, on(want_y)), f"the residual, {rows} rows, {ranges} K ranges"
         assert _same(h, want_h), f"the norm, {rows} rows, {ranges} K ranges"
         assert torch.equal(hq.q, ref.q), f"digits, {rows} rows, {ranges} K ranges"
