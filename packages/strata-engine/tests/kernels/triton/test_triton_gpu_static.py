@@ -142,19 +142,20 @@ def _module(name: str, *args: str, interpret: bool) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
-def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -> None:
+def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path, recorded) -> None:
     specs = tmp_path / "specs.json"
-    # the record step's first run: the quantised model in the default mode (bench/gpu_static.py --fast)
-    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
+    # the record step's first run (`recorded`: bench/gpu_static.py --fast's); each decode launch
+    # (an add-norm launch as its weight's own, the residual added) in its three forms, whichever
+    # the tiny model's widths took: one program a tile, and split along K with the float steps
+    # for 1 row (an 8B projection at batch 1) or 4
+    launches = [s for s in recorded if s["name"] in (DECODE, "_addnorm_kernel")]
     decode = [
         s
-        for s in json.loads(specs.read_text())
+        for s in sass_stats.decode_forms(launches)
         if s["name"] == DECODE
         and sass_stats.weight_type(f"mmadecode.{DECODE}", s["constexprs"]) in {t for t, _ in MAX_PER_WEIGHT}
     ]
-    # each launch in its three forms, whichever the tiny model's widths took: one program a tile,
-    # and split along K with the float steps for 1 row (an 8B projection at batch 1) or 4
-    specs.write_text(json.dumps(sass_stats.decode_forms(decode)))
+    specs.write_text(json.dumps(decode))
     out = tmp_path / "stats.json"
     _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
     rows: dict[tuple[str, str], dict] = {}
