@@ -33,10 +33,11 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import unpack2, wtypes
+from strata_engine.kernels.triton import codebook, unpack2, wtypes
+from strata_engine.kernels.triton.codebook import IQ4_NL_H, IQ4_XS_H, MXFP4_H
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
-from strata_engine.kernels.triton.packed import block_offset, head_offset, kscales, scales
+from strata_engine.kernels.triton.packed import block_offset, head_offset, header, scales, super_scales
 from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
@@ -108,6 +109,8 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
             hi = (hi + 0x60606060) ^ TOPS
     bn: tl.constexpr = qw.shape[0]
     both = tl.join(_bytes(lo), _bytes(hi))  # [BN, r, c, half]
+    if WT == IQ4_NL_H or WT == IQ4_XS_H or WT == MXFP4_H:  # noqa: SIM109 (the indices' codebook integers)
+        both = codebook.lookup(both, WT)
     return tl.permute(both, (0, 3, 1, 2)).reshape(bn, 32)
 
 
@@ -120,7 +123,7 @@ def _limbs(s0, s1, s2, LIMBS: tl.constexpr, WT: tl.constexpr):
     fp32 values and fma(T, 256, S_0) is V with one rounding: 4 instructions where the int64 sum
     and its conversion take 5. The wider types form V in int64 and convert it once."""
     if LIMBS == 3:
-        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K or WT == Q2_K:  # noqa: SIM109
+        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K or WT == Q2_K or WT == MXFP4_H:  # noqa: SIM109
             f = tl.fma((s2 * 256 + s1).to(tl.float32), 256.0, s0.to(tl.float32))
         else:
             f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
@@ -252,10 +255,7 @@ def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, 
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
     head = group + head_offset(sb * TAIL, BB, SB)
-    d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
-    dmin = d
-    if WT != Q6_K:
-        dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+    d, dmin, hx = header(wf_ptr, head, o, live, WT)  # (IQ4_XS: d, scales_l, scales_h)
     for i in tl.static_range(TAIL):
         b = sb * TAIL + i
         at = cat + b * (HALVES * TOKENS * BN)
@@ -267,7 +267,7 @@ def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, 
             f1 = f0
             if HALVES == 2:
                 f1 = tl.load(f_ptr + at + TOKENS * BN, cache_modifier=".cg")
-        ws0, ws1, mn, mn1 = kscales(wq_ptr, head + SB + (b & 7) * BB, o, live, d, dmin, WT)  # packed.scales'
+        ws0, ws1, mn, mn1 = super_scales(wq_ptr, head + SB + (b & 7) * BB, b & 7, o, live, d, dmin, hx, WT)
         xb = rows.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
         d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)
