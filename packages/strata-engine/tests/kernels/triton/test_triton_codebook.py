@@ -59,7 +59,7 @@ def test_packed_as_held_at_the_files_size(qtype: QT, limbs: int) -> None:
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_the_fp32_mode_keeps_its_q8_0_rewrite(qtype: QT) -> None:
-    """"native-fp32" on the device reads a codebook weight as the Q8_0 blocks of its values."""
+    """ "native-fp32" on the device reads a codebook weight as the Q8_0 blocks of its values."""
     n, k = 16, 256
     w = Weight.from_info(TensorInfo("w", (n, k), qtype, extreme_blocks(qtype, n, k, seed=4)))
     assert from_weight(w, DEVICE).kt == WTYPES[QT.Q8_0].code
