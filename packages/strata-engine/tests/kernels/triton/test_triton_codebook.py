@@ -20,14 +20,15 @@ from gguf import quants
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton import packed
+from strata_engine.kernels.triton import gateup, intmatmul, mmadecode, packed
 from strata_engine.kernels.triton.backend import TritonOps
+from strata_engine.kernels.triton.quantize import quantize
 from strata_engine.kernels.triton.stored import from_weight
 from strata_engine.kernels.weight_types import TYPES as WTYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
 from strata_engine.testing.triton_checks import activations, assert_c_bits
-from strata_engine.testing.triton_setup import DEVICE
+from strata_engine.testing.triton_setup import DEVICE, on
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
@@ -55,6 +56,33 @@ def test_packed_as_held_at_the_files_size(qtype: QT, limbs: int) -> None:
     assert_c_bits(ops.embed(pw, ids).cpu(), dense[ids])
     x = activations(5, k, seed=2)
     assert_c_bits(ops.linear(x, pw).cpu(), c.linear(x, cw))
+
+
+@pytest.mark.parametrize(
+    "types", [(QT.MXFP4, QT.IQ4_XS), (QT.IQ4_NL, QT.MXFP4)], ids=lambda t: f"{t[0].name}+{t[1].name}"
+)
+@pytest.mark.parametrize("rows", (1, 5))
+def test_the_gate_up_launch_gives_the_c_kernels_bits(monkeypatch, rows: int, types: tuple[QT, QT]) -> None:
+    """gateup.py's one launch (gate/up, SwiGLU and its quantisation) on codebook weights: the C
+    kernels' product and quantize's digits of it, one program a tile and split along K."""
+    n, k = 160, 768
+    c = NativeOps(1, q8=True, limbs=3)
+    weights = [
+        c.pack(Weight.from_info(TensorInfo("w", (n, k), t, extreme_blocks(t, n, k, seed=rows + i))))
+        for i, t in enumerate(types)
+    ]
+    x = activations(rows, k, seed=rows)
+    g, u = (c.linear(x, w) for w in weights)
+    want = c.silu_mul(g, u)
+    pws = [packed.from_packed(w, DEVICE) for w in weights]
+    xq = quantize(on(x), 3)
+    monkeypatch.setattr(intmatmul, "MMA_N", 64)
+    for programs in (1, 3 * 2 * (-(-rows // mmadecode.TOKENS.value))):
+        monkeypatch.setattr(mmadecode, "PROGRAMS", programs)
+        assert gateup.fits(xq, pws[0], pws[1])
+        y, yq = gateup.gated(xq, pws[0], pws[1], False)
+        assert_c_bits(y.cpu(), want)
+        assert np.array_equal(yq.q.cpu().numpy(), quantize(on(want), 3).q.cpu().numpy())
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
