@@ -23,6 +23,8 @@ with fp32 scales (the code alone) never reaches the device (stored.for_packing).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -35,6 +37,8 @@ IQ4_NL_H = tl.constexpr(IQ4_NL.value | HALF_SCALES)
 IQ4_XS_H = tl.constexpr(IQ4_XS.value | HALF_SCALES)
 MXFP4_H = tl.constexpr(MXFP4.value | HALF_SCALES)
 HELD = (IQ4_NL_H.value, IQ4_XS_H.value, MXFP4_H.value)
+# Triton's interpreter runs no PTX: there `_prmt` is its documented function written out
+_EMULATE = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 def _words(values: np.ndarray) -> list[tl.constexpr]:
@@ -66,6 +70,48 @@ def lookup(i, WT: tl.constexpr):
     else:
         v = _table(i, NL0, NL1, NL2, NL3)
     return v
+
+
+@triton.jit
+def _prmt(a, b, s):
+    """PTX's prmt.b32 d, a, b, s with every selector's msb 0: byte n of d is byte (s >> 4 n) & 7
+    of the 8 bytes {b, a} (a's bytes 0-3, b's 4-7); s's bits above 16 are not read."""
+    if _EMULATE:
+        d = tl.zeros_like(s)
+        for n in tl.static_range(4):
+            k = (s >> (4 * n)) & 7
+            d = d | ((((tl.where(k < 4, a, b)) >> ((k & 3) * 8)) & 255) << (8 * n))
+    else:
+        d = tl.inline_asm_elementwise(
+            "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, s], dtype=tl.int32, is_pure=True, pack=1
+        )
+    return d
+
+
+@triton.jit
+def _words(w, T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr, T3: tl.constexpr):
+    zero = w & 0
+    s = w & 0x77777777  # each index's low 3 bits: its byte in entries 0-7 and in 8-15
+    e0, e1, e2, e3 = zero + T0, zero + T1, zero + T2, zero + T3
+    # entries (indices 0-7, 8-15) of nibbles 0-3, then of nibbles 4-7
+    a1, b1 = _prmt(e0, e1, s), _prmt(e2, e3, s)
+    a2, b2 = _prmt(e0, e1, s >> 16), _prmt(e2, e3, s >> 16)
+    pick = 0x32103210 | ((w >> 1) & 0x44444444)  # nibble n: byte n of the low or (bit 3) the high
+    r1, r2 = _prmt(a1, b1, pick), _prmt(a2, b2, pick >> 16)  # nibble n's entry in byte n (r2: n - 4)
+    return _prmt(r1, r2, zero + 0x6420), _prmt(r1, r2, zero + 0x7531)
+
+
+@triton.jit
+def words(w, WT: tl.constexpr):
+    """(low, high) words of int8 codebook entries from a packed word of 8 indices (byte c: an index
+    in its low nibble and one in its high): byte c of low is codebook[w's byte c & 15], of high
+    codebook[its byte c >> 4]. Byte permutes select them from the entries held as four 32-bit
+    constants (8 byte permutes and 4 other operations for 8 weights; no memory read)."""
+    if WT == MXFP4_H:
+        lo, hi = _words(w, MX0, MX1, MX2, MX3)
+    else:
+        lo, hi = _words(w, NL0, NL1, NL2, NL3)
+    return lo, hi
 
 
 @triton.jit

@@ -82,6 +82,8 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
         ADD: tl.constexpr = 0 if WT == Q8_0 else 0x40404040
         lo = (_words(wf_ptr, qw, live) + ADD) ^ TOPS
         hi = (_words(wf_ptr, qw + 64, live) + ADD) ^ TOPS
+    elif WT == IQ4_NL_H or WT == IQ4_XS_H or WT == MXFP4_H:  # noqa: SIM109 (the indices' codebook integers)
+        lo, hi = codebook.words(_words(wf_ptr, qw, live), WT)
     else:
         w = _words(wf_ptr, qw, live)
         lo = w & 0x0F0F0F0F
@@ -109,8 +111,6 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
             hi = (hi + 0x60606060) ^ TOPS
     bn: tl.constexpr = qw.shape[0]
     both = tl.join(_bytes(lo), _bytes(hi))  # [BN, r, c, half]
-    if WT == IQ4_NL_H or WT == IQ4_XS_H or WT == MXFP4_H:  # noqa: SIM109 (the indices' codebook integers)
-        both = codebook.lookup(both, WT)
     return tl.permute(both, (0, 3, 1, 2)).reshape(bn, 32)
 
 
