@@ -41,13 +41,13 @@ HELD = (IQ4_NL_H.value, IQ4_XS_H.value, MXFP4_H.value)
 _EMULATE = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
-def _words(values: np.ndarray) -> list[tl.constexpr]:
+def _entry_words(values: np.ndarray) -> list[tl.constexpr]:
     """A codebook's 16 int8 entries as four little-endian int32 words (entry 4 w + c is byte c)."""
     return [tl.constexpr(int(v)) for v in np.asarray(values, np.int8).view(np.int32)]
 
 
-NL0, NL1, NL2, NL3 = _words(transcode.IQ4_VALUES)
-MX0, MX1, MX2, MX3 = _words(transcode.MXFP4_VALUES)
+NL0, NL1, NL2, NL3 = _entry_words(transcode.IQ4_VALUES)
+MX0, MX1, MX2, MX3 = _entry_words(transcode.MXFP4_VALUES)
 
 
 def codebook(t: int) -> np.ndarray:
