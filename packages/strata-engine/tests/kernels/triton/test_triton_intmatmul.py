@@ -8,7 +8,6 @@ program) and several block counts; extreme quants and activations (huge, tiny, z
 blocks); the decode path equals the tile path; the activation rule equals a numpy port of the C
 rule; the packed layout's sizes are the C code's; rows of a packed weight are strata_gather_rows'.
 A NaN's payload is not part of the contract (a GPU returns its own), so NaNs compare by place.
-
 Without a GPU these run under Triton's interpreter, on small shapes."""
 
 from __future__ import annotations
