@@ -12,10 +12,12 @@ group of 16 outputs and block of 32 inputs (native/q8.h's top comment):
 
 Each call of the C kernels looks a group up into the Q8_0 group of the same values (lookup_group:
 codebook[index] a byte, the scale as fp32, each conversion exact); the device does the same in
-registers: an index becomes its codebook integer by `lookup` (the 16 int8 entries held as four
-32-bit constants, one picked by the index's top two bits, its byte by the low two: no memory
-read), and the scale is converted where it is read. The integer sums and the float sequence are
-then Q8_0's, so the bits are the C kernels'.
+registers, the 16 int8 entries held as four 32-bit constants (no memory read): the decode MMA
+takes a packed word's 8 indices at once by byte permutes (`words`: PTX prmt, under the interpreter
+its documented function written out), the tile path and a tied head's rows one index at a time
+(`lookup`: the constant picked by the index's top two bits, its byte by the low two), and the
+scale is converted where it is read. The integer sums and the float sequence are then Q8_0's, so
+the bits are the C kernels'.
 
 The device's type code for them is the held one (code | WT_HALF_SCALES, `*_H` below): a packing
 with fp32 scales (the code alone) never reaches the device (stored.for_packing).
@@ -106,7 +108,7 @@ def words(w, WT: tl.constexpr):
     """(low, high) words of int8 codebook entries from a packed word of 8 indices (byte c: an index
     in its low nibble and one in its high): byte c of low is codebook[w's byte c & 15], of high
     codebook[its byte c >> 4]. Byte permutes select them from the entries held as four 32-bit
-    constants (8 byte permutes and 4 other operations for 8 weights; no memory read)."""
+    constants (8 byte permutes and about 5 other instructions for 8 weights; no memory read)."""
     if WT == MXFP4_H:
         lo, hi = _words(w, MX0, MX1, MX2, MX3)
     else:

@@ -117,7 +117,7 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
 @triton.jit
 def _limbs(s0, s1, s2, LIMBS: tl.constexpr, WT: tl.constexpr):
     """f of one block from its limbs' sums: value's number, V = S_2 65536 + S_1 256 + S_0 rounded
-    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0; Q6_K's and Q2_K's
+    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0, MXFP4; Q6_K's and Q2_K's
     halves of 16 inputs with |w| <= 32), T = S_2 256 + S_1 stays below 2^24 in magnitude (|S_2| <= 32 x 16
     x 127, the top digit of |X| <= 8355711; |S_1| <= 32 x 16 x 128), so T and S_0 are exact
     fp32 values and fma(T, 256, S_0) is V with one rounding: 4 instructions where the int64 sum

@@ -12,6 +12,9 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
   planes of high bit pairs, Q8_0 a byte per weight (w + 128); Q2_K a plane of 2-bit pairs per
   half (unpack2.py).
 
+IQ4_NL, MXFP4 and IQ4_XS are read as the C packer holds them (the file's scale fields, Q4_0's nibble
+layout of 4-bit indices; type code | WT_HALF_SCALES), looked up in registers (codebook.py).
+
 IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the
 device as that expansion, made once at load (kgrid.py): Q6_K's scales and header, a byte a weight
 (w + 64).
@@ -137,7 +140,7 @@ def layout(t: int) -> dict[str, int]:
 class PackedWeight:
     """A weight packed by strata_q8_pack, on the device: `wq` its bytes, `wf` the same as fp32."""
 
-    wtype: int  # the base type (Q4_0 ... Q6_K)
+    wtype: int  # the base type (Q4_0 ... Q6_K; a codebook type's code | WT_HALF_SCALES)
     limbs: int  # 1 (q8's 8-bit rule), 2 or 3: how the activations meet it
     out_features: int
     in_features: int
