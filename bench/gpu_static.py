@@ -1,6 +1,6 @@
 """What the Triton kernels cost an H200, shown without a GPU: instructions, registers, launches.
 
-    python bench/gpu_static.py [--fast] [--specs SPECS.json] [--kernels native] [--json PATH]
+    python bench/gpu_static.py [--fast] [--specs SPECS.json] [--kernels native] [--types T,..] [--json PATH]
 
 Issue 42's targets for a decode that streams its weights at memory speed are static properties of
 the compiled code, so they can be read on a machine with no GPU. Three steps, each in its own
@@ -18,7 +18,9 @@ process (the first two under Triton's interpreter, the third with its compiler):
 
 On a shared 2-core host the full run takes about 5 min (3 recording, under 1 counting, 1.2
 compiling 74 launches with Triton's cache empty); `--fast` about 2 min. `--specs` keeps the
-recorded launches in a file and reuses it when it exists.
+recorded launches in a file and reuses it when it exists. `--types IQ4_NL,MXFP4,IQ4_XS` also
+compiles the recorded integer matmul launches (decode, tile, gate/up, pair) with each named type's
+packed layout, for types the tiny models' recording does not reach.
 """
 
 from __future__ import annotations
@@ -61,7 +63,37 @@ def is_decode(row: dict[str, Any]) -> bool:
     return row["kernel"] == DECODE[0] or (row["kernel"] == DECODE[1] and row["constexprs"].get("BM") == 1)
 
 
-def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]:
+RETYPED = ("_mma_kernel", "_tile_kernel", "_gateup_kernel", "_pair_kernel")  # the integer matmuls
+
+
+def retyped(specs: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """The first recorded launch of each integer matmul kernel with each named type's packed
+    layout (a codebook type's as held: packed.CODEBOOK), both weights of a two-weight launch."""
+    from gguf import GGMLQuantizationType as QT
+
+    from strata_engine.kernels.triton import packed
+    from strata_engine.kernels.weight_types import HALF_SCALES, TYPES
+
+    firsts = [
+        next(s for s in specs if s["name"] == name)
+        for name in RETYPED
+        if any(s["name"] == name for s in specs)
+    ]
+    out = []
+    for name in names:
+        code = TYPES[QT[name]].code
+        layout = packed.layout(code | HALF_SCALES if code | HALF_SCALES in packed.CODEBOOK else code)
+        for spec in firsts:
+            c = spec["constexprs"] | layout
+            if "WT2" in c:
+                c |= {f"{k}2": v for k, v in layout.items()}
+            out.append(spec | {"constexprs": c})
+    return out
+
+
+def measure(
+    fast: bool, specs_path: Path | None, kernels: str, types: list[str] | None = None
+) -> dict[str, Any]:
     """The three steps; the record of the run (kernels' rows, launches, timings)."""
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +112,8 @@ def measure(fast: bool, specs_path: Path | None, kernels: str) -> dict[str, Any]
         t = time.perf_counter()
         stats = Path(tmp) / "stats.json"
         forms = Path(tmp) / "forms.json"  # each decode matmul in its three forms (sass_stats.decode_forms)
-        forms.write_text(json.dumps(decode_forms(json.loads(specs.read_text()))))
+        recorded = json.loads(specs.read_text())
+        forms.write_text(json.dumps(decode_forms(recorded + retyped(recorded, types or []))))
         _module(
             "triton_compile",
             "analyse",
@@ -216,9 +249,10 @@ def main() -> None:
         "--specs", type=Path, help="recorded launches: reused if the file exists, else written"
     )
     parser.add_argument("--kernels", default="native", help="the engine mode whose launches are counted")
+    parser.add_argument("--types", help="also the integer matmuls with these types' layouts (IQ4_NL,MXFP4)")
     parser.add_argument("--json", type=Path, help="also write the record as JSON here")
     args = parser.parse_args()
-    record = measure(args.fast, args.specs, args.kernels)
+    record = measure(args.fast, args.specs, args.kernels, args.types.split(",") if args.types else None)
     if args.json:  # first: the measurement survives a table that fails to print
         write_results(args.json, record)
     print(table(record))

@@ -128,7 +128,8 @@ def main() -> int:
 
 # -- helpers ------------------------------------------------------------------------------------------
 # -- (a) kernels ------------------------------------------------------------------------------------
-INTEGER_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q2_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XS", "IQ2_S")
+INTEGER_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q8_0", "Q2_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XS", "IQ2_S")
+INTEGER_TYPES += ("IQ4_NL", "MXFP4", "IQ4_XS")  # the codebook types, read as the CPU holds them
 
 
 def check_kernels(dry: bool) -> None:

@@ -181,7 +181,10 @@ def weight_type(name: str, constexprs: dict[str, Any]) -> str | None:
         return "F32"
     from gguf import GGMLQuantizationType as QT
 
-    return QT(constexprs.get("WT", constexprs.get("KT"))).name
+    from strata_engine.kernels.weight_types import HALF_SCALES
+
+    # (a codebook type's held packing, triton/codebook.py: its code with WT_HALF_SCALES)
+    return QT(constexprs.get("WT", constexprs.get("KT")) & ~HALF_SCALES).name
 
 
 def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:

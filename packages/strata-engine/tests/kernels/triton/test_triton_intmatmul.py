@@ -1,14 +1,13 @@
 """The Triton integer matmul (kernels/triton/intmatmul.py) against the C kernels, bit for bit.
 
-The reference is the C code itself: strata_q8_matmul ("native-q8", 1 limb) and
-strata_limb_matmul ("native", "native-limb2") through NativeOps.linear, on the same bytes
-strata_q8_pack wrote. Every quant type, 1 and 3 limbs (2 once), row counts on both paths (1, 2,
-5, 8: the decode path on tensor cores, 4 rows a program; 17, 33: more than one tile), odd N (a
-partial group of 16, a partial program) and several block counts; extreme quants and
-activations (huge, tiny, zero, NaN, infinity blocks); the decode path equals the tile path; the activation rule equals a numpy port of the C
+The reference is the C code itself: strata_q8_matmul ("native-q8", 1 limb) and strata_limb_matmul
+("native", "native-limb2") through NativeOps.linear, on the same bytes strata_q8_pack wrote. Every
+quant type, 1 and 3 limbs (2 once), row counts on both paths (1, 2, 5, 8: the decode path on tensor
+cores, 4 rows a program; 17, 33: more than one tile), odd N (a partial group of 16, a partial
+program) and several block counts; extreme quants and activations (huge, tiny, zero, NaN, infinity
+blocks); the decode path equals the tile path; the activation rule equals a numpy port of the C
 rule; the packed layout's sizes are the C code's; rows of a packed weight are strata_gather_rows'.
 A NaN's payload is not part of the contract (a GPU returns its own), so NaNs compare by place.
-
 Without a GPU these run under Triton's interpreter, on small shapes."""
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ from strata_engine.testing.triton_setup import DEVICE, on
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
 TYPES = (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S)
-KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S)
+TYPES += (QT.IQ4_NL, QT.MXFP4, QT.IQ4_XS)  # the codebook types, packed as held (codebook.py)
+KQUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q2_K, QT.IQ2_XS, QT.IQ2_S, QT.IQ4_XS)
 KGRID = (QT.IQ2_XS, QT.IQ2_S)  # expanded for the device at load (kgrid.py): not the C packer's size
 ROWS = (1, 2, 5, 8, 17, 33)  # 1-8: the decode path (mmadecode.py); 17, 33: the tile path
 N = 37  # odd: the last group of 16 outputs is partial, and so is the last program's
@@ -59,6 +59,9 @@ EXTREME_BYTES = {
     QT.Q2_K: (84, 0, 80, 0xFF),  # scales and mins 15, quants 3 (and 0 below)
     QT.IQ2_XS: (74, 2, 74, 0xFF),  # grid entry 511 (every value 43, signs 127 and parity), scales 15
     QT.IQ2_S: (82, 2, 82, 0xFF),  # grid entry 1023 (qh's high bits too), every sign, scales 15
+    QT.IQ4_NL: (18, 2, 18, 0x00),  # index 0: -127 (and 15, 113, below)
+    QT.MXFP4: (17, 1, 17, 0x77),  # index 7: 12 (and 15, -12, below); E 0 and 254 below
+    QT.IQ4_XS: (136, 8, 136, 0x00),  # index 0: -127; ls 0 (-32) and 63 (31) below
 }
 
 
@@ -80,6 +83,11 @@ def _weight(qtype: QT, n: int, k: int, rng: np.random.Generator, extreme: bool =
             blocks[1::2, start:end] = 0  # -8 on every other block
         if qtype == QT.Q2_K:
             blocks[1::2, 16:80] = 0  # all-0 quants (the largest mins alone) on every other block
+        if qtype in (QT.IQ4_NL, QT.MXFP4, QT.IQ4_XS):  # the codebook's other end; extreme scales: IQ4_NL's
+            blocks[1::2, start:end] = 0xFF  # d 65504 and 2^-24, MXFP4's E 0 and 254, IQ4_XS's ls 0 and 63
+            at = {QT.IQ4_NL: slice(0, 2), QT.MXFP4: slice(0, 1), QT.IQ4_XS: slice(2, 8)}[qtype]
+            blocks[::3, at] = {QT.IQ4_NL: (0xFF, 0x7B), QT.MXFP4: 0, QT.IQ4_XS: 0}[qtype]
+            blocks[1::3, at] = {QT.IQ4_NL: (1, 0), QT.MXFP4: 254, QT.IQ4_XS: 0xFF}[qtype]
     elif qtype == QT.Q8_0:
         blocks[::3, 2 + rng.integers(0, 32)] = 0x80
     return Weight.from_info(TensorInfo("w", (n, k), qtype, data.reshape(-1)))
@@ -364,11 +372,12 @@ def test_quantisation_is_the_c_rule(limbs: int) -> None:
 
 def test_packed_layout_is_the_c_codes() -> None:
     lib = _c_ops(1).lib
-    for qtype in TYPES:
+    for qtype in TYPES:  # (the codebook types as held: the file's scale fields, WT_HALF_SCALES)
+        t = int(qtype) | (128 if int(qtype) | 128 in packed.CODEBOOK else 0)
         for n, k in ((1, 256), (37, 512), (48, 2560)):
             if qtype not in KGRID:
-                assert packed.packed_bytes(int(qtype), n, k) == lib.strata_q8_packed_bytes(int(qtype), n, k)
-        assert lib.strata_q8_supported(int(qtype)) and int(qtype) in packed.SUPPORTED
+                assert packed.packed_bytes(t, n, k) == lib.strata_q8_packed_bytes(t, n, k)
+        assert lib.strata_q8_supported(t) and t in packed.SUPPORTED
     assert not lib.strata_q8_supported(int(QT.F32))
 
 

@@ -46,7 +46,13 @@ def _same_bits(got: torch.Tensor, want: np.ndarray) -> bool:
 
 @pytest.mark.parametrize(
     "types",
-    [(QT.Q4_K, QT.Q6_K), (QT.Q2_K, QT.Q4_K), (QT.IQ2_S, QT.Q6_K)],
+    [
+        (QT.Q4_K, QT.Q6_K),
+        (QT.Q2_K, QT.Q4_K),
+        (QT.IQ2_S, QT.Q6_K),
+        (QT.MXFP4, QT.IQ4_XS),
+        (QT.IQ4_NL, QT.Q4_K),
+    ],
     ids=lambda t: f"{t[0].name}+{t[1].name}",
 )
 @pytest.mark.parametrize("rows", (1, 2, 5))
@@ -55,7 +61,7 @@ def test_a_pair_launch_gives_each_weights_c_bits(
     monkeypatch, rows: int, with_bias: bool, types: tuple[QT, QT]
 ) -> None:
     """A weight of 37 outputs (a partial group) and one of 20 of another type (Q4_K and Q6_K,
-    Q2_K and Q4_K, IQ2_S and Q6_K), one launch: each output is the C kernels' bits, one program a
+    Q2_K and Q4_K, IQ2_S and Q6_K, MXFP4 and IQ4_XS, IQ4_NL and Q4_K), one launch: each output is the C kernels' bits, one program a
     tile and split along K into 2 and 3 ranges."""
     rng = np.random.default_rng(rows)
     c = NativeOps(1, q8=True, limbs=3)

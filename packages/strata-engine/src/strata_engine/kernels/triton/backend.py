@@ -45,7 +45,7 @@ from strata_engine.kernels.triton import (
 )
 from strata_engine.kernels.triton.graphs import SCRATCH_BLOCKS, DecodeGraphs, switched_on
 from strata_engine.kernels.triton.quantize import Quantised, quantize
-from strata_engine.kernels.triton.stored import StoredWeight, as_q8_0, from_weight
+from strata_engine.kernels.triton.stored import StoredWeight, for_packing, from_weight
 from strata_engine.kernels.triton.wtypes import F32
 from strata_engine.kernels.weights import Weight
 
@@ -209,7 +209,7 @@ class TritonOps:
         as loaded, for the fp32 matmul."""
         if self._packer is None:
             return w
-        w = as_q8_0(w)
+        w = for_packing(w)
         return self._packer.pack(w) if w.kernel_type in packed.SUPPORTED else w
 
     def linear(

@@ -33,10 +33,11 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import unpack2, wtypes
+from strata_engine.kernels.triton import codebook, unpack2, wtypes
+from strata_engine.kernels.triton.codebook import IQ4_NL_H, IQ4_XS_H, MXFP4_H
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
-from strata_engine.kernels.triton.packed import block_offset, head_offset, kscales, scales
+from strata_engine.kernels.triton.packed import block_offset, head_offset, header, scales, super_scales
 from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 TOPS = tl.constexpr(-0x7F7F7F80)  # 0x80808080 as an int32: every byte's top bit
@@ -81,6 +82,8 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
         ADD: tl.constexpr = 0 if WT == Q8_0 else 0x40404040
         lo = (_words(wf_ptr, qw, live) + ADD) ^ TOPS
         hi = (_words(wf_ptr, qw + 64, live) + ADD) ^ TOPS
+    elif WT == IQ4_NL_H or WT == IQ4_XS_H or WT == MXFP4_H:  # noqa: SIM109 (the indices' codebook integers)
+        lo, hi = codebook.words(_words(wf_ptr, qw, live), WT)
     else:
         w = _words(wf_ptr, qw, live)
         lo = w & 0x0F0F0F0F
@@ -114,13 +117,13 @@ def _weights(wf_ptr, qw, live, zero, WT: tl.constexpr):
 @triton.jit
 def _limbs(s0, s1, s2, LIMBS: tl.constexpr, WT: tl.constexpr):
     """f of one block from its limbs' sums: value's number, V = S_2 65536 + S_1 256 + S_0 rounded
-    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0; Q6_K's and Q2_K's
+    to fp32 once. k = 3: for the types whose |w| <= 16 (Q4_0, Q4_1, Q4_K, Q5_0, MXFP4; Q6_K's and Q2_K's
     halves of 16 inputs with |w| <= 32), T = S_2 256 + S_1 stays below 2^24 in magnitude (|S_2| <= 32 x 16
     x 127, the top digit of |X| <= 8355711; |S_1| <= 32 x 16 x 128), so T and S_0 are exact
     fp32 values and fma(T, 256, S_0) is V with one rounding: 4 instructions where the int64 sum
     and its conversion take 5. The wider types form V in int64 and convert it once."""
     if LIMBS == 3:
-        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K or WT == Q2_K:  # noqa: SIM109
+        if WT == Q4_0 or WT == Q4_1 or WT == Q4_K or WT == Q5_0 or WT == Q6_K or WT == Q2_K or WT == MXFP4_H:  # noqa: SIM109
             f = tl.fma((s2 * 256 + s1).to(tl.float32), 256.0, s0.to(tl.float32))
         else:
             f = (s2.to(tl.int64) * 65536 + (s1 * 256 + s0).to(tl.int64)).to(tl.float32)
@@ -252,10 +255,7 @@ def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, 
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
     head = group + head_offset(sb * TAIL, BB, SB)
-    d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
-    dmin = d
-    if WT != Q6_K:
-        dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+    d, dmin, hx = header(wf_ptr, head, o, live, WT)  # (IQ4_XS: d, scales_l, scales_h)
     for i in tl.static_range(TAIL):
         b = sb * TAIL + i
         at = cat + b * (HALVES * TOKENS * BN)
@@ -267,7 +267,7 @@ def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, 
             f1 = f0
             if HALVES == 2:
                 f1 = tl.load(f_ptr + at + TOKENS * BN, cache_modifier=".cg")
-        ws0, ws1, mn, mn1 = kscales(wq_ptr, head + SB + (b & 7) * BB, o, live, d, dmin, WT)  # packed.scales'
+        ws0, ws1, mn, mn1 = super_scales(wq_ptr, head + SB + (b & 7) * BB, b & 7, o, live, d, dmin, hx, WT)
         xb = rows.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
         d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)

@@ -12,6 +12,9 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
   planes of high bit pairs, Q8_0 a byte per weight (w + 128); Q2_K a plane of 2-bit pairs per
   half (unpack2.py).
 
+IQ4_NL, MXFP4 and IQ4_XS are read as the C packer holds them (the file's scale fields, Q4_0's nibble
+layout of 4-bit indices; type code | WT_HALF_SCALES), looked up in registers (codebook.py).
+
 IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the
 device as that expansion, made once at load (kgrid.py): Q6_K's scales and header, a byte a weight
 (w + 64).
@@ -34,7 +37,8 @@ import triton.language as tl
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
-from strata_engine.kernels.triton import kgrid, unpack2
+from strata_engine.kernels.triton import codebook, kgrid, unpack2
+from strata_engine.kernels.triton.codebook import IQ4_NL_H, IQ4_XS_H, MXFP4_H
 from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.triton.wtypes import (
     IQ2_S,
@@ -52,8 +56,13 @@ from strata_engine.kernels.triton.wtypes import (
 from strata_engine.kernels.weight_types import BY_CODE, HALF_SCALES, PACK_KQUANT, READS_Q8, TYPES
 from strata_engine.kernels.weights import Weight
 
-# strata_q8_supported's types: the device's integer kernels read each of them
-SUPPORTED = tuple(t.code for t in TYPES.values() if t.reads & READS_Q8)
+# strata_q8_supported's types: the device's integer kernels read each of them (the codebook types
+# in the form the loader holds them, the file's scale fields: codebook.py)
+CODEBOOK = codebook.HELD
+SUPPORTED = (
+    *(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code | HALF_SCALES not in CODEBOOK),
+    *CODEBOOK,
+)
 KGRID = (IQ2_XS, IQ2_S)  # held as stored by the C packer, expanded for the device at load (kgrid.py)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
@@ -62,7 +71,7 @@ GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
 def kquant(t: int) -> bool:
     """K-quants: super-blocks of 8 blocks, each with its header (the types kquant_pack.c repacks,
     Q2_K, which strata_q8_pack reads as stored: q8_kquant, and the IQ2 types' expansion)."""
-    return bool(BY_CODE[t].pack == PACK_KQUANT or t in (Q2_K, *KGRID))
+    return t in (Q2_K, *KGRID, IQ4_XS_H) or (t in BY_CODE and BY_CODE[t].pack == PACK_KQUANT)
 
 
 def has_min(t: int) -> bool:
@@ -75,19 +84,33 @@ def halves(t: int) -> int:
 
 
 def scale_bytes(t: int) -> int:
-    """Bytes of a block's own scales and mins, before its quants (Q2_K: a byte sc | m << 4 a half)."""
+    """Bytes of a block's own scales and mins, before its quants (Q2_K: a byte sc | m << 4 a half;
+    IQ4_NL the file's f16 d, MXFP4 its e8m0 byte, IQ4_XS none: its super-block's header)."""
+    if t in CODEBOOK:
+        return 0 if t == IQ4_XS_H else 32 if t == IQ4_NL_H else 16
     return 32 if t == Q2_K else (16 if kquant(t) else 64) * (halves(t) + has_min(t))
 
 
 def block_bytes(t: int) -> int:
-    quants = 256 if t in (Q4_0, Q4_1, Q4_K) else 384 if t == Q6_K else 320 if t in (Q5_K, Q5_0, Q5_1) else 512
+    quants = (
+        256
+        if t in (Q4_0, Q4_1, Q4_K, *CODEBOOK)
+        else 384
+        if t == Q6_K
+        else 320
+        if t in (Q5_K, Q5_0, Q5_1)
+        else 512
+    )
     if t == Q2_K:  # a plane of 2-bit pairs a half
         quants = 128
     return scale_bytes(t) + quants
 
 
 def super_bytes(t: int) -> int:
-    """Bytes of a K-quant super-block's header (d, and dmin where there are mins), else 0."""
+    """Bytes of a K-quant super-block's header (d, and dmin where there are mins; IQ4_XS: d f16,
+    scales_h u16, scales_l u32, 16 each), else 0."""
+    if t == IQ4_XS_H:
+        return 128
     return 64 * (1 + has_min(t)) if kquant(t) else 0
 
 
@@ -99,7 +122,8 @@ def block_at(t: int, b: int) -> int:
 
 
 def group_bytes(t: int, nb: int) -> int:
-    return block_at(t, nb)
+    """q8_group_bytes (IQ4_XS: its super-blocks alone, 16 x 136 bytes a 256 inputs)."""
+    return nb // 8 * (super_bytes(t) + 8 * block_bytes(t)) if t == IQ4_XS_H else block_at(t, nb)
 
 
 def packed_bytes(t: int, n: int, k: int) -> int:
@@ -116,7 +140,7 @@ def layout(t: int) -> dict[str, int]:
 class PackedWeight:
     """A weight packed by strata_q8_pack, on the device: `wq` its bytes, `wf` the same as fp32."""
 
-    wtype: int  # the base type (Q4_0 ... Q6_K)
+    wtype: int  # the base type (Q4_0 ... Q6_K; a codebook type's code | WT_HALF_SCALES)
     limbs: int  # 1 (q8's 8-bit rule), 2 or 3: how the activations meet it
     out_features: int
     in_features: int
@@ -225,6 +249,8 @@ def quants(wq_ptr, qs, k, o, live, WT: tl.constexpr):
         elif WT == Q6_K:  # half h's plane, bits 2r and 2r + 1; offset 32
             hb = tl.load(wq_ptr + qs + 256 + (k >> 4) * 64 + 4 * o + c, mask=live, other=0).to(tl.int32)
             w = (w | (((hb >> (2 * ((k & 15) >> 2))) & 3) << 4)) - 32
+        elif WT == IQ4_NL_H or WT == IQ4_XS_H or WT == MXFP4_H:  # noqa: SIM109 (indices: their codebook's)
+            w = codebook.lookup(w, WT).to(tl.int32)
     return w
 
 
@@ -254,6 +280,35 @@ def kscales(wq_ptr, blk, o, live, d, dmin, WT: tl.constexpr):
 
 
 @triton.jit
+def header(wf_ptr, head, o, live, WT: tl.constexpr):
+    """A super-block's header per output, from `head`: K-quants (d, dmin, 0) as fp32 (Q6_K and the
+    IQ2 types read d alone: their dmin unused), IQ4_XS (d, scales_l, scales_h: codebook.xs_header)."""
+    if WT == IQ4_XS_H:
+        d, hx, dmin = codebook.xs_header(wf_ptr, head, o, live)
+    else:
+        d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
+        dmin = d
+        if WT != Q6_K and WT != IQ2_XS and WT != IQ2_S:  # the header's dmin
+            dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
+        hx = o & 0
+    return d, dmin, hx
+
+
+@triton.jit
+def super_scales(wq_ptr, blk, j, o, live, d, dmin, hx, WT: tl.constexpr):
+    """`kscales` of the block at `blk`, block j of its super-block, from `header`'s fields (IQ4_XS:
+    its scale d * (ls - 32) for both halves, no min)."""
+    if WT == IQ4_XS_H:
+        ws0 = codebook.xs_scale(d, hx, dmin, j)
+        ws1 = ws0
+        mn = tl.zeros_like(ws0)
+        mn1 = mn
+    else:
+        ws0, ws1, mn, mn1 = kscales(wq_ptr, blk, o, live, d, dmin, WT)
+    return ws0, ws1, mn, mn1
+
+
+@triton.jit
 def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexpr):
     """(scale of half 0, scale of half 1, min of half 0, min of half 1) of one block per output,
     each the C code's one fp32 value: K-quants `kscales`, the others the stored fp32 scale and
@@ -261,12 +316,14 @@ def scales(wq_ptr, wf_ptr, blk, head, o, live, WT: tl.constexpr, KQ: tl.constexp
     zero = tl.zeros((blk + o).shape, tl.float32)
     ws1 = zero
     mn = zero
-    if KQ:
-        d = tl.load(wf_ptr + head // 4 + o, mask=live, other=0.0)
-        dmin = d
-        if WT != Q6_K and WT != IQ2_XS and WT != IQ2_S:  # the header's dmin
-            dmin = tl.load(wf_ptr + head // 4 + 16 + o, mask=live, other=0.0)
-        ws0, ws1, mn, mn1 = kscales(wq_ptr, blk, o, live, d, dmin, WT)
+    if KQ:  # (IQ4_XS: block (blk - head - 128) / 256 of its super-block)
+        d, dmin, hx = header(wf_ptr, head, o, live, WT)
+        ws0, ws1, mn, mn1 = super_scales(
+            wq_ptr, blk, ((blk - head - 128) >> 8).to(tl.int32), o, live, d, dmin, hx, WT
+        )
+    elif WT == IQ4_NL_H or WT == MXFP4_H:  # noqa: SIM109 (the file's field, converted exactly)
+        ws0 = codebook.scale(wf_ptr, blk, o, live, WT)
+        mn1 = mn
     else:
         ws0 = tl.load(wf_ptr + blk // 4 + o, mask=live, other=0.0)
         if WT == Q4_1 or WT == Q5_1:  # noqa: SIM109 (constexpr tests)

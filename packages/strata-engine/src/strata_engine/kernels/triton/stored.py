@@ -8,9 +8,12 @@ K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (kquants.py), so where `Weight.source` holds their GGUF bytes (a `TensorInfo`) the GPU reads those
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. Q3_K and IQ1_M, which the CPU
 holds as stored, go to the device as the GGUF Q6_K blocks of the same values (transcode.to_q6_k,
-`as_q8_0` for the integer kernels). The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) and the grid types (IQ2_XXS,
-IQ3_XXS, IQ3_S, IQ1_S), which the CPU reads as held, go to the device as the Q8_0 blocks of the
-same values (`as_q8_0`): the device has no codebook lookup or grid decoding of them.
+`as_q8_0` for the integer kernels). The grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S), which the
+CPU reads as held, go to the device as the Q8_0 blocks of the same values (`as_q8_0`): the device
+has no grid decoding of them. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) reach the integer
+kernels as the CPU holds them (`for_packing`: the C packer's bytes at the file's 4.25-4.5 bits a
+weight, looked up on the device, codebook.py); the fp32 matmul ("native-fp32") still reads them
+as the Q8_0 blocks of the same values (`as_q8_0`, 8.5 bits a weight).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
-from strata_engine.kernels.weight_types import PACK_KQUANT, PACK_STORED, TYPES
+from strata_engine.kernels.weight_types import HALF_SCALES, PACK_KQUANT, PACK_STORED, TYPES
 from strata_engine.kernels.weights import Weight, widen_scales, widened
 
 # the types C repacks at load (strata_wtypes' WP_KQUANT) are kept as GGUF bytes on the device
@@ -108,6 +111,20 @@ def as_q8_0(w: Weight) -> Weight:
     q8 = transcode.to_q8_0(src.data, src.qtype)
     assert q8 is not None  # the loader held these blocks: every scale finite, never refused
     return Weight(w.name, w.out_features, w.in_features, TYPES[QT.Q8_0].code, q8, src)
+
+
+def for_packing(w: Weight) -> Weight:
+    """The weight the C packer packs for the device's integer kernels: a codebook-type weight as
+    the loader holds it (the file's blocks, WT_HALF_SCALES: the device decodes that packing,
+    codebook.py), any other as `as_q8_0` gives it."""
+    src = w.source
+    if (
+        isinstance(src, TensorInfo)
+        and src.qtype in transcode.CODEBOOK_TYPES
+        and w.kernel_type == TYPES[src.qtype].code | HALF_SCALES
+    ):
+        return w
+    return as_q8_0(w)
 
 
 def from_weight(w: Weight, device: torch.device) -> StoredWeight:
