@@ -6,6 +6,10 @@ mistral3's query temperature. A backend with `qkv_rope` (the Triton backend: one
 kernels/triton/qkvrope.py) takes the projections' weights and the rest of what those steps read,
 and returns the rotated queries, or None where its launch does not apply; a layer with biases,
 q/k norms or a query temperature never asks it. Either way the bits are the model's steps'.
+
+The model's next op after these is always the attention of the returned queries on these caches
+(model.Transformer.forward), so the op is asked with `attend`: the Triton backend's launch then
+waits for that `attention` call and runs the attention in it too (kernels/triton/qkvattn.py).
 """
 
 from __future__ import annotations
@@ -64,5 +68,5 @@ def qkv_rope(
         return None
     return fused(
         h, [(p.weight, p.widths) for p in projections], (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim),
-        meta.positions, table, k_cache, v_cache, meta.slots,
+        meta.positions, table, k_cache, v_cache, meta.slots, attend=True,
     )  # fmt: skip

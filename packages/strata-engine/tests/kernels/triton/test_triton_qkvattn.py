@@ -81,7 +81,9 @@ def test_one_launch_gives_the_separate_launches_bits(
     def separate() -> tuple:
         kd, vd = (on(old[i].clone()) for i in range(2))
         q = qkvrope.qkv_rope(xq, weights, (HQ, HK, D), *rope_args, kd, vd)
-        out, oq = attention.attention_quantize(q, kd, vd, meta, on(pos), on(seq), on(TABLES), bound, *attend, 3)
+        out, oq = attention.attention_quantize(
+            q, kd, vd, meta, on(pos), on(seq), on(TABLES), bound, *attend, 3
+        )
         return q, kd, vd, out, oq
 
     def one() -> tuple:
@@ -103,15 +105,17 @@ def test_one_launch_gives_the_separate_launches_bits(
         for name, g, w in zip(("queries", "K cache", "V cache", "output"), got, want, strict=False):
             assert torch.equal(_bits(g), _bits(w)), f"{name}, {where}"
         for name in ("q", "s", "dsum"):
-            assert torch.equal(_bits(getattr(got[4], name)), _bits(getattr(want[4], name))), f"rows' {name}, {where}"
+            assert torch.equal(_bits(getattr(got[4], name)), _bits(getattr(want[4], name))), (
+                f"rows' {name}, {where}"
+            )
     assert not mmadecode.counts(torch.device(DEVICE), 1).any(), "every count is back to zero"
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int32) if t.element_size() == 4 else t.view(torch.int16) if t.element_size() == 2 else t
+    return (
+        t.view(torch.int32) if t.element_size() == 4 else t.view(torch.int16) if t.element_size() == 2 else t
+    )
 
 
 def _nan(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t
-
-

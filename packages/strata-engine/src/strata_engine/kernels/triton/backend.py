@@ -37,6 +37,7 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
+    qkvattn,
     qkvrope,
     recurrence,
     rope,
@@ -343,12 +344,14 @@ class TritonOps:
 
     def qkv_rope(
         self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
-        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array,
+        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array, attend: bool = False,
     ) -> torch.Tensor | None:  # fmt: skip
         """The rotated queries [T, HQ, D] of x's q/k/v projections stored as `runs` (weight, member
         widths: [q | k | v], heads (HQ, HK, D)), the rotated keys and the values written to the
         caches, in one launch (qkvrope.py) where the decode path takes it; else None (the model
-        then runs linear_runs and rope_kv_write: the same bits)."""
+        then runs linear_runs and rope_kv_write: the same bits). With `attend` (the caller's next
+        op is `attention` of these queries on these caches) the launch waits for that call, which
+        runs the attention in it (qkvattn.py): the same bits."""
         if self.limbs is None or not all(w.kernel_type & Q8_PACKED for w, _ in runs):
             return None
         if (
@@ -360,10 +363,22 @@ class TritonOps:
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         if not qkvrope.fits(x.shape[0], x.shape[1], weights, self.limbs, heads, table, kc, vc):
             return None
-        return qkvrope.qkv_rope(
+        self._flush()
+        args = (
             self._quantised(x, self.limbs), weights, heads, self._step(positions), self._step(slots), table,
             self._model(table.cos), self._model(table.sin), kc, vc,
         )  # fmt: skip
+        if not attend:
+            return qkvrope.qkv_rope(*args)
+        qo = torch.empty(x.shape[0], heads[0], heads[2], dtype=torch.float32, device=self.device)
+        self._pending = (qo, k_cache, v_cache, args)
+        return qo
+
+    def _flush(self) -> None:
+        """The q/k/v launch `qkv_rope(attend=True)` left waiting, alone (its attention not asked)."""
+        pending, self._pending = getattr(self, "_pending", None), None
+        if pending is not None:
+            qkvrope.qkv_rope(*pending[3], pending[0])
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return self._gated(gate, up, gelu=True)
@@ -389,15 +404,25 @@ class TritonOps:
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1
+        pending, self._pending = getattr(self, "_pending", None), None
+        if pending is not None and (
+            q is not pending[0] or k_cache is not pending[1] or v_cache is not pending[2]
+        ):
+            self._pending = pending
+            self._flush()
+            pending = None
         q = tensor(q).to(self.device)
         # in the integer modes the output rows are quantised in the same launch, for the
         # attention output's matmul (which reads them through `_quantised`: no launch of its own)
         limbs = self.limbs if self.limbs is not None and attention.quantizes(q.shape[-1]) else None
-        out, xq = attention.attention_quantize(
-            q, self._cache(k_cache), self._cache(v_cache), meta,
-            self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
-            bound, scale, window, softcap, None if sinks is None else self._model(sinks).float(), limbs,
-        )  # fmt: skip
+        where = (self._step(meta.token_seq), self._step(meta.block_tables), bound, scale, window, softcap)
+        sink = None if sinks is None else self._model(sinks).float()
+        if pending is not None:  # the waiting q/k/v launch runs this attention too (qkvattn.py)
+            _, out, xq = qkvattn.qkv_rope_attention(*pending[3], meta, *where, sink, limbs, pending[0])
+        else:
+            out, xq = attention.attention_quantize(
+                q, self._cache(k_cache), self._cache(v_cache), meta, self._step(meta.positions), *where, sink, limbs
+            )  # fmt: skip
         if xq is not None:
             self._made = (out, xq)
         return out

@@ -68,17 +68,18 @@ def qkv_rope_attention(
     slots: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
     v_cache: torch.Tensor, meta: AttentionMeta, token_seq: torch.Tensor, block_tables: torch.Tensor,
     max_position: int, scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None,
-    limbs: int | None,
+    limbs: int | None, qo: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Quantised | None]:  # fmt: skip
     """The rotated queries [M, HQ, D], the attention's output [M, HQ, D] and, with `limbs`, its rows
     quantised: the bits of qkvrope.qkv_rope then attention.attention_quantize (same arguments), in
-    one launch (`qkvrope.fits` and, with `limbs`, attention.quantizes(D))."""
+    one launch (`qkvrope.fits` and, with `limbs`, attention.quantizes(D)); `qo` may hold the queries."""
     m, (hq, _, d) = xq.s.shape[0], heads
-    qo = torch.empty(m, hq, d, dtype=torch.float32, device=xq.q.device)
+    qo = torch.empty(m, hq, d, dtype=torch.float32, device=xq.q.device) if qo is None else qo
     out, xo, args, consts = attention.launch_args(
         qo, k_cache, v_cache, meta, positions, token_seq, block_tables, max_position, scale, window, softcap,
         sinks, limbs,
     )  # fmt: skip
-    qkvrope.qkv_rope(xq, weights, heads, positions, slots, table, cos, sin, k_cache, v_cache, qo, (args, consts))
+    qkvrope.qkv_rope(
+        xq, weights, heads, positions, slots, table, cos, sin, k_cache, v_cache, qo, (args, consts)
+    )
     return qo, out, xo
-

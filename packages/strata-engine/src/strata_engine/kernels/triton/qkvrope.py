@@ -226,7 +226,9 @@ def _attention(qo: torch.Tensor, attend: tuple[tuple, dict] | None) -> dict:
     """The kernel's attention arguments: attention.launch_args' (its program's), or none."""
     if attend is None:
         names = ("AD", "GROUP", "ATOK", "BLOCK_G", "BLOCK_N", "BLOCK_D", "UNROLL")
-        ptrs = dict.fromkeys(("a_tables", "a_seq", "a_s", "a_r", "a_sink", "a_out", "a_xq", "a_xs", "a_xdsum"), qo)
+        ptrs = dict.fromkeys(
+            ("a_tables", "a_seq", "a_s", "a_r", "a_sink", "a_out", "a_xq", "a_xs", "a_xdsum"), qo
+        )
         return {**ptrs, "a_blocks": 0, "a_bsize": 0, "a_stride": 0, "a_scale": 1.0, "a_cap": 0.0, "a_window": 0,
                 "ATTN": False, **dict.fromkeys(names, 1), "SOFTCAP": False, "SINKS": False, "QLIMBS": 0,
                 "SHIFT": 0, "XMAX": 0, "MIN_EXP": 0}  # fmt: skip
