@@ -52,14 +52,14 @@ DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer
 # mixes of Llama-3.1-8B's Q4_K_M, and the 8B step (the fixed part + 16 layers of each).
 MAX_PER_LAYER = {
-    # 7 Triton (q/k fused and v Q6_K in one launch with RoPE and the KV write: qkvrope.py; gate/up
-    # with SwiGLU and its quantisation in one: gateup.py), no torch
-    "attn_v, ffn_down Q6_K": 7,
+    # 6 Triton (q/k fused and v Q6_K in one launch with RoPE, the KV write and the attention:
+    # qkvrope.py, qkvattn.py; gate/up with SwiGLU and its quantisation in one: gateup.py), no torch
+    "attn_v, ffn_down Q6_K": 6,
     # 7 Triton (q/k/v fused with RoPE and the KV write, gate/up + SwiGLU in one launch; the residual
-    # adds in wo's and down's epilogues; wo's input quantised by the attention kernel)
-    "all Q4_K": 7,
+    # adds in wo's and down's epilogues; wo's input quantised by the attention in the q/k/v launch)
+    "all Q4_K": 6,
 }
-MAX_STEP_8B = 232  # 8 + 16 x 7 + 16 x 7
+MAX_STEP_8B = 200  # 8 + 16 x 6 + 16 x 6
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.
