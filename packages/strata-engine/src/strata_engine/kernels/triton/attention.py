@@ -32,6 +32,9 @@ position read back to the host; each token's loops end at its own position, read
 
 Every integer argument that changes from step to step is left unspecialised, so one binary per
 model serves every step.
+
+A program's work is the device function `program` (tokens t0 .., one KV head), which qkvattn.py
+runs inside the q/k/v launch with the same arguments (`launch_args`): the same bits there.
 """
 
 from __future__ import annotations

@@ -342,6 +342,9 @@ class TritonOps:
             table, self._model(table.cos), self._model(table.sin), self._cache(k_cache), self._cache(v_cache),
         )  # fmt: skip
 
+    # the q/k/v launch `qkv_rope(attend=True)` left for `attention`: (queries, caches, arguments)
+    _pending: tuple | None = None
+
     def qkv_rope(
         self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
         table: RopeTable, k_cache: Array, v_cache: Array, slots: Array, attend: bool = False,
@@ -376,9 +379,9 @@ class TritonOps:
 
     def _flush(self) -> None:
         """The q/k/v launch `qkv_rope(attend=True)` left waiting, alone (its attention not asked)."""
-        pending, self._pending = getattr(self, "_pending", None), None
+        pending, self._pending = self._pending, None
         if pending is not None:
-            qkvrope.qkv_rope(*pending[3], pending[0])
+            qkvrope.qkv_rope(*(*pending[3], pending[0]))  # (one star: the arguments are Any)
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return self._gated(gate, up, gelu=True)
@@ -404,7 +407,7 @@ class TritonOps:
         # every position lies in its table row: the width bounds them with no read of a value
         # (on the static path the width is the context's, the same every step)
         bound = meta.block_tables.shape[1] * meta.block_size - 1
-        pending, self._pending = getattr(self, "_pending", None), None
+        pending, self._pending = self._pending, None
         if pending is not None and (
             q is not pending[0] or k_cache is not pending[1] or v_cache is not pending[2]
         ):
@@ -418,7 +421,7 @@ class TritonOps:
         where = (self._step(meta.token_seq), self._step(meta.block_tables), bound, scale, window, softcap)
         sink = None if sinks is None else self._model(sinks).float()
         if pending is not None:  # the waiting q/k/v launch runs this attention too (qkvattn.py)
-            _, out, xq = qkvattn.qkv_rope_attention(*pending[3], meta, *where, sink, limbs, pending[0])
+            _, out, xq = qkvattn.qkv_rope_attention(*(*pending[3], meta, *where, sink, limbs, pending[0]))
         else:
             out, xq = attention.attention_quantize(
                 q, self._cache(k_cache), self._cache(v_cache), meta, self._step(meta.positions), *where, sink, limbs

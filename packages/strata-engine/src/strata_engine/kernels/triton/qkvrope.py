@@ -13,7 +13,9 @@ slot) and copies its V heads into the V cache with kv.py's `store_row`, then res
 
 Each output's operations are its projection's own (the same program, the same K ranges: the
 bits never depend on the tiling), and each rotated or stored value's those of rope_write, which
-reads those very outputs: the bits are those of the separate launches.
+reads those very outputs: the bits are those of the separate launches. With ATTN, the unit's
+last program then counts its heads into their KV heads' arrival counts, and the last to arrive
+runs the attention (qkvattn.py).
 """
 
 from __future__ import annotations
