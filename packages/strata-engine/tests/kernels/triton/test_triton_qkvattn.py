@@ -119,3 +119,43 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _nan(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t
+
+
+def test_the_backend_runs_the_waiting_launch_alone_or_with_its_attention() -> None:
+    """TritonOps.qkv_rope(attend=True) waits: the attention of its queries on its caches runs in its
+    launch, with the bits of the launches one after the other; an attention of other queries (or
+    the next qkv_rope) first runs it alone, with the bits of qkv_rope without `attend`."""
+    from strata_engine.kernels.triton.backend import TritonOps
+
+    rng = np.random.default_rng(7)
+    c = NativeOps(1, q8=True, limbs=3)
+    values = rng.normal(0, 0.05, size=((HQ + 2 * HK) * D, K)).astype(np.float32)
+    data = np.ascontiguousarray(encode_tensor(values, QT.Q4_K, rng)).reshape(-1)
+    runs = [
+        (
+            c.pack(Weight.from_info(TensorInfo("w", ((HQ + 2 * HK) * D, K), QT.Q4_K, data))),
+            (HQ * D, HK * D, HK * D),
+        )
+    ]
+    x = rng.normal(0, 1, size=(2, K)).astype(np.float32)
+    seq, pos = np.array([0, 1], np.int32), np.array([6, 9], np.int32)
+    slots = (TABLES[seq, pos // BS].astype(np.int64) * BS + pos % BS).astype(np.int64)
+    meta = AttentionMeta(pos, seq, TABLES, slots, BS)
+    old = torch.from_numpy(rng.normal(0, 1, size=(2, 8, BS, HK, D)).astype(np.float32))
+    ops = TritonOps(DEVICE, limbs=3)
+
+    def step(attend: bool, other: torch.Tensor | None) -> tuple:
+        kd, vd = (on(old[i].clone()) for i in range(2))
+        q = ops.qkv_rope(x, runs, (HQ, HK, D), pos, _table(), kd, vd, slots, attend=attend)
+        assert q is not None, "the layer takes the launch"
+        out = ops.attention(q if other is None else other, kd, vd, meta)
+        return q, kd, vd, out
+
+    want = step(False, None)
+    got = step(True, None)
+    for name, g, w in zip(("queries", "K cache", "V cache", "output"), got, want, strict=True):
+        assert torch.equal(_bits(g), _bits(w)), f"with its attention: {name}"
+    other = want[0] + 1.0
+    alone, waited = step(False, other), step(True, other)
+    for name, g, w in zip(("queries", "K cache", "V cache", "output"), waited, alone, strict=True):
+        assert torch.equal(_bits(g), _bits(w)), f"alone: {name}"
