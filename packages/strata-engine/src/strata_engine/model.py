@@ -22,6 +22,7 @@ from strata_engine import attention_temperature, fused_rope, gemma4, gpt_oss
 from strata_engine.api import ModelLoadError
 from strata_engine.config import ModelConfig
 from strata_engine.experts import mix
+from strata_engine.fused_norm import add_norm
 from strata_engine.gguf_loader import GGUFFile, TensorInfo, required
 from strata_engine.kernels import fused_layer
 from strata_engine.kernels.base import (
@@ -29,7 +30,6 @@ from strata_engine.kernels.base import (
     AttentionMeta,
     Ops,
     RopeTable,
-    linear_add,
     linear_runs,
     rope_kv_write,
 )
@@ -386,10 +386,11 @@ class Transformer:
         if self.fused is not None:  # the same kernels in the same order, one call per layer
             self.fused.run(x, meta, kv)
             return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+        normed = None  # x's next norm where the down projection's launch made it (fused_norm)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv, strict=True)):
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
-            h = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps)
+            h, normed = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps) if normed is None else normed, None
             if layer.g4 is not None:  # gemma4: V normed; a shared-KV layer computes no K or V
                 q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, (k_cache, v_cache))
             else:
@@ -400,12 +401,12 @@ class Transformer:
                 sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
                 a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
             o, bo = a.reshape(n, -1), layer.oai and layer.oai.bo
-            if layer.post_attn_norm is None and not self.tp.active:  # x + o, one op (base.linear_add)
-                x = linear_add(ops, o, layer.wo, x, bo)
+            if layer.post_attn_norm is None and not self.tp.active:  # x + o and its norm (fused_norm)
+                x, h = add_norm(ops, o, layer.wo, x, layer.ffn_norm, cfg.rms_eps, bo)
             else:
                 o = self.tp.all_reduce(ops.linear(o, layer.wo, bo))
                 x = x + (o if layer.post_attn_norm is None else ops.rmsnorm(o, layer.post_attn_norm, eps))
-            h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
+                h = ops.rmsnorm(x, layer.ffn_norm, cfg.rms_eps)
             if layer.oai is not None:
                 f = gpt_oss.moe(ops, h, layer.router, layer.experts or [], layer.oai, cfg.n_experts_used)
             elif layer.experts is not None and layer.g4 is None:  # gemma4's: gemma4.ffn_out
@@ -421,14 +422,15 @@ class Transformer:
                         gate, up = ops.linear(h, layer.w_gate), ops.linear(h, layer.w_up)
                     gated = act(gate, up)
                 if layer.g4 is None and layer.post_ffn_norm is None and not self.tp.active:
-                    x = linear_add(ops, gated, layer.w_down, x)  # x + f, one op
+                    nxt = self.layers[i + 1].attn_norm if i + 1 < len(self.layers) else self.norm
+                    x, normed = add_norm(ops, gated, layer.w_down, x, nxt, cfg.rms_eps)  # x + f, normed
                     continue
                 f = ops.linear(gated, layer.w_down)
             f = self.tp.all_reduce(f) if layer.g4 is None else gemma4.ffn_out(ops, x, f, layer, cfg)
             if layer.post_ffn_norm is not None:
                 f = ops.rmsnorm(f, layer.post_ffn_norm, cfg.rms_eps)
             x = x + f if layer.g4 is None else gemma4.layer_out(ops, x + f, layer.g4, ple, i, cfg.rms_eps)
-        return ops.rmsnorm(x, self.norm, cfg.rms_eps)
+        return ops.rmsnorm(x, self.norm, cfg.rms_eps) if normed is None else normed
 
     def _qkv(
         self, h: Array, layer: Layer, meta: AttentionMeta, rope: RopeTable, k_cache: Array, v_cache: Array

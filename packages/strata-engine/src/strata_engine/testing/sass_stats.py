@@ -252,25 +252,29 @@ _ONE_WEIGHT = {  # mmadecode._mma_kernel's signature (a pair launch's arguments 
 def _pair_parts(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """A recorded launch; a pair launch (mmapair._pair_kernel, two weights' tiles in one grid:
     each runs mmadecode's one-weight program) also as each of its weights' own decode launch,
-    so that every type a decode reads keeps its figures."""
+    and an add-norm launch (addnorm._addnorm_kernel: mmadecode's program with the residual
+    added, then the next RMSNorm) as its weight's, so that every type a decode reads keeps its
+    figures."""
+    if spec["name"] == "_addnorm_kernel":
+        return [spec, _one_weight(spec, "", True)]
     if spec["name"] != "_pair_kernel":
         return [spec]
-    parts = [spec]
+    return [spec, _one_weight(spec, "", False), _one_weight(spec, "2", False)]
+
+
+def _one_weight(spec: dict[str, Any], suffix: str, residual: bool) -> dict[str, Any]:
+    """mmadecode._mma_kernel's launch for the weight of `spec` whose layout constexprs end in
+    `suffix`, the residual added (HAS_RES) or not."""
     c = spec["constexprs"]
-    for suffix in ("", "2"):
-        layout = {k: c[k + suffix] for k in ("WT", "KQ", "BB", "SB", "SCB")}
-        constexprs = layout | {k: c[k] for k in ("LIMBS", "HAS_BIAS")} | {"HAS_RES": False}
-        constexprs |= {k: c[k] for k in ("BN", "SPLIT", "CR")}
-        parts.append(
-            spec
-            | {
-                "module": "strata_engine.kernels.triton.mmadecode",
-                "name": "_mma_kernel",
-                "signature": _ONE_WEIGHT
-                | {"cnt_ptr": spec["signature"]["cnt_ptr"]}
-                | dict.fromkeys(constexprs, "constexpr"),
-                "constexprs": constexprs,
-                "aligned": [k for k in _ONE_WEIGHT if k.endswith("_ptr")],
-            }
-        )
-    return parts
+    layout = {k: c[k + suffix] for k in ("WT", "KQ", "BB", "SB", "SCB")}
+    constexprs = layout | {k: c[k] for k in ("LIMBS", "HAS_BIAS")} | {"HAS_RES": residual}
+    constexprs |= {k: c[k] for k in ("BN", "SPLIT", "CR")}
+    return spec | {
+        "module": "strata_engine.kernels.triton.mmadecode",
+        "name": "_mma_kernel",
+        "signature": _ONE_WEIGHT
+        | {"cnt_ptr": spec["signature"]["cnt_ptr"]}
+        | dict.fromkeys(constexprs, "constexpr"),
+        "constexprs": constexprs,
+        "aligned": [k for k in _ONE_WEIGHT if k.endswith("_ptr")],
+    }

@@ -52,14 +52,17 @@ DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer
 # mixes of Llama-3.1-8B's Q4_K_M, and the 8B step (the fixed part + 16 layers of each).
 MAX_PER_LAYER = {
-    # 6 Triton (q/k fused and v Q6_K in one launch with RoPE, the KV write and the attention:
-    # qkvrope.py, qkvattn.py; gate/up with SwiGLU and its quantisation in one: gateup.py), no torch
-    "attn_v, ffn_down Q6_K": 6,
-    # 7 Triton (q/k/v fused with RoPE and the KV write, gate/up + SwiGLU in one launch; the residual
-    # adds in wo's and down's epilogues; wo's input quantised by the attention in the q/k/v launch)
-    "all Q4_K": 6,
+    # 4 Triton (q/k fused and v Q6_K in one launch with RoPE, the KV write and the attention:
+    # qkvrope.py, qkvattn.py; gate/up with SwiGLU and its quantisation in one: gateup.py; wo and
+    # down each with the residual add, the next RMSNorm and its quantisation in one: addnorm.py),
+    # no torch
+    "attn_v, ffn_down Q6_K": 4,
+    # 4 Triton (q/k/v fused with RoPE, the KV write and the attention, its output quantised for wo;
+    # gate/up + SwiGLU in one launch; wo's and down's launches add the residual and make the next
+    # norm's digits)
+    "all Q4_K": 4,
 }
-MAX_STEP_8B = 200  # 8 + 16 x 6 + 16 x 6
+MAX_STEP_8B = 136  # 8 + 16 x 4 + 16 x 4 (the first attn_norm in the fixed part, the final norm in the last down)
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.
@@ -139,19 +142,20 @@ def _module(name: str, *args: str, interpret: bool) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
-def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path) -> None:
+def test_the_q4_k_and_q6_k_decode_loops_do_not_grow_and_do_not_spill(tmp_path, recorded) -> None:
     specs = tmp_path / "specs.json"
-    # the record step's first run: the quantised model in the default mode (bench/gpu_static.py --fast)
-    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
+    # the record step's first run (`recorded`: bench/gpu_static.py --fast's); each decode launch
+    # (an add-norm launch as its weight's own, the residual added) in its three forms, whichever
+    # the tiny model's widths took: one program a tile, and split along K with the float steps
+    # for 1 row (an 8B projection at batch 1) or 4
+    launches = [s for s in recorded if s["name"] in (DECODE, "_addnorm_kernel")]
     decode = [
         s
-        for s in json.loads(specs.read_text())
+        for s in sass_stats.decode_forms(launches)
         if s["name"] == DECODE
         and sass_stats.weight_type(f"mmadecode.{DECODE}", s["constexprs"]) in {t for t, _ in MAX_PER_WEIGHT}
     ]
-    # each launch in its three forms, whichever the tiny model's widths took: one program a tile,
-    # and split along K with the float steps for 1 row (an 8B projection at batch 1) or 4
-    specs.write_text(json.dumps(sass_stats.decode_forms(decode)))
+    specs.write_text(json.dumps(decode))
     out = tmp_path / "stats.json"
     _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
     rows: dict[tuple[str, str], dict] = {}
@@ -182,7 +186,15 @@ def test_an_8b_decode_step_launches_no_more_a_layer_than_today() -> None:
     assert launches["step_8b"] <= MAX_STEP_8B, launches["step_8b"]
 
 
-def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> list[dict]:
+    """The launches of the record step's first run (the quantised model in the default mode)."""
+    specs = tmp_path_factory.mktemp("recorded") / "specs.json"
+    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
+    return json.loads(specs.read_text())
+
+
+def test_the_gate_up_launch_does_not_spill(tmp_path, recorded) -> None:
     """The gate/up launch with SwiGLU and its quantisation in its epilogue (gateup.py), in the
     three forms a GPU runs, with the tiny model's types and the 8B's (Q4_K gate and up; Q4_K and
     Q6_K), compiled for sm_90: no local memory, no spills."""
@@ -190,8 +202,7 @@ def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
     from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
 
     specs = tmp_path / "specs.json"
-    _module("triton_compile", "record", str(specs), f"0/{len(triton_compile.RUNS)}", interpret=True)
-    recorded = [s for s in json.loads(specs.read_text()) if s["name"] == "_gateup_kernel"]
+    recorded = [s for s in recorded if s["name"] == "_gateup_kernel"]
     assert recorded, "the tiny model's decode takes the gate/up launch"
     forms = []
     for types in ((), (Q4_K, Q4_K), (Q4_K, Q6_K)):
@@ -220,4 +231,35 @@ def test_the_gate_up_launch_does_not_spill(tmp_path) -> None:
         assert r["constexprs"]["BN"] == 256 and r["constexprs"]["LIMBS"] == 3, (
             "the GPU's tile, the default mode"
         )
+        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
+
+
+def test_the_add_norm_launch_does_not_spill(tmp_path, recorded) -> None:
+    """The residual matmul with the next RMSNorm and its quantisation (addnorm.py), in the three
+    forms a GPU runs, with the tiny model's type and the 8B's (Q4_K wo, Q6_K down) and the
+    tiny model's norm chunk and the 8B's (addnorm.CHUNK: 8 blocks a step), compiled for sm_90:
+    no local memory, no spills."""
+    from strata_engine.kernels.triton.packed import layout
+    from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
+
+    found = [s for s in recorded if s["name"] == "_addnorm_kernel"]
+    assert found, "the tiny model's decode takes the add-norm launch"
+    forms = []
+    for types in ((), (Q4_K,), (Q6_K,)):
+        for chunk in ({}, {"CB": 8}):  # the 8B's: addnorm.CHUNK on a GPU
+            for split, cr in FORMS:
+                c = found[0]["constexprs"] | (layout(types[0].value) if types else {}) | chunk
+                forms.append(found[0] | {"constexprs": c | {"SPLIT": split, "CR": cr}})
+    specs = tmp_path / "specs.json"
+    specs.write_text(json.dumps(forms))
+    out = tmp_path / "stats.json"
+    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(forms)
+    for r in rows:
+        c = r["constexprs"]
+        print(
+            c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"], r["local_bytes"], r["spill_instructions"]
+        )
+        assert c["BN"] == 256 and c["LIMBS"] == 3, "the GPU's tile, the default mode"
         assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"

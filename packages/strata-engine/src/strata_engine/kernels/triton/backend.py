@@ -28,6 +28,7 @@ from strata_engine.kernels.rows import Row, RowRead
 from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import (
     activation,
+    addnorm,
     attention,
     fmatmul,
     gateup,
@@ -250,6 +251,23 @@ class TritonOps:
         b = self._model(bias) if bias is not None else None
         pw = self._packed_weight(w)
         return intmatmul.matmul_quantised(self._quantised(x, pw.limbs), pw, b, residual=r)
+
+    def linear_add_norm(
+        self, x: Array, w: Weight, residual: Array, weight: Array, eps: float, bias: Array | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(y, rmsnorm(y, weight, eps)) for y = residual + linear(x, w, bias), with the norm's
+        quantisation, in one launch (addnorm.py) where the integer decode path takes it; else
+        None (fused_norm.add_norm then runs linear_add and rmsnorm: the same bits)."""
+        if self.limbs is None or not w.kernel_type & Q8_PACKED or len(getattr(x, "shape", ())) != 2:
+            return None
+        pw = self._packed_weight(w)
+        r, g = tensor(residual).to(self.device, torch.float32), self._model(weight)
+        if pw.limbs != self.limbs or not addnorm.fits(x.shape[0], x.shape[1], pw, r, g):
+            return None
+        b = self._model(bias) if bias is not None else None
+        y, h, hq = addnorm.linear_add_norm(self._quantised(x, pw.limbs), pw, r, g, eps, b)
+        self._made = (h, hq)
+        return y, h
 
     def _quantised(self, x: Array, limbs: int) -> Quantised:
         """x's digits in `limbs` limbs: those its kernel made with it when x is that very tensor

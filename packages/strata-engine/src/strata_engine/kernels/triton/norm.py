@@ -35,12 +35,13 @@ def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, M, K, eps, ROWS: tl.constexpr, OUT: tl.
 
 
 @triton.jit
-def _inverse_rms(x_ptr, base, rmask, K, eps, ROWS: tl.constexpr):
-    """1 / sqrt(dot_1(x, x) / K + eps) of each row, [ROWS]: the one sequence both kernels run."""
+def _inverse_rms(x_ptr, base, rmask, K, eps, ROWS: tl.constexpr, CACHE: tl.constexpr = ""):
+    """1 / sqrt(dot_1(x, x) / K + eps) of each row, [ROWS]: the one sequence every RMSNorm runs
+    (addnorm.py's too, which reads rows other programs wrote: CACHE ".cg", past the L1)."""
     lanes = tl.arange(0, 16)[None, :]
     acc = tl.zeros([ROWS, 16], dtype=tl.float32)
     for k0 in range(0, K, 16):
-        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0)
+        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0, cache_modifier=CACHE)
         acc = tl.fma(x, x, acc)
     mean = tl.div_rn(ieee.hsum16(acc, ROWS), K.to(tl.float32))
     return tl.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.sqrt_rn(mean + eps))
