@@ -62,7 +62,8 @@ MAX_PER_LAYER = {
     # norm's digits)
     "all Q4_K": 4,
 }
-MAX_STEP_8B = 136  # 8 + 16 x 4 + 16 x 4 (the first attn_norm in the fixed part, the final norm in the last down)
+# 8 + 16 x 4 + 16 x 4 (the first attn_norm in the fixed part, the final norm in the last down)
+MAX_STEP_8B = 136
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.
