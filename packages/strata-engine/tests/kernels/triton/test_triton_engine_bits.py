@@ -111,9 +111,13 @@ def test_the_qkv_rope_launch_gives_the_cpu_engines_rows(tmp_path, monkeypatch, v
     types |= {f"blk.{i}.attn_v.weight": v_type for i in range(N_LAYERS)}
     path = write_tiny_model(tmp_path / "qkv.gguf", TINY_SPECS[0], seed=6, overrides=types)
     launches, launch = [], qkvrope.qkv_rope
-    monkeypatch.setattr(qkvrope, "qkv_rope", lambda *a: launches.append(len(a[1])) or launch(*a))
+    monkeypatch.setattr(
+        qkvrope,
+        "qkv_rope",
+        lambda *a, **k: launches.append(len(k["weights"] if k else a[1])) or launch(*a, **k),
+    )
     attended, attend = [], qkvattn.qkv_rope_attention
-    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a: attended.append(1) or attend(*a))
+    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a, **k: attended.append(1) or attend(*a, **k))
     if static:
         monkeypatch.setenv(graphs.SWITCH, "1")
     _same_on_both(path, _prompts(VOCAB_SIZE, 6, (9, 3)), "native")

@@ -121,10 +121,10 @@ def _nan(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t
 
 
-def test_the_backend_runs_the_waiting_launch_alone_or_with_its_attention() -> None:
-    """TritonOps.qkv_rope(attend=True) waits: the attention of its queries on its caches runs in its
-    launch, with the bits of the launches one after the other; an attention of other queries (or
-    the next qkv_rope) first runs it alone, with the bits of qkv_rope without `attend`."""
+def test_the_backend_op_is_its_two_ops_in_one_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TritonOps.qkv_attention gives qkv_rope's caches and then attention's output (and its
+    quantised rows, the output projection's input) with their bits, in one launch; a head size
+    whose attention rows are not quantised is refused (None: the model's two ops)."""
     from strata_engine.kernels.triton.backend import TritonOps
 
     rng = np.random.default_rng(7)
@@ -144,18 +144,24 @@ def test_the_backend_runs_the_waiting_launch_alone_or_with_its_attention() -> No
     old = torch.from_numpy(rng.normal(0, 1, size=(2, 8, BS, HK, D)).astype(np.float32))
     ops = TritonOps(DEVICE, limbs=3)
 
-    def step(attend: bool, other: torch.Tensor | None) -> tuple:
-        kd, vd = (on(old[i].clone()) for i in range(2))
-        q = ops.qkv_rope(x, runs, (HQ, HK, D), pos, _table(), kd, vd, slots, attend=attend)
-        assert q is not None, "the layer takes the launch"
-        out = ops.attention(q if other is None else other, kd, vd, meta)
-        return q, kd, vd, out
+    def caches() -> tuple[torch.Tensor, torch.Tensor]:
+        return on(old[0].clone()), on(old[1].clone())
 
-    want = step(False, None)
-    got = step(True, None)
-    for name, g, w in zip(("queries", "K cache", "V cache", "output"), got, want, strict=True):
-        assert torch.equal(_bits(g), _bits(w)), f"with its attention: {name}"
-    other = want[0] + 1.0
-    alone, waited = step(False, other), step(True, other)
-    for name, g, w in zip(("queries", "K cache", "V cache", "output"), waited, alone, strict=True):
-        assert torch.equal(_bits(g), _bits(w)), f"alone: {name}"
+    kd, vd = caches()
+    q = ops.qkv_rope(x, runs, (HQ, HK, D), pos, _table(), kd, vd, slots)
+    assert q is not None, "the layer takes the q/k/v launch"
+    want = (kd, vd, ops.attention(q, kd, vd, meta), ops._made[1].q)
+    launches: list[int] = []
+    fused = qkvattn.qkv_rope_attention
+    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a, **k: launches.append(1) or fused(*a, **k))
+    kg, vg = caches()
+    out = ops.qkv_attention(x, runs, (HQ, HK, D), _table(), kg, vg, meta)
+    assert out is not None and launches == [1], "one launch ran both"
+    got = (kg, vg, out, ops._made[1].q)
+    for name, g, w in zip(("K cache", "V cache", "output", "output digits"), got, want, strict=True):
+        assert torch.equal(
+            _bits(g) if g.is_floating_point() else g, _bits(w) if w.is_floating_point() else w
+        ), name
+    monkeypatch.setattr(attention, "quantizes", lambda d: False)  # a head size the attention keeps in fp32
+    assert ops.qkv_attention(x, runs, (HQ, HK, D), _table(), *caches(), meta) is None, "refused"
+    assert launches == [1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -360,19 +361,39 @@ class TritonOps:
             table, self._model(table.cos), self._model(table.sin), self._cache(k_cache), self._cache(v_cache),
         )  # fmt: skip
 
-    # the q/k/v launch `qkv_rope(attend=True)` left for `attention`: (queries, caches, arguments)
-    _pending: tuple | None = None
-
     def qkv_rope(
         self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
-        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array, attend: bool = False,
+        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array,
     ) -> torch.Tensor | None:  # fmt: skip
         """The rotated queries [T, HQ, D] of x's q/k/v projections stored as `runs` (weight, member
         widths: [q | k | v], heads (HQ, HK, D)), the rotated keys and the values written to the
         caches, in one launch (qkvrope.py) where the decode path takes it; else None (the model
-        then runs linear_runs and rope_kv_write: the same bits). With `attend` (the caller's next
-        op is `attention` of these queries on these caches) the launch waits for that call, which
-        runs the attention in it (qkvattn.py): the same bits."""
+        then runs linear_runs and rope_kv_write: the same bits)."""
+        args = self._qkv_args(x, runs, heads, positions, table, k_cache, v_cache, slots)
+        return None if args is None else qkvrope.qkv_rope(**args)
+
+    def qkv_attention(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int],
+        table: RopeTable, k_cache: Array, v_cache: Array, meta: AttentionMeta, scale: float | None = None,
+        window: int = 0, softcap: float = 0.0, sinks: Array | None = None,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """`attention` of the queries `qkv_rope` makes, on the caches it writes, all in that one
+        launch (qkvattn.py) where it takes them and the attention quantises its rows for the output
+        projection (its head size); else None (the model's separate ops: the same bits)."""
+        args = self._qkv_args(x, runs, heads, meta.positions, table, k_cache, v_cache, meta.slots)
+        if args is None or not attention.quantizes(heads[2]):
+            return None
+        where = self._attention_args(meta, scale, window, softcap, sinks)
+        _, out, xq = qkvattn.qkv_rope_attention(**args, meta=meta, **where, limbs=self.limbs)
+        if xq is not None:
+            self._made = (out, xq)
+        return out
+
+    def _qkv_args(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
+        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """qkvrope.qkv_rope's arguments where its one launch takes these projections, else None."""
         if self.limbs is None or not all(w.kernel_type & Q8_PACKED for w, _ in runs):
             return None
         if (
@@ -384,22 +405,24 @@ class TritonOps:
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         if not qkvrope.fits(x.shape[0], x.shape[1], weights, self.limbs, heads, table, kc, vc):
             return None
-        self._flush()
-        args = (
-            self._quantised(x, self.limbs), weights, heads, self._step(positions), self._step(slots), table,
-            self._model(table.cos), self._model(table.sin), kc, vc,
-        )  # fmt: skip
-        if not attend:
-            return qkvrope.qkv_rope(*args)
-        qo = torch.empty(x.shape[0], heads[0], heads[2], dtype=torch.float32, device=self.device)
-        self._pending = (qo, k_cache, v_cache, args)
-        return qo
+        return {
+            "xq": self._quantised(x, self.limbs), "weights": weights, "heads": heads,
+            "positions": self._step(positions), "slots": self._step(slots), "table": table,
+            "cos": self._model(table.cos), "sin": self._model(table.sin), "k_cache": kc, "v_cache": vc,
+        }  # fmt: skip
 
-    def _flush(self) -> None:
-        """The q/k/v launch `qkv_rope(attend=True)` left waiting, alone (its attention not asked)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            qkvrope.qkv_rope(*(*pending[3], pending[0]))  # (one star: the arguments are Any)
+    def _attention_args(
+        self, meta: AttentionMeta, scale: float | None, window: int, softcap: float, sinks: Array | None
+    ) -> dict[str, Any]:
+        """attention.attention_quantize's arguments after the caches and positions, but `limbs`."""
+        # every position lies in its table row: the width bounds them with no read of a value
+        # (on the static path the width is the context's, the same every step)
+        bound = meta.block_tables.shape[1] * meta.block_size - 1
+        sink = None if sinks is None else self._model(sinks).float()
+        return {
+            "token_seq": self._step(meta.token_seq), "block_tables": self._step(meta.block_tables),
+            "max_position": bound, "scale": scale, "window": window, "softcap": softcap, "sinks": sink,
+        }  # fmt: skip
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return self._gated(gate, up, gelu=True)
@@ -422,28 +445,14 @@ class TritonOps:
         softcap: float = 0.0,
         sinks: Array | None = None,
     ) -> torch.Tensor:
-        # every position lies in its table row: the width bounds them with no read of a value
-        # (on the static path the width is the context's, the same every step)
-        bound = meta.block_tables.shape[1] * meta.block_size - 1
-        pending, self._pending = self._pending, None
-        if pending is not None and (
-            q is not pending[0] or k_cache is not pending[1] or v_cache is not pending[2]
-        ):
-            self._pending = pending
-            self._flush()
-            pending = None
         q = tensor(q).to(self.device)
         # in the integer modes the output rows are quantised in the same launch, for the
         # attention output's matmul (which reads them through `_quantised`: no launch of its own)
         limbs = self.limbs if self.limbs is not None and attention.quantizes(q.shape[-1]) else None
-        where = (self._step(meta.token_seq), self._step(meta.block_tables), bound, scale, window, softcap)
-        sink = None if sinks is None else self._model(sinks).float()
-        if pending is not None:  # the waiting q/k/v launch runs this attention too (qkvattn.py)
-            _, out, xq = qkvattn.qkv_rope_attention(*(*pending[3], meta, *where, sink, limbs, pending[0]))
-        else:
-            out, xq = attention.attention_quantize(
-                q, self._cache(k_cache), self._cache(v_cache), meta, self._step(meta.positions), *where, sink, limbs
-            )  # fmt: skip
+        out, xq = attention.attention_quantize(
+            q, self._cache(k_cache), self._cache(v_cache), meta, self._step(meta.positions),
+            **self._attention_args(meta, scale, window, softcap, sinks), limbs=limbs,
+        )  # fmt: skip
         if xq is not None:
             self._made = (out, xq)
         return out
