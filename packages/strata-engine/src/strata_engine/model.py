@@ -391,15 +391,25 @@ class Transformer:
             window = cfg.window(i)
             rope = self.rope_swa if window else self.rope
             h, normed = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps) if normed is None else normed, None
+            sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
+            attend = (cfg.attn_scale, window, cfg.attn_softcap, sinks)
+            a = None  # q/k/v, RoPE, the cache write and the attention as one op (fused_rope.py)
             if layer.g4 is not None:  # gemma4: V normed; a shared-KV layer computes no K or V
                 q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, (k_cache, v_cache))
-            else:
+            elif (
+                a := fused_rope.qkv_attention(self, h, layer, meta, rope, (k_cache, v_cache), attend)
+            ) is None:
                 q = self._qkv(h, layer, meta, rope, k_cache, v_cache)
-            if cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None:
+            if (
+                a is None
+                and cfg.attn_scale is None
+                and not window
+                and not cfg.attn_softcap
+                and layer.oai is None
+            ):
                 a = ops.attention(q, k_cache, v_cache, meta)
-            else:
-                sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
-                a = ops.attention(q, k_cache, v_cache, meta, cfg.attn_scale, window, cfg.attn_softcap, sinks)
+            elif a is None:
+                a = ops.attention(q, k_cache, v_cache, meta, *attend)
             o, bo = a.reshape(n, -1), layer.oai and layer.oai.bo
             if layer.post_attn_norm is None and not self.tp.active:  # x + o and its norm (fused_norm)
                 x, h = add_norm(ops, o, layer.wo, x, layer.ffn_norm, cfg.rms_eps, bo)

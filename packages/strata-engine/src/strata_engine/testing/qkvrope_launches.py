@@ -8,7 +8,7 @@ types the launch does not read, or have biases):
 The launches are an 8B layer's (heads of 128, llama's interleaved pairs) at a narrow width, with
 the GPU's tiles (BN 256): q/k Q4_K and v Q6_K (two weights, Q4_K_M's) and q/k/v Q4_K stacked,
 one program a tile and split along K with the float steps for 1 row and for 4, a 2-byte cache;
-and rope.py's RoPE + KV-write launch, whose device functions it shares.
+the Q4_K_M layout with the attention in the launch (qkvattn.py, 4 query heads a KV head); and rope.py's RoPE + KV-write launch, whose device functions it shares.
 """
 
 from __future__ import annotations
@@ -62,6 +62,25 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
             pos, slots = torch.arange(rows, dtype=torch.int32), torch.arange(rows, dtype=torch.int64)
             assert qkvrope.fits(rows, k, weights, 3, (hq, hk, d), table, kc, vc)
             qkvrope.qkv_rope(xq, weights, (hq, hk, d), pos, slots, table, cos, sin, kc, vc)
+    # with the attention in it (qkvattn.py): an 8B layer's group of 4 query heads a KV head, its
+    # output quantised for the output projection, in the same forms, the Q4_K_M layout
+    from strata_engine.kernels.base import AttentionMeta
+    from strata_engine.kernels.triton import qkvattn
+
+    heads = (4, 1, d)
+    pair = [weight(5 * d, QT.Q4_K), weight(d, QT.Q6_K)]
+    tables = torch.tensor([[1, 0]], dtype=torch.int32)
+    for programs, rows in FORMS:
+        mmadecode.PROGRAMS = programs
+        xq = quantize(torch.from_numpy(rng.normal(0, 1, (rows, k)).astype(np.float32)), 3)
+        kc, vc = (torch.zeros((2, 4, 1, d), dtype=torch.float16) for _ in range(2))
+        pos, seq = torch.arange(rows, dtype=torch.int32), torch.zeros(rows, dtype=torch.int32)
+        slots = (4 + pos).to(torch.int64)
+        meta = AttentionMeta(pos.numpy(), seq.numpy(), tables.numpy(), slots.numpy(), 4)
+        assert qkvrope.fits(rows, k, pair, 3, heads, table, kc, vc)
+        qkvattn.qkv_rope_attention(
+            xq, pair, heads, pos, slots, table, cos, sin, kc, vc, meta, seq, tables, 7, None, 0, 0.0, None, 3
+        )
     # the separate launch, whose rotation and cache stores (rope._rotate, kv.store_row) it shares
     q, keys, v = (torch.ones(1, h, d) for h in (hq, hk, hk))
     rope.rope_write(q, keys, v, pos[:1], slots[:1], table, cos, sin, kc, vc)

@@ -104,18 +104,25 @@ def test_the_qkv_rope_launch_gives_the_cpu_engines_rows(tmp_path, monkeypatch, v
     v Q6_K (two weights, as Q4_K_M's layers) or all Q4_K (one stacked weight), decode steps on
     the dynamic or the static path (CUDA graphs' buffers): decode steps and 5-token chunks take
     the projections, RoPE and the cache write in one launch (qkvrope.py), and the rows are the
-    CPU engine's, batched and chunked."""
-    from strata_engine.kernels.triton import graphs, qkvrope
+    CPU engine's, batched and chunked; the attention runs in that launch (qkvattn.py)."""
+    from strata_engine.kernels.triton import graphs, qkvattn, qkvrope
 
     types = {f"blk.{i}.attn_{x}.weight": QT.Q4_K for i in range(N_LAYERS) for x in "qk"}
     types |= {f"blk.{i}.attn_v.weight": v_type for i in range(N_LAYERS)}
     path = write_tiny_model(tmp_path / "qkv.gguf", TINY_SPECS[0], seed=6, overrides=types)
     launches, launch = [], qkvrope.qkv_rope
-    monkeypatch.setattr(qkvrope, "qkv_rope", lambda *a: launches.append(len(a[1])) or launch(*a))
+    monkeypatch.setattr(
+        qkvrope,
+        "qkv_rope",
+        lambda *a, **k: launches.append(len(k["weights"] if k else a[1])) or launch(*a, **k),
+    )
+    attended, attend = [], qkvattn.qkv_rope_attention
+    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a, **k: attended.append(1) or attend(*a, **k))
     if static:
         monkeypatch.setenv(graphs.SWITCH, "1")
     _same_on_both(path, _prompts(VOCAB_SIZE, 6, (9, 3)), "native")
     assert set(launches) == {1 if v_type == QT.Q4_K else 2}, "the layers took the one launch"
+    assert len(attended) == len(launches), "every one ran the layer's attention too"
 
 
 def test_gemma4_mixture_of_experts_rows_are_the_cpu_engines(tmp_path):

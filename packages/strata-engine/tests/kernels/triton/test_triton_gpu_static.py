@@ -52,16 +52,18 @@ DECODE = "_mma_kernel"
 # Launches a layer of one decode step (Triton + torch kernels; the target is 4) for the two layer
 # mixes of Llama-3.1-8B's Q4_K_M, and the 8B step (the fixed part + 16 layers of each).
 MAX_PER_LAYER = {
-    # 5 Triton (q/k fused and v Q6_K in one launch with RoPE and the KV write: qkvrope.py; gate/up
-    # with SwiGLU and its quantisation in one: gateup.py; wo and down each with the residual add,
-    # the next RMSNorm and its quantisation in one: addnorm.py), no torch
-    "attn_v, ffn_down Q6_K": 5,
-    # 5 Triton (q/k/v fused with RoPE and the KV write, gate/up + SwiGLU in one launch; wo's and
-    # down's launches add the residual and make the next norm's digits; wo's input quantised by
-    # the attention kernel)
-    "all Q4_K": 5,
+    # 4 Triton (q/k fused and v Q6_K in one launch with RoPE, the KV write and the attention:
+    # qkvrope.py, qkvattn.py; gate/up with SwiGLU and its quantisation in one: gateup.py; wo and
+    # down each with the residual add, the next RMSNorm and its quantisation in one: addnorm.py),
+    # no torch
+    "attn_v, ffn_down Q6_K": 4,
+    # 4 Triton (q/k/v fused with RoPE, the KV write and the attention, its output quantised for wo;
+    # gate/up + SwiGLU in one launch; wo's and down's launches add the residual and make the next
+    # norm's digits)
+    "all Q4_K": 4,
 }
-MAX_STEP_8B = 168  # 8 + 16 x 5 + 16 x 5 (the first attn_norm in the fixed part, the final norm in the last down)
+# 8 + 16 x 4 + 16 x 4 (the first attn_norm in the fixed part, the final norm in the last down)
+MAX_STEP_8B = 136
 
 # A hand-written excerpt in cuobjdump's format: an outer loop (0x0040 back from 0x00c0) around an
 # inner one (0x0060 back from 0x00a0), a shorter loop after it, and the trap after the EXIT.

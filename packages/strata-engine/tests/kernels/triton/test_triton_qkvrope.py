@@ -163,19 +163,22 @@ def _module(name: str, *args: str, interpret: bool) -> None:
 def test_the_launch_compiles_for_sm_90_without_spills(tmp_path) -> None:
     """The launch in the forms a GPU runs (testing/qkvrope_launches.py: Q4_K_M's pair and a
     stacked Q4_K weight; one program a tile, split along K for 1 row and for 4; BN 256, heads of
-    128, a 2-byte cache) and rope.py's launch (the device functions they share) compiled for sm_90:
+    128, a 2-byte cache; the pair with the attention in it, qkvattn.py) and rope.py's launch (the device functions they share) compiled for sm_90:
     no local memory, no spills."""
     specs, out = tmp_path / "specs.json", tmp_path / "stats.json"
     _module("qkvrope_launches", str(specs), interpret=True)
     recorded = [
         s for s in json.loads(specs.read_text()) if s["name"] in ("_qkv_rope_kernel", "_rope_write_kernel")
     ]
-    assert len(recorded) == 7, [s["constexprs"] for s in recorded]
+    assert len(recorded) == 10, [s["constexprs"] for s in recorded]
+    assert sum(s["constexprs"].get("ATTN", False) for s in recorded) == 3, "the attention's three forms"
     specs.write_text(json.dumps(recorded))
     _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
     rows = json.loads(out.read_text())
     assert len(rows) == len(recorded)
     for r in rows:
+        c = r["constexprs"]
+        print(c.get("WT"), c.get("WT2"), c.get("SPLIT"), c.get("CR"), c.get("ATTN"), r["registers"])
         assert r["constexprs"].get("BN", 256) == 256 and r["constexprs"].get("U", 256) == 256, (
             "the GPU's tile"
         )

@@ -32,6 +32,9 @@ position read back to the host; each token's loops end at its own position, read
 
 Every integer argument that changes from step to step is left unspecialised, so one binary per
 model serves every step.
+
+A program's work is the device function `program` (tokens t0 .., one KV head), which qkvattn.py
+runs inside the q/k/v launch with the same arguments (`launch_args`): the same bits there.
 """
 
 from __future__ import annotations
@@ -61,10 +64,29 @@ def _attention_kernel(
     SINKS: tl.constexpr, LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr,
     MIN_EXP: tl.constexpr,
 ):  # fmt: skip
+    program(
+        tl.program_id(0).to(tl.int64) * TOK, tl.program_id(1),
+        q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, sink_ptr, out_ptr,
+        xq_ptr, xs_ptr, xdsum_ptr, T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
+        D, KV, GROUP, TOK, BLOCK_G, BLOCK_N, BLOCK_D, SOFTCAP, UNROLL, SINKS, LIMBS, SHIFT, XMAX, MIN_EXP,
+    )  # fmt: skip
+
+
+@triton.jit
+def program(
+    t0, kvh, q_ptr, k_ptr, v_ptr, tables_ptr, seq_ptr, pos_ptr, s_ptr, r_ptr, sink_ptr, out_ptr,
+    xq_ptr, xs_ptr, xdsum_ptr,
+    T, H, KVH, max_blocks, block_size, s_stride, scale, softcap, window,
+    D: tl.constexpr, KV: tl.constexpr, GROUP: tl.constexpr, TOK: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr, UNROLL: tl.constexpr,
+    SINKS: tl.constexpr, LIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
+):  # fmt: skip
+    """The attention of tokens t0 .. t0 + TOK (those below T) for KV head kvh: the launch's
+    program (t0 / TOK, kvh); qkvattn.py runs it in the q/k/v launch."""
     # TOK tokens a program (1 on a GPU), each with its own positions: [TOK, ...] tensors
-    tt = tl.program_id(0).to(tl.int64) * TOK + tl.arange(0, TOK)
+    tt = t0 + tl.arange(0, TOK)
     tmask = tt < T
-    kvh = tl.program_id(1)
     pos = tl.load(pos_ptr + tt, mask=tmask, other=0)
     table = tables_ptr + tl.load(seq_ptr + tt, mask=tmask, other=0).to(tl.int64) * max_blocks
     start = tl.where((window > 0) & (pos + 1 > window), pos + 1 - window, 0)
@@ -176,7 +198,7 @@ def _attention_kernel(
         bi = tl.arange(0, NBLK)  # o's blocks in its row-major order (token, head, block)
         bt = bi // (BLOCK_G * DB)
         bg = (bi // DB) % BLOCK_G
-        btt = tl.program_id(0).to(tl.int64) * TOK + bt
+        btt = t0 + bt
         blocks = (btt * H + kvh * GROUP + bg) * DB + bi % DB  # in the [T, H D / 32] grid
         ok = (btt < T) & (bg < GROUP)
         quantize.store_blocks(
@@ -213,6 +235,23 @@ def attention_quantize(
 ) -> tuple[torch.Tensor, quantize.Quantised | None]:  # fmt: skip
     """attention()'s output and, with `limbs`, its rows [T, H D] quantised in the same launch
     (quantize.quantize's bits; the head size must pass `quantizes`)."""
+    out, xq, args, consts = launch_args(
+        q, k_cache, v_cache, meta, positions, token_seq, block_tables, max_position, scale, window, softcap,
+        sinks, limbs,
+    )  # fmt: skip
+    t, kvh = out.shape[0], k_cache.shape[2]
+    if t:
+        tok = ieee.fit(t, TOK)
+        _attention_kernel[(triton.cdiv(t, tok), kvh)](*args, TOK=tok, **consts, **ieee.LAUNCH)
+    return out, xq
+
+
+def launch_args(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMeta,
+    positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
+    scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None, limbs: int | None,
+) -> tuple[torch.Tensor, quantize.Quantised | None, tuple, dict]:  # fmt: skip
+    """attention_quantize's output, quantised rows, and its program's arguments (all but TOK)."""
     q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
@@ -222,28 +261,26 @@ def attention_quantize(
         if not quantizes(d):
             raise ValueError(f"the attention kernel quantises heads of a power of two >= 32 lanes, not {d}")
         xq = quantize.allocate(t, h * d // 32, limbs, q.device)
-    if not t:
-        return out, xq
     stride = triton.cdiv(max_position + 1, BLOCK_N) * BLOCK_N  # whole blocks: see step 2
     scores = torch.empty(t * h * stride, dtype=torch.float32, device=q.device)
     rows = torch.empty(t * kvh * stride, dtype=torch.int64, device=q.device)
     group = h // kvh
-    tok = ieee.fit(t, TOK)
     quant = {"LIMBS": 0, "SHIFT": 0, "XMAX": 0, "MIN_EXP": 0} if xq is None else quantize.constants(xq.limbs)
     code = kv.KV_CODES[k_cache.dtype]  # a 2-byte cache's bits read through an int16 view
     if code:
         k_cache, v_cache = k_cache.view(torch.int16), v_cache.view(torch.int16)
-    _attention_kernel[(triton.cdiv(t, tok), kvh)](
+    args = (
         q, k_cache, v_cache, block_tables, token_seq, positions, scores, rows,
         q if sinks is None else sinks, out,
         *((out, out, out) if xq is None else (xq.q, xq.s, xq.dsum)),
         t, h, kvh, block_tables.shape[1], meta.block_size, stride,
         1.0 / math.sqrt(d) if scale is None else scale, softcap, window,
-        D=d, KV=code, GROUP=group, TOK=tok, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
-        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL,
-        SINKS=sinks is not None, **quant, **ieee.LAUNCH,
     )  # fmt: skip
-    return out, xq
+    consts = dict(
+        D=d, KV=code, GROUP=group, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
+        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, SINKS=sinks is not None, **quant,
+    )  # fmt: skip
+    return out, xq, args, consts
 
 
 def attention_reference(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
+    qkvattn,
     qkvrope,
     recurrence,
     rope,
@@ -367,6 +369,31 @@ class TritonOps:
         widths: [q | k | v], heads (HQ, HK, D)), the rotated keys and the values written to the
         caches, in one launch (qkvrope.py) where the decode path takes it; else None (the model
         then runs linear_runs and rope_kv_write: the same bits)."""
+        args = self._qkv_args(x, runs, heads, positions, table, k_cache, v_cache, slots)
+        return None if args is None else qkvrope.qkv_rope(**args)
+
+    def qkv_attention(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int],
+        table: RopeTable, k_cache: Array, v_cache: Array, meta: AttentionMeta, scale: float | None = None,
+        window: int = 0, softcap: float = 0.0, sinks: Array | None = None,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """`attention` of the queries `qkv_rope` makes, on the caches it writes, all in that one
+        launch (qkvattn.py) where it takes them and the attention quantises its rows for the output
+        projection (its head size); else None (the model's separate ops: the same bits)."""
+        args = self._qkv_args(x, runs, heads, meta.positions, table, k_cache, v_cache, meta.slots)
+        if args is None or not attention.quantizes(heads[2]):
+            return None
+        where = self._attention_args(meta, scale, window, softcap, sinks)
+        _, out, xq = qkvattn.qkv_rope_attention(**args, meta=meta, **where, limbs=self.limbs)
+        if xq is not None:
+            self._made = (out, xq)
+        return out
+
+    def _qkv_args(
+        self, x: Array, runs: list[tuple[Weight, tuple[int, ...]]], heads: tuple[int, int, int], positions: Array,
+        table: RopeTable, k_cache: Array, v_cache: Array, slots: Array,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """qkvrope.qkv_rope's arguments where its one launch takes these projections, else None."""
         if self.limbs is None or not all(w.kernel_type & Q8_PACKED for w, _ in runs):
             return None
         if (
@@ -378,10 +405,24 @@ class TritonOps:
         kc, vc = self._cache(k_cache), self._cache(v_cache)
         if not qkvrope.fits(x.shape[0], x.shape[1], weights, self.limbs, heads, table, kc, vc):
             return None
-        return qkvrope.qkv_rope(
-            self._quantised(x, self.limbs), weights, heads, self._step(positions), self._step(slots), table,
-            self._model(table.cos), self._model(table.sin), kc, vc,
-        )  # fmt: skip
+        return {
+            "xq": self._quantised(x, self.limbs), "weights": weights, "heads": heads,
+            "positions": self._step(positions), "slots": self._step(slots), "table": table,
+            "cos": self._model(table.cos), "sin": self._model(table.sin), "k_cache": kc, "v_cache": vc,
+        }  # fmt: skip
+
+    def _attention_args(
+        self, meta: AttentionMeta, scale: float | None, window: int, softcap: float, sinks: Array | None
+    ) -> dict[str, Any]:
+        """attention.attention_quantize's arguments after the caches and positions, but `limbs`."""
+        # every position lies in its table row: the width bounds them with no read of a value
+        # (on the static path the width is the context's, the same every step)
+        bound = meta.block_tables.shape[1] * meta.block_size - 1
+        sink = None if sinks is None else self._model(sinks).float()
+        return {
+            "token_seq": self._step(meta.token_seq), "block_tables": self._step(meta.block_tables),
+            "max_position": bound, "scale": scale, "window": window, "softcap": softcap, "sinks": sink,
+        }  # fmt: skip
 
     def gelu_mul(self, gate: Array, up: Array) -> torch.Tensor:
         return self._gated(gate, up, gelu=True)
@@ -404,17 +445,13 @@ class TritonOps:
         softcap: float = 0.0,
         sinks: Array | None = None,
     ) -> torch.Tensor:
-        # every position lies in its table row: the width bounds them with no read of a value
-        # (on the static path the width is the context's, the same every step)
-        bound = meta.block_tables.shape[1] * meta.block_size - 1
         q = tensor(q).to(self.device)
         # in the integer modes the output rows are quantised in the same launch, for the
         # attention output's matmul (which reads them through `_quantised`: no launch of its own)
         limbs = self.limbs if self.limbs is not None and attention.quantizes(q.shape[-1]) else None
         out, xq = attention.attention_quantize(
-            q, self._cache(k_cache), self._cache(v_cache), meta,
-            self._step(meta.positions), self._step(meta.token_seq), self._step(meta.block_tables),
-            bound, scale, window, softcap, None if sinks is None else self._model(sinks).float(), limbs,
+            q, self._cache(k_cache), self._cache(v_cache), meta, self._step(meta.positions),
+            **self._attention_args(meta, scale, window, softcap, sinks), limbs=limbs,
         )  # fmt: skip
         if xq is not None:
             self._made = (out, xq)

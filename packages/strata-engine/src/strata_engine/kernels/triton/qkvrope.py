@@ -13,7 +13,9 @@ slot) and copies its V heads into the V cache with kv.py's `store_row`, then res
 
 Each output's operations are its projection's own (the same program, the same K ranges: the
 bits never depend on the tiling), and each rotated or stored value's those of rope_write, which
-reads those very outputs: the bits are those of the separate launches.
+reads those very outputs: the bits are those of the separate launches. With ATTN, the unit's
+last program then counts its heads into their KV heads' arrival counts, and the last to arrive
+runs the attention (qkvattn.py).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.base import RopeTable
-from strata_engine.kernels.triton import intmatmul, kv, mmadecode
-from strata_engine.kernels.triton.ieee import LAUNCH, fit
+from strata_engine.kernels.triton import intmatmul, kv, mmadecode, qkvattn
+from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, fit
 from strata_engine.kernels.triton.packed import PackedWeight, halves, layout
 from strata_engine.kernels.triton.quantize import Quantised
 from strata_engine.kernels.triton.rope import _rotate
+
+ATOK = mmadecode.TOKENS.value if INTERPRETED else 1  # tokens an attention program (a speed choice only)
 
 
 @triton.jit
@@ -62,8 +66,9 @@ def _unit(
 
 
 @triton.jit(
-    do_not_specialize=["M", "N", "N2", "nb", "GB", "GB2", "PER", "T1", "UT", "U1", "HQ", "HK", "D", "HALF"]
-)
+    do_not_specialize=["M", "N", "N2", "nb", "GB", "GB2", "PER", "T1", "UT", "U1", "HQ", "HK", "D", "HALF",
+                       "a_blocks", "a_bsize", "a_stride", "a_window"]
+)  # fmt: skip
 def _qkv_rope_kernel(
     q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, y_ptr, f_ptr, wq2_ptr, wf2_ptr, y2_ptr, f2_ptr, cnt_ptr,
     qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr,
@@ -73,6 +78,11 @@ def _qkv_rope_kernel(
     LIMBS: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, CR: tl.constexpr, U: tl.constexpr,
     INTERLEAVED: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
     KV: tl.constexpr, VB: tl.constexpr,
+    a_tables, a_seq, a_s, a_r, a_sink, a_out, a_xq, a_xs, a_xdsum, a_blocks, a_bsize, a_stride, a_scale, a_cap,
+    a_window, ATTN: tl.constexpr, AD: tl.constexpr, GROUP: tl.constexpr, ATOK: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SOFTCAP: tl.constexpr,
+    UNROLL: tl.constexpr, SINKS: tl.constexpr, QLIMBS: tl.constexpr, SHIFT: tl.constexpr, XMAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
 ):  # fmt: skip
     """Program (i, g, r): tile i of the weights' (the first's while i < T1), rows 4 g .., blocks
     r PER ..; its unit's last program the unit's RoPE and cache writes."""
@@ -94,23 +104,30 @@ def _qkv_rope_kernel(
     first = t < T1
     u = tl.where(first, t, t - T1) // TPU
     unit = tl.where(first, u, U1 + u)  # of both weights' units
+    run = tl.program_id(0) >= 0
     if SPLIT or TPU > 1:  # the unit's last program: every tile of the unit is stored
         at = tl.num_programs(0) * tl.num_programs(1) + tl.program_id(1) * UT + unit
         done = tl.atomic_add(cnt_ptr + at, 1, sem="acq_rel", scope="gpu")
-        if done == tl.num_programs(2) * TPU - 1:
+        run = done == tl.num_programs(2) * TPU - 1
+        if run:
             tl.atomic_xchg(cnt_ptr + at, 0, sem="relaxed", scope="gpu")
-            if first:
-                _unit(y_ptr, N, N * 0, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
-                      D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
-            else:
-                _unit(y2_ptr, N2, N, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
-                      D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
-    elif first:
-        _unit(y_ptr, N, N * 0, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
-              D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
-    else:
-        _unit(y2_ptr, N2, N, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
-              D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
+    if run:
+        if first:
+            _unit(y_ptr, N, N * 0, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
+                  D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
+        else:
+            _unit(y2_ptr, N2, N, u, qo_ptr, kc_ptr, vc_ptr, pos_ptr, slots_ptr, cos_ptr, sin_ptr, M, HQ, HK,
+                  D, HALF, U, INTERLEAVED, BLOCK_H, BLOCK, TAIL, KV, VB)  # fmt: skip
+        if ATTN:  # the unit's heads counted into their KV groups; a group's last arrival attends
+            tl.debug_barrier()  # this unit's rotated queries and cache rows stored before its count
+            qkvattn.arrive(
+                tl.where(first, N, N2), tl.where(first, 0, N), u, U,
+                cnt_ptr + tl.num_programs(0) * tl.num_programs(1) + tl.num_programs(1) * UT,
+                qo_ptr, kc_ptr, vc_ptr, a_tables, a_seq, pos_ptr, a_s, a_r, a_sink, a_out, a_xq, a_xs, a_xdsum,
+                M, HQ, HK, D, a_blocks, a_bsize, a_stride, a_scale, a_cap, a_window,
+                AD, KV, GROUP, ATOK, BLOCK_G, BLOCK_N, BLOCK_D, SOFTCAP, UNROLL, SINKS, QLIMBS, SHIFT, XMAX,
+                MIN_EXP,
+            )  # fmt: skip
 
 
 def tiling(widths: list[int], d: int) -> tuple[int, int] | None:
@@ -153,12 +170,13 @@ def fits(
 def qkv_rope(
     xq: Quantised, weights: list[PackedWeight], heads: tuple[int, int, int], positions: torch.Tensor,
     slots: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    v_cache: torch.Tensor, qo: torch.Tensor | None = None, attend: tuple[tuple, dict] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """The rotated queries [M, HQ, D] of x's q/k/v projections (`weights`' outputs one after
     another: [q | k | v]), the rotated keys and the values written to the caches' slots: the bits
     of the projections (matmul_quantised, matmul_pair) then rope.rope_write, in one launch where
-    `fits`."""
+    `fits`. With `attend` (qkvattn.py: attention.launch_args' arguments for the queries `qo`), the
+    attention of each KV head's group runs in the same launch."""
     m, nb = xq.s.shape
     hq, hk, d = heads
     widths = [w.out_features for w in weights]
@@ -185,11 +203,11 @@ def qkv_rope(
             scratch.append(scratch[0])
     else:
         scratch, per = [parts[0][1], second[1]], nb
-    cnt = mmadecode.counts(dev, grid[0] * grid[1] + grid[1] * ut)
+    cnt = mmadecode.counts(dev, grid[0] * grid[1] + grid[1] * ut + hk)
     cr = 1 if m == 1 else 2 if m == 2 else mmadecode.TOKENS.value
     code = kv.KV_CODES[k_cache.dtype]
     kc, vc = (c if code == 0 else c.view(torch.int16) for c in (k_cache, v_cache))
-    qo = torch.empty(m, hq, d, dtype=torch.float32, device=dev)
+    qo = torch.empty(m, hq, d, dtype=torch.float32, device=dev) if qo is None else qo
     half = table.dim // 2
     second_layout = {f"{k}2": v for k, v in layout(second[0].wtype).items()}
     _qkv_rope_kernel[grid](
@@ -200,6 +218,26 @@ def qkv_rope(
         LIMBS=xq.limbs, BN=bn, SPLIT=split, CR=cr if split else mmadecode.TOKENS.value, U=unit,
         INTERLEAVED=table.interleaved, BLOCK_H=triton.next_power_of_2(max(unit // d, 1)),
         BLOCK=triton.next_power_of_2(half), TAIL=2 * half < d, KV=code, VB=min(kv.BLOCK, triton.next_power_of_2(unit)),
-        num_stages=mmadecode.STAGES, **layout(weights[0].wtype), **second_layout, **LAUNCH,
+        **_attention(qo, attend), num_stages=mmadecode.STAGES, **layout(weights[0].wtype), **second_layout,
+        **LAUNCH,
     )  # fmt: skip
     return qo
+
+
+def _attention(qo: torch.Tensor, attend: tuple[tuple, dict] | None) -> dict:
+    """The kernel's attention arguments: attention.launch_args' (its program's), or none."""
+    if attend is None:
+        names = ("AD", "GROUP", "ATOK", "BLOCK_G", "BLOCK_N", "BLOCK_D", "UNROLL")
+        ptrs = dict.fromkeys(
+            ("a_tables", "a_seq", "a_s", "a_r", "a_sink", "a_out", "a_xq", "a_xs", "a_xdsum"), qo
+        )
+        return {**ptrs, "a_blocks": 0, "a_bsize": 0, "a_stride": 0, "a_scale": 1.0, "a_cap": 0.0, "a_window": 0,
+                "ATTN": False, **dict.fromkeys(names, 1), "SOFTCAP": False, "SINKS": False, "QLIMBS": 0,
+                "SHIFT": 0, "XMAX": 0, "MIN_EXP": 0}  # fmt: skip
+    args, consts = attend
+    keys = ("a_tables", "a_seq", None, "a_s", "a_r", "a_sink", "a_out", "a_xq", "a_xs", "a_xdsum", None, None, None,
+            "a_blocks", "a_bsize", "a_stride", "a_scale", "a_cap", "a_window")  # fmt: skip
+    named = {k: v for k, v in zip(keys, args[3:], strict=True) if k is not None}
+    c = dict(consts)
+    c.pop("KV")
+    return {**named, "ATTN": True, "AD": c.pop("D"), "QLIMBS": c.pop("LIMBS"), "ATOK": ATOK, **c}
