@@ -144,3 +144,26 @@ def step_requests(prompts: list[tuple[int, ...]]) -> list[Request]:
         )
         for p in prompts
     ]
+
+
+def assert_tiny_model_on_both(path: Path) -> None:
+    """A whole tiny model in "native" (three limbs) on the GPU backend gives the CPU engine's bits:
+    a 12-token prompt's logprobs with the top 20 and two greedy decode steps, both named "native"."""
+    from strata_engine.provenance import arithmetic
+
+    request = Request(
+        (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
+        SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
+        LogprobParams(top_n=20, prompt_logprobs=True),
+    )
+    got = {}
+    for device in ("cpu", "cuda"):
+        engine = LLMEngine(path, kernels="native", device=device, parallel=2)
+        got[device] = [
+            (r.token_id, r.logprob, r.top)
+            for event in engine.generate(request)
+            for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
+            if r is not None
+        ]
+        assert arithmetic(engine.kernels) == "native"
+    assert len(got["cpu"]) == 13 and got["cuda"] == got["cpu"]

@@ -27,7 +27,7 @@ from strata_engine.kernels.triton.stored import from_weight
 from strata_engine.kernels.weight_types import TYPES as WTYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
-from strata_engine.testing.triton_checks import activations, assert_c_bits
+from strata_engine.testing.triton_checks import activations, assert_c_bits, assert_tiny_model_on_both
 from strata_engine.testing.triton_setup import DEVICE, on
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
@@ -99,24 +99,6 @@ def test_tiny_model_of_a_codebook_type_equals_the_cpu_engine(tmp_path, qtype: QT
     """A tiny model (tied head: its packed copy is the embedding) with every weight of one
     codebook type, in "native" on the GPU backend: the CPU engine's bits (prompt logprobs with the
     top 20, greedy decode steps)."""
-    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-    from strata_engine.provenance import arithmetic
     from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
-    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], weight_type=qtype)
-    request = Request(
-        (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
-        SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
-        LogprobParams(top_n=20, prompt_logprobs=True),
-    )
-    rows = {}
-    for device in ("cpu", "cuda"):
-        engine = LLMEngine(path, kernels="native", device=device, parallel=2)
-        rows[device] = [
-            (r.token_id, r.logprob, r.top)
-            for event in engine.generate(request)
-            for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
-            if r is not None
-        ]
-        assert arithmetic(engine.kernels) == "native"
-    assert len(rows["cpu"]) == 13 and rows["cuda"] == rows["cpu"]
+    assert_tiny_model_on_both(write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], weight_type=qtype))

@@ -34,6 +34,7 @@ from strata_engine.kernels.triton.backend import TritonOps
 from strata_engine.kernels.weights import Weight
 from strata_engine.provenance import arithmetic
 from strata_engine.testing.tiny_models import encode_tensor
+from strata_engine.testing.triton_checks import assert_tiny_model_on_both
 from strata_engine.testing.triton_setup import DEVICE, on
 
 # The interpreter's numpy says so when an IEEE operation overflows or gives a NaN: the edge cases
@@ -457,23 +458,6 @@ def test_tiny_model_equals_the_cpu_engine(tmp_path, weight_type: QT | None) -> N
     """A whole tiny model (tied head: its packed copy is the embedding; every weight type, or
     every weight Q2_K or IQ2_XS) in "native" (three limbs) on the GPU backend gives the CPU engine's bits:
     prompt logprobs with the top 20, and greedy decode steps."""
-    from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
     from strata_engine.testing.tiny_models import TINY_SPECS, write_tiny_model
 
-    path = write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], weight_type=weight_type)
-    request = Request(
-        (5, 70, 100, 33, 250, 17, 9, 120, 44, 3, 61, 200),
-        SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
-        LogprobParams(top_n=20, prompt_logprobs=True),
-    )
-    rows = {}
-    for device in ("cpu", "cuda"):
-        engine = LLMEngine(path, kernels="native", device=device, parallel=2)
-        rows[device] = [
-            (r.token_id, r.logprob, r.top)
-            for event in engine.generate(request)
-            for r in (getattr(event, "rows", None) or (getattr(event, "logprobs", None),))
-            if r is not None
-        ]
-        assert arithmetic(engine.kernels) == "native"
-    assert len(rows["cpu"]) == 13 and rows["cuda"] == rows["cpu"]
+    assert_tiny_model_on_both(write_tiny_model(tmp_path / "m.gguf", TINY_SPECS[0], weight_type=weight_type))
