@@ -27,6 +27,23 @@ def _pair_kernel(
     LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, CR: tl.constexpr,
 ):  # fmt: skip
     """Program (i, g, r): the first weight's tile i while i < T1, else the second's tile i - T1."""
+    program(
+        q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, f_ptr, wq2_ptr, wf2_ptr, b2_ptr, y2_ptr, f2_ptr,
+        cnt_ptr, M, N, N2, nb, GB, GB2, PER, T1, WT, KQ, BB, SB, SCB, WT2, KQ2, BB2, SB2, SCB2, LIMBS, HAS_BIAS,
+        BN, SPLIT, CR,
+    )  # fmt: skip
+
+
+@triton.jit
+def program(
+    q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, y_ptr, f_ptr, wq2_ptr, wf2_ptr, b2_ptr, y2_ptr, f2_ptr,
+    cnt_ptr, M, N, N2, nb, GB, GB2, PER, T1,
+    WT: tl.constexpr, KQ: tl.constexpr, BB: tl.constexpr, SB: tl.constexpr, SCB: tl.constexpr,
+    WT2: tl.constexpr, KQ2: tl.constexpr, BB2: tl.constexpr, SB2: tl.constexpr, SCB2: tl.constexpr,
+    LIMBS: tl.constexpr, HAS_BIAS: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, CR: tl.constexpr,
+):  # fmt: skip
+    """The pair launch's program (i, g, r), for the launches that add their own steps after it
+    (qkvrope.py)."""
     t = tl.program_id(0)
     if t < T1:
         mmadecode.program(

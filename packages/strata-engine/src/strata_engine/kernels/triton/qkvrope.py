@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from strata_engine.kernels.base import RopeTable
-from strata_engine.kernels.triton import intmatmul, kv, mmadecode, qkvattn
+from strata_engine.kernels.triton import intmatmul, kv, mmadecode, mmapair, qkvattn
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, fit
 from strata_engine.kernels.triton.packed import PackedWeight, halves, layout
 from strata_engine.kernels.triton.quantize import Quantised
@@ -87,18 +87,11 @@ def _qkv_rope_kernel(
     """Program (i, g, r): tile i of the weights' (the first's while i < T1), rows 4 g .., blocks
     r PER ..; its unit's last program the unit's RoPE and cache writes."""
     t = tl.program_id(0)
-    if t < T1:
-        mmadecode.program(
-            q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, y_ptr, y_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
-            t, T1.to(tl.int64), WT, KQ, BB, SB, SCB, LIMBS, False, False, BN, SPLIT, CR,
-        )  # fmt: skip
-    else:
-        mmadecode.program(
-            q_ptr, s_ptr, dsum_ptr, wq2_ptr, wf2_ptr, y2_ptr, y2_ptr, y2_ptr, f2_ptr,
-            cnt_ptr + tl.num_programs(1) * T1, M, N2, nb, GB2, PER,
-            t - T1, (tl.num_programs(0) - T1).to(tl.int64), WT2, KQ2, BB2, SB2, SCB2, LIMBS, False, False,
-            BN, SPLIT, CR,
-        )  # fmt: skip
+    mmapair.program(
+        q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, y_ptr, y_ptr, f_ptr, wq2_ptr, wf2_ptr, y2_ptr, y2_ptr, f2_ptr,
+        cnt_ptr, M, N, N2, nb, GB, GB2, PER, T1, WT, KQ, BB, SB, SCB, WT2, KQ2, BB2, SB2, SCB2, LIMBS, False,
+        BN, SPLIT, CR,
+    )  # fmt: skip
     tl.debug_barrier()  # this program's stores of its tile before the unit's reads
     TPU: tl.constexpr = U // BN  # tiles a unit
     first = t < T1
