@@ -65,7 +65,6 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
     # with the attention in it (qkvattn.py): an 8B layer's group of 4 query heads a KV head, its
     # output quantised for the output projection, in the same forms, the Q4_K_M layout
     from strata_engine.kernels.base import AttentionMeta
-    from strata_engine.kernels.triton import qkvattn
 
     heads = (4, 1, d)
     pair = [weight(5 * d, QT.Q4_K), weight(d, QT.Q6_K)]
@@ -78,7 +77,7 @@ def workload(tmp: Path, shard: int = 0, shards: int = 1) -> None:
         slots = (4 + pos).to(torch.int64)
         meta = AttentionMeta(pos.numpy(), seq.numpy(), tables.numpy(), slots.numpy(), 4)
         assert qkvrope.fits(rows, k, pair, 3, heads, table, kc, vc)
-        qkvattn.qkv_rope_attention(
+        qkvrope.qkv_rope_attention(
             xq, pair, heads, pos, slots, table, cos, sin, kc, vc, meta, seq, tables, 7, None, 0, 0.0, None, 3
         )
     # the separate launch, whose rotation and cache stores (rope._rotate, kv.store_row) it shares

@@ -105,7 +105,7 @@ def test_the_qkv_rope_launch_gives_the_cpu_engines_rows(tmp_path, monkeypatch, v
     the dynamic or the static path (CUDA graphs' buffers): decode steps and 5-token chunks take
     the projections, RoPE and the cache write in one launch (qkvrope.py), and the rows are the
     CPU engine's, batched and chunked; the attention runs in that launch (qkvattn.py)."""
-    from strata_engine.kernels.triton import graphs, qkvattn, qkvrope
+    from strata_engine.kernels.triton import graphs, qkvrope
 
     types = {f"blk.{i}.attn_{x}.weight": QT.Q4_K for i in range(N_LAYERS) for x in "qk"}
     types |= {f"blk.{i}.attn_v.weight": v_type for i in range(N_LAYERS)}
@@ -116,8 +116,8 @@ def test_the_qkv_rope_launch_gives_the_cpu_engines_rows(tmp_path, monkeypatch, v
         "qkv_rope",
         lambda *a, **k: launches.append(len(k["weights"] if k else a[1])) or launch(*a, **k),
     )
-    attended, attend = [], qkvattn.qkv_rope_attention
-    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a, **k: attended.append(1) or attend(*a, **k))
+    attended, attend = [], qkvrope.qkv_rope_attention
+    monkeypatch.setattr(qkvrope, "qkv_rope_attention", lambda *a, **k: attended.append(1) or attend(*a, **k))
     if static:
         monkeypatch.setenv(graphs.SWITCH, "1")
     _same_on_both(path, _prompts(VOCAB_SIZE, 6, (9, 3)), "native")

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.base import AttentionMeta, RopeTable
 from strata_engine.kernels.native.backend import NativeOps
-from strata_engine.kernels.triton import attention, intmatmul, mmadecode, packed, qkvattn, qkvrope
+from strata_engine.kernels.triton import attention, intmatmul, mmadecode, packed, qkvrope
 from strata_engine.kernels.triton.quantize import quantize
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.tiny_models import encode_tensor
@@ -88,7 +88,7 @@ def test_one_launch_gives_the_separate_launches_bits(
 
     def one() -> tuple:
         kd, vd = (on(old[i].clone()) for i in range(2))
-        q, out, oq = qkvattn.qkv_rope_attention(
+        q, out, oq = qkvrope.qkv_rope_attention(
             xq, weights, (HQ, HK, D), *rope_args, kd, vd, meta, on(seq), on(TABLES), bound, *attend, 3
         )
         return q, kd, vd, out, oq
@@ -152,8 +152,8 @@ def test_the_backend_op_is_its_two_ops_in_one_launch(monkeypatch: pytest.MonkeyP
     assert q is not None, "the layer takes the q/k/v launch"
     want = (kd, vd, ops.attention(q, kd, vd, meta), ops._made[1].q)
     launches: list[int] = []
-    fused = qkvattn.qkv_rope_attention
-    monkeypatch.setattr(qkvattn, "qkv_rope_attention", lambda *a, **k: launches.append(1) or fused(*a, **k))
+    fused = qkvrope.qkv_rope_attention
+    monkeypatch.setattr(qkvrope, "qkv_rope_attention", lambda *a, **k: launches.append(1) or fused(*a, **k))
     kg, vg = caches()
     out = ops.qkv_attention(x, runs, (HQ, HK, D), _table(), kg, vg, meta)
     assert out is not None and launches == [1], "one launch ran both"

@@ -39,7 +39,6 @@ from strata_engine.kernels.triton import (
     matmul,
     norm,
     packed,
-    qkvattn,
     qkvrope,
     recurrence,
     rope,
@@ -384,7 +383,7 @@ class TritonOps:
         if args is None or not attention.quantizes(heads[2]):
             return None
         where = self._attention_args(meta, scale, window, softcap, sinks)
-        _, out, xq = qkvattn.qkv_rope_attention(**args, meta=meta, **where, limbs=self.limbs)
+        _, out, xq = qkvrope.qkv_rope_attention(**args, meta=meta, **where, limbs=self.limbs)
         if xq is not None:
             self._made = (out, xq)
         return out

@@ -1,4 +1,4 @@
-"""The q/k/v projections, RoPE, the KV cache write and the attention in one decode launch.
+"""The attention inside qkvrope.py's decode launch (its `qkv_rope_attention`): the per-KV-head count.
 
 qkvrope.py's launch, whose unit of whole heads ends with the unit's last program rotating the
 unit's heads and writing its K and V rows, takes a second integer arrival count here, one per KV
@@ -15,14 +15,10 @@ qkv_rope launch then the attention launch.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.base import AttentionMeta, RopeTable
-from strata_engine.kernels.triton import attention, qkvrope
-from strata_engine.kernels.triton.packed import PackedWeight
-from strata_engine.kernels.triton.quantize import Quantised
+from strata_engine.kernels.triton import attention
 
 
 @triton.jit
@@ -61,25 +57,3 @@ def arrive(
                         max_blocks, block_size, s_stride, scale, softcap, window, AD, KV, GROUP, ATOK, BLOCK_G,
                         BLOCK_N, BLOCK_D, SOFTCAP, UNROLL, SINKS, LIMBS, SHIFT, XMAX, MIN_EXP,
                     )  # fmt: skip
-
-
-def qkv_rope_attention(
-    xq: Quantised, weights: list[PackedWeight], heads: tuple[int, int, int], positions: torch.Tensor,
-    slots: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-    v_cache: torch.Tensor, meta: AttentionMeta, token_seq: torch.Tensor, block_tables: torch.Tensor,
-    max_position: int, scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None,
-    limbs: int | None, qo: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, Quantised | None]:  # fmt: skip
-    """The rotated queries [M, HQ, D], the attention's output [M, HQ, D] and, with `limbs`, its rows
-    quantised: the bits of qkvrope.qkv_rope then attention.attention_quantize (same arguments), in
-    one launch (`qkvrope.fits` and, with `limbs`, attention.quantizes(D)); `qo` may hold the queries."""
-    m, (hq, _, d) = xq.s.shape[0], heads
-    qo = torch.empty(m, hq, d, dtype=torch.float32, device=xq.q.device) if qo is None else qo
-    out, xo, args, consts = attention.launch_args(
-        qo, k_cache, v_cache, meta, positions, token_seq, block_tables, max_position, scale, window, softcap,
-        sinks, limbs,
-    )  # fmt: skip
-    qkvrope.qkv_rope(
-        xq, weights, heads, positions, slots, table, cos, sin, k_cache, v_cache, qo, (args, consts)
-    )
-    return qo, out, xo

@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.base import RopeTable
-from strata_engine.kernels.triton import intmatmul, kv, mmadecode, mmapair, qkvattn
+from strata_engine.kernels.base import AttentionMeta, RopeTable
+from strata_engine.kernels.triton import attention, intmatmul, kv, mmadecode, mmapair, qkvattn
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, fit
 from strata_engine.kernels.triton.packed import PackedWeight, halves, layout
 from strata_engine.kernels.triton.quantize import Quantised
@@ -234,3 +234,23 @@ def _attention(qo: torch.Tensor, attend: tuple[tuple, dict] | None) -> dict:
     c = dict(consts)
     c.pop("KV")
     return {**named, "ATTN": True, "AD": c.pop("D"), "QLIMBS": c.pop("LIMBS"), "ATOK": ATOK, **c}
+
+
+def qkv_rope_attention(
+    xq: Quantised, weights: list[PackedWeight], heads: tuple[int, int, int], positions: torch.Tensor,
+    slots: torch.Tensor, table: RopeTable, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor, meta: AttentionMeta, token_seq: torch.Tensor, block_tables: torch.Tensor,
+    max_position: int, scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None,
+    limbs: int | None, qo: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, Quantised | None]:  # fmt: skip
+    """The rotated queries [M, HQ, D], the attention's output [M, HQ, D] and, with `limbs`, its rows
+    quantised: the bits of qkv_rope then attention.attention_quantize (same arguments), in
+    one launch (qkvattn.arrive in qkv_rope's; `fits` and, with `limbs`, attention.quantizes(D)); `qo` may hold the queries."""
+    m, (hq, _, d) = xq.s.shape[0], heads
+    qo = torch.empty(m, hq, d, dtype=torch.float32, device=xq.q.device) if qo is None else qo
+    out, xo, args, consts = attention.launch_args(
+        qo, k_cache, v_cache, meta, positions, token_seq, block_tables, max_position, scale, window, softcap,
+        sinks, limbs,
+    )  # fmt: skip
+    qkv_rope(xq, weights, heads, positions, slots, table, cos, sin, k_cache, v_cache, qo, (args, consts))
+    return qo, out, xo
