@@ -393,23 +393,14 @@ class Transformer:
             h, normed = ops.rmsnorm(x, layer.attn_norm, cfg.rms_eps) if normed is None else normed, None
             sinks = None if layer.oai is None else layer.oai.sinks  # gpt-oss
             attend = (cfg.attn_scale, window, cfg.attn_softcap, sinks)
-            a = None  # q/k/v, RoPE, the cache write and the attention as one op (fused_rope.py)
+            caches, a = (k_cache, v_cache), None  # a: q/k/v to attention as one op (fused_rope.py)
             if layer.g4 is not None:  # gemma4: V normed; a shared-KV layer computes no K or V
-                q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, (k_cache, v_cache))
-            elif (
-                a := fused_rope.qkv_attention(self, h, layer, meta, rope, (k_cache, v_cache), attend)
-            ) is None:
+                q = gemma4.qkv(ops, h, layer, layer.g4, cfg, i, meta, rope, caches)
+            elif (a := fused_rope.qkv_attention(self, h, layer, meta, rope, caches, attend)) is None:
                 q = self._qkv(h, layer, meta, rope, k_cache, v_cache)
-            if (
-                a is None
-                and cfg.attn_scale is None
-                and not window
-                and not cfg.attn_softcap
-                and layer.oai is None
-            ):
-                a = ops.attention(q, k_cache, v_cache, meta)
-            elif a is None:
-                a = ops.attention(q, k_cache, v_cache, meta, *attend)
+            if a is None:
+                plain = cfg.attn_scale is None and not window and not cfg.attn_softcap and layer.oai is None
+                a = ops.attention(q, k_cache, v_cache, meta, *(() if plain else attend))
             o, bo = a.reshape(n, -1), layer.oai and layer.oai.bo
             if layer.post_attn_norm is None and not self.tp.active:  # x + o and its norm (fused_norm)
                 x, h = add_norm(ops, o, layer.wo, x, layer.ffn_norm, cfg.rms_eps, bo)
