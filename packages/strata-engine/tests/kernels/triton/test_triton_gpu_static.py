@@ -202,7 +202,6 @@ def test_the_gate_up_launch_does_not_spill(tmp_path, recorded) -> None:
     from strata_engine.kernels.triton.packed import layout
     from strata_engine.kernels.triton.wtypes import Q4_K, Q6_K
 
-    specs = tmp_path / "specs.json"
     recorded = [s for s in recorded if s["name"] == "_gateup_kernel"]
     assert recorded, "the tiny model's decode takes the gate/up launch"
     forms = []
@@ -216,23 +215,9 @@ def test_the_gate_up_launch_does_not_spill(tmp_path, recorded) -> None:
             }
             c = recorded[0]["constexprs"] | pair | {"SPLIT": split, "CR": cr}
             forms.append(recorded[0] | {"signature": sig, "constexprs": c})
-    specs.write_text(json.dumps(forms))
-    out = tmp_path / "stats.json"
-    _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
-    rows = json.loads(out.read_text())
-    assert len(rows) == len(forms)
-    for r in rows:
-        print(
-            r["constexprs"]["WT"],
-            r["constexprs"]["WT2"],
-            r["constexprs"]["SPLIT"],
-            r["constexprs"]["CR"],
-            r["registers"],
-        )
-        assert r["constexprs"]["BN"] == 256 and r["constexprs"]["LIMBS"] == 3, (
-            "the GPU's tile, the default mode"
-        )
-        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
+    for r in _compiled_without_spills(tmp_path, forms):
+        c = r["constexprs"]
+        print(c["WT"], c["WT2"], c["SPLIT"], c["CR"], r["registers"])
 
 
 def test_the_add_norm_launch_does_not_spill(tmp_path, recorded) -> None:
@@ -251,16 +236,22 @@ def test_the_add_norm_launch_does_not_spill(tmp_path, recorded) -> None:
             for split, cr in FORMS:
                 c = found[0]["constexprs"] | (layout(types[0].value) if types else {}) | chunk
                 forms.append(found[0] | {"constexprs": c | {"SPLIT": split, "CR": cr}})
-    specs = tmp_path / "specs.json"
+    for r in _compiled_without_spills(tmp_path, forms):
+        c = r["constexprs"]
+        print(c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"])
+
+
+def _compiled_without_spills(tmp_path, forms: list[dict]) -> list[dict]:
+    """`forms` (recorded launches) compiled for sm_90 in the GPU's tile and the default mode: each
+    one's statistics, after asserting that none uses local memory or spills."""
+    specs, out = tmp_path / "specs.json", tmp_path / "stats.json"
     specs.write_text(json.dumps(forms))
-    out = tmp_path / "stats.json"
     _module("triton_compile", "analyse", str(specs), str(out), interpret=False)
     rows = json.loads(out.read_text())
     assert len(rows) == len(forms)
     for r in rows:
-        c = r["constexprs"]
-        print(
-            c["WT"], c["CB"], c["SPLIT"], c["CR"], r["registers"], r["local_bytes"], r["spill_instructions"]
+        assert r["constexprs"]["BN"] == 256 and r["constexprs"]["LIMBS"] == 3, (
+            "the GPU's tile, the default mode"
         )
-        assert c["BN"] == 256 and c["LIMBS"] == 3, "the GPU's tile, the default mode"
         assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
+    return rows
