@@ -60,8 +60,9 @@ def test_rounding_is_c(name: str) -> None:
     """kv.write, as the backend writes K and V (both caches in one launch, to scattered slots),
     stores each value as C's kv_write rounds it."""
     np_type, torch_type, _ = KINDS[name]
-    x = _hard_values().reshape(-1, 1, 1)
-    c, cv = np.zeros((x.shape[0], 1, 1), np_type), np.zeros((x.shape[0], 1, 1), np_type)
+    x = _hard_values()  # rows of 64 (zeros padding the last): a program a row and cache, not a value
+    x = np.concatenate([x, np.zeros(-len(x) % 64, np.float32)]).reshape(-1, 1, 64)
+    c, cv = np.zeros(x.shape, np_type), np.zeros(x.shape, np_type)
     slots = np.random.default_rng(5).permutation(x.shape[0])
     NativeOps(1).kv_write(x, -x, c, cv, slots)
     dk, dv = (torch.zeros(c.shape, dtype=torch_type, device=triton_setup.DEVICE) for _ in "kv")
