@@ -165,14 +165,14 @@ def graphs_run(model) -> tuple[Run, Replays]:
 
 def _instrumented(path: Path, mp: pytest.MonkeyPatch, replays: Replays) -> Run:
     original_run = graphs.DecodeGraphs.run
-    original_forward = graphs.DecodeGraphs.forward
+    original_step = graphs.DecodeGraphs.step
     launch = interpreter.InterpretedFunction.run
     real_rows: list[int] = []
     state: dict[str, Any] = {"mode": None}
 
-    def forward(self, model, ids, meta, kv):  # type: ignore[no-untyped-def]
+    def step(self, model, ids, meta, kv):  # type: ignore[no-untyped-def]
         real_rows.append(len(ids))
-        return original_forward(self, model, ids, meta, kv)
+        return original_step(self, model, ids, meta, kv)
 
     def run(self, model, kv, b):  # type: ignore[no-untyped-def]
         roles = {}
@@ -245,7 +245,7 @@ def _instrumented(path: Path, mp: pytest.MonkeyPatch, replays: Replays) -> Run:
             mode.inside_triton = False
 
     mp.setattr(graphs.DecodeGraphs, "run", run)
-    mp.setattr(graphs.DecodeGraphs, "forward", forward)
+    mp.setattr(graphs.DecodeGraphs, "step", step)
     mp.setattr(interpreter.InterpretedFunction, "run", launched)
     return _drive(path, "graphs", mp)
 
@@ -288,6 +288,59 @@ def test_each_step_of_a_bucket_repeats_the_same_launches(graphs_run) -> None:
         part[0] for log in replays.ops[4] for entry in log for part in entry[-1] if isinstance(part, tuple)
     }
     assert {"static.ids", "static.positions", "static.token_seq", "static.slots", "static.tables"} <= roles
+
+
+def test_the_lm_head_and_log_softmax_are_inside_the_step(graphs_run) -> None:
+    """What a graph captures ends with the LM head over every row of the bucket ([b, vocab]
+    logits) and the log-softmax of those rows in place: the runner only selects and reads after
+    it (a tail moved back out of `run` would not be recorded here)."""
+    run, replays = graphs_run
+    vocab = run.engine.model.output.out_features
+    for b, logs in replays.ops.items():
+        launches = [entry for entry in logs[0] if entry[0].startswith("triton.")]
+        *_, head, tail = launches
+        assert tail[0] == "triton._log_softmax_kernel", f"bucket {b}: the last launch is {tail[0]}"
+        assert head[0] == "triton._dot1_kernel", f"bucket {b}: before the log-softmax, {head[0]}"
+        shapes = [part[1:3] for part in tail[-1] if isinstance(part, tuple) and len(part) == 5]
+        assert shapes == [((b, vocab), (vocab, 1))] * 2, f"bucket {b}: log-softmax over {shapes}, in place"
+        assert ((b, vocab), (vocab, 1)) in [part[1:3] for part in head[-1] if isinstance(part, tuple)]
+
+
+def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch) -> None:
+    """The runner's reads of the rows a static step log-softmaxed (top logprobs, named ids, a
+    draw on the device), selected after it with nothing recomputed: the CPU engine's events, no
+    row copied back whole."""
+    prompt = (12, 200, 33, 71, 9, 250, 17)
+    requests = [
+        Request(
+            prompt, SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)
+        ),
+        Request(
+            prompt[:4],
+            SamplingParams(max_tokens=3, temperature=0.9, top_p=0.9, seed=5, ignore_eos=True),
+            LogprobParams(top_n=2, named_ids=(3, 17)),
+        ),
+    ]
+    kw: dict[str, Any] = dict(kernels="native-fp32", parallel=8, prefix_cache=False, kv_cache_mb=1)
+    cpu = LLMEngine(model, device="cpu", num_threads=2, **kw).generate_batch(requests)
+    monkeypatch.setenv(graphs.SWITCH, "1")
+    engine = LLMEngine(model, device="cuda", **kw)
+    monkeypatch.delenv(graphs.SWITCH)
+    reads: list = []
+    read_logprobs = engine.runner._read_logprobs
+
+    def counted(lp, wants, at):  # type: ignore[no-untyped-def]
+        reads.extend(wants)
+        return read_logprobs(lp, wants, at)
+
+    engine.runner._read_logprobs = counted
+    gpu = engine.generate_batch(requests)
+    assert engine.ops.decode_graphs.steps == Counter({2: 2}), "two decode steps on the static path"
+    assert len(reads) == 4 and all(r is not None for r in reads), "every row read sparse"
+    # each token of the sampled request drawn on the device (the first from the prefill's row)
+    assert sum(r.draw is not None for r in reads) == 2 and engine.ops.device_draws == 3
+    for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)):
+        assert a == b, f"request {i}: the static path's events differ from the CPU engine's"
 
 
 def test_padding_rows_write_only_the_scratch_block(runs, graphs_run) -> None:
