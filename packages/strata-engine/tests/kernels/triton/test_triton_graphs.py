@@ -43,9 +43,12 @@ from torch.utils._pytree import tree_flatten
 from triton.runtime import interpreter
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-from strata_engine.kernels.triton import graphs
+from strata_engine.kernels.rows import DeviceDraw, RowRead, SparseRow
+from strata_engine.kernels.triton import graphs, select
+from strata_engine.logprobs import best_first
 from strata_engine.testing.tiny_arch_models import ArchSpec, write_arch_model
 from strata_engine.testing.triton_checks import assert_same_rows
+from strata_engine.testing.triton_setup import DEVICE
 
 SPEC = ArchSpec("llama-bpe", "llama", spm=False, n_layers=1)  # fp32 weights: the C kernels' bits
 # step -> (prompt length, tokens to generate) of the requests added before that step
@@ -341,6 +344,31 @@ def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch)
     assert sum(r.draw is not None for r in reads) == 2 and engine.ops.device_draws == 3
     for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)):
         assert a == b, f"request {i}: the static path's events differ from the CPU engine's"
+
+
+def test_a_read_of_rows_at_given_places_is_of_those_rows() -> None:
+    """`select.read_rows(lp, reads, at)`, as the runner reads a bucket's rows: read i is of row
+    at[i], full rows, selections and a draw mixed, out of order: each equals that row's own read
+    (its bytes, `best_first`'s listing and named values of the numpy row, the draw of the row
+    read alone)."""
+    x = np.random.default_rng(9).standard_normal((6, 300)).astype(np.float32)
+    x -= np.log(np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True)).astype(np.float32)
+    x[4, 17] = 3.0  # row 4's best entry differs from the others'
+    draw = RowRead(2, (), DeviceDraw(0.8, 0, 1.0, 0.3))
+    reads: list[RowRead | None] = [None, RowRead(4, (3, 250)), draw, None, RowRead(3, (17,))]
+    at = [5, 4, 3, 0, 1]
+    lp = torch.from_numpy(x).to(DEVICE)
+    got, _ = select.read_rows(lp, reads, at)
+    for row, read, r in zip(got, reads, at, strict=True):
+        if read is None:
+            assert isinstance(row, np.ndarray) and row.tobytes() == x[r].tobytes(), f"row {r}"
+            continue
+        assert isinstance(row, SparseRow)
+        assert row.top[: read.top] == best_first(enumerate(x[r].tolist()), read.top), f"row {r}"
+        assert row.take(read.ids).tobytes() == x[r, list(read.ids)].tobytes()
+    alone, _ = select.read_rows(lp[3:4], [draw])
+    assert isinstance(got[2], SparseRow) and isinstance(alone[0], SparseRow)
+    assert got[2].drawn == alone[0].drawn is not None
 
 
 def test_padding_rows_write_only_the_scratch_block(runs, graphs_run) -> None:
