@@ -14,7 +14,10 @@ TritonOps with the switch on, instrumented:
   grids, reads the same static input buffers at the same addresses, reads no device value on the
   host and makes no tensor from host data: what a graph captures once repeats verbatim;
 - the padding rows' K/V land only in the scratch block: the device cache's real blocks equal the
-  CPU engine's cache, byte for byte.
+  CPU engine's cache, byte for byte;
+- a step ends with the LM head over the bucket's rows and their log-softmax, in place (the last
+  launches recorded inside `run`); the runner's reads of those rows after it (top logprobs,
+  named ids, a draw on the device) give the CPU engine's events with no log-softmax run again.
 
 A short gemma2 run takes the static path through its extras (soft-capping, a sliding window, the
 embedding scale) to the CPU engine's rows too.
@@ -44,7 +47,7 @@ from triton.runtime import interpreter
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
 from strata_engine.kernels.rows import DeviceDraw, RowRead, SparseRow
-from strata_engine.kernels.triton import graphs, select
+from strata_engine.kernels.triton import graphs, logprobs, select
 from strata_engine.logprobs import best_first
 from strata_engine.testing.tiny_arch_models import ArchSpec, write_arch_model
 from strata_engine.testing.triton_checks import assert_same_rows
@@ -313,14 +316,14 @@ def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch)
     """The runner's reads of the rows a static step log-softmaxed (top logprobs, named ids, a
     draw on the device), selected after it with nothing recomputed: the CPU engine's events, no
     row copied back whole."""
-    prompt = (12, 200, 33, 71, 9, 250, 17)
+    prompt = (12, 200, 33, 71)
     requests = [
         Request(
-            prompt, SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)
+            prompt, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)
         ),
         Request(
-            prompt[:4],
-            SamplingParams(max_tokens=3, temperature=0.9, top_p=0.9, seed=5, ignore_eos=True),
+            prompt[1:],
+            SamplingParams(max_tokens=2, temperature=0.9, top_p=0.9, seed=5, ignore_eos=True),
             LogprobParams(top_n=2, named_ids=(3, 17)),
         ),
     ]
@@ -337,11 +340,22 @@ def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch)
         return read_logprobs(lp, wants, at)
 
     engine.runner._read_logprobs = counted
+    softmaxed: list[tuple[int, ...]] = []
+    log_softmax = logprobs.log_softmax
+
+    def counted_log_softmax(logits, out=None):  # type: ignore[no-untyped-def]
+        softmaxed.append(tuple(logits.shape))
+        return log_softmax(logits, out)
+
+    monkeypatch.setattr(logprobs, "log_softmax", counted_log_softmax)
     gpu = engine.generate_batch(requests)
-    assert engine.ops.decode_graphs.steps == Counter({2: 2}), "two decode steps on the static path"
-    assert len(reads) == 4 and all(r is not None for r in reads), "every row read sparse"
+    vocab = engine.model.output.out_features
+    # one log-softmax a step: the prefill's (eager, its 2 rows), the static step's (bucket 2), none after
+    assert softmaxed == [(2, vocab), (2, vocab)], softmaxed
+    assert engine.ops.decode_graphs.steps == Counter({2: 1}), "the decode step on the static path"
+    assert len(reads) == 2 and all(r is not None for r in reads), "every row read sparse"
     # each token of the sampled request drawn on the device (the first from the prefill's row)
-    assert sum(r.draw is not None for r in reads) == 2 and engine.ops.device_draws == 3
+    assert sum(r.draw is not None for r in reads) == 1 and engine.ops.device_draws == 2
     for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)):
         assert a == b, f"request {i}: the static path's events differ from the CPU engine's"
 
