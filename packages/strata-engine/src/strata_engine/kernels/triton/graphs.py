@@ -16,6 +16,11 @@ change between steps. The static path makes a decode step so:
   attention's loops end where each token's position (device data) says, its scratch is sized by
   the table width (a constant here), and every other op's sizes follow the bucket.
 
+The step runs on past the final norm: the LM head over every row of the bucket (soft-capped
+where the model says) and each row's log-softmax, in place over the logits, so a replay leaves
+the rows' log-probabilities in the bucket's output (`StaticStep`); the runner then reads of
+them what each request asks (TritonOps.read_logprobs), with no log-softmax again.
+
 On CUDA the first step of a bucket runs once eagerly on a side stream (compiles, moves the
 weights), is captured with `torch.cuda.CUDAGraph` (one memory pool for every bucket), and every
 later step of that bucket replays it. Under Triton's interpreter (the CPU) the same buffers and
