@@ -76,6 +76,10 @@ class ModelRunner:
         self._read_rows: Callable[[Array, list[RowRead | None]], list[Row]] | None = getattr(
             model.ops, "read_rows", None
         )
+        # the same of rows already log-softmaxed on the device (the static decode path's)
+        self._read_logprobs: Callable[[Array, list[RowRead | None], np.ndarray], list[Row]] | None = getattr(
+            model.ops, "read_logprobs", None
+        )
         self.block_size = block_size
 
         def shape(layer: int) -> tuple[int, int, int, int]:  # gemma4's layers differ
@@ -135,24 +139,34 @@ class ModelRunner:
         )
         step_ids = np.array(ids, dtype=np.int64)
         self.model.tp.send_step(step_ids, meta)  # tensor parallelism: the other ranks run it too
-        # a backend's static decode path (TritonOps with CUDA graphs on) takes the steps it can
+        # a backend's static decode path (TritonOps with CUDA graphs on) takes the steps it can,
+        # LM head and log-softmax included (graphs.StaticStep)
         graphs = getattr(self.model.ops, "decode_graphs", None)
-        hidden = None if graphs is None else graphs.forward(self.model, step_ids, meta, self.kv)
-        if hidden is None:
-            hidden = self.model.forward(step_ids, meta, self.kv)
+        static = None if graphs is None else graphs.step(self.model, step_ids, meta, self.kv)
+        hidden = self.model.forward(step_ids, meta, self.kv) if static is None else static.hidden
         if (check := getattr(self.model.ops, "check_allocations", None)) is not None:
             check()  # a layer the C kernels could not allocate for left its KV unwritten: fail here,
             # before the engine registers these blocks for reuse (NativeOps.check_allocations)
-        return rows, self._logprobs(hidden, np.array(select, dtype=np.int64), rows)
+        lp = None if static is None else static.logprobs
+        return rows, self._logprobs(hidden, np.array(select, dtype=np.int64), rows, lp)
 
-    def _logprobs(self, hidden: Array, select: np.ndarray, refs: list[RowRef]) -> Iterator[Row]:
-        """The selected rows' log-probabilities, `logit_rows` rows at a time."""
-        ops, n = self.model.ops, self.logit_rows
+    def _logprobs(
+        self, hidden: Array, select: np.ndarray, refs: list[RowRef], lp: Array | None = None
+    ) -> Iterator[Row]:
+        """The selected rows' log-probabilities, `logit_rows` rows at a time; where the static
+        path computed every row's already (`lp`, on the device), the step's reads of them at once."""
+        ops, n = self.model.ops, self.logit_rows if lp is None else max(len(select), 1)
         for start in range(0, len(select), n):
-            chunk = select[start : start + n]
+            chunk, part = select[start : start + n], refs[start : start + n]
+            if lp is not None:  # read where `chunk` says (TritonOps.read_logprobs), nothing recomputed
+                assert self._read_logprobs is not None
+                yield from self._read_logprobs(
+                    lp, [self._read(r) if self.sparse else None for r in part], chunk
+                )
+                continue
             logits = self.model.logits(hidden[like(hidden, chunk)], out=self._logits[: len(chunk)])
             if self.sparse and self._read_rows is not None:
-                yield from self._read_rows(logits, [self._read(ref) for ref in refs[start : start + n]])
+                yield from self._read_rows(logits, [self._read(ref) for ref in part])
             else:
                 yield from to_numpy(ops.log_softmax(logits, inplace=True))
 

@@ -14,7 +14,10 @@ TritonOps with the switch on, instrumented:
   grids, reads the same static input buffers at the same addresses, reads no device value on the
   host and makes no tensor from host data: what a graph captures once repeats verbatim;
 - the padding rows' K/V land only in the scratch block: the device cache's real blocks equal the
-  CPU engine's cache, byte for byte.
+  CPU engine's cache, byte for byte;
+- a step ends with the LM head over the bucket's rows and their log-softmax, in place (the last
+  launches recorded inside `run`); the runner's reads of those rows after it (top logprobs,
+  named ids, a draw on the device) give the CPU engine's events with no log-softmax run again.
 
 A short gemma2 run takes the static path through its extras (soft-capping, a sliding window, the
 embedding scale) to the CPU engine's rows too.
@@ -43,9 +46,12 @@ from torch.utils._pytree import tree_flatten
 from triton.runtime import interpreter
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
-from strata_engine.kernels.triton import graphs
+from strata_engine.kernels.rows import DeviceDraw, RowRead, SparseRow
+from strata_engine.kernels.triton import graphs, logprobs, select
+from strata_engine.logprobs import best_first
 from strata_engine.testing.tiny_arch_models import ArchSpec, write_arch_model
 from strata_engine.testing.triton_checks import assert_same_rows
+from strata_engine.testing.triton_setup import DEVICE
 
 SPEC = ArchSpec("llama-bpe", "llama", spm=False, n_layers=1)  # fp32 weights: the C kernels' bits
 # step -> (prompt length, tokens to generate) of the requests added before that step
@@ -165,14 +171,14 @@ def graphs_run(model) -> tuple[Run, Replays]:
 
 def _instrumented(path: Path, mp: pytest.MonkeyPatch, replays: Replays) -> Run:
     original_run = graphs.DecodeGraphs.run
-    original_forward = graphs.DecodeGraphs.forward
+    original_step = graphs.DecodeGraphs.step
     launch = interpreter.InterpretedFunction.run
     real_rows: list[int] = []
     state: dict[str, Any] = {"mode": None}
 
-    def forward(self, model, ids, meta, kv):  # type: ignore[no-untyped-def]
+    def step(self, model, ids, meta, kv):  # type: ignore[no-untyped-def]
         real_rows.append(len(ids))
-        return original_forward(self, model, ids, meta, kv)
+        return original_step(self, model, ids, meta, kv)
 
     def run(self, model, kv, b):  # type: ignore[no-untyped-def]
         roles = {}
@@ -245,7 +251,7 @@ def _instrumented(path: Path, mp: pytest.MonkeyPatch, replays: Replays) -> Run:
             mode.inside_triton = False
 
     mp.setattr(graphs.DecodeGraphs, "run", run)
-    mp.setattr(graphs.DecodeGraphs, "forward", forward)
+    mp.setattr(graphs.DecodeGraphs, "step", step)
     mp.setattr(interpreter.InterpretedFunction, "run", launched)
     return _drive(path, "graphs", mp)
 
@@ -288,6 +294,95 @@ def test_each_step_of_a_bucket_repeats_the_same_launches(graphs_run) -> None:
         part[0] for log in replays.ops[4] for entry in log for part in entry[-1] if isinstance(part, tuple)
     }
     assert {"static.ids", "static.positions", "static.token_seq", "static.slots", "static.tables"} <= roles
+
+
+def test_the_lm_head_and_log_softmax_are_inside_the_step(graphs_run) -> None:
+    """What a graph captures ends with the LM head over every row of the bucket ([b, vocab]
+    logits) and the log-softmax of those rows in place: the runner only selects and reads after
+    it (a tail moved back out of `run` would not be recorded here)."""
+    run, replays = graphs_run
+    vocab = run.engine.model.output.out_features
+    for b, logs in replays.ops.items():
+        launches = [entry for entry in logs[0] if entry[0].startswith("triton.")]
+        *_, head, tail = launches
+        assert tail[0] == "triton._log_softmax_kernel", f"bucket {b}: the last launch is {tail[0]}"
+        assert head[0] == "triton._dot1_kernel", f"bucket {b}: before the log-softmax, {head[0]}"
+        shapes = [part[1:3] for part in tail[-1] if isinstance(part, tuple) and len(part) == 5]
+        assert shapes == [((b, vocab), (vocab, 1))] * 2, f"bucket {b}: log-softmax over {shapes}, in place"
+        assert ((b, vocab), (vocab, 1)) in [part[1:3] for part in head[-1] if isinstance(part, tuple)]
+
+
+def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch) -> None:
+    """The runner's reads of the rows a static step log-softmaxed (top logprobs, named ids, a
+    draw on the device), selected after it with nothing recomputed: the CPU engine's events, no
+    row copied back whole."""
+    prompt = (12, 200, 33, 71)
+    requests = [
+        Request(
+            prompt, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), LogprobParams(top_n=5)
+        ),
+        Request(
+            prompt[1:],
+            SamplingParams(max_tokens=2, temperature=0.9, top_p=0.9, seed=5, ignore_eos=True),
+            LogprobParams(top_n=2, named_ids=(3, 17)),
+        ),
+    ]
+    kw: dict[str, Any] = dict(kernels="native-fp32", parallel=8, prefix_cache=False, kv_cache_mb=1)
+    cpu = LLMEngine(model, device="cpu", num_threads=2, **kw).generate_batch(requests)
+    monkeypatch.setenv(graphs.SWITCH, "1")
+    engine = LLMEngine(model, device="cuda", **kw)
+    monkeypatch.delenv(graphs.SWITCH)
+    reads: list = []
+    read_logprobs = engine.runner._read_logprobs
+
+    def counted(lp, wants, at):  # type: ignore[no-untyped-def]
+        reads.extend(wants)
+        return read_logprobs(lp, wants, at)
+
+    engine.runner._read_logprobs = counted
+    softmaxed: list[tuple[int, ...]] = []
+    log_softmax = logprobs.log_softmax
+
+    def counted_log_softmax(logits, out=None):  # type: ignore[no-untyped-def]
+        softmaxed.append(tuple(logits.shape))
+        return log_softmax(logits, out)
+
+    monkeypatch.setattr(logprobs, "log_softmax", counted_log_softmax)
+    gpu = engine.generate_batch(requests)
+    vocab = engine.model.output.out_features
+    # one log-softmax a step: the prefill's (eager, its 2 rows), the static step's (bucket 2), none after
+    assert softmaxed == [(2, vocab), (2, vocab)], softmaxed
+    assert engine.ops.decode_graphs.steps == Counter({2: 1}), "the decode step on the static path"
+    assert len(reads) == 2 and all(r is not None for r in reads), "every row read sparse"
+    # each token of the sampled request drawn on the device (the first from the prefill's row)
+    assert sum(r.draw is not None for r in reads) == 1 and engine.ops.device_draws == 2
+    for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)):
+        assert a == b, f"request {i}: the static path's events differ from the CPU engine's"
+
+
+def test_a_read_of_rows_at_given_places_is_of_those_rows() -> None:
+    """`select.read_rows(lp, reads, at)`, as the runner reads a bucket's rows: read i is of row
+    at[i], full rows, selections and a draw mixed, out of order: each equals that row's own read
+    (its bytes, `best_first`'s listing and named values of the numpy row, the draw of the row
+    read alone)."""
+    x = np.random.default_rng(9).standard_normal((6, 300)).astype(np.float32)
+    x -= np.log(np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True)).astype(np.float32)
+    x[4, 17] = 3.0  # row 4's best entry differs from the others'
+    draw = RowRead(2, (), DeviceDraw(0.8, 0, 1.0, 0.3))
+    reads: list[RowRead | None] = [None, RowRead(4, (3, 250)), draw, None, RowRead(3, (17,))]
+    at = [5, 4, 3, 0, 1]
+    lp = torch.from_numpy(x).to(DEVICE)
+    got, _ = select.read_rows(lp, reads, at)
+    for row, read, r in zip(got, reads, at, strict=True):
+        if read is None:
+            assert isinstance(row, np.ndarray) and row.tobytes() == x[r].tobytes(), f"row {r}"
+            continue
+        assert isinstance(row, SparseRow)
+        assert row.top[: read.top] == best_first(enumerate(x[r].tolist()), read.top), f"row {r}"
+        assert row.take(read.ids).tobytes() == x[r, list(read.ids)].tobytes()
+    alone, _ = select.read_rows(lp[3:4], [draw])
+    assert isinstance(got[2], SparseRow) and isinstance(alone[0], SparseRow)
+    assert got[2].drawn == alone[0].drawn is not None
 
 
 def test_padding_rows_write_only_the_scratch_block(runs, graphs_run) -> None:

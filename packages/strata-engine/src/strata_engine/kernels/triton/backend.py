@@ -17,7 +17,7 @@ steps run on static buffers instead and are captured as CUDA graphs (graphs.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -466,7 +466,14 @@ class TritonOps:
         """The logprob tail on the device, and of each row what `reads` asks (row_reads.py), in
         one copy back: a full fp32 row where its read is None, else the device's selection (and
         the token drawn on the device where the read asks for a draw)."""
-        rows, copied = select.read_rows(logprobs.log_softmax(tensor(logits).to(self.device)), reads)
+        return self.read_logprobs(logprobs.log_softmax(tensor(logits).to(self.device)), reads)
+
+    def read_logprobs(
+        self, lp: torch.Tensor, reads: list[RowRead | None], at: Sequence[int] | None = None
+    ) -> list[Row]:
+        """`read_rows` of rows already log-softmaxed on the device (the static decode path's,
+        graphs.py): read i of row `at[i]` of `lp` (None: row i), nothing recomputed."""
+        rows, copied = select.read_rows(lp, reads, at)
         self.bytes_read += copied
         self.device_draws += sum(r is not None and r.draw is not None for r in reads)
         return rows

@@ -16,6 +16,11 @@ change between steps. The static path makes a decode step so:
   attention's loops end where each token's position (device data) says, its scratch is sized by
   the table width (a constant here), and every other op's sizes follow the bucket.
 
+The step runs on past the final norm: the LM head over every row of the bucket (soft-capped
+where the model says) and each row's log-softmax, in place over the logits, so a replay leaves
+the rows' log-probabilities in the bucket's output (`StaticStep`); the runner then reads of
+them what each request asks (TritonOps.read_logprobs), with no log-softmax again.
+
 On CUDA the first step of a bucket runs once eagerly on a side stream (compiles, moves the
 weights), is captured with `torch.cuda.CUDAGraph` (one memory pool for every bucket), and every
 later step of that bucket replays it. Under Triton's interpreter (the CPU) the same buffers and
@@ -35,6 +40,7 @@ import numpy as np
 import torch
 
 from strata_engine.kernels.base import AttentionMeta
+from strata_engine.kernels.triton import logprobs
 
 
 class _Ranks(Protocol):
@@ -55,7 +61,7 @@ class _Config(Protocol):
 class StaticModel(Protocol):
     """What the static path reads of the engine's model (model.Transformer), stated here so
     that the kernels import nothing above them: its tensor-parallel ranks, its layers' experts,
-    its context and its forward."""
+    its context, its forward and its LM head (`logits`: soft-capped where the model says)."""
 
     @property
     def tp(self) -> _Ranks: ...
@@ -67,6 +73,8 @@ class StaticModel(Protocol):
     def cfg(self) -> _Config: ...
 
     def forward(self, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]) -> Any: ...
+
+    def logits(self, hidden: Any) -> Any: ...
 
 
 SWITCH = "STRATA_CUDA_GRAPHS"  # "1": TritonOps runs decode steps on the static path
@@ -114,6 +122,16 @@ class StepBuffers:
         return self.ids, self.positions, self.token_seq, self.slots, self.tables
 
 
+@dataclass(frozen=True)
+class StaticStep:
+    """What a step on the static path computed, on the device: views of its bucket's outputs,
+    owned by DecodeGraphs (on CUDA the graph's, rewritten by the bucket's next replay), so read
+    them before the next step. The real rows come first; the padding rows' are not included."""
+
+    hidden: torch.Tensor  # [T, hidden]: after the final norm
+    logprobs: torch.Tensor  # [T, vocab] fp32: the LM head and log-softmax of each row, C's bits
+
+
 class DecodeGraphs:
     """The static decode path of one engine's TritonOps (see the module docstring)."""
 
@@ -124,7 +142,7 @@ class DecodeGraphs:
         self._host: StepBuffers | None = None  # staging (pinned on CUDA), one copy per buffer
         self._shape: tuple[int, int, int] | None = None  # (max_blocks, block_size, scratch block)
         self._views: dict[int, tuple[torch.Tensor, AttentionMeta]] = {}
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._pool: Any = None  # the graphs' shared memory pool
         self._staged: torch.cuda.Event | None = None  # the last step's copies out of the staging
         self.steps: Counter[int] = Counter()  # steps run on the static path, by bucket
@@ -142,12 +160,13 @@ class DecodeGraphs:
             and getattr(model, "q_temp", None) is None
         )
 
-    def forward(
+    def step(
         self, model: StaticModel, ids: np.ndarray, meta: AttentionMeta, kv: list[tuple[Any, Any]]
-    ) -> torch.Tensor | None:
-        """The step's hidden states [T, hidden] (after the final norm) from the static path, or
-        None where it does not apply: a row of more than one token (T != sequences), more rows
-        than the largest bucket, a block table wider than the context, a model it does not cover."""
+    ) -> StaticStep | None:
+        """The step on the static path: its hidden states and every row's log-probabilities, or
+        None where it does not apply (the caller runs the step eagerly): a row of more than one
+        token (T != sequences), more rows than the largest bucket, a block table wider than the
+        context, a model it does not cover."""
         t = len(ids)
         b = bucket(t)
         if b is None or not t or t != len(meta.block_tables) or not self.covers(model):
@@ -158,7 +177,8 @@ class DecodeGraphs:
         self._prepare(max_blocks, meta.block_size, kv[0][0].shape[0])
         self.stage(ids, meta, b)
         self.steps[b] += 1
-        return self.run(model, kv, b)[:t]
+        hidden, lp = self.run(model, kv, b)
+        return StaticStep(hidden[:t], lp[:t])
 
     def _prepare(self, max_blocks: int, block_size: int, num_blocks: int) -> None:
         """The buffers, allocated once for the engine's shape (its context, blocks, block size)."""
@@ -210,33 +230,43 @@ class DecodeGraphs:
         """The buckets captured as CUDA graphs so far (none without CUDA)."""
         return sorted(self._graphs)
 
-    def run(self, model: StaticModel, kv: list[tuple[Any, Any]], b: int) -> torch.Tensor:
-        """The forward over bucket `b`'s buffers, [b, hidden]: what a CUDA graph captures and
-        replays (eagerly each step without CUDA)."""
-        ids, meta = self.inputs(b)
+    def run(self, model: StaticModel, kv: list[tuple[Any, Any]], b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bucket `b`'s step over its buffers: the hidden states [b, hidden] and the
+        log-probabilities [b, vocab]; what a CUDA graph captures and replays (eagerly each step
+        without CUDA)."""
         if not self.capture:
-            return cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
+            return self._forward(model, kv, b)
         graph = self._graphs.get(b)
         if graph is None:
             graph = self._graphs[b] = self._capture(model, kv, b)
         graph[0].replay()
-        return graph[1]
+        return graph[1], graph[2]
+
+    def _forward(
+        self, model: StaticModel, kv: list[tuple[Any, Any]], b: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward to the final norm, the LM head over every row of the bucket and each row's
+        log-softmax, in place over the logits (one [b, vocab] fp32 tensor: the rows' bits do not
+        depend on the padding rows, the kernels being batch-invariant)."""
+        ids, meta = self.inputs(b)
+        hidden = cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
+        logits = cast(torch.Tensor, model.logits(hidden))
+        return hidden, logprobs.log_softmax(logits, out=logits)
 
     def _capture(
         self, model: StaticModel, kv: list[tuple[Any, Any]], b: int
-    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """Bucket `b`'s forward warmed up once (kernels compiled, weights moved, caches made)
-        and captured; the capture does not run it (the caller replays)."""
-        ids, meta = self.inputs(b)
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        """Bucket `b`'s step warmed up once (kernels compiled, weights moved, caches made) and
+        captured; the capture does not run it (the caller replays)."""
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            model.forward(cast(np.ndarray, ids), meta, kv)
+            self._forward(model, kv, b)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         # thread_local: the server's other threads may query the device while this one captures
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            out = cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
+            hidden, lp = self._forward(model, kv, b)
         if self._pool is None:
             self._pool = graph.pool()
-        return graph, out
+        return graph, hidden, lp

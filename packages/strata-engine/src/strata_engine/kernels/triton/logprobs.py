@@ -71,10 +71,15 @@ def _log_softmax_kernel(x_ptr, out_ptr, R, V, ROWS: tl.constexpr, BLOCK: tl.cons
         tl.store(out_ptr + base + at, ieee.canonical_nan((x - mx) - lse), mask=live)
 
 
-def log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """fp32 log-probabilities of each row of [R, V] logits, on the logits' device, C's bits."""
+def log_softmax(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 log-probabilities of each row of [R, V] logits, on the logits' device, C's bits;
+    into `out` where given (fp32, contiguous, the logits' shape). `out` may be the logits
+    themselves: each value written depends on the row's whole sum, so every read of the row
+    comes first (the same bits; the static decode path keeps one [rows, vocab] buffer so)."""
     logits = logits.float().contiguous()
-    out = torch.empty_like(logits)
+    if out is None:
+        out = torch.empty_like(logits)
+    assert out.shape == logits.shape and out.dtype == torch.float32 and out.is_contiguous()
     rows, vocab = logits.shape
     if rows and vocab:
         per = ieee.fit(rows, ROWS)

@@ -20,6 +20,8 @@ row's end), the K values' bits, the first NaN's id (-1 for none) and bits, the M
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 import triton
@@ -143,29 +145,35 @@ def unpack(out: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     )
 
 
-def read_rows(lp: torch.Tensor, reads: list[RowRead | None]) -> tuple[list[Row], int]:
+def read_rows(
+    lp: torch.Tensor, reads: list[RowRead | None], at: Sequence[int] | None = None
+) -> tuple[list[Row], int]:
     """The host's rows of fp32 log-probabilities `lp` [R, V] on the device, read as `reads` asks
     (row_reads.read_for; None: the whole row), in one copy back; and the bytes that copy moved.
+    Read i is of row `at[i]` of `lp` (None: row i), so a caller whose rows hold more than it
+    reads (the static decode path's bucket) picks them here, with no gather of its own.
 
     A full row comes back as an fp32 numpy row, any other as a `SparseRow` of the selection, with
     the token the device drew from it where its read asks for a draw (draw.py)."""
     if not reads:
         return [], 0
     vocab = lp.shape[1]
+    src = list(range(len(reads))) if at is None else [int(a) for a in at]
+    assert len(src) == len(reads)
     full = [i for i, r in enumerate(reads) if r is None]
     sparse = [(i, r) for i, r in enumerate(reads) if r is not None]
     parts = []
     if full:
-        parts.append(
-            (lp if len(full) == len(reads) else lp[torch.tensor(full, device=lp.device)]).view(torch.int32)
-        )
-    draws = [(j, i, r.draw) for j, (i, r) in enumerate(sparse) if r.draw is not None]
+        whole = [src[i] for i in full] == list(range(lp.shape[0]))  # every row of lp, in order
+        picked_full = lp if whole else lp[torch.tensor([src[i] for i in full], device=lp.device)]
+        parts.append(picked_full.view(torch.int32))
+    draws = [(j, src[i], r.draw) for j, (i, r) in enumerate(sparse) if r.draw is not None]
     if sparse:
         k = bucket(max(r.top for _, r in sparse))
         want = np.full((len(sparse), max(1, *(len(r.ids) for _, r in sparse))), -1, dtype=np.int32)
         for j, (_, r) in enumerate(sparse):
             want[j, : len(r.ids)] = r.ids
-        rows = torch.tensor([i for i, _ in sparse], dtype=torch.int64)
+        rows = torch.tensor([src[i] for i, _ in sparse], dtype=torch.int64)
         picked = select(lp, rows, k, torch.from_numpy(want), extra=2 if draws else 0)
         parts.append(picked)
         if draws:  # from the row and its selection (its maximum, its k-th best, its K best)
