@@ -126,15 +126,18 @@ def llama(session: nox.Session) -> None:
 # CUDA images ship an older Triton: on a GPU the fma rounds once whatever the version. The tests
 # also refuse an interpreter whose fma rounds twice (a probe in strata_engine/testing/triton_setup.py).
 TRITON_INTERPRETER = "triton>=3.9.0"
+# The interpreter runs one Python thread a process: two processes (a test file each, so a file's
+# module-scoped models are built once) halve the session on a 2-core host.
+XDIST = "pytest-xdist==3.8.0"
 
 
 @nox.session(python=PY)
 def triton(session: nox.Session) -> None:
     """The Triton GPU kernels under Triton's interpreter on the CPU (no GPU needed)."""
     session.install(TORCH)
-    session.install(f"{ENGINE}[gpu,test]", TRITON_INTERPRETER)
+    session.install(f"{ENGINE}[gpu,test]", TRITON_INTERPRETER, XDIST)
     session.env["TRITON_INTERPRET"] = "1"
-    pytest(session, "packages/strata-engine/tests/kernels/triton")
+    pytest(session, "-n", "auto", "--dist", "loadfile", "packages/strata-engine/tests/kernels/triton")
 
 
 @nox.session(python=PY)
