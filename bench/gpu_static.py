@@ -45,6 +45,11 @@ TARGET_LAUNCHES = 4  # launches a layer in a decode step
 TARGET_TYPES = ("Q4_K", "Q6_K")
 TARGET_PROGRAMS = 132  # an H100's or H200's SMs
 DECODE = ("mmadecode._mma_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
+# the kernels whose sums are C's serial chains (RMSNorm's dot_1, log-softmax's compensated sum,
+# attention's softmax sum and V sum): each loop's global loads issued before its first float
+# operation, of its loads an iteration, shown after the kernels' table
+CHAINS = ("norm._rmsnorm_kernel", "norm._rmsnorm_quantize_kernel", "logprobs._log_softmax_kernel",
+          "attention._attention_kernel")  # fmt: skip
 
 
 def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> None:
@@ -229,6 +234,15 @@ def table(record: dict[str, Any]) -> str:
         f"| launches a decode step, Llama-3.1-8B (32 layers; fixed part {launches['fixed']}) "
         f"| {launches['step_8b']} | <= {32 * TARGET_LAUNCHES} + fixed |"
     )
+    lines += [
+        "",
+        "| chain kernel | constexprs | loops: loads before the first float op / loads an iteration |",
+    ]
+    lines.append("|---|---|---|")
+    for r in rows:
+        if r["kernel"] in CHAINS:
+            loops = ", ".join(f"{ahead}/{loads}" for loads, ahead in r.get("loop_loads", ()))
+            lines.append(f"| {r['kernel']} | {_tile(r['constexprs'])} | {loops} |")
     lines += [
         "",
         "| 8B decode matmul (batch) | programs before (tiles) | K ranges | programs | target |",

@@ -87,7 +87,9 @@ def test_the_fma_probe_refuses_two_roundings(monkeypatch):
     assert not triton_setup.fma_rounds_once()
 
 
-@pytest.mark.parametrize(("rows", "k"), [(1, 7), (5, 64), (3, 200), (2, 33)])
+@pytest.mark.parametrize(
+    ("rows", "k"), [(1, 7), (5, 64), (3, 200), (2, 33), (2, 1100)]
+)  # 1100: whole chunks (norm.STEPS)
 def test_rmsnorm_is_c(native, rows, k):
     rng = np.random.default_rng(rows * k)
     x = (rng.standard_normal((rows, k)) * 3).astype(np.float32)
