@@ -14,7 +14,8 @@ process (the first two under Triton's interpreter, the third with its compiler):
 3. compile each launch for sm_90 (triton_compile's compile step) and read its cubin
    (strata_engine.testing.sass_stats: the innermost loop by its backward branch, its
    instructions a weight, its MMAs, the registers, shared memory, local memory and spills;
-   `--fast`: only the matmuls).
+   `--fast`: only the matmuls and the chain kernels; the chain kernels' loops: the global loads
+   each issues before its first float operation, of its loads an iteration).
 
 On a shared 2-core host the full run takes about 5 min (3 recording, under 1 counting, 1.2
 compiling 74 launches with Triton's cache empty); `--fast` about 2 min. `--specs` keeps the
@@ -127,6 +128,13 @@ def measure(
             *(["--matmuls"] if fast else []),
             interpret=False,
         )
+        chains: list[dict[str, Any]] = []
+        if fast:  # the chain kernels too (a few seconds): their table below
+            chain_specs, chain_stats = Path(tmp) / "chains.json", Path(tmp) / "chains_stats.json"
+            names = {name.split(".")[1] for name in CHAINS}
+            chain_specs.write_text(json.dumps([s for s in recorded if s["name"] in names]))
+            _module("triton_compile", "analyse", str(chain_specs), str(chain_stats), interpret=False)
+            chains = json.loads(chain_stats.read_text())
         # the q/k/v launch with RoPE and the KV write, which no recorded model takes: its forms
         # recorded and compiled on their own (testing/qkvrope_launches.py)
         qkv, qkv_stats = Path(tmp) / "qkvrope.json", Path(tmp) / "qkvrope_stats.json"
@@ -137,7 +145,7 @@ def measure(
         _module("triton_compile", "analyse", str(qkv), str(qkv_stats), interpret=False)
         seconds["compile"] = time.perf_counter() - t
         return {
-            "kernels": json.loads(stats.read_text()) + json.loads(qkv_stats.read_text()),
+            "kernels": json.loads(stats.read_text()) + json.loads(qkv_stats.read_text()) + chains,
             "programs": programs(),
             "launches": json.loads(launches.read_text()),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -258,7 +266,9 @@ def table(record: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fast", action="store_true", help="the default mode's launches, matmuls only")
+    parser.add_argument(
+        "--fast", action="store_true", help="the default mode's launches, matmuls and chain kernels only"
+    )
     parser.add_argument(
         "--specs", type=Path, help="recorded launches: reused if the file exists, else written"
     )

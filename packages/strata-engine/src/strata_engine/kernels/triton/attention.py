@@ -50,7 +50,12 @@ from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import ieee, kv, quantize
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
-UNROLL = 32  # positions whose loads the sum and the V chain issue together (no effect on the bits)
+# positions whose loads the sum and the V chain issue together (no effect on the bits): 32 in
+# the attention's own launch; 8 inside the q/k/v launch (qkvattn.py: launch_args' constexprs),
+# where the program's registers are the matmul's too (8 keeps them: 105 at batch 1, 138 at 4
+# rows on sm_90; 16 takes 137 and 142, 32 168)
+UNROLL = 32
+FUSED_UNROLL = 8
 TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ieee.INTERPRETED)
 
 
@@ -255,7 +260,9 @@ def attention_quantize(
     t, kvh = out.shape[0], k_cache.shape[2]
     if t:
         tok = ieee.fit(t, TOK)
-        _attention_kernel[(triton.cdiv(t, tok), kvh)](*args, TOK=tok, **consts, **ieee.LAUNCH)
+        _attention_kernel[(triton.cdiv(t, tok), kvh)](
+            *args, TOK=tok, **(consts | {"UNROLL": UNROLL}), **ieee.LAUNCH
+        )
     return out, xq
 
 
@@ -264,7 +271,8 @@ def launch_args(
     positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
     scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None, limbs: int | None,
 ) -> tuple[torch.Tensor, quantize.Quantised | None, tuple, dict]:  # fmt: skip
-    """attention_quantize's output, quantised rows, and its program's arguments (all but TOK)."""
+    """attention_quantize's output, quantised rows, and its program's arguments (all but TOK;
+    UNROLL the q/k/v launch's, FUSED_UNROLL)."""
     q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
@@ -291,7 +299,7 @@ def launch_args(
     )  # fmt: skip
     consts = dict(
         D=d, KV=code, GROUP=group, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
-        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, SINKS=sinks is not None, **quant,
+        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=FUSED_UNROLL, SINKS=sinks is not None, **quant,
     )  # fmt: skip
     return out, xq, args, consts
 
