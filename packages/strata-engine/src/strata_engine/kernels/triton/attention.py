@@ -50,12 +50,14 @@ from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import ieee, kv, quantize
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
-# positions whose loads the sum and the V chain issue together (no effect on the bits): 32 in
-# the attention's own launch; 8 inside the q/k/v launch (qkvattn.py: launch_args' constexprs),
-# where the program's registers are the matmul's too (8 keeps them: 105 at batch 1, 138 at 4
-# rows on sm_90; 16 takes 137 and 142, 32 168)
-UNROLL = 32
-FUSED_UNROLL = 8
+# positions a step of the sum and of the V chain, whose loads are issued together (no effect on
+# the bits; a divisor of BLOCK_N, so that a step past the end stays in the scratch's last block):
+# 32 in the attention's own launch on a GPU; 4 inside the q/k/v launch (qkvattn.py: launch_args'
+# constexprs), whose registers are the matmul's too (on sm_90 any change to this loop there takes
+# its one-program-a-tile form from 128 registers to 167), and under the interpreter (every step
+# past the end costs it as much as one before)
+UNROLL = 4 if ieee.INTERPRETED else 32
+FUSED_UNROLL = 4
 TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ieee.INTERPRETED)
 
 
@@ -164,31 +166,34 @@ def program(
         tl.store(srow[:, :, None] + j[None, None, :], e, mask=tg[:, :, None])
     tl.debug_barrier()
 
-    # 3. their sum in position order, UNROLL positions a step while whole steps remain (their
-    # loads depend on nothing the chain computes, so they are issued together), then the rest one
-    # at a time: a -0.0 past a token's end leaves its sum as it is
+    # 3. their sum in position order, UNROLL positions a step (so that their loads are issued
+    # together): a -0.0 past the end leaves the sum as it is
     total = tl.zeros([TOK, BLOCK_G], dtype=tl.float32)
-    whole = n_most // UNROLL * UNROLL
-    for j0 in range(0, whole, UNROLL):
+    for j0 in range(0, n_most, UNROLL):
         for u in tl.static_range(UNROLL):
             total = total + tl.load(srow + (j0 + u), mask=tg, other=0.0)
-    for j in range(whole, n_most):
-        total = total + tl.load(srow + j, mask=tg, other=0.0)
     if SINKS:  # the sink's numerator e^(sink - max), added after the positions' sum
         sink_e = ieee.exp(tl.load(sink_ptr + kvh * GROUP + g, mask=g < GROUP, other=0.0)[None, :] - mx)
         total = total + sink_e
     inv = tl.div_rn(1.0, tl.where(tg, total, 1.0))
 
     # 4. the weighted sum of the V rows in position order, UNROLL positions a step likewise;
-    # past a token's end the weight is -0.0 * inv = -0.0 and the V row is read as +0.0, so that
+    # past the end the weight is -0.0 * inv = -0.0 and the V row is read as +0.0, so that
     # fma(-0.0, +0.0, o) = o exactly, whatever o (a -0.0 included)
-    o = tl.zeros([TOK, BLOCK_G, BLOCK_D], dtype=tl.float32)
-    for j0 in range(0, whole, UNROLL):
-        for u in tl.static_range(UNROLL):
-            o = _v_step(o, j0 + u, n, inv, v_ptr, rrow, srow, tmask, tg, D, KV, BLOCK_D)
-    for j in range(whole, n_most):
-        o = _v_step(o, j, n, inv, v_ptr, rrow, srow, tmask, tg, D, KV, BLOCK_D)
     d = tl.arange(0, BLOCK_D)
+    o = tl.zeros([TOK, BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for j0 in range(0, n_most, UNROLL):
+        for u in tl.static_range(UNROLL):
+            width = tl.where(j0 + u < n, D, 0)  # each token's live V lanes: none past its end
+            vrow = v_ptr + tl.load(rrow + (j0 + u), mask=tmask, other=0)
+            if KV == 0:
+                v = tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0.0)
+            else:  # widened; +0.0 past the end as fp32's
+                v = kv.widen(
+                    tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0), KV
+                )
+            w = tl.load(srow + (j0 + u), mask=tg, other=0.0) * inv
+            o = tl.fma(w[:, :, None], v[:, None, :], o)
     out = out_ptr + head[:, :, None] * D + d[None, None, :]
     tl.store(out, o, mask=tg[:, :, None] & (d < D)[None, None, :])
     if LIMBS > 0:
@@ -206,22 +211,6 @@ def program(
         quantize.store_blocks(
             tl.reshape(o, (NBLK, 32)), blocks, ok, xq_ptr, xs_ptr, xdsum_ptr, LIMBS, SHIFT, XMAX, MIN_EXP
         )
-
-
-@triton.jit
-def _v_step(
-    o, j, n, inv, v_ptr, rrow, srow, tmask, tg, D: tl.constexpr, KV: tl.constexpr, BLOCK_D: tl.constexpr
-):
-    """Step 4 at scratch index j: o + (e_j * inv) * v_j, one FMA a lane."""
-    d = tl.arange(0, BLOCK_D)
-    width = tl.where(j < n, D, 0)  # each token's live V lanes: none past its end
-    vrow = v_ptr + tl.load(rrow + j, mask=tmask, other=0)
-    if KV == 0:
-        v = tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0.0)
-    else:  # widened; +0.0 past the end as fp32's
-        v = kv.widen(tl.load(vrow[:, None] + d[None, :], mask=d[None, :] < width[:, None], other=0), KV)
-    w = tl.load(srow + j, mask=tg, other=0.0) * inv
-    return tl.fma(w[:, :, None], v[:, None, :], o)
 
 
 def attention(
