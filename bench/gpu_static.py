@@ -14,7 +14,8 @@ process (the first two under Triton's interpreter, the third with its compiler):
 3. compile each launch for sm_90 (triton_compile's compile step) and read its cubin
    (strata_engine.testing.sass_stats: the innermost loop by its backward branch, its
    instructions a weight, its MMAs, the registers, shared memory, local memory and spills;
-   `--fast`: only the matmuls).
+   `--fast`: only the matmuls and the chain kernels; the chain kernels' loops: the global loads
+   each issues before its first float operation, of its loads an iteration).
 
 On a shared 2-core host the full run takes about 5 min (3 recording, under 1 counting, 1.2
 compiling 74 launches with Triton's cache empty); `--fast` about 2 min. `--specs` keeps the
@@ -45,6 +46,11 @@ TARGET_LAUNCHES = 4  # launches a layer in a decode step
 TARGET_TYPES = ("Q4_K", "Q6_K")
 TARGET_PROGRAMS = 132  # an H100's or H200's SMs
 DECODE = ("mmadecode._mma_kernel", "matmul._matmul_kernel")  # the matmuls a decode step runs
+# the kernels whose sums are C's serial chains (RMSNorm's dot_1, log-softmax's compensated sum,
+# attention's softmax sum and V sum): each loop's global loads issued before its first float
+# operation, of its loads an iteration, shown after the kernels' table
+CHAINS = ("norm._rmsnorm_kernel", "norm._rmsnorm_quantize_kernel", "logprobs._log_softmax_kernel",
+          "attention._attention_kernel")  # fmt: skip
 
 
 def _module(name: str, *args: str, interpret: bool, gpu_tiles: bool = True) -> None:
@@ -122,6 +128,13 @@ def measure(
             *(["--matmuls"] if fast else []),
             interpret=False,
         )
+        chains: list[dict[str, Any]] = []
+        if fast:  # the chain kernels too (a few seconds): their table below
+            chain_specs, chain_stats = Path(tmp) / "chains.json", Path(tmp) / "chains_stats.json"
+            names = {name.split(".")[1] for name in CHAINS}
+            chain_specs.write_text(json.dumps([s for s in recorded if s["name"] in names]))
+            _module("triton_compile", "analyse", str(chain_specs), str(chain_stats), interpret=False)
+            chains = json.loads(chain_stats.read_text())
         # the q/k/v launch with RoPE and the KV write, which no recorded model takes: its forms
         # recorded and compiled on their own (testing/qkvrope_launches.py)
         qkv, qkv_stats = Path(tmp) / "qkvrope.json", Path(tmp) / "qkvrope_stats.json"
@@ -132,7 +145,7 @@ def measure(
         _module("triton_compile", "analyse", str(qkv), str(qkv_stats), interpret=False)
         seconds["compile"] = time.perf_counter() - t
         return {
-            "kernels": json.loads(stats.read_text()) + json.loads(qkv_stats.read_text()),
+            "kernels": json.loads(stats.read_text()) + json.loads(qkv_stats.read_text()) + chains,
             "programs": programs(),
             "launches": json.loads(launches.read_text()),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -231,6 +244,15 @@ def table(record: dict[str, Any]) -> str:
     )
     lines += [
         "",
+        "| chain kernel | constexprs | loops: loads before the first float op / loads an iteration |",
+    ]
+    lines.append("|---|---|---|")
+    for r in rows:
+        if r["kernel"] in CHAINS:
+            loops = ", ".join(f"{ahead}/{loads}" for loads, ahead in r.get("loop_loads", ()))
+            lines.append(f"| {r['kernel']} | {_tile(r['constexprs'])} | {loops} |")
+    lines += [
+        "",
         "| 8B decode matmul (batch) | programs before (tiles) | K ranges | programs | target |",
         "|---|---|---|---|---|",
     ]
@@ -244,7 +266,9 @@ def table(record: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fast", action="store_true", help="the default mode's launches, matmuls only")
+    parser.add_argument(
+        "--fast", action="store_true", help="the default mode's launches, matmuls and chain kernels only"
+    )
     parser.add_argument(
         "--specs", type=Path, help="recorded launches: reused if the file exists, else written"
     )

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+LOADS = ("LDG",)  # global-memory loads
+FLOAT = ("FADD", "FMUL", "FFMA", "DADD", "DMUL", "DFMA")  # float arithmetic: what a chain waits in
 MMA = ("IMMA", "HMMA", "HGMMA", "IGMMA", "QGMMA", "DMMA")  # tensor-core opcodes (GMMA: sm_90 wgmma)
 SPILLS = ("STL", "LDL")  # local-memory stores and loads: ptxas's spill code
 
@@ -116,6 +118,14 @@ def innermost_loop(instructions: list[Instruction]) -> list[Instruction]:
     return bodies[0] if bodies else []
 
 
+def loads_ahead(body: list[Instruction]) -> tuple[int, int]:
+    """A loop body's global loads, and how many of them it issues before its first float
+    arithmetic: the loads in flight when a chain's first step waits (a chain that loads a step
+    at a time issues one or a few; one that loads its chunk first, the chunk)."""
+    first = next((i for i, ins in enumerate(body) if ins.opcode.split(".")[0] in FLOAT), len(body))
+    return count(body, LOADS), count(body[:first], LOADS)
+
+
 def count(instructions: list[Instruction], prefixes: tuple[str, ...]) -> int:
     """How many of `instructions` have a mnemonic whose base (before the first dot) is one of
     `prefixes`."""
@@ -162,6 +172,9 @@ class KernelStats:
     weights_per_iteration: int | None
     tail_instructions: int = 0  # split along K: the float steps' loop (0: none)
     tail_blocks: int = 1  # blocks one iteration of that loop takes
+    # each innermost loop in code order: (its global loads, those before its first float
+    # operation: loads_ahead)
+    loop_loads: tuple[tuple[int, int], ...] = ()
 
     @property
     def warp_instructions_per_weight(self) -> float | None:
@@ -220,6 +233,9 @@ def analyse(spec: dict[str, Any], kernel: Any) -> KernelStats:
         tail_instructions=len(tail),
         tail_blocks=tail_blocks,
         weights_per_iteration=per_iteration(spec["constexprs"]) if per_iteration else None,
+        loop_loads=tuple(
+            loads_ahead(b) for b in sorted(innermost_loops(code), key=lambda loop: loop[0].address)
+        ),
     )
 
 

@@ -268,10 +268,14 @@ def test_the_gpus_tile_sizes_give_the_same_bits(native, monkeypatch):
     monkeypatch.setattr(fmatmul, "BM", 8)
     monkeypatch.setattr(fmatmul, "BN", 16)
     monkeypatch.setattr(attention, "TOK", 1)
+    monkeypatch.setattr(attention, "UNROLL", 8)  # steps of the sum and V chain past the end (GPU: 32)
+    monkeypatch.setattr(norm, "STEPS", tl.constexpr(32))  # and of RMSNorm's chain
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((3, 75)) * 3).astype(np.float32)
     w = rng.standard_normal(75).astype(np.float32)
     assert_c_bits(norm.rmsnorm(on(x), on(w), 1e-6).cpu(), native.rmsnorm(x, w, 1e-6))
+    x2, w2 = rng.standard_normal((2, 1100)).astype(np.float32), rng.standard_normal(1100).astype(np.float32)
+    assert_c_bits(norm.rmsnorm(on(x2), on(w2), 1e-6).cpu(), native.rmsnorm(x2, w2, 1e-6))  # 3 chunks
     assert_c_bits(logprobs.log_softmax(on(x)).cpu(), native.log_softmax(x))
     m = rng.standard_normal((37, 75)).astype(np.float32)
     weight = Weight("w", 37, 75, 0, m.view(np.uint8).reshape(-1))

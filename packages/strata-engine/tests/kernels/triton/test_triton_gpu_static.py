@@ -255,3 +255,48 @@ def _compiled_without_spills(tmp_path, forms: list[dict]) -> list[dict]:
         )
         assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
     return rows
+
+
+# The chain kernels (C's serial sums: RMSNorm's dot_1, log-softmax's compensated sum, attention's
+# softmax sum and V sum) load a chunk of their row before the chain consumes it: some innermost
+# loop of each issues at least this many global loads an iteration, at least `ahead` of them
+# before its first float operation (sass_stats.loads_ahead). Today's figures; before, a step at a
+# time: RMSNorm 4 loads an iteration, 4 ahead (ptxas's unroll); log-softmax 4, 4; attention's sum
+# 16, 16 and V chain 12, 12 (the attention's own launch; inside the q/k/v launch its steps are
+# as before: attention.FUSED_UNROLL).
+CHAIN_LOADS = {
+    "norm._rmsnorm_kernel": [(32, 12)],  # 32 steps of 16 floats (norm.STEPS)
+    "norm._rmsnorm_quantize_kernel": [(32, 15)],  # (the add-norm launch's: 32, 32)
+    "logprobs._log_softmax_kernel": [(16, 14)],  # 16 steps (logprobs.UNROLL)
+    "attention._attention_kernel": [(32, 21), (96, 13)],  # 32 positions (attention.UNROLL)
+}
+
+
+def test_the_chain_kernels_load_their_row_before_chaining(tmp_path, recorded) -> None:
+    """The chain kernels of the recorded run (and the plain RMSNorm, which the integer mode does
+    not launch), compiled for sm_90: each chain loop issues its chunk's loads together; no
+    local memory or spills."""
+    f32 = "*fp32"
+    rmsnorm = {
+        "module": "strata_engine.kernels.triton.norm", "name": "_rmsnorm_kernel",
+        "signature": {"x_ptr": f32, "w_ptr": f32, "y_ptr": f32, "M": "i32", "K": "i32", "eps": "fp32",
+                      "ROWS": "constexpr", "OUT": "constexpr"},
+        "constexprs": {"ROWS": 1, "OUT": 1024}, "options": {"enable_fp_fusion": False},
+        "aligned": ["x_ptr", "w_ptr", "y_ptr"],
+    }  # fmt: skip
+    names = {k.split(".")[1] for k in CHAIN_LOADS}
+    specs = [rmsnorm] + [s for s in recorded if s["name"] in names]
+    (tmp_path / "specs.json").write_text(json.dumps(specs))
+    _module(
+        "triton_compile", "analyse", str(tmp_path / "specs.json"), str(tmp_path / "out.json"), interpret=False
+    )
+    rows = json.loads((tmp_path / "out.json").read_text())
+    assert {r["kernel"] for r in rows} == set(CHAIN_LOADS), [r["kernel"] for r in rows]
+    for r in rows:
+        print(r["kernel"], r["registers"], r["loop_loads"])
+        assert r["local_bytes"] == 0 and r["spill_instructions"] == 0, f"spills: {r}"
+        for loads, ahead in CHAIN_LOADS[r["kernel"]]:
+            assert any(n >= loads and a >= ahead for n, a in r["loop_loads"]), (
+                f"{r['kernel']}: no loop issues {loads} loads an iteration, {ahead} before its first "
+                f"float operation: {r['loop_loads']}"
+            )

@@ -50,7 +50,14 @@ from strata_engine.kernels.torch_backend import tensor
 from strata_engine.kernels.triton import ieee, kv, quantize
 
 BLOCK_N = 32  # positions per step of the scores and numerators (no effect on the bits)
-UNROLL = 4  # positions per step of the sum and the V chain (no effect on the bits)
+# positions a step of the sum and of the V chain, whose loads are issued together (no effect on
+# the bits; a divisor of BLOCK_N, so that a step past the end stays in the scratch's last block):
+# 32 in the attention's own launch on a GPU; 4 inside the q/k/v launch (qkvattn.py: launch_args'
+# constexprs), whose registers are the matmul's too (on sm_90 any change to this loop there takes
+# its one-program-a-tile form from 128 registers to 167), and under the interpreter (every step
+# past the end costs it as much as one before)
+UNROLL = 4 if ieee.INTERPRETED else 32
+FUSED_UNROLL = 4
 TOK = 16 if ieee.INTERPRETED else 1  # tokens a program (a speed choice only: ieee.INTERPRETED)
 
 
@@ -242,7 +249,9 @@ def attention_quantize(
     t, kvh = out.shape[0], k_cache.shape[2]
     if t:
         tok = ieee.fit(t, TOK)
-        _attention_kernel[(triton.cdiv(t, tok), kvh)](*args, TOK=tok, **consts, **ieee.LAUNCH)
+        _attention_kernel[(triton.cdiv(t, tok), kvh)](
+            *args, TOK=tok, **(consts | {"UNROLL": UNROLL}), **ieee.LAUNCH
+        )
     return out, xq
 
 
@@ -251,7 +260,8 @@ def launch_args(
     positions: torch.Tensor, token_seq: torch.Tensor, block_tables: torch.Tensor, max_position: int,
     scale: float | None, window: int, softcap: float, sinks: torch.Tensor | None, limbs: int | None,
 ) -> tuple[torch.Tensor, quantize.Quantised | None, tuple, dict]:  # fmt: skip
-    """attention_quantize's output, quantised rows, and its program's arguments (all but TOK)."""
+    """attention_quantize's output, quantised rows, and its program's arguments (all but TOK;
+    UNROLL the q/k/v launch's, FUSED_UNROLL)."""
     q = q.float().contiguous()
     t, h, d = q.shape
     kvh = k_cache.shape[2]
@@ -278,7 +288,7 @@ def launch_args(
     )  # fmt: skip
     consts = dict(
         D=d, KV=code, GROUP=group, BLOCK_G=triton.next_power_of_2(group), BLOCK_N=BLOCK_N,
-        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=UNROLL, SINKS=sinks is not None, **quant,
+        BLOCK_D=triton.next_power_of_2(d), SOFTCAP=softcap > 0.0, UNROLL=FUSED_UNROLL, SINKS=sinks is not None, **quant,
     )  # fmt: skip
     return out, xq, args, consts
 

@@ -21,7 +21,7 @@ import triton.language as tl
 from strata_engine.kernels.triton import ieee
 
 BLOCK = 1024  # columns per step of the max and output passes (order-free: no effect on bits)
-UNROLL = 4  # 16-float steps of the compensated sum taken together (no effect on the bits)
+UNROLL = 16  # 16-float steps of the compensated sum whose loads are issued together (no effect on the bits)
 ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
 
 
@@ -47,17 +47,24 @@ def _log_softmax_kernel(x_ptr, out_ptr, R, V, ROWS: tl.constexpr, BLOCK: tl.cons
     lanes = tl.arange(0, 16)[None, :]
     acc = tl.zeros([ROWS, 16], dtype=tl.float32)
     comp = tl.zeros([ROWS, 16], dtype=tl.float32)
-    for i0 in range(0, V, 16 * UNROLL):  # UNROLL steps of 16 at a time: their e^x overlap
+    # whole chunks of UNROLL steps of 16: their loads and e^x depend on nothing the chain
+    # computes, so they are issued together and the chain runs on values already there
+    whole = V // (16 * UNROLL) * (16 * UNROLL)
+    for i0 in range(0, whole, 16 * UNROLL):
         for u in tl.static_range(UNROLL):
-            i = i0 + 16 * u
-            m = i + lanes < V
-            e = ieee.exp(tl.load(x_ptr + base + i + lanes, mask=rmask & m, other=0.0) - mx)
-            e = tl.where(m, e, 0.0)
+            e = ieee.exp(tl.load(x_ptr + base + i0 + 16 * u + lanes, mask=rmask, other=0.0) - mx)
             y = e - comp
             t = acc + y
-            live = i < V  # a step past the row's end is no step: C's loop has ended
-            comp = tl.where(live, (t - acc) - y, comp)
-            acc = tl.where(live, t, acc)
+            comp = (t - acc) - y
+            acc = t
+    for i in range(whole, V, 16):  # the rest, a step at a time (the last step's padding lanes zero)
+        m = i + lanes < V
+        e = ieee.exp(tl.load(x_ptr + base + i + lanes, mask=rmask & m, other=0.0) - mx)
+        e = tl.where(m, e, 0.0)
+        y = e - comp
+        t = acc + y
+        comp = (t - acc) - y
+        acc = t
     d = acc.to(tl.float64) - comp.to(tl.float64)
     total = tl.zeros([ROWS], dtype=tl.float64)
     for k in tl.static_range(16):

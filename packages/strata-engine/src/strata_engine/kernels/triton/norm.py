@@ -18,6 +18,9 @@ from strata_engine.kernels.triton.quantize import Quantised, allocate, constants
 OUT_BLOCK = 1024  # columns written per step (elementwise: no effect on the bits)
 ROWS = 64 if ieee.INTERPRETED else 1  # rows a program (a speed choice only: ieee.INTERPRETED)
 CHUNK = 32  # blocks of 32 normed and quantised a step by _rmsnorm_quantize_kernel (a speed choice)
+# 16-float steps of the chain whose loads are issued together (no effect on the bits): 32 on a GPU
+# (512 floats); 1 under the interpreter, where a step past the row's end costs as much as another
+STEPS: tl.constexpr = tl.constexpr(1 if ieee.INTERPRETED else 32)
 
 
 @triton.jit(do_not_specialize=["M", "K"])
@@ -40,9 +43,16 @@ def _inverse_rms(x_ptr, base, rmask, K, eps, ROWS: tl.constexpr, CACHE: tl.const
     (addnorm.py's too, which reads rows other programs wrote: CACHE ".cg", past the L1)."""
     lanes = tl.arange(0, 16)[None, :]
     acc = tl.zeros([ROWS, 16], dtype=tl.float32)
-    for k0 in range(0, K, 16):
-        x = tl.load(x_ptr + base + k0 + lanes, mask=rmask & (k0 + lanes < K), other=0.0, cache_modifier=CACHE)
-        acc = tl.fma(x, x, acc)
+    # STEPS steps an iteration: their loads depend on nothing the chain computes, so they are
+    # issued together and the FMAs run on values already loaded; a step past the row's end adds
+    # fma(0, 0, acc) = acc (acc is never -0.0), so the same bits
+    for k0 in range(0, K, 16 * STEPS):
+        for u in tl.static_range(STEPS):
+            k = k0 + 16 * u
+            x = tl.load(
+                x_ptr + base + k + lanes, mask=rmask & (k + lanes < K), other=0.0, cache_modifier=CACHE
+            )
+            acc = tl.fma(x, x, acc)
     mean = tl.div_rn(ieee.hsum16(acc, ROWS), K.to(tl.float32))
     return tl.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.sqrt_rn(mean + eps))
 
