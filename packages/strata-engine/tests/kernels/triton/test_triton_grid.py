@@ -1,9 +1,9 @@
-"""The grid types the device decodes (IQ3_S: kernels/triton/grid.py) in its integer modes: packed
-by the C packer as the CPU holds them (on the device at the file's bits a weight, not as Q8_0's
-8.5), their rows gguf-py's values, their matmuls (the tile path, the decode MMA one program a tile
-and split along K, the pair and gate/up launches) the C kernels' bits on extreme blocks, and a tiny
-model all of one such type the CPU engine's bits. The fp32 mode keeps its Q8_0 rewrite. Without a
-GPU these run under Triton's interpreter."""
+"""The grid types the device decodes (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S: kernels/triton/grid.py) in
+its integer modes: packed by the C packer as the CPU holds them (on the device at the file's bits
+a weight, not as Q8_0's 9), their rows gguf-py's values, their matmuls (the tile path, the decode
+MMA one program a tile and split along K, the pair and gate/up launches) the C kernels' bits on
+extreme blocks, and a tiny model all of one such type the CPU engine's bits. The fp32 mode keeps
+its Q8_0 rewrite. Without a GPU these run under Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -33,8 +33,13 @@ from strata_engine.testing.triton_setup import DEVICE, on
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
 
-TYPES = (QT.IQ3_S,)
-BITS = {QT.IQ3_S: 3.4375}  # a weight on the device, as in the file (its 2 KB grid table aside)
+TYPES = (QT.IQ3_S, QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ1_S)
+BITS = {
+    QT.IQ3_S: 3.4375,
+    QT.IQ2_XXS: 2.0625,
+    QT.IQ3_XXS: 3.0625,
+    QT.IQ1_S: 1.5625,
+}  # on the device, the file's
 
 
 def _weight(qtype: QT, n: int, k: int, seed: int) -> Weight:
@@ -73,9 +78,10 @@ def test_packed_as_held_at_the_files_size(monkeypatch, qtype: QT, limbs: int) ->
         assert_c_bits(intmatmul.matmul_quantised(quantize(on(x[:1]), limbs), dev).cpu(), want[:1])
 
 
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", (QT.IQ3_S,), ids=lambda t: t.name)
 def test_pair_and_gate_up_launches_give_the_c_kernels_bits(monkeypatch, qtype: QT) -> None:
-    """mmapair.py's one launch of a grid weight and an IQ4_XS one, and gateup.py's launch (gate/up,
+    """(One type: the launches run the decode program the first test checks for every type.)
+    mmapair.py's one launch of a grid weight and an IQ4_XS one, and gateup.py's launch (gate/up,
     SwiGLU and its quantisation) on two grid weights: the C kernels' bits, one program a tile and
     split along K."""
     n, k, rows = 32, 512, 2

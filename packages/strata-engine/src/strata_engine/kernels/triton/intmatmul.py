@@ -96,7 +96,7 @@ def _tile_kernel(
     k = tl.arange(0, 32)
     acc = tl.zeros((BM, BN), tl.float32)
     for b in range(0, nb):  # the blocks in order: the float sequence is C's
-        if WT == grid.IQ3_S:  # the rows as stored, decoded (grid.py)
+        if grid.held(WT):  # the rows as stored, decoded (grid.py)
             row = grid.rows(rn, GB)
             w8 = grid.quants(wq_ptr, wf_ptr, row[None, :], b, k[:, None], live[None, :], WT).to(tl.int8)
             ws0, ws1, mn, mn1 = grid.scales(wq_ptr, row, b, live, WT)

@@ -168,7 +168,7 @@ def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask
     (column 8 jh + 2 h + jl), so f0's slot h is half h's f of the row (f1 unused)."""
     # every type's block and scale sizes are multiples of 16 bytes (as the group's, GB): the
     # block's first word a multiple of 4, so the copies of a thread's consecutive words are wide
-    if WT == grid.IQ3_S:  # `group` the rows' bytes as stored (grid.py)
+    if grid.held(WT):  # `group` the rows' bytes as stored (grid.py)
         w8 = grid.weights(wq_ptr, wf_ptr, group, b, live, WT)
     else:
         qw = tl.multiple_of(gw + (block_offset(b, KQ, BB, SB) + SCB) // 4, 4)
@@ -200,7 +200,7 @@ def _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, 
     """Block b's float steps on acc (float_chain.accumulate, the C kernels' sequence)."""
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
-    if WT == grid.IQ3_S:  # `group` the rows' bytes as stored
+    if grid.held(WT):  # `group` the rows' bytes as stored
         ws0, ws1, mn, mn1 = grid.scales(wq_ptr, group, b, live, WT)
     else:
         ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, group + block_offset(b, KQ, BB, SB),
@@ -312,7 +312,7 @@ def program(
     rn = t * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
-    if WT == grid.IQ3_S:  # an output's row as stored, not its group
+    if grid.held(WT):  # an output's row as stored, not its group
         group = grid.rows(rn, GB)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16

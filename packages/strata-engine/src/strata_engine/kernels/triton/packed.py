@@ -356,7 +356,7 @@ def _gather_kernel(
     blk = (n // 16) * GB + block_offset(b, KQ, BB, SB).to(tl.int64)  # [BLOCKS]
     head = (n // 16) * GB + head_offset(b, BB, SB).to(tl.int64)
     k = tl.arange(0, 32)[None, :]
-    if WT == grid.IQ3_S:  # the row as stored (grid.py): scale * q, Q8_0's
+    if grid.held(WT):  # the row as stored (grid.py): scale * q, Q8_0's
         row = grid.rows(n, GB)
         w = grid.quants(wq_ptr, wf_ptr, row, b[:, None], k, live, WT).to(tl.float32)
         ws0, ws1, mn, mn1 = grid.scales(wq_ptr, row, b[:, None], live, WT)
