@@ -216,11 +216,52 @@ def quants(wq_ptr, wf_ptr, row, b, k, live, WT: tl.constexpr):
 
 
 @triton.jit
+def _u16(wq_ptr, at, live):
+    """The little-endian u16 at byte `at` (2-byte aligned: rows, super-blocks and fields are)."""
+    return tl.load((wq_ptr + at).to(tl.pointer_type(tl.uint16)), mask=live, other=0).to(tl.int32)
+
+
+@triton.jit
+def _pairs(lo, hi):
+    """[BN, 8] from two [BN, 4]: column 2 k + h is lo's column k (h 0) or hi's (h 1)."""
+    bn: tl.constexpr = lo.shape[0]
+    return tl.join(lo, hi).reshape(bn, 8)
+
+
+@triton.jit
+def _words(wq_ptr, wf_ptr, row, b, live, WT: tl.constexpr):
+    """`_word`'s (values, signs) of words 0-7 of block b for the rows at `row` [BN] (IQ3_S, IQ1_S):
+    [BN, 8] each, every field byte read once (a pair of words' fields taken as [BN, 4] and paired:
+    fewer instructions there; for the XXS types, whose signs come from one aux word, `_word` on
+    [BN, 8] compiles shorter)."""
+    blk = _block(row, b, WT)[:, None]
+    j = b & 7
+    k = tl.arange(0, 4)[None, :]
+    w = tl.arange(0, 8)[None, :]
+    lv = live[:, None]
+    if WT == IQ3_S:  # 8 one-byte indices (2 a u16) with a ninth bit from qh[j], 4 sign bytes
+        q2 = _u16(wq_ptr, blk + 2 + 8 * j + 2 * k, lv)
+        at = _pairs(q2 & 255, q2 >> 8) | (((_u8(wq_ptr, blk + 66 + j, lv) >> w) & 1) << 8)
+        sg = _u8(wq_ptr, blk + 74 + 4 * j + k, lv)
+        signs = _pairs(sg & 15, sg >> 4)
+        entry = tl.load(wf_ptr + at, mask=lv, other=0.0).to(tl.int32, bitcast=True)
+    else:  # IQ1_S: 4 indices of 8 values with 3 bits of qh each
+        qh = _u16(wq_ptr, blk + 34 + 2 * j, lv)
+        i2 = 2 * (_u8(wq_ptr, blk + 2 + 4 * j + k, lv) | (((qh >> (3 * k)) & 7) << 8))
+        entry = tl.load(wf_ptr + _pairs(i2, i2 + 1), mask=lv, other=0.0).to(tl.int32, bitcast=True)
+        entry = entry + tl.where((qh & 0x8000) != 0, 0x77777777, 0x79797979)  # q + 128 (see _word)
+        signs = w & 0
+    return entry, signs
+
+
+@triton.jit
 def weights(wq_ptr, wf_ptr, row, b, live, WT: tl.constexpr):
     """int8 [BN, 32]: block b's q of the rows at `row` [BN], in element order (the decode MMA's
     operand): word w's 4 values gathered as one 32-bit entry, signs applied bytewise (no carries)."""
-    w = tl.arange(0, 8)[None, :]
-    word, nib = _word(wq_ptr, wf_ptr, row[:, None], b, w, live[:, None], WT)
+    if WT == IQ3_S or WT == IQ1_S:  # noqa: SIM109 (constexpr tests)
+        word, nib = _words(wq_ptr, wf_ptr, row, b, live, WT)
+    else:
+        word, nib = _word(wq_ptr, wf_ptr, row[:, None], b, tl.arange(0, 8)[None, :], live[:, None], WT)
     if WT == IQ1_S:  # q + 128 a byte: the top bits flipped give q
         word = word ^ -0x7F7F7F80
     else:  # v or 256 - v a byte: -v as int8 where its sign bit is set
