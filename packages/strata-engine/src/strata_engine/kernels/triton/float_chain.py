@@ -6,6 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from strata_engine.kernels.triton.ieee import canonical_nan
 from strata_engine.kernels.triton.wtypes import IQ2_S, IQ2_XS, Q2_K, Q4_1, Q4_K, Q5_1, Q5_K, Q6_K
 
 
@@ -38,3 +39,16 @@ def accumulate(acc, f0, f1, ws0, ws1, mn, mn1, s, dsum, dsum1, WT: tl.constexpr)
         acc = tl.fma(mn, -dsum, acc)
         acc = tl.fma(mn1, -dsum1, acc)
     return acc
+
+
+@triton.jit
+def epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
+    """y of the decode path's (outputs rn, rows) from acc: + bias, NaNs made canonical, + the
+    residual, stored."""
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
+    acc = canonical_nan(acc)
+    at = rows.to(tl.int64)[None, :] * N + rn[:, None]
+    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
+        acc = tl.load(r_ptr + at, mask=rmask[None, :] & (rn < N)[:, None], other=0.0) + acc
+    tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])

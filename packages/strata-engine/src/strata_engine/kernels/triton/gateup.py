@@ -25,7 +25,7 @@ import triton.language as tl
 from strata_engine.kernels.triton import intmatmul, mmadecode
 from strata_engine.kernels.triton.activation import _gated_value, gated_quantize
 from strata_engine.kernels.triton.ieee import LAUNCH, fit
-from strata_engine.kernels.triton.packed import PackedWeight, halves, layout
+from strata_engine.kernels.triton.packed import GRID, PackedWeight, halves, layout
 from strata_engine.kernels.triton.quantize import Quantised, allocate, constants, store_blocks
 
 
@@ -104,11 +104,8 @@ def members(pw: PackedWeight, widths: tuple[int, ...]) -> list[PackedWeight]:
     for width in widths:
         at, end = start // 16 * pw.group_bytes, (start + width + 15) // 16 * pw.group_bytes
         wq = pw.wq[at:end]
-        out.append(
-            PackedWeight(
-                pw.wtype, pw.limbs, width, pw.in_features, pw.group_bytes, wq, pw.wf[at // 4 : end // 4]
-            )
-        )
+        wf = pw.wf if pw.wtype in GRID else pw.wf[at // 4 : end // 4]  # a grid type's: its table
+        out.append(PackedWeight(pw.wtype, pw.limbs, width, pw.in_features, pw.group_bytes, wq, wf))
         start += width
     return out
 

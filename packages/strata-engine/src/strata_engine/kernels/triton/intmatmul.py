@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import mmadecode, mmapair, unpack2
+from strata_engine.kernels.triton import grid, mmadecode, mmapair, unpack2
 from strata_engine.kernels.triton.float_chain import accumulate, value
 from strata_engine.kernels.triton.ieee import INTERPRETED, LAUNCH, canonical_nan, fit
 from strata_engine.kernels.triton.packed import (
@@ -96,9 +96,14 @@ def _tile_kernel(
     k = tl.arange(0, 32)
     acc = tl.zeros((BM, BN), tl.float32)
     for b in range(0, nb):  # the blocks in order: the float sequence is C's
-        blk = group + block_offset(b, KQ, BB, SB)
-        w8 = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT).to(tl.int8)
-        ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+        if grid.held(WT):  # the rows as stored, decoded (grid.py)
+            row = grid.rows(rn, GB)
+            w8 = grid.quants(wq_ptr, wf_ptr, row[None, :], b, k[:, None], live[None, :], WT).to(tl.int8)
+            ws0, ws1, mn, mn1 = grid.scales(wq_ptr, row, b, live, WT)
+        else:
+            blk = group + block_offset(b, KQ, BB, SB)
+            w8 = quants(wq_ptr, (blk + SCB)[None, :], k[:, None], o[None, :], live[None, :], WT).to(tl.int8)
+            ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
         xb = rm.to(tl.int64) * nb + b
         s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[:, None], (BM, BN))
         dsum, dsum1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, False)

@@ -33,10 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-from strata_engine.kernels.triton import codebook, unpack2, wtypes
+from strata_engine.kernels.triton import codebook, grid, unpack2, wtypes
 from strata_engine.kernels.triton.codebook import IQ4_NL_H, IQ4_XS_H, MXFP4_H
-from strata_engine.kernels.triton.float_chain import accumulate, value
-from strata_engine.kernels.triton.ieee import INTERPRETED, canonical_nan
+from strata_engine.kernels.triton.float_chain import accumulate, epilogue, value
+from strata_engine.kernels.triton.ieee import INTERPRETED
 from strata_engine.kernels.triton.packed import block_offset, head_offset, header, scales, super_scales
 from strata_engine.kernels.triton.wtypes import Q2_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
@@ -168,8 +168,11 @@ def _block_values(q_ptr, wq_ptr, wf_ptr, group, gw, o, live, zero, tok, j, cmask
     (column 8 jh + 2 h + jl), so f0's slot h is half h's f of the row (f1 unused)."""
     # every type's block and scale sizes are multiples of 16 bytes (as the group's, GB): the
     # block's first word a multiple of 4, so the copies of a thread's consecutive words are wide
-    qw = tl.multiple_of(gw + (block_offset(b, KQ, BB, SB) + SCB) // 4, 4)
-    w8 = _weights(wf_ptr, qw + o, live, zero, WT)
+    if grid.held(WT):  # `group` the rows' bytes as stored (grid.py)
+        w8 = grid.weights(wq_ptr, wf_ptr, group, b, live, WT)
+    else:
+        qw = tl.multiple_of(gw + (block_offset(b, KQ, BB, SB) + SCB) // 4, 4)
+        w8 = _weights(wf_ptr, qw + o, live, zero, WT)
     xrow = (tok.to(tl.int64) * nb + b) * LIMBS + j
     # the activations as 4-byte words (q_ptr is the int8 limbs seen as int32), split into bytes
     # in registers: word kw of a column holds its inputs 4 kw .. 4 kw + 3
@@ -197,8 +200,11 @@ def _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, 
     """Block b's float steps on acc (float_chain.accumulate, the C kernels' sequence)."""
     bn: tl.constexpr = acc.shape[0]
     nt: tl.constexpr = acc.shape[1]
-    blk = group + block_offset(b, KQ, BB, SB)
-    ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk, group + head_offset(b, BB, SB), o, live, WT, KQ)
+    if grid.held(WT):  # `group` the rows' bytes as stored
+        ws0, ws1, mn, mn1 = grid.scales(wq_ptr, group, b, live, WT)
+    else:
+        ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, group + block_offset(b, KQ, BB, SB),
+                                   group + head_offset(b, BB, SB), o, live, WT, KQ)  # fmt: skip
     xb = rows.to(tl.int64) * nb + b
     s = tl.broadcast_to(tl.load(s_ptr + xb, mask=rmask, other=0.0)[None, :], (bn, nt))
     d0, d1 = unpack2.dsums(q_ptr, s_ptr, dsum_ptr, xb, rmask, LIMBS, WT, True)
@@ -279,17 +285,6 @@ def _superblock(acc, f_ptr, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, cat, group, 
     return acc
 
 
-@triton.jit
-def _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr):
-    if HAS_BIAS:
-        acc = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[:, None]
-    acc = canonical_nan(acc)
-    at = rows.to(tl.int64)[None, :] * N + rn[:, None]
-    if HAS_RES:  # the residual stream's x + y, the model's fp32 addition
-        acc = tl.load(r_ptr + at, mask=rmask[None, :] & (rn < N)[:, None], other=0.0) + acc
-    tl.store(y_ptr + at, acc, mask=rmask[None, :] & (rn < N)[:, None])
-
-
 @triton.jit(do_not_specialize=["M", "N", "nb", "GB", "PER"])
 def _mma_kernel(
     q_ptr, s_ptr, dsum_ptr, wq_ptr, wf_ptr, b_ptr, r_ptr, y_ptr, f_ptr, cnt_ptr, M, N, nb, GB, PER,
@@ -317,6 +312,8 @@ def program(
     rn = t * BN + tl.arange(0, BN)
     live = rn < (N + 15) // 16 * 16  # outputs of the packed groups (a partial group's are zero)
     group = tl.multiple_of((rn // 16).to(tl.int64) * GB, 16)  # GB is (matmul_quantised checks)
+    if grid.held(WT):  # an output's row as stored, not its group
+        group = grid.rows(rn, GB)
     gw = (rn // 16).to(tl.int64) * (GB // 4)  # the group's first word
     o = rn % 16
     HALVES: tl.constexpr = 2 if WT == Q6_K or WT == Q2_K or WT == wtypes.IQ2_XS or WT == wtypes.IQ2_S else 1  # noqa: SIM109
@@ -404,7 +401,7 @@ def program(
                     cacc = _chain(cacc, f0, f0, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, crows,
                                   cmask_, nb, b, WT, KQ, BB, SB, LIMBS)  # fmt: skip
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-            _epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
+            epilogue(cacc, b_ptr, r_ptr, y_ptr, rn, crows, cmask_, N, HAS_BIAS, HAS_RES)
     else:
         acc = tl.zeros((BN, TOKENS), tl.float32)
         for b in range(0, nb):  # the blocks in order: the float sequence is C's
@@ -414,7 +411,7 @@ def program(
             )  # fmt: skip
             acc = _chain(acc, f0, f1, q_ptr, wq_ptr, wf_ptr, s_ptr, dsum_ptr, group, o, live, rows, rmask, nb, b,
                          WT, KQ, BB, SB, LIMBS)  # fmt: skip
-        _epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS, HAS_RES)
+        epilogue(acc, b_ptr, r_ptr, y_ptr, rn, rows, rmask, N, HAS_BIAS, HAS_RES)
 
 
 # Programs a decode launch should give a GPU at least: an H100's or H200's 132 SMs (under the

@@ -15,6 +15,9 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
 IQ4_NL, MXFP4 and IQ4_XS are read as the C packer holds them (the file's scale fields, Q4_0's nibble
 layout of 4-bit indices; type code | WT_HALF_SCALES), looked up in registers (codebook.py).
 
+IQ3_S, which the C packer keeps as stored, is read so (`wq` its rows, `wf` the type's grid table,
+one per device), each 32 values decoded to their Q8_0 block in registers (grid.py).
+
 IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the
 device as that expansion, made once at load (kgrid.py): Q6_K's scales and header, a byte a weight
 (w + 64).
@@ -37,7 +40,7 @@ import triton.language as tl
 from strata_engine.kernels.base import LIMB_SHIFT, Q8_PACKED, stored_type
 from strata_engine.kernels.host import default_threads
 from strata_engine.kernels.native.backend import NativeOps, mode_suffix
-from strata_engine.kernels.triton import codebook, kgrid, unpack2
+from strata_engine.kernels.triton import codebook, grid, kgrid, unpack2
 from strata_engine.kernels.triton.codebook import IQ4_NL_H, IQ4_XS_H, MXFP4_H
 from strata_engine.kernels.triton.ieee import LAUNCH
 from strata_engine.kernels.triton.wtypes import (
@@ -63,6 +66,7 @@ SUPPORTED = (
     *(t.code for t in TYPES.values() if t.reads & READS_Q8 and t.code | HALF_SCALES not in CODEBOOK),
     *CODEBOOK,
 )
+GRID = grid.HELD  # held as stored by the C packer, decoded on the device (grid.py)
 KGRID = (IQ2_XS, IQ2_S)  # held as stored by the C packer, expanded for the device at load (kgrid.py)
 GROUP = 16  # outputs per packed group
 GATHER_BLOCKS = 8  # blocks of 32 per program when dequantising rows
@@ -122,7 +126,10 @@ def block_at(t: int, b: int) -> int:
 
 
 def group_bytes(t: int, nb: int) -> int:
-    """q8_group_bytes (IQ4_XS: its super-blocks alone, 16 x 136 bytes a 256 inputs)."""
+    """q8_group_bytes (IQ4_XS: its super-blocks alone, 16 x 136 bytes a 256 inputs; a grid type:
+    its 16 rows as stored)."""
+    if t in GRID:
+        return GROUP * grid.row_bytes(t, 32 * nb)
     return nb // 8 * (super_bytes(t) + 8 * block_bytes(t)) if t == IQ4_XS_H else block_at(t, nb)
 
 
@@ -138,7 +145,8 @@ def layout(t: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class PackedWeight:
-    """A weight packed by strata_q8_pack, on the device: `wq` its bytes, `wf` the same as fp32."""
+    """A weight packed by strata_q8_pack, on the device: `wq` its bytes, `wf` the same as fp32 (a
+    grid type: its grid table, grid.py)."""
 
     wtype: int  # the base type (Q4_0 ... Q6_K; a codebook type's code | WT_HALF_SCALES)
     limbs: int  # 1 (q8's 8-bit rule), 2 or 3: how the activations meet it
@@ -200,9 +208,8 @@ def from_packed(w: Weight, device: torch.device | str) -> PackedWeight:
         raise ValueError(f"weight {w.name}: {raw.size} packed bytes, the layout says {size}")
     wq = torch.from_numpy(raw).to(device=device, dtype=torch.uint8).contiguous()
     gb = group_bytes(t, w.in_features // 32)
-    return PackedWeight(
-        t, limbs_of(w.kernel_type), w.out_features, w.in_features, gb, wq, wq.view(torch.float32)
-    )
+    wf = grid.table(t, device) if t in GRID else wq.view(torch.float32)  # a grid type: its table
+    return PackedWeight(t, limbs_of(w.kernel_type), w.out_features, w.in_features, gb, wq, wf)
 
 
 # ---- decoding inside the kernels ------------------------------------------------------------
@@ -349,8 +356,13 @@ def _gather_kernel(
     blk = (n // 16) * GB + block_offset(b, KQ, BB, SB).to(tl.int64)  # [BLOCKS]
     head = (n // 16) * GB + head_offset(b, BB, SB).to(tl.int64)
     k = tl.arange(0, 32)[None, :]
-    w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
-    ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
+    if grid.held(WT):  # the row as stored (grid.py): scale * q, Q8_0's
+        row = grid.rows(n, GB)
+        w = grid.quants(wq_ptr, wf_ptr, row, b[:, None], k, live, WT).to(tl.float32)
+        ws0, ws1, mn, mn1 = grid.scales(wq_ptr, row, b[:, None], live, WT)
+    else:
+        w = quants(wq_ptr, (blk + SCB)[:, None], k, o, live, WT).to(tl.float32)
+        ws0, ws1, mn, mn1 = scales(wq_ptr, wf_ptr, blk[:, None], head[:, None], o, live, WT, KQ)
     if WT == Q6_K or WT == IQ2_XS or WT == IQ2_S:  # noqa: SIM109 ((d * sc_h) * q)
         val = tl.where(k < 16, ws0, ws1) * w
     elif WT == Q2_K:  # (d * sc_h) * q - dmin * m_h

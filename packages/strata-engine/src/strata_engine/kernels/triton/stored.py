@@ -9,8 +9,10 @@ K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 (4.5 to 6.6 bits a weight), otherwise it reads the fp32 copy. Q3_K and IQ1_M, which the CPU
 holds as stored, go to the device as the GGUF Q6_K blocks of the same values (transcode.to_q6_k,
 `as_q8_0` for the integer kernels). The grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S), which the
-CPU reads as held, go to the device as the Q8_0 blocks of the same values (`as_q8_0`): the device
-has no grid decoding of them. The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) reach the integer
+CPU reads as held, reach the integer kernels as the CPU holds them where the device decodes the
+type (IQ3_S: `for_packing`, the file's 3.44 bits a weight, grid.py); the others, and IQ3_S in the
+fp32 matmul ("native-fp32"), go to the device as the Q8_0 blocks of the same values (`as_q8_0`,
+8.5 bits a weight). The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) reach the integer
 kernels as the CPU holds them (`for_packing`: the C packer's bytes at the file's 4.25-4.5 bits a
 weight, looked up on the device, codebook.py); the fp32 matmul ("native-fp32") still reads them
 as the Q8_0 blocks of the same values (`as_q8_0`, 8.5 bits a weight).
@@ -27,6 +29,7 @@ from gguf import GGMLQuantizationType as QT
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels import kquants, transcode
 from strata_engine.kernels.torch_backend import tensor
+from strata_engine.kernels.triton import grid
 from strata_engine.kernels.triton.dequant import GRIDS, row_bytes
 from strata_engine.kernels.weight_types import HALF_SCALES, PACK_KQUANT, PACK_STORED, TYPES
 from strata_engine.kernels.weights import Weight, widen_scales, widened
@@ -116,7 +119,7 @@ def as_q8_0(w: Weight) -> Weight:
 def for_packing(w: Weight) -> Weight:
     """The weight the C packer packs for the device's integer kernels: a codebook-type weight as
     the loader holds it (the file's blocks, WT_HALF_SCALES: the device decodes that packing,
-    codebook.py), any other as `as_q8_0` gives it."""
+    codebook.py), an IQ3_S one as stored (grid.py), any other as `as_q8_0` gives it."""
     src = w.source
     if (
         isinstance(src, TensorInfo)
@@ -124,6 +127,8 @@ def for_packing(w: Weight) -> Weight:
         and w.kernel_type == TYPES[src.qtype].code | HALF_SCALES
     ):
         return w
+    if isinstance(src, TensorInfo) and src.qtype in transcode.GRID_TYPES and w.kernel_type in grid.HELD:
+        return w  # a grid type the device decodes, as stored (grid.py)
     return as_q8_0(w)
 
 
