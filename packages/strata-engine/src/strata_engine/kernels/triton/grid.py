@@ -53,7 +53,15 @@ from strata_engine.kernels.triton.wtypes import (
 )
 
 HELD = (IQ2_XXS.value, IQ3_XXS.value, IQ3_S.value, IQ1_S.value)  # the grid types the device decodes
-BYTES = {IQ2_XXS.value: 66, IQ3_XXS.value: 98, IQ3_S.value: 110, IQ1_S.value: 50}  # a super-block
+BYTES = {
+    t.value: b.value
+    for t, b in (
+        (IQ2_XXS, IQ2_XXS_BYTES),
+        (IQ3_XXS, IQ3_XXS_BYTES),
+        (IQ3_S, IQ3_S_BYTES),
+        (IQ1_S, IQ1_S_BYTES),
+    )
+}  # a super-block (the header's table)
 
 
 def _table(q: Any, offset: int = 0, times: int = 1) -> np.ndarray:
