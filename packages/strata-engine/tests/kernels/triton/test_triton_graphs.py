@@ -329,6 +329,15 @@ def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch)
     ]
     kw: dict[str, Any] = dict(kernels="native-fp32", parallel=8, prefix_cache=False, kv_cache_mb=1)
     cpu = LLMEngine(model, device="cpu", num_threads=2, **kw).generate_batch(requests)
+    softmaxed: list[tuple[int, ...]] = []
+    log_softmax = logprobs.log_softmax
+
+    def counted_log_softmax(logits, out=None):  # type: ignore[no-untyped-def]
+        softmaxed.append(tuple(logits.shape))
+        return log_softmax(logits, out)
+
+    # before the engine: the backend hands the static path its log-softmax when it is made
+    monkeypatch.setattr(logprobs, "log_softmax", counted_log_softmax)
     monkeypatch.setenv(graphs.SWITCH, "1")
     engine = LLMEngine(model, device="cuda", **kw)
     monkeypatch.delenv(graphs.SWITCH)
@@ -340,14 +349,7 @@ def test_reads_of_the_steps_rows_give_the_cpu_engines_events(model, monkeypatch)
         return read_logprobs(lp, wants, at)
 
     engine.runner._read_logprobs = counted
-    softmaxed: list[tuple[int, ...]] = []
-    log_softmax = logprobs.log_softmax
-
-    def counted_log_softmax(logits, out=None):  # type: ignore[no-untyped-def]
-        softmaxed.append(tuple(logits.shape))
-        return log_softmax(logits, out)
-
-    monkeypatch.setattr(logprobs, "log_softmax", counted_log_softmax)
+    softmaxed.clear()
     gpu = engine.generate_batch(requests)
     vocab = engine.model.output.out_features
     # one log-softmax a step: the prefill's (eager, its 2 rows), the static step's (bucket 2), none after

@@ -101,9 +101,8 @@ class TritonOps:
         self._step_tensors: dict[int, tuple[Array, torch.Tensor]] = {}
         self._caches: dict[int, tuple[Array, torch.Tensor]] = {}
         # the static decode path (the engine's runner asks it first), or None: off
-        self.decode_graphs = (
-            DecodeGraphs(self.device) if (switched_on() if graphs is None else graphs) else None
-        )
+        on = switched_on() if graphs is None else graphs
+        self.decode_graphs = DecodeGraphs(self.device, logprobs.log_softmax) if on else None
         self._device_states = False  # a hybrid model's states are on the device (recurrent_states)
         # the last activation a kernel quantised as it made it (RMSNorm, the gated FFN): the
         # integer matmuls that take that very tensor read its digits instead of quantising again

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from strata_engine.kernels.base import AttentionMeta
-from strata_engine.kernels.triton import logprobs
 
 
 class _Ranks(Protocol):
@@ -135,8 +134,11 @@ class StaticStep:
 class DecodeGraphs:
     """The static decode path of one engine's TritonOps (see the module docstring)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, log_softmax: Callable[..., torch.Tensor]) -> None:
+        """`log_softmax(logits, out=logits)`: the rows' log-softmax written over them (the
+        backend's: logprobs.py), passed in so that this module imports no Triton."""
         self.device = device
+        self._log_softmax = log_softmax
         self.capture = device.type == "cuda"  # else (the interpreter) the same path, eagerly
         self.buffers: StepBuffers | None = None  # on the device: the step's inputs
         self._host: StepBuffers | None = None  # staging (pinned on CUDA), one copy per buffer
@@ -251,7 +253,7 @@ class DecodeGraphs:
         ids, meta = self.inputs(b)
         hidden = cast(torch.Tensor, model.forward(cast(np.ndarray, ids), meta, kv))
         logits = cast(torch.Tensor, model.logits(hidden))
-        return hidden, logprobs.log_softmax(logits, out=logits)
+        return hidden, self._log_softmax(logits, out=logits)
 
     def _capture(
         self, model: StaticModel, kv: list[tuple[Any, Any]], b: int
