@@ -15,7 +15,7 @@ inputs (q8.h's top comment is the specification; the sizes below mirror its q8_*
 IQ4_NL, MXFP4 and IQ4_XS are read as the C packer holds them (the file's scale fields, Q4_0's nibble
 layout of 4-bit indices; type code | WT_HALF_SCALES), looked up in registers (codebook.py).
 
-IQ3_S, which the C packer keeps as stored, is read so (`wq` its rows, `wf` the type's grid table,
+The grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S), which the C packer keeps as stored, are read so (`wq` its rows, `wf` the type's grid table,
 one per device), each 32 values decoded to their Q8_0 block in registers (grid.py).
 
 IQ2_XS and IQ2_S, which the C packer keeps as stored (each CPU call expands a group), reach the

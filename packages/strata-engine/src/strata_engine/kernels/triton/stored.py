@@ -10,9 +10,9 @@ K-quants (Q4_K, Q5_K, Q6_K) are in the CPU kernels' own layout there
 holds as stored, go to the device as the GGUF Q6_K blocks of the same values (transcode.to_q6_k,
 `as_q8_0` for the integer kernels). The grid types (IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S), which the
 CPU reads as held, reach the integer kernels as the CPU holds them where the device decodes the
-type (IQ3_S: `for_packing`, the file's 3.44 bits a weight, grid.py); the others, and IQ3_S in the
-fp32 matmul ("native-fp32"), go to the device as the Q8_0 blocks of the same values (`as_q8_0`,
-8.5 bits a weight). The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) reach the integer
+type (every one of them: `for_packing`, the file's 1.56 to 3.44 bits a weight, grid.py); in the
+fp32 matmul ("native-fp32") they go to the device as the Q8_0 blocks of the same values
+(`as_q8_0`, 8.5 bits a weight). The 4-bit codebook types (IQ4_NL, IQ4_XS, MXFP4) reach the integer
 kernels as the CPU holds them (`for_packing`: the C packer's bytes at the file's 4.25-4.5 bits a
 weight, looked up on the device, codebook.py); the fp32 matmul ("native-fp32") still reads them
 as the Q8_0 blocks of the same values (`as_q8_0`, 8.5 bits a weight).
@@ -119,7 +119,7 @@ def as_q8_0(w: Weight) -> Weight:
 def for_packing(w: Weight) -> Weight:
     """The weight the C packer packs for the device's integer kernels: a codebook-type weight as
     the loader holds it (the file's blocks, WT_HALF_SCALES: the device decodes that packing,
-    codebook.py), an IQ3_S one as stored (grid.py), any other as `as_q8_0` gives it."""
+    codebook.py), a grid-type one as stored (grid.py), any other as `as_q8_0` gives it."""
     src = w.source
     if (
         isinstance(src, TensorInfo)
