@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams
+from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.base import AttentionMeta
-from strata_engine.kernels.triton import matmul
+from strata_engine.kernels.native.backend import NativeOps
+from strata_engine.kernels.triton import matmul, packed
+from strata_engine.kernels.triton.backend import TritonOps
 from strata_engine.kernels.triton.stored import StoredWeight
+from strata_engine.kernels.weights import Weight
 from strata_engine.testing import triton_setup  # noqa: F401  (before triton: TRITON_INTERPRET=1 without a GPU)
-from strata_engine.testing.triton_setup import on
+from strata_engine.testing.extreme_blocks import extreme_blocks
+from strata_engine.testing.triton_setup import DEVICE, on
 
 
 def device_matmul(x: np.ndarray, sw: StoredWeight, bias: np.ndarray | None = None) -> torch.Tensor:
@@ -167,3 +176,29 @@ def assert_tiny_model_on_both(path: Path) -> None:
         ]
         assert arithmetic(engine.kernels) == "native"
     assert len(got["cpu"]) == 13 and got["cuda"] == got["cpu"]
+
+
+@dataclass(frozen=True)
+class HeldWeight:
+    """A weight of extreme blocks packed for the device (`pw`, TritonOps) and by the C packer (`cw`),
+    with the two backends and the device's packed weight (`dev`)."""
+
+    ops: TritonOps
+    c: NativeOps
+    pw: Any  # the backends' packed weights
+    cw: Any
+    dev: packed.PackedWeight
+
+
+def held_as_the_c_packer(qtype: QT, n: int, k: int, limbs: int, ids: list[int]) -> HeldWeight:
+    """Extreme blocks of `qtype` [n, k] packed by TritonOps and by the C packer (q8, `limbs`):
+    asserts the same bytes, and that rows `ids` read on the device are gguf-py's values (an
+    independent dequantisation)."""
+    stored = extreme_blocks(qtype, n, k, seed=3)
+    w = Weight.from_info(TensorInfo("w", (n, k), qtype, stored))
+    ops, c = TritonOps(DEVICE, limbs=limbs), NativeOps(1, q8=True, limbs=0 if limbs == 1 else limbs)
+    pw, cw = ops.pack(w), c.pack(w)
+    assert pw.kernel_type == cw.kernel_type and np.array_equal(pw.raw, cw.raw)
+    dense = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(n, k)
+    assert_c_bits(ops.embed(pw, np.array(ids)).cpu(), dense[ids])
+    return HeldWeight(ops, c, pw, cw, packed.from_packed(pw, DEVICE))

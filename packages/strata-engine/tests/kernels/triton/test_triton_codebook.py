@@ -16,7 +16,6 @@ pytest.importorskip(
 )
 
 from gguf import GGMLQuantizationType as QT
-from gguf import quants
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
@@ -27,7 +26,12 @@ from strata_engine.kernels.triton.stored import from_weight
 from strata_engine.kernels.weight_types import TYPES as WTYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
-from strata_engine.testing.triton_checks import activations, assert_c_bits, assert_tiny_model_on_both
+from strata_engine.testing.triton_checks import (
+    activations,
+    assert_c_bits,
+    assert_tiny_model_on_both,
+    held_as_the_c_packer,
+)
 from strata_engine.testing.triton_setup import DEVICE, on
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
@@ -43,19 +47,11 @@ def test_packed_as_held_at_the_files_size(qtype: QT, limbs: int) -> None:
     the device they take the file's bits a weight; rows are gguf-py's values (an independent
     dequantisation), matmuls the C kernels' bits, on extreme blocks (every index, extreme scales)."""
     n, k = 48, 512
-    stored = extreme_blocks(qtype, n, k, seed=3)
-    w = Weight.from_info(TensorInfo("w", (n, k), qtype, stored))
-    ops, c = TritonOps(DEVICE, limbs=limbs), NativeOps(1, q8=True, limbs=0 if limbs == 1 else limbs)
-    pw, cw = ops.pack(w), c.pack(w)
-    assert pw.kernel_type == cw.kernel_type and np.array_equal(pw.raw, cw.raw)
-    dev = packed.from_packed(pw, DEVICE)
-    assert dev.wtype == WTYPES[qtype].code | 128 and dev.wtype in packed.CODEBOOK
-    assert dev.wq.numel() * 8 / (n * k) == BITS[qtype]
-    dense = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(n, k)
-    ids = np.array([47, 0, 17, 17, 5])
-    assert_c_bits(ops.embed(pw, ids).cpu(), dense[ids])
+    held = held_as_the_c_packer(qtype, n, k, limbs, ids=[47, 0, 17, 17, 5])
+    assert held.dev.wtype == WTYPES[qtype].code | 128 and held.dev.wtype in packed.CODEBOOK
+    assert held.dev.wq.numel() * 8 / (n * k) == BITS[qtype]
     x = activations(5, k, seed=2)
-    assert_c_bits(ops.linear(x, pw).cpu(), c.linear(x, cw))
+    assert_c_bits(held.ops.linear(x, held.pw).cpu(), held.c.linear(x, held.cw))
 
 
 @pytest.mark.parametrize(

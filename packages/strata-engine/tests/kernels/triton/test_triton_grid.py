@@ -17,7 +17,6 @@ pytest.importorskip(
 )
 
 from gguf import GGMLQuantizationType as QT
-from gguf import quants
 
 from strata_engine.gguf_loader import TensorInfo
 from strata_engine.kernels.native.backend import NativeOps
@@ -28,7 +27,12 @@ from strata_engine.kernels.triton.stored import from_weight
 from strata_engine.kernels.weight_types import TYPES as WTYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
-from strata_engine.testing.triton_checks import activations, assert_c_bits, assert_tiny_model_on_both
+from strata_engine.testing.triton_checks import (
+    activations,
+    assert_c_bits,
+    assert_tiny_model_on_both,
+    held_as_the_c_packer,
+)
 from strata_engine.testing.triton_setup import DEVICE, on
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid value) encountered:RuntimeWarning")
@@ -55,20 +59,13 @@ def test_packed_as_held_at_the_files_size(monkeypatch, qtype: QT, limbs: int) ->
     extreme and zero scales, a partial group) by the tile path, and by the decode MMA one program
     a tile and split along K."""
     n, k = 40, 512
-    stored = extreme_blocks(qtype, n, k, seed=3)
-    w = Weight.from_info(TensorInfo("w", (n, k), qtype, stored))
-    ops, c = TritonOps(DEVICE, limbs=limbs), NativeOps(1, q8=True, limbs=0 if limbs == 1 else limbs)
-    pw, cw = ops.pack(w), c.pack(w)
-    assert pw.kernel_type == cw.kernel_type and np.array_equal(pw.raw, cw.raw)
-    dev = packed.from_packed(pw, DEVICE)
+    held = held_as_the_c_packer(qtype, n, k, limbs, ids=[39, 0, 17, 17, 5])
+    dev = held.dev
     assert dev.wtype == WTYPES[qtype].code and dev.wtype in packed.GRID
     rows_bytes = packed.packed_bytes(dev.wtype, n, k)
     assert rows_bytes * 8 / (48 * k) == BITS[qtype]  # whole groups of 16 rows, as the C packer's
-    dense = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(n, k)
-    ids = np.array([39, 0, 17, 17, 5])
-    assert_c_bits(ops.embed(pw, ids).cpu(), dense[ids])
     x = activations(5, k, seed=2)
-    want = c.linear(x, cw)
+    want = held.c.linear(x, held.cw)
     xq = quantize(on(x), limbs)
     assert_c_bits(intmatmul.matmul_quantised(xq, dev, path="tile").cpu(), want)
     monkeypatch.setattr(intmatmul, "MMA_N", 32)
