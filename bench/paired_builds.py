@@ -10,7 +10,8 @@ shutil.copy(load()[0]._name, '/tmp/A.so')"` (`load('avx2')` for the AVX2 target)
 host whole-process timings of two builds taken minutes apart differ by more than most kernel
 changes; here the two builds alternate call by call, so a noisy spell slows both alike. Every
 pair of results is also compared bit for bit (a speed change must not change a bit).
-`--threads` (default 2), `--repeat` (default 7).
+`--threads` (default 2), `--repeat` (default 7), `--limbs` (matmul: the arithmetic, default 3, the
+default kernels' three limbs; 2: native-limb2; 0: the fp32 kernels on the weights as stored).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def report(what: str, a: list[float], b: list[float], same: bool | None) -> None
     )
 
 
-def matmul(libs: list[ctypes.CDLL], specs: list[str], threads: int, repeat: int) -> None:
-    ops = NativeOps(threads, None)
+def matmul(libs: list[ctypes.CDLL], specs: list[str], threads: int, repeat: int, limbs: int = 3) -> None:
+    ops = NativeOps(threads, None, limbs=limbs)
     rng = np.random.default_rng(0)
     for spec in specs or ["Q4_K:6144:2048:512", "Q6_K:2048:6144:512", "Q4_K:6144:2048:1"]:
         name, out, inp, rows = spec.split(":")
@@ -141,11 +142,13 @@ def main() -> None:
     ap.add_argument("args", nargs="*")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--limbs", type=int, default=3, choices=[0, 2, 3])
     opts = ap.parse_args()
     libs = [bind(opts.a), bind(opts.b)]
-    {"matmul": matmul, "attention": attention, "prefill": prefill}[opts.what](
-        libs, opts.args, opts.threads, opts.repeat
-    )
+    if opts.what == "matmul":
+        matmul(libs, opts.args, opts.threads, opts.repeat, opts.limbs)
+    else:
+        {"attention": attention, "prefill": prefill}[opts.what](libs, opts.args, opts.threads, opts.repeat)
 
 
 if __name__ == "__main__":

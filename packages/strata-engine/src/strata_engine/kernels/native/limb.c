@@ -218,8 +218,10 @@ static inline vf limb_value3_wide(vi s0, vi s1, vi s2) { /* S in double: any |S_
     __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
     return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
 }
-/* f[i] for the rows of a tile (s: rows x 3 limbs): one test of every row's S_2 for the int32 path */
-static inline void limb_values3(const vi *s, int rows, vf *f) {
+/* f[i] for the rows of a tile (s: rows x 3 limbs): one test of every row's S_2 for the int32 path.
+ * Always inlined: called out of line (GCC 12 chose so), its s[] lived in memory and every
+ * accumulator of a 4-row tile was stored to the stack after each step (12 stores a 12 vpdpbusd). */
+static inline __attribute__((always_inline)) void limb_values3(const vi *s, int rows, vf *f) {
     __m512i any = _mm512_setzero_si512();
     for (int i = 0; i < rows; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[3 * i + 2], _mm512_set1_epi32(LIMB_FAST)));
     if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
