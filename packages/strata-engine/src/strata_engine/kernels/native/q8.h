@@ -436,19 +436,21 @@ static inline vf q8_kquant_min(const uint8_t *blk, const float *head) {
 /* A block's min term (types with a min: Q4_1, Q5_1, Q4_K, Q5_K; Q2_K: one a half) added to each of
  * `rows` accumulators; `dsum` is the first row's s * (sum of its block's activations) (Q2_K: the
  * pair of its halves' sums), the next rows `stride` apart.
- * K-quants: fma(-(dmin * m), dsum, acc) as fma(dmin * m, -dsum, acc), the same product. Shared by
- * the q8 and limb kernels, whose per-block sequences end alike. */
+ * K-quants: fma(-(dmin * m), dsum, acc) as fnma(dmin * m, dsum, acc) = -(dmin * m * dsum) + acc
+ * rounded once, the same exact value (one instruction with dsum's broadcast from memory, where
+ * fma(dmin * m, -dsum, acc) took a load, a sign flip and a broadcast a row). Shared by the q8 and
+ * limb kernels, whose per-block sequences end alike. */
 static inline __attribute__((always_inline)) void q8_add_min(int t, const uint8_t *blk, const float *head,
                                                             const float *dsum, int64_t stride, int rows, vf *acc) {
     if (!q8_has_min(t)) return;
     if (q8_two(t)) { /* each half's min, in order: fma(dmin * m_h, -dsum_h, acc) */
         for (int h = 0; h < 2; h++) {
             vf mn = vf_mul(vf_load(head + 16), vf_from_u4(blk + 16 * h, 1));
-            for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride + h]), acc[i]);
+            for (int i = 0; i < rows; i++) acc[i] = vf_fnma(mn, vf_set1(dsum[i * stride + h]), acc[i]);
         }
     } else if (q8_kquant(t)) {
         vf mn = q8_kquant_min(blk, head);
-        for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(-dsum[i * stride]), acc[i]);
+        for (int i = 0; i < rows; i++) acc[i] = vf_fnma(mn, vf_set1(dsum[i * stride]), acc[i]);
     } else {
         vf mn = wtype_half(t) ? vf_from_f16(blk + 32) : vf_load((const float *)blk + 16);
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(mn, vf_set1(dsum[i * stride]), acc[i]);

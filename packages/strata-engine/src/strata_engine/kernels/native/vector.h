@@ -37,6 +37,7 @@ static inline vf vf_sub(vf a, vf b) { return (vf){_mm512_sub_ps(a.v, b.v)}; }
 static inline vf vf_mul(vf a, vf b) { return (vf){_mm512_mul_ps(a.v, b.v)}; }
 static inline vf vf_div(vf a, vf b) { return (vf){_mm512_div_ps(a.v, b.v)}; }
 static inline vf vf_fma(vf a, vf b, vf c) { return (vf){_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+static inline vf vf_fnma(vf a, vf b, vf c) { return (vf){_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
 static inline vf vf_max(vf a, vf b) {
     return (vf){_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), b.v, a.v)};
 }
@@ -123,6 +124,9 @@ static inline vf vf_div(vf a, vf b) { return (vf){_mm256_div_ps(a.lo, b.lo), _mm
 static inline vf vf_fma(vf a, vf b, vf c) {
     return (vf){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
+static inline vf vf_fnma(vf a, vf b, vf c) {
+    return (vf){_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)};
+}
 static inline vf vf_max(vf a, vf b) {
     return (vf){_mm256_blendv_ps(b.lo, a.lo, _mm256_cmp_ps(a.lo, b.lo, _CMP_GT_OQ)),
                 _mm256_blendv_ps(b.hi, a.hi, _mm256_cmp_ps(a.hi, b.hi, _CMP_GT_OQ))};
@@ -192,6 +196,7 @@ static inline vf vf_sub(vf a, vf b) VF_MAP(vsubq_f32(a.v[i], b.v[i]))
 static inline vf vf_mul(vf a, vf b) VF_MAP(vmulq_f32(a.v[i], b.v[i]))
 static inline vf vf_div(vf a, vf b) VF_MAP(vdivq_f32(a.v[i], b.v[i]))
 static inline vf vf_fma(vf a, vf b, vf c) VF_MAP(vfmaq_f32(c.v[i], a.v[i], b.v[i]))
+static inline vf vf_fnma(vf a, vf b, vf c) VF_MAP(vfmsq_f32(c.v[i], a.v[i], b.v[i]))
 static inline vf vf_max(vf a, vf b) VF_MAP(vbslq_f32(vcgtq_f32(a.v[i], b.v[i]), a.v[i], b.v[i]))
 static inline vf vf_min(vf a, vf b) VF_MAP(vbslq_f32(vcltq_f32(a.v[i], b.v[i]), a.v[i], b.v[i]))
 static inline float vf_hsum(vf a) {
@@ -240,6 +245,7 @@ static inline vf vf_sub(vf a, vf b) VF_MAP(a.l[i] - b.l[i])
 static inline vf vf_mul(vf a, vf b) VF_MAP(a.l[i] * b.l[i])
 static inline vf vf_div(vf a, vf b) VF_MAP(a.l[i] / b.l[i])
 static inline vf vf_fma(vf a, vf b, vf c) VF_MAP(fmaf(a.l[i], b.l[i], c.l[i]))
+static inline vf vf_fnma(vf a, vf b, vf c) VF_MAP(fmaf(-a.l[i], b.l[i], c.l[i]))
 static inline vf vf_max(vf a, vf b) VF_MAP(a.l[i] > b.l[i] ? a.l[i] : b.l[i])
 static inline vf vf_min(vf a, vf b) VF_MAP(a.l[i] < b.l[i] ? a.l[i] : b.l[i])
 static inline float vf_hsum(vf a) {
