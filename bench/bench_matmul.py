@@ -8,7 +8,7 @@ and its Q6_K down projection), random GGUF blocks, and 1, 4, 16 and 128 activati
 best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arithmetic on the
 dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
 inside the call, integer dot products), with the rate in multiply-adds per second and as a share
-of the machine's peak rate of the kernels' integer step (int8_peak.c: 12 independent chains of
+of the machine's peak rate of the kernels' integer step (int8_peak.c: independent chains of
 it per thread, nothing else). The same for the default `native` (three integer steps a weight: its
 share of the peak counts all three). The runs alternate, so that a noisy machine disturbs all alike.
 """
