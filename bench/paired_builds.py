@@ -2,7 +2,7 @@
 
     python bench/paired_builds.py A.so B.so matmul [Q4_K:6144:2048:512 ...]   (type:out:in:rows)
     python bench/paired_builds.py A.so B.so attention [512 2048 ...]          (prompt tokens)
-    python bench/paired_builds.py A.so B.so prefill [512]                     (1.7B-shaped file)
+    python bench/paired_builds.py A.so B.so prefill [512] [--file F.gguf]     (1.7B-shaped file)
 
 A build is the kernels' shared library of a checkout, copied aside, e.g. for the checkout on
 PYTHONPATH: `python -c "from strata_engine.kernels.native import load; import shutil;
@@ -114,9 +114,12 @@ def one_attention(libs: list[ctypes.CDLL], t: int, threads: int) -> Callable[[in
     return run
 
 
-def prefill(libs: list[ctypes.CDLL], lengths: list[str], threads: int, repeat: int) -> None:
-    """A whole prefill of the 1.7B-shaped Q4_K_M file (bench_kquants.py writes it), last logits."""
-    engine = LLMEngine(str(KQUANT_FILE), num_threads=threads, parallel=1, kernels="native")
+def prefill(
+    libs: list[ctypes.CDLL], lengths: list[str], threads: int, repeat: int, path: Path = KQUANT_FILE
+) -> None:
+    """A whole prefill of the 1.7B-shaped Q4_K_M file (bench_kquants.py writes it; --file: another,
+    e.g. its `--mix q6_k` one), last logits."""
+    engine = LLMEngine(str(path), num_threads=threads, parallel=1, kernels="native")
     n = int(lengths[0]) if lengths else 512
     ids = [100 + (i * 7919) % (engine.vocab_size - 200) for i in range(n)]
     turn = [0]
@@ -143,12 +146,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--limbs", type=int, default=3, choices=[0, 2, 3])
+    ap.add_argument("--file", type=Path, default=KQUANT_FILE, help="prefill: the GGUF file")
     opts = ap.parse_args()
     libs = [bind(opts.a), bind(opts.b)]
     if opts.what == "matmul":
         matmul(libs, opts.args, opts.threads, opts.repeat, opts.limbs)
+    elif opts.what == "prefill":
+        prefill(libs, opts.args, opts.threads, opts.repeat, opts.file)
     else:
-        {"attention": attention, "prefill": prefill}[opts.what](libs, opts.args, opts.threads, opts.repeat)
+        attention(libs, opts.args, opts.threads, opts.repeat)
 
 
 if __name__ == "__main__":
