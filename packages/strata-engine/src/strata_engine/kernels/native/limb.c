@@ -611,6 +611,23 @@ static inline int limb_tile_rows(int t, int limbs) {
 /* Virtual row u's plane: limb u % limbs of row u / limbs, from the row's pointer. */
 static inline const int8_t *limb_plane(const int8_t *const *xq, int u, int limbs) { return xq[u / limbs] + 32 * (u % limbs); }
 
+/* Block b of a group for the rows m0 .. m0+rows: its bytes (returned), its super-block's head (K-quants,
+ * where kq), each row's limb pointer (its limbs 32 bytes apart: one pointer, constant offsets) and
+ * offset starts; the weights ahead of it asked for. Every tile's per-block setup. */
+static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, int kq, const uint8_t *grp, int64_t b, int64_t nb,
+                                                                       const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                       const float **head, const int8_t **xq,
+                                                                       const int32_t **start) {
+    const uint8_t *blk = grp + q8_block_at(t, b);
+    *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
+    q8_prefetch_ahead(t, blk);
+    for (int i = 0; i < rows; i++) {
+        int64_t at = ((m0 + i) * nb + b) * limbs;
+        xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
+    }
+    return blk;
+}
+
 /* Rows m0 .. m0+rows of one group of 16 outputs: the integer steps of q8_group_rows over each
  * row's limb planes ("virtual rows"), from sums that start at the offset's share (xr->start),
  * then the sequence at the top. */
@@ -620,16 +637,10 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(t, b);
-        const float *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-        const uint8_t *qs = q8_quants(t, blk);
-        q8_prefetch_ahead(t, blk);
-        const int8_t *xq[LIMB_ROWS]; /* per row: its limbs 32 bytes apart (one pointer, constant offsets) */
+        const float *head;
+        const int8_t *xq[LIMB_ROWS];
         const int32_t *start[LIMB_ROWS];
-        for (int i = 0; i < rows; i++) {
-            int64_t at = ((m0 + i) * nb + b) * limbs;
-            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
-        }
+        const uint8_t *blk = limb_block(t, kq, grp, b, nb, xr, limbs, m0, rows, &head, xq, start), *qs = q8_quants(t, blk);
         for (int h = 0; h < halves; h++) {
             vi s[3 * LIMB_ROWS];
             vh p[3 * LIMB_ROWS], p2[3 * LIMB_ROWS];
@@ -725,16 +736,10 @@ static inline __attribute__((always_inline)) void limb_bytes_rows(int t, int cha
     int halves = q8_halves(t), vr = rows * limbs, steps = 8 / halves;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(t, b);
-        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
-        const uint8_t *qs = q8_quants(t, blk);
-        q8_prefetch_ahead(t, blk);
+        const float *head;
         const int8_t *xq[LIMB_ROWS];
         const int32_t *start[LIMB_ROWS];
-        for (int i = 0; i < rows; i++) {
-            int64_t at = ((m0 + i) * nb + b) * limbs;
-            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
-        }
+        const uint8_t *blk = limb_block(t, 1, grp, b, nb, xr, limbs, m0, rows, &head, xq, start), *qs = q8_quants(t, blk);
         if (chain == 8 && limbs == 3) { /* Q4_K's bytes, one chain of all 8 steps: limb_nibble_value */
             vh p[3 * LIMB_ROWS];
             for (int u = 0; u < vr; u++) p[u] = vh_zero();
@@ -880,16 +885,10 @@ static inline __attribute__((always_inline)) void limb_six_rows(int t, const uin
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + q8_block_at(t, b);
-        const float *head = (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
-        const uint8_t *qs = q8_quants(t, blk);
-        q8_prefetch_ahead(t, blk);
+        const float *head;
         const int8_t *xq[LIMB_ROWS];
         const int32_t *start[LIMB_ROWS];
-        for (int i = 0; i < rows; i++) {
-            int64_t at = ((m0 + i) * nb + b) * limbs;
-            xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
-        }
+        const uint8_t *blk = limb_block(t, 1, grp, b, nb, xr, limbs, m0, rows, &head, xq, start), *qs = q8_quants(t, blk);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             vi s[3 * LIMB_ROWS];
