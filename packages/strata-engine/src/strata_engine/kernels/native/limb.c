@@ -152,7 +152,7 @@ static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q,
 #endif
 
 /* AVX-512: limb 1's start folded into limb 0's (L = S_1 * 256 + S_0 the same exact value, every
- * partial sum within int32), so that Q6_K's tiles (limb_six_rows) start a row's sums from 2
+ * partial sum within int32), so that Q6_K's tiles (limb_q6k_rows) start a row's sums from 2
  * broadcasts a half, not 3. No other reader of the starts on this target (AMX takes none; the
  * other types' tiles start limb 1 from the 0 it now holds). */
 #if defined(STRATA_TARGET_AVX512)
@@ -878,9 +878,9 @@ static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t
 /* Q6_K's rows m0 .. m0+rows (as stored, or unpacked to bytes for many rows): limb_group_rows's
  * integer steps and float sequence (the same bits), both halves of a block in one unrolled pass,
  * the rows' pointers and scales set up once a block (Zen 5, 512 rows: 1.1 times; one row 1.2).
- * Its own copy, out of line (limb_six_tiles): unrolled there, limb_group's Q4_K tiles compiled
+ * Its own copy, out of line (limb_q6k_group): unrolled there, limb_group's Q4_K tiles compiled
  * 1.04 times slower. */
-static inline __attribute__((always_inline)) void limb_six_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
+static inline __attribute__((always_inline)) void limb_q6k_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                 int limbs, int64_t m0, int rows, vf *acc) {
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
@@ -914,7 +914,7 @@ static inline __attribute__((always_inline)) void limb_six_rows(int t, const uin
 
 /* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows): its tiles, each a constant type,
  * limb count and row count. Called apart from limb_group (not from it), which then compiles as before. */
-static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
+static __attribute__((noinline)) void limb_q6k_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
                                                      const uint8_t *packed, int64_t g, int64_t N, const float *bias,
                                                      float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
@@ -929,7 +929,7 @@ static __attribute__((noinline)) void limb_six_group(const limb_rows *xr, int64_
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
-#define LIMB_SIX(T, L, R) limb_six_rows(T, grp, nb, xr, L, m0, R, acc)
+#define LIMB_SIX(T, L, R) limb_q6k_rows(T, grp, nb, xr, L, m0, R, acc)
 #define LIMB_SIX_ROWS(T, L)                                                                                            \
     switch (rows) {                                                                                                    \
     case 1: LIMB_SIX(T, L, 1); break;                                                                                  \
@@ -1073,7 +1073,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
         while (g >= first[i + 1]) i++;
 #if defined(STRATA_TARGET_AVX512)
         if (wtype == WT_Q6_K) {
-            limb_six_group(&xr, M, nb, limbs, wtype, t, packed[i], g - first[i], N[i], bias[i], y[i]);
+            limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g - first[i], N[i], bias[i], y[i]);
             continue;
         }
 #endif
