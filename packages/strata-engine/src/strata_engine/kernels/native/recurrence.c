@@ -158,7 +158,14 @@ static double exact_exp(double x) {
     double k = rint(x * INV_LN2);
     double r = (x - k * LN2_HI) - k * LN2_LO, p = 1.0 / factorial[0];
     for (int i = 1; i < 14; i++) p = p * r + 1.0 / factorial[i];
-    return ldexp(p, (int)k);
+    /* p (about 0.7 to 1.4) times 2^k, a power of two built from its bits where the product is a
+     * normal number: exact, so ldexp's value, without its libm call (scalbn was a third of the
+     * gated attention's time); ldexp itself at the edges (a subnormal rounds, a large k overflows) */
+    if (k < -1020.0 || k > 1022.0) return ldexp(p, (int)k);
+    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52;
+    double two_k;
+    memcpy(&two_k, &bits, 8);
+    return p * two_k;
 }
 
 /* exactmath.log: 2 atanh((m-1)/(m+1)) by its series to f^22, m from frexp in [sqrt(1/2), sqrt(2));
