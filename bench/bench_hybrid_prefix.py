@@ -16,7 +16,9 @@ median seconds, the cached tokens and warm / cold. `--speed` measures both engin
 bench_engine.py does (2 threads, the sides taking turns `--rounds` times, the best of each kept);
 `--cpu-time` measures each side's CPU seconds on one thread instead (a loaded host's queue left out);
 with `--strata-only` Strata alone (run it with two checkouts' PYTHONPATH in turn for an A/B, or under
-`perf record` for a profile), `--layers N` on the shape's first N layers.
+`perf record` for a profile), `--layers N` on the shape's first N layers. `--builds A.so B.so`: two
+builds of the kernels (copied aside as bench/paired_builds.py says) taking turns prefill by prefill in
+one engine (`--threads`, default 1), CPU seconds, the medians and B's speed-up over A.
 """
 
 from __future__ import annotations
@@ -134,6 +136,30 @@ def cpu_time(path: Path, rounds: int, prompt: int = 512, decode: int = 32, strat
     return {"threads": 1, "sides": sides, "ratios": ratios}
 
 
+def builds(path: Path, libs: tuple[str, str], rounds: int, prompt: int, threads: int) -> dict:
+    """Prefill CPU seconds of two kernel builds in one engine, taking turns (a noisy spell slows
+    both alike); each prefill a new first token, so no prefix-cache hit."""
+    from paired_builds import bind
+
+    engine = LLMEngine(path, num_threads=threads, parallel=1, kernels="native")
+    bound = [bind(lib) for lib in libs]
+    ids = _prompt_ids(engine.vocab_size, prompt)
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(rounds + 1):  # the first round warms the process, not counted
+        for i in (0, 1):
+            engine.ops.lib = bound[i]  # type: ignore[attr-defined]
+            first = (ids[0] + 2 * r + i + 1) % engine.vocab_size
+            out = engine.add(Request((first, *ids[1:]), SamplingParams(max_tokens=1)))
+            start = time.process_time()
+            while not out.drained:
+                engine.step()
+                out.take()
+            if r:
+                times[i].append(time.process_time() - start)
+    a, b = statistics.median(times[0]), statistics.median(times[1])
+    return {"threads": threads, "a_cpu_s": times[0], "b_cpu_s": times[1], "b_speedup": a / b}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=SHAPES, default="small")
@@ -149,6 +175,8 @@ def main() -> None:
     ap.add_argument("--cpu-time", action="store_true", help="--speed as CPU seconds, one thread each")
     ap.add_argument("--strata-only", action="store_true", help="--cpu-time: Strata alone (A/B, profiling)")
     ap.add_argument("--layers", type=int, help="the shape's first LAYERS layers (a multiple of its interval)")
+    ap.add_argument("--builds", nargs=2, metavar="SO", help="--speed: two kernel builds in turns (A/B)")
+    ap.add_argument("--threads", type=int, default=1, help="--builds: the engine's threads")
     ap.add_argument("--out", default="bench/results/hybrid_prefix.json")
     args = ap.parse_args()
     print(host_line())
@@ -167,6 +195,15 @@ def main() -> None:
                 "types": args.types,
                 "prompt": args.prompt,
             }
+            if args.builds:
+                record |= builds(
+                    path, (args.builds[0], args.builds[1]), args.rounds, args.prompt, args.threads
+                )
+                print(
+                    f"{args.shape} {args.types} prefill {args.prompt}: B / A speed {record['b_speedup']:.2f}"
+                )
+                write_results(args.out.replace(".json", "_builds.json"), record)
+                return
             if args.cpu_time and args.strata_only:
                 record |= cpu_time(path, args.rounds, args.prompt, strata_only=True)
                 print(f"{args.shape} {args.types}, {spec.n_layers} layers: Strata alone {record['sides']}")

@@ -374,7 +374,7 @@ def test_grouped_attention_is_per_head_attention_bit_for_bit() -> None:
         slots=np.zeros(5, dtype=np.int64),
         block_size=4,
     )
-    for d, h, kvh in ((64, 9, 3), (128, 8, 2), (32, 8, 2)):
+    for d, h, kvh in ((64, 9, 3), (128, 8, 2), (32, 8, 2), (256, 8, 2)):
         kc, vc, q = t(9, 4, kvh, d), t(9, 4, kvh, d), t(5, h, d) * 3
         for window, softcap in ((0, 0.0), (5, 0.0), (0, 3.0)):
             grouped = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)
@@ -397,7 +397,7 @@ def test_token_tiles_are_per_token_attention_bit_for_bit() -> None:
     bs = 4
     tables = np.array([rng.permutation(16)[:8], rng.permutation(16)[8:16]], dtype=np.int32)
     meta = AttentionMeta(positions, seqs, tables, np.zeros(len(seqs), dtype=np.int64), bs)
-    for d, h, kvh in ((128, 8, 4), (64, 8, 2), (64, 9, 3), (32, 8, 2)):
+    for d, h, kvh in ((128, 8, 4), (64, 8, 2), (64, 9, 3), (32, 8, 2), (256, 8, 2), (256, 4, 2)):
         kc, vc, q = t(16, bs, kvh, d), t(16, bs, kvh, d), t(len(seqs), h, d) * 3
         for window, softcap in ((0, 0.0), (9, 0.0), (64, 0.0), (0, 3.0)):
             tiled = NativeOps(1).attention(q, kc, vc, meta, window=window, softcap=softcap)

@@ -160,7 +160,7 @@ static inline __attribute__((always_inline)) void attend_one(
 
 /* A tile: NT consecutive tokens of one sequence (positions n0 - 1 .. n0 + NT - 2 relative to a
  * shared start, so token i attends to n0 + i positions) times the G query heads h0 .. h0+G-1
- * that share one KV head (grouped-query attention); D a multiple of 16, at most 8 * VL. Each
+ * that share one KV head (grouped-query attention); D a multiple of 16, at most 16 * VL. Each
  * (token, head) row gets exactly attend_one's sequence: every score one fma chain over the D / VL
  * vectors from zero, then vf_hsum (vf_hsum4 gives the same bits), times scale; the same softmax
  * and sum in position order; each output element one fma chain over the positions in order.
@@ -299,11 +299,14 @@ void strata_attention_sinks(const float *q, int64_t T, int H, int KVH, int D, co
     for (int64_t t = 0; t < T; t++)
         if (pos[t] + 1 > max_ctx) max_ctx = pos[t] + 1;
     /* Heads of one KV group together (attend_tile) where the shapes allow and there is work
-     * enough for every thread; each head alone otherwise. The same bits either way. */
+     * enough for every thread; each head alone otherwise. The same bits either way. D = 256 (the
+     * hybrid qwen35 models' full-attention heads) groups every head of its KV group: alone, each
+     * (token, head) streamed a long prompt's K and V rows from L3 (a 2,048-token prefill's
+     * attention took 4 times as long). */
     int G = 1;
-    if (D % VL == 0 && D <= 8 * VL && group > 1 && T * KVH >= 2 * nthreads)
+    if (D % VL == 0 && D <= 16 * VL && group > 1 && T * KVH >= 2 * nthreads)
         for (int g = GROUP_MAX; g > 1; g--)
-            if (group % g == 0 && g * D <= GROUP_MAX * 64) {
+            if (group % g == 0 && (g * D <= GROUP_MAX * 64 || D == 16 * VL)) {
                 G = g;
                 break;
             }
@@ -359,6 +362,8 @@ void strata_attention_sinks(const float *q, int64_t T, int H, int KVH, int D, co
                     else if (D == 64 && G == 3) GROUP_CASE(3, 64);
                     else if (D == 64 && G == 4) GROUP_CASE(4, 64);
                     else if (D == 128 && G == 2) GROUP_CASE(2, 128);
+                    else if (D == 256 && G == 4) GROUP_CASE(4, 256);
+                    else if (D == 256 && G == 2) GROUP_CASE(2, 256);
                     else TILE_CASE(whole ? NT : 1, G, D);
 #undef GROUP_CASE
 #undef TILE_CASE

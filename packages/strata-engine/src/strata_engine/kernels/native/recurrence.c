@@ -51,9 +51,12 @@ static inline vf vf_tree(vf *p, int nv) {
 
 /* delta_step for D = 16 nv, nv a power of two: the same operations on the same operand pairs,
  * four rows at a time (four independent chains for the core to overlap, their lanes summed by
- * one vf_hsum4), k and q held in registers. */
-static void delta_step_vf(float *st, const float *q, const float *k, const float *v, float decay, float beta,
-                          float scale, int nv, float *o) {
+ * one vf_hsum4), k and q held in registers. Inlined with nv constant where it is called so:
+ * with nv a variable the products p[] and the tree lived on the stack, each add waiting on a
+ * store and a load (the loop ran at half the speed). */
+static inline __attribute__((always_inline)) void delta_step_vf(float *st, const float *q, const float *k,
+                                                                const float *v, float decay, float beta,
+                                                                float scale, int nv, float *o) {
     vf kv[MAX_VECTORS], qv[MAX_VECTORS], p[MAX_VECTORS], dec = vf_set1(decay), part[4];
     int64_t D = (int64_t)nv * VL;
     float sum[4], d[4];
@@ -108,7 +111,9 @@ static void delta_rows(float *states, const int32_t *slots, int64_t S, const int
                 int64_t t = (int64_t)starts[r] + n, at = t * HV + h;
                 const float *qt = q + t * qs + g * D, *kt = k + t * qs + g * D, *vt = v + t * vs + h * D;
                 float *o = core + t * cs + h * D;
-                if (vectors)
+                if (vectors && nv == 8) /* D = 128: Qwen3.5's and Qwen3-Next's heads */
+                    delta_step_vf(st, qt, kt, vt, decay[at], beta[at], scale, 8, o);
+                else if (vectors)
                     delta_step_vf(st, qt, kt, vt, decay[at], beta[at], scale, nv, o);
                 else
                     delta_step(st, qt, kt, vt, decay[at], beta[at], scale, D, p, o);
@@ -153,7 +158,14 @@ static double exact_exp(double x) {
     double k = rint(x * INV_LN2);
     double r = (x - k * LN2_HI) - k * LN2_LO, p = 1.0 / factorial[0];
     for (int i = 1; i < 14; i++) p = p * r + 1.0 / factorial[i];
-    return ldexp(p, (int)k);
+    /* p (about 0.7 to 1.4) times 2^k, a power of two built from its bits where the product is a
+     * normal number: exact, so ldexp's value, without its libm call (scalbn was a third of the
+     * gated attention's time); ldexp itself at the edges (a subnormal rounds, a large k overflows) */
+    if (k < -1020.0 || k > 1022.0) return ldexp(p, (int)k);
+    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52;
+    double two_k;
+    memcpy(&two_k, &bits, 8);
+    return p * two_k;
 }
 
 /* exactmath.log: 2 atanh((m-1)/(m+1)) by its series to f^22, m from frexp in [sqrt(1/2), sqrt(2));
