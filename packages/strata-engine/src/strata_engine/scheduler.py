@@ -92,11 +92,13 @@ class Scheduler:
 
     def finish(self, seq: Sequence) -> None:
         seq.status = Status.FINISHED
+        # its blocks first: `stats` is read from other threads, and a request no longer counted
+        # as running must no longer hold blocks (a client waiting for idle then reads them free)
+        self.blocks.release(seq)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.blocks.release(seq)
 
     def schedule(self) -> list[Work]:
         budget = self.step_tokens

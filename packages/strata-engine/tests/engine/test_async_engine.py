@@ -68,6 +68,32 @@ def test_leaving_early_aborts_and_frees_the_slot(async_engine):
     assert stats["running"] == 0 and stats["waiting"] == 0
 
 
+def test_an_aborted_request_holds_no_blocks_once_it_is_not_running(async_engine, monkeypatch):
+    """`stats` is read from other threads while the engine's thread ends a request: whenever it
+    no longer counts the request as running, the request's KV blocks must already be free
+    (a client that waits for idle, then reads the blocks, must find them free)."""
+    blocks = async_engine.engine.scheduler.blocks
+    release, running_then = blocks.release, []
+
+    def watched(seq) -> None:
+        running_then.append(async_engine.stats()["running"])
+        release(seq)
+
+    monkeypatch.setattr(blocks, "release", watched)
+
+    async def abort_after_one_token() -> None:
+        stream = async_engine.generate(_request(async_engine, "Count to one hundred:", 4000))
+        async for _ev in stream:
+            break
+        await stream.aclose()
+        deadline = time.monotonic() + 3
+        while not running_then and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(abort_after_one_token())
+    assert running_then == [1]  # released while still counted; the count drops after
+
+
 def test_refusals_raise_request_error(async_engine):
     bad = Request((1, 2, 10**9), SamplingParams(max_tokens=1))
     with pytest.raises(RequestError, match="1000000000"):
