@@ -13,7 +13,7 @@ taking turns so that a noisy machine disturbs all alike (`--cpu-time`: the calli
 time, not the wall clock, for a host shared with other work; one thread). Prints each type's milliseconds, its time
 against Q6_K's, and its weight bytes read per second. `--paths` (the avx512 build): each grid type
 timed both ways the build decodes it, with gathers and without (grids.c's strata_grid_gather_free),
-the two taking turns call by call in one process, their median times and ratio (over 1: the gather-free way is
+the two taking turns call by call in one process (each first every other time), their median times and ratio (over 1: the gather-free way is
 faster); the outputs of the two compared bit for bit.
 """
 
@@ -108,9 +108,9 @@ def paths(
             for qtype in types:
                 times: list[list[float]] = [[], []]
                 out = [np.zeros(0)] * 2
-                for _ in range(repeat):
-                    for way, mask in enumerate((0, 0x7FFFFFFF)):  # in turns
-                        lib.strata_grid_gather_free(mask)
+                for n in range(repeat):
+                    for way in (0, 1) if n % 2 == 0 else (1, 0):  # in turns, each first every other time
+                        lib.strata_grid_gather_free((0, 0x7FFFFFFF)[way])
                         start = clock()
                         out[way] = ops.linear(x, packed[qtype])
                         times[way].append(clock() - start)

@@ -1202,12 +1202,13 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
 #if defined(STRATA_TARGET_AVX512)
 /* Which types the AVX-512 build decodes without gathers (the AVX2 sequence above, the same bytes):
  * bit t for weight type t. The rule, set once when the library loads: on AMD's CPUs (Zen 4 and 5,
- * AMD's AVX-512 ones) the types measured faster so on Zen 5 (bench_kgrid.py --paths, one thread;
- * at 1 and 8 rows, where decoding is most of a call: IQ3_XXS 1.19-1.29 times, IQ2_XXS 1.17-1.18,
- * IQ1_S 1.13-1.14, Q3_K 1.03-1.04, IQ2_S 1.01-1.02; at 512 rows all within 1%), the gathers kept for
- * IQ3_S (0.87-0.89 times without), IQ2_XS (0.94-0.95) and IQ1_M (0.98-0.99); on the other CPUs
- * none (Intel's zmm gathers are fast where its Gather Data Sampling microcode leaves them so; not
- * measured here). Either way gives the same bytes, so the same bits. */
+ * AMD's AVX-512 ones) the types measured faster so on Zen 5 (bench_kgrid.py --paths, one thread,
+ * the two ways taking turns; at 1 and 8 rows, where decoding is most of a call: IQ3_XXS 1.20-1.21
+ * and 1.10 times, IQ2_XXS 1.16-1.17 and 1.08, IQ1_S 1.13 and 1.07, IQ2_S 1.02-1.04 and 1.01, Q3_K
+ * 1.02 at 8 rows (1 to 3: kgrid_limb_rows either way); at 512 rows all within the noise), the
+ * gathers kept for IQ3_S (0.87-0.88 times without), IQ2_XS (0.93-0.94) and IQ1_M (0.96-0.99); on
+ * the other CPUs none (Intel's zmm gathers are fast where its Gather Data Sampling microcode leaves
+ * them so; not measured here). Either way gives the same bytes, so the same bits. */
 #define GATHER_FREE_AMD (1 << WT_Q3_K | 1 << WT_IQ2_S | 1 << WT_IQ2_XXS | 1 << WT_IQ3_XXS | 1 << WT_IQ1_S)
 static int gather_free_default, gather_free;
 
