@@ -546,60 +546,108 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
     }
 }
 
-#define KGRID_FUSED 3 /* rows q3k_fused_rows takes (4: no faster than expand_group's, on Zen 5) */
-/* ---- AVX-512, Q3_K for few activation rows (decode): each block of a super-block's 16 rows decoded
- * in registers straight into its vpdpbusd steps, nothing stored, as AVX2's q3k_fused_block below
- * with the 16 rows in one vector (lane o: row o). Bytes q + 4 in 0..7 (a zero d * sc's rows 4 +- 1,
- * q's sign), so each limb's sums start at start / 8; this target folds limb 1's start into limb 0's
- * (limb.c's LIMB_FOLD_START: start_0 + 256 start_1, both multiples of 32), which start / 8 takes
- * exactly: (start_0 + 256 start_1) / 8 = start_0 / 8 + 256 (start_1 / 8). S = S_2 65536 + S_1 256
- * + S_0 is exact in int32 (|S_2| <= 16 * 7 * 128), and acc = fma((d * sc) * s, S, acc) over the
- * halves in order is limb_bytes_rows's float sequence: the same bits as the expanded group's steps. */
-static inline __attribute__((always_inline)) void q3k_fused16(const __m512i raw[4][8], int j, __m512 dv, int M, const int8_t *const *xq,
-                                                              const int32_t *const *start, const float *xs, __m512 *acc) {
+#define KGRID_FUSED 3 /* rows kgrid_fused_rows takes (4: no faster than expand_group's, on Zen 5) */
+/* ---- AVX-512, Q3_K and IQ1_M for few activation rows (decode): each block of a super-block's 16
+ * rows decoded in registers straight into its vpdpbusd steps, nothing stored, as AVX2's
+ * q3k_fused_block below with the 16 rows in one vector (lane o: row o). Bytes q + c (Q3_K: c = 4,
+ * bytes 0..7; IQ1_M: c = 16, q in -9..9; a zero d * sc's rows c +- 1, q's sign), so each limb's sums
+ * start at start * c / 32 (start: offset 32's); this target folds limb 1's start into limb 0's
+ * (limb.c's LIMB_FOLD_START: start_0 + 256 start_1, both multiples of 32), which that division takes
+ * exactly. S = S_2 65536 + S_1 256 + S_0 with the starts is the sum of the limbs times q, exact in
+ * int32 (|S| <= 16 * 9 * 128 * 65793 < 2^31; the parts added in wrapping int32 on the way), and
+ * acc = fma((d * sc) * s, S, acc) over the halves in order is limb_bytes_rows's float sequence:
+ * the same bits as the expanded group's steps. */
+
+/* Half hh of a block: its 4 quads' bytes w (quads 4 hh ..) against M rows' limbs into acc. */
+static inline __attribute__((always_inline)) void fused_half(const __m512i w[4], int hh, __m512 ws, int shift, int M,
+                                                             const int8_t *const *xq, const int32_t *const *start,
+                                                             const float *xs, __m512 *acc) {
+    __m512i p[KGRID_FUSED][3];
+    for (int i = 0; i < M; i++) {
+        const int32_t *st = start[i];
+        uint32_t from = ((uint32_t)(st[4 + hh] >> shift) << 16) + ((uint32_t)(st[2 + hh] >> shift) << 8) + (uint32_t)(st[hh] >> shift);
+        p[i][0] = _mm512_set1_epi32((int)from), p[i][1] = p[i][2] = _mm512_setzero_si512();
+    }
+    for (int n = 0; n < 4; n++)
+        for (int i = 0; i < M; i++)
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
+                p[i][l] = _mm512_dpbusd_epi32(p[i][l], w[n], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * (4 * hh + n))));
+    for (int i = 0; i < M; i++) {
+        __m512i tot = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(p[i][2], 16), _mm512_slli_epi32(p[i][1], 8)), p[i][0]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(xs[i])), _mm512_cvtepi32_ps(tot), acc[i]);
+    }
+}
+
+/* Block j of a super-block's 16 rows (raw: its runs, dv: the rows' d) against M rows' limbs. */
+static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m512i raw[4][8], int j, __m512 dv, int M,
+                                                                const int8_t *const *xq, const int32_t *const *start,
+                                                                const float *xs, __m512 *acc) {
     __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
     for (int hh = 0; hh < 2; hh++) {
-        __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(WT_Q3_K, raw, j, hh))); /* q8_scale's d * sc */
+        __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(t, raw, j, hh))); /* q8_scale's d * sc */
         __mmask16 zero = _mm512_cmp_ps_mask(ws, _mm512_setzero_ps(), _CMP_EQ_OQ);
         __mmask64 z = zero ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(zero, -1)) : 0; /* rare in real files */
-        __m512i p[KGRID_FUSED][3];
-        for (int i = 0; i < M; i++) {
-            const int32_t *st = start[i];
-            p[i][0] = _mm512_set1_epi32((st[4 + hh] >> 3) * 65536 + (st[2 + hh] >> 3) * 256 + (st[hh] >> 3));
-            p[i][1] = p[i][2] = _mm512_setzero_si512();
-        }
+        __m512i w[4] = {m3, m3, m3, m3}; /* each set below (the compiler cannot tell) */
+        if (t == WT_Q3_K) {
 #pragma GCC unroll 4
-        for (int r = 4 * hh; r < 4 * hh + 4; r++) { /* q + 4 = 2-bit field | 4 times the hmask bit (kgrid_groups16) */
-            __m512i lo = _mm512_and_si512(_mm512_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), m3);
-            __m512i hm = j >= 2 ? _mm512_srli_epi16(raw[0][r], j - 2) : _mm512_slli_epi16(raw[0][r], 2 - j);
-            __m512i hb = _mm512_and_si512(hm, m4), w = _mm512_or_si512(lo, hb);
-            if (z) w = _mm512_mask_blend_epi8(z, w, _mm512_add_epi8(m3, _mm512_srli_epi16(hb, 1))); /* 3 or 5 */
-            for (int i = 0; i < M; i++)
-#pragma GCC unroll 3
-                for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
-                    p[i][l] = _mm512_dpbusd_epi32(p[i][l], w, _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * r)));
-        }
-        for (int i = 0; i < M; i++) {
-            __m512i tot = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(p[i][2], 16), _mm512_slli_epi32(p[i][1], 8)), p[i][0]);
-            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(xs[i])), _mm512_cvtepi32_ps(tot), acc[i]);
+            for (int n = 0; n < 4; n++) { /* q + 4 = 2-bit field | 4 times the hmask bit (kgrid_groups16) */
+                int r = 4 * hh + n;
+                __m512i lo = _mm512_and_si512(_mm512_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), m3);
+                __m512i hm = j >= 2 ? _mm512_srli_epi16(raw[0][r], j - 2) : _mm512_slli_epi16(raw[0][r], 2 - j);
+                __m512i hb = _mm512_and_si512(hm, m4);
+                w[n] = _mm512_or_si512(lo, hb);
+                if (z) w[n] = _mm512_mask_blend_epi8(z, w[n], _mm512_add_epi8(m3, _mm512_srli_epi16(hb, 1))); /* 3 or 5 */
+            }
+            fused_half(w, hh, ws, 3, M, xq, start, xs, acc);
+        } else { /* IQ1_M: groups 2 hh, 2 hh + 1 (kgrid_groups16): q + 16 = 8 code + 8 +- 1 */
+            __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
+            for (int k = 2 * hh; k < 2 * hh + 2; k++) {
+                __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+                __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), _mm512_set1_epi32(15));
+                i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(nib, _mm512_set1_epi32(7)), 8));
+                __mmask16 minus = _mm512_test_epi32_mask(nib, _mm512_set1_epi32(8));
+                __m512i delta = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(9), _mm512_set1_epi8(7));
+                __m512i q0, q1;
+                entry_quads(iq1s_bytes, i, &q0, &q1);
+                w[2 * (k & 1)] = _mm512_add_epi8(q0, delta), w[2 * (k & 1) + 1] = _mm512_add_epi8(q1, delta);
+            }
+            if (z) /* 16 +- 1 by q's sign (q < 0: the byte below 16) */
+                for (int n = 0; n < 4; n++)
+                    w[n] = _mm512_mask_blend_epi8(z, w[n], _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(w[n], _mm512_set1_epi8(16)),
+                                                                                  _mm512_set1_epi8(17), _mm512_set1_epi8(15)));
+            fused_half(w, hh, ws, 1, M, xq, start, xs, acc);
         }
     }
 }
 
-/* A super-block's 16 rows against M (a constant) rows' limbs (see q3k_fused16). */
-static inline __attribute__((always_inline)) void q3k_fused_rows(const uint8_t *grp, int64_t rb, int64_t nb, int M,
-                                                                 const int8_t *xq, const int32_t *start, const float *xs,
-                                                                 float *y) {
+/* A group's 16 rows against M (a constant) rows' limbs, a super-block at a time (see kgrid_fused16). */
+static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                                   const int8_t *xq, const int32_t *start, const float *xs,
+                                                                   float *y) {
     __m512 acc[KGRID_FUSED];
     for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
     __m512i raw[4][8];
     for (int64_t sb = 0; sb < nb; sb += 8) {
-        const uint8_t *blk = grp + (sb >> 3) * block_bytes(WT_Q3_K);
-        kgrid_prefetch(WT_Q3_K, blk, rb);
-        uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a Q3_K d is finite here) */
-        for (int o = 0; o < 16; o++) memcpy(h + o, blk + o * rb + 108, 2);
-        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-        for (int c = 0; c < 4; c++) kgrid_raw16(blk + kgrid_run_at(WT_Q3_K, c), rb, raw[c]);
+        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+        kgrid_prefetch(t, blk, rb);
+        __m512 dv;
+        if (t == WT_Q3_K) {
+            uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a Q3_K d is finite here) */
+            for (int o = 0; o < 16; o++) memcpy(h + o, blk + o * rb + 108, 2);
+            dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+            for (int c = 0; c < 4; c++) kgrid_raw16(blk + kgrid_run_at(t, c), rb, raw[c]);
+        } else {
+            float d[16];
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            dv = _mm512_loadu_ps(d);
+            for (int c = 0; c < kgrid_runs(t); c++) {
+                __m256i lo[8], hi[8];
+                kgrid_raw(blk + kgrid_run_at(t, c), rb, lo);
+                kgrid_raw(blk + 8 * rb + kgrid_run_at(t, c), rb, hi);
+                for (int k = 0; k < 8; k++) raw[c][k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1);
+            }
+        }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const int8_t *xr[KGRID_FUSED];
@@ -607,22 +655,29 @@ static inline __attribute__((always_inline)) void q3k_fused_rows(const uint8_t *
             float s[KGRID_FUSED];
             for (int i = 0; i < M; i++)
                 xr[i] = xq + (i * nb + sb + j) * 96, st[i] = start + (i * nb + sb + j) * 6, s[i] = xs[i * nb + sb + j];
-            q3k_fused16((const __m512i(*)[8])raw, j, dv, M, xr, st, s, acc);
+            kgrid_fused16(t, (const __m512i(*)[8])raw, j, dv, M, xr, st, s, acc);
         }
     }
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows (more: expand_group and limb.c's steps). */
+/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ1_M at one (more: expand_group and limb.c's steps). */
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
-    if (t != WT_Q3_K || M > KGRID_FUSED) return 0;
+    if (!(t == WT_Q3_K && M <= KGRID_FUSED) && !(t == WT_IQ1_M && M == 1)) return 0; /* IQ1_M: 2 rows no faster */
     int64_t rb = row_bytes(t, 32 * nb);
-    switch (M) { /* a constant: the rows' chains in registers */
-    case 1: q3k_fused_rows(grp, rb, nb, 1, xq, start, xs, y); break;
-    case 2: q3k_fused_rows(grp, rb, nb, 2, xq, start, xs, y); break;
-    default: q3k_fused_rows(grp, rb, nb, 3, xq, start, xs, y); break;
+#define KGRID_FUSED_ROWS(T)                                                                                         \
+    switch (M) { /* constants: the rows' chains in registers */                                                    \
+    case 1: kgrid_fused_rows(T, grp, rb, nb, 1, xq, start, xs, y); break;                                          \
+    case 2: kgrid_fused_rows(T, grp, rb, nb, 2, xq, start, xs, y); break;                                          \
+    default: kgrid_fused_rows(T, grp, rb, nb, 3, xq, start, xs, y); break;                                         \
     }
+    if (t == WT_Q3_K) {
+        KGRID_FUSED_ROWS(WT_Q3_K)
+    } else {
+        kgrid_fused_rows(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
+    }
+#undef KGRID_FUSED_ROWS
     return 1;
 }
 #endif
