@@ -407,8 +407,8 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
 
 /* The 8 dwords at p of each of 16 rows rb apart, transposed: t[k] lane o = dword k of row o (kgrid_raw's
  * for rows 0-7 and 8-15 put together, in one pass: each vector two rows, o and o + 8, until the last
- * step picks each 128-bit lane's 4 rows). Zen 5, one row: Q3_K's fused steps 1.04 times as fast as
- * with kgrid_raw's halves, IQ2_XS's kgrid_groups16 1.02, IQ2_S's 1.00, IQ1_M's 0.85 (not used there). */
+ * step picks each 128-bit lane's 4 rows). Taken by Q3_K's fused steps only (Zen 5, one row: 1.04 times
+ * as fast as kgrid_raw's halves; in kgrid_groups16 IQ2_XS 1.02, IQ2_S 1.00, IQ1_M 0.85, so not there). */
 static inline void kgrid_raw16(const uint8_t *p, int64_t rb, __m512i t[8]) {
     __m512i r[8], u[8];
     for (int o = 0; o < 8; o++)
