@@ -1,7 +1,7 @@
 """The K-grid types' one-row matmul (decode): each held as stored against the Q6_K and Q8_0 blocks.
 
     python bench/bench_kgrid.py [--threads 1] [--repeat 30] [--rows 1,4,8] [--target avx2]
-                                [--types Q3_K,Q6_K] [--cpu-time]
+                                [--types Q3_K,Q6_K] [--cpu-time] [--paths]
 
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
 time, on every call (native/grids.c); so are IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S (the grid types,
@@ -11,13 +11,18 @@ One Qwen3-1.7B FFN-shaped weight (6144 x 2048, random blocks) per type, the defa
 kernels (`native`), the best of `--repeat` timings of `strata_matmul` per row count, the types
 taking turns so that a noisy machine disturbs all alike (`--cpu-time`: the calling thread's CPU
 time, not the wall clock, for a host shared with other work; one thread). Prints each type's milliseconds, its time
-against Q6_K's, and its weight bytes read per second.
+against Q6_K's, and its weight bytes read per second. `--paths` (the avx512 build): each grid type
+timed both ways the build decodes it, with gathers and without (grids.c's strata_grid_gather_free),
+the two taking turns call by call in one process (each first every other time), their median times and ratio (over 1: the gather-free way is
+faster); the outputs of the two compared bit for bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
@@ -54,6 +59,7 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="kernel target (default: the best this CPU runs)")
     ap.add_argument("--types", default=None, help="types to time (comma list of names; default: all)")
     ap.add_argument("--cpu-time", action="store_true", help="time the thread's CPU time (one thread)")
+    ap.add_argument("--paths", action="store_true", help="each grid type with gathers and without (avx512)")
     args = ap.parse_args()
     types = tuple(QT[t] for t in args.types.split(",")) if args.types else TYPES
     if QT.Q6_K not in types:
@@ -65,6 +71,9 @@ def main() -> None:
     packed = {}
     for qtype in types:
         packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
+    if args.paths:
+        paths(ops, packed, args.rows, args.repeat, clock, rng)
+        return
     print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
     for m in (int(r) for r in args.rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
@@ -78,6 +87,38 @@ def main() -> None:
             block, size = GGML_QUANT_SIZES[qtype]
             gbs = N * K // block * size / best[qtype] / 1e9  # the file's bytes of the weight
             print(f"{qtype.name:9}{m:5d}{best[qtype] * 1e3:9.3f}{best[qtype] / best[QT.Q6_K]:8.2f}{gbs:7.1f}")
+
+
+def paths(
+    ops: NativeOps, packed: dict[QT, Weight], rows: str, repeat: int, clock: Callable[[], float],
+    rng: np.random.Generator,
+) -> None:  # fmt: skip
+    """Each grid type with gathers (mask 0) and without (every bit set), in turns: the medians and
+    their ratio. The CPU's default is restored after."""
+    lib = ops.lib
+    default = lib.strata_grid_gather_free(-2)
+    if default < 0:
+        raise SystemExit(f"{ops.name}: one way a type in this build (--paths needs the avx512 build)")
+    types = [t for t in packed if t not in (QT.Q6_K, QT.Q8_0)]
+    print(f"this CPU's default: gather-free {[t.name for t in types if default >> int(t) & 1]}")
+    print(f"{'type':9}{'rows':>5}{'gathers ms':>11}{'free ms':>9}{'ratio':>7}  same bits")
+    try:
+        for m in (int(r) for r in rows.split(",")):
+            x = rng.normal(0, 1, (m, K)).astype(np.float32)
+            for qtype in types:
+                times: list[list[float]] = [[], []]
+                out = [np.zeros(0)] * 2
+                for n in range(repeat):
+                    for way in (0, 1) if n % 2 == 0 else (1, 0):  # in turns, each first every other time
+                        lib.strata_grid_gather_free((0, 0x7FFFFFFF)[way])
+                        start = clock()
+                        out[way] = ops.linear(x, packed[qtype])
+                        times[way].append(clock() - start)
+                same = np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
+                a, b = statistics.median(times[0]), statistics.median(times[1])
+                print(f"{qtype.name:9}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
+    finally:
+        lib.strata_grid_gather_free(-2)
 
 
 if __name__ == "__main__":

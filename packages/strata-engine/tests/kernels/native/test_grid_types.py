@@ -292,3 +292,59 @@ def test_a_non_finite_d_widens_a_k_grid_tensor_to_gguf_pys_fp32(qtype: QT) -> No
         assert weight.kernel_type == 0
         want = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(4, 256)
         np.testing.assert_array_equal(bits(weight.dense()), bits(want))
+
+
+# ---- the avx512 build's two ways of decoding a group: zmm gathers, or the avx2 build's gather-free
+# sequence (grids.c's strata_grid_gather_free: per type, by the CPU's vendor); the same bytes
+
+EVERY_WAY = 0x7FFFFFFF  # every type's bit: gather-free
+
+
+def _amd() -> bool:
+    """Whether /proc/cpuinfo names AMD (the kernels ask cpuid instead)."""
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+        return any(
+            line.split(":")[-1].strip() == "AuthenticAMD" for line in info if line.startswith("vendor_id")
+        )
+
+
+def _avx512() -> NativeOps:
+    if "avx512" not in targets_to_test():
+        pytest.skip("this CPU does not run the avx512 kernels")
+    return NativeOps(2, "avx512")
+
+
+def test_the_gather_free_types_follow_the_cpus_vendor() -> None:
+    lib = _avx512().lib
+    amd = {QT.Q3_K, QT.IQ2_S, QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ1_S}  # measured faster so on Zen 5
+    default = lib.strata_grid_gather_free(-2)
+    assert default == (sum(1 << int(t) for t in amd) if _amd() else 0)
+    try:
+        assert lib.strata_grid_gather_free(0) == 0 and lib.strata_grid_gather_free(-1) == 0  # -1: asks
+    finally:
+        assert lib.strata_grid_gather_free(-2) == default
+    assert NativeOps(1, "avx2").lib.strata_grid_gather_free(-1) == -1  # one way a type there
+
+
+@pytest.mark.parametrize("way", (0, EVERY_WAY), ids=("gathers", "gather-free"))
+@pytest.mark.parametrize("qtype", GRID + KGRID, ids=lambda q: q.name)
+def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: int) -> None:
+    """Each way, whatever this host's default: the Q8_0 (Q6_K) blocks' bits in the integer
+    arithmetics (the fp32 matmul decodes row by row either way) and gguf-py's values."""
+    lib = _avx512().lib
+    if qtype in GRID:
+        held, ref, values = weights(qtype)
+    else:
+        stored = (
+            small_grid_stored(qtype, int(qtype))
+            if qtype in (QT.IQ2_XS, QT.IQ2_S)
+            else kgrid_stored(qtype, int(qtype))
+        )
+        held, ref = Weight.from_info(TensorInfo("w", (N, K), qtype, stored)), as_q6_k(stored, qtype)
+        values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    try:
+        assert lib.strata_grid_gather_free(way) == way
+        for mode in ("q8", "limb3"):
+            assert_held_gives_the_q8_0_bits(held, ref, values, "avx512", mode)
+    finally:
+        lib.strata_grid_gather_free(-2)

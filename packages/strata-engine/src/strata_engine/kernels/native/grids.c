@@ -405,6 +405,26 @@ static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst
  * from the super-block's runs (kgrid_raw, rows 0-7 and 8-15 put together), a quad (4 values of
  * each row) at a time; grid entries' value bytes by gathers, the signs as quad_signs' masks. */
 
+/* The 8 dwords at p of each of 16 rows rb apart, transposed: t[k] lane o = dword k of row o (kgrid_raw's
+ * for rows 0-7 and 8-15 put together, in one pass: each vector two rows, o and o + 8, until the last
+ * step picks each 128-bit lane's 4 rows). Taken by Q3_K's fused steps only (Zen 5, one row: 1.04 times
+ * as fast as kgrid_raw's halves; in kgrid_groups16 IQ2_XS 1.02, IQ2_S 1.00, IQ1_M 0.85, so not there). */
+static inline void kgrid_raw16(const uint8_t *p, int64_t rb, __m512i t[8]) {
+    __m512i r[8], u[8];
+    for (int o = 0; o < 8; o++)
+        r[o] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + o * rb))),
+                                  _mm256_loadu_si256((const __m256i *)(p + (o + 8) * rb)), 1);
+    for (int o = 0; o < 8; o += 2)
+        u[o] = _mm512_unpacklo_epi32(r[o], r[o + 1]), u[o + 1] = _mm512_unpackhi_epi32(r[o], r[o + 1]);
+    for (int q = 0; q < 8; q += 4)
+        for (int h = 0; h < 2; h++)
+            r[q + 2 * h] = _mm512_unpacklo_epi64(u[q + h], u[q + 2 + h]), r[q + 2 * h + 1] = _mm512_unpackhi_epi64(u[q + h], u[q + 2 + h]);
+    /* r[k] (k < 4): rows 0-3's dword k, rows 0-3's dword k + 4, rows 8-11's k, 8-11's k + 4; r[4 + k] rows 4-7, 12-15 */
+    __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm512_permutex2var_epi64(r[k], lo, r[4 + k]), t[k + 4] = _mm512_permutex2var_epi64(r[k], hi, r[4 + k]);
+}
+
 /* Quads 2k and 2k + 1 of 16 rows from the 8 value bytes of each row's grid entry (i: the entries'
  * indices, a lane a row; table: their bytes), as two 32-bit lanes a row. */
 static inline void entry_quads(const uint64_t *table, __m512i i, __m512i *q0, __m512i *q1) {
@@ -525,11 +545,150 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
     default: kgrid_groups16(WT_IQ2_S, grp, rb, nb, dst); break;
     }
 }
-#elif defined(STRATA_TARGET_AVX2)
+
+#define KGRID_FUSED 3 /* rows kgrid_fused_rows takes (4: no faster than expand_group's, on Zen 5) */
+/* ---- AVX-512, Q3_K and IQ1_M for few activation rows (decode): each block of a super-block's 16
+ * rows decoded in registers straight into its vpdpbusd steps, nothing stored, as AVX2's
+ * q3k_fused_block below with the 16 rows in one vector (lane o: row o). Bytes q + c (Q3_K: c = 4,
+ * bytes 0..7; IQ1_M: c = 16, q in -9..9; a zero d * sc's rows c +- 1, q's sign), so each limb's sums
+ * start at start * c / 32 (start: offset 32's); this target folds limb 1's start into limb 0's
+ * (limb.c's LIMB_FOLD_START: start_0 + 256 start_1, both multiples of 32), which that division takes
+ * exactly. S = S_2 65536 + S_1 256 + S_0 with the starts is the sum of the limbs times q, exact in
+ * int32 (|S| <= 16 * 9 * 128 * 65793 < 2^31; the parts added in wrapping int32 on the way), and
+ * acc = fma((d * sc) * s, S, acc) over the halves in order is limb_bytes_rows's float sequence:
+ * the same bits as the expanded group's steps. */
+
+/* Half hh of a block: its 4 quads' bytes w (quads 4 hh ..) against M rows' limbs into acc. */
+static inline __attribute__((always_inline)) void fused_half(const __m512i w[4], int hh, __m512 ws, int shift, int M,
+                                                             const int8_t *const *xq, const int32_t *const *start,
+                                                             const float *xs, __m512 *acc) {
+    __m512i p[KGRID_FUSED][3];
+    for (int i = 0; i < M; i++) {
+        const int32_t *st = start[i];
+        uint32_t from = ((uint32_t)(st[4 + hh] >> shift) << 16) + ((uint32_t)(st[2 + hh] >> shift) << 8) + (uint32_t)(st[hh] >> shift);
+        p[i][0] = _mm512_set1_epi32((int)from), p[i][1] = p[i][2] = _mm512_setzero_si512();
+    }
+    for (int n = 0; n < 4; n++)
+        for (int i = 0; i < M; i++)
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
+                p[i][l] = _mm512_dpbusd_epi32(p[i][l], w[n], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * (4 * hh + n))));
+    for (int i = 0; i < M; i++) {
+        __m512i tot = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(p[i][2], 16), _mm512_slli_epi32(p[i][1], 8)), p[i][0]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(xs[i])), _mm512_cvtepi32_ps(tot), acc[i]);
+    }
+}
+
+/* Block j of a super-block's 16 rows (raw: its runs, dv: the rows' d) against M rows' limbs. */
+static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m512i raw[4][8], int j, __m512 dv, int M,
+                                                                const int8_t *const *xq, const int32_t *const *start,
+                                                                const float *xs, __m512 *acc) {
+    __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+    for (int hh = 0; hh < 2; hh++) {
+        __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(t, raw, j, hh))); /* q8_scale's d * sc */
+        __mmask16 zero = _mm512_cmp_ps_mask(ws, _mm512_setzero_ps(), _CMP_EQ_OQ);
+        __mmask64 z = zero ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(zero, -1)) : 0; /* rare in real files */
+        __m512i w[4] = {m3, m3, m3, m3}; /* each set below (the compiler cannot tell) */
+        if (t == WT_Q3_K) {
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++) { /* q + 4 = 2-bit field | 4 times the hmask bit (kgrid_groups16) */
+                int r = 4 * hh + n;
+                __m512i lo = _mm512_and_si512(_mm512_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), m3);
+                __m512i hm = j >= 2 ? _mm512_srli_epi16(raw[0][r], j - 2) : _mm512_slli_epi16(raw[0][r], 2 - j);
+                __m512i hb = _mm512_and_si512(hm, m4);
+                w[n] = _mm512_or_si512(lo, hb);
+                if (z) w[n] = _mm512_mask_blend_epi8(z, w[n], _mm512_add_epi8(m3, _mm512_srli_epi16(hb, 1))); /* 3 or 5 */
+            }
+            fused_half(w, hh, ws, 3, M, xq, start, xs, acc);
+        } else { /* IQ1_M: groups 2 hh, 2 hh + 1 (kgrid_groups16): q + 16 = 8 code + 8 +- 1 */
+            __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
+            for (int k = 2 * hh; k < 2 * hh + 2; k++) {
+                __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+                __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * k), _mm512_set1_epi32(15));
+                i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(nib, _mm512_set1_epi32(7)), 8));
+                __mmask16 minus = _mm512_test_epi32_mask(nib, _mm512_set1_epi32(8));
+                __m512i delta = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(9), _mm512_set1_epi8(7));
+                __m512i q0, q1;
+                entry_quads(iq1s_bytes, i, &q0, &q1);
+                w[2 * (k & 1)] = _mm512_add_epi8(q0, delta), w[2 * (k & 1) + 1] = _mm512_add_epi8(q1, delta);
+            }
+            if (z) /* 16 +- 1 by q's sign (q < 0: the byte below 16) */
+                for (int n = 0; n < 4; n++)
+                    w[n] = _mm512_mask_blend_epi8(z, w[n], _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(w[n], _mm512_set1_epi8(16)),
+                                                                                  _mm512_set1_epi8(17), _mm512_set1_epi8(15)));
+            fused_half(w, hh, ws, 1, M, xq, start, xs, acc);
+        }
+    }
+}
+
+/* A group's 16 rows against M (a constant) rows' limbs, a super-block at a time (see kgrid_fused16). */
+static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                                   const int8_t *xq, const int32_t *start, const float *xs,
+                                                                   float *y) {
+    __m512 acc[KGRID_FUSED];
+    for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+    __m512i raw[4][8];
+    for (int64_t sb = 0; sb < nb; sb += 8) {
+        const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+        kgrid_prefetch(t, blk, rb);
+        __m512 dv;
+        if (t == WT_Q3_K) {
+            uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a Q3_K d is finite here) */
+            for (int o = 0; o < 16; o++) memcpy(h + o, blk + o * rb + 108, 2);
+            dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+            for (int c = 0; c < 4; c++) kgrid_raw16(blk + kgrid_run_at(t, c), rb, raw[c]);
+        } else {
+            float d[16];
+            for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
+            dv = _mm512_loadu_ps(d);
+            for (int c = 0; c < kgrid_runs(t); c++) {
+                __m256i lo[8], hi[8];
+                kgrid_raw(blk + kgrid_run_at(t, c), rb, lo);
+                kgrid_raw(blk + 8 * rb + kgrid_run_at(t, c), rb, hi);
+                for (int k = 0; k < 8; k++) raw[c][k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1);
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const int8_t *xr[KGRID_FUSED];
+            const int32_t *st[KGRID_FUSED];
+            float s[KGRID_FUSED];
+            for (int i = 0; i < M; i++)
+                xr[i] = xq + (i * nb + sb + j) * 96, st[i] = start + (i * nb + sb + j) * 6, s[i] = xs[i * nb + sb + j];
+            kgrid_fused16(t, (const __m512i(*)[8])raw, j, dv, M, xr, st, s, acc);
+        }
+    }
+    for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
+}
+
+/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ1_M at one (more: expand_group and limb.c's steps). */
+int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                    const float *xs, float *y) {
+    if (!(t == WT_Q3_K && M <= KGRID_FUSED) && !(t == WT_IQ1_M && M == 1)) return 0; /* IQ1_M: 2 rows no faster */
+    int64_t rb = row_bytes(t, 32 * nb);
+#define KGRID_FUSED_ROWS(T)                                                                                         \
+    switch (M) { /* constants: the rows' chains in registers */                                                    \
+    case 1: kgrid_fused_rows(T, grp, rb, nb, 1, xq, start, xs, y); break;                                          \
+    case 2: kgrid_fused_rows(T, grp, rb, nb, 2, xq, start, xs, y); break;                                          \
+    default: kgrid_fused_rows(T, grp, rb, nb, 3, xq, start, xs, y); break;                                         \
+    }
+    if (t == WT_Q3_K) {
+        KGRID_FUSED_ROWS(WT_Q3_K)
+    } else {
+        kgrid_fused_rows(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
+    }
+#undef KGRID_FUSED_ROWS
+    return 1;
+}
+#endif
+
+#if defined(STRATA_TARGET_AVX512) || defined(STRATA_TARGET_AVX2)
 /* ---- AVX2: as AVX-512's above, in halves of 8 rows (Q8_0's bytes 32h .. 32h + 31 of each quad
  * and scale vector), the sign masks as bytes (0xFF: negated). No gathers: a ymm gather is many
  * uops at a low throughput on AMD's Zen 2-3 (and not free on Intel's client cores), where 8 scalar
- * loads and a few unpacks take the same bytes; a lane's index is read back from a stored vector. */
+ * loads and a few unpacks take the same bytes; a lane's index is read back from a stored vector.
+ * The AVX-512 build has it too, for the types whose zmm gathers are slower on its CPU (see
+ * strata_grid_gather_free below); its helpers named with an 8 (8 rows) where AVX-512's share a name. */
 
 /* The 4 bytes at p0 .. p7, as the lanes 0 .. 7 of a vector. */
 static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
@@ -571,7 +730,7 @@ static inline __m256i table8(const uint32_t *table, __m256i i) {
 }
 
 /* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
-static inline __m256i quad_signs(__m256i s, int r) {
+static inline __m256i quad_signs8(__m256i s, int r) {
     __m256i at = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * (r >> 1)),
                                  _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     __m256i bit = _mm256_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201);
@@ -580,7 +739,7 @@ static inline __m256i quad_signs(__m256i s, int r) {
 
 /* Quad r's half: v negated where m, plus 128; rows with a zero scale (z: their 32-bit lanes
  * all ones) +-1 by that sign. */
-static inline void quad_store(uint8_t *out, int r, int h, __m256i v, __m256i m, __m256i z) {
+static inline void quad_store8(uint8_t *out, int r, int h, __m256i v, __m256i m, __m256i z) {
     __m256i c128 = _mm256_set1_epi8((char)0x80);
     __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v, c128), _mm256_sub_epi8(c128, v), m);
     q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
@@ -588,7 +747,7 @@ static inline void quad_store(uint8_t *out, int r, int h, __m256i v, __m256i m, 
 }
 
 /* The half's scales stored; the rows whose scale is zero, as all-ones 32-bit lanes. */
-static inline __m256i scales_store(uint8_t *out, int h, __m256 scale) {
+static inline __m256i scales_store8(uint8_t *out, int h, __m256 scale) {
     _mm256_storeu_ps((float *)out + 8 * h, scale);
     return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
 }
@@ -599,7 +758,7 @@ static inline __m256i rows4(const uint8_t *p, int64_t rb) {
 }
 
 /* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
-static inline __m256i signs7_bytes(__m256i x) {
+static inline __m256i signs7_bytes8(__m256i x) {
     __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 1), _mm256_set1_epi32(0x7F00)));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 2), _mm256_set1_epi32(0x7F0000)));
@@ -636,21 +795,21 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
     uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
     __m256 dv = _mm256_loadu_ps(d + 8 * h);
     if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
-        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), rb), s8 = signs7_bytes(aux);
+        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), rb), s8 = signs7_bytes8(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
-        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
+        __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
         if (t == WT_IQ2_XXS) {
             __m256i idx = rows4(blk + 2 + 8 * j, rb);
             for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
                 __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
-                quad_store(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs(s8, r), z);
+                quad_store8(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs8(s8, r), z);
             }
         } else {
             for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
                 const uint8_t *p = blk + 2 + 8 * j + r;
                 const uint32_t *g = iq3xxs_bytes;
                 __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
-                quad_store(out, r, h, v, quad_signs(s8, r), z);
+                quad_store8(out, r, h, v, quad_signs8(s8, r), z);
             }
         }
     } else if (t == WT_IQ3_S) {
@@ -659,16 +818,16 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
         /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
         __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
         __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
-        __m256i z = scales_store(out, h, _mm256_mul_ps(dv, part));
+        __m256i z = scales_store8(out, h, _mm256_mul_ps(dv, part));
         for (int r = 0; r < 8; r++) {
             __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
-            quad_store(out, r, h, table8(iq3s_bytes, i), quad_signs(signs, r), z);
+            quad_store8(out, r, h, table8(iq3s_bytes, i), quad_signs8(signs, r), z);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
         __m256i lo = rows4(blk + 2 + 4 * j, rb), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
         __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
         __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
-        __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
+        __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
         __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
         __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
@@ -704,13 +863,13 @@ static inline __attribute__((always_inline)) void expand_groups(int t, const uin
         int j = (int)(b & 7); /* per 32: 4 grid indices (dword 2j of the runs), a u32 of 4 x 7 sign bits and the scale (2j + 1) */
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
         for (int h = 0; h < 2; h++) {
-            __m256i idx = raw[h][j >> 2][2 * (j & 3)], aux = raw[h][j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes(aux);
+            __m256i idx = raw[h][j >> 2][2 * (j & 3)], aux = raw[h][j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
             __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
-            __m256i z = scales_store(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
+            __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
             for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
                 __m256i q[2];
                 entry_quads8(iq2xxs_bytes, byte_of(idx, k), q, 1);
-                for (int e = 0; e < 2; e++) quad_store(out, 2 * k + e, h, q[e], quad_signs(s8, 2 * k + e), z);
+                for (int e = 0; e < 2; e++) quad_store8(out, 2 * k + e, h, q[e], quad_signs8(s8, 2 * k + e), z);
             }
         }
     }
@@ -748,7 +907,7 @@ static inline __m256i kscales8(int t, const __m256i raw[4][8], int j, int hh) {
 
 /* Quad r's half h8 stored: q (signed) + offset; where some row has a zero d * sc (zany), those
  * rows (z: all-ones lanes) +-1 by q's sign. */
-static inline void kquad_store(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int zany, int off) {
+static inline void kquad_store8(uint8_t *qs, int r, int h8, __m256i q, __m256i z, int zany, int off) {
     if (zany) {
         __m256i sign = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
         q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(1), _mm256_set1_epi8(-1), sign), z);
@@ -774,7 +933,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             /* bit j of each hmask byte moved to its bit 2 (4 where set; the 16-bit shifts' carries between bytes masked off) */
             __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[0][r], j - 2) : _mm256_slli_epi16(raw[0][r], 2 - j);
             __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hm, _mm256_set1_epi8(4)));
-            kquad_store(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], zany, off);
+            kquad_store8(qs, r, h8, _mm256_sub_epi8(q, _mm256_set1_epi8(4)), z[r >> 2], zany, off);
         }
     } else if (t == WT_IQ1_M) { /* group k: index qs[4j + k] | 3 bits of its qh nibble (the u16 at 32 + 2j), bit 3 the delta's sign */
         __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
@@ -785,7 +944,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(-7), _mm256_set1_epi8(-9), minus);
             __m256i q[2];
             entry_quads8(iq1s_bytes, i, q, 0);
-            for (int e = 0; e < 2; e++) kquad_store(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
+            for (int e = 0; e < 2; e++) kquad_store8(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
         __m256i idx[4], signs;
@@ -798,7 +957,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w01, 25), m7), 7));
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
             s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
-            signs = signs7_bytes(s7);
+            signs = signs7_bytes8(s7);
         } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits, signs[34 + 4j ..] */
             __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
             signs = raw[1][j];
@@ -811,7 +970,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             entry_quads8(table, idx[k], q, 0);
             for (int e = 0; e < 2; e++) {
                 __m256i v = q[e];
-                kquad_store(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs(signs, 2 * k + e)), z[k >> 1], zany, off);
+                kquad_store8(qs, 2 * k + e, h8, _mm256_blendv_epi8(v, _mm256_sub_epi8(_mm256_setzero_si256(), v), quad_signs8(signs, 2 * k + e)), z[k >> 1], zany, off);
             }
         }
     }
@@ -926,7 +1085,7 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
     }
 }
 
-#if !defined(STRATA_AVX_VNNI)
+#if defined(STRATA_TARGET_AVX2) && !defined(STRATA_AVX_VNNI)
 /* ---- AVX2, Q3_K for few activation rows: a super-block decoded, then its steps at once ----------
  * expand_group decodes a whole group before limb.c's steps load it back: at 2048 inputs 16 rows
  * of 36 KB, past L1, so every step's load came from L2. Here each super-block's 16 rows are
@@ -1087,7 +1246,7 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
 }
 #endif
 
-#if !defined(STRATA_TARGET_AVX2) || defined(STRATA_AVX_VNNI)
+#if !defined(STRATA_TARGET_AVX512) && (!defined(STRATA_TARGET_AVX2) || defined(STRATA_AVX_VNNI))
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
     (void)t, (void)grp, (void)nb, (void)M, (void)xq, (void)start, (void)xs, (void)y;
@@ -1095,19 +1254,58 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
 }
 #endif
 
+#if defined(STRATA_TARGET_AVX512)
+/* Which types the AVX-512 build decodes without gathers (the AVX2 sequence above, the same bytes):
+ * bit t for weight type t. The rule, set once when the library loads: on AMD's CPUs (Zen 4 and 5,
+ * AMD's AVX-512 ones) the types measured faster so on Zen 5 (bench_kgrid.py --paths, one thread,
+ * the two ways taking turns; at 1 and 8 rows, where decoding is most of a call: IQ3_XXS 1.20-1.21
+ * and 1.10 times, IQ2_XXS 1.16-1.17 and 1.08, IQ1_S 1.13 and 1.07, IQ2_S 1.02-1.04 and 1.01, Q3_K
+ * 1.02 at 8 rows (1 to 3: kgrid_limb_rows either way); at 512 rows all within the noise), the
+ * gathers kept for IQ3_S (0.87-0.88 times without), IQ2_XS (0.93-0.94) and IQ1_M (0.96-0.99); on
+ * the other CPUs none (Intel's zmm gathers are fast where its Gather Data Sampling microcode leaves
+ * them so; not measured here). Either way gives the same bytes, so the same bits. */
+#define GATHER_FREE_AMD (1 << WT_Q3_K | 1 << WT_IQ2_S | 1 << WT_IQ2_XXS | 1 << WT_IQ3_XXS | 1 << WT_IQ1_S)
+static int gather_free_default, gather_free;
+
+__attribute__((constructor)) static void gather_choice(void) {
+    __builtin_cpu_init();
+    gather_free_default = __builtin_cpu_is("amd") ? GATHER_FREE_AMD : 0;
+    gather_free = gather_free_default;
+}
+
+/* See strata_kernels.h. */
+int strata_grid_gather_free(int mask) {
+    if (mask >= 0) gather_free = mask;
+    else if (mask == -2) gather_free = gather_free_default;
+    return gather_free;
+}
+#else
+int strata_grid_gather_free(int mask) {
+    (void)mask;
+    return -1; /* one way a type in this build */
+}
+#endif
+
 /* See internal.h. */
 int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
 #if defined(STRATA_TARGET_AVX512)
-    if (wtype == WT_IQ2_XXS) {
-        expand_iq2xxs(grp, row_bytes(wtype, 32 * nb), nb, dst);
-        return 1;
-    }
     int64_t rb = row_bytes(wtype, 32 * nb);
+    if (wtype >= 0 && wtype < 32 && (gather_free >> wtype & 1)) {
+        if (wtype_kgrid(wtype)) {
+            kgrid_expand_avx2(wtype, grp, rb, nb, dst);
+            return 1;
+        }
+        if (wtype_grid(wtype)) {
+            expand_avx2(wtype, grp, rb, nb, dst);
+            return 1;
+        }
+    }
     if (wtype_kgrid(wtype)) {
         kgrid_expand16(wtype, grp, rb, nb, dst);
         return 1;
     }
     switch (wtype) {
+    case WT_IQ2_XXS: expand_iq2xxs(grp, rb, nb, dst); return 1;
     case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
     case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
     case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;

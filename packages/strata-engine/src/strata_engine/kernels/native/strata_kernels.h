@@ -124,6 +124,12 @@ int strata_alloc_failures(void);
  * The bits are the same either way. */
 int strata_amx_use(int want);
 
+/* grids.c: which grid and K-grid types (bit t: weight type code t) the avx512 build decodes without
+ * gathers, as the avx2 build does. mask >= 0: set; -1: ask; -2: this CPU's default (AMD's: the types
+ * measured faster so; others: none). Returns the mask in force; -1 in the other builds (one way a
+ * type). The bits are the same either way. */
+int strata_grid_gather_free(int mask);
+
 /* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
 void strata_matmul(const float *x, int64_t M, int64_t K, const uint8_t *w, int wtype, int64_t N,
                    const float *bias, float *y, int nthreads);
