@@ -923,15 +923,16 @@ static inline vi limb_splat4(const int8_t *x) {
     return _mm512_set1_epi32(v);
 }
 
-/* Q6_K unpacked (WT_Q6_K_BYTES) for many rows: rows m0 .. m0+rows of two groups at once (grp[0],
- * grp[1]), each activation broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows
- * of 2) keeps limb_q6k_rows's 12 chains with half its broadcasts and half its activation reads a
- * weight. Each output's integer sums and float sequence are limb_q6k_rows's: the same bits. */
-static inline __attribute__((always_inline)) void limb_q6k_pair_rows(const uint8_t *const *grp, int64_t nb,
-                                                                     const limb_rows *xr, int limbs, int64_t m0,
-                                                                     int rows, vf *acc) {
-    const int t = WT_Q6_K_BYTES;
-    int vr = rows * limbs;
+/* Q6_K and Q5_K (and Q4_K) unpacked to a byte a weight for many rows (t: WT_Q6_K_BYTES,
+ * WT_Q5_K_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each activation
+ * broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps 12 chains
+ * with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
+ * limb_group_rows's 4-row tiles. Each output's integer sums and float sequence are theirs (Q6_K
+ * both halves of a block in one pass, Q5_K's min after its one scale): the same bits. */
+static inline __attribute__((always_inline)) void limb_pair_rows(int t, const uint8_t *const *grp, int64_t nb,
+                                                                 const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                 vf *acc) {
+    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t);
     for (int i = 0; i < 2 * rows; i++) acc[i] = vf_zero(); /* acc[k * rows + i]: group k, row i */
     for (int64_t b = 0; b < nb; b++) {
         const float *head[2];
@@ -944,12 +945,14 @@ static inline __attribute__((always_inline)) void limb_q6k_pair_rows(const uint8
         q8_prefetch_ahead(t, blk[1]);
         const uint8_t *qs0 = q8_quants(t, blk[0]), *qs1 = q8_quants(t, blk[1]);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < halves; h++) {
             vi s0[3 * LIMB_ROWS], s1[3 * LIMB_ROWS];
             for (int u = 0; u < vr; u++) /* limb 1's start is in limb 0's (LIMB_FOLD_START) */
-                s0[u] = s1[u] = LIMB_FOLD_START && u % limbs == 1 ? vi_zero() : vi_set1(start[u / limbs][2 * (u % limbs) + h]);
-#pragma GCC unroll 4
-            for (int r = 4 * h; r < 4 * h + 4; r += 2) {
+                s0[u] = s1[u] = !off || (LIMB_FOLD_START && u % limbs == 1) ? vi_zero()
+                                                                            : vi_set1(start[u / limbs][2 * (u % limbs) + h]);
+            int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+#pragma GCC unroll 8
+            for (int r = r0; r < r1; r += 2) {
                 vq v0 = q8_row(t, qs0, r), w0 = q8_row(t, qs0, r + 1), v1 = q8_row(t, qs1, r), w1 = q8_row(t, qs1, r + 1);
                 for (int u = 0; u < vr; u++) {
                     vi x = limb_splat4(limb_plane(xq, u, limbs) + 4 * r);
@@ -970,29 +973,34 @@ static inline __attribute__((always_inline)) void limb_q6k_pair_rows(const uint8
                 acc[rows + i] = vf_fma(vf_mul(ws1, sx), f1[i], acc[rows + i]);
             }
         }
+        for (int k = 0; k < 2; k++) q8_add_min(t, blk[k], head[k], xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc + k * rows);
     }
 }
 
-/* Groups g and g + 1 of one Q6_K weight (both whole: g + 1 is not its last partial one) for many
- * rows: both unpacked once to a byte a weight, then limb_q6k_pair_rows's tiles. */
-static __attribute__((noinline)) void limb_q6k_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs,
-                                                    const uint8_t *packed, int64_t g, int64_t N, const float *bias,
-                                                    float *y) {
-    int64_t bytes_per = q8_group_bytes(WT_Q6_K_BYTES, nb);
+/* Groups g and g + 1 of one weight of type wtype (Q6_K, Q5_K, Q4_K; g + 1 may be its last, partial
+ * one) for many rows: both unpacked once to t's bytes, then limb_pair_rows's tiles. */
+static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
+                                                const uint8_t *packed, int64_t g, int64_t N, const float *bias,
+                                                float *y) {
+    int64_t bytes_per = q8_group_bytes(t, nb);
     uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)(2 * bytes_per));
     if (!bytes) return; /* out of memory: counted */
     const uint8_t *grp[2] = {bytes, bytes + bytes_per};
-    for (int k = 0; k < 2; k++) unpack_group(WT_Q6_K, packed + (g + k) * q8_group_bytes(WT_Q6_K, nb), nb, bytes + k * bytes_per);
+    for (int k = 0; k < 2; k++) unpack_group(wtype, packed + (g + k) * q8_group_bytes(wtype, nb), nb, bytes + k * bytes_per);
     int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
     int mr = limbs == 3 ? 2 : 3;
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[2 * LIMB_ROWS];
-        if (limbs == 3 && rows == 2) limb_q6k_pair_rows(grp, nb, xr, 3, m0, 2, acc);
-        else if (limbs == 3) limb_q6k_pair_rows(grp, nb, xr, 3, m0, 1, acc);
-        else if (rows == 3) limb_q6k_pair_rows(grp, nb, xr, 2, m0, 3, acc);
-        else if (rows == 2) limb_q6k_pair_rows(grp, nb, xr, 2, m0, 2, acc);
-        else limb_q6k_pair_rows(grp, nb, xr, 2, m0, 1, acc);
+#define LIMB_PAIR(T)                                                                                                   \
+    if (limbs == 3 && rows == 2) limb_pair_rows(T, grp, nb, xr, 3, m0, 2, acc);                                        \
+    else if (limbs == 3) limb_pair_rows(T, grp, nb, xr, 3, m0, 1, acc);                                                \
+    else if (rows == 3) limb_pair_rows(T, grp, nb, xr, 2, m0, 3, acc);                                                 \
+    else if (rows == 2) limb_pair_rows(T, grp, nb, xr, 2, m0, 2, acc);                                                 \
+    else limb_pair_rows(T, grp, nb, xr, 2, m0, 1, acc);
+        if (t == WT_Q6_K_BYTES) { LIMB_PAIR(WT_Q6_K_BYTES) }
+        else { LIMB_PAIR(WT_Q5_K_BYTES) }
+#undef LIMB_PAIR
         q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
         q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
     }
@@ -1154,7 +1162,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
 #if defined(STRATA_TARGET_AVX512)
-    if (wtype == WT_Q6_K && t != wtype) { /* Q6_K for many rows: a weight's groups two a tile (limb_q6k_pair) */
+    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: two groups a tile */
         int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
         for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (groups > 1 && work >= SMALL_WORK)
@@ -1162,8 +1170,9 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
             int i = 0;
             while (p >= pairs[i + 1]) i++;
             int64_t g = 2 * (p - pairs[i]);
-            if (first[i] + g + 1 < first[i + 1]) limb_q6k_pair(&xr, M, nb, limbs, packed[i], g, N[i], bias[i], y[i]);
-            else limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            if (first[i] + g + 1 < first[i + 1]) limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            else if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
         }
         for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
         return;
