@@ -875,7 +875,8 @@ static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t
 }
 
 #if defined(STRATA_TARGET_AVX512)
-/* Q6_K's rows m0 .. m0+rows (as stored, or unpacked to bytes for many rows): limb_group_rows's
+/* Q6_K's rows m0 .. m0+rows (as stored; unpacked to bytes for many rows, there only a weight's
+ * last group where its count is odd, the rest taking limb_pair_rows): limb_group_rows's
  * integer steps and float sequence (the same bits), both halves of a block in one unrolled pass,
  * the rows' pointers and scales set up once a block (Zen 5, 512 rows: 1.1 times; one row 1.2).
  * Its own copy, out of line (limb_q6k_group): unrolled there, limb_group's Q4_K tiles compiled
@@ -1006,7 +1007,7 @@ static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, 
     }
 }
 
-/* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows): its tiles, each a constant type,
+/* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows, see limb_pair): its tiles, each a constant type,
  * limb count and row count. Called apart from limb_group (not from it), which then compiles as before. */
 static __attribute__((noinline)) void limb_q6k_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
                                                      const uint8_t *packed, int64_t g, int64_t N, const float *bias,
@@ -1162,7 +1163,7 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
 #if defined(STRATA_TARGET_AVX512)
-    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: two groups a tile */
+    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: a pair a tile and a hand-out */
         int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
         for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (groups > 1 && work >= SMALL_WORK)
