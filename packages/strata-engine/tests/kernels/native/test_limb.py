@@ -87,8 +87,9 @@ def _all_outputs(limbs: int, ops: NativeOps, seed: int) -> list[np.ndarray]:
     for qtype in TYPES:
         packed = ops.pack(quantised_weight(qtype, N, 256, rng).weight)
         bias = rng.uniform(-1, 1, N).astype(np.float32)
-        # 6, 7: the unpacked Q5_K/Q6_K's 4-row tiles (avx512) with 2, 3 left; 66: Q4_K unpacked too
-        for m in (*ROWS, 2, 4, 6, 7, 66):
+        # 6, 7: the unpacked Q5_K/Q6_K's tiles with 2, 3 left (avx512 before its two-group tiles);
+        # 10, 67 (Q4_K unpacked too): avx512's two-group tiles (2 rows of 3 limbs, 3 of 2) with 1 left
+        for m in (*ROWS, 2, 4, 6, 7, 10, 67):
             x = activations(m, 256, rng)
             outs += [ops.linear(x, packed), ops.linear(x, packed, bias)]
         x = activations(33, 1024, rng)  # enough work for the limbs to be formed on threads too

@@ -875,7 +875,8 @@ static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t
 }
 
 #if defined(STRATA_TARGET_AVX512)
-/* Q6_K's rows m0 .. m0+rows (as stored, or unpacked to bytes for many rows): limb_group_rows's
+/* Q6_K's rows m0 .. m0+rows (as stored; unpacked to bytes for many rows, there only a weight's
+ * last group where its count is odd, the rest taking limb_pair_rows): limb_group_rows's
  * integer steps and float sequence (the same bits), both halves of a block in one unrolled pass,
  * the rows' pointers and scales set up once a block (Zen 5, 512 rows: 1.1 times; one row 1.2).
  * Its own copy, out of line (limb_q6k_group): unrolled there, limb_group's Q4_K tiles compiled
@@ -912,7 +913,101 @@ static inline __attribute__((always_inline)) void limb_q6k_rows(int t, const uin
     }
 }
 
-/* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows): its tiles, each a constant type,
+/* vpdpbusd on x's 4 bytes already broadcast (limb_q6k_pair_rows: one load feeds two groups' steps). */
+static inline vi limb_dot4_splat(vi acc, vq w, vi x) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
+}
+static inline vi limb_splat4(const int8_t *x) {
+    int32_t v;
+    memcpy(&v, x, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Q6_K and Q5_K (and Q4_K) unpacked to a byte a weight for many rows (t: WT_Q6_K_BYTES,
+ * WT_Q5_K_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each activation
+ * broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps 12 chains
+ * with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
+ * limb_group_rows's 4-row tiles. Each output's integer sums and float sequence are theirs (Q6_K
+ * both halves of a block in one pass, Q5_K's min after its one scale): the same bits. */
+static inline __attribute__((always_inline)) void limb_pair_rows(int t, const uint8_t *const *grp, int64_t nb,
+                                                                 const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                                 vf *acc) {
+    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t);
+    for (int i = 0; i < 2 * rows; i++) acc[i] = vf_zero(); /* acc[k * rows + i]: group k, row i */
+    for (int64_t b = 0; b < nb; b++) {
+        const float *head[2];
+        const int8_t *xq[LIMB_ROWS];
+        const int32_t *start[LIMB_ROWS];
+        const uint8_t *blk[2];
+        blk[0] = limb_block(t, 1, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
+        blk[1] = grp[1] + q8_block_at(t, b);
+        head[1] = (const float *)(blk[1] - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
+        q8_prefetch_ahead(t, blk[1]);
+        const uint8_t *qs0 = q8_quants(t, blk[0]), *qs1 = q8_quants(t, blk[1]);
+#pragma GCC unroll 2
+        for (int h = 0; h < halves; h++) {
+            vi s0[3 * LIMB_ROWS], s1[3 * LIMB_ROWS];
+            for (int u = 0; u < vr; u++) /* limb 1's start is in limb 0's (LIMB_FOLD_START) */
+                s0[u] = s1[u] = !off || (LIMB_FOLD_START && u % limbs == 1) ? vi_zero()
+                                                                            : vi_set1(start[u / limbs][2 * (u % limbs) + h]);
+            int r0 = halves == 2 ? 4 * h : 0, r1 = halves == 2 ? 4 * h + 4 : 8;
+#pragma GCC unroll 8
+            for (int r = r0; r < r1; r += 2) {
+                vq v0 = q8_row(t, qs0, r), w0 = q8_row(t, qs0, r + 1), v1 = q8_row(t, qs1, r), w1 = q8_row(t, qs1, r + 1);
+                for (int u = 0; u < vr; u++) {
+                    vi x = limb_splat4(limb_plane(xq, u, limbs) + 4 * r);
+                    s0[u] = limb_dot4_splat(s0[u], v0, x), s1[u] = limb_dot4_splat(s1[u], v1, x);
+                    vi x2 = limb_splat4(limb_plane(xq, u, limbs) + 4 * r + 4);
+                    s0[u] = limb_dot4_splat(s0[u], w0, x2), s1[u] = limb_dot4_splat(s1[u], w1, x2);
+                }
+            }
+            vf ws0 = q8_scale(t, blk[0], head[0], h), ws1 = q8_scale(t, blk[1], head[1], h);
+            vf f0[LIMB_ROWS], f1[LIMB_ROWS];
+            if (limbs == 3) limb_values3(s0, rows, f0), limb_values3(s1, rows, f1);
+            else
+                for (int i = 0; i < rows; i++)
+                    f0[i] = vf_from_vi(limb_low(s0[2 * i], s0[2 * i + 1])), f1[i] = vf_from_vi(limb_low(s1[2 * i], s1[2 * i + 1]));
+            for (int i = 0; i < rows; i++) {
+                vf sx = vf_set1(xr->s[(m0 + i) * nb + b]);
+                acc[i] = vf_fma(vf_mul(ws0, sx), f0[i], acc[i]);
+                acc[rows + i] = vf_fma(vf_mul(ws1, sx), f1[i], acc[rows + i]);
+            }
+        }
+        for (int k = 0; k < 2; k++) q8_add_min(t, blk[k], head[k], xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc + k * rows);
+    }
+}
+
+/* Groups g and g + 1 of one weight of type wtype (Q6_K, Q5_K, Q4_K; g + 1 may be its last, partial
+ * one) for many rows: both unpacked once to t's bytes, then limb_pair_rows's tiles. */
+static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
+                                                const uint8_t *packed, int64_t g, int64_t N, const float *bias,
+                                                float *y) {
+    int64_t bytes_per = q8_group_bytes(t, nb);
+    uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)(2 * bytes_per));
+    if (!bytes) return; /* out of memory: counted */
+    const uint8_t *grp[2] = {bytes, bytes + bytes_per};
+    for (int k = 0; k < 2; k++) unpack_group(wtype, packed + (g + k) * q8_group_bytes(wtype, nb), nb, bytes + k * bytes_per);
+    int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
+    int mr = limbs == 3 ? 2 : 3;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[2 * LIMB_ROWS];
+#define LIMB_PAIR(T)                                                                                                   \
+    if (limbs == 3 && rows == 2) limb_pair_rows(T, grp, nb, xr, 3, m0, 2, acc);                                        \
+    else if (limbs == 3) limb_pair_rows(T, grp, nb, xr, 3, m0, 1, acc);                                                \
+    else if (rows == 3) limb_pair_rows(T, grp, nb, xr, 2, m0, 3, acc);                                                 \
+    else if (rows == 2) limb_pair_rows(T, grp, nb, xr, 2, m0, 2, acc);                                                 \
+    else limb_pair_rows(T, grp, nb, xr, 2, m0, 1, acc);
+        if (t == WT_Q6_K_BYTES) { LIMB_PAIR(WT_Q6_K_BYTES) }
+        else { LIMB_PAIR(WT_Q5_K_BYTES) }
+#undef LIMB_PAIR
+        q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
+        q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
+    }
+}
+
+/* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows, see limb_pair): its tiles, each a constant type,
  * limb count and row count. Called apart from limb_group (not from it), which then compiles as before. */
 static __attribute__((noinline)) void limb_q6k_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
                                                      const uint8_t *packed, int64_t g, int64_t N, const float *bias,
@@ -1067,6 +1162,23 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
      * machine) does not hold up the call; few rows: one contiguous run each, as the weights stream
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
+#if defined(STRATA_TARGET_AVX512)
+    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: a pair a tile and a hand-out */
+        int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
+        for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (groups > 1 && work >= SMALL_WORK)
+        for (int64_t p = 0; p < pairs[n]; p++) {
+            int i = 0;
+            while (p >= pairs[i + 1]) i++;
+            int64_t g = 2 * (p - pairs[i]);
+            if (first[i] + g + 1 < first[i + 1]) limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            else if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
+        }
+        for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
+        return;
+    }
+#endif
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, share) if (groups > 1 && work >= SMALL_WORK)
     for (int64_t g = 0; g < groups; g++) {
         int i = 0;
