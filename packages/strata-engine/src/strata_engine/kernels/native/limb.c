@@ -153,8 +153,9 @@ static inline int32_t limb_digits(const float *x, int ish, int limbs, int8_t *q,
 
 /* AVX-512: limb 1's start folded into limb 0's (L = S_1 * 256 + S_0 the same exact value, every
  * partial sum within int32), so that Q6_K's tiles (limb_q6k_rows) start a row's sums from 2
- * broadcasts a half, not 3. No other reader of the starts on this target (AMX takes none; the
- * other types' tiles start limb 1 from the 0 it now holds). */
+ * broadcasts a half, not 3. The other readers of the starts on this target take the folded form
+ * too: the other types' tiles start limb 1 from the 0 it now holds, grids.c's fused Q3_K / IQ1_M
+ * steps read it as it is, and AMX takes none. */
 #if defined(STRATA_TARGET_AVX512)
 #define LIMB_FOLD_START 1
 #else
