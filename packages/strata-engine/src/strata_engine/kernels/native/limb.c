@@ -914,17 +914,6 @@ static inline __attribute__((always_inline)) void limb_q6k_rows(int t, const uin
     }
 }
 
-/* vpdpbusd on x's 4 bytes already broadcast (limb_q6k_pair_rows: one load feeds two groups' steps). */
-static inline vi limb_dot4_splat(vi acc, vq w, vi x) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
-    return acc;
-}
-static inline vi limb_splat4(const int8_t *x) {
-    int32_t v;
-    memcpy(&v, x, 4);
-    return _mm512_set1_epi32(v);
-}
-
 /* Q6_K and Q5_K (and Q4_K) unpacked to a byte a weight for many rows (t: WT_Q6_K_BYTES,
  * WT_Q5_K_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each activation
  * broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps 12 chains
@@ -942,9 +931,7 @@ static inline __attribute__((always_inline)) void limb_pair_rows(int t, const ui
         const int32_t *start[LIMB_ROWS];
         const uint8_t *blk[2];
         blk[0] = limb_block(t, 1, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
-        blk[1] = grp[1] + q8_block_at(t, b);
-        head[1] = (const float *)(blk[1] - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t));
-        q8_prefetch_ahead(t, blk[1]);
+        blk[1] = limb_block(t, 1, grp[1], b, nb, xr, limbs, m0, 0, &head[1], xq, start); /* its bytes and head only */
         const uint8_t *qs0 = q8_quants(t, blk[0]), *qs1 = q8_quants(t, blk[1]);
 #pragma GCC unroll 2
         for (int h = 0; h < halves; h++) {
@@ -957,10 +944,10 @@ static inline __attribute__((always_inline)) void limb_pair_rows(int t, const ui
             for (int r = r0; r < r1; r += 2) {
                 vq v0 = q8_row(t, qs0, r), w0 = q8_row(t, qs0, r + 1), v1 = q8_row(t, qs1, r), w1 = q8_row(t, qs1, r + 1);
                 for (int u = 0; u < vr; u++) {
-                    vi x = limb_splat4(limb_plane(xq, u, limbs) + 4 * r);
-                    s0[u] = limb_dot4_splat(s0[u], v0, x), s1[u] = limb_dot4_splat(s1[u], v1, x);
-                    vi x2 = limb_splat4(limb_plane(xq, u, limbs) + 4 * r + 4);
-                    s0[u] = limb_dot4_splat(s0[u], w0, x2), s1[u] = limb_dot4_splat(s1[u], w1, x2);
+                    vi x = vi_splat4(limb_plane(xq, u, limbs) + 4 * r);
+                    s0[u] = vi_dot4_splat(s0[u], v0, x), s1[u] = vi_dot4_splat(s1[u], v1, x);
+                    vi x2 = vi_splat4(limb_plane(xq, u, limbs) + 4 * r + 4);
+                    s0[u] = vi_dot4_splat(s0[u], w0, x2), s1[u] = vi_dot4_splat(s1[u], w1, x2);
                 }
             }
             vf ws0 = q8_scale(t, blk[0], head[0], h), ws1 = q8_scale(t, blk[1], head[1], h);

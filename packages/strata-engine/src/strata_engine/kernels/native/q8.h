@@ -180,6 +180,16 @@ static inline vi vi_dot4(vi acc, vq w, const int8_t *x) {
 }
 static inline vi vi_sub_n(vi a, int32_t n) { return _mm512_sub_epi32(a, _mm512_set1_epi32(n)); }
 static inline vi vi_set1(int32_t n) { return _mm512_set1_epi32(n); }
+/* vi_dot4 on x's 4 bytes already broadcast (vi_splat4), so one broadcast feeds several weights' steps. */
+static inline vi vi_splat4(const int8_t *x) {
+    int32_t v;
+    memcpy(&v, x, 4);
+    return vi_set1(v);
+}
+static inline vi vi_dot4_splat(vi acc, vq w, vi x) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
+}
 /* nib | ((hb shifted left by `shift`, right where negative) & mask), per byte: the high bits of
  * Q5_K/Q6_K put above their nibbles (the 16-bit shifts' carries between bytes fall outside mask) */
 static inline vq vq_bits(vq nib, vq hb, int shift, int mask) {
