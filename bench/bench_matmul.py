@@ -3,8 +3,8 @@ default three-limb kernels (native).
 
     python bench/bench_matmul.py [--threads 2] [--repeat 15] [--target avx512]
 
-For each weight type and shape (the default model's FFN and LM head, a Qwen3-1.7B-sized FFN
-and its Q6_K down projection), random GGUF blocks, and 1, 4, 16 and 128 activation rows: the
+For each weight type and shape (the default model's FFN and LM head, a Qwen3-1.7B-sized FFN,
+its Q6_K down projection and Q6_K at the up projection's shape), random GGUF blocks, and 1, 4, 16 and 128 activation rows: the
 best of `--repeat` timings of `strata_matmul` on the weight as loaded (fp32 arithmetic on the
 dequantised values) and on the weight repacked for `native-q8` (activations quantised to 8 bits
 inside the call, integer dot products), with the rate in multiply-adds per second and as a share
@@ -34,6 +34,7 @@ SHAPES = [  # (type, out, in, what)
     (QT.Q8_0, 4096, 576, "SmolLM2 LM head (a slice)"),
     (QT.Q4_K, 6144, 2048, "Qwen3-1.7B FFN up"),
     (QT.Q6_K, 2048, 6144, "Qwen3-1.7B FFN down"),
+    (QT.Q6_K, 6144, 2048, "Q6_K at the FFN up shape"),  # the same MACs with K 2048: the rate by K
 ]
 ROWS = (1, 4, 16, 128)
 
