@@ -248,6 +248,10 @@ static inline __attribute__((always_inline)) void limb_values3(const vi *s, int 
  * tiles then take no nibble shifts, which share port 0 with vpdpbusd. Fewer rows do not repay
  * the unpacking. */
 #define LIMB_UNPACK_Q4_K 64
+/* Rows from which a call of three limbs unpacks Q6_K (UNPACK_ROWS alone: from 6). Below, its
+ * packed tiles (limb_q6k_rows, 4 rows) ran 1.13-1.59 times as fast at 6 to 12 rows (Zen 5); from
+ * 16 rows (AMX_MIN_ROWS: AMX's calls) unchanged. */
+#define LIMB_UNPACK_Q6_K 16
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
@@ -579,6 +583,9 @@ static inline void limb_values3(const vi *s, int rows, vf *f) {
 #define LIMB_WIDE 0
 #endif
 
+#ifndef LIMB_UNPACK_Q6_K /* elsewhere UNPACK_ROWS's rule alone */
+#define LIMB_UNPACK_Q6_K 0
+#endif
 #ifndef LIMB_UNPACK_Q4_K /* elsewhere never (not measured to pay) */
 #define LIMB_UNPACK_Q4_K INT64_MAX
 #endif
@@ -1122,7 +1129,8 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t nb = K / 32, first[LIMB_MANY + 1] = {0}, work = 0;
     for (int i = 0; i < n; i++) first[i + 1] = first[i] + (N[i] + Q8_GROUP - 1) / Q8_GROUP, work += M * K * N[i];
     int64_t groups = first[n];
-    int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS) || (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
+    int unpack = (q8_unpacked(wtype) && M * limbs >= UNPACK_ROWS && (wtype != WT_Q6_K || limbs != 3 || M >= LIMB_UNPACK_Q6_K)) ||
+                 (wtype == WT_Q4_K && M >= LIMB_UNPACK_Q4_K);
     int t = q8_expanded(wtype) ? q8_expanded_type(wtype) : !unpack ? wtype : wtype == WT_Q4_K ? WT_Q5_K_BYTES : q8_unpacked(wtype);
     /* the wide step's int16 planes (limb_wide_planes): Q8_0's, and the 6-bit bytes' for many rows */
     int64_t wide = LIMB_WIDE && (wtype_code(t) == WT_Q8_0 || ((t == WT_Q6_K_BYTES || wtype == WT_Q5_K) && M * limbs >= UNPACK_ROWS))
