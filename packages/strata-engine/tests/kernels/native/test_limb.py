@@ -87,7 +87,8 @@ def _all_outputs(limbs: int, ops: NativeOps, seed: int) -> list[np.ndarray]:
     for qtype in TYPES:
         packed = ops.pack(quantised_weight(qtype, N, 256, rng).weight)
         bias = rng.uniform(-1, 1, N).astype(np.float32)
-        # 6, 7: the unpacked Q5_K/Q6_K's tiles with 2, 3 left (avx512 before its two-group tiles);
+        # 6, 7: the unpacked Q5_K/Q6_K's tiles with 2, 3 left (avx512 before its two-group tiles; its
+        # Q6_K of 3 limbs unpacks from 16 rows, so 6, 7, 10 take the packed 4-row tiles with 2, 3, 2 left);
         # 10, 67 (Q4_K unpacked too): avx512's two-group tiles (2 rows of 3 limbs, 3 of 2) with 1 left
         for m in (*ROWS, 2, 4, 6, 7, 10, 67):
             x = activations(m, 256, rng)
