@@ -862,6 +862,106 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
     }
 }
 
+#if defined(STRATA_TARGET_AVX512)
+/* ---- AVX-512, the codebook types as held (IQ4_NL, MXFP4, IQ4_XS) -----------------------------
+ * Their 4-bit indices lie as Q4_0's nibbles (q8.h); instead of lookup_group's Q8_0 bytes written
+ * to scratch a call and read back, each tile maps its nibbles through the 16-byte table
+ * codebook + 128 in every 128-bit lane (vpshufb: two a 64-byte load) and feeds the bytes to Q8_0's
+ * vpdpbusd steps, from the same starts (offset 128), and forms each block's 16 fp32 scales as
+ * lookup_blocks does (IQ4_NL's fp16 d, MXFP4's 2^(E - 128) by its bits, IQ4_XS's d * (ls - 32)
+ * from its super-block's fields, a vector at a time). So each output's exact integer sums and
+ * float sequence are the expanded Q8_0 group's: the same bits. The fp32-scale layout (the
+ * device's, transcode.codebook_blocks) keeps the expanded path. */
+#define LIMB_CB_ROWS 4 /* rows a tile (3 limbs: 12 chains, as the nibble types') */
+
+/* Block b's 16 scales (cb: the held type's packed layout): f16 d, e8m0 E, or IQ4_XS's fields at its
+ * super-block's head, each the fp32 value lookup_blocks stores. */
+static inline vf limb_cb_scale(int cb, const uint8_t *blk, int64_t b) {
+    if (cb == (WT_IQ4_NL | WT_HALF_SCALES)) return vf_from_f16(blk);
+    if (cb == (WT_MXFP4 | WT_HALF_SCALES)) { /* e8m0_half_at: E < 2 0x00200000 << E, else (E - 1) << 23 */
+        __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
+        __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        __mmask16 sub = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        return (vf){_mm512_castsi512_ps(_mm512_mask_blend_epi32(sub, big, small))};
+    }
+    const uint8_t *head = blk - (b & 7) * 256 - 128; /* IQ4_XS: d f16[16], scales_h u16[16], scales_l u32[16] */
+    __m128i j4 = _mm_cvtsi32_si128(4 * (int)(b & 7)), j2 = _mm_cvtsi32_si128(2 * (int)(b & 7));
+    __m512i l = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(head + 64)), j4), _mm512_set1_epi32(15));
+    __m512i h = _mm512_srl_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(head + 32))), j2);
+    __m512i ls = _mm512_or_si512(l, _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(3)), 4));
+    vf d = vf_from_f16(head); /* the fp16 d, exact; ls - 32 exact as a float: iq4_xs_scale's product */
+    return vf_mul(d, (vf){_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32)))});
+}
+
+/* Rows m0 .. m0+rows of one held codebook group (cb, a constant) with `limbs` limbs: Q8_0's steps on
+ * the looked-up bytes (see above), then its float sequence (limb_group_rows's). */
+static inline __attribute__((always_inline)) void limb_cb_rows(int cb, vq table, const uint8_t *grp, int64_t nb,
+                                                               const limb_rows *xr, int limbs, int64_t m0, int rows,
+                                                               vf *acc) {
+    int vr = rows * limbs;
+    vq m15 = _mm512_set1_epi8(15);
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const float *head;
+        const int8_t *xq[LIMB_ROWS];
+        const int32_t *start[LIMB_ROWS];
+        const uint8_t *blk = limb_block(cb, 0, grp, b, nb, xr, limbs, m0, rows, &head, xq, start), *qs = q8_quants(cb, blk);
+        vi s[3 * LIMB_ROWS];
+        for (int u = 0; u < vr; u++) /* limb 1's start is in limb 0's (LIMB_FOLD_START) */
+            s[u] = LIMB_FOLD_START && u % limbs == 1 ? vi_zero() : vi_set1(start[u / limbs][2 * (u % limbs)]);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) { /* quad rows r (low nibbles) and r + 4 (high) */
+            vq v = vq_load(qs + 64 * r);
+            vq lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m15));
+            vq hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+            for (int u = 0; u < vr; u++) {
+                s[u] = vi_dot4(s[u], lo, limb_plane(xq, u, limbs) + 4 * r);
+                s[u] = vi_dot4(s[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
+            }
+        }
+        vf ws = limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
+        if (limbs == 3) limb_values3(s, rows, f);
+        else
+            for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
+        for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
+    }
+}
+
+/* A held codebook type's group g, rows 0 .. M, without expand_group; out of line (limb_group's
+ * other tiles compile as before). */
+static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                    const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                    const float *bias, float *y) {
+    uint8_t bytes[16];
+    for (int i = 0; i < 16; i++) bytes[i] = (uint8_t)(codebook_of(wtype)[i] + 128);
+    vq table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bytes));
+    for (int64_t m0 = 0; m0 < M; m0 += LIMB_CB_ROWS) {
+        int rows = M - m0 < LIMB_CB_ROWS ? (int)(M - m0) : LIMB_CB_ROWS;
+        vf acc[LIMB_ROWS];
+#define LIMB_CB(CB, L)                                                                                                 \
+    switch (rows) {                                                                                                    \
+    case 1: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 1, acc); break;                                                \
+    case 2: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 2, acc); break;                                                \
+    case 3: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 3, acc); break;                                                \
+    default: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 4, acc); break;                                               \
+    }
+#define LIMB_CB_LIMBS(CB)                                                                                              \
+    if (limbs == 3) { LIMB_CB(CB, 3) }                                                                                 \
+    else { LIMB_CB(CB, 2) }
+        if (wtype == (WT_IQ4_NL | WT_HALF_SCALES)) { LIMB_CB_LIMBS(WT_IQ4_NL | WT_HALF_SCALES) }
+        else if (wtype == (WT_MXFP4 | WT_HALF_SCALES)) { LIMB_CB_LIMBS(WT_MXFP4 | WT_HALF_SCALES) }
+        else { LIMB_CB_LIMBS(WT_IQ4_XS | WT_HALF_SCALES) }
+#undef LIMB_CB_LIMBS
+#undef LIMB_CB
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+    }
+}
+#define LIMB_CB_HELD(t) (wtype_codebook(t) && wtype_half(t)) /* held as the file stores it: limb_cb_group */
+#else
+#define LIMB_CB_HELD(t) 0
+#endif
+
 /* A K-grid type's few rows, a super-block decoded at a time, where the target can (grids.c's
  * kgrid_limb_rows; 0: it cannot, nothing written). Out of line: limb_group's other types compile as before. */
 static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t M, int64_t nb, int wtype, const uint8_t *grp,
@@ -1036,6 +1136,10 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
+    if (LIMB_CB_HELD(wtype)) { /* a held codebook type: looked up in registers (limb_cb_group) */
+        limb_cb_group(xr, M, nb, limbs, wtype, grp, g, outs, N, bias, y);
+        return;
+    }
     if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
         int few = __builtin_expect(M <= KGRID_ROWS && limbs == 3 && wtype_kgrid(wtype), 0);
         if (few && limb_kgrid_few(xr, M, nb, wtype, grp, g, outs, N, bias, y)) return;
