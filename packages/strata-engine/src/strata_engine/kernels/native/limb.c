@@ -937,9 +937,9 @@ static inline vq limb_cb_lut(__m128i table, vq nib) {
 
 /* Rows m0 .. m0+rows of one held codebook group (cb, a constant) with `limbs` limbs: Q8_0's steps on
  * the looked-up bytes (see above), then its float sequence (limb_group_rows's). */
-static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i table, const uint8_t *grp, int64_t nb,
-                                                               const limb_rows *xr, int limbs, int64_t m0, int rows,
-                                                               vf *acc) {
+static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i table, const uint8_t *grp, const float *ws16,
+                                                               int64_t nb, const limb_rows *xr, int limbs, int64_t m0,
+                                                               int rows, vf *acc) {
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
@@ -958,7 +958,7 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
                 s[u] = vi_dot4(s[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
             }
         }
-        vf ws = limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
+        vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
         if (limbs == 3) limb_values3(s, rows, f);
         else
             for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
@@ -972,16 +972,21 @@ static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t
                                                     const uint8_t *grp, int64_t g, int outs, int64_t N,
                                                     const float *bias, float *y) {
     __m128i table = limb_cb_table(wtype, 128);
+    float *ws16 = NULL;
+    if (M * limbs >= UNPACK_ROWS) { /* many rows: the scales formed once a group */
+        if (!(ws16 = (float *)scratch(SCRATCH_UNPACK, (size_t)nb * 64))) return; /* out of memory: counted */
+        for (int64_t b = 0; b < nb; b++) vf_store(ws16 + 16 * b, limb_cb_scale(wtype, grp + q8_block_at(wtype, b), b));
+    }
     int mr = LIMB_CB_ROWS > LIMB_ROWS ? LIMB_ROWS : limbs == 3 && LIMB_VR < 6 ? 1 : LIMB_CB_ROWS;
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
 #define LIMB_CB(CB, L)                                                                                                 \
     switch (rows) {                                                                                                    \
-    case 1: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 1, acc); break;                                                \
-    case 2: limb_cb_rows(CB, table, grp, nb, xr, L, m0, 2, acc); break;                                                \
-    case 3: limb_cb_rows(CB, table, grp, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 3 : 1, acc); break;                         \
-    default: limb_cb_rows(CB, table, grp, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 4 : 1, acc); break;                        \
+    case 1: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, 1, acc); break;                                                \
+    case 2: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, 2, acc); break;                                                \
+    case 3: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 3 : 1, acc); break;                         \
+    default: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 4 : 1, acc); break;                        \
     }
 #else /* AVX2: the signed values widened to int16, Q8_0's wide steps */
 /* Rows m0 .. m0+rows of one held codebook group with the wide limbs' `planes`: limb_wide_rows's sums
