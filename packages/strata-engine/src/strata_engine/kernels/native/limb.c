@@ -927,8 +927,31 @@ static inline __m128i limb_cb_table(int wtype, int add) {
 #if defined(STRATA_TARGET_AVX512)
 #define LIMB_CB_ROWS 4 /* rows a tile (3 limbs: 12 chains, as the nibble types') */
 static inline vq limb_cb_lut(__m128i table, vq nib) { return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), nib); }
+/* f[i] for a codebook tile's rows (s: rows x 3 limbs). The codebook's values (up to 127 from the
+ * offset) often put |S_2| past limb_values3's int32 test (2^14), whose double path then costs most
+ * of a block's float work. Here S = A * 256 + (L & 255), A = S_2 * 256 + (L >> 8) (int32, exact:
+ * L = S_1 * 256 + S_0, |L| < 2^30), and where |A| < 2^24 in every lane (|S_2| up to about 2^16),
+ * fma((float)A, 256, (float)(L & 255)) rounds the exact S once (both conversions exact): the one
+ * correctly rounded float limb_values3 gives, which takes the rest. */
+static inline __attribute__((always_inline)) void limb_cb_values3(const vi *s, int rows, vf *f) {
+    vi a[LIMB_ROWS], lo[LIMB_ROWS];
+    __m512i any = _mm512_setzero_si512();
+    for (int i = 0; i < rows; i++) {
+        vi l = limb_low(s[3 * i], s[3 * i + 1]);
+        lo[i] = _mm512_and_si512(l, _mm512_set1_epi32(255));
+        a[i] = _mm512_add_epi32(limb_shl8(s[3 * i + 2]), _mm512_srai_epi32(l, 8));
+        any = _mm512_or_si512(any, _mm512_add_epi32(a[i], _mm512_set1_epi32(1 << 24)));
+    }
+    if (_mm512_test_epi32_mask(any, _mm512_set1_epi32(-(1 << 25)))) {
+        limb_values3(s, rows, f);
+        return;
+    }
+    for (int i = 0; i < rows; i++)
+        f[i] = (vf){_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[i]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(lo[i]))};
+}
 #else
 #define LIMB_CB_ROWS 2 /* 3 limbs: one row (LIMB_VR) */
+#define limb_cb_values3 limb_values3
 static inline vq limb_cb_lut(__m128i table, vq nib) {
     __m256i t = _mm256_broadcastsi128_si256(table);
     return (vq){_mm256_shuffle_epi8(t, nib.lo), _mm256_shuffle_epi8(t, nib.hi)};
@@ -959,7 +982,8 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
             }
         }
         vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
-        if (limbs == 3) limb_values3(s, rows, f);
+        if (limbs == 3 && cb == (WT_MXFP4 | WT_HALF_SCALES)) limb_values3(s, rows, f); /* |values| <= 12: its test passes */
+        else if (limbs == 3) limb_cb_values3(s, rows, f);
         else
             for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
