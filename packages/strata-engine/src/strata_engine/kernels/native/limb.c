@@ -1090,11 +1090,11 @@ static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t
     __m128i table = limb_cb_table(wtype, 0);
     const int16_t *w16 = NULL;
     const float *ws16 = NULL;
-    if (M * limbs >= UNPACK_ROWS) { /* many rows: looked up once (as limb_wide_unpack) */
+    int planes = limb_wide_planes(limbs), mr = LIMB_WIDE_VR / planes;
+    if (M > mr) { /* more than one tile: looked up once (as limb_wide_unpack; 4 rows: 1.2 times in each tile) */
         if (!(w16 = limb_cb_unpack(wtype, table, grp, nb))) return; /* out of memory: counted */
         ws16 = (const float *)(w16 + nb * 512);
     }
-    int planes = limb_wide_planes(limbs), mr = LIMB_WIDE_VR / planes;
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[LIMB_ROWS];
