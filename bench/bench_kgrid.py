@@ -6,7 +6,8 @@
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
 time, on every call (native/grids.c); so are IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S (the grid types,
 decoded to Q8_0 blocks). A Q6_K and a Q8_0 weight of the same shape, whose packed blocks need no
-decoding, are the yardsticks.
+decoding, are the yardsticks. The codebook types IQ4_NL, IQ4_XS and MXFP4 (held as stored, their
+indices looked up in registers on x86) may be named in `--types` too.
 One Qwen3-1.7B FFN-shaped weight (6144 x 2048, random blocks) per type, the default three-limb
 kernels (`native`), the best of `--repeat` timings of `strata_matmul` per row count, the types
 taking turns so that a noisy machine disturbs all alike (`--cpu-time`: the calling thread's CPU
@@ -38,11 +39,13 @@ D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the other
 
 
 def blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
-    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01)."""
+    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01; MXFP4: its E)."""
     block, size = GGML_QUANT_SIZES[qtype]
     data = rng.integers(0, 256, size=(N * K // block, size), dtype=np.uint8)
     d = np.asarray(rng.uniform(0.001, 0.01, size=data.shape[0])).astype(np.float16).view(np.uint16)
-    if qtype == QT.IQ1_M:  # d's four nibbles on top of the four scale words (bytes 49, 51, 53, 55)
+    if qtype == QT.MXFP4:  # its e8m0 byte E: scales 2^-10 .. 2^-6
+        data[:, 0] = rng.integers(118, 123, size=data.shape[0])
+    elif qtype == QT.IQ1_M:  # d's four nibbles on top of the four scale words (bytes 49, 51, 53, 55)
         for k in range(4):
             data[:, 49 + 2 * k] = (data[:, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 15) << 4).astype(np.uint8)
     else:

@@ -869,6 +869,261 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
     }
 }
 
+#if defined(STRATA_TARGET_AVX512) || defined(STRATA_TARGET_AVX2)
+/* ---- x86, the codebook types as held (IQ4_NL, MXFP4, IQ4_XS) ----------------------------------
+ * Their 4-bit indices lie as Q4_0's nibbles (q8.h); instead of lookup_group's Q8_0 bytes written
+ * to scratch every call and read back, each tile maps its nibbles through the codebook with byte
+ * shuffles (vpshufb, the 16-byte table in every 128-bit lane) and forms each block's 16 fp32 scales
+ * as lookup_blocks does (IQ4_NL's fp16 d, MXFP4's 2^(E - 128) by its bits, IQ4_XS's d * (ls - 32)
+ * from its super-block's fields, a vector at a time). AVX-512 and AVX-VNNI feed the bytes
+ * codebook + 128 to Q8_0's vpdpbusd steps from the same starts (offset 128); AVX2 feeds the signed
+ * values, widened to int16, to Q8_0's vpmaddwd steps on the wide limbs (limb_wide_rows), and for
+ * many rows looks a group up once to those int16s (as limb_wide_unpack). Either way each output's
+ * exact integer sums and float sequence are the expanded Q8_0 group's: the same bits. The
+ * fp32-scale layout (the device's, transcode.codebook_blocks) and the other targets keep
+ * expand_group. */
+
+/* Block b's 16 scales (cb: the held type, its packed layout): f16 d, e8m0 E, or IQ4_XS's fields at its
+ * super-block's head, each the fp32 value lookup_blocks stores. */
+static inline vf limb_cb_scale(int cb, const uint8_t *blk, int64_t b) {
+    if (cb == (WT_IQ4_NL | WT_HALF_SCALES)) return vf_from_f16(blk);
+    const uint8_t *head = blk - (b & 7) * 256 - 128; /* IQ4_XS: d f16[16], scales_h u16[16], scales_l u32[16] */
+    __m128i j4 = _mm_cvtsi32_si128(4 * (int)(b & 7)), j2 = _mm_cvtsi32_si128(2 * (int)(b & 7));
+#if defined(STRATA_TARGET_AVX512)
+    if (cb == (WT_MXFP4 | WT_HALF_SCALES)) { /* e8m0_half_at: E < 2 0x00200000 << E, else (E - 1) << 23 */
+        __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)blk));
+        __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        __mmask16 sub = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        return (vf){_mm512_castsi512_ps(_mm512_mask_blend_epi32(sub, big, small))};
+    }
+    __m512i l = _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(head + 64)), j4), _mm512_set1_epi32(15));
+    __m512i h = _mm512_srl_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(head + 32))), j2);
+    __m512i ls = _mm512_or_si512(l, _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(3)), 4));
+    /* the fp16 d exactly, ls - 32 exactly as a float: iq4_xs_scale's product */
+    return vf_mul(vf_from_f16(head), (vf){_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32)))});
+#else
+    __m256 f[2];
+    for (int k = 0; k < 2; k++) { /* outputs 8k .. 8k + 7 */
+        if (cb == (WT_MXFP4 | WT_HALF_SCALES)) {
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * k)));
+            __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+            __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+            f[k] = _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+        } else {
+            __m256i l = _mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(head + 64 + 32 * k)), j4);
+            __m256i h = _mm256_srl_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(head + 32 + 16 * k))), j2);
+            __m256i ls = _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi32(15)),
+                                         _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(3)), 4));
+            f[k] = _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32)));
+        }
+    }
+    if (cb == (WT_MXFP4 | WT_HALF_SCALES)) return (vf){f[0], f[1]};
+    return vf_mul(vf_from_f16(head), (vf){f[0], f[1]});
+#endif
+}
+
+/* The codebook's 16 bytes plus `add` (128: the unsigned Q8_0 bytes; 0: the signed values). */
+static inline __m128i limb_cb_table(int wtype, int add) {
+    uint8_t bytes[16];
+    for (int i = 0; i < 16; i++) bytes[i] = (uint8_t)(codebook_of(wtype)[i] + add);
+    return _mm_loadu_si128((const __m128i *)bytes);
+}
+
+#if !LIMB_WIDE /* AVX-512, AVX-VNNI: vpdpbusd takes the bytes codebook + 128 */
+#if defined(STRATA_TARGET_AVX512)
+#define LIMB_CB_ROWS 4 /* rows a tile (3 limbs: 12 chains, as the nibble types') */
+static inline vq limb_cb_lut(__m128i table, vq nib) { return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), nib); }
+/* f[i] for a codebook tile's rows (s: rows x 3 limbs). The codebook's values (up to 127 from the
+ * offset) often put |S_2| past limb_values3's int32 test (2^14), whose double path then costs most
+ * of a block's float work. Here S = A * 256 + (L & 255), A = S_2 * 256 + (L >> 8) (int32, exact:
+ * L = S_1 * 256 + S_0, |L| < 2^30), and where |A| < 2^24 in every lane (|S_2| up to about 2^16),
+ * fma((float)A, 256, (float)(L & 255)) rounds the exact S once (both conversions exact): the one
+ * correctly rounded float limb_values3 gives, which takes the rest. */
+static inline __attribute__((always_inline)) void limb_cb_values3(const vi *s, int rows, vf *f) {
+    vi a[LIMB_ROWS], lo[LIMB_ROWS];
+    __m512i any = _mm512_setzero_si512();
+    for (int i = 0; i < rows; i++) {
+        vi l = limb_low(s[3 * i], s[3 * i + 1]);
+        lo[i] = _mm512_and_si512(l, _mm512_set1_epi32(255));
+        a[i] = _mm512_add_epi32(limb_shl8(s[3 * i + 2]), _mm512_srai_epi32(l, 8));
+        any = _mm512_or_si512(any, _mm512_add_epi32(a[i], _mm512_set1_epi32(1 << 24)));
+    }
+    if (_mm512_test_epi32_mask(any, _mm512_set1_epi32(-(1 << 25)))) {
+        limb_values3(s, rows, f);
+        return;
+    }
+    for (int i = 0; i < rows; i++)
+        f[i] = (vf){_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[i]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(lo[i]))};
+}
+#else
+#define LIMB_CB_ROWS 2 /* 3 limbs: one row (LIMB_VR) */
+#define limb_cb_values3 limb_values3
+static inline vq limb_cb_lut(__m128i table, vq nib) {
+    __m256i t = _mm256_broadcastsi128_si256(table);
+    return (vq){_mm256_shuffle_epi8(t, nib.lo), _mm256_shuffle_epi8(t, nib.hi)};
+}
+#endif
+
+/* Rows m0 .. m0+rows of one held codebook group (cb, a constant) with `limbs` limbs: Q8_0's steps on
+ * the looked-up bytes (see above), then its float sequence (limb_group_rows's). */
+static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i table, const uint8_t *grp, const float *ws16,
+                                                               int64_t nb, const limb_rows *xr, int limbs, int64_t m0,
+                                                               int rows, vf *acc) {
+    int vr = rows * limbs;
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const float *head;
+        const int8_t *xq[LIMB_ROWS];
+        const int32_t *start[LIMB_ROWS];
+        const uint8_t *blk = limb_block(cb, 0, grp, b, nb, xr, limbs, m0, rows, &head, xq, start), *qs = q8_quants(cb, blk);
+        vi s[3 * LIMB_ROWS];
+        for (int u = 0; u < vr; u++) /* limb 1's start is in limb 0's where LIMB_FOLD_START */
+            s[u] = LIMB_FOLD_START && u % limbs == 1 ? vi_zero() : vi_set1(start[u / limbs][2 * (u % limbs)]);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) { /* quad rows r (low nibbles) and r + 4 (high) */
+            vq v = vq_load(qs + 64 * r), lo = limb_cb_lut(table, vq_lo(v)), hi = limb_cb_lut(table, vq_hi(v));
+            for (int u = 0; u < vr; u++) {
+                s[u] = vi_dot4(s[u], lo, limb_plane(xq, u, limbs) + 4 * r);
+                s[u] = vi_dot4(s[u], hi, limb_plane(xq, u, limbs) + 16 + 4 * r);
+            }
+        }
+        vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
+        if (limbs == 3 && cb == (WT_MXFP4 | WT_HALF_SCALES)) limb_values3(s, rows, f); /* |values| <= 12: its test passes */
+        else if (limbs == 3) limb_cb_values3(s, rows, f);
+        else
+            for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
+        for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
+    }
+}
+
+/* A held codebook type's group g, rows 0 .. M, without expand_group; out of line (limb_group's
+ * other tiles compile as before). */
+static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                    const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                    const float *bias, float *y) {
+    __m128i table = limb_cb_table(wtype, 128);
+    float *ws16 = NULL;
+    if (M * limbs >= UNPACK_ROWS) { /* many rows: the scales formed once a group */
+        if (!(ws16 = (float *)scratch(SCRATCH_UNPACK, (size_t)nb * 64))) return; /* out of memory: counted */
+        for (int64_t b = 0; b < nb; b++) vf_store(ws16 + 16 * b, limb_cb_scale(wtype, grp + q8_block_at(wtype, b), b));
+    }
+    int mr = LIMB_CB_ROWS > LIMB_ROWS ? LIMB_ROWS : limbs == 3 && LIMB_VR < 6 ? 1 : LIMB_CB_ROWS;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_ROWS];
+#define LIMB_CB(CB, L)                                                                                                 \
+    switch (rows) {                                                                                                    \
+    case 1: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, 1, acc); break;                                                \
+    case 2: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, 2, acc); break;                                                \
+    case 3: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 3 : 1, acc); break;                         \
+    default: limb_cb_rows(CB, table, grp, ws16, nb, xr, L, m0, LIMB_CB_ROWS > 2 ? 4 : 1, acc); break;                        \
+    }
+#else /* AVX2: the signed values widened to int16, Q8_0's wide steps */
+/* Rows m0 .. m0+rows of one held codebook group with the wide limbs' `planes`: limb_wide_rows's sums
+ * and float sequence, the weights looked up in registers, or (w16, ws16 not NULL) limb_cb_unpack's. */
+static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i table, const uint8_t *grp,
+                                                               const int16_t *w16, const float *ws16, int64_t nb,
+                                                               const limb_rows *xr, int planes, int64_t m0, int rows,
+                                                               vf *acc) {
+    int vr = rows * planes;
+    __m128i m15 = _mm_set1_epi8(15);
+    for (int i = 0; i < rows; i++) acc[i] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(cb, b), *qs = q8_quants(cb, blk);
+        if (!w16) q8_prefetch_ahead(cb, blk);
+        const int16_t *xp[LIMB_WIDE_VR];
+        for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
+        __m256i s[LIMB_WIDE_VR][4];
+        for (int u = 0; u < vr; u++)
+            for (int g = 0; g < 4; g++) s[u][g] = _mm256_setzero_si256();
+        for (int r = 0; r < 4; r++) { /* quad rows r (low nibbles) and r + 4 (high) */
+            __m256i xl[LIMB_WIDE_VR], xh[LIMB_WIDE_VR];
+            for (int u = 0; u < vr; u++) xl[u] = limb_wide_x(xp[u] + 4 * r), xh[u] = limb_wide_x(xp[u] + 16 + 4 * r);
+            for (int g = 0; g < 4; g++) { /* outputs 4g .. 4g + 3 */
+                __m256i wl, wh;
+                if (w16) {
+                    wl = _mm256_loadu_si256((const __m256i *)(w16 + b * 512 + 64 * r + 16 * g));
+                    wh = _mm256_loadu_si256((const __m256i *)(w16 + b * 512 + 64 * (r + 4) + 16 * g));
+                } else {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(qs + 64 * r + 16 * g));
+                    wl = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(v, m15)));
+                    wh = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m15)));
+                }
+                for (int u = 0; u < vr; u++) s[u][g] = limb_wide_madd(limb_wide_madd(s[u][g], wl, xl[u]), wh, xh[u]);
+            }
+        }
+        vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b);
+        for (int i = 0; i < rows; i++) {
+            __m256i (*S)[4] = s + i * planes;
+            __m256i hi0 = limb_wide_sum8(S[0][0], S[0][1]), hi1 = limb_wide_sum8(S[0][2], S[0][3]);
+            vf f;
+            if (planes == 2) {
+                __m256i lo0 = limb_wide_sum8(S[1][0], S[1][1]), lo1 = limb_wide_sum8(S[1][2], S[1][3]);
+                f = (vf){limb_wide_value(hi0, lo0), limb_wide_value(hi1, lo1)};
+            } else {
+                f = (vf){_mm256_cvtepi32_ps(hi0), _mm256_cvtepi32_ps(hi1)};
+            }
+            acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
+        }
+    }
+}
+
+/* A held codebook group looked up once for many rows: per block the signed values as int16 (quad
+ * row R's 64 at 512 b + 64 R, limb_wide_unpack's order), then every block's 16 scales. */
+static const int16_t *limb_cb_unpack(int cb, __m128i table, const uint8_t *grp, int64_t nb) {
+    int16_t *w16 = (int16_t *)scratch(SCRATCH_UNPACK, (size_t)nb * (1024 + 64));
+    if (!w16) return NULL; /* out of memory: counted */
+    float *ws = (float *)(w16 + nb * 512);
+    __m128i m15 = _mm_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + q8_block_at(cb, b), *qs = q8_quants(cb, blk);
+        vf_store(ws + 16 * b, limb_cb_scale(cb, blk, b));
+        for (int i = 0; i < 16; i++) { /* quad row i / 4, outputs 4 (i % 4) .. + 3 */
+            __m128i v = _mm_loadu_si128((const __m128i *)(qs + 16 * i));
+            int16_t *out = w16 + b * 512 + 16 * i;
+            _mm256_storeu_si256((__m256i *)out, _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(v, m15))));
+            _mm256_storeu_si256((__m256i *)(out + 256),
+                                _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), m15))));
+        }
+    }
+    return w16;
+}
+
+/* A held codebook type's group g, rows 0 .. M, without expand_group (see limb_cb_rows). */
+static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                    const uint8_t *grp, int64_t g, int outs, int64_t N,
+                                                    const float *bias, float *y) {
+    __m128i table = limb_cb_table(wtype, 0);
+    const int16_t *w16 = NULL;
+    const float *ws16 = NULL;
+    int planes = limb_wide_planes(limbs), mr = LIMB_WIDE_VR / planes;
+    if (M > mr) { /* more than one tile: looked up once (as limb_wide_unpack; 4 rows: 1.2 times in each tile) */
+        if (!(w16 = limb_cb_unpack(wtype, table, grp, nb))) return; /* out of memory: counted */
+        ws16 = (const float *)(w16 + nb * 512);
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[LIMB_ROWS];
+#define LIMB_CB(CB, L)                                                                                                 \
+    if (L == 3) limb_cb_rows(CB, table, grp, w16, ws16, nb, xr, 2, m0, 1, acc);                                       \
+    else if (rows == 2) limb_cb_rows(CB, table, grp, w16, ws16, nb, xr, 1, m0, 2, acc);                               \
+    else limb_cb_rows(CB, table, grp, w16, ws16, nb, xr, 1, m0, 1, acc);
+#endif
+#define LIMB_CB_LIMBS(CB)                                                                                              \
+    if (limbs == 3) { LIMB_CB(CB, 3) }                                                                                 \
+    else { LIMB_CB(CB, 2) }
+        if (wtype == (WT_IQ4_NL | WT_HALF_SCALES)) { LIMB_CB_LIMBS(WT_IQ4_NL | WT_HALF_SCALES) }
+        else if (wtype == (WT_MXFP4 | WT_HALF_SCALES)) { LIMB_CB_LIMBS(WT_MXFP4 | WT_HALF_SCALES) }
+        else { LIMB_CB_LIMBS(WT_IQ4_XS | WT_HALF_SCALES) }
+#undef LIMB_CB_LIMBS
+#undef LIMB_CB
+        q8_store_rows(acc, rows, m0, g, outs, bias, y, N);
+    }
+}
+#define LIMB_CB_HELD(t) (wtype_codebook(t) && wtype_half(t)) /* held as the file stores it: limb_cb_group */
+#endif
+
 /* A K-grid type's few rows, a super-block decoded at a time, where the target can (grids.c's
  * kgrid_limb_rows; 0: it cannot, nothing written). Out of line: limb_group's other types compile as before. */
 static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t M, int64_t nb, int wtype, const uint8_t *grp,
@@ -1043,6 +1298,12 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
                               const uint8_t *packed, int64_t g, int64_t N, const float *bias, float *y) {
     int outs = N - g * Q8_GROUP < Q8_GROUP ? (int)(N - g * Q8_GROUP) : Q8_GROUP;
     const uint8_t *grp = packed + g * q8_group_bytes(wtype, nb);
+#if defined(STRATA_TARGET_AVX512) || defined(STRATA_TARGET_AVX2)
+    if (LIMB_CB_HELD(wtype)) { /* a held codebook type: looked up in registers (limb_cb_group) */
+        limb_cb_group(xr, M, nb, limbs, wtype, grp, g, outs, N, bias, y);
+        return;
+    }
+#endif
     if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
         int few = __builtin_expect(M <= KGRID_ROWS && limbs == 3 && wtype_kgrid(wtype), 0);
         if (few && limb_kgrid_few(xr, M, nb, wtype, grp, g, outs, N, bias, y)) return;

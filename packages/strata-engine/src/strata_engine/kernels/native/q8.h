@@ -35,7 +35,8 @@
  *     for each half (the file's: sc | m << 4); the kernel forms d * scale and dmin * min with the
  *     load's own fp32 products (gguf-py's);
  *   quants: 4-bit types 4 x 64 bytes, byte 4o+c of row r = w(o, 4r+c) | w(o, 16+4r+c) << 4 (the
- *           codebook types: their indices, which each call looks up into Q8_0's bytes: lookup_group);
+ *           codebook types: their indices, looked up as Q8_0's bytes: lookup_group, or in registers
+ *           by limb.c's x86 tiles, limb_cb_group);
  *           Q6_K (6 bits, w + 32): the low nibbles so, then 2 x 64 bytes of high bits: in row h,
  *           bits 2r, 2r+1 of byte 4o+c are the high bits of w(o, 16h+4r+c);
  *           Q2_K (2 bits): 2 x 64 bytes, one a half h: bits 2r, 2r + 1 of byte 4o+c are
@@ -496,7 +497,7 @@ STRATA_HIDDEN void unpack_group(int t, const uint8_t *grp, int64_t nb, uint8_t *
  * a grid type's, packed as its 16 rows as stored: grids.c's grid_group); a K-grid type's as
  * q8_expanded_type's group: each super-block's d, each block's int8 scales a half, q + offset
  * (grids.c's kgrid_block: Q3_K and IQ1_M give the bytes their Q6_K rewrite unpacks to). Every call expands its
- * groups so: the integer steps, and so the bits, are then Q8_0's, with 5 bits a weight held
+ * groups so (but the codebook types in limb.c's x86 tiles, looked up in registers: limb_cb_group): the integer steps, and so the bits, are then Q8_0's, with 5 bits a weight held
  * instead of 9 (the grid types: the file's own 1.56 to 3.44). */
 STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *dst); /* q8.c */
 
