@@ -207,9 +207,10 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
 /* ---- per target: the exact per-output value of a block's limb sums (see the top) -------------
  * Where |S_2| < LIMB_FAST = 2^14 in every lane of a vector (AVX-512: of every row of a tile; the
  * common case), S = S_2 * 65536 + L fits in int32 (|S| < 2^30 + 2^29 + 2^21) and one int32-to-float
- * conversion rounds it once; other vectors form S in double. Both give the one correctly rounded
- * float of the exact S, so which path a vector takes changes no bit. */
+ * conversion rounds it once; other vectors form S in double (AVX-512 first tries A below). Each
+ * gives the one correctly rounded float of the exact S, so which path a vector takes changes no bit. */
 #define LIMB_FAST (1 << 14)
+#define LIMB_ROWS 4 /* rows a tile takes at most (limb_tile's cases) */
 #if defined(STRATA_TARGET_AVX512)
 /* a << 8 and a << 16 in every int32 lane as byte shuffles, exact where the result fits in int32
  * (|S_1| < 2^21; |S_2| < LIMB_FAST where it is shifted). vpshufb runs on port 5: shifts would take
@@ -237,9 +238,27 @@ static inline vf limb_value3_wide(vi s0, vi s1, vi s2) { /* S in double: any |S_
 static inline __attribute__((always_inline)) void limb_values3(const vi *s, int rows, vf *f) {
     __m512i any = _mm512_setzero_si512();
     for (int i = 0; i < rows; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[3 * i + 2], _mm512_set1_epi32(LIMB_FAST)));
-    if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
+    if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * LIMB_FAST))) { /* |S_2| < 2^14 in every lane */
         for (int i = 0; i < rows; i++)
             f[i] = (vf){_mm512_cvtepi32_ps(_mm512_add_epi32(limb_shl16(s[3 * i + 2]), limb_low(s[3 * i], s[3 * i + 1])))};
+        return;
+    }
+    /* Weights near 128 in size (Q8_0's and the codebook and grid types' values) often put |S_2| past
+     * 2^14. Then S = A * 256 + (L & 255), A = S_2 * 256 + (L >> 8) in int32 (exact: L = S_1 * 256 + S_0,
+     * |L| < 2^30, and |S_2| <= 32 * 255 * 128 < 2^20), and where |A| < 2^24 in every lane (|S_2| up to
+     * about 2^16), fma((float)A, 256, (float)(L & 255)) rounds the exact S once, both conversions
+     * exact; past that, S in double. */
+    vi a[LIMB_ROWS], lo[LIMB_ROWS];
+    any = _mm512_setzero_si512();
+    for (int i = 0; i < rows; i++) {
+        vi l = limb_low(s[3 * i], s[3 * i + 1]);
+        lo[i] = _mm512_and_si512(l, _mm512_set1_epi32(255));
+        a[i] = _mm512_add_epi32(limb_shl8(s[3 * i + 2]), _mm512_srai_epi32(l, 8));
+        any = _mm512_or_si512(any, _mm512_add_epi32(a[i], _mm512_set1_epi32(1 << 24)));
+    }
+    if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-(1 << 25)))) /* |A| < 2^24 in every lane */
+        for (int i = 0; i < rows; i++)
+            f[i] = (vf){_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[i]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(lo[i]))};
     else
         for (int i = 0; i < rows; i++) f[i] = limb_value3_wide(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
 }
@@ -592,7 +611,6 @@ static inline void limb_values3(const vi *s, int rows, vf *f) {
 #ifndef LIMB_VR_LARGE
 #define LIMB_VR_LARGE LIMB_VR
 #endif
-#define LIMB_ROWS 4 /* rows a tile takes at most (limb_tile's cases) */
 
 /* Rows a tile of `limbs`-limb activations takes: a speed choice only (each row's sums are its own). */
 static inline int limb_tile_rows(int t, int limbs) {
@@ -934,31 +952,8 @@ static inline __m128i limb_cb_table(int wtype, int add) {
 #if defined(STRATA_TARGET_AVX512)
 #define LIMB_CB_ROWS 4 /* rows a tile (3 limbs: 12 chains, as the nibble types') */
 static inline vq limb_cb_lut(__m128i table, vq nib) { return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), nib); }
-/* f[i] for a codebook tile's rows (s: rows x 3 limbs). The codebook's values (up to 127 from the
- * offset) often put |S_2| past limb_values3's int32 test (2^14), whose double path then costs most
- * of a block's float work. Here S = A * 256 + (L & 255), A = S_2 * 256 + (L >> 8) (int32, exact:
- * L = S_1 * 256 + S_0, |L| < 2^30), and where |A| < 2^24 in every lane (|S_2| up to about 2^16),
- * fma((float)A, 256, (float)(L & 255)) rounds the exact S once (both conversions exact): the one
- * correctly rounded float limb_values3 gives, which takes the rest. */
-static inline __attribute__((always_inline)) void limb_cb_values3(const vi *s, int rows, vf *f) {
-    vi a[LIMB_ROWS], lo[LIMB_ROWS];
-    __m512i any = _mm512_setzero_si512();
-    for (int i = 0; i < rows; i++) {
-        vi l = limb_low(s[3 * i], s[3 * i + 1]);
-        lo[i] = _mm512_and_si512(l, _mm512_set1_epi32(255));
-        a[i] = _mm512_add_epi32(limb_shl8(s[3 * i + 2]), _mm512_srai_epi32(l, 8));
-        any = _mm512_or_si512(any, _mm512_add_epi32(a[i], _mm512_set1_epi32(1 << 24)));
-    }
-    if (_mm512_test_epi32_mask(any, _mm512_set1_epi32(-(1 << 25)))) {
-        limb_values3(s, rows, f);
-        return;
-    }
-    for (int i = 0; i < rows; i++)
-        f[i] = (vf){_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[i]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(lo[i]))};
-}
 #else
 #define LIMB_CB_ROWS 2 /* 3 limbs: one row (LIMB_VR) */
-#define limb_cb_values3 limb_values3
 static inline vq limb_cb_lut(__m128i table, vq nib) {
     __m256i t = _mm256_broadcastsi128_si256(table);
     return (vq){_mm256_shuffle_epi8(t, nib.lo), _mm256_shuffle_epi8(t, nib.hi)};
@@ -989,8 +984,7 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
             }
         }
         vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b), f[LIMB_ROWS];
-        if (limbs == 3 && cb == (WT_MXFP4 | WT_HALF_SCALES)) limb_values3(s, rows, f); /* |values| <= 12: its test passes */
-        else if (limbs == 3) limb_cb_values3(s, rows, f);
+        if (limbs == 3) limb_values3(s, rows, f);
         else
             for (int i = 0; i < rows; i++) f[i] = vf_from_vi(limb_low(s[2 * i], s[2 * i + 1]));
         for (int i = 0; i < rows; i++) acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f[i], acc[i]);
