@@ -752,15 +752,20 @@ static inline __m256i quad_signs8(__m256i s, int r) {
 }
 
 /* Quad r's half: v negated where m, plus 128; rows with a zero scale (z: their 32-bit lanes
- * all ones) +-1 by that sign. */
-static inline __m256i quad_bytes8(__m256i v, __m256i m, __m256i z) {
+ * all ones; zany: some are, rare) +-1 by that sign. */
+static inline __m256i quad_bytes8(__m256i v, __m256i m, __m256i z, int zany) {
     __m256i c128 = _mm256_set1_epi8((char)0x80);
     __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v, c128), _mm256_sub_epi8(c128, v), m);
-    return _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
+    if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
+    return q;
 }
 
-/* The rows whose scale is zero, as all-ones 32-bit lanes. */
-static inline __m256i zero8(__m256 scale) { return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ)); }
+/* The rows whose scale is zero, as all-ones 32-bit lanes; *zany: whether there are any (one test a block). */
+static inline __m256i zero8(__m256 scale, int *zany) {
+    __m256i z = _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    *zany = !_mm256_testz_si256(z, z);
+    return z;
+}
 
 /* The 4 bytes at p of each of 8 rows rb apart. */
 static inline __m256i rows4(const uint8_t *p, int64_t rb) {
@@ -808,22 +813,24 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         __m256i idx = raw[j >> 2][2 * (j & 3)], aux = raw[j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.25f));
-        __m256i z = zero8(scale);
+        int zany;
+        __m256i z = zero8(scale, &zany);
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i v[2];
             entry_quads8(iq2xxs_bytes, byte_of(idx, k), v, 1);
-            for (int e = 0; e < 2; e++) q[2 * k + e] = quad_bytes8(v[e], quad_signs8(s8, 2 * k + e), z);
+            for (int e = 0; e < 2; e++) q[2 * k + e] = quad_bytes8(v[e], quad_signs8(s8, 2 * k + e), z, zany);
         }
     } else if (t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
         __m256i aux = rows4(blk + 66 + 4 * j, rb), s8 = signs7_bytes8(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
-        __m256i z = zero8(scale);
+        int zany;
+        __m256i z = zero8(scale, &zany);
         for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
             const uint8_t *p = blk + 2 + 8 * j + r;
             const uint32_t *g = iq3xxs_bytes;
             __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
-            q[r] = quad_bytes8(v, quad_signs8(s8, r), z);
+            q[r] = quad_bytes8(v, quad_signs8(s8, r), z, zany);
         }
     } else if (t == WT_IQ3_S) {
         __m256i idx[2] = {rows4(blk + 2 + 8 * j, rb), rows4(blk + 6 + 8 * j, rb)};
@@ -832,17 +839,19 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
         __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
         scale = _mm256_mul_ps(dv, part);
-        __m256i z = zero8(scale);
+        int zany;
+        __m256i z = zero8(scale, &zany);
         for (int r = 0; r < 8; r++) {
             __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
-            q[r] = quad_bytes8(table8(iq3s_bytes, i), quad_signs8(signs, r), z);
+            q[r] = quad_bytes8(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
         __m256i lo = rows4(blk + 2 + 4 * j, rb), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
         __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
         __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f));
-        __m256i z = zero8(scale);
+        int zany;
+        __m256i z = zero8(scale, &zany);
         __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
         __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
@@ -852,7 +861,7 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
             for (int e = 0; e < 2; e++) {
                 __m256i w = _mm256_add_epi8(v[e], offset); /* q + 128 */
                 __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), w); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
-                q[2 * k + e] = _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
+                q[2 * k + e] = zany ? _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z) : w;
             }
         }
     }
@@ -1339,6 +1348,40 @@ static inline __attribute__((always_inline)) void grid_dot16(const __m512i q[8],
     }
 }
 
+#ifndef GRID_MIX
+#define GRID_MIX 0x55 /* IQ3_XXS without gathers at few rows: the quads (bit r) that take a gather all the same */
+#endif
+/* IQ3_XXS's block j of 16 rows (as iq3xxs16) with the quads not in GRID_MIX read by scalar loads
+ * (dwords8's, 8 rows a half) instead of a gather: the gathers' loads and the scalar sequence's
+ * shuffles go to different units, so some of each overlap. The same bytes. */
+static inline __attribute__((always_inline)) __m512 iq3xxs16_mixed(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
+    __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
+    __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
+    __m512i idx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    if (GRID_MIX) rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
+    __m512i aux = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + 4 * j), 1);
+    __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
+    __mmask64 z = zero_rows(scale);
+    __m512i s8 = signs7_bytes(aux);
+    const uint32_t *g = iq3xxs_bytes;
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        __m512i v;
+        if (GRID_MIX >> r & 1) {
+            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+            v = _mm512_i32gather_epi32(i, (const void *)g, 4);
+        } else {
+            const uint8_t *p = blk + 2 + 8 * j + r, *p8 = p + 8 * rb;
+            __m256i lo = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+            __m256i hi = dwords8(g + p8[0], g + p8[rb], g + p8[2 * rb], g + p8[3 * rb], g + p8[4 * rb], g + p8[5 * rb], g + p8[6 * rb],
+                                 g + p8[7 * rb]);
+            v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+        q[r] = quad_bytes(v, quad_signs(s8, r), z);
+    }
+    return scale;
+}
+
 /* A grid type's group (t, free and M constants; free: half8's gather-free decoding) against M rows'
  * limbs xq [M][nb][3][32], starts [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
 static inline __attribute__((always_inline)) void grid_fused_rows(int t, int free, const uint8_t *grp, int64_t rb, int64_t nb,
@@ -1359,7 +1402,9 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
         }
         __m512i q[8];
         __m512 scale;
-        if (free) { /* rows 0-7 and 8-15 as half8's, put together */
+        if (free && t == WT_IQ3_XXS) {
+            scale = iq3xxs16_mixed(blk, rb, j, _mm512_loadu_ps(d), q);
+        } else if (free) { /* rows 0-7 and 8-15 as half8's, put together */
             __m256i lo[8], hi[8];
             __m256 a = half8(t, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
             __m256 c = half8(t, grp, rb, b, 1, d, (const __m256i(*)[8])raw[1], hi);
