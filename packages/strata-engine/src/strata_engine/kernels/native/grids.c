@@ -815,6 +815,7 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.25f));
         int zany;
         __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i v[2];
             entry_quads8(iq2xxs_bytes, byte_of(idx, k), v, 1);
@@ -826,6 +827,7 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
         int zany;
         __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
             const uint8_t *p = blk + 2 + 8 * j + r;
             const uint32_t *g = iq3xxs_bytes;
@@ -841,6 +843,7 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         scale = _mm256_mul_ps(dv, part);
         int zany;
         __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
             q[r] = quad_bytes8(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany);
@@ -854,6 +857,7 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
         __m256i z = zero8(scale, &zany);
         __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
         __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
             __m256i v[2];
@@ -1323,7 +1327,9 @@ static inline __attribute__((always_inline)) void grid_dot16(const __m512i q[8],
     __m512i s[GRID_FUSED][3];
     for (int i = 0; i < M; i++)
         for (int l = 0; l < 3; l++) s[i][l] = _mm512_set1_epi32(start[i][2 * l]);
+#pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
+#pragma GCC unroll 4
         for (int i = 0; i < M; i++)
 #pragma GCC unroll 3
             for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
@@ -1349,7 +1355,7 @@ static inline __attribute__((always_inline)) void grid_dot16(const __m512i q[8],
 }
 
 #ifndef GRID_MIX
-#define GRID_MIX 0x55 /* IQ3_XXS without gathers at few rows: the quads (bit r) that take a gather all the same */
+#define GRID_MIX 0x00 /* IQ3_XXS without gathers at few rows: the quads (bit r) that take a gather all the same */
 #endif
 /* IQ3_XXS's block j of 16 rows (as iq3xxs16) with the quads not in GRID_MIX read by scalar loads
  * (dwords8's, 8 rows a half) instead of a gather: the gathers' loads and the scalar sequence's
@@ -1359,12 +1365,14 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_mixed(const uint8_t
     __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
     __m512i idx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     if (GRID_MIX) rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
-    __m512i aux = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + 4 * j), 1);
+    (void)at16;
+    __m512i aux = _mm512_inserti64x4(_mm512_castsi256_si512(rows4(blk + 66 + 4 * j, rb)), rows4(blk + 66 + 4 * j + 8 * rb, rb), 1);
     __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
     __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
     __mmask64 z = zero_rows(scale);
     __m512i s8 = signs7_bytes(aux);
     const uint32_t *g = iq3xxs_bytes;
+#pragma GCC unroll 8
     for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
         __m512i v;
         if (GRID_MIX >> r & 1) {
@@ -1409,6 +1417,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
             __m256 a = half8(t, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
             __m256 c = half8(t, grp, rb, b, 1, d, (const __m256i(*)[8])raw[1], hi);
             scale = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(c), 1));
+#pragma GCC unroll 8
             for (int r = 0; r < 8; r++) q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[r]), hi[r], 1);
         } else {
             scale = grid16(t, blk, rb, j, _mm512_loadu_ps(d), q);
