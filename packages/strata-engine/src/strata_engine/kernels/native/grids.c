@@ -705,7 +705,7 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
  * strata_grid_gather_free below); its helpers named with an 8 (8 rows) where AVX-512's share a name. */
 
 /* The 4 bytes at p0 .. p7, as the lanes 0 .. 7 of a vector. */
-static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
+static inline __attribute__((always_inline)) __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
                               const void *p6, const void *p7) {
     __m128i l[8];
     const void *p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
@@ -720,7 +720,7 @@ static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, co
 }
 
 /* The 8 bytes at p0 .. p3, as the 64-bit lanes 0 .. 3 of a vector. */
-static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, const void *p3) {
+static inline __attribute__((always_inline)) __m256i qwords4(const void *p0, const void *p1, const void *p2, const void *p3) {
     __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p0), _mm_loadl_epi64((const __m128i *)p1));
     __m128i hi = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p2), _mm_loadl_epi64((const __m128i *)p3));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
@@ -728,7 +728,7 @@ static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, co
 
 /* The 8 lanes of i (each >= 0) as scalars, through general registers: on the AMD EPYC the Q8_0
  * decoding (IQ2_XXS, IQ3_S, IQ1_S) ran faster so, the K-grid types' with i stored and read back. */
-static inline void lanes8(__m256i i, uint32_t at[8]) {
+static inline __attribute__((always_inline)) void lanes8(__m256i i, uint32_t at[8]) {
     __m128i lo = _mm256_castsi256_si128(i), hi = _mm256_extracti128_si256(i, 1);
     uint64_t q[4] = {(uint64_t)_mm_cvtsi128_si64(lo), (uint64_t)_mm_extract_epi64(lo, 1), (uint64_t)_mm_cvtsi128_si64(hi),
                      (uint64_t)_mm_extract_epi64(hi, 1)};
@@ -736,7 +736,7 @@ static inline void lanes8(__m256i i, uint32_t at[8]) {
 }
 
 /* Lane o: the dword table[i lane o] (what _mm256_i32gather_epi32(table, i, 4) gives). */
-static inline __m256i table8(const uint32_t *table, __m256i i) {
+static inline __attribute__((always_inline)) __m256i table8(const uint32_t *table, __m256i i) {
     uint32_t at[8];
     lanes8(i, at);
     return dwords8(table + at[0], table + at[1], table + at[2], table + at[3], table + at[4], table + at[5], table + at[6],
@@ -744,7 +744,7 @@ static inline __m256i table8(const uint32_t *table, __m256i i) {
 }
 
 /* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
-static inline __m256i quad_signs8(__m256i s, int r) {
+static inline __attribute__((always_inline)) __m256i quad_signs8(__m256i s, int r) {
     __m256i at = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * (r >> 1)),
                                  _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     __m256i bit = _mm256_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201);
@@ -768,12 +768,12 @@ static inline __m256i zero8(__m256 scale, int *zany) {
 }
 
 /* The 4 bytes at p of each of 8 rows rb apart. */
-static inline __m256i rows4(const uint8_t *p, int64_t rb) {
+static inline __attribute__((always_inline)) __m256i rows4(const uint8_t *p, int64_t rb) {
     return dwords8(p, p + rb, p + 2 * rb, p + 3 * rb, p + 4 * rb, p + 5 * rb, p + 6 * rb, p + 7 * rb);
 }
 
 /* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
-static inline __m256i signs7_bytes8(__m256i x) {
+static inline __attribute__((always_inline)) __m256i signs7_bytes8(__m256i x) {
     __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 1), _mm256_set1_epi32(0x7F00)));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 2), _mm256_set1_epi32(0x7F0000)));
@@ -786,12 +786,12 @@ static inline __m256i signs7_bytes8(__m256i x) {
     return _mm256_or_si256(s, p);
 }
 
-static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
+static inline __attribute__((always_inline)) __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
 
 /* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
  * (table: the entries' bytes), from the entries of rows 0, 1, 4, 5 and 2, 3, 6, 7 (scalar loads),
  * which one in-lane shuffle of the pair puts in order, low dwords and high. */
-static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
+static inline __attribute__((always_inline)) void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
     uint32_t at[8] __attribute__((aligned(32)));
     if (regs) /* a constant: the faster way for the caller's mix of work (lanes8) */
         lanes8(i, at);
@@ -1322,7 +1322,7 @@ int strata_grid_gather_free(int mask) {
 #define GRID_FAST (1 << 14)
 
 /* A block's 16 rows' quads q and scales against M rows' limbs into acc. */
-static inline __attribute__((always_inline)) void grid_dot16(const __m512i q[8], __m512 scale, int M, const int8_t *const *xq,
+static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512i q[8], __m512 scale, int M, const int8_t *const *xq,
                                                              const int32_t *const *start, const float *xs, __m512 *acc) {
     __m512i s[GRID_FUSED][3];
     for (int i = 0; i < M; i++)
@@ -1334,13 +1334,16 @@ static inline __attribute__((always_inline)) void grid_dot16(const __m512i q[8],
 #pragma GCC unroll 3
             for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
                 s[i][l] = _mm512_dpbusd_epi32(s[i][l], q[r], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * r)));
-    __m512i any = _mm512_setzero_si512();
-    for (int i = 0; i < M; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[i][2], _mm512_set1_epi32(GRID_FAST)));
-    int fast = !_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * GRID_FAST)); /* |S_2| < 2^14 in every lane */
+    int fast = 0; /* IQ2_XXS, IQ3_XXS (values up to 43, 62): |S_2| passes 2^14 too often for the test to pay */
+    if (t == WT_IQ3_S || t == WT_IQ1_S) {
+        __m512i any = _mm512_setzero_si512();
+        for (int i = 0; i < M; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[i][2], _mm512_set1_epi32(GRID_FAST)));
+        fast = !_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * GRID_FAST)); /* |S_2| < 2^14 in every lane */
+    }
     for (int i = 0; i < M; i++) {
         __m512i low = _mm512_add_epi32(_mm512_slli_epi32(s[i][1], 8), s[i][0]); /* exact: |S_1| < 2^21 */
         __m512 f;
-        if (__builtin_expect(fast, 1)) {
+        if (fast) { /* S in int32: |S| < 2^30 + 2^29 + 2^21 */
             f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s[i][2], 16), low));
         } else { /* S in double, one rounding */
             __m512d big = _mm512_set1_pd(65536.0);
@@ -1426,7 +1429,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
         const int32_t *st[GRID_FUSED];
         float s[GRID_FUSED];
         for (int i = 0; i < M; i++) xr[i] = xq + (i * nb + b) * 96, st[i] = start + (i * nb + b) * 6, s[i] = xs[i * nb + b];
-        grid_dot16(q, scale, M, xr, st, s, acc);
+        grid_dot16(t, q, scale, M, xr, st, s, acc);
     }
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
