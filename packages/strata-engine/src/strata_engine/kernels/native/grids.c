@@ -1393,6 +1393,27 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_mixed(const uint8_t
     return scale;
 }
 
+/* IQ3_S's block j of 16 rows with gathers only into its grid (iq3s16's bytes): the index, ninth-bit
+ * and sign bytes from its super-block's runs (kgrid_raw16: runs at 2, 34, 66 and 74, read once a
+ * super-block), the scale nibbles from sc (lane o: bytes 106-109 of row o), where iq3s16 took five
+ * gathers a block for them. */
+static inline __attribute__((always_inline)) __m512 iq3s16_runs(const __m512i raw[4][8], __m512i sc, int j, __m512 dv,
+                                                                __m512i q[8]) {
+    __m512i idx[2] = {raw[j >> 2][2 * (j & 3)], raw[j >> 2][2 * (j & 3) + 1]};
+    __m512i qh = _mm512_srli_epi32(raw[2][j >> 2], 8 * (j & 3)), signs = raw[3][j];
+    sc = _mm512_and_si512(_mm512_srli_epi32(sc, 8 * (j / 2) + 4 * (j & 1)), _mm512_set1_epi32(15));
+    __m512 part = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sc)));
+    __m512 scale = _mm512_mul_ps(dv, part);
+    __mmask64 z = zero_rows(scale);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+        i = _mm512_or_si512(i, _mm512_and_si512(_mm512_slli_epi32(qh, 8 - r), _mm512_set1_epi32(256)));
+        q[r] = quad_bytes(_mm512_i32gather_epi32(i, (const void *)iq3s_bytes, 4), quad_signs(signs, r), z);
+    }
+    return scale;
+}
+
 /* A grid type's group (t, free and M constants; free: half8's gather-free decoding) against M rows'
  * limbs xq [M][nb][3][32], starts [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
 static inline __attribute__((always_inline)) void grid_fused_rows(int t, int free, const uint8_t *grp, int64_t rb, int64_t nb,
@@ -1402,6 +1423,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
     for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
     float d[16];
     __m256i raw[2][2][8]; /* IQ2_XXS without gathers: each half's runs (grid_superblock8) */
+    __m512i runs[4][8], sc = _mm512_setzero_si512(); /* IQ3_S with gathers: iq3s16_runs's */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         int j = (int)(b & 7);
@@ -1410,6 +1432,11 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
             if (free) grid_superblock8(t, grp, rb, b, d, raw);
             else
                 for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+            if (!free && t == WT_IQ3_S) {
+                static const int at[4] = {2, 34, 66, 74};
+                for (int c = 0; c < 4; c++) kgrid_raw16(blk + at[c], rb, runs[c]);
+                sc = _mm512_inserti64x4(_mm512_castsi256_si512(rows4(blk + 106, rb)), rows4(blk + 106 + 8 * rb, rb), 1);
+            }
         }
         __m512i q[8];
         __m512 scale;
@@ -1422,6 +1449,8 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
             scale = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(c), 1));
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[r]), hi[r], 1);
+        } else if (t == WT_IQ3_S) {
+            scale = iq3s16_runs((const __m512i(*)[8])runs, sc, j, _mm512_loadu_ps(d), q);
         } else {
             scale = grid16(t, blk, rb, j, _mm512_loadu_ps(d), q);
         }
