@@ -3,7 +3,8 @@
  * and their integers, value = scale * q exactly (gguf-py's values). Every arithmetic reads them
  * through grid_group: the fp32 matmul multiplies out the products, the integer kernels expand a
  * group of rows into Q8_0's packed bytes per call (q8.c's expand_group; on AVX-512 grid_expand
- * below decodes the group's 16 rows together, to the same bytes), so every arithmetic gives the
+ * below decodes the group's 16 rows together, to the same bytes, and at one to four rows
+ * grid_limb_rows decodes each block into the limb steps without storing it), so every arithmetic gives the
  * bits of those Q8_0 blocks, with the file's own 1.56 to 3.44 bits a weight held. */
 #include "iq_grids.h"
 #include "q8.h"
@@ -1310,8 +1311,9 @@ int strata_grid_gather_free(int mask) {
 #if defined(STRATA_TARGET_AVX512)
 /* ---- AVX-512, the grid types for few activation rows (decode) --------------------------------
  * expand_group decodes a group's 16 rows whole (at 2048 inputs 36 KB, past L1) before limb.c's
- * steps load it back. Here each block of the 16 rows is decoded in registers (grid16 with gathers,
- * or half8's gather-free halves put together, as strata_grid_gather_free picks for the type) straight
+ * steps load it back. Here each block of the 16 rows is decoded in registers (with gathers or without,
+ * as strata_grid_gather_free picks for the type: grid16, IQ3_S's iq3s16_runs; half8's halves put
+ * together, IQ3_XXS's iq3xxs16_free) straight
  * into its vpdpbusd steps, nothing stored: the same Q8_0 bytes (q + 128, a zero scale's rows +-1),
  * so the same integer sums S_j with limb_group_rows's starts (offset 128; limb 1's folded into limb
  * 0's or not, as the row holds it), S = S_2 65536 + S_1 256 + S_0 formed as limb.c's limb_values3
@@ -1357,18 +1359,10 @@ static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512
     }
 }
 
-#ifndef GRID_MIX
-#define GRID_MIX 0x00 /* IQ3_XXS without gathers at few rows: the quads (bit r) that take a gather all the same */
-#endif
-/* IQ3_XXS's block j of 16 rows (as iq3xxs16) with the quads not in GRID_MIX read by scalar loads
- * (dwords8's, 8 rows a half) instead of a gather: the gathers' loads and the scalar sequence's
- * shuffles go to different units, so some of each overlap. The same bytes. */
-static inline __attribute__((always_inline)) __m512 iq3xxs16_mixed(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
-    __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
-    __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
-    __m512i idx[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    if (GRID_MIX) rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
-    (void)at16;
+/* IQ3_XXS's block j of 16 rows (iq3xxs16's bytes) without a gather: each entry by a scalar load at its
+ * index byte (dwords8's, 8 rows a half), the sign words too (rows4). On Zen 5 a zmm gather costs far
+ * more than its 16 loads: a gather for some quads, or for the sign words, made the block slower. */
+static inline __attribute__((always_inline)) __m512 iq3xxs16_free(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
     __m512i aux = _mm512_inserti64x4(_mm512_castsi256_si512(rows4(blk + 66 + 4 * j, rb)), rows4(blk + 66 + 4 * j + 8 * rb, rb), 1);
     __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
     __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
@@ -1377,18 +1371,11 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_mixed(const uint8_t
     const uint32_t *g = iq3xxs_bytes;
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
-        __m512i v;
-        if (GRID_MIX >> r & 1) {
-            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
-            v = _mm512_i32gather_epi32(i, (const void *)g, 4);
-        } else {
-            const uint8_t *p = blk + 2 + 8 * j + r, *p8 = p + 8 * rb;
-            __m256i lo = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
-            __m256i hi = dwords8(g + p8[0], g + p8[rb], g + p8[2 * rb], g + p8[3 * rb], g + p8[4 * rb], g + p8[5 * rb], g + p8[6 * rb],
-                                 g + p8[7 * rb]);
-            v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        }
-        q[r] = quad_bytes(v, quad_signs(s8, r), z);
+        const uint8_t *p = blk + 2 + 8 * j + r, *p8 = p + 8 * rb;
+        __m256i lo = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+        __m256i hi = dwords8(g + p8[0], g + p8[rb], g + p8[2 * rb], g + p8[3 * rb], g + p8[4 * rb], g + p8[5 * rb], g + p8[6 * rb],
+                             g + p8[7 * rb]);
+        q[r] = quad_bytes(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), quad_signs(s8, r), z);
     }
     return scale;
 }
@@ -1441,7 +1428,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
         __m512i q[8];
         __m512 scale;
         if (free && t == WT_IQ3_XXS) {
-            scale = iq3xxs16_mixed(blk, rb, j, _mm512_loadu_ps(d), q);
+            scale = iq3xxs16_free(blk, rb, j, _mm512_loadu_ps(d), q);
         } else if (free) { /* rows 0-7 and 8-15 as half8's, put together */
             __m256i lo[8], hi[8];
             __m256 a = half8(t, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
