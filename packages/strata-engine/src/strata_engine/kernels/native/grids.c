@@ -805,7 +805,7 @@ static inline __attribute__((always_inline)) void entry_quads8(const uint64_t *t
 
 /* Block b of one type's rows 8h .. 8h + 7 decoded (d: the rows' fp16 scales as fp32; IQ2_XXS from
  * its super-block's runs raw, kgrid_raw's): their scales returned, q[r] quad r's Q8_0 bytes. */
-static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
+static inline __attribute__((always_inline)) __m256 half8(int t, int runs, const uint8_t *grp, int64_t rb, int64_t b, int h,
                                                           const float *d, const __m256i raw[2][8], __m256i q[8]) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
@@ -850,7 +850,9 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
             q[r] = quad_bytes8(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
-        __m256i lo = rows4(blk + 2 + 4 * j, rb), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
+        /* runs (the fused steps): qs's dword j, and the u16 at 34 + 2j (bits 0-15 read) in the run at 18 */
+        __m256i lo = runs ? raw[0][j] : rows4(blk + 2 + 4 * j, rb);
+        __m256i qh = runs ? _mm256_srli_epi32(raw[1][4 + (j >> 1)], 16 * (j & 1)) : _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
         __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
         __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f));
@@ -873,13 +875,16 @@ static inline __attribute__((always_inline)) __m256 half8(int t, const uint8_t *
     return scale;
 }
 
-/* Super-block sb's fp16 d of 16 rows as fp32, and (IQ2_XXS) each half's runs of its index and sign words. */
-static inline __attribute__((always_inline)) void grid_superblock8(int t, const uint8_t *grp, int64_t rb, int64_t sb,
+/* Super-block sb's fp16 d of 16 rows as fp32, and each half's runs (kgrid_raw): IQ2_XXS's index and sign
+ * words, IQ1_S's (where runs: the fused steps) low index bytes and high bits. */
+static inline __attribute__((always_inline)) void grid_superblock8(int t, int runs, const uint8_t *grp, int64_t rb, int64_t sb,
                                                                    float d[16], __m256i raw[2][2][8]) {
     const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
     for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
     for (int h = 0; h < 2 && t == WT_IQ2_XXS; h++)
         for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 32 * c, rb, raw[h][c]);
+    for (int h = 0; h < 2 && t == WT_IQ1_S && runs; h++)
+        for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 16 * c, rb, raw[h][c]);
 }
 
 static inline __attribute__((always_inline)) void expand_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
@@ -887,11 +892,11 @@ static inline __attribute__((always_inline)) void expand_groups(int t, const uin
     float d[16];
     __m256i raw[2][2][8]; /* IQ2_XXS, each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
-        if ((b & 7) == 0) grid_superblock8(t, grp, rb, b, d, raw);
+        if ((b & 7) == 0) grid_superblock8(t, 0, grp, rb, b, d, raw);
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
         for (int h = 0; h < 2; h++) {
             __m256i q[8];
-            _mm256_storeu_ps((float *)out + 8 * h, half8(t, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], q));
+            _mm256_storeu_ps((float *)out + 8 * h, half8(t, 0, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], q));
             for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q[r]);
         }
     }
@@ -1416,7 +1421,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
         int j = (int)(b & 7);
         if (j == 0) {
             kgrid_prefetch(t, blk, rb);
-            if (free) grid_superblock8(t, grp, rb, b, d, raw);
+            if (free) grid_superblock8(t, 1, grp, rb, b, d, raw);
             else
                 for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
             if (!free && t == WT_IQ3_S) {
@@ -1431,8 +1436,8 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
             scale = iq3xxs16_free(blk, rb, j, _mm512_loadu_ps(d), q);
         } else if (free) { /* rows 0-7 and 8-15 as half8's, put together */
             __m256i lo[8], hi[8];
-            __m256 a = half8(t, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
-            __m256 c = half8(t, grp, rb, b, 1, d, (const __m256i(*)[8])raw[1], hi);
+            __m256 a = half8(t, 1, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
+            __m256 c = half8(t, 1, grp, rb, b, 1, d, (const __m256i(*)[8])raw[1], hi);
             scale = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(c), 1));
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[r]), hi[r], 1);
