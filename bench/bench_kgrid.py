@@ -1,7 +1,7 @@
 """The K-grid types' one-row matmul (decode): each held as stored against the Q6_K and Q8_0 blocks.
 
     python bench/bench_kgrid.py [--threads 1] [--repeat 30] [--rows 1,4,8] [--target avx2]
-                                [--types Q3_K,Q6_K] [--cpu-time] [--paths]
+                                [--types Q3_K,Q6_K] [--cpu-time] [--paths] [--builds A.so B.so]
 
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
 time, on every call (native/grids.c); so are IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S (the grid types,
@@ -15,7 +15,10 @@ time, not the wall clock, for a host shared with other work; one thread). Prints
 against Q6_K's, and its weight bytes read per second. `--paths` (the avx512 build): each grid type
 timed both ways the build decodes it, with gathers and without (grids.c's strata_grid_gather_free),
 the two taking turns call by call in one process (each first every other time), their median times and ratio (over 1: the gather-free way is
-faster); the outputs of the two compared bit for bit.
+faster); the outputs of the two compared bit for bit. `--builds A.so B.so`: two builds of the kernels
+(say main's and a branch's, each `python bench/bench_kgrid.py --print-build` under that tree's sources),
+each type timed on both, taking turns call by call as `--paths` does: the medians and their ratio
+(over 1: B is faster), the outputs compared bit for bit.
 """
 
 from __future__ import annotations
@@ -24,12 +27,22 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine.gguf_loader import TensorInfo
+from strata_engine.kernels.native import (
+    INTERFACE,
+    PROBE_FUNCTIONS,
+    SOURCES,
+    TARGETS,
+    compile_library,
+    load,
+    load_checked,
+)
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
 
@@ -63,7 +76,13 @@ def main() -> None:
     ap.add_argument("--types", default=None, help="types to time (comma list of names; default: all)")
     ap.add_argument("--cpu-time", action="store_true", help="time the thread's CPU time (one thread)")
     ap.add_argument("--paths", action="store_true", help="each grid type with gathers and without (avx512)")
+    ap.add_argument("--builds", nargs=2, metavar=("A", "B"), help="two kernel libraries, taking turns")
+    ap.add_argument("--print-build", action="store_true", help="build the target's library; print its path")
     args = ap.parse_args()
+    if args.print_build:
+        target = args.target or load()[1]
+        print(compile_library(list(SOURCES), TARGETS[target][1], f"strata_kernels_{target}"))
+        return
     types = tuple(QT[t] for t in args.types.split(",")) if args.types else TYPES
     if QT.Q6_K not in types:
         types += (QT.Q6_K,)  # the yardstick
@@ -76,6 +95,9 @@ def main() -> None:
         packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
     if args.paths:
         paths(ops, packed, args.rows, args.repeat, clock, rng)
+        return
+    if args.builds:
+        builds(ops, args.builds, packed, args.rows, args.repeat, clock, rng)
         return
     print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
     for m in (int(r) for r in args.rows.split(",")):
@@ -122,6 +144,36 @@ def paths(
                 print(f"{qtype.name:9}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
     finally:
         lib.strata_grid_gather_free(-2)
+
+
+def builds(
+    ops: NativeOps, libs: list[str], packed: dict[QT, Weight], rows: str, repeat: int, clock: Callable[[], float],
+    rng: np.random.Generator,
+) -> None:  # fmt: skip
+    """Each type on library A and on library B (the same packed weights), in turns: the medians and
+    their ratio A / B."""
+    both = []
+    for path in libs:
+        lib = load_checked(Path(path))
+        INTERFACE.bind(lib, [name for name in INTERFACE.functions if name not in PROBE_FUNCTIONS])
+        other = NativeOps(ops.threads, ops.target, limbs=3)
+        other.lib = lib
+        both.append(other)
+    print(f"A {libs[0]}\nB {libs[1]}")
+    print(f"{'type':9}{'rows':>5}{'A ms':>9}{'B ms':>9}{'A / B':>7}  same bits")
+    for m in (int(r) for r in rows.split(",")):
+        x = rng.normal(0, 1, (m, K)).astype(np.float32)
+        for qtype in packed:
+            times: list[list[float]] = [[], []]
+            out = [np.zeros(0)] * 2
+            for n in range(repeat):
+                for way in (0, 1) if n % 2 == 0 else (1, 0):  # in turns, each first every other time
+                    start = clock()
+                    out[way] = both[way].linear(x, packed[qtype])
+                    times[way].append(clock() - start)
+            same = np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
+            a, b = statistics.median(times[0]), statistics.median(times[1])
+            print(f"{qtype.name:9}{m:5d}{a * 1e3:9.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
 
 
 if __name__ == "__main__":

@@ -330,7 +330,9 @@ def test_the_gather_free_types_follow_the_cpus_vendor() -> None:
 @pytest.mark.parametrize("qtype", GRID + KGRID, ids=lambda q: q.name)
 def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: int) -> None:
     """Each way, whatever this host's default: the Q8_0 (Q6_K) blocks' bits in the integer
-    arithmetics (the fp32 matmul decodes row by row either way) and gguf-py's values."""
+    arithmetics (the fp32 matmul decodes row by row either way) and gguf-py's values. In limb3,
+    HELD_ROWS' 1 to 4 rows take the fused few-row steps (grids.c's grid_limb_rows, kgrid_limb_rows)
+    each way, the other counts the stored group's."""
     lib = _avx512().lib
     if qtype in GRID:
         held, ref, values = weights(qtype)

@@ -3,7 +3,8 @@
  * and their integers, value = scale * q exactly (gguf-py's values). Every arithmetic reads them
  * through grid_group: the fp32 matmul multiplies out the products, the integer kernels expand a
  * group of rows into Q8_0's packed bytes per call (q8.c's expand_group; on AVX-512 grid_expand
- * below decodes the group's 16 rows together, to the same bytes), so every arithmetic gives the
+ * below decodes the group's 16 rows together, to the same bytes, and at one to four rows
+ * grid_limb_rows decodes each block into the limb steps without storing it), so every arithmetic gives the
  * bits of those Q8_0 blocks, with the file's own 1.56 to 3.44 bits a weight held. */
 #include "iq_grids.h"
 #include "q8.h"
@@ -244,16 +245,15 @@ static inline __mmask64 quad_signs(__m512i s, int r) {
 
 /* Quad r's Q8_0 bytes: v (values 1..127) negated where m, plus 128; a zero scale's rows (z) keep
  * only the signs, as +-1 (grid_group). */
-static inline void quad_store(uint8_t *out, int r, __m512i v, __mmask64 m, __mmask64 z) {
+static inline __m512i quad_bytes(__m512i v, __mmask64 m, __mmask64 z) {
     __m512i c128 = _mm512_set1_epi8((char)0x80);
     __m512i q = _mm512_mask_sub_epi8(_mm512_add_epi8(v, c128), m, c128, v);
     if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(m, _mm512_set1_epi8((char)129), _mm512_set1_epi8(127)));
-    _mm512_storeu_si512((void *)(out + 64 + 64 * r), q);
+    return q;
 }
 
-/* The scales stored, and the byte mask of the rows whose scale is zero. */
-static inline __mmask64 scales_store(uint8_t *out, __m512 scale) {
-    _mm512_storeu_ps((float *)out, scale);
+/* The byte mask of the rows whose scale is zero. */
+static inline __mmask64 zero_rows(__m512 scale) {
     __mmask16 z = _mm512_cmp_ps_mask(scale, _mm512_setzero_ps(), _CMP_EQ_OQ);
     return z ? _mm512_movepi8_mask(_mm512_maskz_set1_epi32(z, -1)) : 0;
 }
@@ -282,119 +282,134 @@ static inline __m512i signs7_bytes(__m512i x) {
     return _mm512_or_si512(s, p);
 }
 
+/* Block j of a grid type's 16 rows decoded (blk: row 0's super-block, the rows rb apart; dv: their
+ * fp16 d as fp32): the scales returned, q[r] quad r's Q8_0 bytes, what grid_group gives row by row. */
+
 /* IQ2_XXS: per 32 of a row 4 grid indices and a u32 of 4 x 7 sign bits and the 4-bit scale. */
-static void expand_iq2xxs(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) __m512 iq2xxs16(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
     __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb), even = evens();
     __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    float d[16];
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ2_XXS);
-        int j = (int)(b & 7);
-        if (j == 0)
-            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
-        __m512i idx, aux;
-        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx, &aux);
-        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
-        __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.25f));
-        __mmask64 z = scales_store(out, scale);
-        __m512i s8 = signs7_bytes(aux);
-        for (int k = 0; k < 4; k++) {
-            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx, 8 * k), _mm512_set1_epi32(255));
-            __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq2xxs_bytes, 8);
-            __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq2xxs_bytes, 8);
-            quad_store(out, 2 * k, _mm512_permutex2var_epi32(a, even, c), quad_signs(s8, 2 * k), z);
-            quad_store(out, 2 * k + 1, _mm512_permutex2var_epi32(a, odd, c), quad_signs(s8, 2 * k + 1), z);
-        }
+    __m512i idx, aux;
+    rows8(blk + 2 + 8 * j, at, 8 * rb, &idx, &aux);
+    __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.25f));
+    __mmask64 z = zero_rows(scale);
+    __m512i s8 = signs7_bytes(aux);
+    for (int k = 0; k < 4; k++) {
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx, 8 * k), _mm512_set1_epi32(255));
+        __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq2xxs_bytes, 8);
+        __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq2xxs_bytes, 8);
+        q[2 * k] = quad_bytes(_mm512_permutex2var_epi32(a, even, c), quad_signs(s8, 2 * k), z);
+        q[2 * k + 1] = quad_bytes(_mm512_permutex2var_epi32(a, odd, c), quad_signs(s8, 2 * k + 1), z);
     }
+    return scale;
+}
+
+static inline __m512i rows16(void) {
+    return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 
 /* IQ3_S: per 32 of a row 8 low index bytes, a byte of ninth bits, 4 sign bytes, a 4-bit scale. */
-static void expand_iq3s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) __m512 iq3s16(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
     __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
-    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
-    float d[16];
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ3_S);
-        int j = (int)(b & 7);
-        if (j == 0)
-            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
-        __m512i idx[2];
-        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
-        __m512i qh = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + j), 1);
-        __m512i signs = _mm512_i32gather_epi32(at16, (const void *)(blk + 74 + 4 * j), 1);
-        /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
-        __m512i sc = _mm512_i32gather_epi32(at16, (const void *)(blk + 103 + j / 2), 1);
-        sc = _mm512_and_si512(_mm512_srli_epi32(sc, 24 + 4 * (j & 1)), _mm512_set1_epi32(15));
-        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        __m512 scale = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sc)));
-        __mmask64 z = scales_store(out, _mm512_mul_ps(_mm512_loadu_ps(d), scale));
-        for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
-            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
-            i = _mm512_or_si512(i, _mm512_and_si512(_mm512_slli_epi32(qh, 8 - r), _mm512_set1_epi32(256)));
-            quad_store(out, r, _mm512_i32gather_epi32(i, (const void *)iq3s_bytes, 4), quad_signs(signs, r), z);
-        }
+    __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
+    __m512i idx[2];
+    rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
+    __m512i qh = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + j), 1);
+    __m512i signs = _mm512_i32gather_epi32(at16, (const void *)(blk + 74 + 4 * j), 1);
+    /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
+    __m512i sc = _mm512_i32gather_epi32(at16, (const void *)(blk + 103 + j / 2), 1);
+    sc = _mm512_and_si512(_mm512_srli_epi32(sc, 24 + 4 * (j & 1)), _mm512_set1_epi32(15));
+    __m512 part = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sc)));
+    __m512 scale = _mm512_mul_ps(dv, part);
+    __mmask64 z = zero_rows(scale);
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+        i = _mm512_or_si512(i, _mm512_and_si512(_mm512_slli_epi32(qh, 8 - r), _mm512_set1_epi32(256)));
+        q[r] = quad_bytes(_mm512_i32gather_epi32(i, (const void *)iq3s_bytes, 4), quad_signs(signs, r), z);
     }
+    return scale;
 }
 
 /* IQ3_XXS: per 32 of a row 8 grid indices, and a u32 of 4 x 7 sign bits and the 4-bit scale. */
-static void expand_iq3xxs(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+static inline __attribute__((always_inline)) __m512 iq3xxs16(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
     __m512i at = _mm512_setr_epi64(0, rb, 2 * rb, 3 * rb, 4 * rb, 5 * rb, 6 * rb, 7 * rb);
-    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
-    float d[16];
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ3_XXS);
-        int j = (int)(b & 7);
-        if (j == 0)
-            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
-        __m512i idx[2];
-        rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
-        __m512i aux = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + 4 * j), 1);
-        uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
-        __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
-        __mmask64 z = scales_store(out, scale);
-        __m512i s8 = signs7_bytes(aux);
-        for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
-            __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
-            quad_store(out, r, _mm512_i32gather_epi32(i, (const void *)iq3xxs_bytes, 4), quad_signs(s8, r), z);
-        }
+    __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
+    __m512i idx[2];
+    rows8(blk + 2 + 8 * j, at, 8 * rb, &idx[0], &idx[1]);
+    __m512i aux = _mm512_i32gather_epi32(at16, (const void *)(blk + 66 + 4 * j), 1);
+    __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
+    __mmask64 z = zero_rows(scale);
+    __m512i s8 = signs7_bytes(aux);
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+        q[r] = quad_bytes(_mm512_i32gather_epi32(i, (const void *)iq3xxs_bytes, 4), quad_signs(s8, r), z);
     }
+    return scale;
 }
 
 /* IQ1_S: per 32 of a row 4 low index bytes, and a u16 of 4 x 3 high bits, the scale and the
  * delta's sign. Quad bytes: 8 code + 119 or 121, q + 128 (grid_group); no sign bits. */
-static void expand_iq1s(const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
-    __m512i at16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)rb));
+static inline __attribute__((always_inline)) __m512 iq1s16(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
+    __m512i at16 = _mm512_mullo_epi32(rows16(), _mm512_set1_epi32((int)rb));
     __m512i even = evens(), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i lo = _mm512_i32gather_epi32(at16, (const void *)(blk + 2 + 4 * j), 1);
+    /* the u16 as the top of the 4 bytes ending there (the 4 from it would pass the block's end) */
+    __m512i qh = _mm512_srli_epi32(_mm512_i32gather_epi32(at16, (const void *)(blk + 32 + 2 * j), 1), 16);
+    __m512i sub = _mm512_and_si512(_mm512_srli_epi32(qh, 12), _mm512_set1_epi32(7));
+    __m512 part = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sub)), _mm512_set1_ps(1.0f));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, part), _mm512_set1_ps(0.125f));
+    __mmask64 z = zero_rows(scale);
+    __mmask16 minus = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(0x8000));
+    __m512i offset = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(121), _mm512_set1_epi8(119));
+    for (int k = 0; k < 4; k++) { /* entry k: quads 2k, 2k + 1 */
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
+        i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 3 * k), _mm512_set1_epi32(7)), 8));
+        __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq1s_bytes, 8);
+        __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq1s_bytes, 8);
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_add_epi8(_mm512_permutex2var_epi32(a, h ? odd : even, c), offset);
+            if (z) /* a zero scale: +-1 by q's sign (q < 0: the byte below 128) */
+                v = _mm512_mask_blend_epi8(z, v, _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(v, _mm512_set1_epi8((char)0x80)),
+                                                                         _mm512_set1_epi8((char)129), _mm512_set1_epi8(127)));
+            q[2 * k + h] = v;
+        }
+    }
+    return scale;
+}
+
+/* Block j of type t (a constant), with gathers (see the types' functions above). */
+static inline __attribute__((always_inline)) __m512 grid16(int t, const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
+    return t == WT_IQ2_XXS ? iq2xxs16(blk, rb, j, dv, q)
+           : t == WT_IQ3_S ? iq3s16(blk, rb, j, dv, q)
+           : t == WT_IQ3_XXS ? iq3xxs16(blk, rb, j, dv, q)
+                             : iq1s16(blk, rb, j, dv, q);
+}
+
+/* A grid type's group, block by block: the 16 rows' scales and quads stored (q8.h's Q8_0 layout). */
+static inline __attribute__((always_inline)) void expand_groups16(int t, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                 uint8_t *dst) {
     float d[16];
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(WT_IQ1_S);
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
         int j = (int)(b & 7);
         if (j == 0)
             for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
-        __m512i lo = _mm512_i32gather_epi32(at16, (const void *)(blk + 2 + 4 * j), 1);
-        /* the u16 as the top of the 4 bytes ending there (the 4 from it would pass the block's end) */
-        __m512i qh = _mm512_srli_epi32(_mm512_i32gather_epi32(at16, (const void *)(blk + 32 + 2 * j), 1), 16);
+        __m512i q[8];
+        __m512 scale = grid16(t, blk, rb, j, _mm512_loadu_ps(d), q);
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-        __m512i sub = _mm512_and_si512(_mm512_srli_epi32(qh, 12), _mm512_set1_epi32(7));
-        __m512 part = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sub)), _mm512_set1_ps(1.0f));
-        __mmask64 z = scales_store(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(d), part), _mm512_set1_ps(0.125f)));
-        __mmask16 minus = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(0x8000));
-        __m512i offset = _mm512_mask_blend_epi32(minus, _mm512_set1_epi8(121), _mm512_set1_epi8(119));
-        for (int k = 0; k < 4; k++) { /* entry k: quads 2k, 2k + 1 */
-            __m512i i = _mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255));
-            i = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 3 * k), _mm512_set1_epi32(7)), 8));
-            __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(i), (const void *)iq1s_bytes, 8);
-            __m512i c = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i, 1), (const void *)iq1s_bytes, 8);
-            for (int h = 0; h < 2; h++) {
-                __m512i q = _mm512_add_epi8(_mm512_permutex2var_epi32(a, h ? odd : even, c), offset);
-                if (z) /* a zero scale: +-1 by q's sign (q < 0: the byte below 128) */
-                    q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(q, _mm512_set1_epi8((char)0x80)),
-                                                                             _mm512_set1_epi8((char)129), _mm512_set1_epi8(127)));
-                _mm512_storeu_si512((void *)(out + 64 + 64 * (2 * k + h)), q);
-            }
-        }
+        _mm512_storeu_ps((float *)out, scale);
+        for (int r = 0; r < 8; r++) _mm512_storeu_si512((void *)(out + 64 + 64 * r), q[r]);
+    }
+}
+
+static void expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
+    switch (t) { /* a constant type: no tests of it in the loops */
+    case WT_IQ2_XXS: expand_groups16(WT_IQ2_XXS, grp, rb, nb, dst); break;
+    case WT_IQ3_S: expand_groups16(WT_IQ3_S, grp, rb, nb, dst); break;
+    case WT_IQ3_XXS: expand_groups16(WT_IQ3_XXS, grp, rb, nb, dst); break;
+    default: expand_groups16(WT_IQ1_S, grp, rb, nb, dst); break;
     }
 }
 
@@ -691,7 +706,7 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
  * strata_grid_gather_free below); its helpers named with an 8 (8 rows) where AVX-512's share a name. */
 
 /* The 4 bytes at p0 .. p7, as the lanes 0 .. 7 of a vector. */
-static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
+static inline __attribute__((always_inline)) __m256i dwords8(const void *p0, const void *p1, const void *p2, const void *p3, const void *p4, const void *p5,
                               const void *p6, const void *p7) {
     __m128i l[8];
     const void *p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
@@ -706,7 +721,7 @@ static inline __m256i dwords8(const void *p0, const void *p1, const void *p2, co
 }
 
 /* The 8 bytes at p0 .. p3, as the 64-bit lanes 0 .. 3 of a vector. */
-static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, const void *p3) {
+static inline __attribute__((always_inline)) __m256i qwords4(const void *p0, const void *p1, const void *p2, const void *p3) {
     __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p0), _mm_loadl_epi64((const __m128i *)p1));
     __m128i hi = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p2), _mm_loadl_epi64((const __m128i *)p3));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
@@ -714,7 +729,7 @@ static inline __m256i qwords4(const void *p0, const void *p1, const void *p2, co
 
 /* The 8 lanes of i (each >= 0) as scalars, through general registers: on the AMD EPYC the Q8_0
  * decoding (IQ2_XXS, IQ3_S, IQ1_S) ran faster so, the K-grid types' with i stored and read back. */
-static inline void lanes8(__m256i i, uint32_t at[8]) {
+static inline __attribute__((always_inline)) void lanes8(__m256i i, uint32_t at[8]) {
     __m128i lo = _mm256_castsi256_si128(i), hi = _mm256_extracti128_si256(i, 1);
     uint64_t q[4] = {(uint64_t)_mm_cvtsi128_si64(lo), (uint64_t)_mm_extract_epi64(lo, 1), (uint64_t)_mm_cvtsi128_si64(hi),
                      (uint64_t)_mm_extract_epi64(hi, 1)};
@@ -722,7 +737,7 @@ static inline void lanes8(__m256i i, uint32_t at[8]) {
 }
 
 /* Lane o: the dword table[i lane o] (what _mm256_i32gather_epi32(table, i, 4) gives). */
-static inline __m256i table8(const uint32_t *table, __m256i i) {
+static inline __attribute__((always_inline)) __m256i table8(const uint32_t *table, __m256i i) {
     uint32_t at[8];
     lanes8(i, at);
     return dwords8(table + at[0], table + at[1], table + at[2], table + at[3], table + at[4], table + at[5], table + at[6],
@@ -730,7 +745,7 @@ static inline __m256i table8(const uint32_t *table, __m256i i) {
 }
 
 /* Byte mask of the values negated in quad r (see AVX-512's quad_signs). */
-static inline __m256i quad_signs8(__m256i s, int r) {
+static inline __attribute__((always_inline)) __m256i quad_signs8(__m256i s, int r) {
     __m256i at = _mm256_add_epi8(_mm256_set1_epi32(0x01010101 * (r >> 1)),
                                  _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     __m256i bit = _mm256_set1_epi32(r & 1 ? (int)0x80402010 : 0x08040201);
@@ -738,27 +753,28 @@ static inline __m256i quad_signs8(__m256i s, int r) {
 }
 
 /* Quad r's half: v negated where m, plus 128; rows with a zero scale (z: their 32-bit lanes
- * all ones) +-1 by that sign. */
-static inline void quad_store8(uint8_t *out, int r, int h, __m256i v, __m256i m, __m256i z) {
+ * all ones; zany: some are, rare) +-1 by that sign. */
+static inline __m256i quad_bytes8(__m256i v, __m256i m, __m256i z, int zany) {
     __m256i c128 = _mm256_set1_epi8((char)0x80);
     __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v, c128), _mm256_sub_epi8(c128, v), m);
-    q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
-    _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q);
+    if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)129), _mm256_set1_epi8(127), m), z);
+    return q;
 }
 
-/* The half's scales stored; the rows whose scale is zero, as all-ones 32-bit lanes. */
-static inline __m256i scales_store8(uint8_t *out, int h, __m256 scale) {
-    _mm256_storeu_ps((float *)out + 8 * h, scale);
-    return _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
+/* The rows whose scale is zero, as all-ones 32-bit lanes; *zany: whether there are any (one test a block). */
+static inline __m256i zero8(__m256 scale, int *zany) {
+    __m256i z = _mm256_castps_si256(_mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    *zany = !_mm256_testz_si256(z, z);
+    return z;
 }
 
 /* The 4 bytes at p of each of 8 rows rb apart. */
-static inline __m256i rows4(const uint8_t *p, int64_t rb) {
+static inline __attribute__((always_inline)) __m256i rows4(const uint8_t *p, int64_t rb) {
     return dwords8(p, p + rb, p + 2 * rb, p + 3 * rb, p + 4 * rb, p + 5 * rb, p + 6 * rb, p + 7 * rb);
 }
 
 /* Byte k of each lane: (x >> 7k) & 127 with its parity as bit 7 (see AVX-512's signs7_bytes). */
-static inline __m256i signs7_bytes8(__m256i x) {
+static inline __attribute__((always_inline)) __m256i signs7_bytes8(__m256i x) {
     __m256i s = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 1), _mm256_set1_epi32(0x7F00)));
     s = _mm256_or_si256(s, _mm256_and_si256(_mm256_slli_epi32(x, 2), _mm256_set1_epi32(0x7F0000)));
@@ -771,12 +787,12 @@ static inline __m256i signs7_bytes8(__m256i x) {
     return _mm256_or_si256(s, p);
 }
 
-static inline __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
+static inline __attribute__((always_inline)) __m256i byte_of(__m256i x, int k) { return _mm256_and_si256(_mm256_srli_epi32(x, 8 * k), _mm256_set1_epi32(255)); }
 
 /* Quads 2k and 2k + 1 of 8 rows: the dword halves of the 8 value bytes of each row's grid entry i
  * (table: the entries' bytes), from the entries of rows 0, 1, 4, 5 and 2, 3, 6, 7 (scalar loads),
  * which one in-lane shuffle of the pair puts in order, low dwords and high. */
-static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
+static inline __attribute__((always_inline)) void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], int regs) {
     uint32_t at[8] __attribute__((aligned(32)));
     if (regs) /* a constant: the faster way for the caller's mix of work (lanes8) */
         lanes8(i, at);
@@ -787,30 +803,37 @@ static inline void entry_quads8(const uint64_t *table, __m256i i, __m256i q[2], 
     q[0] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), q[1] = _mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD));
 }
 
-/* One type's group, half h (rows 8h .. 8h + 7), block b (d: the rows' fp16 scales as fp32). */
-static inline __attribute__((always_inline)) void expand_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
-                                                              const float *d, uint8_t *dst) {
+/* Block b of one type's rows 8h .. 8h + 7 decoded (d: the rows' fp16 scales as fp32; IQ2_XXS from
+ * its super-block's runs raw, kgrid_raw's): their scales returned, q[r] quad r's Q8_0 bytes. */
+static inline __attribute__((always_inline)) __m256 half8(int t, int runs, const uint8_t *grp, int64_t rb, int64_t b, int h,
+                                                          const float *d, const __m256i raw[2][8], __m256i q[8]) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7);
-    uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
-    __m256 dv = _mm256_loadu_ps(d + 8 * h);
-    if (t == WT_IQ2_XXS || t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
-        __m256i aux = rows4(blk + (t == WT_IQ2_XXS ? 6 + 8 * j : 66 + 4 * j), rb), s8 = signs7_bytes8(aux);
+    __m256 dv = _mm256_loadu_ps(d + 8 * h), scale;
+    if (t == WT_IQ2_XXS) { /* per 32: 4 grid indices (dword 2j of the runs), a u32 of 4 x 7 sign bits and the scale (2j + 1) */
+        __m256i idx = raw[j >> 2][2 * (j & 3)], aux = raw[j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
-        __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(t == WT_IQ2_XXS ? 0.25f : 0.5f)));
-        if (t == WT_IQ2_XXS) {
-            __m256i idx = rows4(blk + 2 + 8 * j, rb);
-            for (int r = 0; r < 8; r++) { /* quad r: half r & 1 of entry r / 2 */
-                __m256i i = _mm256_add_epi32(_mm256_slli_epi32(byte_of(idx, r >> 1), 1), _mm256_set1_epi32(r & 1));
-                quad_store8(out, r, h, table8((const uint32_t *)iq2xxs_bytes, i), quad_signs8(s8, r), z);
-            }
-        } else {
-            for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
-                const uint8_t *p = blk + 2 + 8 * j + r;
-                const uint32_t *g = iq3xxs_bytes;
-                __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
-                quad_store8(out, r, h, v, quad_signs8(s8, r), z);
-            }
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.25f));
+        int zany;
+        __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
+        for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
+            __m256i v[2];
+            entry_quads8(iq2xxs_bytes, byte_of(idx, k), v, 1);
+            for (int e = 0; e < 2; e++) q[2 * k + e] = quad_bytes8(v[e], quad_signs8(s8, 2 * k + e), z, zany);
+        }
+    } else if (t == WT_IQ3_XXS) { /* indices, then a u32 of 4 x 7 sign bits and the scale */
+        __m256i aux = rows4(blk + 66 + 4 * j, rb), s8 = signs7_bytes8(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
+        int zany;
+        __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) { /* quad r: the entry at index byte 2 + 8j + r of each row, read as a scalar */
+            const uint8_t *p = blk + 2 + 8 * j + r;
+            const uint32_t *g = iq3xxs_bytes;
+            __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+            q[r] = quad_bytes8(v, quad_signs8(s8, r), z, zany);
         }
     } else if (t == WT_IQ3_S) {
         __m256i idx[2] = {rows4(blk + 2 + 8 * j, rb), rows4(blk + 6 + 8 * j, rb)};
@@ -818,30 +841,50 @@ static inline __attribute__((always_inline)) void expand_half(int t, const uint8
         /* the scale's byte as the top of the 4 ending there (the 4 from it would pass the block's end) */
         __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
         __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
-        __m256i z = scales_store8(out, h, _mm256_mul_ps(dv, part));
+        scale = _mm256_mul_ps(dv, part);
+        int zany;
+        __m256i z = zero8(scale, &zany);
+        #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
-            quad_store8(out, r, h, table8(iq3s_bytes, i), quad_signs8(signs, r), z);
+            q[r] = quad_bytes8(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany);
         }
     } else { /* IQ1_S: no sign bits; bytes 8 code + 119 or 121 (grid_group) */
-        __m256i lo = rows4(blk + 2 + 4 * j, rb), qh = _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
+        /* runs (the fused steps): qs's dword j, and the u16 at 34 + 2j (bits 0-15 read) in the run at 18 */
+        __m256i lo = runs ? raw[0][j] : rows4(blk + 2 + 4 * j, rb);
+        __m256i qh = runs ? _mm256_srli_epi32(raw[1][4 + (j >> 1)], 16 * (j & 1)) : _mm256_srli_epi32(rows4(blk + 32 + 2 * j, rb), 16);
         __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
         __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
-        __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f));
+        int zany;
+        __m256i z = zero8(scale, &zany);
         __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
         __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8(121), _mm256_set1_epi8(119), minus);
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
             __m256i v[2];
             entry_quads8(iq1s_bytes, i, v, 1);
             for (int e = 0; e < 2; e++) {
-                __m256i q = _mm256_add_epi8(v[e], offset); /* q + 128 */
-                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), q); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
-                q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z);
-                _mm256_storeu_si256((__m256i *)(out + 64 + 64 * (2 * k + e) + 32 * h), q);
+                __m256i w = _mm256_add_epi8(v[e], offset); /* q + 128 */
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(0), w); /* as a signed byte below 0: q + 128 >= 128, q >= 0 */
+                q[2 * k + e] = zany ? _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8(127), _mm256_set1_epi8((char)129), neg), z) : w;
             }
         }
     }
+    return scale;
+}
+
+/* Super-block sb's fp16 d of 16 rows as fp32, and each half's runs (kgrid_raw): IQ2_XXS's index and sign
+ * words, IQ1_S's (where runs: the fused steps) low index bytes and high bits. */
+static inline __attribute__((always_inline)) void grid_superblock8(int t, int runs, const uint8_t *grp, int64_t rb, int64_t sb,
+                                                                   float d[16], __m256i raw[2][2][8]) {
+    const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
+    for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+    for (int h = 0; h < 2 && t == WT_IQ2_XXS; h++)
+        for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 32 * c, rb, raw[h][c]);
+    for (int h = 0; h < 2 && t == WT_IQ1_S && runs; h++)
+        for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 16 * c, rb, raw[h][c]);
 }
 
 static inline __attribute__((always_inline)) void expand_groups(int t, const uint8_t *grp, int64_t rb, int64_t nb,
@@ -849,28 +892,12 @@ static inline __attribute__((always_inline)) void expand_groups(int t, const uin
     float d[16];
     __m256i raw[2][2][8]; /* IQ2_XXS, each half of 8 rows: its super-block's runs (kgrid_raw) */
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
-        if ((b & 7) == 0) {
-            for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
-            for (int h = 0; h < 2 && t == WT_IQ2_XXS; h++)
-                for (int c = 0; c < 2; c++) kgrid_raw(blk + 8 * h * rb + 2 + 32 * c, rb, raw[h][c]);
-        }
-        if (t != WT_IQ2_XXS) {
-            expand_half(t, grp, rb, b, 0, d, dst);
-            expand_half(t, grp, rb, b, 1, d, dst);
-            continue;
-        }
-        int j = (int)(b & 7); /* per 32: 4 grid indices (dword 2j of the runs), a u32 of 4 x 7 sign bits and the scale (2j + 1) */
+        if ((b & 7) == 0) grid_superblock8(t, 0, grp, rb, b, d, raw);
         uint8_t *out = dst + q8_block_at(WT_Q8_0, b);
         for (int h = 0; h < 2; h++) {
-            __m256i idx = raw[h][j >> 2][2 * (j & 3)], aux = raw[h][j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
-            __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
-            __m256i z = scales_store8(out, h, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(d + 8 * h), sub), _mm256_set1_ps(0.25f)));
-            for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves */
-                __m256i q[2];
-                entry_quads8(iq2xxs_bytes, byte_of(idx, k), q, 1);
-                for (int e = 0; e < 2; e++) quad_store8(out, 2 * k + e, h, q[e], quad_signs8(s8, 2 * k + e), z);
-            }
+            __m256i q[8];
+            _mm256_storeu_ps((float *)out + 8 * h, half8(t, 0, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], q));
+            for (int r = 0; r < 8; r++) _mm256_storeu_si256((__m256i *)(out + 64 + 64 * r + 32 * h), q[r]);
         }
     }
 }
@@ -1286,6 +1313,189 @@ int strata_grid_gather_free(int mask) {
 }
 #endif
 
+#if defined(STRATA_TARGET_AVX512)
+/* ---- AVX-512, the grid types for few activation rows (decode) --------------------------------
+ * expand_group decodes a group's 16 rows whole (at 2048 inputs 36 KB, past L1) before limb.c's
+ * steps load it back. Here each block of the 16 rows is decoded in registers (with gathers or without,
+ * as strata_grid_gather_free picks for the type: grid16, IQ3_S's iq3s16_runs; half8's halves put
+ * together, IQ3_XXS's iq3xxs16_free) straight
+ * into its vpdpbusd steps, nothing stored: the same Q8_0 bytes (q + 128, a zero scale's rows +-1),
+ * so the same integer sums S_j with limb_group_rows's starts (offset 128; limb 1's folded into limb
+ * 0's or not, as the row holds it), S = S_2 65536 + S_1 256 + S_0 formed as limb.c's limb_values3
+ * (in int32 where every |S_2| < 2^14, else in double: either way the correctly rounded float of
+ * the exact S), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
+ * sequence, the same bits. */
+#define GRID_FUSED 4 /* rows grid_fused_rows takes */
+#define GRID_FAST (1 << 14)
+
+/* A block's 16 rows' quads q and scales against M rows' limbs into acc. */
+static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512i q[8], __m512 scale, int M, const int8_t *const *xq,
+                                                             const int32_t *const *start, const float *xs, __m512 *acc) {
+    __m512i s[GRID_FUSED][3];
+    for (int i = 0; i < M; i++)
+        for (int l = 0; l < 3; l++) s[i][l] = _mm512_set1_epi32(start[i][2 * l]);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++)
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
+                s[i][l] = _mm512_dpbusd_epi32(s[i][l], q[r], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * r)));
+    int fast = 0; /* IQ2_XXS, IQ3_XXS (values up to 43, 62): |S_2| passes 2^14 too often for the test to pay */
+    if (t == WT_IQ3_S || t == WT_IQ1_S) {
+        __m512i any = _mm512_setzero_si512();
+        for (int i = 0; i < M; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[i][2], _mm512_set1_epi32(GRID_FAST)));
+        fast = !_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * GRID_FAST)); /* |S_2| < 2^14 in every lane */
+    }
+    for (int i = 0; i < M; i++) {
+        __m512i low = _mm512_add_epi32(_mm512_slli_epi32(s[i][1], 8), s[i][0]); /* exact: |S_1| < 2^21 */
+        __m512 f;
+        if (fast) { /* S in int32: |S| < 2^30 + 2^29 + 2^21 */
+            f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s[i][2], 16), low));
+        } else { /* S in double, one rounding */
+            __m512d big = _mm512_set1_pd(65536.0);
+            __m256 a = _mm512_cvtpd_ps(_mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(s[i][2])), big,
+                                                       _mm512_cvtepi32_pd(_mm512_castsi512_si256(low))));
+            __m256 b = _mm512_cvtpd_ps(_mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(s[i][2], 1)), big,
+                                                       _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(low, 1))));
+            f = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
+        }
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs[i])), f, acc[i]);
+    }
+}
+
+/* IQ3_XXS's block j of 16 rows (iq3xxs16's bytes) without a gather: each entry by a scalar load at its
+ * index byte (dwords8's, 8 rows a half), the sign words too (rows4). On Zen 5 a zmm gather costs far
+ * more than its 16 loads: a gather for some quads, or for the sign words, made the block slower. */
+static inline __attribute__((always_inline)) __m512 iq3xxs16_free(const uint8_t *blk, int64_t rb, int j, __m512 dv, __m512i q[8]) {
+    __m512i aux = _mm512_inserti64x4(_mm512_castsi256_si512(rows4(blk + 66 + 4 * j, rb)), rows4(blk + 66 + 4 * j + 8 * rb, rb), 1);
+    __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
+    __mmask64 z = zero_rows(scale);
+    __m512i s8 = signs7_bytes(aux);
+    const uint32_t *g = iq3xxs_bytes;
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        const uint8_t *p = blk + 2 + 8 * j + r, *p8 = p + 8 * rb;
+        __m256i lo = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+        __m256i hi = dwords8(g + p8[0], g + p8[rb], g + p8[2 * rb], g + p8[3 * rb], g + p8[4 * rb], g + p8[5 * rb], g + p8[6 * rb],
+                             g + p8[7 * rb]);
+        q[r] = quad_bytes(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), quad_signs(s8, r), z);
+    }
+    return scale;
+}
+
+/* IQ3_S's block j of 16 rows with gathers only into its grid (iq3s16's bytes): the index, ninth-bit
+ * and sign bytes from its super-block's runs (kgrid_raw16: runs at 2, 34, 66 and 74, read once a
+ * super-block), the scale nibbles from sc (lane o: bytes 106-109 of row o), where iq3s16 took five
+ * gathers a block for them. */
+static inline __attribute__((always_inline)) __m512 iq3s16_runs(const __m512i raw[4][8], __m512i sc, int j, __m512 dv,
+                                                                __m512i q[8]) {
+    __m512i idx[2] = {raw[j >> 2][2 * (j & 3)], raw[j >> 2][2 * (j & 3) + 1]};
+    __m512i qh = _mm512_srli_epi32(raw[2][j >> 2], 8 * (j & 3)), signs = raw[3][j];
+    sc = _mm512_and_si512(_mm512_srli_epi32(sc, 8 * (j / 2) + 4 * (j & 1)), _mm512_set1_epi32(15));
+    __m512 part = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(_mm512_set1_ps(2.0f), _mm512_cvtepi32_ps(sc)));
+    __m512 scale = _mm512_mul_ps(dv, part);
+    __mmask64 z = zero_rows(scale);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) { /* quad r: grid entry r */
+        __m512i i = _mm512_and_si512(_mm512_srli_epi32(idx[r >> 2], 8 * (r & 3)), _mm512_set1_epi32(255));
+        i = _mm512_or_si512(i, _mm512_and_si512(_mm512_slli_epi32(qh, 8 - r), _mm512_set1_epi32(256)));
+        q[r] = quad_bytes(_mm512_i32gather_epi32(i, (const void *)iq3s_bytes, 4), quad_signs(signs, r), z);
+    }
+    return scale;
+}
+
+/* A grid type's group (t, free and M constants; free: half8's gather-free decoding) against M rows'
+ * limbs xq [M][nb][3][32], starts [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
+static inline __attribute__((always_inline)) void grid_fused_rows(int t, int free, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                  int M, const int8_t *xq, const int32_t *start, const float *xs,
+                                                                  float *y) {
+    __m512 acc[GRID_FUSED];
+    for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+    float d[16];
+    __m256i raw[2][2][8]; /* IQ2_XXS without gathers: each half's runs (grid_superblock8) */
+    __m512i runs[4][8], sc = _mm512_setzero_si512(); /* IQ3_S with gathers: iq3s16_runs's */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (b >> 3) * block_bytes(t);
+        int j = (int)(b & 7);
+        if (j == 0) {
+            kgrid_prefetch(t, blk, rb);
+            if (free) grid_superblock8(t, 1, grp, rb, b, d, raw);
+            else
+                for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
+            if (!free && t == WT_IQ3_S) {
+                static const int at[4] = {2, 34, 66, 74};
+                for (int c = 0; c < 4; c++) kgrid_raw16(blk + at[c], rb, runs[c]);
+                sc = _mm512_inserti64x4(_mm512_castsi256_si512(rows4(blk + 106, rb)), rows4(blk + 106 + 8 * rb, rb), 1);
+            }
+        }
+        __m512i q[8];
+        __m512 scale;
+        if (free && t == WT_IQ3_XXS) {
+            scale = iq3xxs16_free(blk, rb, j, _mm512_loadu_ps(d), q);
+        } else if (free) { /* rows 0-7 and 8-15 as half8's, put together */
+            __m256i lo[8], hi[8];
+            __m256 a = half8(t, 1, grp, rb, b, 0, d, (const __m256i(*)[8])raw[0], lo);
+            __m256 c = half8(t, 1, grp, rb, b, 1, d, (const __m256i(*)[8])raw[1], hi);
+            scale = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(c), 1));
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo[r]), hi[r], 1);
+        } else if (t == WT_IQ3_S) {
+            scale = iq3s16_runs((const __m512i(*)[8])runs, sc, j, _mm512_loadu_ps(d), q);
+        } else {
+            scale = grid16(t, blk, rb, j, _mm512_loadu_ps(d), q);
+        }
+        const int8_t *xr[GRID_FUSED];
+        const int32_t *st[GRID_FUSED];
+        float s[GRID_FUSED];
+        for (int i = 0; i < M; i++) xr[i] = xq + (i * nb + b) * 96, st[i] = start + (i * nb + b) * 6, s[i] = xs[i * nb + b];
+        grid_dot16(t, q, scale, M, xr, st, s, acc);
+    }
+    for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
+}
+
+/* One type (a constant) either way, M rows. */
+static inline __attribute__((always_inline)) void grid_fused_type(int t, int free, const uint8_t *grp, int64_t rb, int64_t nb,
+                                                                  int64_t M, const int8_t *xq, const int32_t *start,
+                                                                  const float *xs, float *y) {
+#define GRID_ROWS(F)                                                                                                   \
+    switch (M) { /* constants: the rows' chains in registers */                                                       \
+    case 1: grid_fused_rows(t, F, grp, rb, nb, 1, xq, start, xs, y); break;                                           \
+    case 2: grid_fused_rows(t, F, grp, rb, nb, 2, xq, start, xs, y); break;                                           \
+    case 3: grid_fused_rows(t, F, grp, rb, nb, 3, xq, start, xs, y); break;                                           \
+    default: grid_fused_rows(t, F, grp, rb, nb, 4, xq, start, xs, y); break;                                          \
+    }
+    if (free) {
+        GRID_ROWS(1)
+    } else {
+        GRID_ROWS(0)
+    }
+#undef GRID_ROWS
+}
+
+/* See internal.h. */
+int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
+                   float *y) {
+    if (!wtype_grid(t) || M > GRID_FUSED) return 0;
+    int64_t rb = row_bytes(t, 32 * nb);
+    int free = gather_free >> t & 1;
+    switch (t) { /* a constant type */
+    case WT_IQ2_XXS: grid_fused_type(WT_IQ2_XXS, free, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_XXS: grid_fused_type(WT_IQ3_XXS, free, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_S: grid_fused_type(WT_IQ3_S, free, grp, rb, nb, M, xq, start, xs, y); break;
+    default: grid_fused_type(WT_IQ1_S, free, grp, rb, nb, M, xq, start, xs, y); break;
+    }
+    return 1;
+}
+#else
+int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
+                   float *y) {
+    (void)t, (void)grp, (void)nb, (void)M, (void)xq, (void)start, (void)xs, (void)y;
+    return 0; /* the other targets: expand_group and limb.c's steps */
+}
+#endif
+
 /* See internal.h. */
 int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
 #if defined(STRATA_TARGET_AVX512)
@@ -1304,11 +1514,9 @@ int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst) {
         kgrid_expand16(wtype, grp, rb, nb, dst);
         return 1;
     }
-    switch (wtype) {
-    case WT_IQ2_XXS: expand_iq2xxs(grp, rb, nb, dst); return 1;
-    case WT_IQ3_S: expand_iq3s(grp, rb, nb, dst); return 1;
-    case WT_IQ3_XXS: expand_iq3xxs(grp, rb, nb, dst); return 1;
-    case WT_IQ1_S: expand_iq1s(grp, rb, nb, dst); return 1;
+    if (wtype_grid(wtype)) {
+        expand16(wtype, grp, rb, nb, dst);
+        return 1;
     }
 #elif defined(STRATA_TARGET_AVX2)
     if (wtype_kgrid(wtype)) {

@@ -216,6 +216,13 @@ STRATA_HIDDEN float grid_group(int wtype, const uint8_t *row, int64_t g, int8_t 
  * (q8.h's layout, as q8.c's expand_group makes row by row from grid_group): the same bytes,
  * where the target and type have such a path; returns 0 where they have none. */
 STRATA_HIDDEN int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t *dst); /* grids.c */
+/* Rows 0 .. M (M <= 4) of the three-limb arithmetic against a grid type's group grp, each block of its
+ * 16 rows decoded in registers straight into its steps: y[16 i + o] = row i's accumulator of output o
+ * (before any bias), from the rows' limbs xq [M][nb][3][32], their starts [M][nb][3][2] (Q8_0's
+ * offset 128) and scales xs [M][nb]; the bits of limb.c's steps on the expanded group. Returns 0
+ * (nothing written) where the target has no such steps (all but avx512) or M is past them. */
+STRATA_HIDDEN int grid_limb_rows(int wtype, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq,
+                                 const int32_t *start, const float *xs, float *y); /* grids.c */
 /* The K-grid types (WP_GRID too: held as stored, grids.c): each 16 values' scale a small integer
  * sc times the super-block's d, its values small integers q: value = (d * sc) * q exactly, the
  * products of the Q6_K-shaped block (d f32, int8 sc a 16, int8 q) every arithmetic reads them as

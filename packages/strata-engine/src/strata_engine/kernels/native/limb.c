@@ -1118,12 +1118,14 @@ static __attribute__((noinline)) void limb_cb_group(const limb_rows *xr, int64_t
 #define LIMB_CB_HELD(t) (wtype_codebook(t) && wtype_half(t)) /* held as the file stores it: limb_cb_group */
 #endif
 
-/* A K-grid type's few rows, a super-block decoded at a time, where the target can (grids.c's
- * kgrid_limb_rows; 0: it cannot, nothing written). Out of line: limb_group's other types compile as before. */
+/* A K-grid or grid type's few rows, decoded a super-block (a block) at a time, where the target can
+ * (grids.c's kgrid_limb_rows, grid_limb_rows; 0: it cannot, nothing written). Out of line: limb_group's other types compile as before. */
 static __attribute__((noinline)) int limb_kgrid_few(const limb_rows *xr, int64_t M, int64_t nb, int wtype, const uint8_t *grp,
                                                     int64_t g, int outs, int64_t N, const float *bias, float *y) {
     float few[KGRID_ROWS * 16];
-    if (!kgrid_limb_rows(wtype, grp, nb, M, xr->q, xr->start, xr->s, few)) return 0;
+    int done = wtype_grid(wtype) ? grid_limb_rows(wtype, grp, nb, M, xr->q, xr->start, xr->s, few)
+                                 : kgrid_limb_rows(wtype, grp, nb, M, xr->q, xr->start, xr->s, few);
+    if (!done) return 0;
     for (int i = 0; i < M; i++) {
         vf v = vf_load(few + 16 * i);
         q8_store_rows(&v, 1, i, g, outs, bias, y, N);
@@ -1299,7 +1301,7 @@ static inline void limb_group(const limb_rows *xr, int64_t M, int64_t nb, int li
     }
 #endif
     if (q8_expanded(wtype)) { /* looked up (decoded) as the Q8_0 group of the same values (q8.h) */
-        int few = __builtin_expect(M <= KGRID_ROWS && limbs == 3 && wtype_kgrid(wtype), 0);
+        int few = __builtin_expect(M <= KGRID_ROWS && limbs == 3 && (wtype_kgrid(wtype) || wtype_grid(wtype)), 0);
         if (few && limb_kgrid_few(xr, M, nb, wtype, grp, g, outs, N, bias, y)) return;
         uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)q8_group_bytes(t, nb));
         if (!bytes) return; /* out of memory: counted */
