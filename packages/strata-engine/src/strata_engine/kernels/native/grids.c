@@ -1321,12 +1321,10 @@ int strata_grid_gather_free(int mask) {
  * together, IQ3_XXS's iq3xxs16_free) straight
  * into its vpdpbusd steps, nothing stored: the same Q8_0 bytes (q + 128, a zero scale's rows +-1),
  * so the same integer sums S_j with limb_group_rows's starts (offset 128; limb 1's folded into limb
- * 0's or not, as the row holds it), S = S_2 65536 + S_1 256 + S_0 formed as limb.c's limb_values3
- * (in int32 where every |S_2| < 2^14, else in double: either way the correctly rounded float of
- * the exact S), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
+ * 0's or not, as the row holds it), S = S_2 65536 + S_1 256 + S_0 formed by q8.h's limb_values3
+ * (the correctly rounded float of the exact S), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
  * sequence, the same bits. */
 #define GRID_FUSED 4 /* rows grid_fused_rows takes */
-#define GRID_FAST (1 << 14)
 
 /* A block's 16 rows' quads q and scales against M rows' limbs into acc. */
 static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512i q[8], __m512 scale, int M, const int8_t *const *xq,
@@ -1341,27 +1339,10 @@ static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512
 #pragma GCC unroll 3
             for (int l = 0; l < 3; l++) /* the row's 4 limb bytes broadcast (vpdpbusd's {1to16} operand) */
                 s[i][l] = _mm512_dpbusd_epi32(s[i][l], q[r], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * r)));
-    int fast = 0; /* IQ2_XXS, IQ3_XXS (values up to 43, 62): |S_2| passes 2^14 too often for the test to pay */
-    if (t == WT_IQ3_S || t == WT_IQ1_S) {
-        __m512i any = _mm512_setzero_si512();
-        for (int i = 0; i < M; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[i][2], _mm512_set1_epi32(GRID_FAST)));
-        fast = !_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * GRID_FAST)); /* |S_2| < 2^14 in every lane */
-    }
-    for (int i = 0; i < M; i++) {
-        __m512i low = _mm512_add_epi32(_mm512_slli_epi32(s[i][1], 8), s[i][0]); /* exact: |S_1| < 2^21 */
-        __m512 f;
-        if (fast) { /* S in int32: |S| < 2^30 + 2^29 + 2^21 */
-            f = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(s[i][2], 16), low));
-        } else { /* S in double, one rounding */
-            __m512d big = _mm512_set1_pd(65536.0);
-            __m256 a = _mm512_cvtpd_ps(_mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(s[i][2])), big,
-                                                       _mm512_cvtepi32_pd(_mm512_castsi512_si256(low))));
-            __m256 b = _mm512_cvtpd_ps(_mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(s[i][2], 1)), big,
-                                                       _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(low, 1))));
-            f = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1));
-        }
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs[i])), f, acc[i]);
-    }
+    vf f[GRID_FUSED]; /* IQ2_XXS, IQ3_XXS (values up to 43, 62): |S_2| passes 2^14 too often for the int32 test to pay */
+    limb_values3_from(&s[0][0], M, f, t == WT_IQ3_S || t == WT_IQ1_S);
+    for (int i = 0; i < M; i++)
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs[i])), f[i].v, acc[i]);
 }
 
 /* IQ3_XXS's block j of 16 rows (iq3xxs16's bytes) without a gather: each entry by a scalar load at its

@@ -163,6 +163,10 @@ static inline const uint8_t *q8_quants(int t, const uint8_t *blk) { return blk +
  * (NaN); s[h] = the sum of q over half h. Per target below; every target computes the same. */
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]);
 
+/* |S_2| below which S fits int32 (limb_values3); rows a limb tile takes at most. */
+#define LIMB_FAST (1 << 14)
+#define LIMB_ROWS 4
+
 /* ---- the integer step, per target: acc[o] += sum_c w[4o + c] * x4[c] for 16 outputs o ------- */
 #if defined(STRATA_TARGET_AVX512)
 typedef __m512i vq; /* 64 unsigned weight bytes */
@@ -202,6 +206,60 @@ static inline vq vq_lut(vq nib, const uint8_t table[16]) { /* table[nib] per byt
     return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)table)), nib);
 }
 static inline vf vf_from_vi(vi a) { return (vf){_mm512_cvtepi32_ps(a)}; }
+/* ---- the exact float of a block's three limb sums S = S_2 65536 + S_1 256 + S_0 (limb.c's top; grids.c's fused steps) */
+/* a << 8 and a << 16 in every int32 lane as byte shuffles, exact where the result fits in int32
+ * (|S_1| < 2^21; |S_2| < LIMB_FAST where it is shifted). vpshufb runs on port 5: shifts would take
+ * port 0, which every vpdpbusd needs. */
+static inline vi limb_shl8(vi a) {
+    return _mm512_shuffle_epi8(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0x02010080, 0x06050480, 0x0a090880, 0x0e0d0c80)));
+}
+static inline vi limb_shl16(vi a) {
+    return _mm512_shuffle_epi8(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0x01008080, 0x05048080, 0x09088080, 0x0d0c8080)));
+}
+static inline vi limb_low(vi s0, vi s1) { return _mm512_add_epi32(limb_shl8(s1), s0); }
+static inline __m256 limb_f8(__m256i s2, __m256i low) {
+    __m512d v = _mm512_fmadd_pd(_mm512_cvtepi32_pd(s2), _mm512_set1_pd(65536.0), _mm512_cvtepi32_pd(low));
+    return _mm512_cvtpd_ps(v); /* exact sum, one rounding */
+}
+static inline vf limb_value3_wide(vi s0, vi s1, vi s2) { /* S in double: any |S_2| */
+    vi low = limb_low(s0, s1);
+    __m256 a = limb_f8(_mm512_castsi512_si256(s2), _mm512_castsi512_si256(low));
+    __m256 b = limb_f8(_mm512_extracti64x4_epi64(s2, 1), _mm512_extracti64x4_epi64(low, 1));
+    return (vf){_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(a)), _mm256_castps_pd(b), 1))};
+}
+/* f[i] for the rows of a tile (s: rows x 3 limbs): one test of every row's S_2 for the int32 path.
+ * Always inlined: called out of line (GCC 12 chose so), its s[] lived in memory and every
+ * accumulator of a 4-row tile was stored to the stack after each step (12 stores a 12 vpdpbusd). */
+/* try_fast 0 (a constant): skip the int32 test, for weights whose |S_2| passes 2^14 too often for it
+ * to pay (a mispredicted branch a block: grids.c's IQ2_XXS and IQ3_XXS). */
+static inline __attribute__((always_inline)) void limb_values3_from(const vi *s, int rows, vf *f, int try_fast) {
+    __m512i any = _mm512_setzero_si512();
+    for (int i = 0; try_fast && i < rows; i++) any = _mm512_or_si512(any, _mm512_add_epi32(s[3 * i + 2], _mm512_set1_epi32(LIMB_FAST)));
+    if (try_fast && !_mm512_test_epi32_mask(any, _mm512_set1_epi32(-2 * LIMB_FAST))) { /* |S_2| < 2^14 in every lane */
+        for (int i = 0; i < rows; i++)
+            f[i] = (vf){_mm512_cvtepi32_ps(_mm512_add_epi32(limb_shl16(s[3 * i + 2]), limb_low(s[3 * i], s[3 * i + 1])))};
+        return;
+    }
+    /* Weights near 128 in size (Q8_0's and the codebook and grid types' values) often put |S_2| past
+     * 2^14. Then S = A * 256 + (L & 255), A = S_2 * 256 + (L >> 8) in int32 (exact: L = S_1 * 256 + S_0,
+     * |L| < 2^30, and |S_2| <= 32 * 255 * 128 < 2^20), and where |A| < 2^24 in every lane (|S_2| up to
+     * about 2^16), fma((float)A, 256, (float)(L & 255)) rounds the exact S once, both conversions
+     * exact; past that, S in double. */
+    vi a[LIMB_ROWS], lo[LIMB_ROWS];
+    any = _mm512_setzero_si512();
+    for (int i = 0; i < rows; i++) {
+        vi l = limb_low(s[3 * i], s[3 * i + 1]);
+        lo[i] = _mm512_and_si512(l, _mm512_set1_epi32(255));
+        a[i] = _mm512_add_epi32(limb_shl8(s[3 * i + 2]), _mm512_srai_epi32(l, 8));
+        any = _mm512_or_si512(any, _mm512_add_epi32(a[i], _mm512_set1_epi32(1 << 24)));
+    }
+    if (!_mm512_test_epi32_mask(any, _mm512_set1_epi32(-(1 << 25)))) /* |A| < 2^24 in every lane */
+        for (int i = 0; i < rows; i++)
+            f[i] = (vf){_mm512_fmadd_ps(_mm512_cvtepi32_ps(a[i]), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(lo[i]))};
+    else
+        for (int i = 0; i < rows; i++) f[i] = limb_value3_wide(s[3 * i], s[3 * i + 1], s[3 * i + 2]);
+}
+static inline __attribute__((always_inline)) void limb_values3(const vi *s, int rows, vf *f) { limb_values3_from(s, rows, f, 1); }
 static inline void q8_round_block(const float *x, float id, int8_t *q, int32_t s[2]) {
     for (int h = 0; h < 2; h++) {
         __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * h), _mm512_set1_ps(id)),
