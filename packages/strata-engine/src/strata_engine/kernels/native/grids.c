@@ -1325,6 +1325,7 @@ int strata_grid_gather_free(int mask) {
  * (the correctly rounded float of the exact S), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
  * sequence, the same bits. */
 #define GRID_FUSED 4 /* rows grid_fused_rows takes */
+_Static_assert(GRID_FUSED <= LIMB_ROWS, "limb_values3_from's arrays hold LIMB_ROWS rows");
 
 /* A block's 16 rows' quads q and scales against M rows' limbs into acc. */
 static inline __attribute__((always_inline)) void grid_dot16(int t, const __m512i q[8], __m512 scale, int M, const int8_t *const *xq,
