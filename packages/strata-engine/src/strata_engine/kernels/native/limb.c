@@ -309,6 +309,33 @@ static inline __m256 limb_wide_value(__m256i hi, __m256i lo) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(4096.0f), _mm256_cvtepi32_ps(lo));
 }
 
+/* A block's start on the wide limbs: each virtual row's (row, plane) activations xp[u], its sums s[u] zeroed. */
+static inline __attribute__((always_inline)) void limb_wide_block_start(const limb_rows *xr, int planes, int64_t m0, int vr,
+                                                                        int64_t nb, int64_t b, const int16_t **xp,
+                                                                        __m256i (*s)[4]) {
+    for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
+    for (int u = 0; u < vr; u++)
+        for (int g = 0; g < 4; g++) s[u][g] = _mm256_setzero_si256();
+}
+
+/* A block's end on the wide limbs: each row's S from its planes' sums (limb_wide_value), then the
+ * float sequence at the top with the block's 16 scales ws. */
+static inline __attribute__((always_inline)) void limb_wide_block_end(__m256i (*s)[4], vf ws, const limb_rows *xr, int planes,
+                                                                      int64_t m0, int rows, int64_t nb, int64_t b, vf *acc) {
+    for (int i = 0; i < rows; i++) {
+        __m256i (*S)[4] = s + i * planes;
+        __m256i hi0 = limb_wide_sum8(S[0][0], S[0][1]), hi1 = limb_wide_sum8(S[0][2], S[0][3]);
+        vf f;
+        if (planes == 2) {
+            __m256i lo0 = limb_wide_sum8(S[1][0], S[1][1]), lo1 = limb_wide_sum8(S[1][2], S[1][3]);
+            f = (vf){limb_wide_value(hi0, lo0), limb_wide_value(hi1, lo1)};
+        } else {
+            f = (vf){_mm256_cvtepi32_ps(hi0), _mm256_cvtepi32_ps(hi1)};
+        }
+        acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
+    }
+}
+
 /* One group's weights as limb_wide_w's int16s, 512 a block, for calls of many rows: their tiles
  * then load them as they are instead of widening each again (in the calling thread's scratch). */
 static const int16_t *limb_wide_unpack(int t, const uint8_t *grp, int64_t nb) {
@@ -332,10 +359,8 @@ static inline __attribute__((always_inline)) void limb_wide_rows(int t, const ui
         const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
         if (!w16) q8_prefetch_ahead(t, blk);
         const int16_t *xp[LIMB_WIDE_VR];
-        for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
         __m256i s[LIMB_WIDE_VR][4];
-        for (int u = 0; u < vr; u++)
-            for (int g = 0; g < 4; g++) s[u][g] = _mm256_setzero_si256();
+        limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
         for (int r = 0; r < 8; r++) {
             __m256i xv[LIMB_WIDE_VR];
             for (int u = 0; u < vr; u++) xv[u] = limb_wide_x(xp[u] + 4 * r);
@@ -345,20 +370,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(int t, const ui
                 for (int u = 0; u < vr; u++) s[u][g] = limb_wide_madd(s[u][g], w, xv[u]);
             }
         }
-        vf ws = q8_scale(t, blk, NULL, 0);
-        for (int i = 0; i < rows; i++) {
-            int64_t xb = (m0 + i) * nb + b;
-            __m256i (*S)[4] = s + i * planes;
-            __m256i hi0 = limb_wide_sum8(S[0][0], S[0][1]), hi1 = limb_wide_sum8(S[0][2], S[0][3]);
-            vf f;
-            if (planes == 2) {
-                __m256i lo0 = limb_wide_sum8(S[1][0], S[1][1]), lo1 = limb_wide_sum8(S[1][2], S[1][3]);
-                f = (vf){limb_wide_value(hi0, lo0), limb_wide_value(hi1, lo1)};
-            } else {
-                f = (vf){_mm256_cvtepi32_ps(hi0), _mm256_cvtepi32_ps(hi1)};
-            }
-            acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[xb])), f, acc[i]);
-        }
+        limb_wide_block_end(s, q8_scale(t, blk, NULL, 0), xr, planes, m0, rows, nb, b, acc);
     }
 }
 
@@ -975,10 +987,8 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
         const uint8_t *blk = grp + q8_block_at(cb, b), *qs = q8_quants(cb, blk);
         if (!w16) q8_prefetch_ahead(cb, blk);
         const int16_t *xp[LIMB_WIDE_VR];
-        for (int u = 0; u < vr; u++) xp[u] = xr->wide + (((m0 + u / planes) * nb + b) * planes + u % planes) * 32;
         __m256i s[LIMB_WIDE_VR][4];
-        for (int u = 0; u < vr; u++)
-            for (int g = 0; g < 4; g++) s[u][g] = _mm256_setzero_si256();
+        limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
         for (int r = 0; r < 4; r++) { /* quad rows r (low nibbles) and r + 4 (high) */
             __m256i xl[LIMB_WIDE_VR], xh[LIMB_WIDE_VR];
             for (int u = 0; u < vr; u++) xl[u] = limb_wide_x(xp[u] + 4 * r), xh[u] = limb_wide_x(xp[u] + 16 + 4 * r);
@@ -995,19 +1005,7 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
                 for (int u = 0; u < vr; u++) s[u][g] = limb_wide_madd(limb_wide_madd(s[u][g], wl, xl[u]), wh, xh[u]);
             }
         }
-        vf ws = ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b);
-        for (int i = 0; i < rows; i++) {
-            __m256i (*S)[4] = s + i * planes;
-            __m256i hi0 = limb_wide_sum8(S[0][0], S[0][1]), hi1 = limb_wide_sum8(S[0][2], S[0][3]);
-            vf f;
-            if (planes == 2) {
-                __m256i lo0 = limb_wide_sum8(S[1][0], S[1][1]), lo1 = limb_wide_sum8(S[1][2], S[1][3]);
-                f = (vf){limb_wide_value(hi0, lo0), limb_wide_value(hi1, lo1)};
-            } else {
-                f = (vf){_mm256_cvtepi32_ps(hi0), _mm256_cvtepi32_ps(hi1)};
-            }
-            acc[i] = vf_fma(vf_mul(ws, vf_set1(xr->s[(m0 + i) * nb + b])), f, acc[i]);
-        }
+        limb_wide_block_end(s, ws16 ? vf_load(ws16 + 16 * b) : limb_cb_scale(cb, blk, b), xr, planes, m0, rows, nb, b, acc);
     }
 }
 
