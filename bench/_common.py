@@ -1,5 +1,6 @@
 """What every benchmark shares: the host line, the llama.cpp line, the percentile rule, each side
-measured in a fresh interpreter and the best of several runs kept, and the results writer.
+measured in a fresh interpreter and the best of several runs kept, two runs timed in turns, and the
+results writer.
 
 Each script in bench/ runs from its own folder (`python bench/NAME.py`), which puts bench/ on
 `sys.path`, so `from _common import ...` finds this file.
@@ -12,6 +13,8 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +116,25 @@ def write_results(path: str | Path, record: dict[str, Any]) -> Path:
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {out}")
     return out
+
+
+def in_turns(
+    run: Callable[[int], Any],
+    repeat: int,
+    clock: Callable[[], float] = time.perf_counter,
+    alternate: bool = False,
+) -> tuple[list[float], list[float], bool]:
+    """Times of run(0) and run(1) taken in turns (alternate: each first every other round, so that
+    neither always runs on the other's warm caches), and whether their results are the same bits:
+    a speed change must not change a bit."""
+    import numpy as np  # only the kernel benches time arrays
+
+    times: tuple[list[float], list[float]] = ([], [])
+    outs = [np.zeros(0), np.zeros(0)]
+    for n in range(repeat):
+        for i in (1, 0) if alternate and n % 2 else (0, 1):
+            start = clock()
+            outs[i] = run(i)
+            times[i].append(clock() - start)
+    same = outs[0].shape == outs[1].shape and np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
+    return times[0], times[1], same

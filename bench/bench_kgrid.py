@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import in_turns
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
@@ -131,16 +132,13 @@ def paths(
         for m in (int(r) for r in rows.split(",")):
             x = rng.normal(0, 1, (m, K)).astype(np.float32)
             for qtype in types:
-                times: list[list[float]] = [[], []]
-                out = [np.zeros(0)] * 2
-                for n in range(repeat):
-                    for way in (0, 1) if n % 2 == 0 else (1, 0):  # in turns, each first every other time
-                        lib.strata_grid_gather_free((0, 0x7FFFFFFF)[way])
-                        start = clock()
-                        out[way] = ops.linear(x, packed[qtype])
-                        times[way].append(clock() - start)
-                same = np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
-                a, b = statistics.median(times[0]), statistics.median(times[1])
+
+                def way(i: int, x: np.ndarray = x, w: Weight = packed[qtype]) -> np.ndarray:
+                    lib.strata_grid_gather_free((0, 0x7FFFFFFF)[i])
+                    return ops.linear(x, w)
+
+                ta, tb, same = in_turns(way, repeat, clock, alternate=True)
+                a, b = statistics.median(ta), statistics.median(tb)
                 print(f"{qtype.name:9}{m:5d}{a * 1e3:11.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
     finally:
         lib.strata_grid_gather_free(-2)
@@ -164,15 +162,10 @@ def builds(
     for m in (int(r) for r in rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
         for qtype in packed:
-            times: list[list[float]] = [[], []]
-            out = [np.zeros(0)] * 2
-            for n in range(repeat):
-                for way in (0, 1) if n % 2 == 0 else (1, 0):  # in turns, each first every other time
-                    start = clock()
-                    out[way] = both[way].linear(x, packed[qtype])
-                    times[way].append(clock() - start)
-            same = np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
-            a, b = statistics.median(times[0]), statistics.median(times[1])
+            ta, tb, same = in_turns(
+                lambda i, x=x, w=packed[qtype]: both[i].linear(x, w), repeat, clock, alternate=True
+            )
+            a, b = statistics.median(ta), statistics.median(tb)
             print(f"{qtype.name:9}{m:5d}{a * 1e3:9.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
 
 

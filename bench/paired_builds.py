@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import in_turns
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine, Request, SamplingParams
@@ -40,19 +40,6 @@ def bind(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(Path(path).resolve()))
     INTERFACE.bind(lib, [n for n in INTERFACE.functions if n not in PROBE_FUNCTIONS])
     return lib
-
-
-def paired(run: Callable[[int], np.ndarray], repeat: int) -> tuple[list[float], list[float], bool]:
-    """Times of run(0) and run(1) taken in turns, and whether their results are the same bits."""
-    times: tuple[list[float], list[float]] = ([], [])
-    outs: list[np.ndarray] = [np.zeros(0), np.zeros(0)]
-    for _ in range(repeat):
-        for i in (0, 1):
-            start = time.perf_counter()
-            outs[i] = run(i)
-            times[i].append(time.perf_counter() - start)
-    same = outs[0].shape == outs[1].shape and np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
-    return times[0], times[1], same
 
 
 def report(what: str, a: list[float], b: list[float], same: bool | None) -> None:
@@ -74,7 +61,7 @@ def matmul(libs: list[ctypes.CDLL], specs: list[str], threads: int, repeat: int,
         ops.lib = libs[0]
         w = ops.pack(Weight.from_info(TensorInfo("w", (n, k), qtype, values)))
         x = rng.normal(0, 1, (m, k)).astype(np.float32)
-        report(spec, *paired(one_matmul(ops, libs, x, w), repeat if m > 64 else 25 * repeat))
+        report(spec, *in_turns(one_matmul(ops, libs, x, w), repeat if m > 64 else 25 * repeat))
 
 
 def one_matmul(
@@ -90,7 +77,7 @@ def one_matmul(
 def attention(libs: list[ctypes.CDLL], lengths: list[str], threads: int, repeat: int) -> None:
     """The 1.7B shape's attention (16 query heads, 8 KV heads of 128) over a prompt of T tokens."""
     for text in lengths or ["512", "2048"]:
-        report(f"attention {text} tokens", *paired(one_attention(libs, int(text), threads), repeat))
+        report(f"attention {text} tokens", *in_turns(one_attention(libs, int(text), threads), repeat))
 
 
 def one_attention(libs: list[ctypes.CDLL], t: int, threads: int) -> Callable[[int], np.ndarray]:
@@ -133,7 +120,7 @@ def prefill(
             out.take()
         return np.zeros(0)
 
-    a, b, _ = paired(run, repeat)
+    a, b, _ = in_turns(run, repeat)
     report(f"prefill {n} tokens", a, b, None)  # each prompt differs: the time alone
 
 
