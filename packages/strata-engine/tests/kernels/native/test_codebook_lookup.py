@@ -84,8 +84,10 @@ def exact_values(data: np.ndarray, qtype: QT) -> np.ndarray:
 
 
 def activations(m: int, scale: float, rng: np.random.Generator) -> np.ndarray:
-    """Integers in [-127, 127] times a power of two (held exactly by the limbs), some blocks zero."""
-    x = rng.integers(-127, 128, size=(m, K)).astype(np.float64) * scale
+    """Integers in [-127, 127] times a power of two (held exactly by the limbs), some blocks zero.
+    Each row has its own power (scale times 1, 2, 4 or 8), so that a row given another row's block
+    scales gives other values."""
+    x = rng.integers(-127, 128, size=(m, K)).astype(np.float64) * scale * 2.0 ** (np.arange(m) % 4)[:, None]
     x[:, 32:64] = 0
     return x.astype(np.float32)
 
