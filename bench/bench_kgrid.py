@@ -1,7 +1,8 @@
 """The K-grid types' one-row matmul (decode): each held as stored against the Q6_K and Q8_0 blocks.
 
     python bench/bench_kgrid.py [--threads 1] [--repeat 30] [--rows 1,4,8] [--target avx2]
-                                [--types Q3_K,Q6_K] [--cpu-time] [--paths] [--builds A.so B.so]
+                                [--types Q3_K,Q6_K] [--cpu-time] [--paths] [--builds A.so B.so] [--llama]
+                                [--shape 2048x6144]
 
 Q3_K, IQ1_M, IQ2_XS and IQ2_S are held as the file stores them and decoded, a group of 16 rows at a
 time, on every call (native/grids.c); so are IQ2_XXS, IQ3_XXS, IQ3_S and IQ1_S (the grid types,
@@ -18,7 +19,13 @@ the two taking turns call by call in one process (each first every other time), 
 faster); the outputs of the two compared bit for bit. `--builds A.so B.so`: two builds of the kernels
 (say main's and a branch's, each `python bench/bench_kgrid.py --print-build` under that tree's sources),
 each type timed on both, taking turns call by call as `--paths` does: the medians and their ratio
-(over 1: B is faster), the outputs compared bit for bit.
+(over 1: B is faster), the outputs compared bit for bit. `--llama`: each type against llama.cpp's own
+CPU matmul on the same blocks (bench/_ggml.py: ggml_mul_mat as llama.cpp runs a weight in plain
+buffers, which is its only path for the IQ and K-grid types), taking turns, each side over copies of
+the weight larger than the cache together (`--cold-mb`, as a decode step reads them from memory;
+a weight read again from cache runs up to 1.5 times faster): the medians a call, their ratio
+(over 1: Strata is faster) and the two outputs' largest difference relative to the largest output (a
+check that both read the blocks alike: llama.cpp rounds the activations to 8 bits, so about 1e-2).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import in_turns
+from _ggml import GgmlMatmul
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
@@ -78,12 +86,17 @@ def main() -> None:
     ap.add_argument("--cpu-time", action="store_true", help="time the thread's CPU time (one thread)")
     ap.add_argument("--paths", action="store_true", help="each grid type with gathers and without (avx512)")
     ap.add_argument("--builds", nargs=2, metavar=("A", "B"), help="two kernel libraries, taking turns")
+    ap.add_argument("--shape", default="6144x2048", help="the weight's outputs x inputs (default: FFN up)")
+    ap.add_argument("--llama", action="store_true", help="each type against llama.cpp's matmul, taking turns")
+    ap.add_argument("--cold-mb", type=int, default=128, help="--llama: weight copies at least this large")
     ap.add_argument("--print-build", action="store_true", help="build the target's library; print its path")
     args = ap.parse_args()
     if args.print_build:
         target = args.target or load()[1]
         print(compile_library(list(SOURCES), TARGETS[target][1], f"strata_kernels_{target}"))
         return
+    global N, K  # every function here reads the one shape
+    N, K = (int(v) for v in args.shape.split("x"))
     types = tuple(QT[t] for t in args.types.split(",")) if args.types else TYPES
     if QT.Q6_K not in types:
         types += (QT.Q6_K,)  # the yardstick
@@ -91,6 +104,9 @@ def main() -> None:
     ops = NativeOps(args.threads, args.target, limbs=3)
     print(f"kernels {ops.name}, {args.threads} threads, {N}x{K}, best of {args.repeat}")
     rng = np.random.default_rng(0)
+    if args.llama:
+        against_llama(ops, types, args.rows, args.repeat, clock, rng, args.cold_mb)
+        return
     packed = {}
     for qtype in types:
         packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
@@ -167,6 +183,40 @@ def builds(
             )
             a, b = statistics.median(ta), statistics.median(tb)
             print(f"{qtype.name:9}{m:5d}{a * 1e3:9.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
+
+
+def against_llama(
+    ops: NativeOps, types: tuple[QT, ...], rows: str, repeat: int, clock: Callable[[], float],
+    rng: np.random.Generator, cold_mb: int,
+) -> None:  # fmt: skip
+    """Each type by Strata and by llama.cpp's ggml_mul_mat on the same blocks, in turns. Decode
+    reads every weight from memory, not from cache: each side runs in turn over copies of the
+    weight (other random blocks) that together hold at least `cold_mb` (more than the last-level
+    cache), a call's time is their mean, and the median of `repeat` rounds is printed."""
+    print(
+        f"{'type':9}{'rows':>5}{'copies':>7}{'Strata ms':>10}{'llama ms':>9}{'llama / Strata':>15}{'rel diff':>9}"
+    )
+    for m in (int(r) for r in rows.split(",")):
+        x = rng.normal(0, 1, (m, K)).astype(np.float32)
+        for qtype in types:
+            block, size = GGML_QUANT_SIZES[qtype]
+            copies = max(1, min(64, -(-cold_mb * 2**20 // (N * K // block * size))))
+            stored = [blocks(qtype, rng) for _ in range(copies)]
+            ours = [ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, b))) for b in stored]
+            theirs = [GgmlMatmul(int(qtype), N, K, b, m, ops.threads) for b in stored]
+            first = ops.linear(x, ours[0]), theirs[0].run(x)
+            diff = float(np.max(np.abs(first[0] - first[1])) / np.max(np.abs(first[1])))
+
+            def side(i: int, x: np.ndarray = x, ours: list = ours, theirs: list = theirs) -> np.ndarray:
+                for w, g in zip(ours, theirs, strict=True):
+                    out = ops.linear(x, w) if i == 0 else g.run(x)
+                return out
+
+            ts, tl, _ = in_turns(side, repeat, clock, alternate=True)
+            for g in theirs:
+                g.close()
+            s, ll = statistics.median(ts) / copies, statistics.median(tl) / copies
+            print(f"{qtype.name:9}{m:5d}{copies:7d}{s * 1e3:10.3f}{ll * 1e3:9.3f}{ll / s:15.2f}{diff:9.1e}")
 
 
 if __name__ == "__main__":
