@@ -18,8 +18,8 @@ timed both ways the build decodes it, with gathers and without (grids.c's strata
 the two taking turns call by call in one process (each first every other time), their median times and ratio (over 1: the gather-free way is
 faster); the outputs of the two compared bit for bit. `--builds A.so B.so`: two builds of the kernels
 (say main's and a branch's, each `python bench/bench_kgrid.py --print-build` under that tree's sources),
-each type timed on both, taking turns call by call as `--paths` does: the medians and their ratio
-(over 1: B is faster), the outputs compared bit for bit. `--llama`: each type against llama.cpp's own
+each type timed on both, taking turns as `--paths` does, over copies of the weight as `--llama`
+below: the medians a call and their ratio (over 1: B is faster), the outputs compared bit for bit. `--llama`: each type against llama.cpp's own
 CPU matmul on the same blocks (bench/_ggml.py: ggml_mul_mat as llama.cpp runs a weight in plain
 buffers, which is its only path for the IQ and K-grid types), taking turns, each side over copies of
 the weight larger than the cache together (`--cold-mb`, as a decode step reads them from memory;
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--builds", nargs=2, metavar=("A", "B"), help="two kernel libraries, taking turns")
     ap.add_argument("--shape", default="6144x2048", help="the weight's outputs x inputs (default: FFN up)")
     ap.add_argument("--llama", action="store_true", help="each type against llama.cpp's matmul, taking turns")
-    ap.add_argument("--cold-mb", type=int, default=128, help="--llama: weight copies at least this large")
+    ap.add_argument("--cold-mb", type=int, default=128, help="--llama, --builds: copies this large")
     ap.add_argument("--print-build", action="store_true", help="build the target's library; print its path")
     args = ap.parse_args()
     if args.print_build:
@@ -107,14 +107,14 @@ def main() -> None:
     if args.llama:
         against_llama(ops, types, args.rows, args.repeat, clock, rng, args.cold_mb)
         return
+    if args.builds:
+        builds(ops, args.builds, types, args.rows, args.repeat, clock, rng, args.cold_mb)
+        return
     packed = {}
     for qtype in types:
         packed[qtype] = ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, blocks(qtype, rng))))
     if args.paths:
         paths(ops, packed, args.rows, args.repeat, clock, rng)
-        return
-    if args.builds:
-        builds(ops, args.builds, packed, args.rows, args.repeat, clock, rng)
         return
     print(f"{'type':9}{'rows':>5}{'ms':>9}{'/ Q6_K':>8}{'GB/s':>7}")
     for m in (int(r) for r in args.rows.split(",")):
@@ -160,12 +160,21 @@ def paths(
         lib.strata_grid_gather_free(-2)
 
 
+def cold_copies(qtype: QT, cold_mb: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Stored blocks of copies of the weight (other random blocks) that together hold at least
+    cold_mb, more than the last-level cache, so that each call reads its weight from memory as a
+    decode step does (one copy for cold_mb 0: read again from cache)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    copies = max(1, min(64, -(-cold_mb * 2**20 // (N * K // block * size))))
+    return [blocks(qtype, rng) for _ in range(copies)]
+
+
 def builds(
-    ops: NativeOps, libs: list[str], packed: dict[QT, Weight], rows: str, repeat: int, clock: Callable[[], float],
-    rng: np.random.Generator,
+    ops: NativeOps, libs: list[str], types: tuple[QT, ...], rows: str, repeat: int, clock: Callable[[], float],
+    rng: np.random.Generator, cold_mb: int,
 ) -> None:  # fmt: skip
-    """Each type on library A and on library B (the same packed weights), in turns: the medians and
-    their ratio A / B."""
+    """Each type on library A and on library B (the same packed weights, cold_copies of them), in
+    turns: the medians a call and their ratio A / B."""
     both = []
     for path in libs:
         lib = load_checked(Path(path))
@@ -174,15 +183,21 @@ def builds(
         other.lib = lib
         both.append(other)
     print(f"A {libs[0]}\nB {libs[1]}")
-    print(f"{'type':9}{'rows':>5}{'A ms':>9}{'B ms':>9}{'A / B':>7}  same bits")
+    print(f"{'type':9}{'rows':>5}{'copies':>7}{'A ms':>9}{'B ms':>9}{'A / B':>7}  same bits")
     for m in (int(r) for r in rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
-        for qtype in packed:
-            ta, tb, same = in_turns(
-                lambda i, x=x, w=packed[qtype]: both[i].linear(x, w), repeat, clock, alternate=True
-            )
-            a, b = statistics.median(ta), statistics.median(tb)
-            print(f"{qtype.name:9}{m:5d}{a * 1e3:9.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
+        for qtype in types:
+            ws = [
+                ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, b)))
+                for b in cold_copies(qtype, cold_mb, rng)
+            ]
+
+            def side(i: int, x: np.ndarray = x, ws: list = ws) -> np.ndarray:
+                return np.stack([both[i].linear(x, w) for w in ws])
+
+            ta, tb, same = in_turns(side, repeat, clock, alternate=True)
+            a, b = statistics.median(ta) / len(ws), statistics.median(tb) / len(ws)
+            print(f"{qtype.name:9}{m:5d}{len(ws):7d}{a * 1e3:9.3f}{b * 1e3:9.3f}{a / b:7.2f}  {same}")
 
 
 def against_llama(
@@ -199,9 +214,8 @@ def against_llama(
     for m in (int(r) for r in rows.split(",")):
         x = rng.normal(0, 1, (m, K)).astype(np.float32)
         for qtype in types:
-            block, size = GGML_QUANT_SIZES[qtype]
-            copies = max(1, min(64, -(-cold_mb * 2**20 // (N * K // block * size))))
-            stored = [blocks(qtype, rng) for _ in range(copies)]
+            stored = cold_copies(qtype, cold_mb, rng)
+            copies = len(stored)
             ours = [ops.pack(Weight.from_info(TensorInfo("w", (N, K), qtype, b))) for b in stored]
             theirs = [GgmlMatmul(int(qtype), N, K, b, m, ops.threads) for b in stored]
             first = ops.linear(x, ours[0]), theirs[0].run(x)

@@ -198,6 +198,14 @@ static inline void kgrid_prefetch(int t, const uint8_t *blk, int64_t rb) {
     }
 }
 
+/* The next group's bytes (its 16 rows follow this group's), super-block sb's share of them: over a
+ * group's super-blocks one stream in order, so that the next group's first super-blocks, which
+ * kgrid_prefetch cannot reach, arrive before they are read (a hint: no value changes). */
+static inline void next_group_prefetch(int t, const uint8_t *grp, int64_t rb, int64_t sb) {
+    const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t);
+    for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
+}
+
 #if defined(STRATA_TARGET_AVX512) || defined(STRATA_TARGET_AVX2)
 /* ---- AVX-512 and AVX2, the K-grid types: each super-block's bytes of a group's rows read once,
  * as 32-byte runs of 8 rows transposed (kgrid_raw): vector k of a run holds dword k of each row,
@@ -484,6 +492,7 @@ static inline __attribute__((always_inline)) void kgrid_groups16(int t, const ui
         uint8_t *out = dst + q8_block_at(bt, b), *qs = out + 32;
         if (j == 0) {
             kgrid_prefetch(t, blk, rb);
+            next_group_prefetch(t, grp, rb, b);
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
             memcpy(out - q8_super_bytes(bt), d, 64);
             for (int c = 0; c < kgrid_runs(t); c++) {
@@ -646,6 +655,7 @@ static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const 
     for (int64_t sb = 0; sb < nb; sb += 8) {
         const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
         kgrid_prefetch(t, blk, rb);
+        next_group_prefetch(t, grp, rb, sb);
         __m512 dv;
         if (t == WT_Q3_K) {
             uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a Q3_K d is finite here) */
@@ -1078,8 +1088,7 @@ static inline __attribute__((always_inline)) void q3k_block(const __m256i raw[2]
 static inline __attribute__((always_inline)) void kgrid_superblock(int t, const uint8_t *grp, int64_t rb, int64_t sb,
                                                                    float d[16], __m256i raw[2][4][8]) {
     const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
-    const uint8_t *ahead = grp + 16 * rb + (sb >> 3) * 16 * block_bytes(t);
-    for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) __builtin_prefetch(ahead + at);
+    next_group_prefetch(t, grp, rb, sb);
     for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
     for (int h8 = 0; h8 < 2; h8++)
         for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw(blk + 8 * h8 * rb + kgrid_run_at(t, c), rb, raw[h8][c]);
@@ -1403,6 +1412,7 @@ static inline __attribute__((always_inline)) void grid_fused_rows(int t, int fre
         int j = (int)(b & 7);
         if (j == 0) {
             kgrid_prefetch(t, blk, rb);
+            next_group_prefetch(t, grp, rb, b);
             if (free) grid_superblock8(t, 1, grp, rb, b, d, raw);
             else
                 for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
