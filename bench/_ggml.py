@@ -11,6 +11,7 @@ form and run exactly this path.
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,14 @@ class _InitParams(ctypes.Structure):
 
 
 def _libs() -> tuple[ctypes.CDLL, ctypes.CDLL]:
-    import llama_cpp  # the libraries ship in its package
+    """ggml's base and CPU libraries: LLAMA_CPP_LIB_PATH's (another build, as llama_cpp itself takes
+    it: bench/build_llama_cpp_avx2.sh's) or those llama-cpp-python's package ships."""
+    if "LLAMA_CPP_LIB_PATH" in os.environ:
+        where = Path(os.environ["LLAMA_CPP_LIB_PATH"])
+    else:
+        import llama_cpp
 
-    where = Path(llama_cpp.__file__).parent / "lib"
+        where = Path(llama_cpp.__file__).parent / "lib"
     base = ctypes.CDLL(str(where / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
     cpu = ctypes.CDLL(str(where / "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
     vp, i64 = ctypes.c_void_p, ctypes.c_int64

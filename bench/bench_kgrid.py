@@ -61,8 +61,16 @@ D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the other
 
 
 def blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
-    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01; MXFP4: its E)."""
+    """Random stored blocks with fp16 scales d of a real model's size (0.001 to 0.01; MXFP4: its E);
+    F16 and BF16: weights of a real model's spread (random bits would give NaNs and subnormals)."""
     block, size = GGML_QUANT_SIZES[qtype]
+    if qtype in (QT.F16, QT.BF16):
+        w = rng.normal(0, 0.02, size=N * K).astype(np.float32)
+        return (
+            w.astype(np.float16).view(np.uint8)
+            if qtype == QT.F16
+            else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        )
     data = rng.integers(0, 256, size=(N * K // block, size), dtype=np.uint8)
     d = np.asarray(rng.uniform(0.001, 0.01, size=data.shape[0])).astype(np.float16).view(np.uint16)
     if qtype == QT.MXFP4:  # its e8m0 byte E: scales 2^-10 .. 2^-6
