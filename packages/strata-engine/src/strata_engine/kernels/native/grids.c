@@ -1413,34 +1413,77 @@ static inline __attribute__((always_inline)) void grid_next_prefetch(int t, cons
  * picked out by vpmultishiftqb and mapped to their values by vpermb: iq3xxs16's bytes. */
 #define GRID_NO_VBMI 30 /* strata_grid_gather_free's mask bit 30: the gather-free way without VBMI */
 static uint8_t iq3xxs_lo[256] __attribute__((aligned(64))), iq3xxs_hi[256] __attribute__((aligned(64)));
+static uint8_t iq2xxs_lo[256] __attribute__((aligned(64))), iq2xxs_hi[256] __attribute__((aligned(64)));
 static int cpu_vbmi;
 
 __attribute__((constructor)) static void grid_vbmi_tables(void) {
     __builtin_cpu_init();
     cpu_vbmi = __builtin_cpu_supports("avx512vbmi");
-    for (int i = 0; i < 256; i++) iq3xxs_lo[i] = (uint8_t)iq3xxs_grid[i], iq3xxs_hi[i] = (uint8_t)(iq3xxs_grid[i] >> 8 & 15);
+    for (int i = 0; i < 256; i++) {
+        iq3xxs_lo[i] = (uint8_t)iq3xxs_grid[i], iq3xxs_hi[i] = (uint8_t)(iq3xxs_grid[i] >> 8 & 15);
+        iq2xxs_lo[i] = (uint8_t)iq2xxs_grid[i], iq2xxs_hi[i] = (uint8_t)(iq2xxs_grid[i] >> 8);
+    }
 }
 
 #pragma GCC push_options
 #pragma GCC target("avx512vbmi")
 /* The tables and controls, loaded once a group. */
 typedef struct {
-    __m512i lo[4], hi[4], pick[2], field[2], values;
+    __m512i lo[4], hi[4], pick[2], field[4], values;
 } vbmi_consts;
 
-static inline __attribute__((always_inline)) void vbmi_setup(vbmi_consts *c) {
+/* Type t's (IQ3_XXS, IQ2_XXS) tables; field[e] (IQ2_XXS: [2 e + h]) picks quad 2 p + e's (2 p + h's) fields. */
+static inline __attribute__((always_inline)) void vbmi_setup(int t, vbmi_consts *c) {
+    const uint8_t *lo = t == WT_IQ3_XXS ? iq3xxs_lo : iq2xxs_lo, *hi = t == WT_IQ3_XXS ? iq3xxs_hi : iq2xxs_hi;
     for (int k = 0; k < 4; k++)
-        c->lo[k] = _mm512_load_si512((const void *)(iq3xxs_lo + 64 * k)), c->hi[k] = _mm512_load_si512((const void *)(iq3xxs_hi + 64 * k));
-    uint8_t pick[2][64], field[2][64], values[64];
+        c->lo[k] = _mm512_load_si512((const void *)(lo + 64 * k)), c->hi[k] = _mm512_load_si512((const void *)(hi + 64 * k));
+    uint8_t pick[2][64], field[4][64], values[64];
     for (int b = 0; b < 64; b++) { /* byte b = 8 q + 2 w + s: row 2 q + (w >> 1), entry e + (w & 1), its low byte (s 0) or high */
         int q = b >> 3, w = (b >> 1) & 3;
         for (int e = 0; e < 2; e++) pick[e][b] = (uint8_t)(4 * (2 * q + (w >> 1)) + 2 * e + (w & 1));
         int o = (b >> 2) & 1, k = b & 3; /* quad byte 4 o + k of the qword: row 2 q + o's value k, at bit 3 k of its word */
-        for (int e = 0; e < 2; e++) field[e][b] = (uint8_t)(16 * (2 * o + e) + 3 * k);
-        values[b] = (uint8_t)(4 + 8 * (b & 7) + ((b & 7) == 7 ? 2 : 0)); /* iq3_values' 4, 12, .., 52, 62 */
+        for (int f = 0; f < 4; f++) /* IQ2_XXS: entry f >> 1's values 4 (f & 1) + k, 2 bits each */
+            field[f][b] = (uint8_t)(t == WT_IQ3_XXS ? 16 * (2 * o + (f & 1)) + 3 * k : 16 * (2 * o + (f >> 1)) + 8 * (f & 1) + 2 * k);
+        int v = b & (t == WT_IQ3_XXS ? 7 : 3);
+        values[b] = (uint8_t)(t == WT_IQ3_XXS ? 4 + 8 * v + (v == 7 ? 2 : 0) /* iq3_values' 4, 12, .., 52, 62 */
+                                              : 8 + 17 * v + (v >> 1));     /* iq2xxs_bytes' 8, 25, 43 */
     }
-    for (int e = 0; e < 2; e++) c->pick[e] = _mm512_loadu_si512(pick[e]), c->field[e] = _mm512_loadu_si512(field[e]);
+    for (int e = 0; e < 2; e++) c->pick[e] = _mm512_loadu_si512(pick[e]);
+    for (int f = 0; f < 4; f++) c->field[f] = _mm512_loadu_si512(field[f]);
     c->values = _mm512_loadu_si512(values);
+}
+
+/* Entries 2p, 2p + 1 of x's (a lane a row: 4 index bytes) 16 rows: their codes as words, pick's layout. */
+static inline __attribute__((always_inline)) __m512i vbmi_codes(const vbmi_consts *c, __m512i x, int p) {
+    const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
+    __m512i at = _mm512_permutexvar_epi8(c->pick[p & 1], x);
+    __mmask64 top = _mm512_movepi8_mask(at); /* indices 128-255 */
+    __m512i lo = _mm512_mask_blend_epi8(odd, _mm512_permutex2var_epi8(c->lo[0], at, c->lo[1]),
+                                        _mm512_permutex2var_epi8(c->hi[0], at, c->hi[1]));
+    __m512i hi = _mm512_mask_blend_epi8(odd, _mm512_permutex2var_epi8(c->lo[2], at, c->lo[3]),
+                                        _mm512_permutex2var_epi8(c->hi[2], at, c->hi[3]));
+    return _mm512_mask_blend_epi8(top, lo, hi);
+}
+
+/* IQ2_XXS's block j of 16 rows from its super-block's runs (kgrid_raw16 at 2 and 34: run[j >> 2]'s
+ * dword 2 (j & 3) the index bytes, the next the sign-and-scale word): iq2xxs16's bytes and scales. */
+static inline __attribute__((always_inline)) __m512 iq2xxs16_vbmi(const vbmi_consts *c, const __m512i run[2][8], int j, __m512 dv,
+                                                                  __m512i q[8]) {
+    __m512i x = run[j >> 2][2 * (j & 3)], aux = run[j >> 2][2 * (j & 3) + 1];
+    __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
+    __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.25f));
+    __mmask64 z = zero_rows(scale);
+    __m512i s8 = signs7_bytes(aux);
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++) {
+        __m512i code = vbmi_codes(c, x, p);
+#pragma GCC unroll 4
+        for (int f = 0; f < 4; f++) { /* quad 4p + f: entry 2p + (f >> 1)'s half f & 1 */
+            __m512i v = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(c->field[f], code), c->values);
+            q[4 * p + f] = quad_bytes(v, quad_signs(s8, 4 * p + f), z);
+        }
+    }
+    return scale;
 }
 
 /* IQ3_XXS's block j of 16 rows from its super-block's runs (kgrid_raw16: idx[k] the index dwords
@@ -1452,17 +1495,9 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_vbmi(const vbmi_con
     __m512 scale = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_add_ps(_mm512_set1_ps(0.5f), sub)), _mm512_set1_ps(0.5f));
     __mmask64 z = zero_rows(scale);
     __m512i s8 = signs7_bytes(aux);
-    const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) { /* entries 2p, 2p + 1: each row's codes as words (pick's layout) */
-        __m512i x = idx[j >> 2][2 * (j & 3) + (p >> 1)];
-        __m512i at = _mm512_permutexvar_epi8(c->pick[p & 1], x);
-        __mmask64 top = _mm512_movepi8_mask(at); /* indices 128-255 */
-        __m512i lo = _mm512_mask_blend_epi8(odd, _mm512_permutex2var_epi8(c->lo[0], at, c->lo[1]),
-                                            _mm512_permutex2var_epi8(c->hi[0], at, c->hi[1]));
-        __m512i hi = _mm512_mask_blend_epi8(odd, _mm512_permutex2var_epi8(c->lo[2], at, c->lo[3]),
-                                            _mm512_permutex2var_epi8(c->hi[2], at, c->hi[3]));
-        __m512i code = _mm512_mask_blend_epi8(top, lo, hi);
+    for (int p = 0; p < 4; p++) { /* entries 2p, 2p + 1 */
+        __m512i code = vbmi_codes(c, idx[j >> 2][2 * (j & 3) + (p >> 1)], p);
 #pragma GCC unroll 2
         for (int e = 0; e < 2; e++) {
             __m512i v = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(c->field[e], code), c->values);
@@ -1472,12 +1507,11 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_vbmi(const vbmi_con
     return scale;
 }
 
-/* grid_fused_rows's steps for IQ3_XXS with iq3xxs16_vbmi (M a constant). */
-static inline __attribute__((always_inline)) void grid_vbmi_rows(const uint8_t *grp, int64_t rb, int64_t nb, int M, const int8_t *xq,
-                                                                 const int32_t *start, const float *xs, float *y) {
-    const int t = WT_IQ3_XXS;
+/* grid_fused_rows's steps for IQ3_XXS or IQ2_XXS with their VBMI decoding (t and M constants). */
+static inline __attribute__((always_inline)) void grid_vbmi_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                                 const int8_t *xq, const int32_t *start, const float *xs, float *y) {
     vbmi_consts c;
-    vbmi_setup(&c);
+    vbmi_setup(t, &c);
     __m512 acc[GRID_FUSED];
     for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
     float d[16];
@@ -1490,10 +1524,11 @@ static inline __attribute__((always_inline)) void grid_vbmi_rows(const uint8_t *
             for (int o = 0; o < 16; o++) d[o] = f16_at(blk + o * rb);
             kgrid_raw16(blk + 2, rb, idx[0]);
             kgrid_raw16(blk + 34, rb, idx[1]);
-            kgrid_raw16(blk + 66, rb, aux);
+            if (t == WT_IQ3_XXS) kgrid_raw16(blk + 66, rb, aux);
         }
         __m512i q[8];
-        __m512 scale = iq3xxs16_vbmi(&c, (const __m512i(*)[8])idx, aux, j, _mm512_loadu_ps(d), q);
+        __m512 scale = t == WT_IQ3_XXS ? iq3xxs16_vbmi(&c, (const __m512i(*)[8])idx, aux, j, _mm512_loadu_ps(d), q)
+                                       : iq2xxs16_vbmi(&c, (const __m512i(*)[8])idx, j, _mm512_loadu_ps(d), q);
         const int8_t *xr[GRID_FUSED];
         const int32_t *st[GRID_FUSED];
         float s[GRID_FUSED];
@@ -1503,14 +1538,20 @@ static inline __attribute__((always_inline)) void grid_vbmi_rows(const uint8_t *
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-static void grid_vbmi_type(const uint8_t *grp, int64_t rb, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
-                           const float *xs, float *y) {
+static inline __attribute__((always_inline)) void grid_vbmi_rows_of(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M,
+                                                                    const int8_t *xq, const int32_t *start, const float *xs, float *y) {
     switch (M) { /* constants: the rows' chains in registers */
-    case 1: grid_vbmi_rows(grp, rb, nb, 1, xq, start, xs, y); break;
-    case 2: grid_vbmi_rows(grp, rb, nb, 2, xq, start, xs, y); break;
-    case 3: grid_vbmi_rows(grp, rb, nb, 3, xq, start, xs, y); break;
-    default: grid_vbmi_rows(grp, rb, nb, 4, xq, start, xs, y); break;
+    case 1: grid_vbmi_rows(t, grp, rb, nb, 1, xq, start, xs, y); break;
+    case 2: grid_vbmi_rows(t, grp, rb, nb, 2, xq, start, xs, y); break;
+    case 3: grid_vbmi_rows(t, grp, rb, nb, 3, xq, start, xs, y); break;
+    default: grid_vbmi_rows(t, grp, rb, nb, 4, xq, start, xs, y); break;
     }
+}
+
+static void grid_vbmi_type(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                           const float *xs, float *y) {
+    if (t == WT_IQ3_XXS) grid_vbmi_rows_of(WT_IQ3_XXS, grp, rb, nb, M, xq, start, xs, y);
+    else grid_vbmi_rows_of(WT_IQ2_XXS, grp, rb, nb, M, xq, start, xs, y);
 }
 #pragma GCC pop_options
 
@@ -1588,8 +1629,8 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
     if (!wtype_grid(t) || M > GRID_FUSED) return 0;
     int64_t rb = row_bytes(t, 32 * nb);
     int free = gather_free >> t & 1;
-    if (t == WT_IQ3_XXS && free && cpu_vbmi && !(gather_free >> GRID_NO_VBMI & 1)) {
-        grid_vbmi_type(grp, rb, nb, M, xq, start, xs, y);
+    if ((t == WT_IQ3_XXS || t == WT_IQ2_XXS) && free && cpu_vbmi && !(gather_free >> GRID_NO_VBMI & 1)) {
+        grid_vbmi_type(t, grp, rb, nb, M, xq, start, xs, y);
         return 1;
     }
     switch (t) { /* a constant type */
