@@ -350,3 +350,30 @@ def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: i
             assert_held_gives_the_q8_0_bits(held, ref, values, "avx512", mode)
     finally:
         lib.strata_grid_gather_free(-2)
+
+
+# ---- IQ2_XXS and IQ3_XXS on a CPU with AVX512_VBMI: their gather-free way's few-row steps decode by
+# byte permutes (grids.c's iq3xxs16_vbmi, iq2xxs16_vbmi) unless mask bit 30 asks for the plain way,
+# which EVERY_WAY above sets (so the test above runs the plain way there)
+
+VBMI_WAY = EVERY_WAY & ~(1 << 30)
+
+
+def _vbmi() -> bool:
+    """Whether /proc/cpuinfo lists avx512vbmi (the kernels ask cpuid instead)."""
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+        return any(line.startswith("flags") and "avx512vbmi" in line.split() for line in info)
+
+
+@pytest.mark.parametrize("qtype", (QT.IQ2_XXS, QT.IQ3_XXS), ids=lambda q: q.name)
+def test_the_vbmi_decoding_gives_the_reference_bits_and_gguf_pys_values(qtype: QT) -> None:
+    """Every grid entry and sign set through the permute tables, in every entry's place of a block:
+    the Q8_0 blocks' bits at HELD_ROWS' 1 to 4 rows (the VBMI steps) and the rest, gguf-py's values."""
+    lib = _avx512().lib
+    if not _vbmi():
+        pytest.skip("this CPU lacks AVX512_VBMI")
+    try:
+        assert lib.strata_grid_gather_free(VBMI_WAY) == VBMI_WAY
+        assert_held_gives_the_q8_0_bits(*weights(qtype), "avx512", "limb3")
+    finally:
+        lib.strata_grid_gather_free(-2)
