@@ -1407,7 +1407,7 @@ static inline __attribute__((always_inline)) void grid_next_prefetch(int t, cons
     for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) _mm_prefetch((const char *)(ahead + at), _MM_HINT_T0);
 }
 
-/* ---- AVX-512 with VBMI (a CPU with it: GRID_VBMI below): IQ3_XXS's block of 16 rows decoded in
+/* ---- AVX-512 with VBMI (a CPU with it: cpu_vbmi below): IQ3_XXS's block of 16 rows decoded in
  * registers, without a gather or a scalar load: the grid's 12-bit codes looked up by byte permutes
  * (vpermi2b) from 256-byte tables of their low bytes and high nibbles, each code's four 3-bit fields
  * picked out by vpmultishiftqb and mapped to their values by vpermb: iq3xxs16's bytes. */
@@ -1425,15 +1425,14 @@ __attribute__((constructor)) static void grid_vbmi_tables(void) {
     }
 }
 
-#pragma GCC push_options
-#pragma GCC target("avx512vbmi")
+#define GRID_VBMI_FN __attribute__((target("avx512vbmi"))) /* on these functions only (GCC and clang alike) */
 /* The tables and controls, loaded once a group. */
 typedef struct {
     __m512i lo[4], hi[4], pick[2], field[4], values;
 } vbmi_consts;
 
 /* Type t's (IQ3_XXS, IQ2_XXS) tables; field[e] (IQ2_XXS: [2 e + h]) picks quad 2 p + e's (2 p + h's) fields. */
-static inline __attribute__((always_inline)) void vbmi_setup(int t, vbmi_consts *c) {
+static inline __attribute__((always_inline)) GRID_VBMI_FN void vbmi_setup(int t, vbmi_consts *c) {
     const uint8_t *lo = t == WT_IQ3_XXS ? iq3xxs_lo : iq2xxs_lo, *hi = t == WT_IQ3_XXS ? iq3xxs_hi : iq2xxs_hi;
     for (int k = 0; k < 4; k++)
         c->lo[k] = _mm512_load_si512((const void *)(lo + 64 * k)), c->hi[k] = _mm512_load_si512((const void *)(hi + 64 * k));
@@ -1454,7 +1453,7 @@ static inline __attribute__((always_inline)) void vbmi_setup(int t, vbmi_consts 
 }
 
 /* Entries 2p, 2p + 1 of x's (a lane a row: 4 index bytes) 16 rows: their codes as words, pick's layout. */
-static inline __attribute__((always_inline)) __m512i vbmi_codes(const vbmi_consts *c, __m512i x, int p) {
+static inline __attribute__((always_inline)) GRID_VBMI_FN __m512i vbmi_codes(const vbmi_consts *c, __m512i x, int p) {
     const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
     __m512i at = _mm512_permutexvar_epi8(c->pick[p & 1], x);
     __mmask64 top = _mm512_movepi8_mask(at); /* indices 128-255 */
@@ -1467,7 +1466,7 @@ static inline __attribute__((always_inline)) __m512i vbmi_codes(const vbmi_const
 
 /* IQ2_XXS's block j of 16 rows from its super-block's runs (kgrid_raw16 at 2 and 34: run[j >> 2]'s
  * dword 2 (j & 3) the index bytes, the next the sign-and-scale word): iq2xxs16's bytes and scales. */
-static inline __attribute__((always_inline)) __m512 iq2xxs16_vbmi(const vbmi_consts *c, const __m512i run[2][8], int j, __m512 dv,
+static inline __attribute__((always_inline)) GRID_VBMI_FN __m512 iq2xxs16_vbmi(const vbmi_consts *c, const __m512i run[2][8], int j, __m512 dv,
                                                                   __m512i q[8]) {
     __m512i x = run[j >> 2][2 * (j & 3)], aux = run[j >> 2][2 * (j & 3) + 1];
     __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
@@ -1488,7 +1487,7 @@ static inline __attribute__((always_inline)) __m512 iq2xxs16_vbmi(const vbmi_con
 
 /* IQ3_XXS's block j of 16 rows from its super-block's runs (kgrid_raw16: idx[k] the index dwords
  * 0-7 (k 0) and 8-15 (k 1), aux the sign-and-scale words): the scales returned, q[r] iq3xxs16's. */
-static inline __attribute__((always_inline)) __m512 iq3xxs16_vbmi(const vbmi_consts *c, const __m512i idx[2][8], const __m512i aux8[8],
+static inline __attribute__((always_inline)) GRID_VBMI_FN __m512 iq3xxs16_vbmi(const vbmi_consts *c, const __m512i idx[2][8], const __m512i aux8[8],
                                                                    int j, __m512 dv, __m512i q[8]) {
     __m512i aux = aux8[j];
     __m512 sub = _mm512_cvtepi32_ps(_mm512_srli_epi32(aux, 28));
@@ -1508,7 +1507,7 @@ static inline __attribute__((always_inline)) __m512 iq3xxs16_vbmi(const vbmi_con
 }
 
 /* grid_fused_rows's steps for IQ3_XXS or IQ2_XXS with their VBMI decoding (t and M constants). */
-static inline __attribute__((always_inline)) void grid_vbmi_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+static inline __attribute__((always_inline)) GRID_VBMI_FN void grid_vbmi_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
                                                                  const int8_t *xq, const int32_t *start, const float *xs, float *y) {
     vbmi_consts c;
     vbmi_setup(t, &c);
@@ -1538,7 +1537,7 @@ static inline __attribute__((always_inline)) void grid_vbmi_rows(int t, const ui
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-static inline __attribute__((always_inline)) void grid_vbmi_rows_of(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M,
+static inline __attribute__((always_inline)) GRID_VBMI_FN void grid_vbmi_rows_of(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M,
                                                                     const int8_t *xq, const int32_t *start, const float *xs, float *y) {
     switch (M) { /* constants: the rows' chains in registers */
     case 1: grid_vbmi_rows(t, grp, rb, nb, 1, xq, start, xs, y); break;
@@ -1548,12 +1547,11 @@ static inline __attribute__((always_inline)) void grid_vbmi_rows_of(int t, const
     }
 }
 
-static void grid_vbmi_type(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+static GRID_VBMI_FN void grid_vbmi_type(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                            const float *xs, float *y) {
     if (t == WT_IQ3_XXS) grid_vbmi_rows_of(WT_IQ3_XXS, grp, rb, nb, M, xq, start, xs, y);
     else grid_vbmi_rows_of(WT_IQ2_XXS, grp, rb, nb, M, xq, start, xs, y);
 }
-#pragma GCC pop_options
 
 /* A grid type's group (t, free and M constants; free: half8's gather-free decoding) against M rows'
  * limbs xq [M][nb][3][32], starts [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
