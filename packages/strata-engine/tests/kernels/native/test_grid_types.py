@@ -352,11 +352,12 @@ def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: i
         lib.strata_grid_gather_free(-2)
 
 
-# ---- IQ2_XXS and IQ3_XXS on a CPU with AVX512_VBMI: their gather-free way's few-row steps decode by
-# byte permutes (grids.c's iq3xxs16_vbmi, iq2xxs16_vbmi) unless mask bit 30 asks for the plain way,
-# which EVERY_WAY above sets (so the test above runs the plain way there)
+# ---- IQ2_XXS, IQ3_XXS and IQ3_S on a CPU with AVX512_VBMI: their few-row steps decode by byte
+# permutes (grids.c's iq2xxs16_vbmi, iq3xxs16_vbmi, iq3s16_vbmi) whichever way their bit picks, unless
+# mask bit 30 asks for the way without them (EVERY_WAY above sets it: there the plain gather-free way)
 
-VBMI_WAY = EVERY_WAY & ~(1 << 30)
+NO_VBMI = 1 << 30
+VBMI_WAYS = {"vbmi": EVERY_WAY & ~NO_VBMI, "gathers-without-vbmi": NO_VBMI}
 
 
 def _vbmi() -> bool:
@@ -365,15 +366,17 @@ def _vbmi() -> bool:
         return any(line.startswith("flags") and "avx512vbmi" in line.split() for line in info)
 
 
-@pytest.mark.parametrize("qtype", (QT.IQ2_XXS, QT.IQ3_XXS), ids=lambda q: q.name)
-def test_the_vbmi_decoding_gives_the_reference_bits_and_gguf_pys_values(qtype: QT) -> None:
+@pytest.mark.parametrize("way", VBMI_WAYS)
+@pytest.mark.parametrize("qtype", (QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S), ids=lambda q: q.name)
+def test_the_vbmi_decoding_and_the_gathers_without_it_give_the_reference_bits(qtype: QT, way: str) -> None:
     """Every grid entry and sign set through the permute tables, in every entry's place of a block:
-    the Q8_0 blocks' bits at HELD_ROWS' 1 to 4 rows (the VBMI steps) and the rest, gguf-py's values."""
+    the Q8_0 blocks' bits at HELD_ROWS' 1 to 4 rows (the VBMI steps) and the rest, gguf-py's values;
+    and the gathers' steps, which mask 0 no longer reaches on such a CPU."""
     lib = _avx512().lib
     if not _vbmi():
         pytest.skip("this CPU lacks AVX512_VBMI")
     try:
-        assert lib.strata_grid_gather_free(VBMI_WAY) == VBMI_WAY
+        assert lib.strata_grid_gather_free(VBMI_WAYS[way]) == VBMI_WAYS[way]
         assert_held_gives_the_q8_0_bits(*weights(qtype), "avx512", "limb3")
     finally:
         lib.strata_grid_gather_free(-2)
