@@ -350,3 +350,43 @@ def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: i
             assert_held_gives_the_q8_0_bits(held, ref, values, "avx512", mode)
     finally:
         lib.strata_grid_gather_free(-2)
+
+
+# ---- IQ2_XXS, IQ3_XXS and IQ3_S on a CPU with AVX512_VBMI: their few-row steps decode by byte
+# permutes (grids.c's iq2xxs16_vbmi, iq3xxs16_vbmi, iq3s16_vbmi) whichever way their bit picks, unless
+# mask bit 30 asks for the way without them (EVERY_WAY above sets it: there the plain gather-free way)
+
+NO_VBMI = 1 << 30
+VBMI_WAYS = {"vbmi": EVERY_WAY & ~NO_VBMI, "gathers-without-vbmi": NO_VBMI}
+
+
+def _vbmi() -> bool:
+    """Whether /proc/cpuinfo lists avx512vbmi (the kernels ask cpuid instead)."""
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+        return any(line.startswith("flags") and "avx512vbmi" in line.split() for line in info)
+
+
+@pytest.mark.parametrize("way", VBMI_WAYS)
+@pytest.mark.parametrize("qtype", (QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S), ids=lambda q: q.name)
+def test_the_vbmi_decoding_and_the_gathers_without_it_give_the_reference_bits(qtype: QT, way: str) -> None:
+    """Every grid entry and sign set through the permute tables, in every entry's place of a block:
+    the Q8_0 blocks' bits at HELD_ROWS' 1 to 4 rows (the VBMI steps) and the rest, gguf-py's values;
+    and the gathers' steps, which mask 0 no longer reaches on such a CPU."""
+    lib = _avx512().lib
+    if not _vbmi():
+        pytest.skip("this CPU lacks AVX512_VBMI")
+    stored = every_entry(qtype, seed=int(qtype))
+    if qtype == QT.IQ3_S:  # every_entry's ninth bits change only every 256 indices: each its own too
+        blocks = stored.reshape(-1, GGML_QUANT_SIZES[qtype][1])
+        blocks[:, 66:74] = np.random.default_rng(3).integers(0, 256, size=(len(blocks), 8), dtype=np.uint8)
+    q8 = transcode.to_q8_0(stored, qtype)
+    assert q8 is not None
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
+    try:
+        assert lib.strata_grid_gather_free(VBMI_WAYS[way]) == VBMI_WAYS[way]
+        assert_held_gives_the_q8_0_bits(
+            held, Weight("w8", N, K, TYPES[QT.Q8_0].code, q8), values, "avx512", "limb3"
+        )
+    finally:
+        lib.strata_grid_gather_free(-2)
