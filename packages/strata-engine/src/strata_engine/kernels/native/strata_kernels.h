@@ -126,8 +126,9 @@ int strata_amx_use(int want);
 
 /* grids.c: which grid and K-grid types (bit t: weight type code t) the avx512 build decodes without
  * gathers, as the avx2 build does. mask >= 0: set; -1: ask; -2: this CPU's default (AMD's: the types
- * measured faster so; others: none). Returns the mask in force; -1 in the other builds (one way a
- * type). The bits are the same either way. */
+ * measured faster so; others: none). Bit 30 set: a CPU with AVX512_VBMI decodes IQ2_XXS, IQ3_XXS and
+ * IQ3_S at one to four rows as the type's bit says too (clear: by byte permutes, either way). Returns
+ * the mask in force; -1 in the other builds (one way a type). The bits are the same either way. */
 int strata_grid_gather_free(int mask);
 
 /* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
