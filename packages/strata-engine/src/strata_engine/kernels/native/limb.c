@@ -219,6 +219,9 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
  * packed tiles (limb_q6k_rows, 4 rows) ran 1.13-1.59 times as fast at 6 to 12 rows (Zen 5); from
  * 16 rows (AMX_MIN_ROWS: AMX's calls) unchanged. */
 #define LIMB_UNPACK_Q6_K 16
+/* Rows from which a call takes Q8_0 and the types expanded to bytes (grid, K-grid) two groups a
+ * tile (limb_pair): past decode's 1 to 8 rows (KGRID_ROWS), which keep their tiles. */
+#define LIMB_PAIR_ROWS 9
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
@@ -1118,24 +1121,26 @@ static inline __attribute__((always_inline)) void limb_q6k_rows(int t, const uin
     }
 }
 
-/* Q6_K and Q5_K (and Q4_K) unpacked to a byte a weight for many rows (t: WT_Q6_K_BYTES,
- * WT_Q5_K_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each activation
- * broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps 12 chains
- * with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
- * limb_group_rows's 4-row tiles. Each output's integer sums and float sequence are theirs (Q6_K
- * both halves of a block in one pass, Q5_K's min after its one scale): the same bits. */
+/* Byte types for many rows (t: Q6_K and Q5_K (and Q4_K) unpacked, WT_Q6_K_BYTES, WT_Q5_K_BYTES;
+ * Q8_0's stored groups, and the grid, K-grid and codebook types' groups expanded to Q8_0's bytes or
+ * to WT_Q6_K_BYTES / WT_IQ2_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each
+ * activation broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps
+ * 12 chains with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
+ * limb_group_rows's tiles. Each output's integer sums and float sequence are theirs (Q6_K
+ * both halves of a block in one pass, Q5_K's min after its one scale, Q8_0's one scale a block):
+ * the same bits. */
 static inline __attribute__((always_inline)) void limb_pair_rows(int t, const uint8_t *const *grp, int64_t nb,
                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
                                                                  vf *acc) {
-    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t);
+    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
     for (int i = 0; i < 2 * rows; i++) acc[i] = vf_zero(); /* acc[k * rows + i]: group k, row i */
     for (int64_t b = 0; b < nb; b++) {
         const float *head[2];
         const int8_t *xq[LIMB_ROWS];
         const int32_t *start[LIMB_ROWS];
         const uint8_t *blk[2];
-        blk[0] = limb_block(t, 1, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
-        blk[1] = limb_block(t, 1, grp[1], b, nb, xr, limbs, m0, 0, &head[1], xq, start); /* its bytes and head only */
+        blk[0] = limb_block(t, kq, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
+        blk[1] = limb_block(t, kq, grp[1], b, nb, xr, limbs, m0, 0, &head[1], xq, start); /* its bytes and head only */
         const uint8_t *qs0 = q8_quants(t, blk[0]), *qs1 = q8_quants(t, blk[1]);
 #pragma GCC unroll 2
         for (int h = 0; h < halves; h++) {
@@ -1170,33 +1175,64 @@ static inline __attribute__((always_inline)) void limb_pair_rows(int t, const ui
     }
 }
 
-/* Groups g and g + 1 of one weight of type wtype (Q6_K, Q5_K, Q4_K; g + 1 may be its last, partial
- * one) for many rows: both unpacked once to t's bytes, then limb_pair_rows's tiles. */
-static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
-                                                const uint8_t *packed, int64_t g, int64_t N, const float *bias,
-                                                float *y) {
-    int64_t bytes_per = q8_group_bytes(t, nb);
-    uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)(2 * bytes_per));
-    if (!bytes) return; /* out of memory: counted */
-    const uint8_t *grp[2] = {bytes, bytes + bytes_per};
-    for (int k = 0; k < 2; k++) unpack_group(wtype, packed + (g + k) * q8_group_bytes(wtype, nb), nb, bytes + k * bytes_per);
-    int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
+/* Rows 0 .. M of groups g and g + 1 (grp: t's bytes; outs: g + 1's outputs) in limb_pair_rows's
+ * tiles of constant type T, limbs and rows. */
+static inline __attribute__((always_inline)) void limb_pair_tiles(int T, const uint8_t *const *grp, const limb_rows *xr,
+                                                                  int64_t M, int64_t nb, int limbs, int64_t g, int outs,
+                                                                  int64_t N, const float *bias, float *y) {
     int mr = limbs == 3 ? 2 : 3;
     for (int64_t m0 = 0; m0 < M; m0 += mr) {
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[2 * LIMB_ROWS];
-#define LIMB_PAIR(T)                                                                                                   \
-    if (limbs == 3 && rows == 2) limb_pair_rows(T, grp, nb, xr, 3, m0, 2, acc);                                        \
-    else if (limbs == 3) limb_pair_rows(T, grp, nb, xr, 3, m0, 1, acc);                                                \
-    else if (rows == 3) limb_pair_rows(T, grp, nb, xr, 2, m0, 3, acc);                                                 \
-    else if (rows == 2) limb_pair_rows(T, grp, nb, xr, 2, m0, 2, acc);                                                 \
-    else limb_pair_rows(T, grp, nb, xr, 2, m0, 1, acc);
-        if (t == WT_Q6_K_BYTES) { LIMB_PAIR(WT_Q6_K_BYTES) }
-        else { LIMB_PAIR(WT_Q5_K_BYTES) }
-#undef LIMB_PAIR
+        if (limbs == 3 && rows == 2) limb_pair_rows(T, grp, nb, xr, 3, m0, 2, acc);
+        else if (limbs == 3) limb_pair_rows(T, grp, nb, xr, 3, m0, 1, acc);
+        else if (rows == 3) limb_pair_rows(T, grp, nb, xr, 2, m0, 3, acc);
+        else if (rows == 2) limb_pair_rows(T, grp, nb, xr, 2, m0, 2, acc);
+        else limb_pair_rows(T, grp, nb, xr, 2, m0, 1, acc);
         q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
         q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
     }
+}
+
+/* The K-quants' bytes (Q6_K's, also the K-grid types', and Q5_K's) and the 8-bit bytes (Q8_0's, as
+ * stored or expanded, and the IQ2 bytes) in functions of their own: in one, the K-quants' tiles
+ * compiled 1.05 times slower. */
+static __attribute__((noinline)) void limb_pair_k(int t, const uint8_t *const *grp, const limb_rows *xr, int64_t M,
+                                                  int64_t nb, int limbs, int64_t g, int outs, int64_t N, const float *bias,
+                                                  float *y) {
+    if (t == WT_Q6_K_BYTES) limb_pair_tiles(WT_Q6_K_BYTES, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else limb_pair_tiles(WT_Q5_K_BYTES, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+}
+static __attribute__((noinline)) void limb_pair_8(int t, const uint8_t *const *grp, const limb_rows *xr, int64_t M,
+                                                  int64_t nb, int limbs, int64_t g, int outs, int64_t N, const float *bias,
+                                                  float *y) {
+    if (t == WT_IQ2_BYTES) limb_pair_tiles(WT_IQ2_BYTES, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else if (t == WT_Q8_0) limb_pair_tiles(WT_Q8_0, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else limb_pair_tiles(WT_Q8_0 | WT_HALF_SCALES, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+}
+
+/* Groups g and g + 1 of one weight of type wtype for many rows (g + 1 may be its last, partial
+ * one): Q6_K, Q5_K, Q4_K each unpacked once to t's bytes; the grid, K-grid and codebook types each
+ * expanded once (expand_group) to t's (Q8_0's, Q6_K's or the IQ2 bytes); Q8_0 as stored. Then
+ * limb_pair_rows's tiles. */
+static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
+                                                const uint8_t *packed, int64_t g, int64_t N, const float *bias,
+                                                float *y) {
+    int64_t stored = q8_group_bytes(wtype, nb);
+    const uint8_t *grp[2] = {packed + g * stored, packed + (g + 1) * stored};
+    if (t != wtype) { /* both groups to t's bytes, once for all the rows */
+        int64_t bytes_per = q8_group_bytes(t, nb), expand = q8_expanded(wtype);
+        uint8_t *bytes = (uint8_t *)scratch(expand ? SCRATCH_LOOKUP : SCRATCH_UNPACK, (size_t)(2 * bytes_per));
+        if (!bytes) return; /* out of memory: counted */
+        for (int k = 0; k < 2; k++) {
+            if (expand) expand_group(wtype, grp[k], nb, bytes + k * bytes_per);
+            else unpack_group(wtype, grp[k], nb, bytes + k * bytes_per);
+            grp[k] = bytes + k * bytes_per;
+        }
+    }
+    int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
+    if (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) limb_pair_k(t, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else limb_pair_8(t, grp, xr, M, nb, limbs, g, outs, N, bias, y);
 }
 
 /* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows, see limb_pair): its tiles, each a constant type,
@@ -1362,7 +1398,10 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
 #if defined(STRATA_TARGET_AVX512)
-    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: a pair a tile and a hand-out */
+    /* a pair a tile and a hand-out: Q6_K, Q5_K, Q4_K unpacked; Q8_0 and the types expanded to bytes
+     * (but the codebook types held, looked up in registers) from LIMB_PAIR_ROWS rows */
+    int bytes_pair = M >= LIMB_PAIR_ROWS && (wtype_code(wtype) == WT_Q8_0 || (q8_expanded(wtype) && !LIMB_CB_HELD(wtype)));
+    if (bytes_pair || (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES))) {
         int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
         for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (groups > 1 && work >= SMALL_WORK)
