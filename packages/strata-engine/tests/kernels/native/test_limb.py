@@ -271,9 +271,9 @@ def test_other_limb_counts_are_refused() -> None:
         NativeOps(1, limbs=4)
 
 
-# Q8_0 as stored and a type decoded to each byte type the two-group tiles take: the grid types' Q8_0
-# bytes (IQ3_S), the K-grid types' Q6_K bytes (Q3_K) and the IQ2 bytes (IQ2_S)
-PAIR_TYPES = (QT.Q8_0, QT.IQ3_S, QT.Q3_K, QT.IQ2_S)
+# Q8_0 as stored and a type decoded to each byte type the two-group tiles take: the grid types' and
+# the codebook types' Q8_0 bytes (IQ3_S, IQ4_XS), the K-grid types' Q6_K bytes (Q3_K), the IQ2 bytes (IQ2_S)
+PAIR_TYPES = (QT.Q8_0, QT.IQ3_S, QT.IQ4_XS, QT.Q3_K, QT.IQ2_S)
 
 
 def _decoded_weight(qtype: QT, n: int, k: int, rng: np.random.Generator) -> Quantised:
