@@ -294,8 +294,9 @@ def _decoded_weight(qtype: QT, n: int, k: int, rng: np.random.Generator) -> Quan
 @pytest.mark.parametrize("limbs", LIMBS)
 @pytest.mark.parametrize("qtype", PAIR_TYPES, ids=lambda t: t.name)
 def test_two_group_tiles_are_the_contract_arithmetic(qtype: QT, limbs: int) -> None:
-    """From 9 rows avx512 takes Q8_0 and the decoded types two groups of 16 outputs a tile (2 rows
-    of 3 limbs, 3 of 2: 9 to 11 rows leave 0, 1 and 2). 37 outputs: an odd group count, the last
+    """From 9 rows avx512 takes Q8_0 and the decoded types two groups of 16 outputs a tile (the held
+    codebook types from 12), 2 rows of 3 limbs, 3 of 2: 12 to 14 rows leave 0, 1 (13) and 2 (14, two
+    limbs). 37 outputs: an odd group count, the last
     (part) group alone; 20: one pair whose second group is a part one. A group given its
     neighbour's scales, bytes or outputs is off by far more than REL from the float64 reference on
     gguf-py's values; every target gives the portable build's bits."""
@@ -304,7 +305,7 @@ def test_two_group_tiles_are_the_contract_arithmetic(qtype: QT, limbs: int) -> N
     for n in (37, 20):
         w = _decoded_weight(qtype, n, 512, rng)
         bias = rng.uniform(-1, 1, n).astype(np.float32)
-        for m in (9, 10, 11):
+        for m in (12, 13, 14):
             x = activations(m, 512, rng)
             want, scale = reference_linear(x, w, limbs)
             expect = portable.linear(x, portable.pack(w.weight), bias)

@@ -222,6 +222,7 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
 /* Rows from which a call takes Q8_0 and the types expanded to bytes (grid, K-grid, codebook) two
  * groups a tile (limb_pair): past decode's 1 to 8 rows (KGRID_ROWS), which keep their tiles. */
 #define LIMB_PAIR_ROWS 9
+#define LIMB_PAIR_CB_ROWS 12 /* the codebook types held: at 9 rows MXFP4 ran 0.92 times limb_cb_group's speed, at 12 1.02 */
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
@@ -859,8 +860,8 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
  * from its super-block's fields, a vector at a time). AVX-512 and AVX-VNNI feed the bytes
  * codebook + 128 to Q8_0's vpdpbusd steps from the same starts (offset 128); AVX2 feeds the signed
  * values, widened to int16, to Q8_0's vpmaddwd steps on the wide limbs (limb_wide_rows), and for
- * many rows looks a group up once to those int16s (as limb_wide_unpack); AVX-512 from 9 rows
- * (LIMB_PAIR_ROWS) looks each group up once to Q8_0's bytes for limb_pair's tiles. Either way each output's
+ * many rows looks a group up once to those int16s (as limb_wide_unpack); AVX-512 from 12 rows
+ * (LIMB_PAIR_CB_ROWS) looks each group up once to Q8_0's bytes for limb_pair's tiles. Either way each output's
  * exact integer sums and float sequence are the expanded Q8_0 group's: the same bits. The
  * fp32-scale layout (the device's, transcode.codebook_blocks) and the other targets keep
  * expand_group. */
@@ -1410,9 +1411,10 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
 #if defined(STRATA_TARGET_AVX512)
     /* a pair a tile and a hand-out: Q6_K, Q5_K, Q4_K unpacked; from LIMB_PAIR_ROWS rows Q8_0 and the
-     * types expanded to bytes (the codebook types held too: for many rows, looked up once a group
-     * and the pair tiles, 1.1-1.26 times limb_cb_group's lookups in registers a tile) */
-    int bytes_pair = M >= LIMB_PAIR_ROWS && (wtype_code(wtype) == WT_Q8_0 || q8_expanded(wtype));
+     * types expanded to bytes (the codebook types held too, from LIMB_PAIR_CB_ROWS: looked up once a
+     * group and the pair tiles, 1.1-1.26 times limb_cb_group's lookups in registers a tile) */
+    int bytes_pair = M >= (LIMB_CB_HELD(wtype) ? LIMB_PAIR_CB_ROWS : LIMB_PAIR_ROWS) &&
+                     (wtype_code(wtype) == WT_Q8_0 || q8_expanded(wtype));
     if (bytes_pair || (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES))) {
         int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
         for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
