@@ -220,7 +220,7 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
  * 16 rows (AMX_MIN_ROWS: AMX's calls) unchanged. */
 #define LIMB_UNPACK_Q6_K 16
 /* Rows from which a call takes Q8_0 and the types expanded to bytes (grid, K-grid, codebook) two
- * groups a tile (limb_pair): past decode's 1 to 8 rows (KGRID_ROWS), which keep their tiles. */
+ * groups a tile (limb_pair_bytes): past decode's 1 to 8 rows (KGRID_ROWS), which keep their tiles. */
 #define LIMB_PAIR_ROWS 9
 #define LIMB_PAIR_CB_ROWS 12 /* the codebook types held: at 9 rows MXFP4 ran 0.92 times limb_cb_group's speed, at 12 1.02 */
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
@@ -861,7 +861,7 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
  * codebook + 128 to Q8_0's vpdpbusd steps from the same starts (offset 128); AVX2 feeds the signed
  * values, widened to int16, to Q8_0's vpmaddwd steps on the wide limbs (limb_wide_rows), and for
  * many rows looks a group up once to those int16s (as limb_wide_unpack); AVX-512 from 12 rows
- * (LIMB_PAIR_CB_ROWS) looks each group up once to Q8_0's bytes for limb_pair's tiles. Either way each output's
+ * (LIMB_PAIR_CB_ROWS) looks each group up once to Q8_0's bytes for limb_pair_bytes's tiles. Either way each output's
  * exact integer sums and float sequence are the expanded Q8_0 group's: the same bits. The
  * fp32-scale layout (the device's, transcode.codebook_blocks) and the other targets keep
  * expand_group. */
@@ -1196,14 +1196,11 @@ static inline __attribute__((always_inline)) void limb_pair_tiles(int T, int fas
     }
 }
 
-/* The K-quants' bytes (Q6_K's, also the K-grid types', and Q5_K's) and the 8-bit bytes (Q8_0's, as
- * stored or expanded, and the IQ2 bytes) in functions of their own: in one, the K-quants' tiles
- * compiled 1.05 times slower. */
-static __attribute__((noinline)) void limb_pair_k(int t, const uint8_t *const *grp, const limb_rows *xr, int64_t M,
-                                                  int64_t nb, int limbs, int64_t g, int outs, int64_t N, const float *bias,
-                                                  float *y) {
-    if (t == WT_Q6_K_BYTES) limb_pair_tiles(WT_Q6_K_BYTES, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
-    else limb_pair_tiles(WT_Q5_K_BYTES, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+/* The K-grid types' Q6_K bytes and the 8-bit bytes (Q8_0's, as stored or expanded, and the IQ2
+ * bytes) in functions of their own. */
+static __attribute__((noinline)) void limb_pair_k(const uint8_t *const *grp, const limb_rows *xr, int64_t M, int64_t nb,
+                                                  int limbs, int64_t g, int outs, int64_t N, const float *bias, float *y) {
+    limb_pair_tiles(WT_Q6_K_BYTES, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
 }
 /* fast 0: no int32 test of |S_2| first (limb_values3_from), for the bytes that pass 2^14 too often for it to pay */
 static __attribute__((noinline)) void limb_pair_8(int t, int fast, const uint8_t *const *grp, const limb_rows *xr, int64_t M,
@@ -1223,27 +1220,51 @@ static inline int limb_pair_fast(int wtype) {
     return c != WT_IQ3_XXS && c != WT_IQ2_XXS && c != WT_IQ4_NL && c != WT_IQ4_XS && c != WT_Q8_0;
 }
 
-/* Groups g and g + 1 of one weight of type wtype for many rows (g + 1 may be its last, partial
- * one): Q6_K, Q5_K, Q4_K each unpacked once to t's bytes; the grid, K-grid and codebook types each
- * expanded once (expand_group) to t's (Q8_0's, Q6_K's or the IQ2 bytes); Q8_0 as stored. Then
- * limb_pair_rows's tiles. */
+/* Groups g and g + 1 of one weight of type wtype (Q6_K, Q5_K, Q4_K; g + 1 may be its last, partial
+ * one) for many rows: both unpacked once to t's bytes, then limb_pair_rows's tiles. */
 static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype, int t,
                                                 const uint8_t *packed, int64_t g, int64_t N, const float *bias,
                                                 float *y) {
+    int64_t bytes_per = q8_group_bytes(t, nb);
+    uint8_t *bytes = (uint8_t *)scratch(SCRATCH_UNPACK, (size_t)(2 * bytes_per));
+    if (!bytes) return; /* out of memory: counted */
+    const uint8_t *grp[2] = {bytes, bytes + bytes_per};
+    for (int k = 0; k < 2; k++) unpack_group(wtype, packed + (g + k) * q8_group_bytes(wtype, nb), nb, bytes + k * bytes_per);
+    int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
+    int mr = limbs == 3 ? 2 : 3;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[2 * LIMB_ROWS];
+#define LIMB_PAIR(T)                                                                                                   \
+    if (limbs == 3 && rows == 2) limb_pair_rows(T, 1, grp, nb, xr, 3, m0, 2, acc);                                     \
+    else if (limbs == 3) limb_pair_rows(T, 1, grp, nb, xr, 3, m0, 1, acc);                                             \
+    else if (rows == 3) limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 3, acc);                                              \
+    else if (rows == 2) limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 2, acc);                                              \
+    else limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 1, acc);
+        if (t == WT_Q6_K_BYTES) { LIMB_PAIR(WT_Q6_K_BYTES) }
+        else { LIMB_PAIR(WT_Q5_K_BYTES) }
+#undef LIMB_PAIR
+        q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
+        q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
+    }
+}
+
+/* limb_pair for Q8_0 as stored and for the grid, K-grid and codebook types, each group expanded
+ * once (expand_group) to t's bytes (Q8_0's, Q6_K's or the IQ2 bytes); then limb_pair_rows's tiles.
+ * A function apart from limb_pair, which then compiles as before (in one, Q6_K ran 0.97 times). */
+static __attribute__((noinline)) void limb_pair_bytes(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                      int t, const uint8_t *packed, int64_t g, int64_t N, const float *bias,
+                                                      float *y) {
     int64_t stored = q8_group_bytes(wtype, nb);
     const uint8_t *grp[2] = {packed + g * stored, packed + (g + 1) * stored};
-    if (t != wtype) { /* both groups to t's bytes, once for all the rows */
-        int64_t bytes_per = q8_group_bytes(t, nb), expand = q8_expanded(wtype);
-        uint8_t *bytes = (uint8_t *)scratch(expand ? SCRATCH_LOOKUP : SCRATCH_UNPACK, (size_t)(2 * bytes_per));
+    if (t != wtype) { /* both groups expanded to t's bytes, once for all the rows */
+        int64_t bytes_per = q8_group_bytes(t, nb);
+        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)(2 * bytes_per));
         if (!bytes) return; /* out of memory: counted */
-        for (int k = 0; k < 2; k++) {
-            if (expand) expand_group(wtype, grp[k], nb, bytes + k * bytes_per);
-            else unpack_group(wtype, grp[k], nb, bytes + k * bytes_per);
-            grp[k] = bytes + k * bytes_per;
-        }
+        for (int k = 0; k < 2; k++) expand_group(wtype, grp[k], nb, bytes + k * bytes_per), grp[k] = bytes + k * bytes_per;
     }
     int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
-    if (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES) limb_pair_k(t, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    if (t == WT_Q6_K_BYTES) limb_pair_k(grp, xr, M, nb, limbs, g, outs, N, bias, y);
     else limb_pair_8(t, limb_pair_fast(wtype), grp, xr, M, nb, limbs, g, outs, N, bias, y);
 }
 
@@ -1423,9 +1444,14 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
             int i = 0;
             while (p >= pairs[i + 1]) i++;
             int64_t g = 2 * (p - pairs[i]);
-            if (first[i] + g + 1 < first[i + 1]) limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
-            else if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
-            else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
+            if (first[i] + g + 1 >= first[i + 1]) { /* its last group alone */
+                if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+                else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
+            } else if (bytes_pair) {
+                limb_pair_bytes(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            } else {
+                limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            }
         }
         for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
         return;
