@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as QT
 
 from strata_engine import LLMEngine, LogprobParams, Request, SamplingParams, Step
@@ -25,6 +26,7 @@ from strata_engine.kernels.native import targets_to_test
 from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.compare import run_alone, run_batch
+from strata_engine.testing.extreme_blocks import SCALE_AT, extreme_blocks
 from strata_engine.testing.prompts import PROMPTS, text_request
 from strata_engine.testing.q8_checks import (
     ROWS,
@@ -267,6 +269,52 @@ def test_other_limb_counts_are_refused() -> None:
     """Each mode's name and limbs: test_kernel_choice.py::test_each_mode_is_named_by_its_arithmetic."""
     with pytest.raises(ValueError, match="limbs"):
         NativeOps(1, limbs=4)
+
+
+# Q8_0 as stored and a type decoded to each byte type the two-group tiles take: the grid types' and
+# the codebook types' Q8_0 bytes (IQ3_S, IQ4_XS), the K-grid types' Q6_K bytes (Q3_K), the IQ2 bytes (IQ2_S)
+PAIR_TYPES = (QT.Q8_0, QT.IQ3_S, QT.IQ4_XS, QT.Q3_K, QT.IQ2_S)
+
+
+def _decoded_weight(qtype: QT, n: int, k: int, rng: np.random.Generator) -> Quantised:
+    """A weight of qtype as the file stores it (Q8_0 from the quantiser), with gguf-py's values; the
+    decoded types' arbitrary codes with normal fp16 scales of either sign (a subnormal scale's
+    products underflow, outside REL's relative bound)."""
+    if qtype == QT.Q8_0:
+        return quantised_weight(qtype, n, k, rng)
+    block = GGML_QUANT_SIZES[qtype][1]
+    data = extreme_blocks(qtype, n, k, seed=int(rng.integers(1 << 30))).reshape(-1, block)
+    scale = rng.uniform(0.5, 2.0, len(data)) * rng.choice([-1.0, 1.0], len(data)) / 64
+    data[:, SCALE_AT[qtype] : SCALE_AT[qtype] + 2] = scale.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    values = np.asarray(quants.dequantize(data.reshape(-1), qtype), dtype=np.float32).reshape(n, k)
+    info = TensorInfo("w", (n, k), qtype, data.reshape(-1))
+    return Quantised(Weight.from_info(info), values, 0 * values)
+
+
+@pytest.mark.parametrize("limbs", LIMBS)
+@pytest.mark.parametrize("qtype", PAIR_TYPES, ids=lambda t: t.name)
+def test_two_group_tiles_are_the_contract_arithmetic(qtype: QT, limbs: int) -> None:
+    """From 9 rows avx512 takes Q8_0 and the decoded types two groups of 16 outputs a tile (the held
+    codebook types from 12), 2 rows of 3 limbs, 3 of 2: 12 to 14 rows leave 0, 1 (13) and 2 (14, two
+    limbs). 37 outputs: an odd group count, the last
+    (part) group alone; 20: one pair whose second group is a part one. A group given its
+    neighbour's scales, bytes or outputs is off by far more than REL from the float64 reference on
+    gguf-py's values; every target gives the portable build's bits."""
+    rng = np.random.default_rng(80 + int(qtype) + limbs)
+    portable = _limb_ops(limbs, "portable")
+    for n in (37, 20):
+        w = _decoded_weight(qtype, n, 512, rng)
+        bias = rng.uniform(-1, 1, n).astype(np.float32)
+        for m in (12, 13, 14):
+            x = activations(m, 512, rng)
+            want, scale = reference_linear(x, w, limbs)
+            expect = portable.linear(x, portable.pack(w.weight), bias)
+            for target in targets_to_test():
+                ops = _limb_ops(limbs, target, threads=2)
+                got = ops.linear(x, ops.pack(w.weight), bias)
+                err = np.abs(got.astype(np.float64) - bias - want) / scale
+                assert err.max() <= REL, f"{target}, {n} outputs, {m} rows: relative error {err.max():.3g}"
+                assert np.array_equal(got, expect), (target, n, m)
 
 
 # ---- end to end ---------------------------------------------------------------------------

@@ -219,6 +219,10 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
  * packed tiles (limb_q6k_rows, 4 rows) ran 1.13-1.59 times as fast at 6 to 12 rows (Zen 5); from
  * 16 rows (AMX_MIN_ROWS: AMX's calls) unchanged. */
 #define LIMB_UNPACK_Q6_K 16
+/* Rows from which a call takes Q8_0 and the types expanded to bytes (grid, K-grid, codebook) two
+ * groups a tile (limb_pair_bytes): past decode's 1 to 8 rows (KGRID_ROWS), which keep their tiles. */
+#define LIMB_PAIR_ROWS 9
+#define LIMB_PAIR_CB_ROWS 12 /* the codebook types held: at 9 rows MXFP4 ran 0.92 times limb_cb_group's speed, at 12 1.02 */
 #define LIMB_VR_LARGE 12 /* the 4-bit types' and the unpacked Q6_K's: one int32 chain a virtual row */
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
@@ -856,7 +860,8 @@ static inline __attribute__((always_inline)) void limb_tile(int t, const uint8_t
  * from its super-block's fields, a vector at a time). AVX-512 and AVX-VNNI feed the bytes
  * codebook + 128 to Q8_0's vpdpbusd steps from the same starts (offset 128); AVX2 feeds the signed
  * values, widened to int16, to Q8_0's vpmaddwd steps on the wide limbs (limb_wide_rows), and for
- * many rows looks a group up once to those int16s (as limb_wide_unpack). Either way each output's
+ * many rows looks a group up once to those int16s (as limb_wide_unpack); AVX-512 from 12 rows
+ * (LIMB_PAIR_CB_ROWS) looks each group up once to Q8_0's bytes for limb_pair_bytes's tiles. Either way each output's
  * exact integer sums and float sequence are the expanded Q8_0 group's: the same bits. The
  * fp32-scale layout (the device's, transcode.codebook_blocks) and the other targets keep
  * expand_group. */
@@ -1118,24 +1123,26 @@ static inline __attribute__((always_inline)) void limb_q6k_rows(int t, const uin
     }
 }
 
-/* Q6_K and Q5_K (and Q4_K) unpacked to a byte a weight for many rows (t: WT_Q6_K_BYTES,
- * WT_Q5_K_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each activation
- * broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps 12 chains
- * with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
- * limb_group_rows's 4-row tiles. Each output's integer sums and float sequence are theirs (Q6_K
- * both halves of a block in one pass, Q5_K's min after its one scale): the same bits. */
-static inline __attribute__((always_inline)) void limb_pair_rows(int t, const uint8_t *const *grp, int64_t nb,
+/* Byte types for many rows (t: Q6_K and Q5_K (and Q4_K) unpacked, WT_Q6_K_BYTES, WT_Q5_K_BYTES;
+ * Q8_0's stored groups, and the grid, K-grid and codebook types' groups expanded to Q8_0's bytes or
+ * to WT_Q6_K_BYTES / WT_IQ2_BYTES): rows m0 .. m0+rows of two groups at once (grp[0], grp[1]), each
+ * activation broadcast feeding both groups' steps, so a tile of 2 rows (3 limbs; 3 rows of 2) keeps
+ * 12 chains with half the broadcasts and half the activation reads a weight of limb_q6k_rows's and
+ * limb_group_rows's tiles. Each output's integer sums and float sequence are theirs (Q6_K
+ * both halves of a block in one pass, Q5_K's min after its one scale, Q8_0's one scale a block):
+ * the same bits. */
+static inline __attribute__((always_inline)) void limb_pair_rows(int t, int fast, const uint8_t *const *grp, int64_t nb,
                                                                  const limb_rows *xr, int limbs, int64_t m0, int rows,
                                                                  vf *acc) {
-    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t);
+    int vr = rows * limbs, halves = q8_halves(t), off = q8_offset(t), kq = q8_kquant(t);
     for (int i = 0; i < 2 * rows; i++) acc[i] = vf_zero(); /* acc[k * rows + i]: group k, row i */
     for (int64_t b = 0; b < nb; b++) {
         const float *head[2];
         const int8_t *xq[LIMB_ROWS];
         const int32_t *start[LIMB_ROWS];
         const uint8_t *blk[2];
-        blk[0] = limb_block(t, 1, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
-        blk[1] = limb_block(t, 1, grp[1], b, nb, xr, limbs, m0, 0, &head[1], xq, start); /* its bytes and head only */
+        blk[0] = limb_block(t, kq, grp[0], b, nb, xr, limbs, m0, rows, &head[0], xq, start);
+        blk[1] = limb_block(t, kq, grp[1], b, nb, xr, limbs, m0, 0, &head[1], xq, start); /* its bytes and head only */
         const uint8_t *qs0 = q8_quants(t, blk[0]), *qs1 = q8_quants(t, blk[1]);
 #pragma GCC unroll 2
         for (int h = 0; h < halves; h++) {
@@ -1156,7 +1163,7 @@ static inline __attribute__((always_inline)) void limb_pair_rows(int t, const ui
             }
             vf ws0 = q8_scale(t, blk[0], head[0], h), ws1 = q8_scale(t, blk[1], head[1], h);
             vf f0[LIMB_ROWS], f1[LIMB_ROWS];
-            if (limbs == 3) limb_values3(s0, rows, f0), limb_values3(s1, rows, f1);
+            if (limbs == 3) limb_values3_from(s0, rows, f0, fast), limb_values3_from(s1, rows, f1, fast);
             else
                 for (int i = 0; i < rows; i++)
                     f0[i] = vf_from_vi(limb_low(s0[2 * i], s0[2 * i + 1])), f1[i] = vf_from_vi(limb_low(s1[2 * i], s1[2 * i + 1]));
@@ -1168,6 +1175,49 @@ static inline __attribute__((always_inline)) void limb_pair_rows(int t, const ui
         }
         for (int k = 0; k < 2; k++) q8_add_min(t, blk[k], head[k], xr->dsum + 2 * (m0 * nb + b), 2 * nb, rows, acc + k * rows);
     }
+}
+
+/* Rows 0 .. M of groups g and g + 1 (grp: t's bytes; outs: g + 1's outputs) in limb_pair_rows's
+ * tiles of constant type T, limbs and rows. */
+static inline __attribute__((always_inline)) void limb_pair_tiles(int T, int fast, const uint8_t *const *grp, const limb_rows *xr,
+                                                                  int64_t M, int64_t nb, int limbs, int64_t g, int outs,
+                                                                  int64_t N, const float *bias, float *y) {
+    int mr = limbs == 3 ? 2 : 3;
+    for (int64_t m0 = 0; m0 < M; m0 += mr) {
+        int rows = M - m0 < mr ? (int)(M - m0) : mr;
+        vf acc[2 * LIMB_ROWS];
+        if (limbs == 3 && rows == 2) limb_pair_rows(T, fast, grp, nb, xr, 3, m0, 2, acc);
+        else if (limbs == 3) limb_pair_rows(T, fast, grp, nb, xr, 3, m0, 1, acc);
+        else if (rows == 3) limb_pair_rows(T, fast, grp, nb, xr, 2, m0, 3, acc);
+        else if (rows == 2) limb_pair_rows(T, fast, grp, nb, xr, 2, m0, 2, acc);
+        else limb_pair_rows(T, fast, grp, nb, xr, 2, m0, 1, acc);
+        q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
+        q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
+    }
+}
+
+/* The K-grid types' Q6_K bytes and the 8-bit bytes (Q8_0's, as stored or expanded, and the IQ2
+ * bytes) in functions of their own. */
+static __attribute__((noinline)) void limb_pair_k(const uint8_t *const *grp, const limb_rows *xr, int64_t M, int64_t nb,
+                                                  int limbs, int64_t g, int outs, int64_t N, const float *bias, float *y) {
+    limb_pair_tiles(WT_Q6_K_BYTES, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+}
+/* fast 0: no int32 test of |S_2| first (limb_values3_from), for the bytes that pass 2^14 too often for it to pay */
+static __attribute__((noinline)) void limb_pair_8(int t, int fast, const uint8_t *const *grp, const limb_rows *xr, int64_t M,
+                                                  int64_t nb, int limbs, int64_t g, int outs, int64_t N, const float *bias,
+                                                  float *y) {
+    if (t == WT_IQ2_BYTES) limb_pair_tiles(WT_IQ2_BYTES, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else if (t == WT_Q8_0 && fast) limb_pair_tiles(WT_Q8_0, 1, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else if (t == WT_Q8_0) limb_pair_tiles(WT_Q8_0, 0, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else limb_pair_tiles(WT_Q8_0 | WT_HALF_SCALES, 0, grp, xr, M, nb, limbs, g, outs, N, bias, y);
+}
+
+/* Whether wtype's Q8_0 bytes keep |S_2| below 2^14 often enough for limb_values3_from's int32 test to
+ * pay: not where they reach 62 to 127 (IQ3_XXS's and IQ2_XXS's grid values, IQ4_NL's and IQ4_XS's
+ * codebook, Q8_0's own; measured: IQ3_XXS 1.7 times, Q8_0 1.06). */
+static inline int limb_pair_fast(int wtype) {
+    int c = wtype_code(wtype);
+    return c != WT_IQ3_XXS && c != WT_IQ2_XXS && c != WT_IQ4_NL && c != WT_IQ4_XS && c != WT_Q8_0;
 }
 
 /* Groups g and g + 1 of one weight of type wtype (Q6_K, Q5_K, Q4_K; g + 1 may be its last, partial
@@ -1186,17 +1236,36 @@ static __attribute__((noinline)) void limb_pair(const limb_rows *xr, int64_t M, 
         int rows = M - m0 < mr ? (int)(M - m0) : mr;
         vf acc[2 * LIMB_ROWS];
 #define LIMB_PAIR(T)                                                                                                   \
-    if (limbs == 3 && rows == 2) limb_pair_rows(T, grp, nb, xr, 3, m0, 2, acc);                                        \
-    else if (limbs == 3) limb_pair_rows(T, grp, nb, xr, 3, m0, 1, acc);                                                \
-    else if (rows == 3) limb_pair_rows(T, grp, nb, xr, 2, m0, 3, acc);                                                 \
-    else if (rows == 2) limb_pair_rows(T, grp, nb, xr, 2, m0, 2, acc);                                                 \
-    else limb_pair_rows(T, grp, nb, xr, 2, m0, 1, acc);
+    if (limbs == 3 && rows == 2) limb_pair_rows(T, 1, grp, nb, xr, 3, m0, 2, acc);                                     \
+    else if (limbs == 3) limb_pair_rows(T, 1, grp, nb, xr, 3, m0, 1, acc);                                             \
+    else if (rows == 3) limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 3, acc);                                              \
+    else if (rows == 2) limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 2, acc);                                              \
+    else limb_pair_rows(T, 1, grp, nb, xr, 2, m0, 1, acc);
         if (t == WT_Q6_K_BYTES) { LIMB_PAIR(WT_Q6_K_BYTES) }
         else { LIMB_PAIR(WT_Q5_K_BYTES) }
 #undef LIMB_PAIR
         q8_store_rows(acc, rows, m0, g, Q8_GROUP, bias, y, N);
         q8_store_rows(acc + rows, rows, m0, g + 1, outs, bias, y, N);
     }
+}
+
+/* limb_pair for Q8_0 as stored and for the grid, K-grid and codebook types, each group expanded
+ * once (expand_group) to t's bytes (Q8_0's, Q6_K's or the IQ2 bytes); then limb_pair_rows's tiles.
+ * A function apart from limb_pair, which then compiles as before (in one, Q6_K ran 0.97 times). */
+static __attribute__((noinline)) void limb_pair_bytes(const limb_rows *xr, int64_t M, int64_t nb, int limbs, int wtype,
+                                                      int t, const uint8_t *packed, int64_t g, int64_t N, const float *bias,
+                                                      float *y) {
+    int64_t stored = q8_group_bytes(wtype, nb);
+    const uint8_t *grp[2] = {packed + g * stored, packed + (g + 1) * stored};
+    if (t != wtype) { /* both groups expanded to t's bytes, once for all the rows */
+        int64_t bytes_per = q8_group_bytes(t, nb);
+        uint8_t *bytes = (uint8_t *)scratch(SCRATCH_LOOKUP, (size_t)(2 * bytes_per));
+        if (!bytes) return; /* out of memory: counted */
+        for (int k = 0; k < 2; k++) expand_group(wtype, grp[k], nb, bytes + k * bytes_per), grp[k] = bytes + k * bytes_per;
+    }
+    int outs = N - (g + 1) * Q8_GROUP < Q8_GROUP ? (int)(N - (g + 1) * Q8_GROUP) : Q8_GROUP;
+    if (t == WT_Q6_K_BYTES) limb_pair_k(grp, xr, M, nb, limbs, g, outs, N, bias, y);
+    else limb_pair_8(t, limb_pair_fast(wtype), grp, xr, M, nb, limbs, g, outs, N, bias, y);
 }
 
 /* limb_group for Q6_K (t: WT_Q6_K, or WT_Q6_K_BYTES for many rows, see limb_pair): its tiles, each a constant type,
@@ -1362,7 +1431,12 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
      * from memory in order. Either way each output is computed alone: the same bits. */
     int64_t share = M * limbs >= UNPACK_ROWS ? 2 : (groups + nthreads - 1) / nthreads;
 #if defined(STRATA_TARGET_AVX512)
-    if (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES)) { /* Q6_K, Q5_K, Q4_K unpacked: a pair a tile and a hand-out */
+    /* a pair a tile and a hand-out: Q6_K, Q5_K, Q4_K unpacked; from LIMB_PAIR_ROWS rows Q8_0 and the
+     * types expanded to bytes (the codebook types held too, from LIMB_PAIR_CB_ROWS: looked up once a
+     * group and the pair tiles, 1.1-1.26 times limb_cb_group's lookups in registers a tile) */
+    int bytes_pair = M >= (LIMB_CB_HELD(wtype) ? LIMB_PAIR_CB_ROWS : LIMB_PAIR_ROWS) &&
+                     (wtype_code(wtype) == WT_Q8_0 || q8_expanded(wtype));
+    if (bytes_pair || (!q8_expanded(wtype) && (t == WT_Q6_K_BYTES || t == WT_Q5_K_BYTES))) {
         int64_t pairs[LIMB_MANY + 1] = {0}; /* weight i's pairs of groups (its last alone where odd) start here */
         for (int i = 0; i < n; i++) pairs[i + 1] = pairs[i] + (first[i + 1] - first[i] + 1) / 2;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (groups > 1 && work >= SMALL_WORK)
@@ -1370,9 +1444,14 @@ void limb_matmul_many(const float *x, int64_t M, int64_t K, int n, const uint8_t
             int i = 0;
             while (p >= pairs[i + 1]) i++;
             int64_t g = 2 * (p - pairs[i]);
-            if (first[i] + g + 1 < first[i + 1]) limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
-            else if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
-            else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
+            if (first[i] + g + 1 >= first[i + 1]) { /* its last group alone */
+                if (wtype == WT_Q6_K) limb_q6k_group(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+                else limb_group(&xr, M, nb, limbs, wtype, t, wide, packed[i], g, N[i], bias[i], y[i]);
+            } else if (bytes_pair) {
+                limb_pair_bytes(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            } else {
+                limb_pair(&xr, M, nb, limbs, wtype, t, packed[i], g, N[i], bias[i], y[i]);
+            }
         }
         for (int i = 0; i < n; i++) canonical_nans(y[i], M * N[i]);
         return;
