@@ -457,6 +457,22 @@ static inline void entry_quads(const uint64_t *table, __m512i i, __m512i *q0, __
     *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
 }
 
+/* entry_quads by scalar loads (no gather): the 16 entries' 8 bytes, rows 0-7 and 8-15 a vector each. */
+static inline __attribute__((always_inline)) void entry_quads_free(const uint64_t *table, __m512i i, __m512i *q0, __m512i *q1) {
+    uint32_t at[16] __attribute__((aligned(64)));
+    _mm512_store_si512((void *)at, i);
+    __m256i r[4];
+    for (int k = 0; k < 4; k++)
+        r[k] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(table + at[4 * k])),
+                                                      _mm_loadl_epi64((const __m128i *)(table + at[4 * k + 1])))),
+            _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(table + at[4 * k + 2])),
+                               _mm_loadl_epi64((const __m128i *)(table + at[4 * k + 3]))), 1);
+    __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1), c = _mm512_inserti64x4(_mm512_castsi256_si512(r[2]), r[3], 1);
+    *q0 = _mm512_permutex2var_epi32(a, evens(), c);
+    *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
+}
+
 /* Quad r's bytes stored: q (signed) + offset; rows with a zero d * sc (z) keep q's sign as +-1. */
 static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int off) {
     if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(1), _mm512_set1_epi8(-1)));
@@ -571,6 +587,9 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
 }
 
 #define KGRID_FUSED 3 /* rows kgrid_fused_rows takes (4: no faster than expand_group's, on Zen 5) */
+#ifndef KGRID_FREE
+#define KGRID_FREE 1
+#endif
 #ifndef KGRID_IQ2
 #define KGRID_IQ2 3 /* rows IQ2_XS and IQ2_S take it for */
 #endif
@@ -617,6 +636,7 @@ static inline __attribute__((always_inline)) void fused_half_wide(const __m512i 
     vi s[3 * KGRID_FUSED];
     for (int i = 0; i < M; i++)
         for (int l = 0; l < 3; l++) s[3 * i + l] = _mm512_set1_epi32(start[i][2 * l + hh]);
+#pragma GCC unroll 4
     for (int n = 0; n < 4; n++)
         for (int i = 0; i < M; i++)
 #pragma GCC unroll 3
@@ -650,6 +670,7 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
             idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
     }
+#pragma GCC unroll 2
     for (int hh = 0; hh < 2; hh++) {
         __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(t, raw, j, hh))); /* q8_scale's d * sc */
         __mmask16 zero = _mm512_cmp_ps_mask(ws, _mm512_setzero_ps(), _CMP_EQ_OQ);
@@ -668,9 +689,12 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
             fused_half(w, hh, ws, 3, M, xq, start, xs, acc);
         } else if (t == WT_IQ2_XS || t == WT_IQ2_S) { /* groups 2 hh, 2 hh + 1: q + 64 = 64 +- the entry's byte */
             __m512i c64 = _mm512_set1_epi8(64);
+#pragma GCC unroll 2
             for (int k = 2 * hh; k < 2 * hh + 2; k++) {
                 __m512i q[2];
-                entry_quads(t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes, idx[k], &q[0], &q[1]);
+                if (KGRID_FREE) entry_quads_free(t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes, idx[k], &q[0], &q[1]);
+                else entry_quads(t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes, idx[k], &q[0], &q[1]);
+#pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     __mmask64 m = quad_signs(signs, 2 * k + h);
                     __m512i v = _mm512_mask_sub_epi8(_mm512_add_epi8(q[h], c64), m, c64, q[h]);
@@ -700,6 +724,26 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
     }
 }
 
+/* A prefetch hint that stays: GCC 12 dropped every __builtin_prefetch of kgrid_fused_rows once the
+ * IQ2 types' steps made kgrid_limb_rows larger (none left in it, Q3_K's and IQ1_M's included). */
+static inline void kgrid_hint(const uint8_t *p) { __asm__ volatile("prefetcht0 %0" ::"m"(*(const char *)p)); }
+
+/* kgrid_prefetch and next_group_prefetch's hints for the fused steps (the same lines, in order),
+ * KGRID_LEAD super-blocks' shares ahead in the group stream instead of next_group_prefetch's 8. */
+#ifndef KGRID_LEAD
+#define KGRID_LEAD 8
+#endif
+static inline void fused_prefetch(int t, const uint8_t *grp, int64_t rb, int64_t sb) {
+    const uint8_t *next = grp + (sb >> 3) * block_bytes(t) + KGRID_AHEAD * block_bytes(t);
+    for (int o = 0; o < 16; o++) {
+        kgrid_hint(next + o * rb);
+        kgrid_hint(next + o * rb + 64);
+        kgrid_hint(next + o * rb + block_bytes(t) - 1);
+    }
+    const uint8_t *ahead = grp + ((sb >> 3) + KGRID_LEAD) * 16 * block_bytes(t);
+    for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) kgrid_hint(ahead + at);
+}
+
 /* A group's 16 rows against M (a constant) rows' limbs, a super-block at a time (see kgrid_fused16). */
 static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
                                                                    const int8_t *xq, const int32_t *start, const float *xs,
@@ -709,8 +753,7 @@ static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const 
     __m512i raw[4][8];
     for (int64_t sb = 0; sb < nb; sb += 8) {
         const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
-        kgrid_prefetch(t, blk, rb);
-        next_group_prefetch(t, grp, rb, sb);
+        fused_prefetch(t, grp, rb, sb);
         __m512 dv;
         if (t != WT_IQ1_M) {
             uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a d is finite here) */
