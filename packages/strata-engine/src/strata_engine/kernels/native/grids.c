@@ -591,7 +591,7 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
 #ifndef KGRID_IQ2
 #define KGRID_IQ2 2 /* rows IQ2_XS and IQ2_S take it for (3: 0.83-0.90 times the expanded group's, Zen 5) */
 #endif
-/* ---- AVX-512, Q3_K and IQ1_M for few activation rows (decode): each block of a super-block's 16
+/* ---- AVX-512, Q3_K, IQ1_M, IQ2_XS and IQ2_S for few activation rows (decode): each block of a super-block's 16
  * rows decoded in registers straight into its vpdpbusd steps, nothing stored, as AVX2's
  * q3k_fused_block below with the 16 rows in one vector (lane o: row o). Bytes q + c (Q3_K: c = 4,
  * bytes 0..7; IQ1_M: c = 16, q in -9..9; a zero d * sc's rows c +- 1, q's sign), so each limb's sums
@@ -782,7 +782,8 @@ static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const 
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ1_M at one (more: expand_group and limb.c's steps). */
+/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ2_XS and IQ2_S up to KGRID_IQ2, IQ1_M at one (more:
+ * expand_group and limb.c's steps). */
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
     int iq2 = t == WT_IQ2_XS || t == WT_IQ2_S;
