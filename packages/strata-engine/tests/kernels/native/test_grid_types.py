@@ -390,3 +390,36 @@ def test_the_vbmi_decoding_and_the_gathers_without_it_give_the_reference_bits(qt
         )
     finally:
         lib.strata_grid_gather_free(-2)
+
+
+# ---- the avx512 build's fused one- and two-row steps for IQ2_XS and IQ2_S (grids.c's fused_half_wide)
+
+
+@pytest.mark.parametrize("qtype", (QT.IQ2_XS, QT.IQ2_S), ids=lambda q: q.name)
+def test_iq2_fused_rows_give_the_portable_bits_in_every_combine_tier(qtype: QT) -> None:
+    """Entries of 43 (the largest |q|) everywhere, against a row equal to output 0's own values
+    (each half's |S_2| near 16 * 43 * 128: the double combine), a row of normal values (the int32
+    one) and extreme_activations: 1 and 2 rows take the fused steps on avx512, whose bits must be
+    the portable build's (the expanded group's steps) and within limb3's bound of float64."""
+    if "avx512" not in targets_to_test():
+        pytest.skip("this CPU does not run the avx512 kernels")
+    blocks = kgrid_stored(qtype, seed=5).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    big = np.argsort(-(_grid(qtype) == 43).sum(axis=1))[:7]  # the entries with most 43s
+    _set_indices(qtype, blocks, big[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(big)])
+    stored = blocks.reshape(-1)
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
+    rows = {
+        1: w64[:1].astype(np.float32),
+        2: np.vstack([w64[:1], np.random.default_rng(1).normal(0, 1, (1, K))]).astype(np.float32),
+    }
+    rows[3] = extreme_activations(2, K, seed=3)
+    for x in rows.values():
+        got = {
+            t: (ops := NativeOps(1, t, q8=True, limbs=3)).linear(x, ops.pack(held))
+            for t in ("portable", "avx512")
+        }
+        np.testing.assert_array_equal(bits(got["avx512"]), bits(got["portable"]))
+        ok = np.isfinite(x).all(axis=1)
+        x64 = x[ok].astype(np.float64)
+        assert np.all(np.abs(got["avx512"][ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)

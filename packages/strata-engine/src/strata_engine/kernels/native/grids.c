@@ -457,6 +457,23 @@ static inline void entry_quads(const uint64_t *table, __m512i i, __m512i *q0, __
     *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
 }
 
+/* entry_quads by scalar loads (no gather): the 16 entries' 8 bytes, rows 0-7 and 8-15 a vector each.
+ * The IQ2 types' fused steps (Zen 5, 1 row, cold: 1.14-1.15 times as fast as entry_quads' gathers). */
+static inline __attribute__((always_inline)) void entry_quads_free(const uint64_t *table, __m512i i, __m512i *q0, __m512i *q1) {
+    uint32_t at[16] __attribute__((aligned(64)));
+    _mm512_store_si512((void *)at, i);
+    __m256i r[4];
+    for (int k = 0; k < 4; k++)
+        r[k] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(table + at[4 * k])),
+                                                      _mm_loadl_epi64((const __m128i *)(table + at[4 * k + 1])))),
+            _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(table + at[4 * k + 2])),
+                               _mm_loadl_epi64((const __m128i *)(table + at[4 * k + 3]))), 1);
+    __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1), c = _mm512_inserti64x4(_mm512_castsi256_si512(r[2]), r[3], 1);
+    *q0 = _mm512_permutex2var_epi32(a, evens(), c);
+    *q1 = _mm512_permutex2var_epi32(a, _mm512_add_epi32(evens(), _mm512_set1_epi32(1)), c);
+}
+
 /* Quad r's bytes stored: q (signed) + offset; rows with a zero d * sc (z) keep q's sign as +-1. */
 static inline void kquad_store(uint8_t *qs, int r, __m512i q, __mmask64 z, int off) {
     if (z) q = _mm512_mask_blend_epi8(z, q, _mm512_mask_blend_epi8(_mm512_movepi8_mask(q), _mm512_set1_epi8(1), _mm512_set1_epi8(-1)));
@@ -571,7 +588,10 @@ static void kgrid_expand16(int t, const uint8_t *grp, int64_t rb, int64_t nb, ui
 }
 
 #define KGRID_FUSED 3 /* rows kgrid_fused_rows takes (4: no faster than expand_group's, on Zen 5) */
-/* ---- AVX-512, Q3_K and IQ1_M for few activation rows (decode): each block of a super-block's 16
+#ifndef KGRID_IQ2
+#define KGRID_IQ2 2 /* rows IQ2_XS and IQ2_S take it for (3: 0.83-0.90 times the expanded group's, Zen 5) */
+#endif
+/* ---- AVX-512, Q3_K, IQ1_M, IQ2_XS and IQ2_S for few activation rows (decode): each block of a super-block's 16
  * rows decoded in registers straight into its vpdpbusd steps, nothing stored, as AVX2's
  * q3k_fused_block below with the 16 rows in one vector (lane o: row o). Bytes q + c (Q3_K: c = 4,
  * bytes 0..7; IQ1_M: c = 16, q in -9..9; a zero d * sc's rows c +- 1, q's sign), so each limb's sums
@@ -603,11 +623,52 @@ static inline __attribute__((always_inline)) void fused_half(const __m512i w[4],
     }
 }
 
+/* IQ2_XS, IQ2_S: half hh's 4 quads' bytes w = q + 64 (q in -43..43, as expand_group's WT_IQ2_BYTES)
+ * against M rows' limbs into acc. Their starts are offset 64's, taken as they are; each limb's sum
+ * in a chain of its own and the three combined by limb_values3_from (q8.h: the int32, float-fma or
+ * double tier, each the correctly rounded float of the exact S, which one int32 cannot hold here:
+ * |S| <= 16 * 43 * 128 * 65793), then limb_bytes_rows's fma: the same bits as the expanded group's. */
+static inline __attribute__((always_inline)) void fused_half_wide(const __m512i w[4], int hh, __m512 ws, int M,
+                                                                  const int8_t *const *xq, const int32_t *const *start,
+                                                                  const float *xs, __m512 *acc) {
+    vi s[3 * KGRID_FUSED];
+    for (int i = 0; i < M; i++)
+        for (int l = 0; l < 3; l++) s[3 * i + l] = _mm512_set1_epi32(start[i][2 * l + hh]);
+#pragma GCC unroll 4
+    for (int n = 0; n < 4; n++)
+        for (int i = 0; i < M; i++)
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++)
+                s[3 * i + l] = _mm512_dpbusd_epi32(s[3 * i + l], w[n], _mm512_broadcastd_epi32(_mm_loadu_si32(xq[i] + 32 * l + 4 * (4 * hh + n))));
+    vf f[KGRID_FUSED];
+    limb_values3_from(s, M, f, 1);
+    for (int i = 0; i < M; i++) acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(xs[i])), f[i].v, acc[i]);
+}
+
 /* Block j of a super-block's 16 rows (raw: its runs, dv: the rows' d) against M rows' limbs. */
 static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m512i raw[4][8], int j, __m512 dv, int M,
                                                                 const int8_t *const *xq, const int32_t *const *start,
                                                                 const float *xs, __m512 *acc) {
     __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+    __m512i idx[4] = {m3, m3, m3, m3}, signs = m3; /* IQ2_XS, IQ2_S: group k's entry and sign bits (kgrid_groups16) */
+    if (t == WT_IQ2_XS) {
+        __m512i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
+        __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
+        idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
+        idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
+        __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
+        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
+        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
+        signs = signs7_bytes(s7);
+    } else if (t == WT_IQ2_S) {
+        __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+        signs = raw[1][j];
+        for (int k = 0; k < 4; k++)
+            idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
+    }
+#pragma GCC unroll 2
     for (int hh = 0; hh < 2; hh++) {
         __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(t, raw, j, hh))); /* q8_scale's d * sc */
         __mmask16 zero = _mm512_cmp_ps_mask(ws, _mm512_setzero_ps(), _CMP_EQ_OQ);
@@ -624,6 +685,21 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
                 if (z) w[n] = _mm512_mask_blend_epi8(z, w[n], _mm512_add_epi8(m3, _mm512_srli_epi16(hb, 1))); /* 3 or 5 */
             }
             fused_half(w, hh, ws, 3, M, xq, start, xs, acc);
+        } else if (t == WT_IQ2_XS || t == WT_IQ2_S) { /* groups 2 hh, 2 hh + 1: q + 64 = 64 +- the entry's byte */
+            __m512i c64 = _mm512_set1_epi8(64);
+#pragma GCC unroll 2
+            for (int k = 2 * hh; k < 2 * hh + 2; k++) {
+                __m512i q[2];
+                entry_quads_free(t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes, idx[k], &q[0], &q[1]);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __mmask64 m = quad_signs(signs, 2 * k + h);
+                    __m512i v = _mm512_mask_sub_epi8(_mm512_add_epi8(q[h], c64), m, c64, q[h]);
+                    if (z) v = _mm512_mask_blend_epi8(z, v, _mm512_mask_blend_epi8(m, _mm512_set1_epi8(65), _mm512_set1_epi8(63)));
+                    w[2 * (k & 1) + h] = v;
+                }
+            }
+            fused_half_wide(w, hh, ws, M, xq, start, xs, acc);
         } else { /* IQ1_M: groups 2 hh, 2 hh + 1 (kgrid_groups16): q + 16 = 8 code + 8 +- 1 */
             __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
             for (int k = 2 * hh; k < 2 * hh + 2; k++) {
@@ -645,6 +721,26 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
     }
 }
 
+/* A prefetch hint that stays: GCC 12 dropped every __builtin_prefetch of kgrid_fused_rows once the
+ * IQ2 types' steps made kgrid_limb_rows larger (none left in it, Q3_K's and IQ1_M's included). */
+static inline void kgrid_hint(const uint8_t *p) { __asm__ volatile("prefetcht0 %0" ::"m"(*(const char *)p)); }
+
+/* kgrid_prefetch and next_group_prefetch's hints for the fused steps (the same lines, in order),
+ * KGRID_LEAD super-blocks' shares ahead in the group stream instead of next_group_prefetch's 8. */
+#ifndef KGRID_LEAD
+#define KGRID_LEAD 8
+#endif
+static inline void fused_prefetch(int t, const uint8_t *grp, int64_t rb, int64_t sb) {
+    const uint8_t *next = grp + (sb >> 3) * block_bytes(t) + KGRID_AHEAD * block_bytes(t);
+    for (int o = 0; o < 16; o++) {
+        kgrid_hint(next + o * rb);
+        kgrid_hint(next + o * rb + 64);
+        kgrid_hint(next + o * rb + block_bytes(t) - 1);
+    }
+    const uint8_t *ahead = grp + ((sb >> 3) + KGRID_LEAD) * 16 * block_bytes(t);
+    for (int64_t at = 0; at < 16 * block_bytes(t); at += 64) kgrid_hint(ahead + at);
+}
+
 /* A group's 16 rows against M (a constant) rows' limbs, a super-block at a time (see kgrid_fused16). */
 static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
                                                                    const int8_t *xq, const int32_t *start, const float *xs,
@@ -654,14 +750,14 @@ static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const 
     __m512i raw[4][8];
     for (int64_t sb = 0; sb < nb; sb += 8) {
         const uint8_t *blk = grp + (sb >> 3) * block_bytes(t);
-        kgrid_prefetch(t, blk, rb);
-        next_group_prefetch(t, grp, rb, sb);
+        fused_prefetch(t, grp, rb, sb);
         __m512 dv;
-        if (t == WT_Q3_K) {
-            uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a Q3_K d is finite here) */
-            for (int o = 0; o < 16; o++) memcpy(h + o, blk + o * rb + 108, 2);
+        if (t != WT_IQ1_M) {
+            uint16_t h[16]; /* the rows' fp16 d, made fp32 by F16C: kgrid_d's exact values (a d is finite here) */
+            for (int o = 0; o < 16; o++) memcpy(h + o, blk + o * rb + (t == WT_Q3_K ? 108 : 0), 2);
             dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-            for (int c = 0; c < 4; c++) kgrid_raw16(blk + kgrid_run_at(t, c), rb, raw[c]);
+            if (t != WT_Q3_K) dv = _mm512_mul_ps(dv, _mm512_set1_ps(0.125f)); /* exact: eighths of d */
+            for (int c = 0; c < kgrid_runs(t); c++) kgrid_raw16(blk + kgrid_run_at(t, c), rb, raw[c]);
         } else {
             float d[16];
             for (int o = 0; o < 16; o++) d[o] = kgrid_d(t, blk + o * rb);
@@ -686,10 +782,13 @@ static inline __attribute__((always_inline)) void kgrid_fused_rows(int t, const 
     for (int i = 0; i < M; i++) _mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ1_M at one (more: expand_group and limb.c's steps). */
+/* See q8.h: AVX-512's Q3_K up to KGRID_FUSED rows, IQ2_XS and IQ2_S up to KGRID_IQ2, IQ1_M at one (more:
+ * expand_group and limb.c's steps). */
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
-    if (!(t == WT_Q3_K && M <= KGRID_FUSED) && !(t == WT_IQ1_M && M == 1)) return 0; /* IQ1_M: 2 rows no faster */
+    int iq2 = t == WT_IQ2_XS || t == WT_IQ2_S;
+    if (!(t == WT_Q3_K && M <= KGRID_FUSED) && !(t == WT_IQ1_M && M == 1) && !(iq2 && M <= KGRID_IQ2))
+        return 0; /* IQ1_M: 2 rows no faster */
     int64_t rb = row_bytes(t, 32 * nb);
 #define KGRID_FUSED_ROWS(T)                                                                                         \
     switch (M) { /* constants: the rows' chains in registers */                                                    \
@@ -699,6 +798,10 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
     }
     if (t == WT_Q3_K) {
         KGRID_FUSED_ROWS(WT_Q3_K)
+    } else if (t == WT_IQ2_XS) {
+        KGRID_FUSED_ROWS(WT_IQ2_XS)
+    } else if (t == WT_IQ2_S) {
+        KGRID_FUSED_ROWS(WT_IQ2_S)
     } else {
         kgrid_fused_rows(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
     }
