@@ -512,6 +512,29 @@ static inline __m512i kscales16(int t, const __m512i raw[4][8], int j, int h) {
     return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
 }
 
+/* IQ2_XS, IQ2_S: block j's group k entry index (idx[k], 16 rows) from a super-block's runs, and the
+ * groups' sign bits (byte k of a lane: group k's 8 signs). IQ2_XS: a u16 a group (bytes 2 + 8j ..), 9 bits
+ * of index and 7 of signs (their parity the eighth: signs7_bytes); IQ2_S: qs[2 + 4j ..] the indices' low
+ * bytes, byte 66 + j their high bits (2 a group), signs[34 + 4j ..] a byte a group. */
+static inline __attribute__((always_inline)) __m512i iq2_entries16(int t, const __m512i raw[4][8], int j, __m512i idx[4]) {
+    if (t == WT_IQ2_XS) {
+        __m512i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
+        __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
+        idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
+        idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
+        __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
+                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
+        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
+        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
+        return signs7_bytes(s7);
+    }
+    __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+    for (int k = 0; k < 4; k++)
+        idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
+    return raw[1][j];
+}
+
 static inline __attribute__((always_inline)) void kgrid_groups16(int t, const uint8_t *grp, int64_t rb, int64_t nb,
                                                                  uint8_t *dst) {
     int bt = q8_expanded_type(t), off = q8_offset(bt);
@@ -561,24 +584,7 @@ static inline __attribute__((always_inline)) void kgrid_groups16(int t, const ui
                 kquad_store(qs, 2 * k + 1, _mm512_add_epi8(q1, delta), z[k >> 1], off);
             }
         } else { /* IQ2_XS, IQ2_S: group k's entry (8, 25, 43 a value) and its 8 sign bits */
-            __m512i idx[4], signs;
-            if (t == WT_IQ2_XS) { /* u16 a group (bytes 2 + 8j ..): 9 bits of index, 7 of signs (and their parity: signs7_bytes) */
-                __m512i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
-                __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
-                idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
-                idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
-                __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
-                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
-                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
-                s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
-                signs = signs7_bytes(s7); /* byte k: group k's 7 bits and their parity */
-            } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits (2 a group), signs[34 + 4j ..] a byte a group */
-                __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
-                signs = raw[1][j];
-                for (int k = 0; k < 4; k++)
-                    idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
-                                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
-            }
+            __m512i idx[4], signs = iq2_entries16(t, raw, j, idx);
             const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
             for (int k = 0; k < 4; k++) {
                 __m512i q[2];
@@ -664,24 +670,8 @@ static inline __attribute__((always_inline)) void kgrid_fused16(int t, const __m
                                                                 const int8_t *const *xq, const int32_t *const *start,
                                                                 const float *xs, __m512 *acc) {
     __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
-    __m512i idx[4] = {m3, m3, m3, m3}, signs = m3; /* IQ2_XS, IQ2_S: group k's entry and sign bits (kgrid_groups16) */
-    if (t == WT_IQ2_XS) {
-        __m512i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
-        __m512i m9 = _mm512_set1_epi32(511), m7 = _mm512_set1_epi32(127);
-        idx[0] = _mm512_and_si512(w01, m9), idx[1] = _mm512_and_si512(_mm512_srli_epi32(w01, 16), m9);
-        idx[2] = _mm512_and_si512(w23, m9), idx[3] = _mm512_and_si512(_mm512_srli_epi32(w23, 16), m9);
-        __m512i s7 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w01, 9), m7),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w01, 25), m7), 7));
-        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 9), m7), 14));
-        s7 = _mm512_or_si512(s7, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(w23, 25), m7), 21));
-        signs = signs7_bytes(s7);
-    } else if (t == WT_IQ2_S) {
-        __m512i lo = raw[0][j], qh = _mm512_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
-        signs = raw[1][j];
-        for (int k = 0; k < 4; k++)
-            idx[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lo, 8 * k), _mm512_set1_epi32(255)),
-                                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2 * k), _mm512_set1_epi32(3)), 8));
-    }
+    __m512i idx[4] = {m3, m3, m3, m3}, signs = m3; /* IQ2_XS, IQ2_S: group k's entry and sign bits */
+    if (t == WT_IQ2_XS || t == WT_IQ2_S) signs = iq2_entries16(t, raw, j, idx);
 #pragma GCC unroll 2
     for (int hh = 0; hh < 2; hh++) {
         __m512 ws = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(kscales16(t, raw, j, hh))); /* q8_scale's d * sc */
