@@ -57,6 +57,7 @@ from strata_engine.kernels.weights import Weight
 
 TYPES = (QT.Q3_K, QT.IQ1_M, QT.IQ2_XS, QT.IQ2_S, QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.Q6_K, QT.Q8_0)
 N, K = 6144, 2048  # Qwen3-1.7B's FFN up / gate
+NO_VBMI = 1 << 30  # strata_grid_gather_free's bit: a VBMI CPU's grid types take their bit's way too
 D_AT = {QT.Q3_K: 108, QT.Q6_K: 208}  # where a block keeps its fp16 d (the others: at 0; IQ1_M: below)
 
 
@@ -143,7 +144,7 @@ def paths(
     ops: NativeOps, packed: dict[QT, Weight], rows: str, repeat: int, clock: Callable[[], float],
     rng: np.random.Generator,
 ) -> None:  # fmt: skip
-    """Each grid type with gathers (mask 0) and without (every bit set), in turns: the medians and
+    """Each grid type with gathers (mask NO_VBMI) and without (every bit set), in turns: the medians and
     their ratio. The CPU's default is restored after."""
     lib = ops.lib
     default = lib.strata_grid_gather_free(-2)
@@ -158,7 +159,7 @@ def paths(
             for qtype in types:
 
                 def way(i: int, x: np.ndarray = x, w: Weight = packed[qtype]) -> np.ndarray:
-                    lib.strata_grid_gather_free((0, 0x7FFFFFFF)[i])
+                    lib.strata_grid_gather_free((NO_VBMI, 0x7FFFFFFF)[i])
                     return ops.linear(x, w)
 
                 ta, tb, same = in_turns(way, repeat, clock, alternate=True)
