@@ -319,6 +319,7 @@ def test_the_gather_free_types_follow_the_cpus_vendor() -> None:
     amd = {QT.Q3_K, QT.IQ2_S, QT.IQ2_XXS, QT.IQ3_XXS, QT.IQ1_S}  # measured faster so on Zen 5
     default = lib.strata_grid_gather_free(-2)
     assert default == (sum(1 << int(t) for t in amd) if _amd() else 0)
+    assert lib.strata_grid_gather_free(-3) == int(_vbmi())  # the byte permutes wherever the CPU has them
     try:
         assert lib.strata_grid_gather_free(0) == 0 and lib.strata_grid_gather_free(-1) == 0  # -1: asks
     finally:
@@ -385,6 +386,7 @@ def test_the_vbmi_decoding_and_the_gathers_without_it_give_the_reference_bits(qt
     values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
     try:
         assert lib.strata_grid_gather_free(VBMI_WAYS[way]) == VBMI_WAYS[way]
+        assert lib.strata_grid_gather_free(-3) == (way == "vbmi")  # the way the steps below take
         assert_held_gives_the_q8_0_bits(
             held, Weight("w8", N, K, TYPES[QT.Q8_0].code, q8), values, "avx512", "limb3"
         )

@@ -1390,6 +1390,10 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
  * them so; not measured here). Either way gives the same bytes, so the same bits. */
 #define GATHER_FREE_AMD (1 << WT_Q3_K | 1 << WT_IQ2_S | 1 << WT_IQ2_XXS | 1 << WT_IQ3_XXS | 1 << WT_IQ1_S)
 static int gather_free_default, gather_free;
+static int cpu_vbmi; /* the CPU has AVX512_VBMI (grid_vbmi_tables, below) */
+#define GRID_NO_VBMI 30 /* strata_grid_gather_free's mask bit 30: without VBMI, each type's way as its bit says */
+/* Whether IQ2_XXS, IQ3_XXS and IQ3_S take the VBMI steps now (grid_limb_rows; the -3 query). */
+static inline int grid_vbmi_on(void) { return cpu_vbmi && !(gather_free >> GRID_NO_VBMI & 1); }
 
 __attribute__((constructor)) static void gather_choice(void) {
     __builtin_cpu_init();
@@ -1399,6 +1403,7 @@ __attribute__((constructor)) static void gather_choice(void) {
 
 /* See strata_kernels.h. */
 int strata_grid_gather_free(int mask) {
+    if (mask == -3) return grid_vbmi_on();
     if (mask >= 0) gather_free = mask;
     else if (mask == -2) gather_free = gather_free_default;
     return gather_free;
@@ -1485,18 +1490,16 @@ static inline __attribute__((always_inline)) __m512 iq3s16_runs(const __m512i ra
     return scale;
 }
 
-/* ---- AVX-512 with VBMI (a CPU with it: cpu_vbmi below; AMD's Zen 4 and 5, Intel's since Ice Lake):
+/* ---- AVX-512 with VBMI (a CPU with it: cpu_vbmi, set below; AMD's Zen 4 and 5, Intel's since Ice Lake):
  * IQ2_XXS's, IQ3_XXS's and IQ3_S's blocks of 16 rows decoded in registers, without a gather or a
  * scalar load, in their one-to-four-row steps whichever way their bit picks (unless mask bit 30): the
  * grid's codes looked up by byte permutes (vpermi2b) from tables of their low bytes and high bits,
  * their 2- or 3-bit fields picked out by vpmultishiftqb and mapped to their values by vpermb:
  * iq2xxs16's, iq3xxs16's, iq3s16's bytes, so the same bits. Zen 5, 1 thread, 1 row, weights from
  * memory: 1.9 to 2.6 times as fast as the plain gather-free way (IQ3_S: the gathers). */
-#define GRID_NO_VBMI 30 /* strata_grid_gather_free's mask bit 30: without VBMI, each type's way as its bit says */
 static uint8_t iq3xxs_lo[256] __attribute__((aligned(64))), iq3xxs_hi[256] __attribute__((aligned(64)));
 static uint8_t iq2xxs_lo[256] __attribute__((aligned(64))), iq2xxs_hi[256] __attribute__((aligned(64)));
 static uint8_t iq3s_lo[512] __attribute__((aligned(64))), iq3s_hi[512] __attribute__((aligned(64)));
-static int cpu_vbmi;
 
 __attribute__((constructor)) static void grid_vbmi_tables(void) {
     __builtin_cpu_init();
@@ -1750,7 +1753,7 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
     if (!wtype_grid(t) || M > GRID_FUSED) return 0;
     int64_t rb = row_bytes(t, 32 * nb);
     int free = gather_free >> t & 1;
-    if (t != WT_IQ1_S && cpu_vbmi && !(gather_free >> GRID_NO_VBMI & 1)) { /* either way's bit: VBMI's */
+    if (t != WT_IQ1_S && grid_vbmi_on()) { /* either way's bit: VBMI's */
         grid_vbmi_type(t, grp, rb, nb, M, xq, start, xs, y);
         return 1;
     }

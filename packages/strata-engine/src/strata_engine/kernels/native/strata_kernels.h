@@ -128,7 +128,8 @@ int strata_amx_use(int want);
  * gathers, as the avx2 build does. mask >= 0: set; -1: ask; -2: this CPU's default (AMD's: the types
  * measured faster so; others: none). Bit 30 set: a CPU with AVX512_VBMI decodes IQ2_XXS, IQ3_XXS and
  * IQ3_S at one to four rows as the type's bit says too (clear: by byte permutes, either way). Returns
- * the mask in force; -1 in the other builds (one way a type). The bits are the same either way. */
+ * the mask in force; -1 in the other builds (one way a type). -3: whether those byte permutes are in
+ * force now (1: a VBMI CPU and bit 30 clear, else 0), nothing set. The bits are the same either way. */
 int strata_grid_gather_free(int mask);
 
 /* matmul.c: the fp32 matmul on weights as stored (or repacked: q8.c, limb.c), the embedding gather */
