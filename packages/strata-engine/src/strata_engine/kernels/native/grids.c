@@ -1762,6 +1762,134 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
     }
     return 1;
 }
+#elif defined(STRATA_TARGET_AVX2)
+/* ---- AVX2 and AVX-VNNI, the grid types for few activation rows (decode) ---------------------
+ * expand_group decodes a group's 16 rows whole (at 2048 inputs 16 x 2048 bytes, past L1) before
+ * limb.c's steps load it back, and AVX2's steps take Q8_0's bytes (up to 255) only by int16 steps
+ * on wide limbs. Here each block's 16 rows are decoded in registers, a half of 8 rows at a time
+ * (half8: the same Q8_0 bytes q + 128, a zero scale's rows +-1, and scales as expand_avx2's),
+ * straight into the limbs' steps, nothing stored. AVX-VNNI: vpdpbusd takes those bytes as they
+ * are, from the starts limb.c set for offset 128. AVX2: vpmaddubsw's int16 pair sums take the
+ * bytes q + off with a smaller offset, off = 16 for IQ3_S and IQ1_S (|q| <= 15 and 9: bytes up to
+ * 31, so a chain of 4 steps stays within int16, 4 * 2 * 31 * 128 = 31,744) and 64 for IQ2_XXS and
+ * IQ3_XXS (|q| <= 43 and 62: bytes up to 126, each step's pair sums up to 32,256 widened at once),
+ * the sums starting at start * off / 128 (start = -128 times the limb's sum: exact). Either way
+ * S_j = sum_k q_k l_j,k are the same exact integers as limb.c's, S is formed exactly (int32 where
+ * |S_2| < 2^14 in every lane, else double) and converted once (limb_value3's correctly rounded
+ * float), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
+ * sequence, the same bits. */
+#define GRID_FUSED8 4 /* rows grid_rows8 takes */
+
+#if defined(STRATA_AVX_VNNI)
+static inline int grid8_offset(int t) { (void)t; return 128; }
+#else
+static inline int grid8_offset(int t) { return t == WT_IQ3_S || t == WT_IQ1_S ? 16 : 64; }
+#endif
+
+/* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18). */
+static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2) {
+    __m256i low = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0); /* |L| < 2^27 */
+    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(1 << 14));
+    if (__builtin_expect(_mm256_testz_si256(out, _mm256_set1_epi32(-2 << 14)), 1)) /* |S_2| < 2^14: S within int32 */
+        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
+    __m256d big = _mm256_set1_pd(65536.0);
+    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
+    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
+                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
+    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a)); /* each S exact in double: one rounding */
+}
+
+/* One row's exact S of 8 outputs from their quads w (bytes q + grid8_offset(t)) and its limbs x
+ * (3 x 32 bytes), from the starts st (offset 128's). */
+static inline __attribute__((always_inline)) __m256 grid_dot8(int t, const __m256i w[8], const int8_t *x, const int32_t *st) {
+    __m256i s[3];
+#pragma GCC unroll 3
+    for (int l = 0; l < 3; l++) {
+        s[l] = _mm256_set1_epi32(st[2 * l] / (128 / grid8_offset(t))); /* a multiple of 128: exact */
+#if defined(STRATA_AVX_VNNI)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            int32_t x4;
+            memcpy(&x4, x + 32 * l + 4 * r, 4);
+            s[l] = _mm256_dpbusd_avx_epi32(s[l], w[r], _mm256_set1_epi32(x4));
+        }
+#else
+        __m256i ones = _mm256_set1_epi16(1);
+        if (grid8_offset(t) == 16) { /* two chains of 4 steps in int16 */
+            __m256i p[2];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                int32_t x4;
+                memcpy(&x4, x + 32 * l + 4 * r, 4);
+                __m256i m = _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4));
+                p[r >> 2] = (r & 3) ? _mm256_add_epi16(p[r >> 2], m) : m;
+            }
+            s[l] = _mm256_add_epi32(s[l], _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)));
+        } else { /* each step widened at once */
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                int32_t x4;
+                memcpy(&x4, x + 32 * l + 4 * r, 4);
+                s[l] = _mm256_add_epi32(s[l], _mm256_madd_epi16(_mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4)), ones));
+            }
+        }
+#endif
+    }
+    return grid8_value(s[0], s[1], s[2]);
+}
+
+/* A grid type's group (t and M constants) against M rows' limbs xq [M][nb][3][32], starts
+ * [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
+static inline __attribute__((always_inline)) void grid_rows8(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                             const int8_t *xq, const int32_t *start, const float *xs, float *y) {
+    __m256 acc[GRID_FUSED8][2];
+    for (int i = 0; i < M; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    float d[16];
+    __m256i raw[2][2][8]; /* IQ2_XXS, IQ1_S: each half's runs (grid_superblock8) */
+    for (int64_t b = 0; b < nb; b++) {
+        if ((b & 7) == 0) {
+            next_group_prefetch(t, grp, rb, b);
+            grid_superblock8(t, 1, grp, rb, b, d, raw);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i w[8];
+            __m256 scale = half8(t, 1, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], w);
+            if (grid8_offset(t) != 128)
+                for (int r = 0; r < 8; r++) w[r] = _mm256_sub_epi8(w[r], _mm256_set1_epi8((char)(128 - grid8_offset(t))));
+            for (int i = 0; i < M; i++) {
+                __m256 f = grid_dot8(t, w, xq + (i * nb + b) * 96, start + (i * nb + b) * 6);
+                acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(xs[i * nb + b])), f, acc[i][h]);
+            }
+        }
+    }
+    for (int i = 0; i < M; i++) _mm256_storeu_ps(y + 16 * i, acc[i][0]), _mm256_storeu_ps(y + 16 * i + 8, acc[i][1]);
+}
+
+/* One type (a constant), M rows (constants: the rows' chains in registers). */
+static inline __attribute__((always_inline)) void grid_type8(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M,
+                                                             const int8_t *xq, const int32_t *start, const float *xs, float *y) {
+    switch (M) {
+    case 1: grid_rows8(t, grp, rb, nb, 1, xq, start, xs, y); break;
+    case 2: grid_rows8(t, grp, rb, nb, 2, xq, start, xs, y); break;
+    case 3: grid_rows8(t, grp, rb, nb, 3, xq, start, xs, y); break;
+    default: grid_rows8(t, grp, rb, nb, 4, xq, start, xs, y); break;
+    }
+}
+
+/* See internal.h. */
+int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
+                   float *y) {
+    if (!wtype_grid(t) || M > GRID_FUSED8) return 0;
+    int64_t rb = row_bytes(t, 32 * nb);
+    switch (t) { /* a constant type */
+    case WT_IQ2_XXS: grid_type8(WT_IQ2_XXS, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_XXS: grid_type8(WT_IQ3_XXS, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_S: grid_type8(WT_IQ3_S, grp, rb, nb, M, xq, start, xs, y); break;
+    default: grid_type8(WT_IQ1_S, grp, rb, nb, M, xq, start, xs, y); break;
+    }
+    return 1;
+}
 #else
 int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
                    float *y) {
