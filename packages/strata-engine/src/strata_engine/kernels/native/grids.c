@@ -1783,7 +1783,96 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
 #if defined(STRATA_AVX_VNNI)
 static inline int grid8_offset(int t) { (void)t; return 128; }
 #else
-static inline int grid8_offset(int t) { return t == WT_IQ3_S || t == WT_IQ1_S ? 16 : 64; }
+static inline int grid8_offset(int t) { return t == WT_IQ3_S || t == WT_IQ1_S ? 16 : t == WT_IQ3_XXS ? 32 : 64; }
+/* Steps a chain of int16 sums takes: 4 * 2 * 31 * 128 = 31,744, 2 * 2 * 63 * 128 = 32,256, 2 * 126 * 128 = 32,256. */
+static inline int grid8_chain(int t) { return grid8_offset(t) == 16 ? 4 : grid8_offset(t) == 32 ? 2 : 1; }
+#endif
+#if !defined(STRATA_AVX_VNNI)
+/* AVX2: the values halved where they are all even (IQ3_XXS: 4 .. 62), so that its bytes q / 2 + 32
+ * (1 .. 63) take chains of 2 steps; each S_j is then twice its sums (grid_dot8). */
+static uint32_t iq3xxs_halves[256];
+__attribute__((constructor)) static void grid8_halves(void) {
+    for (int i = 0; i < 256; i++) iq3xxs_halves[i] = (iq3xxs_bytes[i] >> 1) & 0x7F7F7F7Fu;
+}
+
+/* Quad bytes off + v or off - v where m, a zero scale's rows (z, where zany) off +- 1 by that sign
+ * (grid_group's +-1; halved, +-1 too: only the sign of such a row's S reaches its output, which
+ * fma((0 * s), f, acc) adds as a zero of f's sign). */
+static inline __attribute__((always_inline)) __m256i grid8_bytes(__m256i v, __m256i m, __m256i z, int zany, int off) {
+    __m256i c = _mm256_set1_epi8((char)off);
+    __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(c, v), _mm256_sub_epi8(c, v), m);
+    if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)(off + 1)), _mm256_set1_epi8((char)(off - 1)), m), z);
+    return q;
+}
+
+/* Block b's rows 8h .. 8h + 7 (half8's decoding) as the bytes grid8_offset(t) + q (IQ3_XXS: + q / 2). */
+static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
+                                                               const float *d, const __m256i raw[2][8], __m256i q[8]) {
+    const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
+    int j = (int)(b & 7), off = grid8_offset(t);
+    __m256 dv = _mm256_loadu_ps(d + 8 * h), scale;
+    int zany;
+    __m256i z;
+    if (t == WT_IQ2_XXS) {
+        __m256i aux = raw[j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.25f));
+        z = zero8(scale, &zany);
+        const uint64_t *g = iq2xxs_bytes;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves, read at its index byte */
+            const uint8_t *p = blk + 2 + 8 * j + k;
+            __m256 a = _mm256_castsi256_ps(qwords4(g + p[0], g + p[rb], g + p[4 * rb], g + p[5 * rb]));
+            __m256 c = _mm256_castsi256_ps(qwords4(g + p[2 * rb], g + p[3 * rb], g + p[6 * rb], g + p[7 * rb]));
+            q[2 * k] = grid8_bytes(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), quad_signs8(s8, 2 * k), z, zany, off);
+            q[2 * k + 1] = grid8_bytes(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD)), quad_signs8(s8, 2 * k + 1), z, zany, off);
+        }
+    } else if (t == WT_IQ3_XXS) {
+        __m256i aux = rows4(blk + 66 + 4 * j, rb), s8 = signs7_bytes8(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
+        z = zero8(scale, &zany);
+        const uint32_t *g = iq3xxs_halves;
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *p = blk + 2 + 8 * j + r;
+            __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+            q[r] = grid8_bytes(v, quad_signs8(s8, r), z, zany, off);
+        }
+    } else if (t == WT_IQ3_S) {
+        __m256i idx[2] = {rows4(blk + 2 + 8 * j, rb), rows4(blk + 6 + 8 * j, rb)};
+        __m256i qh = rows4(blk + 66 + j, rb), signs = rows4(blk + 74 + 4 * j, rb);
+        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
+        scale = _mm256_mul_ps(dv, part);
+        z = zero8(scale, &zany);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
+            q[r] = grid8_bytes(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany, off);
+        }
+    } else { /* IQ1_S: 8 code + 7 or 9 (q + 16), from the runs */
+        __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][4 + (j >> 1)], 16 * (j & 1));
+        __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
+        __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f));
+        z = zero8(scale, &zany);
+        __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+        __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8((char)(off - 7)), _mm256_set1_epi8((char)(off - 9)), minus);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
+            __m256i v[2];
+            entry_quads8(iq1s_bytes, i, v, 1);
+            for (int e = 0; e < 2; e++) {
+                __m256i w = _mm256_add_epi8(v[e], offset); /* q + off, q never 0 */
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)off), w);
+                q[2 * k + e] = zany ? _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8((char)(off + 1)), _mm256_set1_epi8((char)(off - 1)), neg), z) : w;
+            }
+        }
+    }
+    return scale;
+}
 #endif
 
 /* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18). */
@@ -1814,25 +1903,16 @@ static inline __attribute__((always_inline)) __m256 grid_dot8(int t, const __m25
             s[l] = _mm256_dpbusd_avx_epi32(s[l], w[r], _mm256_set1_epi32(x4));
         }
 #else
-        __m256i ones = _mm256_set1_epi16(1);
-        if (grid8_offset(t) == 16) { /* two chains of 4 steps in int16 */
-            __m256i p[2];
+        __m256i ones = _mm256_set1_epi16(1), p = _mm256_setzero_si256();
 #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                int32_t x4;
-                memcpy(&x4, x + 32 * l + 4 * r, 4);
-                __m256i m = _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4));
-                p[r >> 2] = (r & 3) ? _mm256_add_epi16(p[r >> 2], m) : m;
-            }
-            s[l] = _mm256_add_epi32(s[l], _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)));
-        } else { /* each step widened at once */
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                int32_t x4;
-                memcpy(&x4, x + 32 * l + 4 * r, 4);
-                s[l] = _mm256_add_epi32(s[l], _mm256_madd_epi16(_mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4)), ones));
-            }
+        for (int r = 0; r < 8; r++) { /* chains of grid8_chain(t) steps in int16, each widened into s */
+            int32_t x4;
+            memcpy(&x4, x + 32 * l + 4 * r, 4);
+            __m256i m = _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4));
+            p = r % grid8_chain(t) ? _mm256_add_epi16(p, m) : m;
+            if (r % grid8_chain(t) == grid8_chain(t) - 1) s[l] = _mm256_add_epi32(s[l], _mm256_madd_epi16(p, ones));
         }
+        if (grid8_offset(t) == 32) s[l] = _mm256_slli_epi32(s[l], 1); /* the halved values' sums, twice */
 #endif
     }
     return grid8_value(s[0], s[1], s[2]);
@@ -1854,9 +1934,11 @@ static inline __attribute__((always_inline)) void grid_rows8(int t, const uint8_
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i w[8];
+#if defined(STRATA_AVX_VNNI)
             __m256 scale = half8(t, 1, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], w);
-            if (grid8_offset(t) != 128)
-                for (int r = 0; r < 8; r++) w[r] = _mm256_sub_epi8(w[r], _mm256_set1_epi8((char)(128 - grid8_offset(t))));
+#else
+            __m256 scale = grid8_half(t, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], w);
+#endif
             for (int i = 0; i < M; i++) {
                 __m256 f = grid_dot8(t, w, xq + (i * nb + b) * 96, start + (i * nb + b) * 6);
                 acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(xs[i * nb + b])), f, acc[i][h]);
