@@ -1875,11 +1875,13 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
 }
 #endif
 
-/* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18). */
-static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2) {
+/* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18); try_fast: first
+ * the int32 sum where every lane's |S_2| < 2^14 (IQ2_XXS, IQ3_XXS, values up to 43 and 62: passed too
+ * often for the test to pay, as grid_dot16 found). */
+static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2, int try_fast) {
     __m256i low = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0); /* |L| < 2^27 */
     __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(1 << 14));
-    if (__builtin_expect(_mm256_testz_si256(out, _mm256_set1_epi32(-2 << 14)), 1)) /* |S_2| < 2^14: S within int32 */
+    if (try_fast && _mm256_testz_si256(out, _mm256_set1_epi32(-2 << 14))) /* |S_2| < 2^14: S within int32 */
         return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
     __m256d big = _mm256_set1_pd(65536.0);
     __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
@@ -1915,7 +1917,7 @@ static inline __attribute__((always_inline)) __m256 grid_dot8(int t, const __m25
         if (grid8_offset(t) == 32) s[l] = _mm256_slli_epi32(s[l], 1); /* the halved values' sums, twice */
 #endif
     }
-    return grid8_value(s[0], s[1], s[2]);
+    return grid8_value(s[0], s[1], s[2], t == WT_IQ3_S || t == WT_IQ1_S);
 }
 
 /* A grid type's group (t and M constants) against M rows' limbs xq [M][nb][3][32], starts
