@@ -1794,6 +1794,7 @@ static uint32_t iq3xxs_halves[256];
 __attribute__((constructor)) static void grid8_halves(void) {
     for (int i = 0; i < 256; i++) iq3xxs_halves[i] = (iq3xxs_bytes[i] >> 1) & 0x7F7F7F7Fu;
 }
+#endif
 
 /* Quad bytes off + v or off - v where m, a zero scale's rows (z, where zany) off +- 1 by that sign
  * (grid_group's +-1; halved, +-1 too: only the sign of such a row's S reaches its output, which
@@ -1805,9 +1806,29 @@ static inline __attribute__((always_inline)) __m256i grid8_bytes(__m256i v, __m2
     return q;
 }
 
-/* Block b's rows 8h .. 8h + 7 (half8's decoding) as the bytes grid8_offset(t) + q (IQ3_XXS: + q / 2). */
+/* A super-block's fields of each half of 8 rows, transposed once (kgrid_raw; read by grid8_half):
+ * IQ3_XXS's sign words (the run at 66), IQ3_S's index bytes (at 2 and 34), ninth bits (66) and sign
+ * bytes (74), and its scale nibbles (sc: bytes 106-109), where a block's rows4 took 15 uops a field. */
+static inline __attribute__((always_inline)) void grid8_runs(int t, const uint8_t *blk, int64_t rb, __m256i runs[2][4][8],
+                                                             __m256i sc[2]) {
+    static const int at[4] = {2, 34, 66, 74};
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *p = blk + 8 * h * rb;
+        if (t == WT_IQ3_XXS) kgrid_raw(p + 66, rb, runs[h][0]);
+        if (t == WT_IQ3_S) {
+            for (int c = 0; c < 4; c++) kgrid_raw(p + at[c], rb, runs[h][c]);
+            sc[h] = rows4(p + 106, rb);
+        }
+    }
+}
+
+/* Block b's rows 8h .. 8h + 7 (half8's decoding) as the bytes grid8_offset(t) + q (AVX2's IQ3_XXS: + q / 2);
+ * IQ2_XXS's sign words and IQ1_S's fields from raw, IQ3_XXS's sign words and IQ3_S's fields from runs and
+ * sc (grid8_runs), each read once a super-block; the grid indices as scalars at their bytes (IQ2_XXS,
+ * IQ3_XXS) or from a vector (IQ3_S, IQ1_S: lanes8), whichever measured faster (Zen 5, 1 row). */
 static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
-                                                               const float *d, const __m256i raw[2][8], __m256i q[8]) {
+                                                               const float *d, const __m256i raw[2][8], const __m256i runs[4][8],
+                                                               __m256i sc, __m256i q[8]) {
     const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
     int j = (int)(b & 7), off = grid8_offset(t);
     __m256 dv = _mm256_loadu_ps(d + 8 * h), scale;
@@ -1828,11 +1849,15 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
             q[2 * k + 1] = grid8_bytes(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD)), quad_signs8(s8, 2 * k + 1), z, zany, off);
         }
     } else if (t == WT_IQ3_XXS) {
-        __m256i aux = rows4(blk + 66 + 4 * j, rb), s8 = signs7_bytes8(aux);
+        __m256i aux = runs[0][j], s8 = signs7_bytes8(aux);
         __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
         scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
         z = zero8(scale, &zany);
+#if defined(STRATA_AVX_VNNI)
+        const uint32_t *g = iq3xxs_bytes;
+#else
         const uint32_t *g = iq3xxs_halves;
+#endif
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
             const uint8_t *p = blk + 2 + 8 * j + r;
@@ -1840,9 +1865,9 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
             q[r] = grid8_bytes(v, quad_signs8(s8, r), z, zany, off);
         }
     } else if (t == WT_IQ3_S) {
-        __m256i idx[2] = {rows4(blk + 2 + 8 * j, rb), rows4(blk + 6 + 8 * j, rb)};
-        __m256i qh = rows4(blk + 66 + j, rb), signs = rows4(blk + 74 + 4 * j, rb);
-        __m256i sc = _mm256_and_si256(_mm256_srli_epi32(rows4(blk + 103 + j / 2, rb), 24 + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256i idx[2] = {runs[j >> 2][2 * (j & 3)], runs[j >> 2][2 * (j & 3) + 1]};
+        __m256i qh = _mm256_srli_epi32(runs[2][j >> 2], 8 * (j & 3)), signs = runs[3][j];
+        sc = _mm256_and_si256(_mm256_srli_epi32(sc, 8 * (j / 2) + 4 * (j & 1)), _mm256_set1_epi32(15));
         __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
         scale = _mm256_mul_ps(dv, part);
         z = zero8(scale, &zany);
@@ -1866,14 +1891,13 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
             entry_quads8(iq1s_bytes, i, v, 1);
             for (int e = 0; e < 2; e++) {
                 __m256i w = _mm256_add_epi8(v[e], offset); /* q + off, q never 0 */
-                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)off), w);
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), _mm256_sub_epi8(w, _mm256_set1_epi8((char)off))); /* q < 0 */
                 q[2 * k + e] = zany ? _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8((char)(off + 1)), _mm256_set1_epi8((char)(off - 1)), neg), z) : w;
             }
         }
     }
     return scale;
 }
-#endif
 
 /* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18); try_fast: first
  * the int32 sum where every lane's |S_2| < 2^14 (IQ2_XXS, IQ3_XXS, values up to 43 and 62: passed too
@@ -1928,19 +1952,17 @@ static inline __attribute__((always_inline)) void grid_rows8(int t, const uint8_
     for (int i = 0; i < M; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     float d[16];
     __m256i raw[2][2][8]; /* IQ2_XXS, IQ1_S: each half's runs (grid_superblock8) */
+    __m256i runs[2][4][8], sc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* IQ3_XXS, IQ3_S: grid8_runs */
     for (int64_t b = 0; b < nb; b++) {
         if ((b & 7) == 0) {
             next_group_prefetch(t, grp, rb, b);
             grid_superblock8(t, 1, grp, rb, b, d, raw);
+            grid8_runs(t, grp + (b >> 3) * block_bytes(t), rb, runs, sc);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i w[8];
-#if defined(STRATA_AVX_VNNI)
-            __m256 scale = half8(t, 1, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], w);
-#else
-            __m256 scale = grid8_half(t, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], w);
-#endif
+            __m256 scale = grid8_half(t, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], (const __m256i(*)[8])runs[h], sc[h], w);
             for (int i = 0; i < M; i++) {
                 __m256 f = grid_dot8(t, w, xq + (i * nb + b) * 96, start + (i * nb + b) * 6);
                 acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(xs[i * nb + b])), f, acc[i][h]);
