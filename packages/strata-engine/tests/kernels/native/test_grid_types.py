@@ -436,7 +436,12 @@ def _largest_everywhere(qtype: QT, seed: int) -> np.ndarray:
     """extreme_blocks (their fp16 scales and sub-scales) with every grid index the entry of the
     type's largest values and every sign positive (IQ1_S: its delta +1/8): bytes at the top of
     each step's range, 15 (IQ3_S), 62 (IQ3_XXS), 43 (IQ2_XXS), 9 (IQ1_S)."""
-    q = {QT.IQ2_XXS: quants.IQ2_XXS, QT.IQ3_XXS: quants.IQ3_XXS, QT.IQ3_S: quants.IQ3_S, QT.IQ1_S: quants.IQ1_S}
+    q = {
+        QT.IQ2_XXS: quants.IQ2_XXS,
+        QT.IQ3_XXS: quants.IQ3_XXS,
+        QT.IQ3_S: quants.IQ3_S,
+        QT.IQ1_S: quants.IQ1_S,
+    }
     q[qtype].init_grid()
     grid = np.asarray(q[qtype].grid).reshape(ENTRIES[qtype], -1)
     top = int(np.argmax(grid.sum(axis=1)))
@@ -477,7 +482,9 @@ def test_avx2_fused_rows_at_their_int16_bounds_give_the_q8_0_blocks_bits(qtype: 
     a, b = ops.pack(held), ops.pack(Weight("w8", N, K, TYPES[QT.Q8_0].code, q8))
     e = np.exp2(np.arange(K // 32) % 9 - 30.0)  # a block's scale 2^e: its X exactly +-BIG_X
     big = np.repeat(BIG_X * e, 32).astype(np.float32)
-    rows = np.vstack([-big, big, np.where(np.arange(K) % 64 < 32, -big, big), extreme_activations(2, K, seed=9)])
+    rows = np.vstack(
+        [-big, big, np.where(np.arange(K) % 64 < 32, -big, big), extreme_activations(2, K, seed=9)]
+    )
     for m in (1, 2, 3, 4, 5):
         x = rows[:m]
         got = ops.linear(x, a)
