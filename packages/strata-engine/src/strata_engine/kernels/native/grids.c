@@ -1767,17 +1767,22 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
  * expand_group decodes a group's 16 rows whole (at 2048 inputs 16 x 2048 bytes, past L1) before
  * limb.c's steps load it back, and AVX2's steps take Q8_0's bytes (up to 255) only by int16 steps
  * on wide limbs. Here each block's 16 rows are decoded in registers, a half of 8 rows at a time
- * (half8: the same Q8_0 bytes q + 128, a zero scale's rows +-1, and scales as expand_avx2's),
- * straight into the limbs' steps, nothing stored. AVX-VNNI: vpdpbusd takes those bytes as they
- * are, from the starts limb.c set for offset 128. AVX2: vpmaddubsw's int16 pair sums take the
- * bytes q + off with a smaller offset, off = 16 for IQ3_S and IQ1_S (|q| <= 15 and 9: bytes up to
- * 31, so a chain of 4 steps stays within int16, 4 * 2 * 31 * 128 = 31,744) and 64 for IQ2_XXS and
- * IQ3_XXS (|q| <= 43 and 62: bytes up to 126, each step's pair sums up to 32,256 widened at once),
- * the sums starting at start * off / 128 (start = -128 times the limb's sum: exact). Either way
- * S_j = sum_k q_k l_j,k are the same exact integers as limb.c's, S is formed exactly (int32 where
- * |S_2| < 2^14 in every lane, else double) and converted once (limb_value3's correctly rounded
- * float), and acc = fma(scale * s, f, acc) over the blocks in order: limb_group_rows's float
- * sequence, the same bits. */
+ * (grid8_half: half8's decoding, with each super-block's sign words and fields transposed once,
+ * the grid entries by scalar loads: on Zen 5 a ymm vpgatherdd of 8 dwords took 2.6 times as long as
+ * 8 scalar loads and 7 unpacks), straight into the limbs' steps, nothing stored. AVX-VNNI: vpdpbusd
+ * takes Q8_0's bytes q + 128 as they are, from the starts limb.c set for offset 128. AVX2:
+ * vpmaddubsw's int16 pair sums take the bytes q + off with a smaller offset: off = 16 for IQ3_S and
+ * IQ1_S (|q| <= 15 and 9: bytes up to 31, a chain of 4 steps within int16, 4 * 2 * 31 * 128 =
+ * 31,744), IQ3_XXS's even values halved, q / 2 + 32 (up to 63: chains of 2, 32,256; S_j is twice
+ * its sums), 64 for IQ2_XXS (|q| <= 43: bytes up to 107, each step's pair sums widened at once);
+ * the sums start at start * off / 128 (start = -128 times the limb's sum: exact). A zero scale's
+ * rows keep grid_group's +-1 (halved too: only the sign of such a row's S reaches its output, as
+ * fma(0 * s, f, acc)'s zero). Either way S_j = sum_k q_k l_j,k are the same exact integers as
+ * limb.c's, S is formed exactly (int32 where |S_2| < 2^14 in every lane, else double) and
+ * converted once (limb_value3's correctly rounded float), and acc = fma(scale * s, f, acc) over
+ * the blocks in order: limb_group_rows's float sequence, the same bits. Zen 5, 1 thread, 1 row,
+ * weights from memory: 1.6 (IQ2_XXS) to 2.2 times expand_group's speed on avx2, 2.1 to 2.8 on
+ * avxvnni (bench_kgrid.py --builds). */
 #define GRID_FUSED8 4 /* rows grid_rows8 takes */
 
 #if defined(STRATA_AVX_VNNI)
@@ -1905,7 +1910,7 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
 static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2, int try_fast) {
     __m256i low = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0); /* |L| < 2^27 */
     __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(1 << 14));
-    if (try_fast && _mm256_testz_si256(out, _mm256_set1_epi32(-2 << 14))) /* |S_2| < 2^14: S within int32 */
+    if (try_fast && _mm256_testz_si256(out, _mm256_set1_epi32(-(2 << 14)))) /* |S_2| < 2^14: S within int32 */
         return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
     __m256d big = _mm256_set1_pd(65536.0);
     __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
