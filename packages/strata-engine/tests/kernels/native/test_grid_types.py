@@ -425,3 +425,57 @@ def test_iq2_fused_rows_give_the_portable_bits_in_every_combine_tier(qtype: QT) 
         ok = np.isfinite(x).all(axis=1)
         x64 = x[ok].astype(np.float64)
         assert np.all(np.abs(got["avx512"][ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)
+
+
+# ---- avx2's and avxvnni's fused 1-4-row grid steps (grids.c's grid_rows8): AVX2's int16 chains at their bounds
+
+BIG_X = 8290432.0  # its limbs -128, -128, -126: with the largest grid values, every chain at its bound
+
+
+def _largest_everywhere(qtype: QT, seed: int) -> np.ndarray:
+    """extreme_blocks (their scales) with every index the entry of the largest values and every
+    sign positive (IQ1_S: delta +1/8): q = 15 (IQ3_S), 62 (IQ3_XXS), 43 (IQ2_XXS), 9 (IQ1_S)."""
+    getattr(quants, qtype.name).init_grid()
+    grid = np.asarray(getattr(quants, qtype.name).grid).reshape(ENTRIES[qtype], -1)
+    top = int(np.argmax(grid.sum(axis=1)))
+    blocks = extreme_blocks(qtype, N, K, seed=seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if qtype == QT.IQ2_XXS:  # per 32: 4 indices, a u32 of signs under the 4-bit sub-scale
+        words = blocks[:, 2:66].copy().view(np.uint32)
+        words[:, 0::2], words[:, 1::2] = top * 0x01010101, words[:, 1::2] & np.uint32(0xF0000000)
+        blocks[:, 2:66] = words.view(np.uint8)
+    elif qtype == QT.IQ3_XXS:  # 64 indices, then a u32 a 32 as IQ2_XXS's
+        blocks[:, 2:66] = top
+        blocks[:, 66:98] = (blocks[:, 66:98].copy().view(np.uint32) & np.uint32(0xF0000000)).view(np.uint8)
+    elif qtype == QT.IQ3_S:  # low bytes, ninth bits, sign bytes
+        blocks[:, 2:66] = top & 255
+        blocks[:, 66:74] = 255 if top >> 8 else 0
+        blocks[:, 74:106] = 0
+    else:  # IQ1_S: low bytes; per 32 a u16 of 4 x 3 high bits, the sub-scale, the delta's sign
+        blocks[:, 2:34] = top & 255
+        qh = blocks[:, 34:50].copy().view(np.uint16) & np.uint16(0x7000)
+        blocks[:, 34:50] = (qh | np.uint16((top >> 8) * 0o1111)).view(np.uint8)
+    return blocks.reshape(-1)
+
+
+@pytest.mark.parametrize("target", [t for t in ("avx2", "avxvnni") if t in targets_to_test()])
+@pytest.mark.parametrize("qtype", GRID, ids=lambda q: q.name)
+def test_avx2_fused_rows_at_their_int16_bounds_give_the_q8_0_blocks_bits(qtype: QT, target: str) -> None:
+    """Every value the type's largest against limbs -128, -128, -126 (and the negated row's): each
+    int16 chain at its bound, |S_2| past 2^14; 1 to 4 rows (the fused steps) and 5: the Q8_0 blocks'
+    bits (AVX2: int16 steps on wide limbs) and within limb3's bound of float64."""
+    stored = _largest_everywhere(qtype, seed=int(qtype) + 7)
+    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+    q8 = transcode.to_q8_0(stored, qtype)
+    assert q8 is not None
+    w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
+    ops = NativeOps(1, target, q8=True, limbs=3)
+    a, b = ops.pack(held), ops.pack(Weight("w8", N, K, TYPES[QT.Q8_0].code, q8))
+    big = np.repeat(BIG_X * np.exp2(np.arange(K // 32) % 9 - 30.0), 32).astype(np.float32)  # X = +-BIG_X
+    rows = np.vstack([-big, big, np.where(np.arange(K) % 64 < 32, -big, big), extreme_activations(2, K, 9)])
+    for m in (1, 2, 3, 4, 5):
+        x = rows[:m]
+        got = ops.linear(x, a)
+        np.testing.assert_array_equal(bits(got), bits(ops.linear(x, b)), err_msg=f"{m} rows")
+        ok = np.isfinite(x).all(axis=1) & np.isfinite(w64).all()
+        x64 = x[ok].astype(np.float64)
+        assert np.all(np.abs(got[ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)

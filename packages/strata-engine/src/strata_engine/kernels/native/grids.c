@@ -1765,6 +1765,245 @@ int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_
     }
     return 1;
 }
+#elif defined(STRATA_TARGET_AVX2)
+/* ---- AVX2 and AVX-VNNI, the grid types for few activation rows (decode) ---------------------
+ * expand_group decodes a group's 16 rows whole (at 2048 inputs 16 x 2048 bytes, past L1) before
+ * limb.c's steps load it back, and AVX2's steps take Q8_0's bytes (up to 255) only by int16 steps
+ * on wide limbs. Here each block's 16 rows are decoded in registers, a half of 8 rows at a time
+ * (grid8_half: half8's decoding, with each super-block's sign words and fields transposed once,
+ * the grid entries by scalar loads: on Zen 5 a ymm vpgatherdd of 8 dwords took 2.6 times as long as
+ * 8 scalar loads and 7 unpacks), straight into the limbs' steps, nothing stored. AVX-VNNI: vpdpbusd
+ * takes Q8_0's bytes q + 128 as they are, from the starts limb.c set for offset 128. AVX2:
+ * vpmaddubsw's int16 pair sums take the bytes q + off with a smaller offset: off = 16 for IQ3_S and
+ * IQ1_S (|q| <= 15 and 9: bytes up to 31, a chain of 4 steps within int16, 4 * 2 * 31 * 128 =
+ * 31,744), IQ3_XXS's even values halved, q / 2 + 32 (up to 63: chains of 2, 32,256; S_j is twice
+ * its sums), 64 for IQ2_XXS (|q| <= 43: bytes up to 107, each step's pair sums widened at once);
+ * the sums start at start * off / 128 (start = -128 times the limb's sum: exact). A zero scale's
+ * rows keep grid_group's +-1 (halved too: only the sign of such a row's S reaches its output, as
+ * fma(0 * s, f, acc)'s zero). Either way S_j = sum_k q_k l_j,k are the same exact integers as
+ * limb.c's, S is formed exactly (int32 where |S_2| < 2^14 in every lane, else double) and
+ * converted once (limb_value3's correctly rounded float), and acc = fma(scale * s, f, acc) over
+ * the blocks in order: limb_group_rows's float sequence, the same bits. Zen 5, 1 thread, 1 row,
+ * weights from memory: 1.6 (IQ2_XXS) to 2.2 times expand_group's speed on avx2, 2.1 to 2.8 on
+ * avxvnni (bench_kgrid.py --builds). */
+#define GRID_FUSED8 4 /* rows grid_rows8 takes */
+
+#if defined(STRATA_AVX_VNNI)
+static inline int grid8_offset(int t) { (void)t; return 128; }
+#else
+static inline int grid8_offset(int t) { return t == WT_IQ3_S || t == WT_IQ1_S ? 16 : t == WT_IQ3_XXS ? 32 : 64; }
+/* Steps a chain of int16 sums takes: 4 * 2 * 31 * 128 = 31,744, 2 * 2 * 63 * 128 = 32,256, 2 * 126 * 128 = 32,256. */
+static inline int grid8_chain(int t) { return grid8_offset(t) == 16 ? 4 : grid8_offset(t) == 32 ? 2 : 1; }
+#endif
+#if !defined(STRATA_AVX_VNNI)
+/* AVX2: the values halved where they are all even (IQ3_XXS: 4 .. 62), so that its bytes q / 2 + 32
+ * (1 .. 63) take chains of 2 steps; each S_j is then twice its sums (grid_dot8). */
+static uint32_t iq3xxs_halves[256];
+__attribute__((constructor)) static void grid8_halves(void) {
+    for (int i = 0; i < 256; i++) iq3xxs_halves[i] = (iq3xxs_bytes[i] >> 1) & 0x7F7F7F7Fu;
+}
+#endif
+
+/* Quad bytes off + v or off - v where m, a zero scale's rows (z, where zany) off +- 1 by that sign
+ * (grid_group's +-1; halved, +-1 too: only the sign of such a row's S reaches its output, which
+ * fma((0 * s), f, acc) adds as a zero of f's sign). */
+static inline __attribute__((always_inline)) __m256i grid8_bytes(__m256i v, __m256i m, __m256i z, int zany, int off) {
+    __m256i c = _mm256_set1_epi8((char)off);
+    __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(c, v), _mm256_sub_epi8(c, v), m);
+    if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8((char)(off + 1)), _mm256_set1_epi8((char)(off - 1)), m), z);
+    return q;
+}
+
+/* A super-block's fields of each half of 8 rows, transposed once (kgrid_raw; read by grid8_half):
+ * IQ3_XXS's sign words (the run at 66), IQ3_S's index bytes (at 2 and 34), ninth bits (66) and sign
+ * bytes (74), and its scale nibbles (sc: bytes 106-109), where a block's rows4 took 15 uops a field. */
+static inline __attribute__((always_inline)) void grid8_runs(int t, const uint8_t *blk, int64_t rb, __m256i runs[2][4][8],
+                                                             __m256i sc[2]) {
+    static const int at[4] = {2, 34, 66, 74};
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *p = blk + 8 * h * rb;
+        if (t == WT_IQ3_XXS) kgrid_raw(p + 66, rb, runs[h][0]);
+        if (t == WT_IQ3_S) {
+            for (int c = 0; c < 4; c++) kgrid_raw(p + at[c], rb, runs[h][c]);
+            sc[h] = rows4(p + 106, rb);
+        }
+    }
+}
+
+/* Block b's rows 8h .. 8h + 7 (half8's decoding) as the bytes grid8_offset(t) + q (AVX2's IQ3_XXS: + q / 2);
+ * IQ2_XXS's sign words and IQ1_S's fields from raw, IQ3_XXS's sign words and IQ3_S's fields from runs and
+ * sc (grid8_runs), each read once a super-block; the grid indices as scalars at their bytes (IQ2_XXS,
+ * IQ3_XXS) or from a vector (IQ3_S, IQ1_S: lanes8), whichever measured faster (Zen 5, 1 row). */
+static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint8_t *grp, int64_t rb, int64_t b, int h,
+                                                               const float *d, const __m256i raw[2][8], const __m256i runs[4][8],
+                                                               __m256i sc, __m256i q[8]) {
+    const uint8_t *blk = grp + (b >> 3) * block_bytes(t) + 8 * h * rb;
+    int j = (int)(b & 7), off = grid8_offset(t);
+    __m256 dv = _mm256_loadu_ps(d + 8 * h), scale;
+    int zany;
+    __m256i z;
+    if (t == WT_IQ2_XXS) {
+        __m256i aux = raw[j >> 2][2 * (j & 3) + 1], s8 = signs7_bytes8(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.25f));
+        z = zero8(scale, &zany);
+        const uint64_t *g = iq2xxs_bytes;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* quads 2k, 2k + 1: entry k's halves, read at its index byte */
+            const uint8_t *p = blk + 2 + 8 * j + k;
+            __m256 a = _mm256_castsi256_ps(qwords4(g + p[0], g + p[rb], g + p[4 * rb], g + p[5 * rb]));
+            __m256 c = _mm256_castsi256_ps(qwords4(g + p[2 * rb], g + p[3 * rb], g + p[6 * rb], g + p[7 * rb]));
+            q[2 * k] = grid8_bytes(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0x88)), quad_signs8(s8, 2 * k), z, zany, off);
+            q[2 * k + 1] = grid8_bytes(_mm256_castps_si256(_mm256_shuffle_ps(a, c, 0xDD)), quad_signs8(s8, 2 * k + 1), z, zany, off);
+        }
+    } else if (t == WT_IQ3_XXS) {
+        __m256i aux = runs[0][j], s8 = signs7_bytes8(aux);
+        __m256 sub = _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_srli_epi32(aux, 28)));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, sub), _mm256_set1_ps(0.5f));
+        z = zero8(scale, &zany);
+#if defined(STRATA_AVX_VNNI)
+        const uint32_t *g = iq3xxs_bytes;
+#else
+        const uint32_t *g = iq3xxs_halves;
+#endif
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *p = blk + 2 + 8 * j + r;
+            __m256i v = dwords8(g + p[0], g + p[rb], g + p[2 * rb], g + p[3 * rb], g + p[4 * rb], g + p[5 * rb], g + p[6 * rb], g + p[7 * rb]);
+            q[r] = grid8_bytes(v, quad_signs8(s8, r), z, zany, off);
+        }
+    } else if (t == WT_IQ3_S) {
+        __m256i idx[2] = {runs[j >> 2][2 * (j & 3)], runs[j >> 2][2 * (j & 3) + 1]};
+        __m256i qh = _mm256_srli_epi32(runs[2][j >> 2], 8 * (j & 3)), signs = runs[3][j];
+        sc = _mm256_and_si256(_mm256_srli_epi32(sc, 8 * (j / 2) + 4 * (j & 1)), _mm256_set1_epi32(15));
+        __m256 part = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sc)));
+        scale = _mm256_mul_ps(dv, part);
+        z = zero8(scale, &zany);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            __m256i i = _mm256_or_si256(byte_of(idx[r >> 2], r & 3), _mm256_and_si256(_mm256_slli_epi32(qh, 8 - r), _mm256_set1_epi32(256)));
+            q[r] = grid8_bytes(table8(iq3s_bytes, i), quad_signs8(signs, r), z, zany, off);
+        }
+    } else { /* IQ1_S: 8 code + 7 or 9 (q + 16), from the runs */
+        __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][4 + (j >> 1)], 16 * (j & 1));
+        __m256i sub = _mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7));
+        __m256 part = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), _mm256_cvtepi32_ps(sub)), _mm256_set1_ps(1.0f));
+        scale = _mm256_mul_ps(_mm256_mul_ps(dv, part), _mm256_set1_ps(0.125f));
+        z = zero8(scale, &zany);
+        __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(qh, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x8000));
+        __m256i offset = _mm256_blendv_epi8(_mm256_set1_epi8((char)(off - 7)), _mm256_set1_epi8((char)(off - 9)), minus);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 3 * k), _mm256_set1_epi32(7)), 8));
+            __m256i v[2];
+            entry_quads8(iq1s_bytes, i, v, 1);
+            for (int e = 0; e < 2; e++) {
+                __m256i w = _mm256_add_epi8(v[e], offset); /* q + off, q never 0 */
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), _mm256_sub_epi8(w, _mm256_set1_epi8((char)off))); /* q < 0 */
+                q[2 * k + e] = zany ? _mm256_blendv_epi8(w, _mm256_blendv_epi8(_mm256_set1_epi8((char)(off + 1)), _mm256_set1_epi8((char)(off - 1)), neg), z) : w;
+            }
+        }
+    }
+    return scale;
+}
+
+/* The correctly rounded float of S = S_2 65536 + S_1 256 + S_0 (each |S_j| < 2^18); try_fast: first
+ * the int32 sum where every lane's |S_2| < 2^14 (IQ2_XXS, IQ3_XXS, values up to 43 and 62: passed too
+ * often for the test to pay, as grid_dot16 found). */
+static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2, int try_fast) {
+    __m256i low = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0); /* |L| < 2^27 */
+    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(1 << 14));
+    if (try_fast && _mm256_testz_si256(out, _mm256_set1_epi32(-(2 << 14)))) /* |S_2| < 2^14: S within int32 */
+        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
+    __m256d big = _mm256_set1_pd(65536.0);
+    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
+    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
+                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
+    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a)); /* each S exact in double: one rounding */
+}
+
+/* One row's exact S of 8 outputs from their quads w (bytes q + grid8_offset(t)) and its limbs x
+ * (3 x 32 bytes), from the starts st (offset 128's). */
+static inline __attribute__((always_inline)) __m256 grid_dot8(int t, const __m256i w[8], const int8_t *x, const int32_t *st) {
+    __m256i s[3];
+#pragma GCC unroll 3
+    for (int l = 0; l < 3; l++) {
+        s[l] = _mm256_set1_epi32(st[2 * l] / (128 / grid8_offset(t))); /* a multiple of 128: exact */
+#if defined(STRATA_AVX_VNNI)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            int32_t x4;
+            memcpy(&x4, x + 32 * l + 4 * r, 4);
+            s[l] = _mm256_dpbusd_avx_epi32(s[l], w[r], _mm256_set1_epi32(x4));
+        }
+#else
+        __m256i ones = _mm256_set1_epi16(1), p = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) { /* chains of grid8_chain(t) steps in int16, each widened into s */
+            int32_t x4;
+            memcpy(&x4, x + 32 * l + 4 * r, 4);
+            __m256i m = _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(x4));
+            p = r % grid8_chain(t) ? _mm256_add_epi16(p, m) : m;
+            if (r % grid8_chain(t) == grid8_chain(t) - 1) s[l] = _mm256_add_epi32(s[l], _mm256_madd_epi16(p, ones));
+        }
+        if (grid8_offset(t) == 32) s[l] = _mm256_slli_epi32(s[l], 1); /* the halved values' sums, twice */
+#endif
+    }
+    return grid8_value(s[0], s[1], s[2], t == WT_IQ3_S || t == WT_IQ1_S);
+}
+
+/* A grid type's group (t and M constants) against M rows' limbs xq [M][nb][3][32], starts
+ * [M][nb][3][2] and scales xs [M][nb]: y[16 i + o]. */
+static inline __attribute__((always_inline)) void grid_rows8(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                             const int8_t *xq, const int32_t *start, const float *xs, float *y) {
+    __m256 acc[GRID_FUSED8][2];
+    for (int i = 0; i < M; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    float d[16];
+    __m256i raw[2][2][8]; /* IQ2_XXS, IQ1_S: each half's runs (grid_superblock8) */
+    __m256i runs[2][4][8], sc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; /* IQ3_XXS, IQ3_S: grid8_runs */
+    for (int64_t b = 0; b < nb; b++) {
+        if ((b & 7) == 0) {
+            next_group_prefetch(t, grp, rb, b);
+            grid_superblock8(t, 1, grp, rb, b, d, raw);
+            grid8_runs(t, grp + (b >> 3) * block_bytes(t), rb, runs, sc);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i w[8];
+            __m256 scale = grid8_half(t, grp, rb, b, h, d, (const __m256i(*)[8])raw[h], (const __m256i(*)[8])runs[h], sc[h], w);
+            for (int i = 0; i < M; i++) {
+                __m256 f = grid_dot8(t, w, xq + (i * nb + b) * 96, start + (i * nb + b) * 6);
+                acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(xs[i * nb + b])), f, acc[i][h]);
+            }
+        }
+    }
+    for (int i = 0; i < M; i++) _mm256_storeu_ps(y + 16 * i, acc[i][0]), _mm256_storeu_ps(y + 16 * i + 8, acc[i][1]);
+}
+
+/* One type (a constant), M rows (constants: the rows' chains in registers). */
+static inline __attribute__((always_inline)) void grid_type8(int t, const uint8_t *grp, int64_t rb, int64_t nb, int64_t M,
+                                                             const int8_t *xq, const int32_t *start, const float *xs, float *y) {
+    switch (M) {
+    case 1: grid_rows8(t, grp, rb, nb, 1, xq, start, xs, y); break;
+    case 2: grid_rows8(t, grp, rb, nb, 2, xq, start, xs, y); break;
+    case 3: grid_rows8(t, grp, rb, nb, 3, xq, start, xs, y); break;
+    default: grid_rows8(t, grp, rb, nb, 4, xq, start, xs, y); break;
+    }
+}
+
+/* See internal.h. */
+int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
+                   float *y) {
+    if (!wtype_grid(t) || M > GRID_FUSED8) return 0;
+    int64_t rb = row_bytes(t, 32 * nb);
+    switch (t) { /* a constant type */
+    case WT_IQ2_XXS: grid_type8(WT_IQ2_XXS, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_XXS: grid_type8(WT_IQ3_XXS, grp, rb, nb, M, xq, start, xs, y); break;
+    case WT_IQ3_S: grid_type8(WT_IQ3_S, grp, rb, nb, M, xq, start, xs, y); break;
+    default: grid_type8(WT_IQ1_S, grp, rb, nb, M, xq, start, xs, y); break;
+    }
+    return 1;
+}
 #else
 int grid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start, const float *xs,
                    float *y) {
