@@ -423,3 +423,37 @@ def test_iq2_fused_rows_give_the_portable_bits_in_every_combine_tier(qtype: QT) 
         ok = np.isfinite(x).all(axis=1)
         x64 = x[ok].astype(np.float64)
         assert np.all(np.abs(got["avx512"][ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)
+
+
+# ---- the avx2 and avxvnni builds' fused one- to four-row steps for the K-grid types (grids.c's kgrid_fused8)
+
+AVX2_BUILDS = ("avx2", "avxvnni")
+
+
+@pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
+def test_avx2_fused_k_grid_rows_give_the_portable_bits(qtype: QT) -> None:
+    """1 to 4 rows take the fused steps on avx2 (IQ1_M, IQ2_XS, IQ2_S) and avxvnni (all four): every
+    entry and sign set with extreme_blocks' d (zeros, subnormals, fp16's largest) and sub-scales, and
+    for the IQ2 types blocks of their 43-heaviest entries against a row of output 0's own values (the
+    double combine), each must give the portable build's bits (the expanded group's steps)."""
+    builds = [t for t in AVX2_BUILDS if t in targets_to_test()]
+    if not builds:
+        pytest.skip("this CPU runs neither the avx2 nor the avxvnni kernels")
+    stores = [kgrid_stored(qtype, seed=11)]
+    if qtype in (QT.IQ2_XS, QT.IQ2_S):
+        blocks = kgrid_stored(qtype, seed=5).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+        big = np.argsort(-(_grid(qtype) == 43).sum(axis=1))[:7]
+        _set_indices(qtype, blocks, big[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(big)])
+        stores.append(blocks.reshape(-1))
+    for stored in stores:
+        held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
+        w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
+        own = np.nan_to_num(w64[:1], posinf=0.0, neginf=0.0).astype(np.float32)
+        normal = np.random.default_rng(2).normal(0, 1, (1, K)).astype(np.float32)
+        inputs = [own, np.vstack([own, normal]), np.vstack([own, normal, extreme_activations(1, K, seed=4)])]
+        inputs.append(extreme_activations(4, K, seed=9))
+        for x in inputs:
+            want = (ops := NativeOps(1, "portable", q8=True, limbs=3)).linear(x, ops.pack(held))
+            for target in builds:
+                got = (ops := NativeOps(1, target, q8=True, limbs=3)).linear(x, ops.pack(held))
+                np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{target} {len(x)} rows")

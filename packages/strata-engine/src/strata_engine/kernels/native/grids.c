@@ -1366,20 +1366,35 @@ static int q3k_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const
 #endif
 
 #if defined(STRATA_TARGET_AVX2)
-/* ---- AVX2 and AVX-VNNI, IQ1_M, IQ2_XS and IQ2_S (AVX-VNNI: Q3_K too) for one to KGRID_FUSED8 activation
- * rows: each block of a super-block's 16 rows decoded in registers, 8 rows a vector (kgrid_half's bytes as
- * q + c: IQ1_M c = 16, bytes 7..25; IQ2 c = 64, 21..107; Q3_K c = 4, 0..7; a zero d * sc's rows c +- 1 by
- * q's sign), straight into each row's limb steps, nothing stored. The starts (offset 32's; IQ2 offset
- * 64's, as they are) are -offset times each limb's sum, so c's are start * c / offset exactly. AVX2's
- * vpmaddubsw pairs stay in int16 over a half's 4 steps where 4 * 2 * 25 * 128 = 25,600 (IQ1_M), and are
- * widened (vpmaddwd) once a half; IQ2's (2 * 107 * 128 = 27,392: one step) each step; AVX-VNNI's vpdpbusd
- * sums into int32 at once. IQ1_M, Q3_K: |S| <= 16 * 9 * 128 * 65793 < 2^31, so S_2 65536 + S_1 256 + S_0
- * (wrapping on the way) is the exact S in int32; IQ2's S (up to 16 * 43 * 128 * 65793) by kgrid_value8,
- * its correctly rounded float either way. acc = fma((d * sc) * s, f, acc) over the halves in order is
- * limb_bytes_rows's float sequence: the same bits as the expanded group's steps. */
+/* ---- AVX-VNNI's four K-grid types and AVX2's IQ1_M for one to KGRID_FUSED8 activation rows (AVX2: one):
+ * each block of a super-block's 16 rows decoded in registers, 8 rows a vector (kgrid_half's bytes as q + c:
+ * IQ1_M c = 16, bytes 7..25; IQ2 c = 64, 21..107; Q3_K c = 4, 0..7; a zero d * sc's rows c +- 1 by q's
+ * sign), straight into each row's limb steps, nothing stored. The starts (offset 32's; IQ2 offset 64's,
+ * taken as they are) are -offset times each limb's sum, so c's are start * c / offset exactly. AVX-VNNI's
+ * vpdpbusd sums into int32 at once; AVX2's vpmaddubsw pairs stay in int16 over a half's 4 steps
+ * (4 * 2 * 25 * 128 = 25,600) and are widened once (vpmaddwd). IQ1_M, Q3_K: |S| <= 16 * 9 * 128 * 65793
+ * < 2^31, so S_2 65536 + S_1 256 + S_0 (wrapping on the way) is the exact S in int32; IQ2's S (up to
+ * 16 * 43 * 128 * 65793) by kgrid_value8, its correctly rounded float either way. acc = fma((d * sc) * s,
+ * f, acc) over the halves in order is limb_bytes_rows's float sequence: the same bits as the expanded
+ * group's steps. */
 #define KGRID_FUSED8 4 /* rows kgrid_fused8 takes */
+#ifndef KGRID_REGS
+#define KGRID_REGS 0
+#endif
 
 static inline __attribute__((always_inline)) int kgrid_c8(int t) { return t == WT_Q3_K ? 4 : t == WT_IQ1_M ? 16 : 64; }
+
+/* IQ2_XS's and IQ2_S's entries as iq2xs_bytes' and iq2s_bytes' plus 64 a byte (their q + 64 where positive;
+ * 128 minus it, 64 - q, where negative): one subtraction and a blend a quad for the signs. */
+static uint64_t iq2xs_w64[512], iq2s_w64[1024];
+
+__attribute__((constructor)) static void kgrid_w64(void) {
+    for (int i = 0; i < 1024; i++) { /* 8, 25, 43 + 64: no carry between bytes */
+        uint64_t c = spread2(iq2s_grid[i]), x = i < 512 ? spread2(iq2xs_grid[i]) : 0;
+        iq2s_w64[i] = BYTES(72) + (c << 4) + c + ((c >> 1) & BYTES(1));
+        if (i < 512) iq2xs_w64[i] = BYTES(72) + (x << 4) + x + ((x >> 1) & BYTES(1));
+    }
+}
 
 /* Half hh of block j, 8 rows (raw: their runs; idx, signs: IQ2's, iq2_entries8; z: the rows whose d * sc
  * is zero, zany: whether any, rare): its 4 quads' bytes q + kgrid_c8(t) in w. */
@@ -1387,6 +1402,7 @@ static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m2
                                                                __m256i signs, __m256i z, int zany, __m256i w[4]) {
     if (t == WT_Q3_K) { /* 2-bit field | 4 times the hmask bit (q3k_fused_block) */
         __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+#pragma GCC unroll 4
         for (int n = 0; n < 4; n++) {
             int r = 4 * hh + n;
             __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), m3);
@@ -1397,13 +1413,14 @@ static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m2
         }
     } else if (t == WT_IQ1_M) { /* groups 2 hh, 2 hh + 1: 8 code + 8 +- 1 (kgrid_half's q + 16) */
         __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
+#pragma GCC unroll 2
         for (int k = 2 * hh; k < 2 * hh + 2; k++) {
             __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
             __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(9), _mm256_set1_epi8(7), minus);
             __m256i v[2];
-            entry_quads8(iq1s_bytes, i, v, 1);
+            entry_quads8(iq1s_bytes, i, v, KGRID_REGS);
             w[2 * (k & 1)] = _mm256_add_epi8(v[0], delta), w[2 * (k & 1) + 1] = _mm256_add_epi8(v[1], delta);
         }
         if (zany) /* 16 +- 1 by q's sign (q < 0: the byte below 16) */
@@ -1412,13 +1429,15 @@ static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m2
                 w[n] = _mm256_blendv_epi8(w[n], _mm256_blendv_epi8(_mm256_set1_epi8(17), _mm256_set1_epi8(15), neg), z);
             }
     } else { /* IQ2_XS, IQ2_S: groups 2 hh, 2 hh + 1: 64 +- the entry's byte */
-        __m256i c64 = _mm256_set1_epi8(64);
+        __m256i c128 = _mm256_set1_epi8((char)128);
+#pragma GCC unroll 2
         for (int k = 2 * hh; k < 2 * hh + 2; k++) {
             __m256i v[2];
-            entry_quads8(t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes, idx[k], v, 1);
+            entry_quads8(t == WT_IQ2_XS ? iq2xs_w64 : iq2s_w64, idx[k], v, KGRID_REGS);
+#pragma GCC unroll 2
             for (int e = 0; e < 2; e++) {
                 __m256i m = quad_signs8(signs, 2 * k + e);
-                __m256i q = _mm256_blendv_epi8(_mm256_add_epi8(v[e], c64), _mm256_sub_epi8(c64, v[e]), m);
+                __m256i q = _mm256_blendv_epi8(v[e], _mm256_sub_epi8(c128, v[e]), m);
                 if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(65), _mm256_set1_epi8(63), m), z);
                 w[2 * (k & 1) + e] = q;
             }
@@ -1456,15 +1475,13 @@ static inline __attribute__((always_inline)) __m256 kgrid_steps8(int t, const __
             __m256i xv = _mm256_set1_epi32(x4);
 #if defined(STRATA_AVX_VNNI)
             p[l] = _mm256_dpbusd_avx_epi32(p[l], w[n], xv);
-#else
+#else /* IQ1_M (kgrid_limb_rows): int16 pairs over the half's 4 steps */
             __m256i m = _mm256_maddubs_epi16(w[n], xv);
-            if (wide) p[l] = _mm256_add_epi32(p[l], _mm256_madd_epi16(m, _mm256_set1_epi16(1)));
-            else p[l] = n == 0 ? m : _mm256_add_epi16(p[l], m);
+            p[l] = n == 0 ? m : _mm256_add_epi16(p[l], m);
 #endif
         }
 #if !defined(STRATA_AVX_VNNI)
-    if (!wide)
-        for (int l = 0; l < 3; l++) p[l] = _mm256_madd_epi16(p[l], _mm256_set1_epi16(1));
+    for (int l = 0; l < 3; l++) p[l] = _mm256_madd_epi16(p[l], _mm256_set1_epi16(1));
 #endif
     if (wide) return kgrid_value8(p[0], p[1], p[2]);
     int sh = t == WT_Q3_K ? 3 : 1; /* offset 32's starts times c / 32 */
@@ -1485,14 +1502,16 @@ static inline __attribute__((always_inline)) void kgrid_fused8(int t, const uint
     for (int64_t sb = 0; sb < nb; sb += 8) {
         kgrid_prefetch(t, grp + (sb >> 3) * block_bytes(t), rb);
         kgrid_superblock(t, grp, rb, sb, d, raw);
-#pragma GCC unroll 8
+#pragma GCC unroll 1
         for (int j = 0; j < 8; j++)
+#pragma GCC unroll 2
             for (int h8 = 0; h8 < 2; h8++) {
                 const __m256i(*rw)[8] = (const __m256i(*)[8])raw[h8];
                 __m256 dv = _mm256_loadu_ps(d + 8 * h8);
                 __m256i idx[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
                 __m256i signs = idx[0];
                 if (t == WT_IQ2_XS || t == WT_IQ2_S) signs = iq2_entries8(t, rw, j, idx);
+#pragma GCC unroll 2
                 for (int hh = 0; hh < 2; hh++) {
                     __m256 ws = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(kscales8(t, rw, j, hh))); /* q8_scale's d * sc */
                     __m256i z = _mm256_castps_si256(_mm256_cmp_ps(ws, _mm256_setzero_ps(), _CMP_EQ_OQ));
@@ -1518,15 +1537,20 @@ static inline __attribute__((always_inline)) void kgrid_fused8(int t, const uint
     default: kgrid_fused8(T, grp, rb, nb, 4, xq, start, xs, y); break;                                              \
     }
 
-/* See q8.h: AVX2's Q3_K up to KGRID_ROWS rows (q3k_limb_rows), IQ1_M, IQ2_XS and IQ2_S up to KGRID_FUSED8;
- * AVX-VNNI's four types up to KGRID_FUSED8 (more: expand_group and limb.c's steps). */
+/* See q8.h. AVX2: Q3_K up to KGRID_ROWS rows (q3k_limb_rows), IQ1_M at one row (kgrid_fused8); IQ2_XS and
+ * IQ2_S none (Zen 5, 1 thread, weights from memory: kgrid_fused8 ran 0.82-0.85 times expand_group's steps
+ * at 1 to 4 rows, IQ1_M 1.03 at one, 0.93 at two: each IQ2 step widened to int32 at once, and the decoding
+ * the same either way). AVX-VNNI: the four types up to KGRID_FUSED8 rows (1.02-1.30 times; more rows:
+ * expand_group and limb.c's steps). */
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
+    int64_t rb = row_bytes(t, 32 * nb);
 #if !defined(STRATA_AVX_VNNI)
     if (t == WT_Q3_K) return M <= KGRID_ROWS ? q3k_limb_rows(t, grp, nb, M, xq, start, xs, y) : 0;
-#endif
+    if (t != WT_IQ1_M || M != 1) return 0;
+    kgrid_fused8(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
+#else
     if (M > KGRID_FUSED8) return 0;
-    int64_t rb = row_bytes(t, 32 * nb);
     if (t == WT_IQ1_M) {
         KGRID_FUSED8_ROWS(WT_IQ1_M)
     } else if (t == WT_IQ2_XS) {
@@ -1534,10 +1558,9 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
     } else if (t == WT_IQ2_S) {
         KGRID_FUSED8_ROWS(WT_IQ2_S)
     } else {
-#if defined(STRATA_AVX_VNNI)
         KGRID_FUSED8_ROWS(WT_Q3_K)
-#endif
     }
+#endif
     return 1;
 }
 #undef KGRID_FUSED8_ROWS
