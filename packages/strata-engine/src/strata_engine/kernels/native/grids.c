@@ -1378,9 +1378,6 @@ static int q3k_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const
  * f, acc) over the halves in order is limb_bytes_rows's float sequence: the same bits as the expanded
  * group's steps. */
 #define KGRID_FUSED8 4 /* rows kgrid_fused8 takes */
-#ifndef KGRID_REGS
-#define KGRID_REGS 0
-#endif
 
 static inline __attribute__((always_inline)) int kgrid_c8(int t) { return t == WT_Q3_K ? 4 : t == WT_IQ1_M ? 16 : 64; }
 
@@ -1420,7 +1417,7 @@ static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m2
             __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
             __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(9), _mm256_set1_epi8(7), minus);
             __m256i v[2];
-            entry_quads8(iq1s_bytes, i, v, KGRID_REGS);
+            entry_quads8(iq1s_bytes, i, v, 0);
             w[2 * (k & 1)] = _mm256_add_epi8(v[0], delta), w[2 * (k & 1) + 1] = _mm256_add_epi8(v[1], delta);
         }
         if (zany) /* 16 +- 1 by q's sign (q < 0: the byte below 16) */
@@ -1433,7 +1430,7 @@ static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m2
 #pragma GCC unroll 2
         for (int k = 2 * hh; k < 2 * hh + 2; k++) {
             __m256i v[2];
-            entry_quads8(t == WT_IQ2_XS ? iq2xs_w64 : iq2s_w64, idx[k], v, KGRID_REGS);
+            entry_quads8(t == WT_IQ2_XS ? iq2xs_w64 : iq2s_w64, idx[k], v, 0);
 #pragma GCC unroll 2
             for (int e = 0; e < 2; e++) {
                 __m256i m = quad_signs8(signs, 2 * k + e);
