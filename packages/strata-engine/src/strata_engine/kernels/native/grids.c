@@ -1215,8 +1215,8 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
     }
 }
 
-#if defined(STRATA_TARGET_AVX2) && !defined(STRATA_AVX_VNNI)
-/* ---- AVX2, Q3_K for few activation rows: a super-block decoded, then its steps at once ----------
+#if defined(STRATA_TARGET_AVX2)
+/* ---- AVX2 (and AVX-VNNI), Q3_K for few activation rows: a super-block decoded, then its steps at once
  * expand_group decodes a whole group before limb.c's steps load it back: at 2048 inputs 16 rows
  * of 36 KB, past L1, so every step's load came from L2. Here each super-block's 16 rows are
  * decoded (kgrid_groups's q3k_block, or kgrid_half where a d is zero or not finite) into 4.3 KB
@@ -1538,7 +1538,8 @@ static inline __attribute__((always_inline)) void kgrid_fused8(int t, const uint
  * IQ2_S none (Zen 5, 1 thread, weights from memory: kgrid_fused8 ran 0.82-0.85 times expand_group's steps
  * at 1 to 4 rows, IQ1_M 1.03 at one, 0.93 at two: each IQ2 step widened to int32 at once, and the decoding
  * the same either way). AVX-VNNI: the four types up to KGRID_FUSED8 rows (1.02-1.30 times; more rows:
- * expand_group and limb.c's steps). */
+ * expand_group and limb.c's steps), but Q3_K at one row and at 5 to KGRID_ROWS by q3k_limb_rows as on AVX2
+ * (1.06 and 1.28 times kgrid_fused8's and expand_group's). */
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
     int64_t rb = row_bytes(t, 32 * nb);
@@ -1547,6 +1548,7 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
     if (t != WT_IQ1_M || M != 1) return 0;
     kgrid_fused8(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
 #else
+    if (t == WT_Q3_K && (M == 1 || M > KGRID_FUSED8)) return M <= KGRID_ROWS ? q3k_limb_rows(t, grp, nb, M, xq, start, xs, y) : 0;
     if (M > KGRID_FUSED8) return 0;
     if (t == WT_IQ1_M) {
         KGRID_FUSED8_ROWS(WT_IQ1_M)
