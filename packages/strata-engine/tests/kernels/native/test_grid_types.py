@@ -30,6 +30,13 @@ from strata_engine.kernels.native.backend import NativeOps
 from strata_engine.kernels.weight_types import PACK_GRID, TYPES
 from strata_engine.kernels.weights import Weight
 from strata_engine.testing.extreme_blocks import extreme_blocks
+from strata_engine.testing.grid_blocks import (
+    KGRID,
+    KGRID_ENTRIES,
+    kgrid_stored,
+    kgrid_table,
+    set_kgrid_indices,
+)
 from strata_engine.testing.q8_checks import (
     HELD_ROWS,
     MODES,
@@ -131,40 +138,6 @@ def test_a_non_finite_scale_widens_the_tensor_to_gguf_pys_fp32(qtype: QT) -> Non
 # ---- the K-grid types (IQ2_XS, IQ2_S, Q3_K, IQ1_M): each 16 values a small integer scale times the
 # super-block's d, held as stored (grids.c's kgrid_block) and read as a one-byte-a-weight K-quant group
 
-KGRID = (QT.IQ2_XS, QT.IQ2_S, QT.Q3_K, QT.IQ1_M)
-KGRID_ENTRIES = {QT.IQ2_XS: 512, QT.IQ2_S: 1024, QT.IQ1_M: 2048}
-
-
-def _grid(qtype: QT) -> np.ndarray:
-    """gguf-py's grid of the type ([entries, 8] values)."""
-    q = {QT.IQ2_XS: quants.IQ2_XS, QT.IQ2_S: quants.IQ2_S, QT.IQ1_M: quants.IQ1_M}[qtype]
-    q.init_grid()
-    return np.asarray(q.grid).reshape(-1, 8)
-
-
-def _set_indices(qtype: QT, blocks: np.ndarray, index: np.ndarray) -> None:
-    """Grid index of group of 8 g of each block ([n, 32]), the other bits kept."""
-    if qtype == QT.IQ2_XS:  # u16 a group: 9 bits of index under 7 sign bits
-        words = blocks[:, 2:66].copy().view(np.uint16)
-        blocks[:, 2:66] = ((words & np.uint16(0xFE00)) | index.astype(np.uint16)).view(np.uint8)
-    elif qtype == QT.IQ2_S:  # the low bytes, then 2 high bits a group in qh (4 groups a byte)
-        blocks[:, 2:34] = index & 255
-        blocks[:, 66:74] = ((index >> 8).reshape(-1, 8, 4) << np.array([0, 2, 4, 6])).sum(axis=-1)
-    else:  # IQ1_M: the low bytes, then 3 high bits in each nibble of qh (its bit 3 the delta's sign)
-        blocks[:, 0:32] = index & 255
-        nib = (blocks[:, 32:48].reshape(-1, 16, 1) >> np.array([0, 4], dtype=np.uint8)) & 8
-        nib = nib.reshape(-1, 32) | (index >> 8)
-        blocks[:, 32:48] = (nib[:, 0::2] | nib[:, 1::2] << 4).astype(np.uint8)
-
-
-def kgrid_stored(qtype: QT, seed: int) -> np.ndarray:
-    """extreme_blocks whose grid indices (the grid types) name every entry, in order, again and
-    again (the signs, scales and fp16 d as extreme_blocks draws them)."""
-    blocks = extreme_blocks(qtype, N, K, seed=seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    if qtype in KGRID_ENTRIES:
-        _set_indices(qtype, blocks, (np.arange(blocks.shape[0] * 32) % KGRID_ENTRIES[qtype]).reshape(-1, 32))
-    return blocks.reshape(-1)
-
 
 def as_q6_k(stored: np.ndarray, qtype: QT) -> Weight:
     """The Q6_K weight (the C kernels' layout) of `stored`'s values: Q3_K and IQ1_M's rewrite
@@ -192,9 +165,9 @@ def as_q6_k(stored: np.ndarray, qtype: QT) -> Weight:
 def small_grid_stored(qtype: QT, seed: int) -> np.ndarray:
     """An IQ2 type's blocks whose entries hold no 43 (their q fit Q6_K), with d whose eighth fp16
     holds (the reference's d)."""
-    blocks = kgrid_stored(qtype, seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    small = np.flatnonzero((_grid(qtype) < 40).all(axis=1))
-    _set_indices(qtype, blocks, small[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(small)])
+    blocks = kgrid_stored(qtype, seed, n=N, k=K).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    small = np.flatnonzero((kgrid_table(qtype) < 40).all(axis=1))
+    set_kgrid_indices(qtype, blocks, small[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(small)])
     d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
     bad = (d * np.float32(0.125)).astype(np.float16).astype(np.float32) * 8 != d
     blocks[bad.reshape(-1), 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
@@ -203,7 +176,7 @@ def small_grid_stored(qtype: QT, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", KGRID, ids=lambda q: q.name)
 def test_k_grid_types_are_held_as_stored_with_gguf_pys_values(qtype: QT) -> None:
-    stored = kgrid_stored(qtype, seed=int(qtype))
+    stored = kgrid_stored(qtype, seed=int(qtype), n=N, k=K)
     held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
     assert TYPES[qtype].pack == PACK_GRID and held.kernel_type == TYPES[qtype].code
     np.testing.assert_array_equal(held.raw, stored)  # the file's own bits a weight
@@ -226,7 +199,7 @@ def test_every_arithmetic_gives_the_q6_k_blocks_bits(qtype: QT, target: str, mod
     stored = (
         small_grid_stored(qtype, int(qtype))
         if qtype in (QT.IQ2_XS, QT.IQ2_S)
-        else kgrid_stored(qtype, int(qtype))
+        else kgrid_stored(qtype, int(qtype), n=N, k=K)
     )
     held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
     values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
@@ -238,7 +211,7 @@ def test_every_arithmetic_gives_the_q6_k_blocks_bits(qtype: QT, target: str, mod
 def test_iq2_gives_the_same_bits_on_every_target_within_the_float64_bound(qtype: QT, mode: str) -> None:
     """Every grid entry (43 too, past Q6_K's 6 bits): the same bits on every host target, and
     within the arithmetic's own bound of the float64 product of gguf-py's values."""
-    stored = kgrid_stored(qtype, seed=7)
+    stored = kgrid_stored(qtype, seed=7, n=N, k=K)
     held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
     w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
     q8, limbs = MODES[mode]
@@ -264,7 +237,9 @@ def test_iq2_gives_the_same_bits_on_every_target_within_the_float64_bound(qtype:
 def test_a_broken_grid_entry_or_scale_fails_the_comparison(qtype: QT) -> None:
     """The comparison can fail: a reference with one value off in each super-block (one q, as a
     wrong grid entry or field would give) is told apart in every arithmetic."""
-    stored = small_grid_stored(qtype, 3) if qtype in (QT.IQ2_XS, QT.IQ2_S) else kgrid_stored(qtype, 3)
+    stored = (
+        small_grid_stored(qtype, 3) if qtype in (QT.IQ2_XS, QT.IQ2_S) else kgrid_stored(qtype, 3, n=N, k=K)
+    )
     held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
     ref = as_q6_k(stored, qtype)
     broken = ref.raw.copy()
@@ -341,7 +316,7 @@ def test_both_ways_give_the_reference_bits_and_gguf_pys_values(qtype: QT, way: i
         stored = (
             small_grid_stored(qtype, int(qtype))
             if qtype in (QT.IQ2_XS, QT.IQ2_S)
-            else kgrid_stored(qtype, int(qtype))
+            else kgrid_stored(qtype, int(qtype), n=N, k=K)
         )
         held, ref = Weight.from_info(TensorInfo("w", (N, K), qtype, stored)), as_q6_k(stored, qtype)
         values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32).reshape(N, K)
@@ -399,21 +374,23 @@ def test_the_vbmi_decoding_and_the_gathers_without_it_give_the_reference_bits(qt
 
 @pytest.mark.parametrize("qtype", (QT.IQ2_XS, QT.IQ2_S), ids=lambda q: q.name)
 def test_iq2_fused_rows_give_the_portable_bits_in_every_combine_tier(qtype: QT) -> None:
-    """Entries of 43 (the largest |q|) everywhere, against a row equal to output 0's own values
+    """Entries of 43 (the largest |q|) everywhere, against a row equal to an output's own values
     (each half's |S_2| near 16 * 43 * 128: the double combine), a row of normal values (the int32
     one) and extreme_activations: 1 and 2 rows take the fused steps on avx512, whose bits must be
     the portable build's (the expanded group's steps) and within limb3's bound of float64."""
     if "avx512" not in targets_to_test():
         pytest.skip("this CPU does not run the avx512 kernels")
-    blocks = kgrid_stored(qtype, seed=5).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    big = np.argsort(-(_grid(qtype) == 43).sum(axis=1))[:7]  # the entries with most 43s
-    _set_indices(qtype, blocks, big[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(big)])
+    blocks = kgrid_stored(qtype, seed=5, n=N, k=K).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    big = np.argsort(-(kgrid_table(qtype) == 43).sum(axis=1))[:7]  # the entries with most 43s
+    set_kgrid_indices(qtype, blocks, big[np.arange(blocks.shape[0] * 32).reshape(-1, 32) % len(big)])
     stored = blocks.reshape(-1)
     held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
     w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
+    plain = np.flatnonzero(np.abs(w64).max(axis=1) < 1)  # extreme_blocks' other rows: zero or huge d
+    own = w64[plain[np.argmax((w64[plain] != 0).sum(axis=1))]][None]  # not row 0: all zeros
     rows = {
-        1: w64[:1].astype(np.float32),
-        2: np.vstack([w64[:1], np.random.default_rng(1).normal(0, 1, (1, K))]).astype(np.float32),
+        1: own.astype(np.float32),
+        2: np.vstack([own, np.random.default_rng(1).normal(0, 1, (1, K))]).astype(np.float32),
     }
     rows[3] = extreme_activations(2, K, seed=3)
     for x in rows.values():
@@ -425,57 +402,3 @@ def test_iq2_fused_rows_give_the_portable_bits_in_every_combine_tier(qtype: QT) 
         ok = np.isfinite(x).all(axis=1)
         x64 = x[ok].astype(np.float64)
         assert np.all(np.abs(got["avx512"][ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)
-
-
-# ---- avx2's and avxvnni's fused 1-4-row grid steps (grids.c's grid_rows8): AVX2's int16 chains at their bounds
-
-BIG_X = 8290432.0  # its limbs -128, -128, -126: with the largest grid values, every chain at its bound
-
-
-def _largest_everywhere(qtype: QT, seed: int) -> np.ndarray:
-    """extreme_blocks (their scales) with every index the entry of the largest values and every
-    sign positive (IQ1_S: delta +1/8): q = 15 (IQ3_S), 62 (IQ3_XXS), 43 (IQ2_XXS), 9 (IQ1_S)."""
-    getattr(quants, qtype.name).init_grid()
-    grid = np.asarray(getattr(quants, qtype.name).grid).reshape(ENTRIES[qtype], -1)
-    top = int(np.argmax(grid.sum(axis=1)))
-    blocks = extreme_blocks(qtype, N, K, seed=seed).reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    if qtype == QT.IQ2_XXS:  # per 32: 4 indices, a u32 of signs under the 4-bit sub-scale
-        words = blocks[:, 2:66].copy().view(np.uint32)
-        words[:, 0::2], words[:, 1::2] = top * 0x01010101, words[:, 1::2] & np.uint32(0xF0000000)
-        blocks[:, 2:66] = words.view(np.uint8)
-    elif qtype == QT.IQ3_XXS:  # 64 indices, then a u32 a 32 as IQ2_XXS's
-        blocks[:, 2:66] = top
-        blocks[:, 66:98] = (blocks[:, 66:98].copy().view(np.uint32) & np.uint32(0xF0000000)).view(np.uint8)
-    elif qtype == QT.IQ3_S:  # low bytes, ninth bits, sign bytes
-        blocks[:, 2:66] = top & 255
-        blocks[:, 66:74] = 255 if top >> 8 else 0
-        blocks[:, 74:106] = 0
-    else:  # IQ1_S: low bytes; per 32 a u16 of 4 x 3 high bits, the sub-scale, the delta's sign
-        blocks[:, 2:34] = top & 255
-        qh = blocks[:, 34:50].copy().view(np.uint16) & np.uint16(0x7000)
-        blocks[:, 34:50] = (qh | np.uint16((top >> 8) * 0o1111)).view(np.uint8)
-    return blocks.reshape(-1)
-
-
-@pytest.mark.parametrize("target", [t for t in ("avx2", "avxvnni") if t in targets_to_test()])
-@pytest.mark.parametrize("qtype", GRID, ids=lambda q: q.name)
-def test_avx2_fused_rows_at_their_int16_bounds_give_the_q8_0_blocks_bits(qtype: QT, target: str) -> None:
-    """Every value the type's largest against limbs -128, -128, -126 (and the negated row's): each
-    int16 chain at its bound, |S_2| past 2^14; 1 to 4 rows (the fused steps) and 5: the Q8_0 blocks'
-    bits (AVX2: int16 steps on wide limbs) and within limb3's bound of float64."""
-    stored = _largest_everywhere(qtype, seed=int(qtype) + 7)
-    held = Weight.from_info(TensorInfo("w", (N, K), qtype, stored))
-    q8 = transcode.to_q8_0(stored, qtype)
-    assert q8 is not None
-    w64 = np.asarray(quants.dequantize(stored, qtype), dtype=np.float64).reshape(N, K)
-    ops = NativeOps(1, target, q8=True, limbs=3)
-    a, b = ops.pack(held), ops.pack(Weight("w8", N, K, TYPES[QT.Q8_0].code, q8))
-    big = np.repeat(BIG_X * np.exp2(np.arange(K // 32) % 9 - 30.0), 32).astype(np.float32)  # X = +-BIG_X
-    rows = np.vstack([-big, big, np.where(np.arange(K) % 64 < 32, -big, big), extreme_activations(2, K, 9)])
-    for m in (1, 2, 3, 4, 5):
-        x = rows[:m]
-        got = ops.linear(x, a)
-        np.testing.assert_array_equal(bits(got), bits(ops.linear(x, b)), err_msg=f"{m} rows")
-        ok = np.isfinite(x).all(axis=1) & np.isfinite(w64).all()
-        x64 = x[ok].astype(np.float64)
-        assert np.all(np.abs(got[ok] - x64 @ w64.T) <= 1e-6 * (np.abs(x64) @ np.abs(w64).T) + 1e-30)

@@ -1040,6 +1040,28 @@ static inline void kquad_store8(uint8_t *qs, int r, int h8, __m256i q, __m256i z
     _mm256_storeu_si256((__m256i *)(qs + 64 * r + 32 * h8), _mm256_add_epi8(q, _mm256_set1_epi8((char)off)));
 }
 
+/* IQ2_XS, IQ2_S: block j's group k entry index (idx[k], 8 rows) from their runs, and the groups'
+ * sign bits (byte k of a lane: group k's 8 signs), as AVX-512's iq2_entries16. IQ2_XS: a u16 a group
+ * (bytes 2 + 8j ..), 9 bits of index and 7 of signs (their parity the eighth); IQ2_S: qs[2 + 4j ..]
+ * the indices' low bytes, byte 66 + j their high bits (2 a group), signs[34 + 4j ..] a byte a group. */
+static inline __attribute__((always_inline)) __m256i iq2_entries8(int t, const __m256i raw[4][8], int j, __m256i idx[4]) {
+    if (t == WT_IQ2_XS) {
+        __m256i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
+        __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
+        idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
+        idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
+        __m256i s7 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w01, 9), m7),
+                                     _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w01, 25), m7), 7));
+        s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
+        s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
+        return signs7_bytes8(s7);
+    }
+    __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
+    for (int k = 0; k < 4; k++)
+        idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
+    return raw[1][j];
+}
+
 /* Block j of rows 8 h8 .. 8 h8 + 7 from their super-block's runs (raw; d: their d). */
 static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256i raw[4][8], int j, int h8, const float *d,
                                                              uint8_t *out, int off) {
@@ -1072,23 +1094,7 @@ static inline __attribute__((always_inline)) void kgrid_half(int t, const __m256
             for (int e = 0; e < 2; e++) kquad_store8(qs, 2 * k + e, h8, _mm256_add_epi8(q[e], delta), z[k >> 1], zany, off);
         }
     } else {
-        __m256i idx[4], signs;
-        if (t == WT_IQ2_XS) { /* u16 a group (bytes 2 + 8j ..): 9 bits of index, 7 of signs */
-            __m256i w01 = raw[j >> 2][2 * (j & 3)], w23 = raw[j >> 2][2 * (j & 3) + 1];
-            __m256i m9 = _mm256_set1_epi32(511), m7 = _mm256_set1_epi32(127);
-            idx[0] = _mm256_and_si256(w01, m9), idx[1] = _mm256_and_si256(_mm256_srli_epi32(w01, 16), m9);
-            idx[2] = _mm256_and_si256(w23, m9), idx[3] = _mm256_and_si256(_mm256_srli_epi32(w23, 16), m9);
-            __m256i s7 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w01, 9), m7),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w01, 25), m7), 7));
-            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 9), m7), 14));
-            s7 = _mm256_or_si256(s7, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w23, 25), m7), 21));
-            signs = signs7_bytes8(s7);
-        } else { /* qs[2 + 4j ..] the indices' low bytes, byte 66 + j their high bits, signs[34 + 4j ..] */
-            __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[2][4 + (j >> 2)], 8 * (j & 3));
-            signs = raw[1][j];
-            for (int k = 0; k < 4; k++)
-                idx[k] = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, 2 * k), _mm256_set1_epi32(3)), 8));
-        }
+        __m256i idx[4], signs = iq2_entries8(t, raw, j, idx);
         const uint64_t *table = t == WT_IQ2_XS ? iq2xs_bytes : iq2s_bytes;
         for (int k = 0; k < 4; k++) {
             __m256i q[2];
@@ -1209,8 +1215,8 @@ static inline __attribute__((always_inline)) void kgrid_groups(int t, const uint
     }
 }
 
-#if defined(STRATA_TARGET_AVX2) && !defined(STRATA_AVX_VNNI)
-/* ---- AVX2, Q3_K for few activation rows: a super-block decoded, then its steps at once ----------
+#if defined(STRATA_TARGET_AVX2)
+/* ---- AVX2 (and AVX-VNNI), Q3_K for few activation rows: a super-block decoded, then its steps at once
  * expand_group decodes a whole group before limb.c's steps load it back: at 2048 inputs 16 rows
  * of 36 KB, past L1, so every step's load came from L2. Here each super-block's 16 rows are
  * decoded (kgrid_groups's q3k_block, or kgrid_half where a d is zero or not finite) into 4.3 KB
@@ -1316,10 +1322,9 @@ static inline __attribute__((always_inline)) void q3k_fused_block(const __m256i 
     }
 }
 
-/* See q8.h. */
-int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
-                    const float *xs, float *y) {
-    if (t != WT_Q3_K || M > KGRID_ROWS) return 0;
+/* Q3_K's 1 to KGRID_ROWS rows (kgrid_limb_rows). */
+static int q3k_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                         const float *xs, float *y) {
     enum { BLOCK = 32 + 512 }; /* q8_block_bytes(WT_Q6_K_BYTES): the scales, the quads */
     int64_t rb = row_bytes(t, 32 * nb);
     __m256 acc[KGRID_ROWS][2];
@@ -1360,6 +1365,206 @@ int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8
 }
 #endif
 
+#if defined(STRATA_TARGET_AVX2)
+/* ---- AVX-VNNI's four K-grid types and AVX2's IQ1_M for one to KGRID_FUSED8 activation rows (AVX2: one):
+ * each block of a super-block's 16 rows decoded in registers, 8 rows a vector (kgrid_half's bytes as q + c:
+ * IQ1_M c = 16, bytes 7..25; IQ2 c = 64, 21..107; Q3_K c = 4, 0..7; a zero d * sc's rows c +- 1 by q's
+ * sign), straight into each row's limb steps, nothing stored. The starts (offset 32's; IQ2 offset 64's,
+ * taken as they are) are -offset times each limb's sum, so c's are start * c / offset exactly. AVX-VNNI's
+ * vpdpbusd sums into int32 at once; AVX2's vpmaddubsw pairs stay in int16 over a half's 4 steps
+ * (4 * 2 * 25 * 128 = 25,600) and are widened once (vpmaddwd). IQ1_M, Q3_K: |S| <= 16 * 9 * 128 * 65793
+ * < 2^31, so S_2 65536 + S_1 256 + S_0 (wrapping on the way) is the exact S in int32; IQ2's S (up to
+ * 16 * 43 * 128 * 65793) by kgrid_value8, its correctly rounded float either way. acc = fma((d * sc) * s,
+ * f, acc) over the halves in order is limb_bytes_rows's float sequence: the same bits as the expanded
+ * group's steps. */
+#define KGRID_FUSED8 4 /* rows kgrid_fused8 takes */
+
+static inline __attribute__((always_inline)) int kgrid_c8(int t) { return t == WT_Q3_K ? 4 : t == WT_IQ1_M ? 16 : 64; }
+
+/* IQ2_XS's and IQ2_S's entries as iq2xs_bytes' and iq2s_bytes' plus 64 a byte (their q + 64 where positive;
+ * 128 minus it, 64 - q, where negative): one subtraction and a blend a quad for the signs. */
+static uint64_t iq2xs_w64[512], iq2s_w64[1024];
+
+__attribute__((constructor)) static void kgrid_w64(void) {
+    for (int i = 0; i < 1024; i++) { /* 8, 25, 43 + 64: no carry between bytes */
+        uint64_t c = spread2(iq2s_grid[i]), x = i < 512 ? spread2(iq2xs_grid[i]) : 0;
+        iq2s_w64[i] = BYTES(72) + (c << 4) + c + ((c >> 1) & BYTES(1));
+        if (i < 512) iq2xs_w64[i] = BYTES(72) + (x << 4) + x + ((x >> 1) & BYTES(1));
+    }
+}
+
+/* Half hh of block j, 8 rows (raw: their runs; idx, signs: IQ2's, iq2_entries8; z: the rows whose d * sc
+ * is zero, zany: whether any, rare): its 4 quads' bytes q + kgrid_c8(t) in w. */
+static inline __attribute__((always_inline)) void kgrid_quads8(int t, const __m256i raw[4][8], int j, int hh, const __m256i idx[4],
+                                                               __m256i signs, __m256i z, int zany, __m256i w[4]) {
+    if (t == WT_Q3_K) { /* 2-bit field | 4 times the hmask bit (q3k_fused_block) */
+        __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+#pragma GCC unroll 4
+        for (int n = 0; n < 4; n++) {
+            int r = 4 * hh + n;
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw[1 + (j >> 2)][r], 2 * (j & 3)), m3);
+            __m256i hm = j >= 2 ? _mm256_srli_epi16(raw[0][r], j - 2) : _mm256_slli_epi16(raw[0][r], 2 - j);
+            __m256i hb = _mm256_and_si256(hm, m4);
+            w[n] = _mm256_or_si256(lo, hb);
+            if (zany) w[n] = _mm256_blendv_epi8(w[n], _mm256_add_epi8(m3, _mm256_srli_epi16(hb, 1)), z); /* 3 or 5 */
+        }
+    } else if (t == WT_IQ1_M) { /* groups 2 hh, 2 hh + 1: 8 code + 8 +- 1 (kgrid_half's q + 16) */
+        __m256i lo = raw[0][j], qh = _mm256_srli_epi32(raw[1][2 + (j >> 1)], 16 * (j & 1));
+#pragma GCC unroll 2
+        for (int k = 2 * hh; k < 2 * hh + 2; k++) {
+            __m256i nib = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * k), _mm256_set1_epi32(15));
+            __m256i i = _mm256_or_si256(byte_of(lo, k), _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
+            __m256i minus = _mm256_cmpeq_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(8)), _mm256_set1_epi32(8));
+            __m256i delta = _mm256_blendv_epi8(_mm256_set1_epi8(9), _mm256_set1_epi8(7), minus);
+            __m256i v[2];
+            entry_quads8(iq1s_bytes, i, v, 0);
+            w[2 * (k & 1)] = _mm256_add_epi8(v[0], delta), w[2 * (k & 1) + 1] = _mm256_add_epi8(v[1], delta);
+        }
+        if (zany) /* 16 +- 1 by q's sign (q < 0: the byte below 16) */
+            for (int n = 0; n < 4; n++) {
+                __m256i neg = _mm256_cmpgt_epi8(_mm256_set1_epi8(16), w[n]);
+                w[n] = _mm256_blendv_epi8(w[n], _mm256_blendv_epi8(_mm256_set1_epi8(17), _mm256_set1_epi8(15), neg), z);
+            }
+    } else { /* IQ2_XS, IQ2_S: groups 2 hh, 2 hh + 1: 64 +- the entry's byte */
+        __m256i c128 = _mm256_set1_epi8((char)128);
+#pragma GCC unroll 2
+        for (int k = 2 * hh; k < 2 * hh + 2; k++) {
+            __m256i v[2];
+            entry_quads8(t == WT_IQ2_XS ? iq2xs_w64 : iq2s_w64, idx[k], v, 0);
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                __m256i m = quad_signs8(signs, 2 * k + e);
+                __m256i q = _mm256_blendv_epi8(v[e], _mm256_sub_epi8(c128, v[e]), m);
+                if (zany) q = _mm256_blendv_epi8(q, _mm256_blendv_epi8(_mm256_set1_epi8(65), _mm256_set1_epi8(63), m), z);
+                w[2 * (k & 1) + e] = q;
+            }
+        }
+    }
+}
+
+/* The correctly rounded float of S = s2 65536 + s1 256 + s0 (IQ2's exact limb sums, |S| < 2^33): where
+ * every A = s2 256 + (L >> 8) (L = s1 256 + s0, |L| < 2^26) is below 2^24 in size, fma(A, 256, L & 255),
+ * both conversions exact and one rounding; else S in double (exact), rounded once (limb_f8's). */
+static inline __attribute__((always_inline)) __m256 kgrid_value8(__m256i s0, __m256i s1, __m256i s2) {
+    __m256i l = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0);
+    __m256i a = _mm256_add_epi32(_mm256_slli_epi32(s2, 8), _mm256_srai_epi32(l, 8));
+    if (_mm256_testz_si256(_mm256_add_epi32(a, _mm256_set1_epi32(1 << 24)), _mm256_set1_epi32(-(1 << 25))))
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(_mm256_and_si256(l, _mm256_set1_epi32(255))));
+    __m256d big = _mm256_set1_pd(65536.0);
+    __m256d lo = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(l)));
+    __m256d hi = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big, _mm256_cvtepi32_pd(_mm256_extracti128_si256(l, 1)));
+    return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+}
+
+/* Half hh's 4 quads' bytes w (8 rows) against one row's limbs xq (start: its block's starts): the float of
+ * the exact S of each of the 8 outputs. */
+static inline __attribute__((always_inline)) __m256 kgrid_steps8(int t, const __m256i w[4], int hh, const int8_t *xq,
+                                                                 const int32_t *start) {
+    int wide = t == WT_IQ2_XS || t == WT_IQ2_S; /* IQ2: starts as they are, each limb's own */
+    __m256i p[3];
+    for (int l = 0; l < 3; l++) p[l] = wide ? _mm256_set1_epi32(start[2 * l + hh]) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int n = 0; n < 4; n++)
+#pragma GCC unroll 3
+        for (int l = 0; l < 3; l++) {
+            int32_t x4;
+            memcpy(&x4, xq + 32 * l + 4 * (4 * hh + n), 4);
+            __m256i xv = _mm256_set1_epi32(x4);
+#if defined(STRATA_AVX_VNNI)
+            p[l] = _mm256_dpbusd_avx_epi32(p[l], w[n], xv);
+#else /* IQ1_M (kgrid_limb_rows): int16 pairs over the half's 4 steps */
+            __m256i m = _mm256_maddubs_epi16(w[n], xv);
+            p[l] = n == 0 ? m : _mm256_add_epi16(p[l], m);
+#endif
+        }
+#if !defined(STRATA_AVX_VNNI)
+    for (int l = 0; l < 3; l++) p[l] = _mm256_madd_epi16(p[l], _mm256_set1_epi16(1));
+#endif
+    if (wide) return kgrid_value8(p[0], p[1], p[2]);
+    int sh = t == WT_Q3_K ? 3 : 1; /* offset 32's starts times c / 32 */
+    uint32_t from = ((uint32_t)(start[4 + hh] >> sh) << 16) + ((uint32_t)(start[2 + hh] >> sh) << 8) + (uint32_t)(start[hh] >> sh);
+    __m256i tot = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(p[2], 16), _mm256_slli_epi32(p[1], 8)),
+                                   _mm256_add_epi32(p[0], _mm256_set1_epi32((int)from)));
+    return _mm256_cvtepi32_ps(tot);
+}
+
+/* A group's 16 rows against M (a constant) rows' limbs, a super-block at a time, its blocks decoded in
+ * registers (see above); y[16 i + o]: row i's output o. */
+static inline __attribute__((always_inline)) void kgrid_fused8(int t, const uint8_t *grp, int64_t rb, int64_t nb, int M,
+                                                               const int8_t *xq, const int32_t *start, const float *xs, float *y) {
+    __m256 acc[KGRID_FUSED8][2];
+    for (int i = 0; i < M; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    float d[16];
+    __m256i raw[2][4][8];
+    for (int64_t sb = 0; sb < nb; sb += 8) {
+        kgrid_prefetch(t, grp + (sb >> 3) * block_bytes(t), rb);
+        kgrid_superblock(t, grp, rb, sb, d, raw);
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++)
+#pragma GCC unroll 2
+            for (int h8 = 0; h8 < 2; h8++) {
+                const __m256i(*rw)[8] = (const __m256i(*)[8])raw[h8];
+                __m256 dv = _mm256_loadu_ps(d + 8 * h8);
+                __m256i idx[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+                __m256i signs = idx[0];
+                if (t == WT_IQ2_XS || t == WT_IQ2_S) signs = iq2_entries8(t, rw, j, idx);
+#pragma GCC unroll 2
+                for (int hh = 0; hh < 2; hh++) {
+                    __m256 ws = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(kscales8(t, rw, j, hh))); /* q8_scale's d * sc */
+                    __m256i z = _mm256_castps_si256(_mm256_cmp_ps(ws, _mm256_setzero_ps(), _CMP_EQ_OQ));
+                    __m256i w[4] = {z, z, z, z}; /* each set by kgrid_quads8 (the compiler cannot tell) */
+                    kgrid_quads8(t, rw, j, hh, idx, signs, z, !_mm256_testz_si256(z, z), w);
+                    for (int i = 0; i < M; i++) {
+                        int64_t b = i * nb + sb + j;
+                        __m256 f = kgrid_steps8(t, w, hh, xq + 96 * b, start + 6 * b);
+                        acc[i][h8] = _mm256_fmadd_ps(_mm256_mul_ps(ws, _mm256_set1_ps(xs[b])), f, acc[i][h8]);
+                    }
+                }
+            }
+    }
+    for (int i = 0; i < M; i++) _mm256_storeu_ps(y + 16 * i, acc[i][0]), _mm256_storeu_ps(y + 16 * i + 8, acc[i][1]);
+}
+
+/* kgrid_fused8 for type T (a constant) at M rows (M a constant in each). */
+#define KGRID_FUSED8_ROWS(T)                                                                                        \
+    switch (M) {                                                                                                    \
+    case 1: kgrid_fused8(T, grp, rb, nb, 1, xq, start, xs, y); break;                                               \
+    case 2: kgrid_fused8(T, grp, rb, nb, 2, xq, start, xs, y); break;                                               \
+    case 3: kgrid_fused8(T, grp, rb, nb, 3, xq, start, xs, y); break;                                               \
+    default: kgrid_fused8(T, grp, rb, nb, 4, xq, start, xs, y); break;                                              \
+    }
+
+/* See q8.h. AVX2: Q3_K up to KGRID_ROWS rows (q3k_limb_rows), IQ1_M at one row (kgrid_fused8); IQ2_XS and
+ * IQ2_S none (Zen 5, 1 thread, weights from memory: kgrid_fused8 ran 0.82-0.85 times expand_group's steps
+ * at 1 to 4 rows, IQ1_M 1.03 at one, 0.93 at two: each IQ2 step widened to int32 at once, and the decoding
+ * the same either way). AVX-VNNI: the four types up to KGRID_FUSED8 rows (1.02-1.30 times; more rows:
+ * expand_group and limb.c's steps), but Q3_K at one row and at 5 to KGRID_ROWS by q3k_limb_rows as on AVX2
+ * (1.06 and 1.28 times kgrid_fused8's and expand_group's). */
+int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
+                    const float *xs, float *y) {
+    int64_t rb = row_bytes(t, 32 * nb);
+#if !defined(STRATA_AVX_VNNI)
+    if (t == WT_Q3_K) return M <= KGRID_ROWS ? q3k_limb_rows(t, grp, nb, M, xq, start, xs, y) : 0;
+    if (t != WT_IQ1_M || M != 1) return 0;
+    kgrid_fused8(WT_IQ1_M, grp, rb, nb, 1, xq, start, xs, y);
+#else
+    if (t == WT_Q3_K && (M == 1 || M > KGRID_FUSED8)) return M <= KGRID_ROWS ? q3k_limb_rows(t, grp, nb, M, xq, start, xs, y) : 0;
+    if (M > KGRID_FUSED8) return 0;
+    if (t == WT_IQ1_M) {
+        KGRID_FUSED8_ROWS(WT_IQ1_M)
+    } else if (t == WT_IQ2_XS) {
+        KGRID_FUSED8_ROWS(WT_IQ2_XS)
+    } else if (t == WT_IQ2_S) {
+        KGRID_FUSED8_ROWS(WT_IQ2_S)
+    } else {
+        KGRID_FUSED8_ROWS(WT_Q3_K)
+    }
+#endif
+    return 1;
+}
+#undef KGRID_FUSED8_ROWS
+#endif
+
 static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb, uint8_t *dst) {
     switch (t) { /* a constant type: no tests of it in the loops */
     case WT_Q3_K: kgrid_groups(WT_Q3_K, grp, rb, nb, dst); break;
@@ -1370,7 +1575,7 @@ static void kgrid_expand_avx2(int t, const uint8_t *grp, int64_t rb, int64_t nb,
 }
 #endif
 
-#if !defined(STRATA_TARGET_AVX512) && (!defined(STRATA_TARGET_AVX2) || defined(STRATA_AVX_VNNI))
+#if !defined(STRATA_TARGET_AVX512) && !defined(STRATA_TARGET_AVX2)
 int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                     const float *xs, float *y) {
     (void)t, (void)grp, (void)nb, (void)M, (void)xq, (void)start, (void)xs, (void)y;
