@@ -35,6 +35,21 @@
  */
 #include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
+/* q8_prefetch_ahead's hint, LIMB_AHEAD bytes ahead of each block a tile starts. AVX2: 8192, not
+ * Q8_AHEAD's 4096 (Zen 5, 1 thread, weights from memory, one row: Q5_K 1.07 times, Q6_K 1.04, Q4_K
+ * 1.04, the rest 1.00-1.07; at 4096 the weights came late where a block's steps run fast). A hint
+ * only: it changes no value. */
+#ifndef LIMB_AHEAD
+#if defined(STRATA_TARGET_AVX2)
+#define LIMB_AHEAD 8192
+#else
+#define LIMB_AHEAD Q8_AHEAD
+#endif
+#endif
+static inline void limb_prefetch(int t, const uint8_t *blk) {
+    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + LIMB_AHEAD + l);
+}
+
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
 #define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
 #define LIMB_ROUND 6755399441055744.0 /* 1.5 * 2^52: (v + LIMB_ROUND) - LIMB_ROUND is v to nearest even */
@@ -361,7 +376,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(int t, const ui
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
-        if (!w16) q8_prefetch_ahead(t, blk);
+        if (!w16) limb_prefetch(t, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         __m256i s[LIMB_WIDE_VR][4];
         limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
@@ -601,13 +616,6 @@ static inline int limb_tile_rows(int t, int limbs) {
 /* Virtual row u's plane: limb u % limbs of row u / limbs, from the row's pointer. */
 static inline const int8_t *limb_plane(const int8_t *const *xq, int u, int limbs) { return xq[u / limbs] + 32 * (u % limbs); }
 
-#ifndef LIMB_AHEAD
-#if defined(STRATA_TARGET_AVX2)
-#define LIMB_AHEAD 8192
-#else
-#define LIMB_AHEAD Q8_AHEAD
-#endif
-#endif
 /* Block b of a group for the rows m0 .. m0+rows: its bytes (returned), its super-block's head (K-quants,
  * where kq), each row's limb pointer (its limbs 32 bytes apart: one pointer, constant offsets) and
  * offset starts; the weights ahead of it asked for. Every tile's per-block setup. */
@@ -617,7 +625,7 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
                                                                        const int32_t **start) {
     const uint8_t *blk = grp + q8_block_at(t, b);
     *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + LIMB_AHEAD + l);
+    limb_prefetch(t, blk);
     for (int i = 0; i < rows; i++) {
         int64_t at = ((m0 + i) * nb + b) * limbs;
         xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
@@ -1099,7 +1107,7 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(cb, b), *qs = q8_quants(cb, blk);
-        if (!w16) q8_prefetch_ahead(cb, blk);
+        if (!w16) limb_prefetch(cb, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         __m256i s[LIMB_WIDE_VR][4];
         limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
