@@ -633,7 +633,7 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
     return blk;
 }
 
-#if defined(STRATA_TARGET_AVX2) && defined(Q8_INT16_SUMS)
+#if defined(STRATA_TARGET_AVX2)
 /* ---- AVX2, one row of Q5_K, Q5_0, Q5_1, Q6_K and Q2_K ------------------------------------------
  * limb_group_rows's one-row tile held each limb's int16 chains for all 16 outputs at once: Q5's two
  * chains (4 steps each, q8.h's bound), Q6_K's two a half (2 steps each) and its three limbs gave 12
@@ -645,8 +645,19 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
  * |S_j| <= 32 * 63 * 128 before the starts, so L is exact in int32; then limb_value3's combine of
  * S_2 and L (int32 where |S_2| < 2^14, else double; Q2_K, |S_2| <= 16 * 3 * 128, always int32: no
  * test) gives the correctly rounded float of the exact S and the sequence at the top its fmas in
- * order: the same bits as limb_group_rows. Q2_K's chains run a half's 4 steps (4 * 2 * 3 * 128). */
+ * order: the same bits as limb_group_rows. Q2_K's chains run a half's 4 steps (4 * 2 * 3 * 128).
+ * AVX-VNNI takes the same tiles with vpdpbusd's int32 chains, two a limb (L = S_0 + (S_1 << 8)),
+ * for Q5_K, Q5_0, Q5_1 and Q2_K (its Q6_K keeps limb_group_rows's tile, measured faster there).
+ * Zen 5, 1 thread, weights from memory (bench_kgrid.py --builds): AVX2 one row Q5_K 2.0 times
+ * limb_group_rows's tile, Q5_0 1.4, Q6_K 1.2, Q2_K 1.2. */
 #define LIMB_ROW8 1
+#ifndef ROW8_VNNI
+#if defined(STRATA_AVX_VNNI) /* vpdpbusd: int32 chains, two a limb (its latency overlapped) */
+#define ROW8_VNNI 1
+#else
+#define ROW8_VNNI 0
+#endif
+#endif
 
 /* p + the pair sums of the unsigned bytes w times x's 4 bytes broadcast: one int16 chain */
 static inline __attribute__((always_inline)) __m256i row8_dot(__m256i p, __m256i w, const int8_t *x, int off) {
@@ -654,7 +665,11 @@ static inline __attribute__((always_inline)) __m256i row8_dot(__m256i p, __m256i
      * two halves' shared broadcasts waited on the stack, and a pointer each spilled */
     __m256i xv;
     __asm__ volatile("vpbroadcastd %c2(%1), %0" : "=x"(xv) : "r"(x), "i"(off), "m"(*(const int8_t(*)[96])x));
+#if ROW8_VNNI
+    p = _mm256_dpbusd_avx_epi32(p, w, xv);
+#else
     p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w, xv));
+#endif
     __asm__("" : "+x"(p)); /* one chain in a register (as vh_dot4) */
     return p;
 }
@@ -673,7 +688,7 @@ static inline __m256i row8_weights(int t, const uint8_t *qs, int R, int k) {
 
 static inline __attribute__((always_inline)) void limb_row8(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                             int limbs, int64_t m0, vf *acc) {
-    int halves = q8_halves(t), per = 8 / halves, chain = q8_two(t) ? 4 : t == WT_Q6_K ? 2 : 4;
+    int halves = q8_halves(t), per = 8 / halves, chain = ROW8_VNNI || t == WT_Q6_K ? 2 : 4;
     __m256i one = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
     acc[0] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
@@ -707,16 +722,22 @@ static inline __attribute__((always_inline)) void limb_row8(int t, const uint8_t
                     }
                 }
                 int chains = per / chain;
-                __m256i L = _mm256_add_epi32(_mm256_madd_epi16(p[0][0], one), _mm256_madd_epi16(p[1][0], k256));
-                if (chains == 2)
-                    L = _mm256_add_epi32(L, _mm256_add_epi32(_mm256_madd_epi16(p[0][1], one), _mm256_madd_epi16(p[1][1], k256)));
+                __m256i L;
+                if (ROW8_VNNI) { /* int32 sums: S_0 + 256 S_1 by a shift */
+                    for (int j = 0; j < limbs; j++) p[j][0] = _mm256_add_epi32(p[j][0], p[j][1]);
+                    L = _mm256_add_epi32(p[0][0], _mm256_slli_epi32(p[1][0], 8));
+                } else {
+                    L = _mm256_add_epi32(_mm256_madd_epi16(p[0][0], one), _mm256_madd_epi16(p[1][0], k256));
+                    if (chains == 2)
+                        L = _mm256_add_epi32(L, _mm256_add_epi32(_mm256_madd_epi16(p[0][1], one), _mm256_madd_epi16(p[1][1], k256)));
+                }
                 if (q8_offset(t)) L = _mm256_add_epi32(L, _mm256_set1_epi32(start[0][h] + 256 * start[0][2 + h]));
                 if (limbs == 2) {
                     f[k] = _mm256_cvtepi32_ps(L);
                     continue;
                 }
-                __m256i S2 = _mm256_madd_epi16(p[2][0], one);
-                if (chains == 2) S2 = _mm256_add_epi32(S2, _mm256_madd_epi16(p[2][1], one));
+                __m256i S2 = ROW8_VNNI ? p[2][0] : _mm256_madd_epi16(p[2][0], one);
+                if (chains == 2 && !ROW8_VNNI) S2 = _mm256_add_epi32(S2, _mm256_madd_epi16(p[2][1], one));
                 if (q8_offset(t)) S2 = _mm256_add_epi32(S2, _mm256_set1_epi32(start[0][4 + h]));
                 f[k] = q8_two(t) ? _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(S2, 16), L)) : limb_f8_any(S2, L);
             }
@@ -735,7 +756,8 @@ static inline __attribute__((always_inline)) void limb_row8(int t, const uint8_t
 static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                   int limbs, int64_t m0, int rows, vf *acc) {
 #if LIMB_ROW8
-    if (rows == 1 && (q8_five(t) || t == WT_Q6_K || q8_two(t))) { /* AVX2's one-row tiles of these: limb_row8 */
+    /* AVX2's one-row tiles of these: limb_row8 (AVX-VNNI's Q6_K: measured 0.90 times its own tile, kept) */
+    if (rows == 1 && (q8_five(t) || (t == WT_Q6_K && !ROW8_VNNI) || q8_two(t))) {
         limb_row8(t, grp, nb, xr, limbs, m0, acc);
         return;
     }
