@@ -205,8 +205,8 @@ ONE_ROW_TYPES = (QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q2_K)
 @pytest.mark.parametrize("limbs", LIMBS)
 @pytest.mark.parametrize("qtype", ONE_ROW_TYPES, ids=lambda t: t.name)
 def test_one_row_at_the_bounds_gives_portable_bits(qtype: QT, limbs: int) -> None:
-    """A decode step's one row, which AVX2 (and AVX-VNNI but its Q6_K) takes 8 outputs at a time,
-    each limb's chains ending as L = S_0 + 256 S_1 plus the offset's starts, then S_2's combine:
+    """A decode step's one row, which AVX2 and AVX-VNNI take 8 outputs at a time (Q6_K: its own
+    tile), each limb's chains ending as L = S_0 + 256 S_1 plus the offset's starts, then S_2's combine:
     every quant at its largest, and quantiser's quants; rows whose every limb is at its extreme
     (|S_2| far past 2^14: the double combine) and ordinary rows (the int32 one), each called
     alone. A lost start, a wrong limb weight or a chain past its int16 bound is off by far more
