@@ -35,12 +35,12 @@
  */
 #include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
-/* q8_prefetch_ahead's hint, LIMB_AHEAD bytes ahead of each block a tile starts. AVX2: 8192, not
+/* q8_prefetch_ahead's hint, LIMB_AHEAD bytes ahead of each block a tile starts. AVX2 (not AVX-VNNI): 8192, not
  * Q8_AHEAD's 4096 (Zen 5, 1 thread, weights from memory, one row: Q5_K 1.07 times, Q6_K 1.04, Q4_K
  * 1.04, the rest 1.00-1.07; at 4096 the weights came late where a block's steps run fast). A hint
  * only: it changes no value. */
 #ifndef LIMB_AHEAD
-#if defined(STRATA_TARGET_AVX2)
+#if defined(STRATA_TARGET_AVX2) && !defined(STRATA_AVX_VNNI) /* AVX-VNNI: Q4_K 0.8 times at 8192 (one measure) */
 #define LIMB_AHEAD 8192
 #else
 #define LIMB_AHEAD Q8_AHEAD
@@ -746,6 +746,28 @@ static inline __attribute__((always_inline)) void limb_row8(int t, const uint8_t
         q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, 1, acc);
     }
 }
+/* limb_row8 for type t, out of line: inlined into limb_group, its code changed how GCC compiled the
+ * other tiles there (AVX-VNNI: Q4_K's one-row tile 0.8 times as fast). */
+static __attribute__((noinline)) void limb_row8_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr, int limbs,
+                                                     int64_t m0, vf *acc) {
+#define ROW8_CASE(T)                                                                                                   \
+    case T:                                                                                                            \
+        if (limbs == 3) limb_row8(T, grp, nb, xr, 3, m0, acc);                                                         \
+        else limb_row8(T, grp, nb, xr, 2, m0, acc);                                                                    \
+        break;
+    switch (t) {
+        ROW8_CASE(WT_Q5_0)
+        ROW8_CASE(WT_Q5_0 | WT_HALF_SCALES)
+        ROW8_CASE(WT_Q5_1)
+        ROW8_CASE(WT_Q5_1 | WT_HALF_SCALES)
+        ROW8_CASE(WT_Q5_K)
+        ROW8_CASE(WT_Q2_K)
+#if ROW8_Q6_K
+        ROW8_CASE(WT_Q6_K)
+#endif
+    }
+#undef ROW8_CASE
+}
 #else
 #define LIMB_ROW8 0
 #endif
@@ -760,7 +782,7 @@ static inline __attribute__((always_inline)) void limb_group_rows(int t, const u
      * 48 broadcasts a block, twice the tile's, and its 2-step chains), 1.03-1.07 at 2-4 rows, AVX-VNNI's
      * 0.90: kept here (ROW8_Q6_K 0). */
     if (rows == 1 && (q8_five(t) || (t == WT_Q6_K && ROW8_Q6_K) || q8_two(t))) {
-        limb_row8(t, grp, nb, xr, limbs, m0, acc);
+        limb_row8_tile(t, grp, nb, xr, limbs, m0, acc);
         return;
     }
 #endif
