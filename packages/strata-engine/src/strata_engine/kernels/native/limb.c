@@ -634,7 +634,7 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
 }
 
 #if defined(STRATA_TARGET_AVX2)
-/* ---- AVX2, one row of Q5_K, Q5_0, Q5_1 and Q2_K (and Q6_K where ROW8_Q6_K) ---------------------
+/* ---- AVX2, one row of Q5_K, Q5_0, Q5_1, Q2_K and (not AVX-VNNI) Q6_K -------------------------
  * limb_group_rows's one-row tile held each limb's int16 chains for all 16 outputs at once: Q5's two
  * chains (4 steps each, q8.h's bound), Q6_K's two a half (2 steps each) and its three limbs gave 12
  * registers of sums besides the weights, their masks and the plane of high bits, and GCC spilled
@@ -650,7 +650,6 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
  * Zen 5, 1 thread, weights from memory (bench_kgrid.py --builds, with LIMB_AHEAD): AVX2 one row
  * Q5_K 1.35-2.0 times limb_group_rows's tile, Q5_0 1.4, Q2_K 1.15. */
 #define LIMB_ROW8 1
-#define ROW8_Q6_K 0 /* Q6_K's one-row tiles too (see limb_group_rows) */
 #ifndef ROW8_VNNI
 #if defined(STRATA_AVX_VNNI) /* vpdpbusd: int32 chains, two a limb (its latency overlapped) */
 #define ROW8_VNNI 1
@@ -658,6 +657,7 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
 #define ROW8_VNNI 0
 #endif
 #endif
+#define ROW8_Q6_K (!ROW8_VNNI) /* Q6_K's one-row tiles too (see limb_group_rows) */
 
 /* p + the pair sums of the unsigned bytes w times x's 4 bytes broadcast: one int16 chain */
 static inline __attribute__((always_inline)) __m256i row8_dot(__m256i p, __m256i w, const int8_t *x, int off) {
@@ -778,9 +778,8 @@ static __attribute__((noinline)) void limb_row8_tile(int t, const uint8_t *grp, 
 static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                   int limbs, int64_t m0, int rows, vf *acc) {
 #if LIMB_ROW8
-    /* AVX2's one-row tiles of these: limb_row8. Q6_K's ran 0.96-0.98 times this tile at one row (its
-     * 48 broadcasts a block, twice the tile's, and its 2-step chains), 1.03-1.07 at 2-4 rows, AVX-VNNI's
-     * 0.90: kept here (ROW8_Q6_K 0). */
+    /* AVX2's one-row tiles of these: limb_row8_tile (Q6_K: 1.35 times this tile at one row, 1.5-1.7 at
+     * 2-4; AVX-VNNI's Q6_K, measured 0.90 times when inlined, kept here: ROW8_Q6_K). */
     if (rows == 1 && (q8_five(t) || (t == WT_Q6_K && ROW8_Q6_K) || q8_two(t))) {
         limb_row8_tile(t, grp, nb, xr, limbs, m0, acc);
         return;
