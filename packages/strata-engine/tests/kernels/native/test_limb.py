@@ -199,6 +199,34 @@ def test_limb_sums_near_the_int32_bound(qtype: QT) -> None:
         assert np.array_equal(got, expect), target
 
 
+ONE_ROW_TYPES = (QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q2_K)
+
+
+@pytest.mark.parametrize("limbs", LIMBS)
+@pytest.mark.parametrize("qtype", ONE_ROW_TYPES, ids=lambda t: t.name)
+def test_one_row_at_the_bounds_gives_portable_bits(qtype: QT, limbs: int) -> None:
+    """A decode step's one row, which AVX2 and AVX-VNNI take 8 outputs at a time (Q6_K: its own
+    tile), each limb's chains ending as L = S_0 + 256 S_1 plus the offset's starts, then S_2's combine:
+    every quant at its largest, and quantiser's quants; rows whose every limb is at its extreme
+    (|S_2| far past 2^14: the double combine) and ordinary rows (the int32 one), each called
+    alone. A lost start, a wrong limb weight or a chain past its int16 bound is off by far more
+    than REL; every target gives the portable build's bits."""
+    rng = np.random.default_rng(90 + int(qtype))
+    x = np.concatenate([_extreme_rows(limbs, 5), activations(2, 512, rng)])
+    portable = _limb_ops(limbs, "portable")
+    for w in (quantised_weight(qtype, N, 512, rng, extreme=True), quantised_weight(qtype, N, 512, rng)):
+        want, scale = reference_linear(x, w, limbs)
+        expect = [portable.linear(x[i : i + 1], portable.pack(w.weight)) for i in range(len(x))]
+        for target in targets_to_test():
+            ops = _limb_ops(limbs, target)
+            packed = ops.pack(w.weight)
+            for i in range(len(x)):
+                got = ops.linear(x[i : i + 1], packed)
+                err = np.abs(got[0].astype(np.float64) - want[i]) / np.maximum(scale[i], 1e-30)
+                assert err.max() <= REL, f"{target}, row {i}: relative error {err.max():.3g}"
+                assert np.array_equal(got, expect[i]), (target, i)
+
+
 def test_q8_0_wide_limb_sums_at_their_bounds() -> None:
     """AVX2 takes Q8_0 as int16 weights times X split into 12-bit limbs, X = 4096 hi + lo with
     lo in [-2048, 2047], and forms S = 4096 S_hi + S_lo by one float fma, exact only while

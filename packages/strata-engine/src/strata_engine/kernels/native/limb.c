@@ -35,6 +35,21 @@
  */
 #include "q8.h" /* q8's packed weights and integer steps, and the helpers every kernel file shares */
 
+/* q8_prefetch_ahead's hint, LIMB_AHEAD bytes ahead of each block a tile starts. AVX2 (not AVX-VNNI): 8192, not
+ * Q8_AHEAD's 4096 (Zen 5, 1 thread, weights from memory, one row: Q5_K 1.07 times, Q6_K 1.04, Q4_K
+ * 1.04, the rest 1.00-1.07; at 4096 the weights came late where a block's steps run fast). A hint
+ * only: it changes no value. */
+#ifndef LIMB_AHEAD
+#if defined(STRATA_TARGET_AVX2) && !defined(STRATA_AVX_VNNI) /* AVX-VNNI: Q4_K 0.8 times at 8192 (one measure) */
+#define LIMB_AHEAD 8192
+#else
+#define LIMB_AHEAD Q8_AHEAD
+#endif
+#endif
+static inline void limb_prefetch(int t, const uint8_t *blk) {
+    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + LIMB_AHEAD + l);
+}
+
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
 #define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
 #define LIMB_ROUND 6755399441055744.0 /* 1.5 * 2^52: (v + LIMB_ROUND) - LIMB_ROUND is v to nearest even */
@@ -361,7 +376,7 @@ static inline __attribute__((always_inline)) void limb_wide_rows(int t, const ui
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(t, b), *qs = q8_quants(t, blk);
-        if (!w16) q8_prefetch_ahead(t, blk);
+        if (!w16) limb_prefetch(t, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         __m256i s[LIMB_WIDE_VR][4];
         limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
@@ -610,7 +625,7 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
                                                                        const int32_t **start) {
     const uint8_t *blk = grp + q8_block_at(t, b);
     *head = kq ? (const float *)(blk - (b & 7) * q8_block_bytes(t) - q8_super_bytes(t)) : NULL;
-    q8_prefetch_ahead(t, blk);
+    limb_prefetch(t, blk);
     for (int i = 0; i < rows; i++) {
         int64_t at = ((m0 + i) * nb + b) * limbs;
         xq[i] = xr->q + at * 32, start[i] = xr->start + at * 2;
@@ -618,11 +633,158 @@ static inline __attribute__((always_inline)) const uint8_t *limb_block(int t, in
     return blk;
 }
 
+#if defined(STRATA_TARGET_AVX2)
+/* ---- AVX2, one row of Q5_K, Q5_0, Q5_1, Q2_K and (not AVX-VNNI) Q6_K -------------------------
+ * limb_group_rows's one-row tile held each limb's int16 chains for all 16 outputs at once: Q5's two
+ * chains (4 steps each, q8.h's bound), Q6_K's two a half (2 steps each) and its three limbs gave 12
+ * registers of sums besides the weights, their masks and the plane of high bits, and GCC spilled
+ * (objdump: a third of the loop's instructions were stack moves). Here each block is taken 8 outputs
+ * (one 256-bit half of a quad row) at a time, the same chains 6 registers, nothing spilled. The
+ * chains end as the block's exact sums (vpmaddwd by 1, and by 256 for limb 1):
+ *     L = S_0 + 256 S_1 (+ the starts' share, start_0 + 256 start_1), S_2 (+ start_2)
+ * |S_j| <= 32 * 63 * 128 before the starts, so L is exact in int32; then limb_value3's combine of
+ * S_2 and L (int32 where |S_2| < 2^14, else double; Q2_K, |S_2| <= 16 * 3 * 128, always int32: no
+ * test) gives the correctly rounded float of the exact S and the sequence at the top its fmas in
+ * order: the same bits as limb_group_rows. Q2_K's chains run a half's 4 steps (4 * 2 * 3 * 128).
+ * AVX-VNNI takes the same tiles with vpdpbusd's int32 chains, two a limb (L = S_0 + (S_1 << 8)).
+ * Zen 5, 1 thread, weights from memory (bench_kgrid.py --builds, with LIMB_AHEAD): AVX2 one row
+ * Q5_K 1.35-2.0 times limb_group_rows's tile, Q5_0 1.4, Q2_K 1.15. */
+#define LIMB_ROW8 1
+#ifndef ROW8_VNNI
+#if defined(STRATA_AVX_VNNI) /* vpdpbusd: int32 chains, two a limb (its latency overlapped) */
+#define ROW8_VNNI 1
+#else
+#define ROW8_VNNI 0
+#endif
+#endif
+#define ROW8_Q6_K (!ROW8_VNNI) /* Q6_K's one-row tiles too (see limb_group_rows) */
+
+/* p + the pair sums of the unsigned bytes w times x's 4 bytes broadcast: one int16 chain */
+static inline __attribute__((always_inline)) __m256i row8_dot(__m256i p, __m256i w, const int8_t *x, int off) {
+    /* x[off] broadcast where used, from the row's one pointer and a constant offset: left to GCC, the
+     * two halves' shared broadcasts waited on the stack, and a pointer each spilled */
+    __m256i xv;
+    __asm__ volatile("vpbroadcastd %c2(%1), %0" : "=x"(xv) : "r"(x), "i"(off), "m"(*(const int8_t(*)[96])x));
+#if ROW8_VNNI
+    p = _mm256_dpbusd_avx_epi32(p, w, xv);
+#else
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w, xv));
+#endif
+    __asm__("" : "+x"(p)); /* one chain in a register (as vh_dot4) */
+    return p;
+}
+
+/* Quad row R's bytes (q8_row) for outputs 8k .. 8k + 7 */
+static inline __m256i row8_weights(int t, const uint8_t *qs, int R, int k) {
+    __m256i m15 = _mm256_set1_epi8(15);
+    if (q8_two(t))
+        return _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(qs + 64 * (R >> 2) + 32 * k)), 2 * (R & 3)),
+                                _mm256_set1_epi8(3));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * (R & 3) + 32 * k));
+    __m256i nib = R >> 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) : _mm256_and_si256(v, m15);
+    if (t == WT_Q6_K) return bits_8(nib, _mm256_loadu_si256((const __m256i *)(qs + 256 + 64 * (R >> 2) + 32 * k)), 4 - 2 * (R & 3), 0x30);
+    return bits_8(nib, _mm256_loadu_si256((const __m256i *)(qs + 256 + 32 * k)), 4 - (R & 3) - 4 * (R >> 2), 0x10);
+}
+
+static inline __attribute__((always_inline)) void limb_row8(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
+                                                            int limbs, int64_t m0, vf *acc) {
+    int halves = q8_halves(t), per = 8 / halves, chain = ROW8_VNNI || t == WT_Q6_K ? 2 : 4;
+    __m256i one = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+    acc[0] = vf_zero();
+    for (int64_t b = 0; b < nb; b++) {
+        const float *head;
+        const int8_t *xq[1];
+        const int32_t *start[1];
+        const uint8_t *blk = limb_block(t, q8_kquant(t), grp, b, nb, xr, limbs, m0, 1, &head, xq, start), *qs = q8_quants(t, blk);
+        float sb = xr->s[m0 * nb + b];
+#pragma GCC unroll 2
+        for (int h = 0; h < halves; h++) {
+            __m256 f[2];
+#pragma GCC unroll 2
+            for (int k = 0; k < 2; k++) {
+                __m256i p[3][2];
+                for (int j = 0; j < limbs; j++) p[j][0] = p[j][1] = _mm256_setzero_si256();
+                if (q8_five(t)) { /* rows r (chain 0) and r + 4 (chain 1) from one load */
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) {
+                        __m256i lo = row8_weights(t, qs, r, k), hi = row8_weights(t, qs, r + 4, k);
+                        for (int j = 0; j < limbs; j++) {
+                            p[j][0] = row8_dot(p[j][0], lo, xq[0], 32 * j + 4 * r);
+                            p[j][1] = row8_dot(p[j][1], hi, xq[0], 32 * j + 16 + 4 * r);
+                        }
+                    }
+                } else {
+#pragma GCC unroll 4
+                    for (int i = 0; i < per; i++) {
+                        int R = per * h + i, c = i / chain;
+                        __m256i w = row8_weights(t, qs, R, k);
+                        for (int j = 0; j < limbs; j++) p[j][c] = row8_dot(p[j][c], w, xq[0], 32 * j + 4 * R);
+                    }
+                }
+                int chains = per / chain;
+                __m256i L;
+                if (ROW8_VNNI) { /* int32 sums: S_0 + 256 S_1 by a shift */
+                    for (int j = 0; j < limbs; j++) p[j][0] = _mm256_add_epi32(p[j][0], p[j][1]);
+                    L = _mm256_add_epi32(p[0][0], _mm256_slli_epi32(p[1][0], 8));
+                } else {
+                    L = _mm256_add_epi32(_mm256_madd_epi16(p[0][0], one), _mm256_madd_epi16(p[1][0], k256));
+                    if (chains == 2)
+                        L = _mm256_add_epi32(L, _mm256_add_epi32(_mm256_madd_epi16(p[0][1], one), _mm256_madd_epi16(p[1][1], k256)));
+                }
+                if (q8_offset(t)) L = _mm256_add_epi32(L, _mm256_set1_epi32(start[0][h] + 256 * start[0][2 + h]));
+                if (limbs == 2) {
+                    f[k] = _mm256_cvtepi32_ps(L);
+                    continue;
+                }
+                __m256i S2 = ROW8_VNNI ? p[2][0] : _mm256_madd_epi16(p[2][0], one);
+                if (chains == 2 && !ROW8_VNNI) S2 = _mm256_add_epi32(S2, _mm256_madd_epi16(p[2][1], one));
+                if (q8_offset(t)) S2 = _mm256_add_epi32(S2, _mm256_set1_epi32(start[0][4 + h]));
+                f[k] = q8_two(t) ? _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(S2, 16), L)) : limb_f8_any(S2, L);
+            }
+            acc[0] = vf_fma(vf_mul(q8_scale(t, blk, head, h), vf_set1(sb)), (vf){f[0], f[1]}, acc[0]);
+        }
+        q8_add_min(t, blk, head, xr->dsum + 2 * (m0 * nb + b), 2 * nb, 1, acc);
+    }
+}
+/* limb_row8 for type t, out of line: inlined into limb_group, its code changed how GCC compiled the
+ * other tiles there (AVX-VNNI: Q4_K's one-row tile 0.8 times as fast). */
+static __attribute__((noinline)) void limb_row8_tile(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr, int limbs,
+                                                     int64_t m0, vf *acc) {
+#define ROW8_CASE(T)                                                                                                   \
+    case T:                                                                                                            \
+        if (limbs == 3) limb_row8(T, grp, nb, xr, 3, m0, acc);                                                         \
+        else limb_row8(T, grp, nb, xr, 2, m0, acc);                                                                    \
+        break;
+    switch (t) {
+        ROW8_CASE(WT_Q5_0)
+        ROW8_CASE(WT_Q5_0 | WT_HALF_SCALES)
+        ROW8_CASE(WT_Q5_1)
+        ROW8_CASE(WT_Q5_1 | WT_HALF_SCALES)
+        ROW8_CASE(WT_Q5_K)
+        ROW8_CASE(WT_Q2_K)
+#if ROW8_Q6_K
+        ROW8_CASE(WT_Q6_K)
+#endif
+    }
+#undef ROW8_CASE
+}
+#else
+#define LIMB_ROW8 0
+#endif
+
 /* Rows m0 .. m0+rows of one group of 16 outputs: the integer steps of q8_group_rows over each
  * row's limb planes ("virtual rows"), from sums that start at the offset's share (xr->start),
  * then the sequence at the top. */
 static inline __attribute__((always_inline)) void limb_group_rows(int t, const uint8_t *grp, int64_t nb, const limb_rows *xr,
                                                                   int limbs, int64_t m0, int rows, vf *acc) {
+#if LIMB_ROW8
+    /* AVX2's one-row tiles of these: limb_row8_tile (Q6_K: 1.35 times this tile at one row, 1.5-1.7 at
+     * 2-4; AVX-VNNI's Q6_K, measured 0.90 times when inlined, kept here: ROW8_Q6_K). */
+    if (rows == 1 && (q8_five(t) || (t == WT_Q6_K && ROW8_Q6_K) || q8_two(t))) {
+        limb_row8_tile(t, grp, nb, xr, limbs, m0, acc);
+        return;
+    }
+#endif
     int halves = q8_halves(t), kq = q8_kquant(t);
     int vr = rows * limbs;
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
@@ -990,7 +1152,7 @@ static inline __attribute__((always_inline)) void limb_cb_rows(int cb, __m128i t
     for (int i = 0; i < rows; i++) acc[i] = vf_zero();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = grp + q8_block_at(cb, b), *qs = q8_quants(cb, blk);
-        if (!w16) q8_prefetch_ahead(cb, blk);
+        if (!w16) limb_prefetch(cb, blk);
         const int16_t *xp[LIMB_WIDE_VR];
         __m256i s[LIMB_WIDE_VR][4];
         limb_wide_block_start(xr, planes, m0, vr, nb, b, xp, s);
