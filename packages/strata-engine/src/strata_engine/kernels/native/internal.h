@@ -220,7 +220,7 @@ STRATA_HIDDEN int grid_expand(int wtype, const uint8_t *grp, int64_t nb, uint8_t
  * 16 rows decoded in registers straight into its steps: y[16 i + o] = row i's accumulator of output o
  * (before any bias), from the rows' limbs xq [M][nb][3][32], their starts [M][nb][3][2] (Q8_0's
  * offset 128) and scales xs [M][nb]; the bits of limb.c's steps on the expanded group. Returns 0
- * (nothing written) where the target has no such steps (all but avx512) or M is past them. */
+ * (nothing written) where the target has no such steps (portable C, NEON) or M is past them. */
 STRATA_HIDDEN int grid_limb_rows(int wtype, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq,
                                  const int32_t *start, const float *xs, float *y); /* grids.c */
 /* The K-grid types (WP_GRID too: held as stored, grids.c): each 16 values' scale a small integer

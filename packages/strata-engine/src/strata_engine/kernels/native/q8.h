@@ -565,7 +565,8 @@ STRATA_HIDDEN void expand_group(int t, const uint8_t *grp, int64_t nb, uint8_t *
  * [M][nb][3][32], their sums' starts [M][nb][3][2] (offset 32) and block scales xs [M][nb], by the
  * same integer sums and float sequence as limb.c's steps on the expanded bytes (the same bits).
  * Returns 0 where the target has no such step, or M is past its rows (then nothing is written):
- * AVX2's Q3_K, up to 8 rows; AVX-512's Q3_K, up to 3 rows, IQ2_XS and IQ2_S, up to 2, and IQ1_M, 1 row. */
+ * AVX2's Q3_K, up to 8 rows, and IQ1_M, 1 row; AVX-VNNI's Q3_K, up to 8 rows, IQ1_M, IQ2_XS and IQ2_S,
+ * up to 4; AVX-512's Q3_K, up to 3 rows, IQ2_XS and IQ2_S, up to 2, and IQ1_M, 1 row. */
 #define KGRID_ROWS 8 /* rows kgrid_limb_rows takes (more: limb.c's steps on the expanded group) */
 STRATA_HIDDEN int kgrid_limb_rows(int t, const uint8_t *grp, int64_t nb, int64_t M, const int8_t *xq, const int32_t *start,
                                   const float *xs, float *y); /* grids.c */
