@@ -275,7 +275,7 @@ def test_a_replica_killed_under_load_loses_no_request_silently(http: httpx.Clien
     to their end; the next requests all go to a live replica."""
     bodies = [
         {"prompt": f"<|im_start|>user\nCount to fifty, case {i}.<|im_end|>\n<|im_start|>assistant\n"}
-        | {"max_tokens": 48, "ignore_eos": True, "temperature": 0, "stream": True}
+        | {"max_tokens": 256, "ignore_eos": True, "temperature": 0, "stream": True}
         for i in range(8)
     ]
     with ExitStack() as stack:
