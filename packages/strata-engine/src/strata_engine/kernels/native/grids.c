@@ -1450,10 +1450,7 @@ static inline __attribute__((always_inline)) __m256 kgrid_value8(__m256i s0, __m
     __m256i a = _mm256_add_epi32(_mm256_slli_epi32(s2, 8), _mm256_srai_epi32(l, 8));
     if (_mm256_testz_si256(_mm256_add_epi32(a, _mm256_set1_epi32(1 << 24)), _mm256_set1_epi32(-(1 << 25))))
         return _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(_mm256_and_si256(l, _mm256_set1_epi32(255))));
-    __m256d big = _mm256_set1_pd(65536.0);
-    __m256d lo = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(l)));
-    __m256d hi = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big, _mm256_cvtepi32_pd(_mm256_extracti128_si256(l, 1)));
-    return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+    return limb_f8(s2, l);
 }
 
 /* Half hh's 4 quads' bytes w (8 rows) against one row's limbs xq (start: its block's starts): the float of
@@ -2117,14 +2114,7 @@ static inline __attribute__((always_inline)) __m256 grid8_half(int t, const uint
  * often for the test to pay, as grid_dot16 found). */
 static inline __m256 grid8_value(__m256i s0, __m256i s1, __m256i s2, int try_fast) {
     __m256i low = _mm256_add_epi32(_mm256_slli_epi32(s1, 8), s0); /* |L| < 2^27 */
-    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(1 << 14));
-    if (try_fast && _mm256_testz_si256(out, _mm256_set1_epi32(-(2 << 14)))) /* |S_2| < 2^14: S within int32 */
-        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
-    __m256d big = _mm256_set1_pd(65536.0);
-    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
-    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
-                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
-    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a)); /* each S exact in double: one rounding */
+    return try_fast ? limb_f8_any(s2, low) : limb_f8(s2, low);
 }
 
 /* One row's exact S of 8 outputs from their quads w (bytes q + grid8_offset(t)) and its limbs x

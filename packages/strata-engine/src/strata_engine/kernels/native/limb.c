@@ -46,9 +46,7 @@
 #define LIMB_AHEAD Q8_AHEAD
 #endif
 #endif
-static inline void limb_prefetch(int t, const uint8_t *blk) {
-    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + LIMB_AHEAD + l);
-}
+static inline void limb_prefetch(int t, const uint8_t *blk) { q8_prefetch_from(t, blk, LIMB_AHEAD); }
 
 #define LIMB_SHIFT 9 /* a q8-packed weight's type: bits 9-10 hold its limbs (0: q8's 8-bit rule) */
 #define LIMB_MIN_EXP (-100) /* blocks whose largest |x| is below 2^-100 are zero */
@@ -242,19 +240,6 @@ static void limb_quantize(const float *x, int64_t M, int64_t K, int limbs, int t
 #elif defined(STRATA_TARGET_AVX2)
 static inline vi limb_low(vi s0, vi s1) {
     return (vi){_mm256_add_epi32(_mm256_slli_epi32(s1.lo, 8), s0.lo), _mm256_add_epi32(_mm256_slli_epi32(s1.hi, 8), s0.hi)};
-}
-static inline __m256 limb_f8(__m256i s2, __m256i low) {
-    __m256d big = _mm256_set1_pd(65536.0);
-    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
-    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
-                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
-    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a));
-}
-static inline __m256 limb_f8_any(__m256i s2, __m256i low) {
-    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(LIMB_FAST));
-    if (_mm256_testz_si256(out, _mm256_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
-        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
-    return limb_f8(s2, low);
 }
 static inline vf limb_value3(vi s0, vi s1, vi s2) {
     vi low = limb_low(s0, s1);
@@ -664,7 +649,7 @@ static inline __attribute__((always_inline)) __m256i row8_dot(__m256i p, __m256i
     /* x[off] broadcast where used, from the row's one pointer and a constant offset: left to GCC, the
      * two halves' shared broadcasts waited on the stack, and a pointer each spilled */
     __m256i xv;
-    __asm__ volatile("vpbroadcastd %c2(%1), %0" : "=x"(xv) : "r"(x), "i"(off), "m"(*(const int8_t(*)[96])x));
+    __asm__ volatile("vpbroadcastd %1, %0" : "=x"(xv) : "m"(*(const int32_t *)(x + off)));
 #if ROW8_VNNI
     p = _mm256_dpbusd_avx_epi32(p, w, xv);
 #else

@@ -356,6 +356,22 @@ static inline int q8_int16_steps(int t) { return t == WT_IQ2_BYTES ? 1 : 2; } /*
 #define Q8_SIGNED_DOT 1
 #define Q8_NIBBLE_CHAINS 1 /* an int16 add's latency is a cycle: one chain of 8 steps, fewer registers */
 #endif
+/* The correctly rounded float of S = s2 65536 + low (exact limb sums, |low| < 2^27): S in double
+ * (exact), rounded once; limb_f8_any first tries the int32 sum where every lane's |s2| < LIMB_FAST.
+ * limb.c's limb_value3 and grids.c's AVX2 steps. */
+static inline __m256 limb_f8(__m256i s2, __m256i low) {
+    __m256d big = _mm256_set1_pd(65536.0);
+    __m256d a = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(s2)), big, _mm256_cvtepi32_pd(_mm256_castsi256_si128(low)));
+    __m256d b = _mm256_fmadd_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(s2, 1)), big,
+                                _mm256_cvtepi32_pd(_mm256_extracti128_si256(low, 1)));
+    return _mm256_set_m128(_mm256_cvtpd_ps(b), _mm256_cvtpd_ps(a));
+}
+static inline __m256 limb_f8_any(__m256i s2, __m256i low) {
+    __m256i out = _mm256_add_epi32(s2, _mm256_set1_epi32(LIMB_FAST));
+    if (_mm256_testz_si256(out, _mm256_set1_epi32(-2 * LIMB_FAST))) /* |S_2| < 2^14 in every lane */
+        return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s2, 16), low));
+    return limb_f8(s2, low);
+}
 static inline __m256i bits_8(__m256i nib, __m256i hb, int shift, int mask) {
     __m256i h = shift >= 0 ? _mm256_slli_epi16(hb, shift) : _mm256_srli_epi16(hb, -shift);
     return _mm256_or_si256(nib, _mm256_and_si256(h, _mm256_set1_epi8((char)mask)));
@@ -484,9 +500,10 @@ static inline vq q8_row(int t, const uint8_t *qs, int R) {
  * never faults). The hardware prefetcher alone left one-row calls streaming weights from memory
  * at under half the memory's bandwidth. A hint only: it changes no value. */
 #define Q8_AHEAD 4096
-static inline void q8_prefetch_ahead(int t, const uint8_t *blk) {
-    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + Q8_AHEAD + l);
+static inline void q8_prefetch_from(int t, const uint8_t *blk, int64_t ahead) { /* block blk's bytes, `ahead` on */
+    for (int64_t l = 0; l < q8_block_bytes(t); l += 64) __builtin_prefetch(blk + ahead + l);
 }
+static inline void q8_prefetch_ahead(int t, const uint8_t *blk) { q8_prefetch_from(t, blk, Q8_AHEAD); }
 
 /* Half h's scale of a packed block, per output: the stored fp32 scale (WT_HALF_SCALES: its fp16
  * value, vf_from_f16's exact conversion), or for K-quants d * sc, the
